@@ -1,0 +1,115 @@
+// Package control implements Airlock's control protocol: the messages a
+// client and a gateway exchange over TLS to join, renew and release a lease,
+// the gateway's HTTPS server for them, the client side, and certificate
+// pinning by public-key fingerprint.
+//
+// The protocol is JSON over HTTPS on the gateway's TCP port. Every request
+// body and response body is one JSON object; errors are returned as an
+// [ErrorResponse] with a machine-readable code and a sentence for humans.
+package control
+
+import (
+	"net/netip"
+	"time"
+)
+
+// Version is the protocol version carried in every request path.
+const Version = "v1"
+
+// Paths of the control API, relative to https://HOST:PORT.
+const (
+	PathJoin    = "/" + Version + "/join"
+	PathRenew   = "/" + Version + "/renew"
+	PathRelease = "/" + Version + "/release"
+	PathHealth  = "/" + Version + "/health"
+)
+
+// JobInfo describes the job that asks to join. All fields are informational:
+// they are recorded with the lease and shown to admins, never trusted for
+// authorization.
+type JobInfo struct {
+	// BatchJobID is the batch system's job id (SLURM_JOB_ID, PBS_JOBID, ...),
+	// empty when not run under a batch system.
+	BatchJobID string `json:"batch_job_id,omitempty"`
+	// BatchSystem names where BatchJobID came from, e.g. "slurm".
+	BatchSystem string `json:"batch_system,omitempty"`
+	Hostname    string `json:"hostname,omitempty"`
+	User        string `json:"user,omitempty"`
+	UID         int    `json:"uid"`
+	// Command is the job's argv[0], for the admin's eyes only.
+	Command string `json:"command,omitempty"`
+}
+
+// JoinRequest asks the gateway for a lease.
+type JoinRequest struct {
+	Token string `json:"token"`
+	// PublicKey is the client's WireGuard public key, base64 (standard
+	// encoding, 32 bytes).
+	PublicKey string  `json:"public_key"`
+	Job       JobInfo `json:"job"`
+}
+
+// Lease is what a successful join returns: everything the client needs to
+// configure the job's namespace and its WireGuard peer.
+type Lease struct {
+	// ID names the lease in renew and release requests and in logs.
+	ID string `json:"id"`
+	// Secret authorizes renew and release of this lease; it is shown only
+	// to the client that joined.
+	Secret string `json:"secret"`
+	// Address is the job's tunnel address with the tunnel subnet's prefix
+	// length, e.g. 100.64.0.2/16.
+	Address netip.Prefix `json:"address"`
+	// Gateway is the gateway's tunnel address. It is also the job's DNS
+	// server.
+	Gateway netip.Addr `json:"gateway"`
+	// DNS lists the resolvers the job should use (today: Gateway).
+	DNS []netip.Addr `json:"dns"`
+	// MTU of the job's TUN device.
+	MTU int `json:"mtu"`
+	// GatewayPublicKey is the gateway's WireGuard public key, base64.
+	GatewayPublicKey string `json:"gateway_public_key"`
+	// Endpoint is the gateway's WireGuard UDP endpoint, HOST:PORT.
+	Endpoint string `json:"endpoint"`
+	// RenewInterval is how often the client must renew; a lease not
+	// renewed within Expires is freed.
+	RenewInterval Duration  `json:"renew_interval"`
+	Expires       time.Time `json:"expires"`
+}
+
+// LeaseRef names a lease in renew and release requests.
+type LeaseRef struct {
+	ID     string `json:"id"`
+	Secret string `json:"secret"`
+}
+
+// RenewResponse is the answer to a successful renew.
+type RenewResponse struct {
+	Expires time.Time `json:"expires"`
+}
+
+// Health is the gateway's load report, served without authentication.
+type Health struct {
+	Jobs     int  `json:"jobs"`
+	Draining bool `json:"draining"`
+}
+
+// Error codes carried in [ErrorResponse.Code].
+const (
+	CodeBadRequest   = "bad_request"
+	CodeBadToken     = "bad_token"
+	CodeRateLimited  = "rate_limited"
+	CodeNoAddress    = "no_address"
+	CodeUnknownLease = "unknown_lease"
+	CodeInternal     = "internal"
+)
+
+// ErrorResponse is the body of every non-2xx response.
+type ErrorResponse struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Duration is a time.Duration that marshals to JSON as a string such as
+// "30s".
+type Duration time.Duration
