@@ -1,0 +1,255 @@
+// Package lease hands out the gateway's tunnel addresses to joined jobs and
+// takes them back when a lease is released or expires.
+package lease
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Errors returned by Manager.
+var (
+	// ErrNoAddress means every address of the tunnel subnet is leased.
+	ErrNoAddress = errors.New("no free tunnel address")
+	// ErrUnknownLease means no live lease matches the id and secret.
+	ErrUnknownLease = errors.New("unknown or expired lease")
+)
+
+// Lease is one job's hold on a tunnel address.
+type Lease struct {
+	ID string
+	// Addr is the job's tunnel address.
+	Addr netip.Addr
+	// PublicKey is the job's WireGuard public key (opaque here).
+	PublicKey [32]byte
+	// Owner carries whatever the caller attaches: job metadata, token name.
+	Owner   any
+	Start   time.Time
+	Expires time.Time
+
+	secretHash [32]byte
+}
+
+// Manager allocates addresses from a subnet. It is safe for concurrent use;
+// the zero value is not usable, call New.
+type Manager struct {
+	prefix  netip.Prefix
+	gateway netip.Addr
+	ttl     time.Duration
+
+	mu     sync.Mutex
+	byID   map[string]*Lease
+	byAddr map[netip.Addr]*Lease
+	byKey  map[[32]byte]*Lease
+	next   netip.Addr // where the next address search starts
+}
+
+// New returns a Manager for prefix, never handing out the network address,
+// the gateway's own address or (for IPv4) the broadcast address. A lease
+// lives ttl after its start or last renewal.
+func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration) (*Manager, error) {
+	prefix = prefix.Masked()
+	if !prefix.Contains(gateway) {
+		return nil, fmt.Errorf("lease manager: gateway %s outside subnet %s", gateway, prefix)
+	}
+	if prefix.Bits() > prefix.Addr().BitLen()-2 {
+		return nil, fmt.Errorf("lease manager: subnet %s too small", prefix)
+	}
+	if ttl <= 0 {
+		return nil, fmt.Errorf("lease manager: ttl %v must be positive", ttl)
+	}
+	return &Manager{
+		prefix:  prefix,
+		gateway: gateway,
+		ttl:     ttl,
+		byID:    make(map[string]*Lease),
+		byAddr:  make(map[netip.Addr]*Lease),
+		byKey:   make(map[[32]byte]*Lease),
+		next:    prefix.Addr().Next(),
+	}, nil
+}
+
+// TTL returns how long a lease lives without renewal.
+func (m *Manager) TTL() time.Duration { return m.ttl }
+
+func (m *Manager) usable(a netip.Addr) bool {
+	if !m.prefix.Contains(a) || a == m.prefix.Addr() || a == m.gateway {
+		return false
+	}
+	if a.Is4() && a == lastAddr(m.prefix) {
+		return false
+	}
+	return true
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Allocate makes a lease for the job with WireGuard public key pub. A live
+// lease held by the same key is replaced (and returned as replaced so the
+// caller can undo its side effects). The secret is returned once; only its
+// hash is kept.
+func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, secret string, replaced *Lease, err error) {
+	id, err := randomString(12)
+	if err != nil {
+		return Lease{}, "", nil, err
+	}
+	secret, err = randomString(24)
+	if err != nil {
+		return Lease{}, "", nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.byKey[pub]; ok {
+		o := *old
+		replaced = &o
+		m.removeLocked(old)
+	}
+	addr, ok := m.findFreeLocked()
+	if !ok {
+		return Lease{}, "", replaced, ErrNoAddress
+	}
+	nl := &Lease{
+		ID:         id,
+		Addr:       addr,
+		PublicKey:  pub,
+		Owner:      owner,
+		Start:      now,
+		Expires:    now.Add(m.ttl),
+		secretHash: sha256.Sum256([]byte(secret)),
+	}
+	m.byID[id] = nl
+	m.byAddr[addr] = nl
+	m.byKey[pub] = nl
+	return *nl, secret, replaced, nil
+}
+
+// findFreeLocked walks the subnet from m.next, wrapping once, so that a freed
+// address is reused as late as possible (which keeps attribution simple).
+func (m *Manager) findFreeLocked() (netip.Addr, bool) {
+	a := m.next
+	for wrapped := false; ; {
+		if !m.prefix.Contains(a) {
+			if wrapped {
+				return netip.Addr{}, false
+			}
+			wrapped = true
+			a = m.prefix.Addr()
+		}
+		if m.usable(a) && m.byAddr[a] == nil {
+			m.next = a.Next()
+			return a, true
+		}
+		a = a.Next()
+		if wrapped && a == m.next {
+			return netip.Addr{}, false
+		}
+	}
+}
+
+func (m *Manager) lookupLocked(id, secret string) (*Lease, error) {
+	l, ok := m.byID[id]
+	if !ok {
+		return nil, ErrUnknownLease
+	}
+	h := sha256.Sum256([]byte(secret))
+	if subtle.ConstantTimeCompare(h[:], l.secretHash[:]) != 1 {
+		return nil, ErrUnknownLease
+	}
+	return l, nil
+}
+
+// Renew extends the lease by the TTL from now.
+func (m *Manager) Renew(id, secret string, now time.Time) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.lookupLocked(id, secret)
+	if err != nil {
+		return Lease{}, err
+	}
+	if now.After(l.Expires) {
+		m.removeLocked(l)
+		return Lease{}, ErrUnknownLease
+	}
+	l.Expires = now.Add(m.ttl)
+	return *l, nil
+}
+
+// Release ends the lease and frees its address.
+func (m *Manager) Release(id, secret string) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.lookupLocked(id, secret)
+	if err != nil {
+		return Lease{}, err
+	}
+	m.removeLocked(l)
+	return *l, nil
+}
+
+func (m *Manager) removeLocked(l *Lease) {
+	delete(m.byID, l.ID)
+	delete(m.byAddr, l.Addr)
+	if m.byKey[l.PublicKey] == l {
+		delete(m.byKey, l.PublicKey)
+	}
+}
+
+// Expire removes and returns every lease whose expiry is before now.
+func (m *Manager) Expire(now time.Time) []Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Lease
+	for _, l := range m.byID {
+		if now.After(l.Expires) {
+			out = append(out, *l)
+			m.removeLocked(l)
+		}
+	}
+	return out
+}
+
+// Leases returns a snapshot of the live leases ordered by address.
+func (m *Manager) Leases() []Lease {
+	m.mu.Lock()
+	out := make([]Lease, 0, len(m.byID))
+	for _, l := range m.byID {
+		out = append(out, *l)
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
+	return out
+}
+
+// Len returns the number of live leases.
+func (m *Manager) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.byID)
+}
+
+func randomString(n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random: %w", err)
+	}
+	if n <= 12 {
+		return hex.EncodeToString(b), nil
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}

@@ -1,0 +1,107 @@
+package lease
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestAllocateSkipsReserved(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/29"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	var got []netip.Addr
+	for i := 0; i < 5; i++ {
+		l, _, _, err := m.Allocate([32]byte{byte(i + 1)}, nil, now)
+		if err != nil {
+			t.Fatalf("allocate %d: %v", i, err)
+		}
+		got = append(got, l.Addr)
+	}
+	want := []string{"100.64.0.2", "100.64.0.3", "100.64.0.4", "100.64.0.5", "100.64.0.6"}
+	for i := range want {
+		if got[i].String() != want[i] {
+			t.Errorf("lease %d: got %v, want %v", i, got[i], want[i])
+		}
+	}
+	if _, _, _, err := m.Allocate([32]byte{99}, nil, now); !errors.Is(err, ErrNoAddress) {
+		t.Fatalf("full subnet: got %v, want ErrNoAddress", err)
+	}
+}
+
+func TestRenewReleaseExpire(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	l, secret, _, err := m.Allocate([32]byte{1}, "job", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Renew(l.ID, "wrong", now); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("renew with wrong secret: got %v, want ErrUnknownLease", err)
+	}
+	r, err := m.Renew(l.ID, secret, now.Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := now.Add(90 * time.Second); !r.Expires.Equal(want) {
+		t.Errorf("renewed expiry: got %v, want %v", r.Expires, want)
+	}
+	if exp := m.Expire(now.Add(80 * time.Second)); len(exp) != 0 {
+		t.Errorf("expired too early: %v", exp)
+	}
+	if exp := m.Expire(now.Add(91 * time.Second)); len(exp) != 1 || exp[0].ID != l.ID {
+		t.Errorf("expire: got %v, want lease %s", exp, l.ID)
+	}
+	if m.Len() != 0 {
+		t.Errorf("len after expiry: got %d, want 0", m.Len())
+	}
+	l2, s2, _, err := m.Allocate([32]byte{2}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Addr == l.Addr {
+		t.Errorf("freed address reused at once: %v", l2.Addr)
+	}
+	if _, err := m.Release(l2.ID, s2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Release(l2.ID, s2); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("double release: got %v, want ErrUnknownLease", err)
+	}
+}
+
+func TestSameKeyReplaces(t *testing.T) {
+	m, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	now := time.Now()
+	a, _, _, _ := m.Allocate([32]byte{7}, nil, now)
+	_, _, replaced, err := m.Allocate([32]byte{7}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replaced == nil || replaced.ID != a.ID {
+		t.Fatalf("replaced: got %v, want lease %s", replaced, a.ID)
+	}
+	if m.Len() != 1 {
+		t.Errorf("len: got %d, want 1", m.Len())
+	}
+}
+
+func TestAllocateIPv6(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("fd00::/120"), netip.MustParseAddr("fd00::1"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, _, err := m.Allocate([32]byte{1}, nil, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := l.Addr.String(), "fd00::2"; got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}

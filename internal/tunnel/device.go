@@ -1,0 +1,178 @@
+package tunnel
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
+)
+
+// KeepaliveInterval is the persistent keepalive the client asks for. It keeps
+// NAT and firewall state on the path open and makes the first handshake start
+// as soon as the device is up.
+const KeepaliveInterval = 25 * time.Second
+
+// wgLogger adapts wireguard-go's printf logger to slog: its verbose lines go
+// to Debug, its errors to Warn (they are about peers and packets, not about
+// the process).
+func wgLogger(l *slog.Logger) *device.Logger {
+	return &device.Logger{
+		Verbosef: func(format string, args ...any) {
+			l.Debug(fmt.Sprintf(format, args...), "component", "wireguard")
+		},
+		Errorf: func(format string, args ...any) {
+			l.Warn(fmt.Sprintf(format, args...), "component", "wireguard")
+		},
+	}
+}
+
+// mtuTUN overrides the MTU a tun.Device reports. A TUN fd handed over from
+// another network namespace cannot answer MTU() itself: wireguard-go looks
+// the device up by name in the current namespace.
+type mtuTUN struct {
+	tun.Device
+	mtu int
+}
+
+func (t mtuTUN) MTU() (int, error) { return t.mtu, nil }
+
+// WithMTU returns dev reporting mtu from MTU().
+func WithMTU(dev tun.Device, mtu int) tun.Device { return mtuTUN{Device: dev, mtu: mtu} }
+
+// Gateway is the gateway's WireGuard device: one UDP port, one peer per
+// lease. It is safe for concurrent use.
+type Gateway struct {
+	dev  *device.Device
+	port uint16
+}
+
+// NewGateway starts a WireGuard device on dev, listening on UDP port (0 picks
+// one), with private key priv. The device owns dev and closes it on Close.
+func NewGateway(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv Key, port uint16) (*Gateway, error) {
+	if bind == nil {
+		bind = conn.NewStdNetBind()
+	}
+	d := device.NewDevice(dev, bind, wgLogger(logger))
+	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.hex(), port)
+	if err := d.IpcSet(cfg); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("configure wireguard device on udp port %d: %w", port, err)
+	}
+	if err := d.Up(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("bring wireguard device up on udp port %d: %w", port, err)
+	}
+	g := &Gateway{dev: d, port: port}
+	if port == 0 {
+		p, err := g.listenPort()
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		g.port = p
+	}
+	return g, nil
+}
+
+// Port returns the UDP port the device listens on.
+func (g *Gateway) Port() uint16 { return g.port }
+
+func (g *Gateway) listenPort() (uint16, error) {
+	s, err := g.dev.IpcGet()
+	if err != nil {
+		return 0, fmt.Errorf("read wireguard config: %w", err)
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "listen_port="); ok {
+			p, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return 0, fmt.Errorf("parse listen_port %q: %w", v, err)
+			}
+			return uint16(p), nil
+		}
+	}
+	return 0, fmt.Errorf("read wireguard config: no listen_port")
+}
+
+// AddPeer admits the peer with public key pub, routing addr (a /32 or /128)
+// to it.
+func (g *Gateway) AddPeer(pub Key, addr netip.Addr) error {
+	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nallowed_ip=%s\n",
+		pub.hex(), netip.PrefixFrom(addr, addr.BitLen()))
+	if err := g.dev.IpcSet(cfg); err != nil {
+		return fmt.Errorf("add wireguard peer %s: %w", pub, err)
+	}
+	return nil
+}
+
+// RemovePeer removes the peer with public key pub; unknown keys are ignored.
+func (g *Gateway) RemovePeer(pub Key) {
+	g.dev.RemovePeer(device.NoisePublicKey(pub))
+}
+
+// Close stops the device, its UDP sockets and its TUN.
+func (g *Gateway) Close() { g.dev.Close() }
+
+// Client is the job side's WireGuard device with the gateway as its only
+// peer, routing everything to it. It is safe for concurrent use.
+type Client struct {
+	dev *device.Device
+}
+
+// NewClient starts a WireGuard device on dev with private key priv and the
+// gateway peer (public key, UDP endpoint). The device owns dev and closes it
+// on Close. The first handshake starts at once.
+func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gateway Key, endpoint netip.AddrPort) (*Client, error) {
+	if bind == nil {
+		bind = conn.NewStdNetBind()
+	}
+	d := device.NewDevice(dev, bind, wgLogger(logger))
+	cfg := fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n",
+		priv.hex(), gateway.hex(), endpoint)
+	if err := d.IpcSet(cfg); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("configure wireguard device: %w", err)
+	}
+	if err := d.Up(); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("bring wireguard device up: %w", err)
+	}
+	// Setting the keepalive on an up device sends one at once, which starts
+	// the handshake before the job's first packet.
+	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.hex(), int(KeepaliveInterval/time.Second))
+	if err := d.IpcSet(ka); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("configure wireguard keepalive: %w", err)
+	}
+	return &Client{dev: d}, nil
+}
+
+// LastHandshake returns when the last handshake with the gateway completed,
+// or the zero time if none has.
+func (c *Client) LastHandshake() time.Time {
+	s, err := c.dev.IpcGet()
+	if err != nil {
+		return time.Time{}
+	}
+	var sec, nsec int64
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "last_handshake_time_sec="); ok {
+			sec, _ = strconv.ParseInt(v, 10, 64)
+		} else if v, ok := strings.CutPrefix(line, "last_handshake_time_nsec="); ok {
+			nsec, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if sec == 0 && nsec == 0 {
+		return time.Time{}
+	}
+	return time.Unix(sec, nsec)
+}
+
+// Close stops the device, its UDP socket and its TUN.
+func (c *Client) Close() { c.dev.Close() }
