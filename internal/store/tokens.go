@@ -216,4 +216,3 @@ func truncate(s string) string {
 	}
 	return s[:max] + "..."
 }
-
