@@ -1,0 +1,309 @@
+// Package client implements `airlock run`: join the gateway, build the job's
+// namespace with a TUN, carry its packets over WireGuard, run the job, and
+// return its exit status, releasing everything on every path.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Exit statuses of `airlock run` for its own failures, following the
+// convention of env(1), chroot(1) and container runtimes.
+const (
+	ExitFailure     = 125 // airlock itself failed: bad flags, join refused, namespace setup
+	ExitNotRunnable = 126 // CMD found but not executable
+	ExitNotFound    = 127 // CMD not found
+)
+
+// HandshakeWarnAfter is how long the client waits for the first WireGuard
+// handshake before it warns that UDP to the gateway seems blocked.
+const HandshakeWarnAfter = 5 * time.Second
+
+// Config configures one `airlock run`.
+type Config struct {
+	Logger *slog.Logger
+	// Gateway is HOST:PORT of the gateway's control API.
+	Gateway string
+	// Pin is the gateway's certificate fingerprint.
+	Pin string
+	// Token is the join token.
+	Token string
+	// Args is the job's command line.
+	Args []string
+	// Getenv reads the environment for job metadata; nil means os.Getenv.
+	Getenv func(string) string
+	// JoinTimeout bounds the join request; default 15s.
+	JoinTimeout time.Duration
+}
+
+// Run joins the gateway, runs the job in its namespace and returns the job's
+// exit status (128+N when killed by signal N). A non-nil error means airlock
+// itself failed before or around the job; the status is then ExitFailure
+// unless the job ran.
+func Run(ctx context.Context, cfg Config) (int, error) {
+	log := cfg.Logger
+	if len(cfg.Args) == 0 {
+		return ExitFailure, errors.New("no command given: usage: airlock run [flags] -- CMD [ARGS...]")
+	}
+	if cfg.Gateway == "" {
+		return ExitFailure, errors.New("no gateway: set --gateway or AIRLOCK_GATEWAY (from the admin's join.env)")
+	}
+	if cfg.Pin == "" {
+		return ExitFailure, errors.New("no gateway fingerprint: set --pin or AIRLOCK_PIN (from the admin's join.env)")
+	}
+	if cfg.Token == "" {
+		return ExitFailure, errors.New("no join token: set --token or AIRLOCK_TOKEN (the admin makes one with 'airlock token create')")
+	}
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	if cfg.JoinTimeout == 0 {
+		cfg.JoinTimeout = 15 * time.Second
+	}
+	pin, err := control.ParsePin(cfg.Pin)
+	if err != nil {
+		return ExitFailure, fmt.Errorf("bad --pin/AIRLOCK_PIN: %w", err)
+	}
+	if err := nsexec.Preflight(); err != nil {
+		return ExitFailure, err
+	}
+
+	// Signals that arrive before the job runs end airlock itself; once the
+	// job runs they are forwarded to it.
+	sigc := make(chan os.Signal, 8)
+	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigc)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	preJob := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigc:
+			cancel(fmt.Errorf("interrupted by %v before the job started", s))
+		case <-preJob:
+		}
+	}()
+
+	priv, err := tunnel.GenerateKey()
+	if err != nil {
+		return ExitFailure, err
+	}
+	cc, err := control.NewClient(cfg.Gateway, pin, cfg.JoinTimeout)
+	if err != nil {
+		return ExitFailure, err
+	}
+	joinCtx, joinCancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	t0 := time.Now()
+	ls, err := cc.Join(joinCtx, control.JoinRequest{
+		Token:     cfg.Token,
+		PublicKey: priv.PublicKey().String(),
+		Job:       jobInfo(cfg.Getenv, cfg.Args),
+	})
+	joinCancel()
+	if err != nil {
+		return ExitFailure, fmt.Errorf("join gateway %s: %w", cfg.Gateway, err)
+	}
+	log.Debug("joined", "lease", ls.ID, "addr", ls.Address, "took", time.Since(t0))
+	ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	defer func() {
+		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer rcancel()
+		if err := cc.Release(rctx, ref); err != nil {
+			log.Warn("release lease", "lease", ls.ID, "err", err)
+		}
+	}()
+
+	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
+	if err != nil {
+		return ExitFailure, fmt.Errorf("gateway sent a bad wireguard key: %w", err)
+	}
+	endpoint, err := resolveEndpoint(ctx, ls.Endpoint, cfg.Gateway)
+	if err != nil {
+		return ExitFailure, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ExitFailure, context.Cause(ctx)
+	}
+
+	job, err := nsexec.Start(ctx, nsexec.Config{
+		Args:    cfg.Args,
+		Address: ls.Address,
+		Gateway: ls.Gateway,
+		MTU:     ls.MTU,
+		DNS:     ls.DNS,
+		Logger:  log,
+	})
+	if err != nil {
+		return ExitFailure, err
+	}
+	defer job.Cleanup()
+
+	dev, err := wrapTUN(job.TUN(), ls.MTU)
+	if err != nil {
+		return ExitFailure, err
+	}
+	wg, err := tunnel.NewClient(log, dev, nil, priv, gwKey, endpoint)
+	if err != nil {
+		dev.Close()
+		return ExitFailure, err
+	}
+	defer wg.Close()
+
+	if err := ctx.Err(); err != nil {
+		return ExitFailure, context.Cause(ctx)
+	}
+	close(preJob)
+	if err := job.Run(); err != nil {
+		return ExitFailure, fmt.Errorf("start job: %w", err)
+	}
+	log.Debug("job started", "pid", job.Pid(), "addr", ls.Address, "gateway", endpoint, "setup", time.Since(t0))
+
+	var bg sync.WaitGroup
+	bgCtx, bgStop := context.WithCancel(context.Background())
+	bg.Add(3)
+	go func() { defer bg.Done(); forwardSignals(bgCtx, log, sigc, job) }()
+	go func() { defer bg.Done(); renewLoop(bgCtx, log, cc, ref, time.Duration(ls.RenewInterval)) }()
+	go func() { defer bg.Done(); watchHandshake(bgCtx, log, wg, endpoint) }()
+
+	status, err := job.Wait()
+	bgStop()
+	bg.Wait()
+	if err != nil {
+		return status, err
+	}
+	return status, nil
+}
+
+// wrapTUN takes over the TUN fd handed out of the job's namespace. The fd
+// is duplicated so wireguard-go owns its own copy; the MTU comes from the
+// lease because the device cannot be looked up by name from this namespace.
+func wrapTUN(f *os.File, mtu int) (tun.Device, error) {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("tun fd: %w", err)
+	}
+	var fd int
+	var dupErr error
+	if err := sc.Control(func(raw uintptr) {
+		fd, dupErr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0)
+	}); err != nil {
+		return nil, fmt.Errorf("tun fd: %w", err)
+	}
+	if dupErr != nil {
+		return nil, fmt.Errorf("dup tun fd: %w", dupErr)
+	}
+	f.Close()
+	dev, _, err := tun.CreateUnmonitoredTUNFromFD(fd)
+	if err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open tun from job namespace: %w", err)
+	}
+	return tunnel.WithMTU(dev, mtu), nil
+}
+
+// resolveEndpoint turns the lease's UDP endpoint into an address. An
+// endpoint with an unspecified or empty host means "the host you dialed".
+func resolveEndpoint(ctx context.Context, endpoint, controlAddr string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("gateway sent a bad endpoint %q: %w", endpoint, err)
+	}
+	if a, err := netip.ParseAddr(host); host == "" || (err == nil && a.IsUnspecified()) {
+		host, _, _ = net.SplitHostPort(controlAddr)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("gateway sent a bad endpoint port %q: %w", port, err)
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil
+	}
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("resolve gateway endpoint %q: %w", host, err)
+	}
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil
+		}
+	}
+	return netip.AddrPortFrom(addrs[0], uint16(p)), nil
+}
+
+func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal, job *nsexec.Job) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-sigc:
+			log.Debug("forwarding signal to job", "signal", s)
+			if err := job.Signal(s); err != nil {
+				log.Debug("forward signal", "signal", s, "err", err)
+			}
+		}
+	}
+}
+
+func renewLoop(ctx context.Context, log *slog.Logger, cc *control.Client, ref control.LeaseRef, every time.Duration) {
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, every/2)
+			_, err := cc.Renew(rctx, ref)
+			cancel()
+			switch {
+			case err == nil:
+			case errors.Is(err, control.ErrUnknownLease):
+				log.Error("gateway no longer knows this job's lease; new connections will fail", "lease", ref.ID, "err", err)
+			default:
+				log.Warn("renew lease failed; will retry", "lease", ref.ID, "err", err)
+			}
+		}
+	}
+}
+
+func watchHandshake(ctx context.Context, log *slog.Logger, wg *tunnel.Client, endpoint netip.AddrPort) {
+	deadline := time.NewTimer(HandshakeWarnAfter)
+	defer deadline.Stop()
+	poll := time.NewTicker(50 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-poll.C:
+			if !wg.LastHandshake().IsZero() {
+				return
+			}
+		case <-deadline.C:
+			log.Warn("no WireGuard handshake with the gateway yet: is UDP to it blocked? the job has no network until it completes",
+				"endpoint", endpoint, "waited", HandshakeWarnAfter)
+			return
+		}
+	}
+}

@@ -1,0 +1,278 @@
+// Package gateway assembles `airlock gateway`: the state directory and
+// identity, the control API, the WireGuard device, the egress forwarder, the
+// lease manager and the admin socket, and runs them until cancelled.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultListen        = ":8443"
+	DefaultSubnet        = "100.64.0.0/16"
+	DefaultMTU           = 1420
+	DefaultRenewInterval = 30 * time.Second
+)
+
+// File names inside the state directory.
+const (
+	WireGuardKeyFile = "wireguard.key"
+	JoinEnvFile      = "join.env"
+	DBFile           = "airlock.db"
+	AdminSocketFile  = "admin.sock"
+)
+
+// Config configures a gateway. The zero value of every field but Logger and
+// StateDir selects its default.
+type Config struct {
+	Logger   *slog.Logger
+	StateDir string
+	// Listen is ADDR:PORT for the control API (TCP) and WireGuard (UDP).
+	Listen string
+	// Advertise is the HOST:PORT clients dial; default derived from Listen.
+	Advertise string
+	// Subnet holds the tunnel addresses; the gateway takes the first host
+	// address of it.
+	Subnet netip.Prefix
+	MTU    int
+	// RenewInterval is how often clients renew; leases expire after
+	// LeaseTTL (default three intervals) without renewal.
+	RenewInterval time.Duration
+	LeaseTTL      time.Duration
+	// DNSUpstreams override the host's resolvers for jobs' DNS.
+	DNSUpstreams []netip.AddrPort
+	// Ready, if set, is called once every listener is open.
+	Ready func(Info)
+}
+
+// Info describes a running gateway, as handed to admins in join.env.
+type Info struct {
+	Advertise   string
+	Fingerprint string
+	Control     net.Addr
+	UDPPort     uint16
+	Gateway     netip.Addr
+}
+
+func (c *Config) setDefaults() error {
+	if c.Logger == nil {
+		return errors.New("gateway: no logger")
+	}
+	if c.StateDir == "" {
+		return errors.New("gateway: no state directory (--state)")
+	}
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if !c.Subnet.IsValid() {
+		c.Subnet = netip.MustParsePrefix(DefaultSubnet)
+	}
+	c.Subnet = c.Subnet.Masked()
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < 1280 || c.MTU > 65535 {
+		return fmt.Errorf("gateway: mtu %d out of range 1280-65535", c.MTU)
+	}
+	if c.RenewInterval == 0 {
+		c.RenewInterval = DefaultRenewInterval
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 3 * c.RenewInterval
+	}
+	if c.LeaseTTL <= c.RenewInterval {
+		return fmt.Errorf("gateway: lease ttl %v must exceed renew interval %v", c.LeaseTTL, c.RenewInterval)
+	}
+	return nil
+}
+
+// Run starts the gateway and serves until ctx is cancelled or a component
+// fails. It returns nil after a clean shutdown.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if err := ensureStateDir(cfg.StateDir, log); err != nil {
+		return err
+	}
+	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("parse --listen %q: %w", cfg.Listen, err)
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return fmt.Errorf("parse --listen port %q: %w", portStr, err)
+	}
+	gwAddr := cfg.Subnet.Addr().Next()
+	if !cfg.Subnet.Contains(gwAddr) {
+		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
+	}
+
+	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
+	if err != nil {
+		return err
+	}
+	advertise := cfg.Advertise
+	cert, fp, created, err := control.LoadOrCreateIdentity(cfg.StateDir, certHosts(host, advertise))
+	if err != nil {
+		return fmt.Errorf("tls identity: %w", err)
+	}
+	if created {
+		log.Info("created gateway identity", "dir", cfg.StateDir, "pin", fp)
+	}
+	st, err := store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+
+	// TCP first: if the port is 0 the kernel picks one and UDP follows it.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	if port == 0 {
+		port = uint64(ln.Addr().(*net.TCPAddr).Port)
+	}
+
+	fwd, err := netstack.New(netstack.Config{
+		Logger:       log.With("component", "netstack"),
+		Addr:         netip.PrefixFrom(gwAddr, cfg.Subnet.Bits()),
+		MTU:          cfg.MTU,
+		DNSUpstreams: cfg.DNSUpstreams,
+	})
+	if err != nil {
+		return fmt.Errorf("user-mode egress: %w", err)
+	}
+	var dev forward.Forwarder = fwd
+	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
+	if err != nil {
+		dev.Close()
+		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
+	}
+	defer wg.Close()
+
+	if advertise == "" {
+		advertise = deriveAdvertise(host, int(port))
+		log.Info("advertising derived address; set --advertise if clients must dial another", "advertise", advertise)
+	}
+
+	g := &gateway{
+		log:       log,
+		cfg:       cfg,
+		leases:    leases,
+		wg:        wg,
+		wgPub:     wgKey.PublicKey(),
+		gwAddr:    gwAddr,
+		advertise: advertise,
+	}
+	srv := control.NewServer(control.ServerConfig{
+		Logger:      log.With("component", "control"),
+		Store:       st,
+		Backend:     g,
+		Certificate: cert,
+	})
+	adm := admin.NewServer(log.With("component", "admin"), st)
+
+	errc := make(chan error, 3)
+	var wgrp sync.WaitGroup
+	wgrp.Add(3)
+	go func() {
+		defer wgrp.Done()
+		if err := srv.Serve(ln); err != nil {
+			errc <- fmt.Errorf("control api: %w", err)
+		}
+	}()
+	go func() {
+		defer wgrp.Done()
+		if err := adm.Serve(filepath.Join(cfg.StateDir, AdminSocketFile)); err != nil {
+			errc <- fmt.Errorf("admin socket: %w", err)
+		}
+	}()
+	expireCtx, stopExpire := context.WithCancel(ctx)
+	go func() {
+		defer wgrp.Done()
+		g.expireLoop(expireCtx)
+	}()
+
+	info := Info{Advertise: advertise, Fingerprint: fp, Control: ln.Addr(), UDPPort: wg.Port(), Gateway: gwAddr}
+	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {
+		log.Error("cannot write join.env", "err", err)
+	}
+	log.Info("gateway ready",
+		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
+		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
+		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "mode", "user",
+		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
+	if cfg.Ready != nil {
+		cfg.Ready(info)
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("gateway stopping", "reason", context.Cause(ctx))
+	case runErr = <-errc:
+		log.Error("gateway failed", "err", runErr)
+	}
+	stopExpire()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutCtx)
+	_ = adm.Close()
+	wgrp.Wait()
+	for _, l := range leases.Leases() {
+		wg.RemovePeer(l.PublicKey)
+	}
+	return runErr
+}
+
+// ensureStateDir creates dir 0700, or tightens an existing one that others
+// can read: it holds private keys.
+func ensureStateDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create state dir: %w", err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("state dir %s is not a directory", dir)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		log.Warn("state dir was accessible to others; setting mode 0700", "dir", dir, "mode", fi.Mode().Perm())
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return fmt.Errorf("chmod state dir: %w", err)
+		}
+	}
+	return nil
+}
