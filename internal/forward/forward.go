@@ -1,0 +1,20 @@
+// Package forward carries packets between the gateway's WireGuard device and
+// the outside world. Backends: netstack (user mode, unprivileged gVisor stack
+// that re-originates flows as host sockets) and later kernel (kernel TUN with
+// IP forwarding and nftables).
+package forward
+
+import "golang.zx2c4.com/wireguard/tun"
+
+// Forwarder is the gateway's egress backend: the tun.Device that the
+// WireGuard device reads job packets from and writes them to.
+//
+// Write takes IPv4/IPv6 packets sent by jobs (buffers are owned by the caller
+// and not retained after Write returns); Read blocks until at least one
+// packet for a job is ready and fills bufs[i][offset:] with whole IP packets.
+// Close stops the backend, closes every flow, and makes pending and future
+// Read and Write calls return an error. Implementations are safe for
+// concurrent use.
+type Forwarder interface {
+	tun.Device
+}

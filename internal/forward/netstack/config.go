@@ -1,0 +1,142 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultMTU            = 1420
+	DefaultResolvConf     = "/etc/resolv.conf"
+	DefaultDialTimeout    = 10 * time.Second
+	DefaultUDPIdleTimeout = 60 * time.Second
+	DefaultMaxInFlightSYN = 1024
+)
+
+// Config configures a Stack. Zero values of optional fields select the
+// defaults above.
+type Config struct {
+	// Logger receives lifecycle (Info) and per-flow (Debug, rate-limited)
+	// logs. Required.
+	Logger *slog.Logger
+
+	// Addr is the gateway's tunnel address with the tunnel subnet length,
+	// e.g. 100.64.0.1/16. The DNS server listens on Addr port 53. Required.
+	Addr netip.Prefix
+
+	// MTU is the tunnel MTU in bytes; 0 means DefaultMTU.
+	MTU int
+
+	// DNSUpstreams are the resolvers that DNS queries to Addr:53 are
+	// forwarded to, tried in order. Empty means the nameservers of
+	// ResolvConf. Loopback resolvers (e.g. 127.0.0.53) are fine: the
+	// gateway process itself queries them.
+	DNSUpstreams []netip.AddrPort
+
+	// ResolvConf is the resolv.conf read when DNSUpstreams is empty;
+	// "" means DefaultResolvConf.
+	ResolvConf string
+
+	// DialTimeout bounds dialling a TCP destination; 0 means
+	// DefaultDialTimeout.
+	DialTimeout time.Duration
+
+	// UDPIdleTimeout closes a UDP flow after no traffic in either
+	// direction for this long; 0 means DefaultUDPIdleTimeout.
+	UDPIdleTimeout time.Duration
+
+	// MaxInFlightSYN caps TCP connection attempts being dialled at once;
+	// further SYNs are dropped until one completes. 0 means
+	// DefaultMaxInFlightSYN.
+	MaxInFlightSYN int
+
+	// Dial, if non-nil, replaces the host's ordinary sockets for
+	// re-originating flows: it is called with network "tcp4", "tcp6",
+	// "udp4" or "udp6" and the job's destination as address ("ip:port"),
+	// after allowedDestination accepted it. UDP connections must be
+	// connected (each Read returns one datagram from the destination).
+	// nil means a net.Dialer with DialTimeout. Tests use it to reach local
+	// servers while jobs name documentation addresses.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// withDefaults validates c and returns a copy with defaults filled in.
+func (c Config) withDefaults() (Config, error) {
+	if c.Logger == nil {
+		return c, errors.New("netstack config: Logger is required")
+	}
+	if !c.Addr.IsValid() {
+		return c, errors.New("netstack config: Addr is required")
+	}
+	c.Addr = netip.PrefixFrom(c.Addr.Addr().Unmap(), c.Addr.Bits())
+	if c.Addr.Addr().Is4() && c.Addr.Bits() > 32 {
+		return c, fmt.Errorf("netstack config: Addr %s: prefix length too long", c.Addr)
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < 576 || c.MTU > 65535 {
+		return c, fmt.Errorf("netstack config: MTU %d out of range 576..65535", c.MTU)
+	}
+	if c.ResolvConf == "" {
+		c.ResolvConf = DefaultResolvConf
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.UDPIdleTimeout <= 0 {
+		c.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	if c.MaxInFlightSYN <= 0 {
+		c.MaxInFlightSYN = DefaultMaxInFlightSYN
+	}
+	if len(c.DNSUpstreams) == 0 {
+		ups, err := readResolvConf(c.ResolvConf)
+		if err != nil {
+			return c, err
+		}
+		c.DNSUpstreams = ups
+	} else {
+		c.DNSUpstreams = append([]netip.AddrPort(nil), c.DNSUpstreams...)
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
+		c.Dial = d.DialContext
+	}
+	return c, nil
+}
+
+// readResolvConf returns the nameservers of a resolv.conf file.
+func readResolvConf(path string) ([]netip.AddrPort, error) {
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read dns upstreams from %s: %w", path, err)
+	}
+	port := uint16(dnsPort)
+	if p, err := strconv.ParseUint(cc.Port, 10, 16); err == nil && p != 0 {
+		port = uint16(p)
+	}
+	var ups []netip.AddrPort
+	for _, s := range cc.Servers {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			// Zoned or otherwise odd entries are skipped, like libc does
+			// with ones it cannot use.
+			continue
+		}
+		ups = append(ups, netip.AddrPortFrom(a.Unmap(), port))
+	}
+	if len(ups) == 0 {
+		return nil, fmt.Errorf("read dns upstreams from %s: no usable nameserver; set DNS upstreams explicitly", path)
+	}
+	return ups, nil
+}

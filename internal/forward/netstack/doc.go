@@ -1,0 +1,43 @@
+// Package netstack is the gateway's user-mode egress: a gVisor TCP/IP stack
+// in user space that terminates job flows and re-originates them as ordinary
+// host sockets, so the gateway needs no privileges.
+//
+// # Theory of operation
+//
+// A [Stack] is a [forward.Forwarder] (a wireguard-go tun.Device). The
+// WireGuard device writes decrypted job packets with Write; they are injected
+// into one gVisor NIC backed by a packet-queue link endpoint. The NIC is
+// promiscuous (it accepts packets for any destination, i.e. the job's real
+// destination) and spoofing (it may send from any source, i.e. answer as that
+// destination). Default IPv4 and IPv6 routes point at the NIC. Packets the
+// stack emits are queued on the link endpoint and handed to the WireGuard
+// device by Read.
+//
+// TCP: the stack's TCP forwarder hands each new SYN to handleTCP in its own
+// goroutine. The destination is checked by allowedDestination; then the real
+// destination is dialled from the host first. Only if that succeeds is the
+// job's handshake completed; otherwise the job gets a RST, so it sees
+// "connection refused" at once rather than a hang. The two connections are then
+// spliced with pooled buffers, propagating half-close (EOF on one side becomes
+// CloseWrite on the other). At most Config.MaxInFlightSYN handshakes are
+// pending at once; further SYNs are dropped (the job retransmits).
+//
+// UDP: the first datagram of each 4-tuple reaches handleUDP, which creates a
+// connected netstack endpoint for the flow and a connected host UDP socket to
+// the destination, and relays datagrams both ways until the flow has been idle
+// in both directions for Config.UDPIdleTimeout.
+//
+// DNS: the gateway tunnel address (Config.Addr) has a DNS server on port 53
+// (UDP and TCP) inside the netstack; endpoints bound there take precedence
+// over the forwarders. Queries are relayed with github.com/miekg/dns to the
+// upstream resolvers, tried in order; when all fail the job gets SERVFAIL.
+//
+// Safety: nothing a job sends may reach the gateway host's loopback, the
+// tunnel address itself (other than DNS), or multicast/broadcast addresses;
+// see allowedDestination. gVisor additionally drops packets with loopback
+// source or destination addresses on the NIC. ICMP echo is answered only for
+// the tunnel address: echo requests to other destinations are dropped rather
+// than answered by the netstack on their behalf.
+//
+// All exported methods of Stack are safe for concurrent use.
+package netstack

@@ -1,0 +1,436 @@
+package netstack
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/time/rate"
+	"golang.zx2c4.com/wireguard/tun"
+	"gvisor.dev/gvisor/pkg/buffer"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+)
+
+const (
+	nicID = 1
+
+	// queueLen is the link endpoint's outbound queue, in packets. When it
+	// is full the netstack drops and TCP retransmits.
+	queueLen = 1024
+
+	// batchSize is the most packets Read returns and Write is offered.
+	batchSize = 64
+
+	// TCP buffer ranges; receive buffers auto-tune up to the maximum.
+	tcpBufMin     = 4 << 10
+	tcpRecvBufDef = 1 << 20
+	tcpSendBufDef = 1 << 20
+	tcpBufMax     = 8 << 20
+
+	// flowLogRate and flowLogBurst limit per-flow Debug logs.
+	flowLogRate  = 20 // per second
+	flowLogBurst = 50
+)
+
+var _ forward.Forwarder = (*Stack)(nil)
+
+// Stats are a Stack's cumulative counters.
+type Stats struct {
+	TCPFlows     uint64 // TCP flows forwarded (dial succeeded, handshake done)
+	UDPFlows     uint64 // UDP flows opened
+	DialFailures uint64 // host dials that failed (TCP: the job got a RST)
+	Denied       uint64 // flows refused by allowedDestination
+	DNSQueries   uint64 // queries received by the DNS server
+	DNSFailures  uint64 // queries answered with SERVFAIL
+	Dropped      uint64 // packets dropped at Read/Write (malformed, oversized, filtered)
+}
+
+// counters are the atomic backing of Stats.
+type counters struct {
+	tcpFlows, udpFlows, dialFailures, denied atomic.Uint64
+	dnsQueries, dnsFailures, dropped         atomic.Uint64
+}
+
+// Stack is the user-mode egress: a gVisor netstack that is also the
+// WireGuard device's tun.Device. Create it with New. All methods are safe
+// for concurrent use; the zero value is not usable.
+type Stack struct {
+	cfg     Config
+	log     *slog.Logger
+	self    netip.Addr
+	ep      *channel.Endpoint
+	ns      *stack.Stack
+	events  chan tun.Event
+	flowLog *rate.Limiter
+	stats   counters
+	dns     *dnsServer
+
+	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// closing is set at the start of Close; Write checks it.
+	closing atomic.Bool
+
+	// wg counts the goroutines the Stack runs or adopts (flow relays, TCP
+	// handlers, DNS). Add is only called with mu held and closed false, so
+	// no Add races with Close's Wait.
+	wg sync.WaitGroup
+
+	// mu guards closed and flows, the open per-flow closers Close shuts
+	// down. It is never held while calling into the netstack.
+	mu     sync.Mutex
+	closed bool
+	flows  map[io.Closer]struct{}
+
+	closeOnce sync.Once
+}
+
+// New builds the netstack, starts its DNS server and forwarders, and returns
+// it ready to be used as the WireGuard device's tun.Device.
+func New(cfg Config) (*Stack, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Stack{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		self:    cfg.Addr.Addr(),
+		ep:      channel.New(queueLen, uint32(cfg.MTU), ""),
+		events:  make(chan tun.Event, 1),
+		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
+		ctx:     ctx,
+		cancel:  cancel,
+		flows:   make(map[io.Closer]struct{}),
+	}
+	s.ns = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+	})
+	if err := s.setupStack(); err != nil {
+		cancel()
+		s.ns.Close()
+		s.ns.Wait()
+		return nil, err
+	}
+	dnsSrv, err := startDNS(s)
+	if err != nil {
+		cancel()
+		s.ns.Close()
+		s.ns.Wait()
+		return nil, err
+	}
+	s.dns = dnsSrv
+	s.events <- tun.EventUp
+	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams)
+	return s, nil
+}
+
+// setupStack configures protocols, the NIC, its address, routes and the
+// TCP and UDP forwarders.
+func (s *Stack) setupStack() error {
+	sack := tcpip.TCPSACKEnabled(true)
+	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
+		return tcpipError("enable tcp sack", err)
+	}
+	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpBufMin, Default: tcpRecvBufDef, Max: tcpBufMax}
+	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv); err != nil {
+		return tcpipError("set tcp receive buffer range", err)
+	}
+	snd := tcpip.TCPSendBufferSizeRangeOption{Min: tcpBufMin, Default: tcpSendBufDef, Max: tcpBufMax}
+	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &snd); err != nil {
+		return tcpipError("set tcp send buffer range", err)
+	}
+	moderate := tcpip.TCPModerateReceiveBufferOption(true)
+	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate); err != nil {
+		return tcpipError("enable tcp receive buffer auto-tuning", err)
+	}
+	cc := tcpip.CongestionControlOption("cubic")
+	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
+		return tcpipError("set tcp congestion control", err)
+	}
+
+	if err := s.ns.CreateNIC(nicID, s.ep); err != nil {
+		return tcpipError("create nic", err)
+	}
+	if err := s.ns.SetPromiscuousMode(nicID, true); err != nil {
+		return tcpipError("set nic promiscuous", err)
+	}
+	if err := s.ns.SetSpoofing(nicID, true); err != nil {
+		return tcpipError("set nic spoofing", err)
+	}
+	addr := s.cfg.Addr
+	pa := tcpip.ProtocolAddress{
+		Protocol: protoOf(addr.Addr()),
+		AddressWithPrefix: tcpip.AddressWithPrefix{
+			Address:   tcpip.AddrFromSlice(addr.Addr().AsSlice()),
+			PrefixLen: addr.Bits(),
+		},
+	}
+	if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+		return tcpipError(fmt.Sprintf("add address %s", addr), err)
+	}
+	s.ns.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+
+	tcpFwd := tcp.NewForwarder(s.ns, 0, s.cfg.MaxInFlightSYN, s.handleTCP)
+	s.ns.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
+	udpFwd := udp.NewForwarder(s.ns, s.handleUDP)
+	s.ns.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
+	return nil
+}
+
+// protoOf returns the network protocol number for a.
+func protoOf(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+// File implements tun.Device; there is no file.
+func (s *Stack) File() *os.File { return nil }
+
+// Name implements tun.Device.
+func (s *Stack) Name() (string, error) { return "airlock-netstack", nil }
+
+// MTU implements tun.Device.
+func (s *Stack) MTU() (int, error) { return s.cfg.MTU, nil }
+
+// Events implements tun.Device: EventUp once, closed by Close.
+func (s *Stack) Events() <-chan tun.Event { return s.events }
+
+// BatchSize implements tun.Device.
+func (s *Stack) BatchSize() int { return batchSize }
+
+// Write implements tun.Device: it injects the IPv4/IPv6 packets
+// bufs[i][offset:] sent by jobs into the netstack. The buffers are copied
+// and not retained. Packets that are not IP, and ICMP echo requests for
+// destinations other than the tunnel address, are dropped and counted.
+// Write never fails for a bad packet; after Close it returns os.ErrClosed.
+func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
+	if s.closing.Load() {
+		return 0, os.ErrClosed
+	}
+	for _, b := range bufs {
+		if offset > len(b) {
+			s.stats.dropped.Add(1)
+			continue
+		}
+		pkt := b[offset:]
+		proto, ok := s.admitPacket(pkt)
+		if !ok {
+			s.stats.dropped.Add(1)
+			continue
+		}
+		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
+		s.ep.InjectInbound(proto, pb)
+		pb.DecRef()
+	}
+	return len(bufs), nil
+}
+
+// admitPacket returns the network protocol of pkt and whether it may enter
+// the netstack.
+func (s *Stack) admitPacket(pkt []byte) (tcpip.NetworkProtocolNumber, bool) {
+	if len(pkt) == 0 {
+		return 0, false
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < header.IPv4MinimumSize {
+			return 0, false
+		}
+		h := header.IPv4(pkt)
+		if h.Protocol() == uint8(header.ICMPv4ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
+			ihl := int(h.HeaderLength())
+			if ihl < header.IPv4MinimumSize || len(pkt) < ihl+1 || header.ICMPv4Type(pkt[ihl]) == header.ICMPv4Echo {
+				return 0, false
+			}
+		}
+		return ipv4.ProtocolNumber, true
+	case 6:
+		if len(pkt) < header.IPv6MinimumSize {
+			return 0, false
+		}
+		h := header.IPv6(pkt)
+		if h.NextHeader() == uint8(header.ICMPv6ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
+			if len(pkt) < header.IPv6MinimumSize+1 || header.ICMPv6Type(pkt[header.IPv6MinimumSize]) == header.ICMPv6EchoRequest {
+				return 0, false
+			}
+		}
+		return ipv6.ProtocolNumber, true
+	}
+	return 0, false
+}
+
+// isSelf reports whether a is the tunnel address.
+func (s *Stack) isSelf(a tcpip.Address) bool {
+	return a.Len() == s.self.BitLen()/8 && a == tcpip.AddrFromSlice(s.self.AsSlice())
+}
+
+// Read implements tun.Device: it blocks until the netstack has at least one
+// packet for jobs, then copies up to len(bufs) whole IP packets into
+// bufs[i][offset:], setting sizes[i]. Packets that do not fit their buffer
+// are dropped and counted. After Close, pending and future calls return
+// os.ErrClosed.
+func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n := 0
+	for n == 0 {
+		pkt := s.ep.ReadContext(s.ctx)
+		if pkt == nil {
+			return 0, os.ErrClosed
+		}
+		for pkt != nil {
+			if copyPacket(bufs[n][offset:], pkt, &sizes[n]) {
+				n++
+			} else {
+				s.stats.dropped.Add(1)
+			}
+			pkt.DecRef()
+			if n == len(bufs) {
+				break
+			}
+			pkt = s.ep.Read()
+		}
+	}
+	return n, nil
+}
+
+// copyPacket copies pkt into dst and sets *size, without allocating. It
+// returns false if pkt does not fit.
+func copyPacket(dst []byte, pkt *stack.PacketBuffer, size *int) bool {
+	if pkt.Size() > len(dst) {
+		return false
+	}
+	vl, off := pkt.AsViewList()
+	n := 0
+	for v := vl.Front(); v != nil; v = v.Next() {
+		b := v.AsSlice()
+		if off >= len(b) {
+			off -= len(b)
+			continue
+		}
+		n += copy(dst[n:], b[off:])
+		off = 0
+	}
+	*size = n
+	return true
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Stack) Stats() Stats {
+	return Stats{
+		TCPFlows:     s.stats.tcpFlows.Load(),
+		UDPFlows:     s.stats.udpFlows.Load(),
+		DialFailures: s.stats.dialFailures.Load(),
+		Denied:       s.stats.denied.Load(),
+		DNSQueries:   s.stats.dnsQueries.Load(),
+		DNSFailures:  s.stats.dnsFailures.Load(),
+		Dropped:      s.stats.dropped.Load(),
+	}
+}
+
+// Close stops the Stack: pending Read calls return os.ErrClosed, the DNS
+// server stops, every flow is closed, and the netstack is torn down. It
+// waits for the Stack's goroutines to exit. Close is idempotent.
+func (s *Stack) Close() error {
+	s.closeOnce.Do(func() {
+		s.closing.Store(true)
+		s.cancel()
+		s.dns.close()
+
+		s.mu.Lock()
+		s.closed = true
+		flows := s.flows
+		s.flows = nil
+		s.mu.Unlock()
+		for c := range flows {
+			c.Close()
+		}
+		s.wg.Wait()
+
+		s.ns.Close()
+		s.ep.Close()
+		s.ns.Wait()
+		close(s.events)
+		st := s.Stats()
+		s.log.Info("netstack egress stopped", "tcp_flows", st.TCPFlows, "udp_flows", st.UDPFlows,
+			"dial_failures", st.DialFailures, "denied", st.Denied)
+	})
+	return nil
+}
+
+// enter registers a goroutine with the Stack (the caller must call
+// s.wg.Done when it finishes) unless the Stack is closing; it reports
+// whether it did.
+func (s *Stack) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
+}
+
+// goStart runs f in a goroutine registered with the Stack, unless the Stack
+// is closing; it reports whether f was started.
+func (s *Stack) goStart(f func()) bool {
+	if !s.enter() {
+		return false
+	}
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// track registers c to be closed by Close. If the Stack is already closing
+// it closes c and returns false. untrack removes c.
+func (s *Stack) track(c io.Closer) bool {
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.flows[c] = struct{}{}
+	}
+	s.mu.Unlock()
+	if closed {
+		c.Close()
+		return false
+	}
+	return true
+}
+
+func (s *Stack) untrack(c io.Closer) {
+	s.mu.Lock()
+	delete(s.flows, c)
+	s.mu.Unlock()
+}
+
+// flowDebugOn reports whether a per-flow Debug log may be written now; it
+// consumes rate-limiter budget only when Debug is enabled. Callers build
+// attributes only after it returns true.
+func (s *Stack) flowDebugOn() bool {
+	return s.log.Enabled(context.Background(), slog.LevelDebug) && s.flowLog.Allow()
+}

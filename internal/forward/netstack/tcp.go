@@ -1,0 +1,179 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+const (
+	// copyBufSize is the size of pooled relay buffers.
+	copyBufSize = 64 << 10
+
+	// Keepalive settings for the job side of forwarded TCP connections.
+	keepaliveIdle     = 60 * time.Second
+	keepaliveInterval = 15 * time.Second
+)
+
+// copyBufs pools relay buffers shared by TCP and UDP flows.
+var copyBufs = sync.Pool{New: func() any {
+	b := make([]byte, copyBufSize)
+	return &b
+}}
+
+// addrPort converts a netstack address and port.
+func addrPort(a tcpip.Address, port uint16) netip.AddrPort {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return netip.AddrPortFrom(ip.Unmap(), port)
+}
+
+// handleTCP is the TCP forwarder's handler, run by gVisor in a new goroutine
+// for each SYN: check, dial the destination, and only then complete the
+// job's handshake; relay until both directions are done.
+func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
+	if !s.enter() {
+		r.Complete(false)
+		return
+	}
+	defer s.wg.Done()
+
+	id := r.ID()
+	src := addrPort(id.RemoteAddress, id.RemotePort)
+	dst := addrPort(id.LocalAddress, id.LocalPort)
+	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
+		s.stats.denied.Add(1)
+		r.Complete(true)
+		if s.flowDebugOn() {
+			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
+		}
+		return
+	}
+
+	network := "tcp4"
+	if dst.Addr().Is6() {
+		network = "tcp6"
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+	out, err := s.cfg.Dial(ctx, network, dst.String())
+	cancel()
+	if err != nil {
+		s.stats.dialFailures.Add(1)
+		r.Complete(true)
+		if s.flowDebugOn() {
+			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
+		}
+		return
+	}
+
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		r.Complete(true)
+		out.Close()
+		if s.flowDebugOn() {
+			s.log.Debug("tcp accept failed", "src", src, "dst", dst, "err", tcpipError("create endpoint", terr))
+		}
+		return
+	}
+	r.Complete(false)
+	ep.SocketOptions().SetKeepAlive(true)
+	idle := tcpip.KeepaliveIdleOption(keepaliveIdle)
+	ep.SetSockOpt(&idle)
+	intvl := tcpip.KeepaliveIntervalOption(keepaliveInterval)
+	ep.SetSockOpt(&intvl)
+	if tc, ok := out.(*net.TCPConn); ok {
+		tc.SetKeepAlive(true)
+	}
+	in := gonet.NewTCPConn(&wq, ep)
+
+	s.stats.tcpFlows.Add(1)
+	if s.flowDebugOn() {
+		s.log.Debug("tcp flow opened", "src", src, "dst", dst)
+	}
+	f := &connPair{a: in, b: out}
+	if !s.track(f) {
+		return
+	}
+	start := time.Now()
+	up, down := s.relayTCP(in, out)
+	s.untrack(f)
+	f.Close()
+	if s.flowDebugOn() {
+		s.log.Debug("tcp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down,
+			"duration", time.Since(start))
+	}
+}
+
+// connPair closes two connections together.
+type connPair struct {
+	a, b net.Conn
+	once sync.Once
+}
+
+func (p *connPair) Close() error {
+	p.once.Do(func() {
+		p.a.Close()
+		p.b.Close()
+	})
+	return nil
+}
+
+// closeWriter is implemented by connections that can half-close.
+type closeWriter interface {
+	CloseWrite() error
+}
+
+// relayTCP copies job→host on a new goroutine and host→job on this one,
+// propagating half-close. If either direction fails, both connections are
+// closed so the other direction ends too. It returns the bytes copied in each
+// direction once both are done.
+func (s *Stack) relayTCP(in, out net.Conn) (up, down int64) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		up = halfCopy(out, in)
+	}()
+	down = halfCopy(in, out)
+	<-done
+	return up, down
+}
+
+// halfCopy copies src to dst with a pooled buffer until EOF, then
+// half-closes dst. On any other error it closes both.
+func halfCopy(dst, src net.Conn) int64 {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				src.Close()
+				dst.Close()
+				return total
+			}
+			total += int64(n)
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				if cw, ok := dst.(closeWriter); ok {
+					cw.CloseWrite()
+					return total
+				}
+			}
+			src.Close()
+			dst.Close()
+			return total
+		}
+	}
+}

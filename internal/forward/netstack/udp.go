@@ -1,0 +1,136 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+	"gvisor.dev/gvisor/pkg/waiter"
+)
+
+// dnsUDPIdleTimeout caps the idle timeout of UDP flows to port 53.
+const dnsUDPIdleTimeout = 30 * time.Second
+
+// handleUDP is the UDP forwarder's handler, called synchronously on the
+// inbound packet path for a datagram that matches no flow yet. It must not
+// block: it creates the flow's netstack endpoint (which takes this first
+// datagram) and leaves dialling to the flow's goroutine. Denied datagrams
+// are dropped.
+func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
+	id := r.ID()
+	src := addrPort(id.RemoteAddress, id.RemotePort)
+	dst := addrPort(id.LocalAddress, id.LocalPort)
+	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
+		s.stats.denied.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("udp datagram denied", "src", src, "dst", dst, "err", err)
+		}
+		return
+	}
+	if !s.enter() {
+		return
+	}
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		s.wg.Done()
+		if s.flowDebugOn() {
+			s.log.Debug("udp flow failed", "src", src, "dst", dst, "err", tcpipError("create endpoint", terr))
+		}
+		return
+	}
+	in := gonet.NewUDPConn(&wq, ep)
+	s.stats.udpFlows.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.relayUDP(in, src, dst)
+	}()
+}
+
+// relayUDP dials the destination and relays datagrams both ways until the
+// flow is idle in both directions for the idle timeout or the Stack closes.
+func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort) {
+	network := "udp4"
+	if dst.Addr().Is6() {
+		network = "udp6"
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+	out, err := s.cfg.Dial(ctx, network, dst.String())
+	cancel()
+	if err != nil {
+		in.Close()
+		s.stats.dialFailures.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("udp dial failed", "src", src, "dst", dst, "err", err)
+		}
+		return
+	}
+	f := &connPair{a: in, b: out}
+	if !s.track(f) {
+		return
+	}
+	if s.flowDebugOn() {
+		s.log.Debug("udp flow opened", "src", src, "dst", dst)
+	}
+
+	idle := s.cfg.UDPIdleTimeout
+	if dst.Port() == dnsPort && idle > dnsUDPIdleTimeout {
+		idle = dnsUDPIdleTimeout
+	}
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	done := make(chan struct{})
+	var up int64
+	go func() {
+		defer close(done)
+		up = pumpUDP(out, in, &last, idle, f)
+	}()
+	down := pumpUDP(in, out, &last, idle, f)
+	<-done
+	s.untrack(f)
+	f.Close()
+	if s.flowDebugOn() {
+		s.log.Debug("udp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down)
+	}
+}
+
+// pumpUDP copies datagrams from src to dst, recording activity in last. It
+// returns, closing the flow, when neither direction has seen traffic for
+// idle, or on a read error other than a reported ICMP unreachable. Write
+// errors (e.g. the destination's port is closed) drop the datagram.
+func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair) int64 {
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var total int64
+	// The deadline is only moved when it fires, not per datagram.
+	src.SetReadDeadline(time.Unix(0, last.Load()).Add(idle))
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				deadline := time.Unix(0, last.Load()).Add(idle)
+				if time.Now().Before(deadline) {
+					src.SetReadDeadline(deadline)
+					continue
+				}
+			case errors.Is(err, syscall.ECONNREFUSED):
+				continue
+			}
+			f.Close()
+			return total
+		}
+		last.Store(time.Now().UnixNano())
+		if _, err := dst.Write(buf[:n]); err == nil {
+			total += int64(n)
+		}
+	}
+}
