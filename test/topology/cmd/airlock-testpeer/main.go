@@ -1,0 +1,253 @@
+// Command airlock-testpeer is the peer side of the end-to-end test topology:
+// small, real servers and clients that the harness in test/topology starts
+// inside network namespaces (usually inet), as root or as the unprivileged
+// test user.
+//
+// It is a separate binary, not a re-executed test binary, because test
+// binaries live in go-build directories that the unprivileged test user
+// cannot read.
+//
+// Subcommands:
+//
+//	http DIR ADDR            serve the files in DIR over HTTP on ADDR
+//	dns ADDR ZONE.json       answer A queries from ZONE.json ({"name.": "ip"}) on ADDR (UDP and TCP)
+//	udpecho ADDR             echo every UDP datagram back to its sender
+//	udpclient ADDR COUNT     send COUNT numbered datagrams to ADDR one at a time,
+//	                         verify each echo, print "ok COUNT" (exit 1 on failure)
+//	tcpcheck ADDR            dial ADDR with a 2 s timeout; exit 0 if connected
+//	tcplisten ADDR           accept TCP connections on ADDR, write "hello\n", close
+//
+// Servers bind their sockets before they serve, so a successful TCP connect
+// to a server means all its sockets are ready. Servers run until killed.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	args := os.Args[2:]
+	switch os.Args[1] {
+	case "http":
+		need(args, 2)
+		err = serveHTTP(args[0], args[1])
+	case "dns":
+		need(args, 2)
+		err = serveDNS(args[0], args[1])
+	case "udpecho":
+		need(args, 1)
+		err = udpEcho(args[0])
+	case "udpclient":
+		need(args, 2)
+		var n int
+		n, err = strconv.Atoi(args[1])
+		if err == nil {
+			err = udpClient(args[0], n)
+		}
+	case "tcpcheck":
+		need(args, 1)
+		err = tcpCheck(args[0])
+	case "tcplisten":
+		need(args, 1)
+		err = tcpListen(args[0])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock-testpeer %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: airlock-testpeer http DIR ADDR | dns ADDR ZONE.json | udpecho ADDR | udpclient ADDR COUNT | tcpcheck ADDR | tcplisten ADDR")
+	os.Exit(2)
+}
+
+func need(args []string, n int) {
+	if len(args) != n {
+		usage()
+	}
+}
+
+func serveHTTP(dir, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler:           http.FileServer(http.Dir(dir)),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	return srv.Serve(ln)
+}
+
+// serveDNS answers A records for the names in the zone file, NODATA for
+// other types of those names, and NXDOMAIN for everything else.
+func serveDNS(addr, zoneFile string) error {
+	b, err := os.ReadFile(zoneFile)
+	if err != nil {
+		return err
+	}
+	var raw map[string]string
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return fmt.Errorf("parse zone %s: %w", zoneFile, err)
+	}
+	zone := make(map[string]netip.Addr, len(raw))
+	for name, a := range raw {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return fmt.Errorf("zone %s: %q: %w", zoneFile, name, err)
+		}
+		zone[strings.ToLower(dns.Fqdn(name))] = ip
+	}
+	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(req)
+		m.Authoritative = true
+		if len(req.Question) != 1 {
+			m.Rcode = dns.RcodeFormatError
+			_ = w.WriteMsg(m)
+			return
+		}
+		q := req.Question[0]
+		ip, ok := zone[strings.ToLower(q.Name)]
+		switch {
+		case !ok:
+			m.Rcode = dns.RcodeNameError
+		case q.Qtype == dns.TypeA && ip.Is4():
+			m.Answer = append(m.Answer, &dns.A{
+				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+				A:   ip.AsSlice(),
+			})
+		case q.Qtype == dns.TypeAAAA && ip.Is6():
+			m.Answer = append(m.Answer, &dns.AAAA{
+				Hdr:  dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60},
+				AAAA: ip.AsSlice(),
+			})
+		}
+		_ = w.WriteMsg(m)
+	})
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- (&dns.Server{PacketConn: pc, Handler: handler}).ActivateAndServe() }()
+	go func() { errc <- (&dns.Server{Listener: ln, Handler: handler}).ActivateAndServe() }()
+	return <-errc
+}
+
+func udpEcho(addr string) error {
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		_, _ = pc.WriteTo(buf[:n], from)
+	}
+}
+
+// udpClient sends count datagrams one at a time. Each is retried up to 5
+// times with a 500 ms reply timeout; the whole run is bounded by 60 s.
+func udpClient(addr string, count int) error {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	buf := make([]byte, 2048)
+	retries := 0
+	for i := 0; i < count; i++ {
+		msg := []byte(fmt.Sprintf("airlock-udp %d %s", i, strings.Repeat("x", i%512)))
+		ok := false
+		for attempt := 0; attempt < 5 && !ok; attempt++ {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("deadline exceeded after %d of %d datagrams", i, count)
+			}
+			if attempt > 0 {
+				retries++
+			}
+			if _, err := c.Write(msg); err != nil {
+				return fmt.Errorf("send %d: %w", i, err)
+			}
+			wait := time.Now().Add(500 * time.Millisecond)
+			_ = c.SetReadDeadline(wait)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						break
+					}
+					// ICMP errors surface as ECONNREFUSED; count as a lost attempt.
+					time.Sleep(50 * time.Millisecond)
+					break
+				}
+				if bytes.Equal(buf[:n], msg) {
+					ok = true
+					break
+				}
+				// A late echo of an earlier datagram: ignore it.
+			}
+		}
+		if !ok {
+			return fmt.Errorf("no correct echo for datagram %d of %d after 5 attempts", i, count)
+		}
+	}
+	fmt.Printf("ok %d\n", count)
+	if retries > 0 {
+		fmt.Fprintf(os.Stderr, "retries: %d\n", retries)
+	}
+	return nil
+}
+
+func tcpCheck(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
+func tcpListen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte("hello\n"))
+		_ = c.Close()
+	}
+}

@@ -1,0 +1,144 @@
+package topology
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a command started in the background by Start. Its stdout and
+// stderr are captured for failure messages. It is killed (its process
+// group, by PID) at cleanup if still running. Safe for concurrent use.
+type Process struct {
+	Cmd  *exec.Cmd
+	Name string // for messages: "NS: name args"
+
+	out  *syncBuffer // stdout
+	err  *syncBuffer // stderr
+	done chan struct{}
+	// waitErr is set before done is closed.
+	waitErr error
+}
+
+// Start runs name in ns as u (nil means root) in the background and
+// registers its termination with t.Cleanup. It fails the test if the
+// command cannot be started. If the test fails, the cleanup logs the
+// process's output.
+func (tp *Topology) Start(t testing.TB, ns string, u *User, name string, args ...string) *Process {
+	t.Helper()
+	cmd := tp.Command(context.Background(), ns, u, name, args...)
+	p := &Process{
+		Cmd:  cmd,
+		Name: ns + ": " + name + " " + strings.Join(args, " "),
+		out:  &syncBuffer{},
+		err:  &syncBuffer{},
+		done: make(chan struct{}),
+	}
+	cmd.Stdout, cmd.Stderr = p.out, p.err
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", p.Name, err)
+	}
+	go func() {
+		p.waitErr = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("%s\n--- stdout ---\n%s\n--- stderr ---\n%s", p.Name, tail(p.Stdout(), 4000), tail(p.Stderr(), 8000))
+		}
+	})
+	return p
+}
+
+// Stdout returns the output captured so far.
+func (p *Process) Stdout() string { return p.out.String() }
+
+// Stderr returns the error output captured so far.
+func (p *Process) Stderr() string { return p.err.String() }
+
+// Done is closed when the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exited reports whether the process has exited, and its exit code (see
+// ExitCode) if so.
+func (p *Process) Exited() (bool, int) {
+	select {
+	case <-p.done:
+		return true, ExitCode(p.waitErr)
+	default:
+		return false, 0
+	}
+}
+
+// Signal sends sig to the process itself (not its group).
+func (p *Process) Signal(sig syscall.Signal) error {
+	return syscall.Kill(p.Cmd.Process.Pid, sig)
+}
+
+// Wait waits up to timeout for the process to exit and returns its exit
+// code, or an error on timeout.
+func (p *Process) Wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+		return ExitCode(p.waitErr), nil
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s: still running after %v", p.Name, timeout)
+	}
+}
+
+// Kill kills the process group with SIGKILL and waits (bounded) for the
+// process to be reaped. It is idempotent.
+func (p *Process) Kill() {
+	select {
+	case <-p.done:
+		// Children that outlived the leader still carry the group id.
+		_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+		return
+	default:
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+// Describe returns the name, exit state and output tails, for messages.
+func (p *Process) Describe() string {
+	state := "running"
+	if ok, code := p.Exited(); ok {
+		state = fmt.Sprintf("exited %d", code)
+	}
+	return fmt.Sprintf("%s (%s)\n--- stdout ---\n%s\n--- stderr ---\n%s", p.Name, state, tail(p.Stdout(), 2000), tail(p.Stderr(), 6000))
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer // guarded by mu
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

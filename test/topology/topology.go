@@ -1,0 +1,335 @@
+// Package topology builds the cn/dmz/inet network-namespace topology that
+// Airlock's end-to-end tests and benchmarks run on, and starts real peers
+// (iperf3, HTTP, DNS, UDP echo) inside it.
+//
+// Theory of operation: New creates three named network namespaces with
+// unique names, so that tests can run in parallel:
+//
+//	cn (compute node)          dmz (gateway host)              inet (outside)
+//	198.51.100.2 ── veth ── 198.51.100.1   203.0.113.1 ── veth ── 203.0.113.2
+//
+// cn knows only its link; inet knows only its link; dmz knows both but does
+// not forward (ip_forward is 0 in a new namespace), so cn cannot reach inet
+// unless something in dmz (the Airlock gateway) re-originates its traffic
+// from 203.0.113.1. WithNativeRouting turns the topology into a plain
+// routed path for baseline measurements.
+//
+// Every namespace, process, file and directory a helper creates is removed
+// by t.Cleanup, in reverse order of creation, even when the test fails.
+// Processes are always stopped by PID (the process group the harness put
+// them in, then any PID left in the namespace), never by name.
+//
+// The helpers need root. Topology is safe for concurrent use by the
+// goroutines of one test; its zero value is not usable.
+package topology
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Fixed addresses of the topology (documentation ranges).
+var (
+	CNAddr      = netip.MustParseAddr("198.51.100.2")
+	DMZAddrCN   = netip.MustParseAddr("198.51.100.1")
+	DMZAddrINET = netip.MustParseAddr("203.0.113.1")
+	INETAddr    = netip.MustParseAddr("203.0.113.2")
+
+	CNPrefix   = netip.MustParsePrefix("198.51.100.0/24")
+	INETPrefix = netip.MustParsePrefix("203.0.113.0/24")
+)
+
+// Interface names inside the namespaces. Names are per namespace, so they
+// are the same in every topology.
+const (
+	IfCNToDMZ   = "dmz0"  // in cn
+	IfDMZToCN   = "cn0"   // in dmz
+	IfDMZToINET = "inet0" // in dmz
+	IfINETToDMZ = "dmz0"  // in inet
+)
+
+// Topology is one cn/dmz/inet instance. Fields are read-only after New.
+type Topology struct {
+	// CN, DMZ and INET are the network namespace names (for ip netns exec).
+	CN, DMZ, INET string
+
+	// Addresses on the two links; see the package comment.
+	CNAddr, DMZAddrCN, DMZAddrINET, INETAddr netip.Addr
+
+	// Rate is the tc tbf rate on every veth end ("" when uncapped).
+	Rate string
+	// NativeRouting reports whether cn reaches inet directly through dmz.
+	NativeRouting bool
+
+	t        testing.TB
+	nextPort atomic.Int32
+	extraMu  sync.Mutex
+	extra    []netip.Addr // guarded by extraMu: extra inet addresses
+}
+
+type options struct {
+	rate   string
+	native bool
+	prefix string
+}
+
+// Option configures New.
+type Option func(*options)
+
+// WithRate caps both ends of every veth with a tc tbf qdisc at rate, in tc
+// syntax ("1gbit", "100mbit").
+func WithRate(rate string) Option { return func(o *options) { o.rate = rate } }
+
+// WithNativeRouting adds routes in cn and inet and enables ip_forward in dmz
+// so that cn reaches inet directly: the baseline for benchmarks.
+func WithNativeRouting() Option { return func(o *options) { o.native = true } }
+
+// WithPrefix sets the prefix of the namespace names (default "al").
+func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
+
+// New builds a topology and registers its removal with t.Cleanup. It fails
+// the test (t.Fatal) on any error, after removing what it had created.
+func New(t testing.TB, opts ...Option) *Topology {
+	t.Helper()
+	RequireRoot(t)
+	o := options{prefix: "al"}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var rnd [3]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
+		t.Fatalf("topology: random suffix: %v", err)
+	}
+	base := fmt.Sprintf("%s%d%s", o.prefix, os.Getpid()%100000, hex.EncodeToString(rnd[:]))
+	tp := &Topology{
+		CN: base + "-cn", DMZ: base + "-dmz", INET: base + "-inet",
+		CNAddr: CNAddr, DMZAddrCN: DMZAddrCN, DMZAddrINET: DMZAddrINET, INETAddr: INETAddr,
+		Rate: o.rate, NativeRouting: o.native,
+		t: t,
+	}
+	tp.nextPort.Store(20000)
+
+	for _, ns := range []string{tp.CN, tp.DMZ, tp.INET} {
+		ns := ns
+		mustIP(t, "netns", "add", ns)
+		t.Cleanup(func() { tp.removeNamespace(ns) })
+		mustIP(t, "-n", ns, "link", "set", "lo", "up")
+		// No IPv6 on the links: no DAD delays, no link-local surprises.
+		mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+	}
+	// Links are created in one namespace with the peer end moved into the other.
+	mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ)
+	mustIP(t, "-n", tp.DMZ, "link", "add", IfDMZToINET, "type", "veth", "peer", "name", IfINETToDMZ, "netns", tp.INET)
+	addr := func(ns, dev string, a netip.Addr) {
+		mustIP(t, "-n", ns, "addr", "add", a.String()+"/24", "dev", dev)
+		mustIP(t, "-n", ns, "link", "set", dev, "up")
+	}
+	addr(tp.CN, IfCNToDMZ, tp.CNAddr)
+	addr(tp.DMZ, IfDMZToCN, tp.DMZAddrCN)
+	addr(tp.DMZ, IfDMZToINET, tp.DMZAddrINET)
+	addr(tp.INET, IfINETToDMZ, tp.INETAddr)
+
+	if o.rate != "" {
+		burst := tbfBurst(t, o.rate)
+		for _, l := range [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}} {
+			mustRun(t, "tc", "-n", l[0], "qdisc", "add", "dev", l[1], "root", "tbf",
+				"rate", o.rate, "burst", strconv.Itoa(burst), "latency", "20ms")
+		}
+	}
+	if o.native {
+		mustIP(t, "-n", tp.CN, "route", "add", "default", "via", tp.DMZAddrCN.String())
+		mustIP(t, "-n", tp.INET, "route", "add", CNPrefix.String(), "via", tp.DMZAddrINET.String())
+		mustRun(t, "ip", "netns", "exec", tp.DMZ, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	}
+	return tp
+}
+
+// tbfBurst returns a bucket size in bytes for rate: 4 ms worth of data but
+// at least 128 KiB, so that a GSO super-packet always fits.
+func tbfBurst(t testing.TB, rate string) int {
+	r := strings.ToLower(rate)
+	mult := map[string]float64{"gbit": 1e9, "mbit": 1e6, "kbit": 1e3, "bit": 1}
+	for _, suf := range []string{"gbit", "mbit", "kbit", "bit"} {
+		if strings.HasSuffix(r, suf) {
+			v, err := strconv.ParseFloat(strings.TrimSuffix(r, suf), 64)
+			if err != nil {
+				break
+			}
+			b := int(v * mult[suf] / 8 * 0.004)
+			return max(b, 128<<10)
+		}
+	}
+	t.Fatalf("topology: WithRate(%q): want a number with gbit, mbit, kbit or bit", rate)
+	return 0
+}
+
+// AddINETAddr adds another address from 203.0.113.0/24 to inet's link (for
+// tests that need several outside hosts) and returns it.
+func (tp *Topology) AddINETAddr(t testing.TB) netip.Addr {
+	t.Helper()
+	tp.extraMu.Lock()
+	defer tp.extraMu.Unlock()
+	a := tp.INETAddr
+	for i := 0; i <= len(tp.extra); i++ {
+		a = a.Next()
+	}
+	mustIP(t, "-n", tp.INET, "addr", "add", a.String()+"/24", "dev", IfINETToDMZ)
+	tp.extra = append(tp.extra, a)
+	return a
+}
+
+// Port returns a TCP/UDP port number not yet handed out by this topology,
+// for a server to listen on.
+func (tp *Topology) Port() int { return int(tp.nextPort.Add(1)) }
+
+// Namespaces returns the three namespace names.
+func (tp *Topology) Namespaces() []string { return []string{tp.CN, tp.DMZ, tp.INET} }
+
+// NetnsInode returns the inode number identifying the network namespace
+// ns, as in readlink /proc/PID/ns/net ("net:[INODE]").
+func NetnsInode(ns string) (uint64, error) {
+	fi, err := os.Stat(filepath.Join("/var/run/netns", ns))
+	if err != nil {
+		return 0, err
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
+}
+
+// removeNamespace kills every process still in ns (by PID), removes ns and
+// its /etc/netns directory.
+func (tp *Topology) removeNamespace(ns string) {
+	for attempt := 0; attempt < 20; attempt++ {
+		out, err := exec.Command("ip", "netns", "pids", ns).Output()
+		if err != nil || len(bytes.TrimSpace(out)) == 0 {
+			break
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		tp.t.Errorf("topology cleanup: ip netns del %s: %v: %s", ns, err, out)
+	}
+	_ = os.RemoveAll(filepath.Join("/etc/netns", ns))
+}
+
+// SetResolvConf writes /etc/netns/NS/resolv.conf, which ip netns exec
+// bind-mounts over /etc/resolv.conf for every command run in ns. It is
+// removed at cleanup.
+func (tp *Topology) SetResolvConf(ns string, nameservers ...netip.Addr) {
+	tp.t.Helper()
+	dir := filepath.Join("/etc/netns", ns)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tp.t.Fatalf("SetResolvConf: %v", err)
+	}
+	tp.t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	var b strings.Builder
+	for _, a := range nameservers {
+		fmt.Fprintf(&b, "nameserver %s\n", a)
+	}
+	b.WriteString("options timeout:2 attempts:2\n")
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(b.String()), 0o644); err != nil {
+		tp.t.Fatalf("SetResolvConf: %v", err)
+	}
+}
+
+// Command returns a command that runs name in namespace ns, as u (nil means
+// root), killed with its whole process group when ctx is done. Stdout and
+// Stderr are left for the caller to set. Commands run as u get HOME=/ and
+// working directory /, which every user can read.
+func (tp *Topology) Command(ctx context.Context, ns string, u *User, name string, args ...string) *exec.Cmd {
+	argv := []string{"netns", "exec", ns}
+	if u != nil {
+		argv = append(argv, "setpriv",
+			"--reuid="+strconv.Itoa(u.UID), "--regid="+strconv.Itoa(u.GID), "--clear-groups", "--")
+	}
+	argv = append(argv, name)
+	argv = append(argv, args...)
+	cmd := exec.CommandContext(ctx, "ip", argv...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// ip netns exec and setpriv exec the target, so the group is the command's.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = 5 * time.Second
+	if u != nil {
+		cmd.Dir = "/"
+		cmd.Env = append(os.Environ(), "HOME=/", "USER="+u.Name, "LOGNAME="+u.Name)
+	}
+	return cmd
+}
+
+// Run runs a command like Command with a timeout and returns its exit code
+// (-1 if it did not exit normally), stdout and stderr. It does not fail the
+// test on a non-zero exit.
+func (tp *Topology) Run(t testing.TB, timeout time.Duration, ns string, u *User, name string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := tp.Command(ctx, ns, u, name, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	return ExitCode(err), o.String(), e.String()
+}
+
+// ExitCode maps the error of exec.Cmd.Run or Wait to an exit code: 0 for
+// nil, the status for a normal exit, 128+N for death by signal N, and -1
+// otherwise (not started, or Wait failed).
+func ExitCode(err error) int {
+	if err == nil {
+		return 0
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// RequireRoot skips the test with a reason when not running as root, unless
+// CI is set, in which case it fails: in CI these tests must run.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("namespace tests need root; CI is set, so they must run: run go test as root")
+	}
+	t.Skip("namespace tests need root (ip netns, veth, setpriv); run as root, or set CI=true to make this a failure")
+}
+
+func mustIP(t testing.TB, args ...string) {
+	t.Helper()
+	mustRun(t, "ip", args...)
+}
+
+func mustRun(t testing.TB, name string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("topology: %s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}

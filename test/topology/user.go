@@ -1,0 +1,141 @@
+package topology
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+// TestUserName is the unprivileged system user that clients and gateways
+// run as in namespace tests.
+const TestUserName = "airlocktest"
+
+// User is a local user to run commands as.
+type User struct {
+	Name     string
+	UID, GID int
+}
+
+// EnsureUser returns the test user, creating it as a system user without
+// home directory or login shell if it does not exist. It is idempotent and
+// safe under concurrency, also across test processes (it holds an flock
+// while creating).
+func EnsureUser(t testing.TB) *User {
+	t.Helper()
+	RequireRoot(t)
+	if u, err := lookupUser(); err == nil {
+		return u
+	}
+	f, err := os.OpenFile("/run/airlock-test-useradd.lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("EnsureUser: %v", err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("EnsureUser: flock: %v", err)
+	}
+	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	if u, err := lookupUser(); err == nil {
+		return u
+	}
+	out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TestUserName).CombinedOutput()
+	if err != nil {
+		t.Fatalf("EnsureUser: useradd %s: %v: %s", TestUserName, err, out)
+	}
+	u, err := lookupUser()
+	if err != nil {
+		t.Fatalf("EnsureUser: after useradd: %v", err)
+	}
+	return u
+}
+
+func lookupUser() (*User, error) {
+	pw, err := user.Lookup(TestUserName)
+	if err != nil {
+		return nil, err
+	}
+	uid, err := strconv.Atoi(pw.Uid)
+	if err != nil {
+		return nil, fmt.Errorf("uid %q: %w", pw.Uid, err)
+	}
+	gid, err := strconv.Atoi(pw.Gid)
+	if err != nil {
+		return nil, fmt.Errorf("gid %q: %w", pw.Gid, err)
+	}
+	return &User{Name: pw.Username, UID: uid, GID: gid}, nil
+}
+
+// Processes returns the PIDs of the live processes whose real uid is u's.
+func (u *User) Processes() map[int]string {
+	pids := map[int]string{}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return pids
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) != nil || int(st.Uid) != u.UID {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+		netns, _ := os.Readlink("/proc/" + e.Name() + "/ns/net")
+		pids[pid] = fmt.Sprintf("%s (%s)", string(trimNL(comm)), netns)
+	}
+	return pids
+}
+
+func trimNL(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n') {
+		b = b[:len(b)-1]
+	}
+	return b
+}
+
+var tun struct {
+	mu   sync.Mutex
+	refs int         // guarded by mu
+	mode os.FileMode // guarded by mu: mode before the first PrepareTUN
+}
+
+// TUNPath is the TUN clone device.
+const TUNPath = "/dev/net/tun"
+
+// PrepareTUN makes /dev/net/tun usable by unprivileged users (mode 0666)
+// for the duration of the test and restores the original mode when the
+// last test in this process that asked for it has finished.
+func PrepareTUN(t testing.TB) {
+	t.Helper()
+	RequireRoot(t)
+	tun.mu.Lock()
+	defer tun.mu.Unlock()
+	if tun.refs == 0 {
+		fi, err := os.Stat(TUNPath)
+		if err != nil {
+			t.Fatalf("PrepareTUN: %v", err)
+		}
+		tun.mode = fi.Mode().Perm()
+		if err := os.Chmod(TUNPath, 0o666); err != nil {
+			t.Fatalf("PrepareTUN: %v", err)
+		}
+	}
+	tun.refs++
+	t.Cleanup(func() {
+		tun.mu.Lock()
+		defer tun.mu.Unlock()
+		tun.refs--
+		if tun.refs == 0 {
+			if err := os.Chmod(TUNPath, tun.mode); err != nil {
+				t.Errorf("PrepareTUN cleanup: restore mode %v: %v", tun.mode, err)
+			}
+		}
+	})
+}
