@@ -1,0 +1,196 @@
+// Package controltest provides test doubles for the control protocol: a
+// fake [control.Backend] and an in-process gateway control server on
+// 127.0.0.1 with a real token store, for tests of clients.
+package controltest
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"golang.org/x/time/rate"
+)
+
+// Backend is a fake [control.Backend] that hands out addresses from
+// 100.64.0.0/16 and records calls. It is safe for concurrent use; its zero
+// value works. Set the exported fields before the server starts.
+type Backend struct {
+	// JoinErr, if set, is returned by every Join.
+	JoinErr error
+	// TTL is the lease lifetime; zero means one minute.
+	TTL time.Duration
+
+	mu     sync.Mutex
+	joins  int
+	next   int
+	leases map[string]string // id → secret
+	calls  []string
+}
+
+// Join implements control.Backend.
+func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (control.Lease, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.joins++
+	b.calls = append(b.calls, "join")
+	if b.JoinErr != nil {
+		return control.Lease{}, b.JoinErr
+	}
+	if b.leases == nil {
+		b.leases = make(map[string]string)
+	}
+	b.next++
+	id := fmt.Sprintf("lease-%d", b.next)
+	secret := hex.EncodeToString([]byte(id + "-secret"))
+	b.leases[id] = secret
+	gw := netip.MustParseAddr("100.64.0.1")
+	addr := netip.AddrFrom4([4]byte{100, 64, byte((b.next + 1) >> 8), byte(b.next + 1)})
+	return control.Lease{
+		ID:               id,
+		Secret:           secret,
+		Address:          netip.PrefixFrom(addr, 16),
+		Gateway:          gw,
+		DNS:              []netip.Addr{gw},
+		MTU:              1420,
+		GatewayPublicKey: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
+		Endpoint:         "127.0.0.1:51820",
+		RenewInterval:    control.Duration(b.ttl() / 3),
+		Expires:          time.Now().Add(b.ttl()).UTC().Truncate(time.Second),
+	}, nil
+}
+
+func (b *Backend) ttl() time.Duration {
+	if b.TTL > 0 {
+		return b.TTL
+	}
+	return time.Minute
+}
+
+func (b *Backend) lookupLocked(ref control.LeaseRef) error {
+	if s, ok := b.leases[ref.ID]; !ok || s != ref.Secret {
+		return fmt.Errorf("lease %q: %w", ref.ID, control.ErrUnknownLease)
+	}
+	return nil
+}
+
+// Renew implements control.Backend.
+func (b *Backend) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "renew")
+	if err := b.lookupLocked(ref); err != nil {
+		return control.RenewResponse{}, err
+	}
+	return control.RenewResponse{Expires: time.Now().Add(b.ttl()).UTC().Truncate(time.Second)}, nil
+}
+
+// Release implements control.Backend.
+func (b *Backend) Release(ctx context.Context, ref control.LeaseRef) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "release")
+	if err := b.lookupLocked(ref); err != nil {
+		return err
+	}
+	delete(b.leases, ref.ID)
+	return nil
+}
+
+// Health implements control.Backend.
+func (b *Backend) Health() control.Health {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return control.Health{Jobs: len(b.leases)}
+}
+
+// Calls returns the Backend methods called so far, in order ("join",
+// "renew", "release").
+func (b *Backend) Calls() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.calls...)
+}
+
+// Gateway is an in-process control server.
+type Gateway struct {
+	// Addr is the server's HOST:PORT.
+	Addr string
+	// Pin is the server certificate's fingerprint.
+	Pin string
+	// Store is the server's token store, in a temporary directory.
+	Store   *store.Store
+	Backend *Backend
+	Server  *control.Server
+}
+
+// Options tune [Start]. The zero value gives the server's defaults.
+type Options struct {
+	FailureLimit rate.Limit
+	FailureBurst int
+	Logger       *slog.Logger
+}
+
+// Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
+// with a fresh identity and store in t.TempDir(), and stops it when the
+// test ends.
+func Start(t testing.TB, b *Backend, opts Options) *Gateway {
+	t.Helper()
+	if b == nil {
+		b = &Backend{}
+	}
+	dir := t.TempDir()
+	cert, pin, _, err := control.LoadOrCreateIdentity(dir, []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatalf("controltest: identity: %v", err)
+	}
+	st, err := store.Open(filepath.Join(dir, store.FileName), time.Second)
+	if err != nil {
+		t.Fatalf("controltest: store: %v", err)
+	}
+	srv := control.NewServer(control.ServerConfig{
+		Logger:       opts.Logger,
+		Store:        st,
+		Backend:      b,
+		Certificate:  cert,
+		FailureLimit: opts.FailureLimit,
+		FailureBurst: opts.FailureBurst,
+	})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		st.Close()
+		t.Fatalf("controltest: listen: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("controltest: shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("controltest: serve: %v", err)
+		}
+		st.Close()
+	})
+	return &Gateway{Addr: l.Addr().String(), Pin: pin, Store: st, Backend: b, Server: srv}
+}
+
+// Token creates a join token valid for an hour and returns its clear text.
+func (g *Gateway) Token(t testing.TB) string {
+	t.Helper()
+	secret, _, err := g.Store.CreateToken("", time.Hour, time.Now())
+	if err != nil {
+		t.Fatalf("controltest: create token: %v", err)
+	}
+	return secret
+}

@@ -1,0 +1,404 @@
+package control
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/store"
+	"golang.org/x/time/rate"
+)
+
+// Server theory of operation: one http.Server over a TLS 1.3 listener,
+// HTTP/1.1 only, so that a client's renewals reuse one kept-alive
+// connection. Every POST handler first asks the failure limiter whether the
+// source network is blocked, then decodes a size-limited JSON body that may
+// not carry unknown fields, then authenticates (join token or lease
+// secret) and finally calls the Backend. Bad requests, bad tokens and
+// unknown leases count as failures for the limiter.
+
+// Defaults for [ServerConfig].
+const (
+	DefaultFailureLimit = rate.Limit(0.5) // one failure per 2 s
+	DefaultFailureBurst = 5
+	DefaultIdleTimeout  = 5 * time.Minute
+)
+
+// maxBodySize bounds request bodies.
+const maxBodySize = 64 << 10
+
+// MsgBadToken is the message of a [CodeBadToken] response.
+const MsgBadToken = "token rejected: unknown, revoked or expired token; ask the gateway admin for a new one (airlock token create)"
+
+// Backend is what the gateway provides to the control server. Its methods
+// are called concurrently, each from the goroutine serving one request,
+// with the request's context; they must not retain the request after
+// returning.
+type Backend interface {
+	// Join grants a lease to an authenticated client: req has a valid
+	// public key, token is the verified join token's record and remote
+	// the client's TCP address. It returns an error wrapping ErrNoAddress
+	// when no tunnel address or port block is free, or ErrBadRequest with
+	// a message for the user when it refuses req.
+	Join(ctx context.Context, req JoinRequest, token store.Token, remote netip.AddrPort) (Lease, error)
+	// Renew extends the lease ref names. It returns an error wrapping
+	// ErrUnknownLease if there is no such lease or the secret is wrong.
+	Renew(ctx context.Context, ref LeaseRef) (RenewResponse, error)
+	// Release frees the lease ref names at once, with the same errors as
+	// Renew.
+	Release(ctx context.Context, ref LeaseRef) error
+	// Health reports the gateway's load. It must be cheap and must not
+	// block.
+	Health() Health
+}
+
+// ServerConfig configures a [Server]. Logger, Store, Backend and
+// Certificate are required.
+type ServerConfig struct {
+	Logger      *slog.Logger
+	Store       *store.Store
+	Backend     Backend
+	Certificate tls.Certificate
+	// FailureLimit and FailureBurst bound failed attempts (bad requests,
+	// bad tokens, unknown leases) per source IPv4 address or IPv6 /64:
+	// after FailureBurst failures, requests are refused with
+	// CodeRateLimited until the bucket refills at FailureLimit per second.
+	// Zero values mean DefaultFailureLimit and DefaultFailureBurst;
+	// rate.Inf disables the limit.
+	FailureLimit rate.Limit
+	FailureBurst int
+	// IdleTimeout closes kept-alive connections idle for longer; zero
+	// means DefaultIdleTimeout. It should exceed the renew interval.
+	IdleTimeout time.Duration
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+}
+
+// Server is the gateway's control API server. Create it with [NewServer];
+// it is safe for concurrent use.
+type Server struct {
+	log     *slog.Logger
+	store   *store.Store
+	backend Backend
+	now     func() time.Time
+	fails   *failureLimiter
+	tlsConf *tls.Config
+	http    *http.Server
+
+	// logLim rate-limits Warn logs of failures; suppressed counts those
+	// dropped since the last one logged.
+	logLim     *rate.Limiter
+	suppressed atomic.Int64
+}
+
+// NewServer returns a server for cfg. It does not listen: call Serve.
+func NewServer(cfg ServerConfig) *Server {
+	s := &Server{
+		log:     cfg.Logger,
+		store:   cfg.Store,
+		backend: cfg.Backend,
+		now:     cfg.Now,
+		logLim:  rate.NewLimiter(1, 10),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	limit, burst := cfg.FailureLimit, cfg.FailureBurst
+	if limit == 0 {
+		limit = DefaultFailureLimit
+	}
+	if burst <= 0 {
+		burst = DefaultFailureBurst
+	}
+	s.fails = newFailureLimiter(limit, burst)
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	s.tlsConf = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cfg.Certificate},
+		NextProtos:   []string{"http/1.1"},
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathJoin, s.handleJoin)
+	mux.HandleFunc(PathRenew, s.handleRenew)
+	mux.HandleFunc(PathRelease, s.handleRelease)
+	mux.HandleFunc(PathHealth, s.handleHealth)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeBadRequest, "no such control API path: "+truncate(r.URL.Path, 100))
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    16 << 10,
+		// TLS handshake errors from scanners and mis-pinned clients.
+		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}, // no HTTP/2
+	}
+	return s
+}
+
+// Serve accepts TLS connections on l and serves the control API until
+// Shutdown, after which it returns nil. It closes l when it returns.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(tls.NewListener(l, s.tlsConf))
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("control server: %w", err)
+}
+
+// Shutdown stops accepting connections and waits, at most until ctx is
+// done, for requests in progress to finish; see http.Server.Shutdown.
+func (s *Server) Shutdown(ctx context.Context) error {
+	return s.http.Shutdown(ctx)
+}
+
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	remote := remoteAddr(r)
+	if !s.admit(w, r, http.MethodPost, remote) {
+		return
+	}
+	req, err := decodeJoinRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
+	if err != nil {
+		s.failed(w, remote, "join", http.StatusBadRequest, CodeBadRequest, "invalid join request: "+err.Error(), err)
+		return
+	}
+	tok, err := s.store.VerifyToken(req.Token, s.now())
+	if err != nil {
+		if errors.Is(err, store.ErrBadToken) {
+			s.failed(w, remote, "join", http.StatusForbidden, CodeBadToken, MsgBadToken, err)
+			return
+		}
+		s.internalError(w, "join", remote, err)
+		return
+	}
+	lease, err := s.backend.Join(r.Context(), req, tok, remote)
+	if err != nil {
+		s.backendError(w, "join", remote, err)
+		return
+	}
+	s.log.Info("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
+		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
+		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID)
+	writeJSON(w, http.StatusOK, lease)
+}
+
+func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
+	remote := remoteAddr(r)
+	if !s.admit(w, r, http.MethodPost, remote) {
+		return
+	}
+	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
+	if err != nil {
+		s.failed(w, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
+		return
+	}
+	resp, err := s.backend.Renew(r.Context(), ref)
+	if err != nil {
+		s.backendError(w, "renew", remote, err)
+		return
+	}
+	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	remote := remoteAddr(r)
+	if !s.admit(w, r, http.MethodPost, remote) {
+		return
+	}
+	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
+	if err != nil {
+		s.failed(w, remote, "release", http.StatusBadRequest, CodeBadRequest, "invalid release request: "+err.Error(), err)
+		return
+	}
+	if err := s.backend.Release(r.Context(), ref); err != nil {
+		s.backendError(w, "release", remote, err)
+		return
+	}
+	s.log.Info("release", "lease", ref.ID, "remote", remote)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, http.MethodGet)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.backend.Health())
+}
+
+// admit checks the method and the failure limiter; it writes the error
+// response and returns false if the request must not proceed.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, method string, remote netip.AddrPort) bool {
+	if r.Method != method {
+		methodNotAllowed(w, method)
+		return false
+	}
+	wait, limited := s.fails.limited(remote.Addr(), s.now())
+	if !limited {
+		return true
+	}
+	secs := int64(math.Ceil(wait.Seconds()))
+	if secs < 1 {
+		secs = 1
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	writeError(w, http.StatusTooManyRequests, CodeRateLimited,
+		fmt.Sprintf("too many failed requests from your address; retry in %d s, after fixing the token or request", secs))
+	if s.logLim.Allow() {
+		s.log.Warn("control request refused: too many failures", "path", r.URL.Path, "remote", remote, "suppressed", s.suppressed.Swap(0))
+	} else {
+		s.suppressed.Add(1)
+	}
+	return false
+}
+
+// failed answers a client failure, counts it against remote and logs it.
+func (s *Server) failed(w http.ResponseWriter, remote netip.AddrPort, op string, status int, code, msg string, err error) {
+	s.fails.fail(remote.Addr(), s.now())
+	writeError(w, status, code, msg)
+	if s.logLim.Allow() {
+		s.log.Warn("control request failed", "op", op, "remote", remote, "code", code, "err", err, "suppressed", s.suppressed.Swap(0))
+	} else {
+		s.suppressed.Add(1)
+	}
+}
+
+// backendError maps a Backend error to a response.
+func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
+	switch {
+	case errors.Is(err, ErrUnknownLease):
+		s.failed(w, remote, op, http.StatusNotFound, CodeUnknownLease,
+			"unknown lease: it expired, was released or its secret is wrong; join again", err)
+	case errors.Is(err, ErrBadRequest):
+		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
+	case errors.Is(err, ErrNoAddress):
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, CodeNoAddress,
+			"gateway has no free tunnel address or port block; retry later or use another gateway")
+		if s.logLim.Allow() {
+			s.log.Warn("join refused: no free address", "remote", remote, "err", err, "suppressed", s.suppressed.Swap(0))
+		} else {
+			s.suppressed.Add(1)
+		}
+	default:
+		s.internalError(w, op, remote, err)
+	}
+}
+
+func (s *Server) internalError(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
+	writeError(w, http.StatusInternalServerError, CodeInternal, "internal gateway error; the gateway's log has details")
+	s.log.Error("control request: internal error", "op", op, "remote", remote, "err", err)
+}
+
+func methodNotAllowed(w http.ResponseWriter, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, http.StatusMethodNotAllowed, CodeBadRequest, "method not allowed; use "+allow)
+}
+
+func remoteAddr(r *http.Request) netip.AddrPort {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(ErrorResponse{Code: CodeInternal, Message: "encode response: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, ErrorResponse{Code: code, Message: msg})
+}
+
+// decodeJoinRequest reads one JoinRequest from r and validates it: known
+// fields only, a token and a valid WireGuard public key.
+func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
+	var req JoinRequest
+	if err := decodeJSON(r, &req); err != nil {
+		return JoinRequest{}, err
+	}
+	if req.Token == "" {
+		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN")
+	}
+	if _, err := ParsePublicKey(req.PublicKey); err != nil {
+		return JoinRequest{}, fmt.Errorf("public_key: %w", err)
+	}
+	return req, nil
+}
+
+func decodeLeaseRef(r io.Reader) (LeaseRef, error) {
+	var ref LeaseRef
+	if err := decodeJSON(r, &ref); err != nil {
+		return LeaseRef{}, err
+	}
+	if ref.ID == "" || ref.Secret == "" {
+		return LeaseRef{}, errors.New("missing lease id or secret")
+	}
+	return ref, nil
+}
+
+// decodeJSON decodes exactly one JSON object from r into v, rejecting
+// unknown fields and trailing data.
+func decodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return fmt.Errorf("body larger than %d KiB", mbe.Limit>>10)
+		}
+		if errors.Is(err, io.EOF) {
+			return errors.New("empty body: want a JSON object")
+		}
+		return fmt.Errorf("bad JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("bad JSON: data after the object")
+	}
+	return nil
+}
+
+// ParsePublicKey decodes a WireGuard public key: standard base64 of 32
+// bytes, not all zero.
+func ParsePublicKey(s string) ([32]byte, error) {
+	var key [32]byte
+	b, err := base64.StdEncoding.Strict().DecodeString(s)
+	if err != nil || len(b) != len(key) {
+		return key, fmt.Errorf("invalid WireGuard public key %q: want 32 bytes in standard base64 (44 characters)", truncate(s, 60))
+	}
+	copy(key[:], b)
+	if key == [32]byte{} {
+		return key, errors.New("invalid WireGuard public key: all zero")
+	}
+	return key, nil
+}
