@@ -1,0 +1,267 @@
+// Package e2e holds end-to-end tests of the airlock binary on a real
+// cn/dmz/inet namespace topology (test/topology): the gateway runs
+// unprivileged in dmz, airlock run runs unprivileged in cn, and jobs talk
+// to real iperf3, HTTP, DNS and UDP peers in inet. They need root to build
+// the topology; in CI (CI set) they run, never skip.
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+func TestMain(m *testing.M) { topology.Main(m) }
+
+const (
+	// zoneName is the test zone's host name, served by the DNS peer in inet.
+	zoneName = "files.airlock.test"
+	// gatewayPort is the gateway's control (TCP) and WireGuard (UDP) port.
+	gatewayPort = 8443
+	bigSize     = 100 << 20
+	smallSize   = 1 << 20
+	runTimeout  = 90 * time.Second
+)
+
+// env is one topology with peers in inet, a running gateway in dmz and a
+// join token. Its methods are safe for concurrent use.
+type env struct {
+	tp      *topology.Topology
+	u       *topology.User
+	airlock string // path of the airlock binary
+	peer    string // path of airlock-testpeer
+
+	state   string // the gateway's state directory
+	gw      *topology.Process
+	gateway string // HOST:PORT from join.env
+	pin     string // sha256:HEX from join.env
+	token   string
+
+	httpPort int
+	sha      map[string]string // file name → hex sha256
+	udpPort  int
+	dnsAddr  netip.Addr
+}
+
+// newEnv builds the topology, starts the peers and the gateway, waits for
+// join.env and creates a token. Everything is torn down at cleanup.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	topology.RequireRoot(t)
+	e := &env{
+		tp:      topology.New(t),
+		u:       topology.EnsureUser(t),
+		airlock: topology.BuildAirlock(t),
+		peer:    topology.BuildPeer(t),
+	}
+	topology.PrepareTUN(t)
+	e.httpPort, e.sha = e.tp.StartHTTP(t, map[string]int64{"big": bigSize, "small": smallSize})
+	e.udpPort = e.tp.StartUDPEcho(t)
+	e.dnsAddr = e.tp.StartDNS(t, map[string]netip.Addr{zoneName + ".": e.tp.INETAddr})
+	e.tp.SetResolvConf(e.tp.DMZ, e.dnsAddr)
+
+	// The state directory's parent is owned by the test user so that the
+	// gateway can create the state directory itself (0700).
+	base := topology.TempDir(t)
+	if err := os.Chown(base, e.u.UID, e.u.GID); err != nil {
+		t.Fatal(err)
+	}
+	e.state = filepath.Join(base, "state")
+	listen := netip.AddrPortFrom(e.tp.DMZAddrCN, gatewayPort).String()
+	e.gw = e.tp.Start(t, e.tp.DMZ, e.u, e.airlock, "gateway", "--state", e.state, "--listen", listen)
+
+	joinEnv := filepath.Join(e.state, "join.env")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		vals, err := readEnvFile(joinEnv)
+		if err == nil && vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
+			e.gateway, e.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+			break
+		}
+		if ok, _ := e.gw.Exited(); ok {
+			t.Fatalf("gateway exited before writing %s: %s", joinEnv, e.gw.Describe())
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not write %s within 30 s (last error: %v): %s", joinEnv, err, e.gw.Describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if e.gateway != listen {
+		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
+	}
+	if !strings.HasPrefix(e.pin, "sha256:") || len(e.pin) != len("sha256:")+64 {
+		t.Errorf("join.env AIRLOCK_PIN = %q, want sha256:<64 hex digits>", e.pin)
+	}
+	e.token = e.createToken(t, "e2e")
+	return e
+}
+
+// readEnvFile parses KEY=VALUE lines.
+func readEnvFile(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	vals := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			vals[k] = v
+		}
+	}
+	return vals, sc.Err()
+}
+
+// admin runs an airlock admin command (token ...) as the test user in dmz.
+func (e *env) admin(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.u, e.airlock, args...)
+}
+
+func (e *env) createToken(t *testing.T, name string) string {
+	t.Helper()
+	code, out, stderr := e.admin(t, "token", "create", "--state", e.state, "--name", name, "--ttl", "1h")
+	tok := strings.TrimSpace(out)
+	if code != 0 || tok == "" || strings.ContainsAny(tok, " \n\t") {
+		t.Fatalf("airlock token create --name %s: exit %d, stdout %q (want just the token)%s", name, code, out, e.diag(stderr))
+	}
+	return tok
+}
+
+// diag formats the client's stderr and the tail of the gateway's stderr
+// for failure messages.
+func (e *env) diag(clientStderr string) string {
+	gw := e.gw.Stderr()
+	if len(gw) > 4000 {
+		gw = "…" + gw[len(gw)-4000:]
+	}
+	state := "running"
+	if ok, code := e.gw.Exited(); ok {
+		state = fmt.Sprintf("exited %d", code)
+	}
+	return fmt.Sprintf("\n--- client stderr ---\n%s\n--- gateway stderr (%s, tail) ---\n%s", clientStderr, state, gw)
+}
+
+// runOpts overrides how airlock run is invoked.
+type runOpts struct {
+	gateway, pin, token string // "" means the env's value
+	viaEnv              bool   // pass them as AIRLOCK_* variables instead of flags
+	timeout             time.Duration
+}
+
+func (e *env) command(o runOpts, args ...string) []string {
+	gw, pin, tok := e.gateway, e.pin, e.token
+	if o.gateway != "" {
+		gw = o.gateway
+	}
+	if o.pin != "" {
+		pin = o.pin
+	}
+	if o.token != "" {
+		tok = o.token
+	}
+	if o.viaEnv {
+		return append([]string{"env", "AIRLOCK_GATEWAY=" + gw, "AIRLOCK_PIN=" + pin, "AIRLOCK_TOKEN=" + tok, e.airlock, "run", "--"}, args...)
+	}
+	return append([]string{e.airlock, "run", "--gateway", gw, "--pin", pin, "--token", tok, "--"}, args...)
+}
+
+// run runs airlock run -- ARGS as the test user in cn and returns the exit
+// code, stdout and stderr.
+func (e *env) run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return e.runWith(t, runOpts{}, args...)
+}
+
+func (e *env) runWith(t *testing.T, o runOpts, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	if o.timeout == 0 {
+		o.timeout = runTimeout
+	}
+	argv := e.command(o, args...)
+	return e.tp.Run(t, o.timeout, e.tp.CN, e.u, argv[0], argv[1:]...)
+}
+
+// start starts airlock run -- ARGS in the background.
+func (e *env) start(t *testing.T, args ...string) *topology.Process {
+	t.Helper()
+	argv := e.command(runOpts{}, args...)
+	return e.tp.Start(t, e.tp.CN, e.u, argv[0], argv[1:]...)
+}
+
+// mustRun runs airlock run -- ARGS, fails the test unless it exits 0, and
+// returns stdout.
+func (e *env) mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	code, out, stderr := e.run(t, args...)
+	if code != 0 {
+		t.Fatalf("airlock run -- %s: exit %d, want 0; stdout %q%s", strings.Join(args, " "), code, out, e.diag(stderr))
+	}
+	return out
+}
+
+// snapshot is the test user's processes (pid → "comm (net:[inode])").
+type snapshot map[int]string
+
+func (e *env) snapshot() snapshot { return e.u.Processes() }
+
+// checkNoLeftovers fails the test if processes of the test user that were
+// not in before are still alive (after a bounded grace period), or if the
+// test user's processes are in a network namespace that none of before's
+// were in.
+func (e *env) checkNoLeftovers(t *testing.T, before snapshot, what string) {
+	t.Helper()
+	oldNS := map[string]bool{}
+	for _, d := range before {
+		oldNS[nsOf(d)] = true
+	}
+	var extra []string
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		extra = extra[:0]
+		newNS := map[string]bool{}
+		for pid, d := range e.snapshot() {
+			if _, ok := before[pid]; !ok {
+				extra = append(extra, fmt.Sprintf("%d %s", pid, d))
+			}
+			if ns := nsOf(d); !oldNS[ns] {
+				newNS[ns] = true
+			}
+		}
+		if len(extra) == 0 && len(newNS) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			sort.Strings(extra)
+			t.Errorf("after %s: processes of %s left behind: %v; new network namespaces: %v", what, e.u.Name, extra, keys(newNS))
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func nsOf(desc string) string {
+	if i := strings.LastIndex(desc, "("); i >= 0 {
+		return strings.TrimSuffix(desc[i+1:], ")")
+	}
+	return ""
+}
+
+func keys(m map[string]bool) []string {
+	var s []string
+	for k := range m {
+		s = append(s, k)
+	}
+	sort.Strings(s)
+	return s
+}
