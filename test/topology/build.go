@@ -71,11 +71,9 @@ func ModuleRoot() (string, error) {
 	}
 }
 
-// buildOnce runs go build -o BINDIR/name pkg (a path relative to the
-// module root) once per process and returns the output path.
-func buildOnce(t testing.TB, name, pkg string, env ...string) string {
-	t.Helper()
+func getBuild(name string) *build {
 	bin.mu.Lock()
+	defer bin.mu.Unlock()
 	if bin.builds == nil {
 		bin.builds = map[string]*build{}
 	}
@@ -84,7 +82,14 @@ func buildOnce(t testing.TB, name, pkg string, env ...string) string {
 		b = &build{}
 		bin.builds[name] = b
 	}
-	bin.mu.Unlock()
+	return b
+}
+
+// buildOnce runs go build -o BINDIR/name pkg (a path relative to the
+// module root) once per process and returns the output path.
+func buildOnce(t testing.TB, name, pkg string, env ...string) string {
+	t.Helper()
+	b := getBuild(name)
 	b.once.Do(func() {
 		dir, err := binDir()
 		if err != nil {
@@ -124,9 +129,45 @@ func BuildPeer(t testing.TB) string {
 	return buildOnce(t, "airlock-testpeer", "./test/topology/cmd/airlock-testpeer", "CGO_ENABLED=0")
 }
 
+// AirlockBinEnv names an environment variable that, when set, gives a
+// prebuilt airlock binary to use instead of building ./cmd/airlock.
+const AirlockBinEnv = "AIRLOCK_TEST_BIN"
+
 // BuildAirlock builds the airlock binary (CGO_ENABLED=0 go build
-// ./cmd/airlock) once per process and returns its path.
+// ./cmd/airlock) once per process and returns its path. If AIRLOCK_TEST_BIN
+// is set, it copies that binary instead.
 func BuildAirlock(t testing.TB) string {
 	t.Helper()
+	if src := os.Getenv(AirlockBinEnv); src != "" {
+		return copyOnce(t, "airlock", src)
+	}
 	return buildOnce(t, "airlock", "./cmd/airlock", "CGO_ENABLED=0")
+}
+
+// copyOnce copies src into the shared binary directory once per process.
+func copyOnce(t testing.TB, name, src string) string {
+	t.Helper()
+	b := getBuild(name)
+	b.once.Do(func() {
+		dir, err := binDir()
+		if err != nil {
+			b.err = err
+			return
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			b.err = fmt.Errorf("%s=%s: %w", AirlockBinEnv, src, err)
+			return
+		}
+		out := filepath.Join(dir, name)
+		if err := os.WriteFile(out, data, 0o755); err != nil {
+			b.err = err
+			return
+		}
+		b.path = out
+	})
+	if b.err != nil {
+		t.Fatalf("copy %s: %v", name, b.err)
+	}
+	return b.path
 }

@@ -277,7 +277,8 @@ func (tp *Topology) Command(ctx context.Context, ns string, u *User, name string
 }
 
 // Run runs a command like Command with a timeout and returns its exit code
-// (-1 if it did not exit normally), stdout and stderr. It does not fail the
+// (see ExitCode; -1 if the timeout killed it, with a note in stderr),
+// stdout and stderr. It does not fail the
 // test on a non-zero exit.
 func (tp *Topology) Run(t testing.TB, timeout time.Duration, ns string, u *User, name string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
@@ -287,6 +288,10 @@ func (tp *Topology) Run(t testing.TB, timeout time.Duration, ns string, u *User,
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		// Killed by the harness: not the command's own status.
+		return -1, o.String(), e.String() + fmt.Sprintf("\n[harness: %s killed after %v timeout]", name, timeout)
+	}
 	return ExitCode(err), o.String(), e.String()
 }
 

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -82,8 +83,7 @@ func (u *User) Processes() map[int]string {
 		if err != nil {
 			continue
 		}
-		var st syscall.Stat_t
-		if syscall.Stat("/proc/"+e.Name(), &st) != nil || int(st.Uid) != u.UID {
+		if uid, ok := procUID(pid); !ok || uid != u.UID {
 			continue
 		}
 		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
@@ -91,6 +91,22 @@ func (u *User) Processes() map[int]string {
 		pids[pid] = fmt.Sprintf("%s (%s)", string(trimNL(comm)), netns)
 	}
 	return pids
+}
+
+// procUID returns the real uid of pid from /proc/PID/status (as seen from
+// the initial user namespace), which also covers non-dumpable processes.
+func procUID(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "Uid:" {
+			uid, err := strconv.Atoi(f[1])
+			return uid, err == nil
+		}
+	}
+	return 0, false
 }
 
 func trimNL(b []byte) []byte {
