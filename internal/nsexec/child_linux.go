@@ -1,0 +1,229 @@
+package nsexec
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Init must be the first call in main. If this process is a namespace child
+// started by [Start], Init sets up the namespace, waits for [Job.Run], and
+// execs the job's command; it never returns. Otherwise it returns at once.
+func Init() {
+	raw, ok := os.LookupEnv(envConfig)
+	if !ok {
+		return
+	}
+	os.Exit(childMain(raw))
+}
+
+// childMain runs in the namespace child and returns its exit code if it
+// cannot exec the job.
+func childMain(raw string) int {
+	fd, err := strconv.Atoi(os.Getenv(envFD))
+	if err != nil || fd < childFD {
+		fmt.Fprintf(os.Stderr, "airlock: namespace child: bad %s=%q\n", envFD, os.Getenv(envFD))
+		return 1
+	}
+	unix.CloseOnExec(fd)
+
+	var cfg childConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		sendReply(fd, replyFor(&stepError{step: stepConfig, err: err}), -1)
+		return 1
+	}
+	tunFD, err := setupNamespace(cfg)
+	if err != nil {
+		if sendReply(fd, replyFor(err), -1) != nil {
+			fmt.Fprintf(os.Stderr, "airlock: namespace child: %v\n", err)
+		}
+		return 1
+	}
+	err = sendReply(fd, setupReply{}, tunFD)
+	unix.Close(tunFD)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: namespace child: send tun fd: %v\n", err)
+		return 1
+	}
+
+	// Wait for Run. EOF means the parent gave up (Cleanup or exit).
+	var b [1]byte
+	n, err := retryEINTR(func() (int, error) { return unix.Read(fd, b[:]) })
+	unix.Close(fd)
+	if err != nil || n != 1 || b[0] != goByte {
+		return 1
+	}
+	return execJob(os.Args[1:])
+}
+
+func retryEINTR(f func() (int, error)) (int, error) {
+	for {
+		n, err := f()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+// sendReply sends r and, if tunFD >= 0, the TUN fd on the socketpair.
+func sendReply(fd int, r setupReply, tunFD int) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	var oob []byte
+	if tunFD >= 0 {
+		oob = unix.UnixRights(tunFD)
+	}
+	_, err = retryEINTR(func() (int, error) { return 0, unix.Sendmsg(fd, b, oob, nil, 0) })
+	return err
+}
+
+// setupNamespace makes mounts private, creates and configures the TUN and
+// binds resolv.conf. It returns the TUN fd (close-on-exec).
+func setupNamespace(cfg childConfig) (int, error) {
+	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return -1, &stepError{step: stepMounts, err: fmt.Errorf("mount --make-rprivate /: %w", err)}
+	}
+	tunFD, err := createTUN(cfg.TUNName)
+	if err != nil {
+		return -1, err
+	}
+	if err := configureNetwork(cfg); err != nil {
+		unix.Close(tunFD)
+		return -1, &stepError{step: stepNetwork, err: err}
+	}
+	if err := bindResolvConf("/etc/resolv.conf", cfg.DNS); err != nil {
+		unix.Close(tunFD)
+		return -1, &stepError{step: stepResolv, err: err}
+	}
+	return tunFD, nil
+}
+
+// createTUN opens /dev/net/tun and attaches a TUN named name with
+// IFF_TUN|IFF_NO_PI|IFF_VNET_HDR.
+func createTUN(name string) (int, error) {
+	fd, err := unix.Open(tunPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &stepError{step: stepTUN, op: "open", err: &fs.PathError{Op: "open", Path: tunPath, Err: err}}
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, &stepError{step: stepTUN, err: fmt.Errorf("interface name %q: %w", name, err)}
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, &stepError{step: stepTUN, err: fmt.Errorf("ioctl TUNSETIFF %q: %w", name, err)}
+	}
+	return fd, nil
+}
+
+// configureNetwork sets the TUN's MTU and address, brings it and lo up and
+// routes the default route of the address family through the TUN.
+func configureNetwork(cfg childConfig) error {
+	link, err := netlink.LinkByName(cfg.TUNName)
+	if err != nil {
+		return fmt.Errorf("find link %q: %w", cfg.TUNName, err)
+	}
+	if err := netlink.LinkSetMTU(link, cfg.MTU); err != nil {
+		return fmt.Errorf("set mtu %d on %q: %w", cfg.MTU, cfg.TUNName, err)
+	}
+	addr := &netlink.Addr{IPNet: prefixIPNet(cfg.Address)}
+	if cfg.Address.Addr().Is6() {
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	if err := netlink.AddrAdd(link, addr); err != nil {
+		return fmt.Errorf("add address %s to %q: %w", cfg.Address, cfg.TUNName, err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %q up: %w", cfg.TUNName, err)
+	}
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find link lo: %w", err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("set lo up: %w", err)
+	}
+	bits := cfg.Address.Addr().BitLen()
+	route := &netlink.Route{
+		LinkIndex: link.Attrs().Index,
+		Dst:       &net.IPNet{IP: make(net.IP, bits/8), Mask: net.CIDRMask(0, bits)},
+	}
+	if cfg.Gateway.IsValid() {
+		route.Gw = cfg.Gateway.AsSlice()
+		route.Flags = int(netlink.FLAG_ONLINK)
+	} else {
+		route.Scope = netlink.SCOPE_LINK
+	}
+	if err := netlink.RouteAdd(route); err != nil {
+		return fmt.Errorf("add default route via %s dev %q: %w", cfg.Gateway, cfg.TUNName, err)
+	}
+	return nil
+}
+
+func prefixIPNet(p netip.Prefix) *net.IPNet {
+	a := p.Addr()
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(p.Bits(), a.BitLen())}
+}
+
+// execJob execs the job's command with airlock's variables removed from the
+// environment and without capabilities. It returns only on failure, with
+// the shell's exit code: 127 if the command is not found, 126 if it cannot
+// be executed.
+func execJob(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "airlock: exec: no command")
+		return 127
+	}
+	env := jobEnv(os.Environ())
+	path, err := exec.LookPath(args[0])
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // like a shell: PATH with "." is the user's choice
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: exec %q: %v\n", args[0], lookPathReason(err))
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return 127
+		}
+		return 126
+	}
+	// Ambient capabilities would survive execve; the job runs without any,
+	// like any process of this user (root keeps its namespace capabilities).
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: exec %q: drop capabilities: %v\n", args[0], err)
+		return 126
+	}
+	err = syscall.Exec(path, args, env)
+	fmt.Fprintf(os.Stderr, "airlock: exec %q: %v\n", args[0], err)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 127
+	}
+	return 126
+}
+
+// lookPathReason strips the "exec: name:" and "stat path:" layers that the
+// message already carries.
+func lookPathReason(err error) error {
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return err
+}

@@ -1,0 +1,381 @@
+package nsexec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// DefaultTUNName is the TUN's name when Config.TUNName is empty.
+	DefaultTUNName = "tun0"
+	// DefaultMTU is the TUN's MTU when Config.MTU is 0 (WireGuard's default).
+	DefaultMTU = 1420
+
+	reapTimeout  = 5 * time.Second       // Cleanup's wait for the child after SIGKILL
+	killPasses   = 50                    // bound on Cleanup's /proc scans
+	killInterval = 10 * time.Millisecond // pause between scans that found processes
+)
+
+// Config describes the job and its namespace. The zero value is not
+// usable: Args and Address are required.
+type Config struct {
+	// Args is the command and its arguments. Args[0] is looked up in the
+	// job's PATH inside the namespace, after setup.
+	Args []string
+	// Env is the job's environment; nil means os.Environ().
+	Env []string
+	// Dir is the job's working directory; "" means the current one.
+	Dir string
+	// Stdin, Stdout and Stderr are the job's standard files; nil means
+	// os.Stdin, os.Stdout, os.Stderr.
+	Stdin, Stdout, Stderr *os.File
+
+	// TUNName is the TUN device's name; "" means DefaultTUNName.
+	TUNName string
+	// Address is the job's tunnel address with its subnet length, e.g.
+	// 100.64.0.2/16.
+	Address netip.Prefix
+	// Gateway is the gateway's tunnel address, the next hop of the default
+	// route (0.0.0.0/0 or ::/0, by Address's family) through the TUN. If
+	// invalid, the default route goes straight to the TUN.
+	Gateway netip.Addr
+	// MTU is the TUN's MTU; 0 means DefaultMTU.
+	MTU int
+	// DNS are written as nameserver lines into the job's private
+	// /etc/resolv.conf. If empty, /etc/resolv.conf is left as it is.
+	DNS []netip.Addr
+	// Logger receives lifecycle logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if len(c.Args) == 0 || c.Args[0] == "" {
+		return c, errors.New("no command to run")
+	}
+	if !c.Address.IsValid() {
+		return c, errors.New("no valid tunnel address")
+	}
+	if c.Gateway.IsValid() && c.Gateway.Is4() != c.Address.Addr().Is4() {
+		return c, fmt.Errorf("gateway %s and address %s are of different families", c.Gateway, c.Address)
+	}
+	if c.TUNName == "" {
+		c.TUNName = DefaultTUNName
+	}
+	if len(c.TUNName) >= unix.IFNAMSIZ {
+		return c, fmt.Errorf("tun name %q longer than %d bytes", c.TUNName, unix.IFNAMSIZ-1)
+	}
+	if c.MTU == 0 {
+		c.MTU = DefaultMTU
+	}
+	if c.MTU < 576 || c.MTU > 65535 {
+		return c, fmt.Errorf("mtu %d out of range 576-65535", c.MTU)
+	}
+	if c.Env == nil {
+		c.Env = os.Environ()
+	}
+	if c.Stdin == nil {
+		c.Stdin = os.Stdin
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	if c.Stderr == nil {
+		c.Stderr = os.Stderr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Job is a command in its own namespace, started by [Start]. Its methods
+// are safe for concurrent use.
+type Job struct {
+	cmd   *exec.Cmd
+	log   *slog.Logger
+	tun   *os.File
+	netns unix.Stat_t // device and inode of the job's network namespace
+
+	done    chan struct{} // closed when the child has been reaped
+	status  int           // set before done is closed
+	waitErr error         // set before done is closed
+	cleanup sync.Once
+	mu      sync.Mutex
+	ctl     *net.UnixConn // guarded by mu; nil after Run or Cleanup
+}
+
+// Start starts the namespace child and waits until it has set up the
+// namespace and handed over the TUN fd; ctx bounds only that wait. The job's
+// command does not run until [Job.Run]. On success the caller must
+// eventually call [Job.Cleanup] and owns [Job.TUN]. Errors are meant for
+// the user and match [ErrUserNamespace], [ErrNoTUN], [ErrTUNPermission] or
+// [ErrSetup] where they apply.
+func Start(ctx context.Context, cfg Config) (*Job, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("start job namespace: %w", err)
+	}
+	ccfg, err := json.Marshal(childConfig{
+		TUNName: cfg.TUNName, Address: cfg.Address, Gateway: cfg.Gateway, MTU: cfg.MTU, DNS: cfg.DNS,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start job namespace: encode config: %w", err)
+	}
+	ctl, child, err := socketpair()
+	if err != nil {
+		return nil, fmt.Errorf("start job namespace: %w", err)
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       append([]string{childArg0}, cfg.Args...),
+		Env:        append(jobEnv(cfg.Env), envConfig+"="+string(ccfg), envFD+"="+strconv.Itoa(childFD)),
+		Dir:        cfg.Dir,
+		Stdin:      cfg.Stdin,
+		Stdout:     cfg.Stdout,
+		Stderr:     cfg.Stderr,
+		ExtraFiles: []*os.File{child},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWNS,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			// A non-root uid loses its capabilities on execve; these are
+			// the child's (namespace-only) capabilities for setup. The
+			// child clears them before it execs the job.
+			AmbientCaps: []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		ctl.Close()
+		if isUserNSErrno(err) {
+			return nil, readHostFacts().userNSError(fmt.Errorf("start namespace child: %w", err))
+		}
+		return nil, fmt.Errorf("start job namespace: start namespace child: %w", err)
+	}
+	j := &Job{cmd: cmd, log: cfg.Logger, ctl: ctl, done: make(chan struct{})}
+	go j.reap()
+	// The child has exec'd, so it is in the new namespaces already.
+	if err := unix.Stat("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/net", &j.netns); err != nil {
+		j.Cleanup()
+		return nil, fmt.Errorf("start job namespace: read job's network namespace: %w", err)
+	}
+
+	stop := context.AfterFunc(ctx, func() { ctl.SetReadDeadline(time.Unix(1, 0)) })
+	tun, err := j.receive(ctl)
+	stop()
+	if err != nil {
+		j.Cleanup()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start job namespace: %w", context.Cause(ctx))
+		}
+		return nil, err
+	}
+	j.tun = tun
+	j.log.Info("job namespace ready", "pid", cmd.Process.Pid, "tun", cfg.TUNName,
+		"address", cfg.Address, "mtu", cfg.MTU, "netns", j.netns.Ino)
+	return j, nil
+}
+
+// socketpair returns the parent's end as a connection and the child's as a
+// file, both close-on-exec (ExtraFiles clears that flag in the child).
+func socketpair() (*net.UnixConn, *os.File, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	pf := os.NewFile(uintptr(fds[0]), "nsexec-control")
+	child := os.NewFile(uintptr(fds[1]), "nsexec-child")
+	c, err := net.FileConn(pf)
+	pf.Close()
+	if err != nil {
+		child.Close()
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return c.(*net.UnixConn), child, nil
+}
+
+// receive reads the child's setup reply and returns the TUN it sent.
+func (j *Job) receive(ctl *net.UnixConn) (*os.File, error) {
+	buf := make([]byte, maxReplyLen)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := ctl.ReadMsgUnix(buf, oob) // sets MSG_CMSG_CLOEXEC
+	if err != nil {
+		return nil, fmt.Errorf("start job namespace: read namespace child's reply: %w", err)
+	}
+	fds, perr := parseRights(oob[:oobn])
+	if n == 0 && oobn == 0 {
+		// EOF: the child died before it could reply.
+		select {
+		case <-j.done:
+		case <-time.After(reapTimeout):
+		}
+		return nil, fmt.Errorf("start job namespace: namespace child exited during setup (%s)", j.exitDescription())
+	}
+	var r setupReply
+	if err := json.Unmarshal(buf[:n], &r); err != nil {
+		closeAll(fds)
+		return nil, fmt.Errorf("start job namespace: decode namespace child's reply: %w", err)
+	}
+	if r.Step != "" {
+		closeAll(fds)
+		return nil, readHostFacts().setupError(r)
+	}
+	if perr != nil || len(fds) != 1 {
+		closeAll(fds)
+		return nil, fmt.Errorf("start job namespace: namespace child sent %d fds, want 1 (%v)", len(fds), perr)
+	}
+	return os.NewFile(uintptr(fds[0]), tunPath), nil
+}
+
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("parse control message: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		f, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			closeAll(fds)
+			return nil, fmt.Errorf("parse control message: %w", err)
+		}
+		fds = append(fds, f...)
+	}
+	return fds, nil
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// reap waits for the child and records its status in shell convention.
+func (j *Job) reap() {
+	err := j.cmd.Wait()
+	j.status = -1
+	if st := j.cmd.ProcessState; st != nil {
+		if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+			switch {
+			case ws.Exited():
+				j.status = ws.ExitStatus()
+			case ws.Signaled():
+				j.status = 128 + int(ws.Signal())
+			}
+		}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		err = nil
+	}
+	if err != nil {
+		err = fmt.Errorf("wait for job: %w", err)
+	}
+	j.waitErr = err
+	close(j.done)
+}
+
+func (j *Job) exitDescription() string {
+	select {
+	case <-j.done:
+		if j.cmd.ProcessState != nil {
+			return j.cmd.ProcessState.String()
+		}
+		return "unknown status"
+	default:
+		return "still running"
+	}
+}
+
+// TUN returns the TUN device fd (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR). It is the
+// caller's after Start, to close when done; Cleanup does not close it.
+func (j *Job) TUN() *os.File { return j.tun }
+
+// Pid returns the PID of the namespace child, which becomes the job's
+// command on Run.
+func (j *Job) Pid() int { return j.cmd.Process.Pid }
+
+// Run tells the namespace child to exec the job's command. It returns once
+// the request is sent; a command that cannot be found or executed shows up
+// in Wait as status 127 or 126, with a message on the job's stderr. Run may
+// be called once.
+func (j *Job) Run() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ctl == nil {
+		return errors.New("run job: already running or cleaned up")
+	}
+	_, err := j.ctl.Write([]byte{goByte})
+	j.ctl.Close()
+	j.ctl = nil
+	if err != nil {
+		return fmt.Errorf("run job: tell namespace child to exec: %w", err)
+	}
+	return nil
+}
+
+// Signal sends sig to the job's process. After the job has been reaped it
+// returns os.ErrProcessDone.
+func (j *Job) Signal(sig os.Signal) error {
+	if err := j.cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("signal job: %w", err)
+	}
+	return nil
+}
+
+// Wait waits for the job's process to exit and returns its status in shell
+// convention: the exit code, or 128+N if signal N killed it. A command that
+// could not be found is 127, one that could not be executed 126. The error
+// is non-nil only if waiting itself failed (the status is then -1). Wait may
+// be called any number of times.
+func (j *Job) Wait() (int, error) {
+	<-j.done
+	return j.status, j.waitErr
+}
+
+// Cleanup kills with SIGKILL every process in the job's network namespace,
+// including the job itself and anything it left running in the background,
+// and reaps the namespace child. It is idempotent and safe to call at any
+// point after Start, concurrently with Wait.
+func (j *Job) Cleanup() {
+	j.cleanup.Do(func() {
+		j.mu.Lock()
+		if j.ctl != nil {
+			j.ctl.Close() // a child waiting for Run sees EOF and exits
+			j.ctl = nil
+		}
+		j.mu.Unlock()
+
+		killed := 0
+		if j.netns.Ino != 0 {
+			killed = killNetns(j.netns, j.log)
+		}
+		if err := j.cmd.Process.Kill(); err == nil {
+			killed++
+		}
+		select {
+		case <-j.done:
+		case <-time.After(reapTimeout):
+			j.log.Warn("namespace child not reaped after SIGKILL", "pid", j.cmd.Process.Pid, "timeout", reapTimeout)
+		}
+		j.log.Debug("job cleaned up", "pid", j.cmd.Process.Pid, "signalled", killed)
+	})
+}
