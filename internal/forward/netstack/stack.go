@@ -53,8 +53,8 @@ var _ forward.Forwarder = (*Stack)(nil)
 type Stats struct {
 	TCPFlows     uint64 // TCP flows forwarded (dial succeeded, handshake done)
 	UDPFlows     uint64 // UDP flows opened
-	DialFailures uint64 // host dials that failed (TCP: the job got a RST)
-	Denied       uint64 // flows refused by allowedDestination
+	DialFailures uint64 // host dials that failed (TCP: the job got a RST; UDP: flow dropped)
+	Denied       uint64 // refused by allowedDestination: TCP SYNs, UDP datagrams
 	DNSQueries   uint64 // queries received by the DNS server
 	DNSFailures  uint64 // queries answered with SERVFAIL
 	Dropped      uint64 // packets dropped at Read/Write (malformed, oversized, filtered)
