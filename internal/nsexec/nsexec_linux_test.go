@@ -1,0 +1,313 @@
+package nsexec
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestJobUnprivileged runs jobs as an unprivileged user, the way airlock
+// runs on a compute node.
+func TestJobUnprivileged(t *testing.T) {
+	uid, _ := ensureTestUser(t)
+	setTUNMode(t, 0o666)
+	bin := helperBinary(t)
+
+	t.Run("namespace", func(t *testing.T) {
+		res := runHelper(t, bin, true, helperSpec{
+			Args: []string{"sh", "-c", `id -u; ip -o addr show dev tun0; ip -o link show dev tun0; ip -o link show dev lo; ip route;
+				cat /proc/net/dev; cat /etc/resolv.conf; grep CapEff /proc/self/status; ls -l /proc/$$/fd; env`},
+			DNS: []string{"100.64.0.1"},
+		})
+		if res.StartErr != "" || res.Status != 0 {
+			t.Fatalf("start error %q, status %d, stderr %q", res.StartErr, res.Status, res.Stderr)
+		}
+		t.Logf("job output:\n%s", res.Stdout)
+		if res.UID != uid {
+			t.Errorf("helper uid: got %d, want %d", res.UID, uid)
+		}
+		if got, _, _ := strings.Cut(res.Stdout, "\n"); got != strconv.Itoa(uid) {
+			t.Errorf("id -u in job: got %q, want %d", got, uid)
+		}
+		for _, want := range []string{
+			"inet 100.64.0.2/16",
+			"mtu 1380",
+			"default via 100.64.0.1 dev tun0",
+			"tun0:", // /proc/net/dev
+			"nameserver 100.64.0.1\n",
+			"CapEff:\t0000000000000000",
+		} {
+			if !strings.Contains(res.Stdout, want) {
+				t.Errorf("job output lacks %q:\n%s", want, res.Stdout)
+			}
+		}
+		if !strings.Contains(res.Stdout, "lo: <LOOPBACK,UP") {
+			t.Errorf("lo not up:\n%s", res.Stdout)
+		}
+		for _, bad := range []string{"/dev/net/tun", "socket:", envPrefix} {
+			if strings.Contains(res.Stdout, bad) {
+				t.Errorf("job inherited %q:\n%s", bad, res.Stdout)
+			}
+		}
+		if res.TUNName != "tun0" {
+			t.Errorf("TUNGETIFF name: got %q, want %q", res.TUNName, "tun0")
+		}
+		if want := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR); res.TUNFlags&want != want {
+			t.Errorf("TUNGETIFF flags: got %#x, want %#x set", res.TUNFlags, want)
+		}
+	})
+
+	for _, tc := range []struct {
+		name   string
+		spec   helperSpec
+		want   int
+		stderr string
+	}{
+		{"exit-0", helperSpec{Args: []string{"true"}}, 0, ""},
+		{"exit-3", helperSpec{Args: []string{"sh", "-c", "exit 3"}}, 3, ""},
+		{"sigkill-137", helperSpec{Args: []string{"sh", "-c", "kill -9 $$"}}, 137, ""},
+		{"sigterm-42", helperSpec{
+			Args:         []string{"sh", "-c", `trap "exit 42" TERM; echo ready; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; exit 1`},
+			SignalOnLine: "ready",
+		}, 42, ""},
+		{"not-found-127", helperSpec{Args: []string{"airlock-no-such-command"}}, 127,
+			`airlock: exec "airlock-no-such-command": executable file not found in $PATH`},
+		{"not-executable-126", helperSpec{Args: []string{"/etc/passwd"}}, 126, `airlock: exec "/etc/passwd": permission denied`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runHelper(t, bin, true, tc.spec)
+			if res.StartErr != "" || res.WaitErr != "" {
+				t.Fatalf("start error %q, wait error %q", res.StartErr, res.WaitErr)
+			}
+			if res.Status != tc.want {
+				t.Errorf("status: got %d, want %d (stderr %q)", res.Status, tc.want, res.Stderr)
+			}
+			if tc.stderr != "" && !strings.Contains(res.Stderr, tc.stderr) {
+				t.Errorf("stderr: got %q, want %q", res.Stderr, tc.stderr)
+			}
+		})
+	}
+
+	t.Run("cleanup-background", func(t *testing.T) {
+		res := runHelper(t, bin, true, helperSpec{
+			Args:          []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 </dev/null & echo $!; exit 0"},
+			BackgroundPID: true,
+		})
+		if res.BackgroundPID > 0 {
+			t.Cleanup(func() { unix.Kill(res.BackgroundPID, unix.SIGKILL) })
+		}
+		if res.Status != 0 || res.BackgroundPID <= 0 {
+			t.Fatalf("status %d, background pid %d, stdout %q", res.Status, res.BackgroundPID, res.Stdout)
+		}
+		if !res.BgAliveBefore {
+			t.Errorf("background process %d was not running before Cleanup", res.BackgroundPID)
+		}
+		if !res.BgGoneAfter {
+			t.Errorf("background process %d survived Cleanup", res.BackgroundPID)
+		}
+	})
+
+	t.Run("pdeathsig", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := helperCmd(ctx, t, bin, true, helperSpec{Mode: "orphan", Args: []string{"sleep", "30"}})
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+		jobPID := 0
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if p, ok := strings.CutPrefix(sc.Text(), pidMarker); ok {
+				jobPID, _ = strconv.Atoi(p)
+				break
+			}
+		}
+		if jobPID <= 0 {
+			t.Fatal("helper did not report the job's pid")
+		}
+		defer unix.Kill(jobPID, unix.SIGKILL)
+		if !waitExe(jobPID, "sleep", 5*time.Second) {
+			t.Fatalf("job %d did not exec sleep", jobPID)
+		}
+		// setpriv execs the test binary, so the helper is cmd's process.
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if !waitGone(jobPID, 5*time.Second) {
+			t.Errorf("job %d survived its parent's death", jobPID)
+		}
+	})
+}
+
+// waitExe waits until /proc/PID/comm is comm.
+func waitExe(pid int, comm string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if strings.TrimSpace(string(b)) == comm {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+// TestTUNNotAccessible checks both Preflight and Start as an unprivileged
+// user when /dev/net/tun is 0600.
+func TestTUNNotAccessible(t *testing.T) {
+	ensureTestUser(t)
+	setTUNMode(t, 0o600)
+	bin := helperBinary(t)
+
+	res := runHelper(t, bin, true, helperSpec{Mode: "preflight"})
+	for _, want := range []string{"/dev/net/tun", "mode 0600", "0666", "`chmod 0666 /dev/net/tun`", "CAP_NET_ADMIN"} {
+		if !strings.Contains(res.PreflightErr, want) {
+			t.Errorf("Preflight error %q lacks %q", res.PreflightErr, want)
+		}
+	}
+	res = runHelper(t, bin, true, helperSpec{Args: []string{"true"}})
+	for _, want := range []string{"create tun in job namespace: open /dev/net/tun: permission denied", "mode 0600", "chmod 0666 /dev/net/tun"} {
+		if !strings.Contains(res.StartErr, want) {
+			t.Errorf("Start error %q lacks %q", res.StartErr, want)
+		}
+	}
+}
+
+// TestJobAsRoot runs a job from the test process itself, as root.
+func TestJobAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("tests must run as root (they create a user and change /dev/net/tun)")
+	}
+	if err := Preflight(); err != nil {
+		t.Fatalf("Preflight as root: %v", err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := Start(ctx, Config{
+		Args:    []string{"sh", "-c", "id -u; ip -o link show dev tun9; ip -6 route show default"},
+		Stdout:  outW,
+		TUNName: "tun9",
+		Address: netip.MustParsePrefix("fd00::2/64"),
+		Gateway: netip.MustParseAddr("fd00::1"),
+	})
+	outW.Close()
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	defer j.Cleanup()
+	defer j.TUN().Close()
+	if err := j.Run(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := j.Run(); err == nil {
+		t.Errorf("second Run: got nil error, want one")
+	}
+	status, err := j.Wait()
+	if status != 0 || err != nil {
+		t.Fatalf("Wait: got %d, %v, want 0, nil", status, err)
+	}
+	b, _ := io.ReadAll(outR)
+	for _, want := range []string{"0\n", "tun9: <POINTOPOINT", "mtu " + strconv.Itoa(DefaultMTU), "default via fd00::1 dev tun9"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("job output lacks %q:\n%s", want, b)
+		}
+	}
+	j.Cleanup()
+	j.Cleanup() // idempotent
+	if err := j.Signal(syscall.SIGTERM); err == nil {
+		t.Errorf("Signal after Cleanup: got nil error, want one")
+	}
+}
+
+// TestCleanupBeforeRun checks that a job never run is torn down.
+func TestCleanupBeforeRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	j, err := Start(ctx, Config{Args: []string{"true"}, Address: netip.MustParsePrefix("10.9.0.2/24")})
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	pid := j.Pid()
+	j.TUN().Close()
+	j.Cleanup()
+	if !waitGone(pid, 5*time.Second) {
+		t.Errorf("namespace child %d survived Cleanup", pid)
+	}
+	if status, _ := j.Wait(); status != 137 && status != 1 {
+		t.Errorf("status: got %d, want 137 or 1", status)
+	}
+}
+
+// TestBindResolvConf checks the bind over a regular file, a symlink and a
+// dangling symlink, in a private mount namespace.
+func TestBindResolvConf(t *testing.T) {
+	bin := helperBinary(t)
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.WriteFile(filepath.Join(dir, "regular"), []byte("old\n"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "target"), []byte("target\n"), 0o644))
+	must(os.Symlink("target", filepath.Join(dir, "link-to-existing")))
+	must(os.Symlink("missing/stub-resolv.conf", filepath.Join(dir, "link-dangling")))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := helperCmd(ctx, t, bin, false, helperSpec{Mode: "bind", Dir: dir})
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helper: %v\n%s", err, out)
+	}
+	res := parseResult(t, out)
+	want := "# generated by airlock for this job\nnameserver 192.0.2.53\n"
+	for _, name := range []string{"regular", "link-to-existing", "link-dangling"} {
+		if got := res.Bind[name]; got != want {
+			t.Errorf("%s after bind: got %q, want %q", name, got, want)
+		}
+	}
+	if got := res.Bind["target"]; got != "target\n" {
+		t.Errorf("symlink target after bind: got %q, want it untouched", got)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "regular")); string(b) != "old\n" {
+		t.Errorf("host view of regular file changed: %q", b)
+	}
+}
+
+func parseResult(t *testing.T, out []byte) helperResult {
+	t.Helper()
+	i := strings.LastIndex(string(out), resultMarker)
+	if i < 0 {
+		t.Fatalf("no result in helper output:\n%s", out)
+	}
+	line, _, _ := strings.Cut(string(out[i+len(resultMarker):]), "\n")
+	var res helperResult
+	if err := jsonUnmarshal(line, &res); err != nil {
+		t.Fatalf("decode helper result %q: %v", line, err)
+	}
+	return res
+}
