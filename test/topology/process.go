@@ -50,7 +50,7 @@ func (tp *Topology) Start(t testing.TB, ns string, u *User, name string, args ..
 	}()
 	t.Cleanup(func() {
 		p.Kill()
-		if t.Failed() {
+		if t.Failed() && (p.Stdout() != "" || p.Stderr() != "") {
 			t.Logf("%s\n--- stdout ---\n%s\n--- stderr ---\n%s", p.Name, tail(p.Stdout(), 4000), tail(p.Stderr(), 8000))
 		}
 	})
