@@ -67,6 +67,11 @@ func TestHelperJob(t *testing.T) {
 	if raw == "" {
 		return // only a helper when re-executed by the tests below
 	}
+	// Fds inherited from the test runner must not confuse the checks of
+	// what the job inherits.
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		t.Fatalf("close_range: %v", err)
+	}
 	var spec helperSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
 		t.Fatalf("decode %s: %v", helperEnv, err)

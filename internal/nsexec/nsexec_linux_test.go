@@ -26,7 +26,8 @@ func TestJobUnprivileged(t *testing.T) {
 	t.Run("namespace", func(t *testing.T) {
 		res := runHelper(t, bin, true, helperSpec{
 			Args: []string{"sh", "-c", `id -u; ip -o addr show dev tun0; ip -o link show dev tun0; ip -o link show dev lo; ip route;
-				cat /proc/net/dev; cat /etc/resolv.conf; grep CapEff /proc/self/status; ls -l /proc/$$/fd; env`},
+				cat /proc/net/dev; cat /etc/resolv.conf; grep CapEff /proc/self/status;
+				ls -l /proc/$$/fd; echo fds:; ls -1 /proc/$$/fd; echo :fds; env`},
 			DNS: []string{"100.64.0.1"},
 		})
 		if res.StartErr != "" || res.Status != 0 {
@@ -54,7 +55,12 @@ func TestJobUnprivileged(t *testing.T) {
 		if !strings.Contains(res.Stdout, "lo: <LOOPBACK,UP") {
 			t.Errorf("lo not up:\n%s", res.Stdout)
 		}
-		for _, bad := range []string{"/dev/net/tun", "socket:", envPrefix} {
+		_, fds, _ := strings.Cut(res.Stdout, "fds:\n")
+		fds, _, _ = strings.Cut(fds, ":fds")
+		if got := strings.Join(strings.Fields(fds), ","); got != "0,1,2" {
+			t.Errorf("job's open fds: got %s, want 0,1,2", got)
+		}
+		for _, bad := range []string{"/dev/net/tun", envPrefix} {
 			if strings.Contains(res.Stdout, bad) {
 				t.Errorf("job inherited %q:\n%s", bad, res.Stdout)
 			}
