@@ -237,7 +237,7 @@ func TestAirlock(t *testing.T) {
 				t.Fatalf("listener not reachable from dmz at %v", target)
 			}
 			if code, _, stderr := e.run(t, e.peer, "tcpcheck", target.String()); code == 0 {
-				t.Errorf("job connected to the gateway host at %v; want denied%s", target, e.diag(stderr))
+				t.Errorf("job connected to the gateway host at %v; want denied (DESIGN.md: policy's safe defaults deny the gateway host itself)%s", target, e.diag(stderr))
 			}
 		}
 	})
