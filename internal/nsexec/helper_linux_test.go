@@ -159,20 +159,22 @@ func helperRunJob(t *testing.T, spec helperSpec, res *helperResult) {
 
 	var wg sync.WaitGroup
 	var stdout, stderr strings.Builder
+	firstLine := make(chan string, 1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		defer close(firstLine)
 		sc := bufio.NewScanner(outR)
-		for sc.Scan() {
+		for n := 0; sc.Scan(); n++ {
 			line := sc.Text()
 			stdout.WriteString(line + "\n")
+			if n == 0 {
+				firstLine <- line
+			}
 			if spec.SignalOnLine != "" && line == spec.SignalOnLine {
 				if err := j.Signal(syscall.SIGTERM); err != nil {
 					t.Errorf("signal: %v", err)
 				}
-			}
-			if spec.BackgroundPID && res.BackgroundPID == 0 {
-				res.BackgroundPID, _ = strconv.Atoi(line)
 			}
 		}
 	}()
@@ -186,7 +188,11 @@ func helperRunJob(t *testing.T, spec helperSpec, res *helperResult) {
 		res.WaitErr = err.Error()
 	}
 	if spec.BackgroundPID {
-		time.Sleep(50 * time.Millisecond) // let the reader see the PID line
+		select {
+		case line := <-firstLine:
+			res.BackgroundPID, _ = strconv.Atoi(line)
+		case <-time.After(5 * time.Second):
+		}
 		res.BgAliveBefore = res.BackgroundPID > 0 && processAlive(res.BackgroundPID)
 	}
 	j.Cleanup()
@@ -248,10 +254,30 @@ func ensureTestUser(t *testing.T) (uid, gid int) {
 	}
 }
 
+// tunModeLock is a lock file that serializes changes of /dev/net/tun's mode
+// between test processes (go test runs packages in parallel).
+const tunModeLock = "/tmp/airlock-dev-net-tun.lock"
+
 // setTUNMode sets /dev/net/tun's mode for the rest of the test and restores
-// the original mode afterwards.
+// the original mode afterwards. It holds an exclusive flock on tunModeLock
+// meanwhile.
 func setTUNMode(t *testing.T, mode os.FileMode) {
 	t.Helper()
+	lock, err := os.OpenFile(tunModeLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("open %s: %v", tunModeLock, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		select {
+		case <-ctx.Done():
+			lock.Close()
+			t.Fatalf("flock %s: timed out", tunModeLock)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { lock.Close() }) // runs after the restore below
 	fi, err := os.Stat(tunPath)
 	if err != nil {
 		t.Fatalf("stat %s: %v", tunPath, err)
