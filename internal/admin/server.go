@@ -103,19 +103,36 @@ func (s *Server) Handle(pattern string, h http.Handler) {
 // Close, after which it returns nil. A socket file left by a dead gateway
 // is removed first; if another process answers on it, Serve fails instead.
 func (s *Server) Serve(path string) error {
-	if err := removeStaleSocket(path); err != nil {
+	l, err := Listen(path)
+	if err != nil {
 		return err
+	}
+	return s.ServeListener(l)
+}
+
+// Listen opens the admin socket at path (mode 0600), first removing a stale
+// socket file that nothing answers on. Callers that must know the socket is
+// open before they go on call Listen, then ServeListener.
+func Listen(path string) (net.Listener, error) {
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
 	}
 	l, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("admin socket: listen %s: %w", path, err)
+		return nil, fmt.Errorf("admin socket: listen %s: %w", path, err)
 	}
 	// The state directory is 0700, so the brief window before chmod
 	// exposes nothing.
 	if err := os.Chmod(path, 0o600); err != nil {
 		l.Close()
-		return fmt.Errorf("admin socket: chmod %s: %w", path, err)
+		return nil, fmt.Errorf("admin socket: chmod %s: %w", path, err)
 	}
+	return l, nil
+}
+
+// ServeListener serves admin requests on l, a listener from Listen, until
+// Close. It returns nil after Close.
+func (s *Server) ServeListener(l net.Listener) error {
 	s.mu.Lock()
 	closed := s.closed
 	s.mu.Unlock()
@@ -123,8 +140,8 @@ func (s *Server) Serve(path string) error {
 		l.Close()
 		return nil
 	}
-	s.log.Info("admin socket listening", "path", path)
-	err = s.http.Serve(l) // removes the socket file when it closes l
+	s.log.Info("admin socket listening", "path", l.Addr().String())
+	err := s.http.Serve(l) // removes the socket file when it closes l
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

@@ -64,6 +64,9 @@ type Config struct {
 	DNSUpstreams []netip.AddrPort
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
+	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
+	// It exists for in-process tests; nil means ordinary sockets.
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Info describes a running gateway, as handed to admins in join.env.
@@ -168,6 +171,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Addr:         netip.PrefixFrom(gwAddr, cfg.Subnet.Bits()),
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
+		Dial:         cfg.Dial,
 	})
 	if err != nil {
 		return fmt.Errorf("user-mode egress: %w", err)
@@ -201,6 +205,11 @@ func Run(ctx context.Context, cfg Config) error {
 		Certificate: cert,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
+	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
+	if err != nil {
+		return err
+	}
+	defer admLn.Close()
 
 	errc := make(chan error, 3)
 	var wgrp sync.WaitGroup
@@ -213,7 +222,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	go func() {
 		defer wgrp.Done()
-		if err := adm.Serve(filepath.Join(cfg.StateDir, AdminSocketFile)); err != nil {
+		if err := adm.ServeListener(admLn); err != nil {
 			errc <- fmt.Errorf("admin socket: %w", err)
 		}
 	}()

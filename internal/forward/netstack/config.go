@@ -67,6 +67,11 @@ type Config struct {
 	// nil means a net.Dialer with DialTimeout. Tests use it to reach local
 	// servers while jobs name documentation addresses.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+
+	// HostAddrs lists the gateway host's own addresses, which jobs may not
+	// reach. nil means the addresses of this network namespace's
+	// interfaces, re-read every 10 s.
+	HostAddrs func() ([]netip.Addr, error)
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -107,6 +112,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.DNSUpstreams = ups
 	} else {
 		c.DNSUpstreams = append([]netip.AddrPort(nil), c.DNSUpstreams...)
+	}
+	if c.HostAddrs == nil {
+		c.HostAddrs = interfaceAddrs
 	}
 	if c.Dial == nil {
 		d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}

@@ -221,3 +221,33 @@ func isRSTTo(b []byte, to netip.AddrPort) bool {
 	return dst == tcpip.AddrFromSlice(to.Addr().AsSlice()) && tcp.DestinationPort() == to.Port() &&
 		tcp.Flags().Contains(header.TCPFlagRst)
 }
+
+func TestHostAddrsDenied(t *testing.T) {
+	reads := 0
+	h := hostAddrs{list: func() ([]netip.Addr, error) {
+		reads++
+		return []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("2001:db8::1")}, nil
+	}}
+	now := time.Unix(1000, 0)
+	tests := []struct {
+		addr string
+		want bool
+	}{
+		{"203.0.113.1", true},
+		{"::ffff:203.0.113.1", true},
+		{"2001:db8::1", true},
+		{"203.0.113.2", false},
+	}
+	for _, tt := range tests {
+		if got := h.contains(netip.MustParseAddr(tt.addr), now); got != tt.want {
+			t.Errorf("contains(%s): got %v, want %v", tt.addr, got, tt.want)
+		}
+	}
+	if reads != 1 {
+		t.Errorf("address list read %d times within the TTL, want 1", reads)
+	}
+	h.contains(netip.MustParseAddr("203.0.113.1"), now.Add(hostAddrsTTL+time.Second))
+	if reads != 2 {
+		t.Errorf("address list read %d times after the TTL, want 2", reads)
+	}
+}

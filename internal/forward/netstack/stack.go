@@ -79,6 +79,7 @@ type Stack struct {
 	flowLog *rate.Limiter
 	stats   counters
 	dns     *dnsServer
+	host    hostAddrs
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
 	ctx    context.Context
@@ -119,6 +120,7 @@ func New(cfg Config) (*Stack, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		flows:   make(map[io.Closer]struct{}),
+		host:    hostAddrs{list: cfg.HostAddrs},
 	}
 	s.ns = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},

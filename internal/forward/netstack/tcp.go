@@ -49,7 +49,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
+	if err := s.checkDestination(dst); err != nil {
 		s.stats.denied.Add(1)
 		r.Complete(true)
 		if s.flowDebugOn() {

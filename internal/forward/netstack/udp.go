@@ -26,7 +26,7 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
+	if err := s.checkDestination(dst); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("udp datagram denied", "src", src, "dst", dst, "err", err)

@@ -1,0 +1,70 @@
+package netstack
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// hostAddrsTTL is how long the list of the host's own addresses is trusted
+// before it is read again.
+const hostAddrsTTL = 10 * time.Second
+
+// hostAddrs caches the gateway host's own interface addresses, which jobs
+// must not reach: services bound to them (an admin web UI, sshd, a metrics
+// endpoint) are meant for the host's own network, not for jobs. It is safe
+// for concurrent use.
+type hostAddrs struct {
+	list func() ([]netip.Addr, error)
+
+	mu   sync.Mutex
+	read time.Time
+	set  map[netip.Addr]struct{}
+}
+
+// interfaceAddrs lists the addresses of this network namespace's interfaces.
+func interfaceAddrs() ([]netip.Addr, error) {
+	ifas, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list host addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(ifas))
+	for _, ia := range ifas {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil {
+			out = append(out, p.Addr().Unmap())
+		}
+	}
+	return out, nil
+}
+
+// contains reports whether a is one of the host's addresses. If the list
+// cannot be read, the last good one is used.
+func (h *hostAddrs) contains(a netip.Addr, now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.set == nil || now.Sub(h.read) > hostAddrsTTL {
+		if addrs, err := h.list(); err == nil {
+			h.set = make(map[netip.Addr]struct{}, len(addrs))
+			for _, x := range addrs {
+				h.set[x.Unmap()] = struct{}{}
+			}
+			h.read = now
+		}
+	}
+	_, ok := h.set[a.Unmap()]
+	return ok
+}
+
+// checkDestination applies the fixed safety floor (allowedDestination) and
+// refuses the gateway host's own addresses.
+func (s *Stack) checkDestination(dst netip.AddrPort) error {
+	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
+		return err
+	}
+	if s.host.contains(dst.Addr(), time.Now()) {
+		return fmt.Errorf("%s (the gateway host's own address): %w", dst, ErrDestinationDenied)
+	}
+	return nil
+}
