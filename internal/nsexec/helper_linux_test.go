@@ -335,7 +335,7 @@ func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, spec 
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = filepath.Dir(bin)
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/", "TMPDIR=/tmp", helperEnv + "=" + string(raw)}
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/", "TMPDIR=/tmp", "GORACE=atexit_sleep_ms=0", helperEnv + "=" + string(raw)}
 	cmd.WaitDelay = time.Second
 	return cmd
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -217,11 +218,11 @@ func (j *Job) receive(ctl *net.UnixConn) (*os.File, error) {
 	buf := make([]byte, maxReplyLen)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := ctl.ReadMsgUnix(buf, oob) // sets MSG_CMSG_CLOEXEC
-	if err != nil {
+	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("start job namespace: read namespace child's reply: %w", err)
 	}
 	fds, perr := parseRights(oob[:oobn])
-	if n == 0 && oobn == 0 {
+	if n == 0 && len(fds) == 0 {
 		// EOF: the child died before it could reply.
 		select {
 		case <-j.done:

@@ -3,6 +3,7 @@ package nsexec
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net/netip"
 	"os"
@@ -316,4 +317,19 @@ func parseResult(t *testing.T, out []byte) helperResult {
 		t.Fatalf("decode helper result %q: %v", line, err)
 	}
 	return res
+}
+
+// TestStartCanceled checks that a canceled Start leaves no child behind.
+func TestStartCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	j, err := Start(ctx, Config{Args: []string{"true"}, Address: netip.MustParsePrefix("10.9.0.2/24")})
+	if err == nil {
+		j.TUN().Close()
+		j.Cleanup()
+		t.Fatal("Start with a canceled context: got nil error")
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
 }
