@@ -36,11 +36,14 @@
 // (PR_SET_PDEATHSIG); execve of CMD keeps that setting because the
 // credentials do not change and no capabilities are gained.
 //
-// [Job.Cleanup] records nothing new: at Start the parent noted the device and
-// inode of the job's network namespace (/proc/PID/ns/net); Cleanup scans
-// /proc for processes in that namespace, kills each with SIGKILL through a
-// pidfd (so a recycled PID is never hit), repeats until none are left, and
-// reaps the child.
+// At Start the parent records the device and inode of the job's network
+// namespace (/proc/PID/ns/net). [Job.Cleanup] scans /proc for processes in
+// that namespace, kills each with SIGKILL through a pidfd (so a recycled PID
+// is never hit), repeats until a scan finds none, and reaps the child.
+//
+// The job inherits its stdio and any descriptors that the airlock process
+// itself inherited without close-on-exec, like any command run by a shell;
+// it inherits neither the TUN nor the socketpair.
 //
 // [Preflight] reads sysctls and checks access to /dev/net/tun as the real
 // user, so that a host that cannot run the job says why before anything

@@ -254,43 +254,25 @@ func ensureTestUser(t *testing.T) (uid, gid int) {
 	}
 }
 
-// tunModeLock is a lock file that serializes changes of /dev/net/tun's mode
-// between test processes (go test runs packages in parallel).
-const tunModeLock = "/tmp/airlock-dev-net-tun.lock"
-
-// setTUNMode sets /dev/net/tun's mode for the rest of the test and restores
-// the original mode afterwards. It holds an exclusive flock on tunModeLock
-// meanwhile.
-func setTUNMode(t *testing.T, mode os.FileMode) {
+// privateTUN returns a command prefix that runs the rest of the command in
+// a private mount namespace where /dev/net/tun is a fresh node of the same
+// device with the given mode. The host's /dev/net/tun is never changed, so
+// tests of other packages that rely on its mode can run in parallel.
+func privateTUN(t *testing.T, mode os.FileMode) []string {
 	t.Helper()
-	lock, err := os.OpenFile(tunModeLock, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatalf("open %s: %v", tunModeLock, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
-		select {
-		case <-ctx.Done():
-			lock.Close()
-			t.Fatalf("flock %s: timed out", tunModeLock)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() { lock.Close() }) // runs after the restore below
-	fi, err := os.Stat(tunPath)
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Stat(tunPath, &st); err != nil {
 		t.Fatalf("stat %s: %v", tunPath, err)
 	}
-	orig := fi.Mode().Perm()
-	if err := os.Chmod(tunPath, mode); err != nil {
-		t.Fatalf("chmod %s: %v", tunPath, err)
+	node := filepath.Join(t.TempDir(), "tun")
+	if err := unix.Mknod(node, unix.S_IFCHR|uint32(mode.Perm()), int(st.Rdev)); err != nil {
+		t.Fatalf("mknod %s: %v", node, err)
 	}
-	t.Cleanup(func() {
-		if err := os.Chmod(tunPath, orig); err != nil {
-			t.Errorf("restore mode of %s: %v", tunPath, err)
-		}
-	})
+	if err := os.Chmod(node, mode.Perm()); err != nil { // undo the umask
+		t.Fatal(err)
+	}
+	return []string{"unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount --bind "$0" ` + tunPath + ` && exec "$@"`, node}
 }
 
 // helperBinary copies the test binary where other users can run it.
@@ -324,14 +306,18 @@ func helperBinary(t *testing.T) string {
 }
 
 // helperCmd returns the command that runs TestHelperJob with spec, as the
-// unprivileged test user when asUser is set.
-func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, spec helperSpec) *exec.Cmd {
+// unprivileged user when asUser is set, and with /dev/net/tun of mode
+// tunMode (see privateTUN) unless that is 0.
+func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, tunMode os.FileMode, spec helperSpec) *exec.Cmd {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
 	args := []string{bin, "-test.run=^TestHelperJob$", "-test.timeout=60s"}
 	if asUser {
 		uid, gid := ensureTestUser(t)
 		args = append([]string{"setpriv", "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(gid), "--clear-groups", "--"}, args...)
+	}
+	if tunMode != 0 {
+		args = append(privateTUN(t, tunMode), args...)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = filepath.Dir(bin)
@@ -341,11 +327,11 @@ func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, spec 
 }
 
 // runHelper runs TestHelperJob with spec and returns its result.
-func runHelper(t *testing.T, bin string, asUser bool, spec helperSpec) helperResult {
+func runHelper(t *testing.T, bin string, asUser bool, tunMode os.FileMode, spec helperSpec) helperResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	cmd := helperCmd(ctx, t, bin, asUser, spec)
+	cmd := helperCmd(ctx, t, bin, asUser, tunMode, spec)
 	out, err := cmd.CombinedOutput()
 	res := parseResult(t, out)
 	if err != nil {

@@ -21,11 +21,10 @@ import (
 // runs on a compute node.
 func TestJobUnprivileged(t *testing.T) {
 	uid, _ := ensureTestUser(t)
-	setTUNMode(t, 0o666)
 	bin := helperBinary(t)
 
 	t.Run("namespace", func(t *testing.T) {
-		res := runHelper(t, bin, true, helperSpec{
+		res := runHelper(t, bin, true, 0o666, helperSpec{
 			Args: []string{"sh", "-c", `id -u; ip -o addr show dev tun0; ip -o link show dev tun0; ip -o link show dev lo; ip route;
 				cat /proc/net/dev; cat /etc/resolv.conf; grep CapEff /proc/self/status;
 				ls -l /proc/$$/fd; echo fds:; ls -1 /proc/$$/fd; echo :fds; env`},
@@ -92,7 +91,7 @@ func TestJobUnprivileged(t *testing.T) {
 		{"not-executable-126", helperSpec{Args: []string{"/etc/passwd"}}, 126, `airlock: exec "/etc/passwd": permission denied`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := runHelper(t, bin, true, tc.spec)
+			res := runHelper(t, bin, true, 0o666, tc.spec)
 			if res.StartErr != "" || res.WaitErr != "" {
 				t.Fatalf("start error %q, wait error %q", res.StartErr, res.WaitErr)
 			}
@@ -106,7 +105,7 @@ func TestJobUnprivileged(t *testing.T) {
 	}
 
 	t.Run("cleanup-background", func(t *testing.T) {
-		res := runHelper(t, bin, true, helperSpec{
+		res := runHelper(t, bin, true, 0o666, helperSpec{
 			Args:          []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 </dev/null & echo $!; exit 0"},
 			BackgroundPID: true,
 		})
@@ -127,7 +126,7 @@ func TestJobUnprivileged(t *testing.T) {
 	t.Run("pdeathsig", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := helperCmd(ctx, t, bin, true, helperSpec{Mode: "orphan", Args: []string{"sleep", "30"}})
+		cmd := helperCmd(ctx, t, bin, true, 0o666, helperSpec{Mode: "orphan", Args: []string{"sleep", "30"}})
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -179,16 +178,15 @@ func waitExe(pid int, comm string, d time.Duration) bool {
 // user when /dev/net/tun is 0600.
 func TestTUNNotAccessible(t *testing.T) {
 	ensureTestUser(t)
-	setTUNMode(t, 0o600)
 	bin := helperBinary(t)
 
-	res := runHelper(t, bin, true, helperSpec{Mode: "preflight"})
+	res := runHelper(t, bin, true, 0o600, helperSpec{Mode: "preflight"})
 	for _, want := range []string{"/dev/net/tun", "mode 0600", "0666", "`chmod 0666 /dev/net/tun`", "CAP_NET_ADMIN"} {
 		if !strings.Contains(res.PreflightErr, want) {
 			t.Errorf("Preflight error %q lacks %q", res.PreflightErr, want)
 		}
 	}
-	res = runHelper(t, bin, true, helperSpec{Args: []string{"true"}})
+	res = runHelper(t, bin, true, 0o600, helperSpec{Args: []string{"true"}})
 	for _, want := range []string{"create tun in job namespace: open /dev/net/tun: permission denied", "mode 0600", "chmod 0666 /dev/net/tun"} {
 		if !strings.Contains(res.StartErr, want) {
 			t.Errorf("Start error %q lacks %q", res.StartErr, want)
@@ -284,7 +282,7 @@ func TestBindResolvConf(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := helperCmd(ctx, t, bin, false, helperSpec{Mode: "bind", Dir: dir})
+	cmd := helperCmd(ctx, t, bin, false, 0, helperSpec{Mode: "bind", Dir: dir})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
