@@ -53,7 +53,7 @@ type env struct {
 
 // newEnv builds the topology, starts the peers and the gateway, waits for
 // join.env and creates a token. Everything is torn down at cleanup.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	topology.RequireRoot(t)
 	e := &env{
@@ -123,12 +123,12 @@ func readEnvFile(path string) (map[string]string, error) {
 }
 
 // admin runs an airlock admin command (token ...) as the test user in dmz.
-func (e *env) admin(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func (e *env) admin(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.u, e.airlock, args...)
 }
 
-func (e *env) createToken(t *testing.T, name string) string {
+func (e *env) createToken(t testing.TB, name string) string {
 	t.Helper()
 	code, out, stderr := e.admin(t, "token", "create", "--state", e.state, "--name", name, "--ttl", "1h")
 	tok := strings.TrimSpace(out)
@@ -178,12 +178,12 @@ func (e *env) command(o runOpts, args ...string) []string {
 
 // run runs airlock run -- ARGS as the test user in cn and returns the exit
 // code, stdout and stderr.
-func (e *env) run(t *testing.T, args ...string) (code int, stdout, stderr string) {
+func (e *env) run(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return e.runWith(t, runOpts{}, args...)
 }
 
-func (e *env) runWith(t *testing.T, o runOpts, args ...string) (code int, stdout, stderr string) {
+func (e *env) runWith(t testing.TB, o runOpts, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	if o.timeout == 0 {
 		o.timeout = runTimeout
@@ -193,7 +193,7 @@ func (e *env) runWith(t *testing.T, o runOpts, args ...string) (code int, stdout
 }
 
 // start starts airlock run -- ARGS in the background.
-func (e *env) start(t *testing.T, args ...string) *topology.Process {
+func (e *env) start(t testing.TB, args ...string) *topology.Process {
 	t.Helper()
 	argv := e.command(runOpts{}, args...)
 	return e.tp.Start(t, e.tp.CN, e.u, argv[0], argv[1:]...)
@@ -201,7 +201,7 @@ func (e *env) start(t *testing.T, args ...string) *topology.Process {
 
 // mustRun runs airlock run -- ARGS, fails the test unless it exits 0, and
 // returns stdout.
-func (e *env) mustRun(t *testing.T, args ...string) string {
+func (e *env) mustRun(t testing.TB, args ...string) string {
 	t.Helper()
 	code, out, stderr := e.run(t, args...)
 	if code != 0 {
@@ -219,7 +219,7 @@ func (e *env) snapshot() snapshot { return e.u.Processes() }
 // not in before are still alive (after a bounded grace period), or if the
 // test user's processes are in a network namespace that none of before's
 // were in.
-func (e *env) checkNoLeftovers(t *testing.T, before snapshot, what string) {
+func (e *env) checkNoLeftovers(t testing.TB, before snapshot, what string) {
 	t.Helper()
 	oldNS := map[string]bool{}
 	for _, d := range before {
