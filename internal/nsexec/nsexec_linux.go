@@ -125,6 +125,11 @@ type Job struct {
 // eventually call [Job.Cleanup] and owns [Job.TUN]. Errors are meant for
 // the user and match [ErrUserNamespace], [ErrNoTUN], [ErrTUNPermission] or
 // [ErrSetup] where they apply.
+//
+// The child gets SIGKILL when the OS thread that called Start exits
+// (PR_SET_PDEATHSIG). Go keeps its threads for the life of the process
+// unless a goroutine exits while locked to one (runtime.LockOSThread), so do
+// not call Start from such a goroutine.
 func Start(ctx context.Context, cfg Config) (*Job, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {

@@ -181,12 +181,14 @@ func TestTUNNotAccessible(t *testing.T) {
 	bin := helperBinary(t)
 
 	res := runHelper(t, bin, true, 0o600, helperSpec{Mode: "preflight"})
+	t.Logf("Preflight: %s", res.PreflightErr)
 	for _, want := range []string{"/dev/net/tun", "mode 0600", "0666", "`chmod 0666 /dev/net/tun`", "CAP_NET_ADMIN"} {
 		if !strings.Contains(res.PreflightErr, want) {
 			t.Errorf("Preflight error %q lacks %q", res.PreflightErr, want)
 		}
 	}
 	res = runHelper(t, bin, true, 0o600, helperSpec{Args: []string{"true"}})
+	t.Logf("Start: %s", res.StartErr)
 	for _, want := range []string{"create tun in job namespace: open /dev/net/tun: permission denied", "mode 0600", "chmod 0666 /dev/net/tun"} {
 		if !strings.Contains(res.StartErr, want) {
 			t.Errorf("Start error %q lacks %q", res.StartErr, want)

@@ -129,7 +129,7 @@ func (f hostFacts) userNSError(cause error) error {
 // tunPermissionError is the error for a /dev/net/tun the user may not open.
 func (f hostFacts) tunPermissionError(cause error) error {
 	return &hintError{kind: ErrTUNPermission, cause: cause,
-		msg: fmt.Sprintf("%v: /dev/net/tun has mode %04o on this host, while most distributions ship it 0666; "+
+		msg: fmt.Sprintf("%v; /dev/net/tun has mode %04o on this host, while most distributions ship it 0666; "+
 			"ask the admin to run `chmod 0666 /dev/net/tun` (safe: creating a TUN still needs CAP_NET_ADMIN "+
 			"in a network namespace you own), %s", cause, f.tunMode, proxyHint)}
 }
