@@ -8,7 +8,7 @@ import (
 
 // TestGofmt fails when a tracked or new Go file is not gofmt-formatted.
 func TestGofmt(t *testing.T) {
-	out, err := exec.Command("gofmt", "-l", "cmd", "internal", "test", ".").CombinedOutput()
+	out, err := exec.Command("gofmt", "-l", ".").CombinedOutput()
 	if err != nil {
 		t.Fatalf("gofmt: %v\n%s", err, out)
 	}
