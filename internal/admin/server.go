@@ -195,6 +195,9 @@ func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) {
 	if toks == nil {
 		toks = []store.Token{}
 	}
+	for i := range toks {
+		toks[i].Hash = nil // hashes stay in the state db
+	}
 	writeJSON(w, http.StatusOK, toks)
 }
 
@@ -220,6 +223,7 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("token created", "name", tok.Name, "expires", tok.Expires)
+	tok.Hash = nil // hashes stay in the state db
 	writeJSON(w, http.StatusOK, createTokenResponse{Secret: secret, Token: tok})
 }
 
