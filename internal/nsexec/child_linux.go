@@ -133,28 +133,35 @@ func createTUN(name string) (int, error) {
 // configureNetwork sets the TUN's MTU and address, brings it and lo up and
 // routes the default route of the address family through the TUN.
 func configureNetwork(cfg childConfig) error {
-	link, err := netlink.LinkByName(cfg.TUNName)
+	// One netlink socket for all requests: each package-level netlink call
+	// would open its own.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(cfg.TUNName)
 	if err != nil {
 		return fmt.Errorf("find link %q: %w", cfg.TUNName, err)
 	}
-	if err := netlink.LinkSetMTU(link, cfg.MTU); err != nil {
+	if err := h.LinkSetMTU(link, cfg.MTU); err != nil {
 		return fmt.Errorf("set mtu %d on %q: %w", cfg.MTU, cfg.TUNName, err)
 	}
 	addr := &netlink.Addr{IPNet: prefixIPNet(cfg.Address)}
 	if cfg.Address.Addr().Is6() {
 		addr.Flags = unix.IFA_F_NODAD
 	}
-	if err := netlink.AddrAdd(link, addr); err != nil {
+	if err := h.AddrAdd(link, addr); err != nil {
 		return fmt.Errorf("add address %s to %q: %w", cfg.Address, cfg.TUNName, err)
 	}
-	if err := netlink.LinkSetUp(link); err != nil {
+	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set %q up: %w", cfg.TUNName, err)
 	}
-	lo, err := netlink.LinkByName("lo")
+	lo, err := h.LinkByName("lo")
 	if err != nil {
 		return fmt.Errorf("find link lo: %w", err)
 	}
-	if err := netlink.LinkSetUp(lo); err != nil {
+	if err := h.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("set lo up: %w", err)
 	}
 	bits := cfg.Address.Addr().BitLen()
@@ -168,7 +175,7 @@ func configureNetwork(cfg childConfig) error {
 	} else {
 		route.Scope = netlink.SCOPE_LINK
 	}
-	if err := netlink.RouteAdd(route); err != nil {
+	if err := h.RouteAdd(route); err != nil {
 		return fmt.Errorf("add default route via %s dev %q: %w", cfg.Gateway, cfg.TUNName, err)
 	}
 	return nil
