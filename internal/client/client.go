@@ -119,7 +119,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	})
 	joinCancel()
 	if err != nil {
-		return ExitFailure, fmt.Errorf("join gateway %s: %w", cfg.Gateway, err)
+		return ExitFailure, err // the control client names the gateway
 	}
 	log.Debug("joined", "lease", ls.ID, "addr", ls.Address, "took", time.Since(t0))
 	ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
