@@ -1,6 +1,6 @@
 // Package store keeps the gateway's durable state in a bbolt database in
-// its state directory (DIR/airlock.db): join tokens today; leases and the
-// attribution history later.
+// its state directory (DIR/airlock.db): join tokens, and the lease history
+// that attributes outside connections to jobs (`airlock whois`).
 //
 // A database file is held open by one process at a time. Open fails with
 // [ErrLocked] after a short wait instead of blocking when a running gateway
@@ -54,7 +54,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open state db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTokens, bucketTokenHashes} {
+		for _, b := range [][]byte{bucketTokens, bucketTokenHashes, bucketLeases, bucketAttribution, bucketMeta} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %q: %w", b, err)
 			}

@@ -1,0 +1,298 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Buckets of the attribution history.
+var (
+	// bucketLeases maps lease id → JSON LeaseRecord.
+	bucketLeases = []byte("leases")
+	// bucketAttribution indexes leases by where they were seen outside:
+	// public address (16 bytes) | first port (2) | start (8, unix ns) |
+	// lease id → nothing. Sorted so that a port's candidates are the keys
+	// just below addr|port.
+	bucketAttribution = []byte("attribution")
+	// bucketMeta holds single values, e.g. metaMaxSpan.
+	bucketMeta = []byte("meta")
+	// metaMaxSpan is the widest port block ever recorded (uint16): how far
+	// below a port Whois must look.
+	metaMaxSpan = []byte("max_block_span")
+)
+
+// LeaseRecord is one lease in the attribution history: who held which
+// tunnel address and which ports of which public address, and when.
+type LeaseRecord struct {
+	ID          string `json:"id"`
+	JobID       string `json:"job_id,omitempty"`
+	BatchSystem string `json:"batch_system,omitempty"`
+	User        string `json:"user,omitempty"`
+	UID         int    `json:"uid"`
+	Host        string `json:"host,omitempty"`
+	Command     string `json:"command,omitempty"`
+	Token       string `json:"token,omitempty"`
+	// Remote is the client's address as the gateway saw it.
+	Remote string `json:"remote,omitempty"`
+	// TunnelAddr is the job's address inside the tunnel.
+	TunnelAddr netip.Addr `json:"tunnel_addr"`
+	// PublicAddr and PortLo..PortHi are the job's port block on the
+	// gateway's public address; PublicAddr is invalid when the lease had
+	// no block.
+	PublicAddr netip.Addr `json:"public_addr,omitzero"`
+	PortLo     uint16     `json:"port_lo,omitempty"`
+	PortHi     uint16     `json:"port_hi,omitempty"`
+	Start      time.Time  `json:"start"`
+	// End is when the lease ended; zero while it is active.
+	End time.Time `json:"end,omitzero"`
+	// EndReason says how it ended: released, expired, kicked, gateway
+	// stopped.
+	EndReason string `json:"end_reason,omitempty"`
+}
+
+// Active reports whether r covers time at.
+func (r LeaseRecord) covers(at time.Time) bool {
+	return !at.Before(r.Start) && (r.End.IsZero() || at.Before(r.End))
+}
+
+func attrKey(addr netip.Addr, port uint16, start time.Time, id string) []byte {
+	k := make([]byte, 0, 26+len(id))
+	a := addr.As16()
+	k = append(k, a[:]...)
+	k = binary.BigEndian.AppendUint16(k, port)
+	k = binary.BigEndian.AppendUint64(k, uint64(start.UnixNano()))
+	return append(k, id...)
+}
+
+// RecordLeaseStart adds r (with zero End) to the history.
+func (s *Store) RecordLeaseStart(r LeaseRecord) error {
+	if r.ID == "" {
+		return fmt.Errorf("record lease: empty id")
+	}
+	if r.PublicAddr.IsValid() && r.PortHi < r.PortLo {
+		return fmt.Errorf("record lease %s: port block %d-%d reversed", r.ID, r.PortLo, r.PortHi)
+	}
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("record lease %s: %w", r.ID, err)
+	}
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketLeases).Put([]byte(r.ID), v); err != nil {
+			return err
+		}
+		if !r.PublicAddr.IsValid() {
+			return nil
+		}
+		if err := tx.Bucket(bucketAttribution).Put(attrKey(r.PublicAddr, r.PortLo, r.Start, r.ID), nil); err != nil {
+			return err
+		}
+		meta := tx.Bucket(bucketMeta)
+		span := r.PortHi - r.PortLo
+		if old := meta.Get(metaMaxSpan); old == nil || binary.BigEndian.Uint16(old) < span {
+			return meta.Put(metaMaxSpan, binary.BigEndian.AppendUint16(nil, span))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("record lease %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// RecordLeaseEnd sets the end time and reason of lease id, if it has none
+// yet. An unknown id returns ErrNotFound.
+func (s *Store) RecordLeaseEnd(id string, end time.Time, reason string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLeases)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return ErrNotFound
+		}
+		var r LeaseRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			return err
+		}
+		if !r.End.IsZero() {
+			return nil
+		}
+		r.End, r.EndReason = end, reason
+		nv, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), nv)
+	})
+	if err != nil {
+		return fmt.Errorf("record end of lease %s: %w", id, err)
+	}
+	return nil
+}
+
+// EndActiveLeases closes every record that has no end yet, at end with
+// reason, and returns how many it closed. A gateway calls it at start for
+// leases a crash left open.
+func (s *Store) EndActiveLeases(end time.Time, reason string) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLeases)
+		type upd struct{ k, v []byte }
+		var todo []upd
+		err := b.ForEach(func(k, v []byte) error {
+			var r LeaseRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("lease %q: %w", k, err)
+			}
+			if !r.End.IsZero() {
+				return nil
+			}
+			r.End, r.EndReason = end, reason
+			nv, err := json.Marshal(r)
+			if err != nil {
+				return err
+			}
+			todo = append(todo, upd{bytes.Clone(k), nv})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, u := range todo {
+			if err := b.Put(u.k, u.v); err != nil {
+				return err
+			}
+		}
+		n = len(todo)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("end active leases: %w", err)
+	}
+	return n, nil
+}
+
+// Whois returns the leases whose port block on addr contained port at time
+// at, newest first. Normally that is one lease or none.
+func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord, error) {
+	var out []LeaseRecord
+	a16 := addr.Unmap().As16()
+	if addr.Unmap().Is4() {
+		a16 = netip.AddrFrom4(addr.Unmap().As4()).As16()
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var span uint16
+		if v := tx.Bucket(bucketMeta).Get(metaMaxSpan); v != nil {
+			span = binary.BigEndian.Uint16(v)
+		}
+		leases := tx.Bucket(bucketLeases)
+		c := tx.Bucket(bucketAttribution).Cursor()
+		// Start just above every key with first port == port and walk down
+		// to first port == port-span.
+		seek := attrKey(netip.AddrFrom16(a16), port, time.Unix(0, -1), "")
+		k, _ := c.Seek(append(seek, 0xff))
+		if k == nil {
+			k, _ = c.Last()
+		} else {
+			k, _ = c.Prev()
+		}
+		for ; k != nil; k, _ = c.Prev() {
+			if len(k) < 26 || !bytes.Equal(k[:16], a16[:]) {
+				break
+			}
+			lo := binary.BigEndian.Uint16(k[16:18])
+			if lo > port {
+				continue
+			}
+			if port-lo > span {
+				break
+			}
+			v := leases.Get(k[26:])
+			if v == nil {
+				continue // pruned
+			}
+			var r LeaseRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("lease %q: %w", k[26:], err)
+			}
+			if port <= r.PortHi && r.covers(at) {
+				out = append(out, r)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Start.After(out[j].Start) })
+	return out, nil
+}
+
+// Leases returns every lease record, oldest first.
+func (s *Store) Leases() ([]LeaseRecord, error) {
+	var out []LeaseRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
+			var r LeaseRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("lease %q: %w", k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list leases: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	return out, nil
+}
+
+// PruneLeases deletes records that ended before cutoff and returns how many
+// it deleted. Active leases are kept whatever their age.
+func (s *Store) PruneLeases(cutoff time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketLeases)
+		attr := tx.Bucket(bucketAttribution)
+		var leaseKeys, attrKeys [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var r LeaseRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return fmt.Errorf("lease %q: %w", k, err)
+			}
+			if r.End.IsZero() || !r.End.Before(cutoff) {
+				return nil
+			}
+			leaseKeys = append(leaseKeys, bytes.Clone(k))
+			if r.PublicAddr.IsValid() {
+				attrKeys = append(attrKeys, attrKey(r.PublicAddr, r.PortLo, r.Start, r.ID))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range attrKeys {
+			if err := attr.Delete(k); err != nil {
+				return err
+			}
+		}
+		for _, k := range leaseKeys {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(leaseKeys)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("prune leases: %w", err)
+	}
+	return n, nil
+}
