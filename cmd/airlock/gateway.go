@@ -25,6 +25,7 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	fs.IntVar(&cfg.MTU, "mtu", gateway.DefaultMTU, "tunnel MTU")
 	fs.DurationVar(&cfg.RenewInterval, "renew-interval", gateway.DefaultRenewInterval, "how often clients renew their lease")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
+	fs.DurationVar(&cfg.History, "history", gateway.DefaultHistory, "how long ended leases stay in the attribution history (airlock whois)")
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{

@@ -83,6 +83,7 @@ AIRLOCK_TOKEN from the environment.`),
 			newRunCmd(stderr),
 			newGatewayCmd(stderr),
 			newTokenCmd(stdout, stderr),
+			newWhoisCmd(stdout, stderr),
 			{
 				Name:       "version",
 				ShortUsage: "airlock version",

@@ -24,6 +24,9 @@ type gateway struct {
 	wgPub     tunnel.Key
 	gwAddr    netip.Addr
 	advertise string
+	// st keeps the lease history that attributes outside connections to
+	// jobs.
+	st *store.Store
 }
 
 // owner is what a lease records about its holder.
@@ -51,8 +54,20 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if err != nil {
 		return control.Lease{}, err
 	}
+	// Fail closed: a job the history cannot attribute does not get in.
+	rec := store.LeaseRecord{
+		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
+		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
+		Token: tok.Name, Remote: remote.String(), TunnelAddr: l.Addr, Start: l.Start,
+	}
+	if err := g.st.RecordLeaseStart(rec); err != nil {
+		_, _ = g.leases.Release(l.ID, secret)
+		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
+		return control.Lease{}, err
+	}
 	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
+		g.recordEnd(l, "wireguard peer failed")
 		return control.Lease{}, err
 	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
@@ -86,6 +101,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 		return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
 	}
 	g.wg.RemovePeer(l.PublicKey)
+	g.recordEnd(l, "released")
 	g.log.Info("job left", "lease", l.ID, "addr", l.Addr, "held", time.Since(l.Start).Round(time.Millisecond))
 	return nil
 }
@@ -109,8 +125,36 @@ func (g *gateway) expireLoop(ctx context.Context) {
 		case now := <-t.C:
 			for _, l := range g.leases.Expire(now) {
 				g.wg.RemovePeer(l.PublicKey)
+				g.recordEnd(l, "expired")
 				g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
 			}
+		}
+	}
+}
+
+// recordEnd closes l's entry in the lease history.
+func (g *gateway) recordEnd(l lease.Lease, reason string) {
+	if err := g.st.RecordLeaseEnd(l.ID, time.Now(), reason); err != nil {
+		g.log.Error("cannot record the end of a lease in the state db", "lease", l.ID, "err", err)
+	}
+}
+
+// pruneLoop deletes lease history older than the retention period, at start
+// and then hourly.
+func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		n, err := g.st.PruneLeases(time.Now().Add(-keep))
+		if err != nil {
+			g.log.Error("prune lease history", "err", err)
+		} else if n > 0 {
+			g.log.Info("pruned lease history", "records", n, "older_than", keep)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }

@@ -33,6 +33,7 @@ const (
 	DefaultSubnet        = "100.64.0.0/16"
 	DefaultMTU           = 1420
 	DefaultRenewInterval = 30 * time.Second
+	DefaultHistory       = 90 * 24 * time.Hour
 )
 
 // File names inside the state directory.
@@ -60,6 +61,8 @@ type Config struct {
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
 	LeaseTTL      time.Duration
+	// History is how long ended leases stay in the attribution history.
+	History time.Duration
 	// DNSUpstreams override the host's resolvers for jobs' DNS.
 	DNSUpstreams []netip.AddrPort
 	// Ready, if set, is called once every listener is open.
@@ -103,6 +106,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 3 * c.RenewInterval
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
 	}
 	if c.LeaseTTL <= c.RenewInterval {
 		return fmt.Errorf("gateway: lease ttl %v must exceed renew interval %v", c.LeaseTTL, c.RenewInterval)
@@ -150,6 +156,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	if n, err := st.EndActiveLeases(time.Now(), "gateway restarted"); err != nil {
+		return err
+	} else if n > 0 {
+		log.Warn("closed lease records a previous run left open (crash or kill -9?)", "leases", n)
+	}
 
 	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL)
 	if err != nil {
@@ -197,6 +208,7 @@ func Run(ctx context.Context, cfg Config) error {
 		wgPub:     wgKey.PublicKey(),
 		gwAddr:    gwAddr,
 		advertise: advertise,
+		st:        st,
 	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
@@ -213,7 +225,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	errc := make(chan error, 3)
 	var wgrp sync.WaitGroup
-	wgrp.Add(3)
+	wgrp.Add(4)
 	go func() {
 		defer wgrp.Done()
 		if err := srv.Serve(ln); err != nil {
@@ -230,6 +242,10 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer wgrp.Done()
 		g.expireLoop(expireCtx)
+	}()
+	go func() {
+		defer wgrp.Done()
+		g.pruneLoop(expireCtx, cfg.History)
 	}()
 
 	info := Info{Advertise: advertise, Fingerprint: fp, Control: ln.Addr(), UDPPort: wg.Port(), Gateway: gwAddr}
@@ -260,6 +276,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wgrp.Wait()
 	for _, l := range leases.Leases() {
 		wg.RemovePeer(l.PublicKey)
+		g.recordEnd(l, "gateway stopped")
 	}
 	return runErr
 }

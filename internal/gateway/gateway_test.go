@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
@@ -361,4 +362,45 @@ func TestRestartKeepsIdentity(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestLeaseHistory checks that a join and a release are recorded in the
+// state db, where whois and the admin read them after the gateway stopped.
+func TestLeaseHistory(t *testing.T) {
+	g := startGateway(t)
+	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	priv, _ := tunnel.GenerateKey()
+	ctx := context.Background()
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String(),
+		Job: control.JobInfo{BatchJobID: "slurm-77", BatchSystem: "slurm", User: "alice", Hostname: "cn042"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cc.Release(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	g.stop()
+	st, err := store.Open(filepath.Join(g.state, DBFile), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	recs, err := st.Leases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 {
+		t.Fatalf("lease history: got %d records, want 1: %+v", len(recs), recs)
+	}
+	r := recs[0]
+	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr != ls.Address.Addr() {
+		t.Errorf("record: got %+v, want lease %s of slurm-77/alice/cn042 at %v", r, ls.ID, ls.Address.Addr())
+	}
+	if r.End.IsZero() || r.EndReason != "released" {
+		t.Errorf("record end: got %v %q, want a time and \"released\"", r.End, r.EndReason)
+	}
 }

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+)
+
+func newWhoisCmd(stdout, stderr io.Writer) *ffcli.Command {
+	fs := flag.NewFlagSet("airlock whois", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	state := fs.String("state", "", "the gateway's state directory")
+	atFlag := fs.String("at", "", "when the connection was seen, RFC 3339 (default: now)")
+	asJSON := fs.Bool("json", false, "print the lease records as JSON")
+	return &ffcli.Command{
+		Name:       "whois",
+		ShortUsage: "airlock whois --state DIR [--at RFC3339] PUBLIC_IP:PORT",
+		ShortHelp:  "name the job that held a public address and port at a time",
+		LongHelp: `Answers from the gateway's lease history alone (also after restarts and
+while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
+		FlagSet: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if *state == "" {
+				return fmt.Errorf("whois: --state DIR is required (the gateway's state directory)")
+			}
+			if len(args) != 1 {
+				return fmt.Errorf("whois: want one PUBLIC_IP:PORT, got %d arguments", len(args))
+			}
+			ap, err := netip.ParseAddrPort(args[0])
+			if err != nil {
+				return fmt.Errorf("whois: bad address %q: want IP:PORT, e.g. 203.0.113.1:20311", args[0])
+			}
+			at := time.Now()
+			if *atFlag != "" {
+				if at, err = time.Parse(time.RFC3339Nano, *atFlag); err != nil {
+					return fmt.Errorf("whois: bad --at %q: want RFC 3339, e.g. 2026-11-22T10:00:00Z", *atFlag)
+				}
+			}
+			recs, err := admin.Whois(ctx, *state, ap, at)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(recs)
+			}
+			if len(recs) == 0 {
+				return fmt.Errorf("whois: no lease held %s at %s", ap, at.Format(time.RFC3339))
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tTUNNEL\tBLOCK\tSTART\tEND")
+			for _, r := range recs {
+				end := "active"
+				if !r.End.IsZero() {
+					end = r.End.Format(time.RFC3339) + " (" + r.EndReason + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
+					orDash(r.User), orDash(r.Host), orDash(r.Token), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
+					r.Start.Format(time.RFC3339), end)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
