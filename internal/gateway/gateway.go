@@ -162,7 +162,7 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("closed lease records a previous run left open (crash or kill -9?)", "leases", n)
 	}
 
-	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL)
+	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, 0)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,8 @@ var (
 	ErrNoAddress = errors.New("no free tunnel address")
 	// ErrUnknownLease means no live lease matches the id and secret.
 	ErrUnknownLease = errors.New("unknown or expired lease")
+	// ErrNoPortBlock means every egress port block is leased.
+	ErrNoPortBlock = errors.New("no free egress port block")
 )
 
 // Lease is one job's hold on a tunnel address.
@@ -29,6 +31,9 @@ type Lease struct {
 	ID string
 	// Addr is the job's tunnel address.
 	Addr netip.Addr
+	// Block is the index of the job's egress port block, or -1 when the
+	// Manager hands out no blocks.
+	Block int
 	// PublicKey is the job's WireGuard public key (opaque here).
 	PublicKey [32]byte
 	// Owner carries whatever the caller attaches: job metadata, token name.
@@ -46,17 +51,23 @@ type Manager struct {
 	gateway netip.Addr
 	ttl     time.Duration
 
-	mu     sync.Mutex
-	byID   map[string]*Lease
-	byAddr map[netip.Addr]*Lease
-	byKey  map[[32]byte]*Lease
-	next   netip.Addr // where the next address search starts
+	blocks int // number of port blocks; 0 means none
+
+	mu        sync.Mutex
+	byID      map[string]*Lease
+	byAddr    map[netip.Addr]*Lease
+	byKey     map[[32]byte]*Lease
+	byBlock   map[int]*Lease
+	next      netip.Addr // where the next address search starts
+	nextBlock int        // where the next block search starts
 }
 
 // New returns a Manager for prefix, never handing out the network address,
 // the gateway's own address or (for IPv4) the broadcast address. A lease
-// lives ttl after its start or last renewal.
-func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration) (*Manager, error) {
+// lives ttl after its start or last renewal. If blocks > 0 every lease also
+// gets one of that many egress port blocks, and joins fail with
+// ErrNoPortBlock when all are taken.
+func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, blocks int) (*Manager, error) {
 	prefix = prefix.Masked()
 	if !prefix.Contains(gateway) {
 		return nil, fmt.Errorf("lease manager: gateway %s outside subnet %s", gateway, prefix)
@@ -67,6 +78,9 @@ func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration) (*Manager, 
 	if ttl <= 0 {
 		return nil, fmt.Errorf("lease manager: ttl %v must be positive", ttl)
 	}
+	if blocks < 0 {
+		return nil, fmt.Errorf("lease manager: %d port blocks", blocks)
+	}
 	return &Manager{
 		prefix:  prefix,
 		gateway: gateway,
@@ -74,7 +88,9 @@ func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration) (*Manager, 
 		byID:    make(map[string]*Lease),
 		byAddr:  make(map[netip.Addr]*Lease),
 		byKey:   make(map[[32]byte]*Lease),
+		byBlock: make(map[int]*Lease),
 		next:    prefix.Addr().Next(),
+		blocks:  blocks,
 	}, nil
 }
 
@@ -124,9 +140,16 @@ func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, sec
 	if !ok {
 		return Lease{}, "", replaced, ErrNoAddress
 	}
+	block := -1
+	if m.blocks > 0 {
+		if block, ok = m.findFreeBlockLocked(); !ok {
+			return Lease{}, "", replaced, ErrNoPortBlock
+		}
+	}
 	nl := &Lease{
 		ID:         id,
 		Addr:       addr,
+		Block:      block,
 		PublicKey:  pub,
 		Owner:      owner,
 		Start:      now,
@@ -136,7 +159,24 @@ func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, sec
 	m.byID[id] = nl
 	m.byAddr[addr] = nl
 	m.byKey[pub] = nl
+	if block >= 0 {
+		m.byBlock[block] = nl
+	}
 	return *nl, secret, replaced, nil
+}
+
+// findFreeBlockLocked is findFreeLocked for port blocks: the search starts
+// after the last block handed out, so a freed block is reused as late as
+// possible.
+func (m *Manager) findFreeBlockLocked() (int, bool) {
+	for i := 0; i < m.blocks; i++ {
+		b := (m.nextBlock + i) % m.blocks
+		if m.byBlock[b] == nil {
+			m.nextBlock = (b + 1) % m.blocks
+			return b, true
+		}
+	}
+	return -1, false
 }
 
 // findFreeLocked walks the subnet from m.next, wrapping once, so that a freed
@@ -205,6 +245,9 @@ func (m *Manager) Release(id, secret string) (Lease, error) {
 func (m *Manager) removeLocked(l *Lease) {
 	delete(m.byID, l.ID)
 	delete(m.byAddr, l.Addr)
+	if l.Block >= 0 && m.byBlock[l.Block] == l {
+		delete(m.byBlock, l.Block)
+	}
 	if m.byKey[l.PublicKey] == l {
 		delete(m.byKey, l.PublicKey)
 	}
@@ -252,4 +295,15 @@ func randomString(n int) (string, error) {
 		return hex.EncodeToString(b), nil
 	}
 	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+// ByAddr returns the live lease of tunnel address a.
+func (m *Manager) ByAddr(a netip.Addr) (Lease, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.byAddr[a]
+	if !ok {
+		return Lease{}, false
+	}
+	return *l, true
 }

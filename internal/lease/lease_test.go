@@ -8,7 +8,7 @@ import (
 )
 
 func TestAllocateSkipsReserved(t *testing.T) {
-	m, err := New(netip.MustParsePrefix("100.64.0.0/29"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	m, err := New(netip.MustParsePrefix("100.64.0.0/29"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestAllocateSkipsReserved(t *testing.T) {
 }
 
 func TestRenewReleaseExpire(t *testing.T) {
-	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestRenewReleaseExpire(t *testing.T) {
 }
 
 func TestSameKeyReplaces(t *testing.T) {
-	m, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute)
+	m, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
 	now := time.Now()
 	a, _, _, _ := m.Allocate([32]byte{7}, nil, now)
 	_, _, replaced, err := m.Allocate([32]byte{7}, nil, now)
@@ -93,7 +93,7 @@ func TestSameKeyReplaces(t *testing.T) {
 }
 
 func TestAllocateIPv6(t *testing.T) {
-	m, err := New(netip.MustParsePrefix("fd00::/120"), netip.MustParseAddr("fd00::1"), time.Minute)
+	m, err := New(netip.MustParsePrefix("fd00::/120"), netip.MustParseAddr("fd00::1"), time.Minute, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +103,37 @@ func TestAllocateIPv6(t *testing.T) {
 	}
 	if got, want := l.Addr.String(), "fd00::2"; got != want {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestPortBlocks(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	a, sa, _, err := m.Allocate([32]byte{1}, nil, now)
+	if err != nil || a.Block != 0 {
+		t.Fatalf("first lease: block %d, %v; want 0", a.Block, err)
+	}
+	b, _, _, err := m.Allocate([32]byte{2}, nil, now)
+	if err != nil || b.Block != 1 {
+		t.Fatalf("second lease: block %d, %v; want 1", b.Block, err)
+	}
+	if _, _, _, err := m.Allocate([32]byte{3}, nil, now); !errors.Is(err, ErrNoPortBlock) {
+		t.Fatalf("third lease: got %v, want ErrNoPortBlock", err)
+	}
+	if m.Len() != 2 {
+		t.Fatalf("a refused join left a lease behind: %d leases", m.Len())
+	}
+	if _, err := m.Release(a.ID, sa); err != nil {
+		t.Fatal(err)
+	}
+	c, _, _, err := m.Allocate([32]byte{3}, nil, now)
+	if err != nil || c.Block != 0 {
+		t.Fatalf("after release: block %d, %v; want 0", c.Block, err)
+	}
+	if got, ok := m.ByAddr(c.Addr); !ok || got.ID != c.ID {
+		t.Errorf("ByAddr(%v): got %v, %v", c.Addr, got.ID, ok)
 	}
 }
