@@ -1,0 +1,194 @@
+// Package dnsfwd answers jobs' DNS queries at the gateway's tunnel address
+// by relaying them to the gateway host's resolvers, over UDP and TCP. It
+// serves on any net.PacketConn and net.Listener, so the user-mode egress
+// binds it inside its netstack and the kernel mode on a host socket.
+package dnsfwd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+const (
+	// UpstreamTimeout bounds one exchange with one upstream.
+	UpstreamTimeout = 2 * time.Second
+	// shutdownTimeout bounds waiting for the servers to stop.
+	shutdownTimeout = 5 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	Logger *slog.Logger
+	// Upstreams are tried in order for every query.
+	Upstreams []netip.AddrPort
+	// Observe, if set, is called after every query with whether it
+	// failed (answered SERVFAIL). It must not block.
+	Observe func(failed bool)
+	// Debug, if set, reports whether a per-query debug line may be
+	// logged now (callers rate-limit).
+	Debug func() bool
+}
+
+// Server relays queries to the upstreams. It is safe for concurrent use.
+type Server struct {
+	cfg      Config
+	ctx      context.Context
+	cancel   context.CancelFunc
+	udp, tcp *dns.Server
+	udpc     *dns.Client
+	tcpc     *dns.Client
+	done     chan struct{}
+}
+
+// Start serves DNS on pc (UDP) and ln (TCP), either of which may be nil,
+// and returns once both are serving. The Server owns pc and ln.
+func Start(cfg Config, pc net.PacketConn, ln net.Listener) (*Server, error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("dnsfwd: no logger")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:    cfg,
+		ctx:    ctx,
+		cancel: cancel,
+		udpc:   &dns.Client{Net: "udp", Timeout: UpstreamTimeout},
+		tcpc:   &dns.Client{Net: "tcp", Timeout: UpstreamTimeout},
+		done:   make(chan struct{}),
+	}
+	var servers []*dns.Server
+	if pc != nil {
+		s.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(s.serveUDP)}
+		servers = append(servers, s.udp)
+	}
+	if ln != nil {
+		s.tcp = &dns.Server{Listener: ln, Handler: dns.HandlerFunc(s.serveTCP)}
+		servers = append(servers, s.tcp)
+	}
+	running := make(chan struct{}, len(servers))
+	for _, srv := range servers {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		errc := make(chan error, 1)
+		go func() {
+			defer func() { running <- struct{}{} }()
+			if err := srv.ActivateAndServe(); err != nil {
+				errc <- err
+			}
+		}()
+		select {
+		case <-started:
+		case err := <-errc:
+			s.Close()
+			return nil, fmt.Errorf("dns: serve: %w", err)
+		}
+	}
+	go func() {
+		for range servers {
+			<-running
+		}
+		close(s.done)
+	}()
+	return s, nil
+}
+
+// Close stops serving, ends in-flight upstream exchanges and waits for the
+// servers to return.
+func (s *Server) Close() {
+	s.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	for _, srv := range []*dns.Server{s.udp, s.tcp} {
+		if srv == nil {
+			continue
+		}
+		if err := srv.ShutdownContext(ctx); err != nil {
+			// Not started: close what it would have.
+			if srv.PacketConn != nil {
+				srv.PacketConn.Close()
+			}
+			if srv.Listener != nil {
+				srv.Listener.Close()
+			}
+		}
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+	}
+}
+
+func (s *Server) serveUDP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.udpc) }
+func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.tcpc) }
+
+// serve relays one query. UDP answers that the upstream truncated are passed
+// through with TC set, so the job's resolver retries over TCP; answers
+// larger than the job's UDP limit are truncated the same way.
+func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg, c *dns.Client) {
+	resp, err := s.exchange(req, c)
+	if s.cfg.Observe != nil {
+		s.cfg.Observe(err != nil)
+	}
+	if err != nil {
+		if s.cfg.Debug != nil && s.cfg.Debug() {
+			s.cfg.Logger.Debug("dns query failed", "src", w.RemoteAddr().String(), "err", err)
+		}
+		resp = new(dns.Msg)
+		resp.SetRcode(req, dns.RcodeServerFailure)
+	}
+	if c.Net == "udp" {
+		size := dns.MinMsgSize
+		if opt := req.IsEdns0(); opt != nil && int(opt.UDPSize()) > size {
+			size = int(opt.UDPSize())
+		}
+		resp.Truncate(size)
+	}
+	w.WriteMsg(resp)
+}
+
+// exchange tries the upstreams in order and returns the first answer.
+func (s *Server) exchange(req *dns.Msg, c *dns.Client) (*dns.Msg, error) {
+	var errs []error
+	for _, up := range s.cfg.Upstreams {
+		ctx, cancel := context.WithTimeout(s.ctx, UpstreamTimeout)
+		resp, _, err := c.ExchangeContext(ctx, req, up.String())
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		errs = append(errs, fmt.Errorf("upstream %s: %w", up, err))
+		if s.ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 0 {
+		return nil, errors.New("no dns upstreams")
+	}
+	return nil, errors.Join(errs...)
+}
+
+// ReadResolvConf returns the nameservers of a resolv.conf file, port 53.
+func ReadResolvConf(path string) ([]netip.AddrPort, error) {
+	cc, err := dns.ClientConfigFromFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read resolvers from %s: %w", path, err)
+	}
+	var out []netip.AddrPort
+	for _, s := range cc.Servers {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			continue
+		}
+		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("read resolvers from %s: no nameserver lines; set --dns-upstream", path)
+	}
+	return out, nil
+}

@@ -1,0 +1,128 @@
+package dnsfwd
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// upstream starts a DNS server on loopback answering test.example. with
+// 192.0.2.7 and returns its address.
+func upstream(t *testing.T) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		if r.Question[0].Name == "test.example." {
+			rr, _ := dns.NewRR("test.example. 60 IN A 192.0.2.7")
+			m.Answer = append(m.Answer, rr)
+		} else {
+			m.SetRcode(r, dns.RcodeNameError)
+		}
+		w.WriteMsg(m)
+	})
+	for _, srv := range []*dns.Server{{PacketConn: pc, Handler: h}, {Listener: ln, Handler: h}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+	return netip.MustParseAddrPort(pc.LocalAddr().String())
+}
+
+func TestForward(t *testing.T) {
+	dead := netip.MustParseAddrPort("127.0.0.1:1") // refused: falls through
+	var queries, failures atomic.Int32
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Upstreams: []netip.AddrPort{dead, upstream(t)},
+		Observe: func(failed bool) {
+			queries.Add(1)
+			if failed {
+				failures.Add(1)
+			}
+		},
+	}, pc, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, proto := range []string{"udp", "tcp"} {
+		c := &dns.Client{Net: proto, Timeout: 5 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion("test.example.", dns.TypeA)
+		r, _, err := c.Exchange(m, pc.LocalAddr().String())
+		if err != nil {
+			t.Fatalf("%s: %v", proto, err)
+		}
+		if len(r.Answer) != 1 || r.Answer[0].(*dns.A).A.String() != "192.0.2.7" {
+			t.Errorf("%s: got %v, want test.example. A 192.0.2.7", proto, r.Answer)
+		}
+	}
+	if queries.Load() != 2 || failures.Load() != 0 {
+		t.Errorf("observed %d queries, %d failures; want 2, 0", queries.Load(), failures.Load())
+	}
+}
+
+func TestAllUpstreamsDown(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Upstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+	}, pc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m := new(dns.Msg)
+	m.SetQuestion("test.example.", dns.TypeA)
+	t0 := time.Now()
+	r, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Rcode != dns.RcodeServerFailure {
+		t.Errorf("rcode: got %s, want SERVFAIL", dns.RcodeToString[r.Rcode])
+	}
+	if dt := time.Since(t0); dt > 3*time.Second {
+		t.Errorf("SERVFAIL took %v", dt)
+	}
+}
+
+func TestReadResolvConf(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "resolv.conf")
+	os.WriteFile(p, []byte("# c\nsearch example\nnameserver 203.0.113.53\nnameserver 2001:db8::53\n"), 0o644)
+	got, err := ReadResolvConf(p)
+	if err != nil || len(got) != 2 || got[0].String() != "203.0.113.53:53" || got[1].String() != "[2001:db8::53]:53" {
+		t.Errorf("got %v, %v", got, err)
+	}
+	os.WriteFile(p, []byte("search example\n"), 0o644)
+	if _, err := ReadResolvConf(p); err == nil {
+		t.Error("resolv.conf without nameservers accepted")
+	}
+}
