@@ -4,7 +4,13 @@
 // IP forwarding and nftables).
 package forward
 
-import "golang.zx2c4.com/wireguard/tun"
+import (
+	"net/netip"
+
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
 
 // Forwarder is the gateway's egress backend: the tun.Device that the
 // WireGuard device reads job packets from and writes them to.
@@ -17,4 +23,14 @@ import "golang.zx2c4.com/wireguard/tun"
 // concurrent use.
 type Forwarder interface {
 	tun.Device
+}
+
+// Jobs is implemented by forwarders that keep per-job egress state: each
+// job's tunnel address and the port block its outside connections must use
+// (an invalid, zero Block means the job has none). The gateway calls AddJob
+// before the job's WireGuard peer is admitted and RemoveJob after it is
+// removed. AddJob for an address already added replaces its block.
+type Jobs interface {
+	AddJob(addr netip.Addr, block portblock.Range) error
+	RemoveJob(addr netip.Addr)
 }
