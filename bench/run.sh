@@ -1,0 +1,74 @@
+#!/bin/sh
+# bench/run.sh: Airlock vs native routing vs the reference stack
+# (ocserv/openconnect/vpnns, slirp4netns), side by side; see bench/README.md.
+#
+#   sudo bench/run.sh [--duration S] [--reps N] [--quick] [--configs LIST]
+#                     [--links LIST] [--streams LIST] [--startup N]
+#
+# Needs root (namespaces, veth, tc). Installs the Debian packages it needs,
+# builds the airlock binary from the committed HEAD (a clean export, so that
+# uncommitted work in the tree is not measured), builds the LD_PRELOAD shim,
+# runs TestBench (package bench, AIRLOCK_BENCH=1), and draws the plots into
+# docs/. Results: bench/results/DATE/{runs,summary,startup,meta}.tsv,
+# table.md, *.png.
+set -eu
+
+duration=10 reps=3 startup=50
+configs=native,airlock,ocserv,ocserv-slirp,slirp
+links=1gbit,uncapped
+streams=1,2,10,20
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--duration) duration=$2; shift 2 ;;
+	--reps) reps=$2; shift 2 ;;
+	--startup) startup=$2; shift 2 ;;
+	--configs) configs=$2; shift 2 ;;
+	--links) links=$2; shift 2 ;;
+	--streams) streams=$2; shift 2 ;;
+	--quick) duration=3 reps=1 startup=20; shift ;;
+	-h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
+	esac
+done
+if [ "$(id -u)" != 0 ]; then
+	echo "run.sh: needs root (ip netns, veth, tc); run it with sudo" >&2
+	exit 1
+fi
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+pkgs="iperf3 ocserv openconnect ocproxy slirp4netns nftables gnuplot-nox openssl gcc libc6-dev util-linux"
+missing=
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	echo "run.sh: installing$missing"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+fi
+
+stamp=$(date -u +%Y-%m-%dT%H%M%SZ)
+out="$here/results/$stamp"
+mkdir -p "$out"
+work=$(mktemp -d /tmp/airlock-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT INT TERM
+
+commit=$(git -C "$root" rev-parse HEAD)
+echo "run.sh: building airlock at $commit (clean export of HEAD)"
+mkdir "$work/src"
+git -C "$root" archive HEAD | tar -x -C "$work/src"
+(cd "$work/src" && CGO_ENABLED=0 go build -o "$work/airlock" ./cmd/airlock)
+cc -shared -fPIC -Wall -Wextra -pedantic -O2 -o "$work/fakeroot.so" "$here/fakeroot/fakeroot.c" -ldl
+
+echo "run.sh: results in $out"
+cd "$here"
+AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" go test -count=1 -v -timeout 6h -run '^TestBench$' . -args \
+	-bench.duration="$duration" -bench.reps="$reps" -bench.startup="$startup" \
+	-bench.configs="$configs" -bench.links="$links" -bench.streams="$streams" \
+	-bench.shim="$work/fakeroot.so" -bench.commit="$commit" -bench.out="$out" 2>&1 | tee "$out/log.txt"
+
+gnuplot -e "summary='$out/summary.tsv'; outdir='$out'" "$here/plot.gp"
+cp "$out"/benchmarks-*.png "$root/docs/"
+echo "run.sh: table: $out/table.md; plots: docs/benchmarks-*.png"

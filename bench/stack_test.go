@@ -1,0 +1,561 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// stack is one configuration, set up on its own topology.
+type stack interface {
+	tp() *topology.Topology
+	// job returns the argv that runs args as the test user inside the
+	// job's network; it is run in cn.
+	job(args ...string) []string
+	// gatewayRoots and clientRoots are the PIDs of the process trees whose
+	// CPU time is charged to the gateway and the client (empty: n/a).
+	gatewayRoots() []int
+	clientRoots() []int
+}
+
+// newStack builds the topology for cfg and sets the configuration up on it.
+func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
+	switch cfg {
+	case "native":
+		return &nativeStack{topo: topology.New(t, append(opts, topology.WithNativeRouting())...)}, nil
+	case "airlock":
+		return newAirlock(t, topology.New(t, opts...))
+	case "ocserv":
+		return newOcserv(t, topology.New(t, opts...), false)
+	case "ocserv-slirp":
+		return newOcserv(t, topology.New(t, opts...), true)
+	case "slirp":
+		return newSlirp(t, topology.New(t, append(opts, topology.WithNativeRouting())...))
+	}
+	return nil, fmt.Errorf("unknown configuration %q", cfg)
+}
+
+// nativeStack is plain routing through dmz: the job runs directly in cn.
+type nativeStack struct{ topo *topology.Topology }
+
+func (s *nativeStack) tp() *topology.Topology      { return s.topo }
+func (s *nativeStack) job(args ...string) []string { return append([]string{"iperf3"}, args...) }
+func (s *nativeStack) gatewayRoots() []int         { return nil }
+func (s *nativeStack) clientRoots() []int          { return nil }
+
+// nsJob runs args inside the user and network namespace of pid, keeping
+// the caller's credentials (the namespace maps them).
+func nsJob(pid int, args ...string) []string {
+	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-U", "-n", "--preserve-credentials", "--", "iperf3"}, args...)
+}
+
+// airlockStack is the Airlock user-mode gateway in dmz and a long-lived
+// `airlock run -- sleep` in cn; iperf3 enters the job's namespaces.
+type airlockStack struct {
+	topo       *topology.Topology
+	gw, client int
+	jobPID     int
+}
+
+func (s *airlockStack) tp() *topology.Topology      { return s.topo }
+func (s *airlockStack) job(args ...string) []string { return nsJob(s.jobPID, args...) }
+func (s *airlockStack) gatewayRoots() []int         { return []int{s.gw} }
+func (s *airlockStack) clientRoots() []int          { return []int{s.client} }
+
+// airlockGateway starts the gateway as the test user in dmz and returns
+// its process, the join values and a token.
+func airlockGateway(t *testing.T, tp *topology.Topology) (gw *topology.Process, gateway, pin, token string, err error) {
+	u := topology.EnsureUser(t)
+	bin := topology.BuildAirlock(t)
+	tp.SetResolvConf(tp.DMZ, tp.INETAddr)
+	base := topology.TempDir(t)
+	if err := os.Chown(base, u.UID, u.GID); err != nil {
+		return nil, "", "", "", err
+	}
+	state := filepath.Join(base, "state")
+	listen := fmt.Sprintf("%s:8443", tp.DMZAddrCN)
+	gw = tp.Start(t, tp.DMZ, u, bin, "gateway", "--state", state, "--listen", listen)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		vals := readEnv(filepath.Join(state, "join.env"))
+		if vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
+			gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+			break
+		}
+		if ok, _ := gw.Exited(); ok || time.Now().After(deadline) {
+			return nil, "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.Describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, stderr := tp.Run(t, 30*time.Second, tp.DMZ, u, bin, "token", "create", "--state", state, "--name", "bench", "--ttl", "24h")
+	if code != 0 {
+		return nil, "", "", "", fmt.Errorf("token create: exit %d: %s", code, stderr)
+	}
+	return gw, gateway, pin, strings.TrimSpace(out), nil
+}
+
+func readEnv(path string) map[string]string {
+	b, _ := os.ReadFile(path)
+	vals := map[string]string{}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), "="); ok {
+			vals[k] = v
+		}
+	}
+	return vals
+}
+
+func newAirlock(t *testing.T, tp *topology.Topology) (stack, error) {
+	u := topology.EnsureUser(t)
+	gw, gateway, pin, token, err := airlockGateway(t, tp)
+	if err != nil {
+		return nil, err
+	}
+	p := tp.Start(t, tp.CN, u, topology.BuildAirlock(t), "run", "--gateway", gateway, "--pin", pin, "--token", token, "--", "sleep", "100000")
+	s := &airlockStack{topo: tp, gw: gw.Cmd.Process.Pid, client: p.Cmd.Process.Pid}
+	if err := waitUntil(20*time.Second, p, func() bool {
+		s.jobPID = findDescendant(s.client, "sleep")
+		return s.jobPID != 0 && tcpCheckIn(t, tp, nsJobPeer(t, s.jobPID))
+	}); err != nil {
+		return nil, fmt.Errorf("airlock run: %v: %s", err, p.Describe())
+	}
+	return s, nil
+}
+
+// nsJobPeer returns the argv prefix that runs airlock-testpeer in the
+// namespaces of pid.
+func nsJobPeer(t *testing.T, pid int) func(args ...string) []string {
+	return func(args ...string) []string {
+		return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-U", "-n", "--preserve-credentials", "--", topology.BuildPeer(t)}, args...)
+	}
+}
+
+// tcpCheckIn reports whether the job network reaches inet's address on
+// port 9 or gets a refusal from it... it connects to the iperf3-free
+// discard port and treats "connection refused" as reachable: the RST came
+// from inet.
+// lastProbe is the output of the last tcpCheckIn, for messages.
+var lastProbe string
+
+func tcpCheckIn(t *testing.T, tp *topology.Topology, peer func(args ...string) []string) bool {
+	u := topology.EnsureUser(t)
+	argv := peer("tcpcheck", fmt.Sprintf("%s:9", tp.INETAddr))
+	_, out, stderr := tp.Run(t, 10*time.Second, tp.CN, u, argv[0], argv[1:]...)
+	lastProbe = out + stderr
+	return strings.Contains(stderr, "refused")
+}
+
+// waitUntil polls ready every 50 ms until it returns true, p exits, or
+// timeout passes.
+func waitUntil(timeout time.Duration, p *topology.Process, ready func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if p != nil {
+			if ok, code := p.Exited(); ok {
+				return fmt.Errorf("exited %d before ready", code)
+			}
+		}
+		if ready() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %v", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// slirpStack is slirp4netns alone: the job is a user+net namespace in cn
+// whose only way out is slirp4netns, which opens ordinary sockets in cn;
+// cn routes natively through dmz to inet. It is the bare cost of the
+// user-space stack of the paper's unprivileged server, on the client side.
+type slirpStack struct {
+	topo     *topology.Topology
+	jobPID   int
+	slirpPID int
+}
+
+func (s *slirpStack) tp() *topology.Topology      { return s.topo }
+func (s *slirpStack) job(args ...string) []string { return nsJob(s.jobPID, args...) }
+func (s *slirpStack) gatewayRoots() []int         { return []int{s.slirpPID} }
+func (s *slirpStack) clientRoots() []int          { return nil }
+
+// slirpMTU is the MTU slirp4netns gives its tap (Podman's default; the
+// slirp4netns default of 1500 is slower).
+const slirpMTU = "65520"
+
+func newSlirp(t *testing.T, tp *topology.Topology) (stack, error) {
+	u := topology.EnsureUser(t)
+	ns := tp.Start(t, tp.CN, u, "unshare", "-U", "-r", "-n", "sleep", "100000")
+	pid := ns.Cmd.Process.Pid
+	time.Sleep(100 * time.Millisecond)
+	sl := tp.Start(t, tp.CN, u, "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
+		"--userns-path=/proc/"+strconv.Itoa(pid)+"/ns/user", strconv.Itoa(pid), "tap0")
+	s := &slirpStack{topo: tp, jobPID: pid, slirpPID: sl.Cmd.Process.Pid}
+	if err := waitUntil(20*time.Second, sl, func() bool { return tcpCheckIn(t, tp, nsJobPeer(t, pid)) }); err != nil {
+		return nil, fmt.Errorf("slirp4netns: %v: %s", err, sl.Describe())
+	}
+	return s, nil
+}
+
+// ocserv: the reference stack. ocserv in dmz (as root, kernel forwarding
+// and nftables NAT in dmz), or (slirp) as the test user in a user+net
+// namespace whose only link is slirp4netns, with the fakeroot shim; the
+// client is openconnect --no-dtls (TLS over TCP) with vpnns --attach in cn
+// as the test user.
+type ocservStack struct {
+	topo    *topology.Topology
+	gw      []int
+	client  int
+	home    string // HOME of vpnns (it keeps its state in $HOME/.vpnns-NAME)
+	peer    string
+	srvAddr string
+	pin     string
+}
+
+func (s *ocservStack) tp() *topology.Topology { return s.topo }
+func (s *ocservStack) job(args ...string) []string {
+	return append([]string{"env", "HOME=" + s.home, "vpnns", "--", "iperf3"}, args...)
+}
+func (s *ocservStack) gatewayRoots() []int { return s.gw }
+func (s *ocservStack) clientRoots() []int  { return []int{s.client} }
+
+const (
+	ocPort     = 4443
+	ocUser     = "bench"
+	ocPassword = "bench-password"
+)
+
+// ocservConfig writes cert, key, password file and config into dir and
+// returns the config path and the openconnect pin of the certificate.
+func ocservConfig(dir, network string) (conf, pin string, err error) {
+	key, cert := filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
+	if out, err := exec.Command("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+		"-nodes", "-subj", "/CN=ocserv-bench", "-days", "2", "-keyout", key, "-out", cert).CombinedOutput(); err != nil {
+		return "", "", fmt.Errorf("openssl req: %v: %s", err, out)
+	}
+	_ = os.Chmod(key, 0o644)
+	b, err := os.ReadFile(cert)
+	if err != nil {
+		return "", "", err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", "", errors.New("cert.pem: no PEM block")
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", "", err
+	}
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	pin = "pin-sha256:" + base64.StdEncoding.EncodeToString(sum[:])
+	hash, err := exec.Command("openssl", "passwd", "-6", ocPassword).Output()
+	if err != nil {
+		return "", "", fmt.Errorf("openssl passwd: %v", err)
+	}
+	passwd := filepath.Join(dir, "ocpasswd")
+	if err := os.WriteFile(passwd, []byte(ocUser+":*:"+strings.TrimSpace(string(hash))+"\n"), 0o644); err != nil {
+		return "", "", err
+	}
+	// No udp-port: no DTLS, the data channel is TLS over TCP.
+	cfg := fmt.Sprintf(`auth = "plain[passwd=%s]"
+tcp-port = %d
+socket-file = %s/ocserv.sock
+server-cert = %s
+server-key = %s
+isolate-workers = false
+max-clients = 256
+max-same-clients = 0
+rate-limit-ms = 0
+max-ban-score = 0
+keepalive = 32400
+dpd = 90
+mobile-dpd = 1800
+try-mtu-discovery = false
+tls-priorities = "NORMAL:%%SERVER_PRECEDENCE:%%COMPAT:-VERS-SSL3.0"
+auth-timeout = 240
+cookie-timeout = 300
+deny-roaming = false
+rekey-time = 172800
+rekey-method = ssl
+use-occtl = false
+pid-file = %s/ocserv.pid
+log-level = 1
+device = vpns
+predictable-ips = true
+ipv4-network = %s
+ipv4-netmask = 255.255.255.0
+dns = 203.0.113.2
+ping-leases = false
+cisco-client-compat = true
+`, passwd, ocPort, dir, cert, key, dir, network)
+	conf = filepath.Join(dir, "ocserv.conf")
+	return conf, pin, os.WriteFile(conf, []byte(cfg), 0o644)
+}
+
+func newOcserv(t *testing.T, tp *topology.Topology, slirp bool) (stack, error) {
+	u := topology.EnsureUser(t)
+	dir := topology.TempDir(t)
+	s := &ocservStack{topo: tp, peer: topology.BuildPeer(t), srvAddr: fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)}
+	var err error
+	if !slirp {
+		conf, pin, err := ocservConfig(dir, "10.200.0.0")
+		if err != nil {
+			return nil, err
+		}
+		s.pin = pin
+		code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+		if code != 0 {
+			return nil, fmt.Errorf("ip_forward: %s", stderr)
+		}
+		rules := filepath.Join(dir, "nat.nft")
+		if err := os.WriteFile(rules, []byte(natRules("10.200.0.0/24", "inet0")), 0o644); err != nil {
+			return nil, err
+		}
+		if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "nft", "-f", rules); code != 0 {
+			return nil, fmt.Errorf("nft: %s", stderr)
+		}
+		p := tp.Start(t, tp.DMZ, nil, "ocserv", "-f", "-c", conf)
+		s.gw = []int{p.Cmd.Process.Pid}
+		if err := waitUntil(10*time.Second, p, func() bool { return tp.TCPCheck(t, tp.CN, nil, parseAP(s.srvAddr)) }); err != nil {
+			return nil, fmt.Errorf("ocserv: %v: %s", err, p.Describe())
+		}
+	} else {
+		if s.gw, s.pin, err = startOcservSlirp(t, tp, u, dir); err != nil {
+			return nil, err
+		}
+	}
+	s.home = filepath.Join(dir, "home")
+	if err := os.Mkdir(s.home, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(s.home, u.UID, u.GID); err != nil {
+		return nil, err
+	}
+	c, err := connectOpenconnect(t, tp, u, s.home, s.srvAddr, s.pin, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	s.client = c.pid
+	return s, nil
+}
+
+func parseAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// ocClient is one vpnns namespace with openconnect attached to it.
+type ocClient struct {
+	ns  *topology.Process // vpnns -- sleep (the namespace holder)
+	oc  *bgProcess        // openconnect
+	pid int               // openconnect's PID
+}
+
+// connectOpenconnect creates the vpnns namespace (vpnns -- sleep), starts
+// openconnect with vpnns --attach as its tun script, and waits until a TCP
+// connection from inside the namespace reaches inet.
+func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string, timeout time.Duration) (*ocClient, error) {
+	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sleep", "100000")
+	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
+	if err := waitUntil(10*time.Second, ns, func() bool { _, err := os.Stat(pidFile); return err == nil }); err != nil {
+		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.Describe())
+	}
+	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
+		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://"+server+"/")
+	c := &ocClient{ns: ns, oc: oc, pid: oc.pid()}
+	peer := func(args ...string) []string {
+		return append([]string{"env", "HOME=" + home, "vpnns", "--", topology.BuildPeer(t)}, args...)
+	}
+	if err := waitUntil(timeout, ns, func() bool {
+		if oc.exited() {
+			return false
+		}
+		return tcpCheckIn(t, tp, peer)
+	}); err != nil || oc.exited() {
+		return nil, fmt.Errorf("openconnect: %v\n--- last probe ---\n%s\n--- openconnect output ---\n%s", err, lastProbe, oc.output())
+	}
+	return c, nil
+}
+
+// bgProcess is a background command with stdin, killed (its process
+// group) at cleanup.
+type bgProcess struct {
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	buf  bytes.Buffer // guarded by mu
+	done chan struct{}
+}
+
+func (b *bgProcess) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *bgProcess) output() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > 6000 {
+		s = "…" + s[len(s)-6000:]
+	}
+	return s
+}
+
+func (b *bgProcess) pid() int { return b.cmd.Process.Pid }
+
+func (b *bgProcess) exited() bool {
+	select {
+	case <-b.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (b *bgProcess) kill() {
+	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+	}
+}
+
+func startBG(t *testing.T, tp *topology.Topology, ns string, u *topology.User, stdin string, name string, args ...string) *bgProcess {
+	cmd := tp.Command(context.Background(), ns, u, name, args...)
+	b := &bgProcess{cmd: cmd, done: make(chan struct{})}
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = b, b
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { _ = cmd.Wait(); close(b.done) }()
+	t.Cleanup(b.kill)
+	return b
+}
+
+// startOcservSlirp starts ocserv as the test user in a new user+net
+// namespace in dmz, connected to dmz only through slirp4netns, with the
+// fakeroot shim preloaded; slirp4netns forwards dmz's port ocPort to it.
+// It returns the PIDs of ocserv's tree and of slirp4netns, and the pin.
+func startOcservSlirp(t *testing.T, tp *topology.Topology, u *topology.User, dir string) ([]int, string, error) {
+	if *flagShim == "" {
+		return nil, "", errors.New("no fakeroot shim (-bench.shim); run bench/run.sh")
+	}
+	shim := filepath.Join(dir, "fakeroot.so")
+	if b, err := os.ReadFile(*flagShim); err != nil {
+		return nil, "", err
+	} else if err := os.WriteFile(shim, b, 0o755); err != nil {
+		return nil, "", err
+	}
+	conf, pin, err := ocservConfig(dir, "10.201.0.0")
+	if err != nil {
+		return nil, "", err
+	}
+	// Inside the namespace (uid 0 = the test user): wait for slirp4netns's
+	// tap0, enable forwarding, masquerade the VPN subnet to tap0, exec ocserv.
+	script := fmt.Sprintf(`i=0; while ! ip link show tap0 >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 400 ] && exit 3; sleep 0.05; done
+echo 1 > /proc/sys/net/ipv4/ip_forward || exit 4
+nft -f %s || exit 5
+exec env LD_PRELOAD=%s ocserv -f -c %s`, filepath.Join(dir, "nat.nft"), shim, conf)
+	if err := os.WriteFile(filepath.Join(dir, "nat.nft"), []byte(natRules("10.201.0.0/24", "tap0")), 0o644); err != nil {
+		return nil, "", err
+	}
+	p := tp.Start(t, tp.DMZ, u, "unshare", "-U", "-r", "-n", "sh", "-c", script)
+	pid := p.Cmd.Process.Pid
+	time.Sleep(100 * time.Millisecond)
+	api := filepath.Join(dir, "slirp.sock")
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return nil, "", err
+	}
+	sl := tp.Start(t, tp.DMZ, u, "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
+		"--api-socket", api, "--userns-path=/proc/"+strconv.Itoa(pid)+"/ns/user", strconv.Itoa(pid), "tap0")
+	if err := waitUntil(10*time.Second, sl, func() bool { _, err := os.Stat(api); return err == nil }); err != nil {
+		return nil, "", fmt.Errorf("slirp4netns: %v: %s", err, sl.Describe())
+	}
+	req := fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"%s","host_port":%d,"guest_port":%d}}`, tp.DMZAddrCN, ocPort, ocPort)
+	if err := slirpAPI(api, req); err != nil {
+		return nil, "", fmt.Errorf("slirp4netns add_hostfwd: %v", err)
+	}
+	if err := waitUntil(15*time.Second, p, func() bool {
+		return tp.TCPCheck(t, tp.CN, nil, parseAP(fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)))
+	}); err != nil {
+		return nil, "", fmt.Errorf("ocserv in userns: %v: %s\n%s", err, p.Describe(), sl.Describe())
+	}
+	return []int{pid, sl.Cmd.Process.Pid}, pin, nil
+}
+
+func slirpAPI(sock, req string) error {
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(req)); err != nil {
+		return err
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	var resp [4096]byte
+	n, _ := c.Read(resp[:])
+	if strings.Contains(string(resp[:n]), "error") {
+		return fmt.Errorf("%s", resp[:n])
+	}
+	return nil
+}
+
+// connectOpenconnectFast is connectOpenconnect for the start-up
+// measurement: the namespace's first process is a shell loop that probes
+// inet every 5 ms and exits 0 on the first answer, so the caller's clock
+// stops when the tunnel first carries a connection.
+func connectOpenconnectFast(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string) (*ocClient, error) {
+	probe := fmt.Sprintf(`i=0; while :; do case "$(%s tcpcheck %s:9 2>&1)" in *refused*) exit 0;; esac; i=$((i+1)); [ $i -gt 4000 ] && exit 1; sleep 0.005; done`,
+		topology.BuildPeer(t), tp.INETAddr)
+	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sh", "-c", probe)
+	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
+	for i := 0; ; i++ {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		if ok, _ := ns.Exited(); ok || i > 5000 {
+			return nil, fmt.Errorf("vpnns did not start: %s", ns.Describe())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
+		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://"+server+"/")
+	code, err := ns.Wait(60 * time.Second)
+	if err != nil || code != 0 {
+		return nil, fmt.Errorf("probe in vpnns: exit %d, %v: %s\n--- openconnect ---\n%s", code, err, ns.Describe(), oc.output())
+	}
+	return &ocClient{ns: ns, oc: oc, pid: oc.pid()}, nil
+}
+
+// natRules is an nftables ruleset that masquerades src leaving through oif.
+func natRules(src, oif string) string {
+	return fmt.Sprintf(`table ip bench {
+	chain post {
+		type nat hook postrouting priority 100;
+		ip saddr %s oifname "%s" masquerade
+	}
+}
+`, src, oif)
+}
