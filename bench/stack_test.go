@@ -226,17 +226,16 @@ type ocservStack struct {
 	gw      []int
 	client  int
 	home    string // HOME of vpnns (it keeps its state in $HOME/.vpnns-NAME)
+	nsPID   int    // vpnns's namespace holder (from vpnns.pid)
 	peer    string
 	srvAddr string
 	pin     string
 }
 
-func (s *ocservStack) tp() *topology.Topology { return s.topo }
-func (s *ocservStack) job(args ...string) []string {
-	return append([]string{"env", "HOME=" + s.home, "vpnns", "--", "iperf3"}, args...)
-}
-func (s *ocservStack) gatewayRoots() []int { return s.gw }
-func (s *ocservStack) clientRoots() []int  { return []int{s.client} }
+func (s *ocservStack) tp() *topology.Topology      { return s.topo }
+func (s *ocservStack) job(args ...string) []string { return nsJob(s.nsPID, args...) }
+func (s *ocservStack) gatewayRoots() []int         { return s.gw }
+func (s *ocservStack) clientRoots() []int          { return []int{s.client} }
 
 const (
 	ocPort     = 4443
@@ -354,7 +353,7 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp bool) (stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.client = c.pid
+	s.client, s.nsPID = c.pid, c.nsPID
 	return s, nil
 }
 
@@ -365,6 +364,10 @@ type ocClient struct {
 	ns  *topology.Process // vpnns -- sleep (the namespace holder)
 	oc  *bgProcess        // openconnect
 	pid int               // openconnect's PID
+	// nsPID is the PID vpnns wrote to vpnns.pid, whose namespaces are the
+	// job's. Jobs enter them with nsenter rather than a second vpnns --,
+	// which races with the watcher and may build a new namespace.
+	nsPID int
 }
 
 // connectOpenconnect creates the vpnns namespace (vpnns -- sleep), starts
@@ -373,15 +376,19 @@ type ocClient struct {
 func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string, timeout time.Duration) (*ocClient, error) {
 	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sleep", "100000")
 	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
-	if err := waitUntil(10*time.Second, ns, func() bool { _, err := os.Stat(pidFile); return err == nil }); err != nil {
+	var nsPID int
+	if err := waitUntil(10*time.Second, ns, func() bool {
+		_, err := os.Stat(filepath.Join(home, ".vpnns-default", "watcher"))
+		b, _ := os.ReadFile(pidFile)
+		nsPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && nsPID > 0
+	}); err != nil {
 		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.Describe())
 	}
 	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://"+server+"/")
-	c := &ocClient{ns: ns, oc: oc, pid: oc.pid()}
-	peer := func(args ...string) []string {
-		return append([]string{"env", "HOME=" + home, "vpnns", "--", topology.BuildPeer(t)}, args...)
-	}
+	c := &ocClient{ns: ns, oc: oc, pid: oc.pid(), nsPID: nsPID}
+	peer := nsJobPeer(t, nsPID)
 	if err := waitUntil(timeout, ns, func() bool {
 		if oc.exited() {
 			return false
@@ -532,7 +539,9 @@ func connectOpenconnectFast(t *testing.T, tp *topology.Topology, u *topology.Use
 	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sh", "-c", probe)
 	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
 	for i := 0; ; i++ {
-		if _, err := os.Stat(pidFile); err == nil {
+		_, err1 := os.Stat(pidFile)
+		_, err2 := os.Stat(filepath.Join(home, ".vpnns-default", "watcher"))
+		if err1 == nil && err2 == nil {
 			break
 		}
 		if ok, _ := ns.Exited(); ok || i > 5000 {
