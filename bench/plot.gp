@@ -7,7 +7,7 @@
 
 set datafile separator "\t"
 set terminal pngcairo size 1400,900 font "Sans,11"
-set key top left font ",10" box opaque
+set key outside right top font ",10"
 set grid
 set xlabel "parallel iperf3 streams"
 set logscale x 2
