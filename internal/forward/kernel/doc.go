@@ -1,0 +1,64 @@
+// Package kernel is the gateway's privileged egress backend (`airlock
+// gateway --egress kernel`): jobs' packets leave the WireGuard device through
+// a kernel TUN and the host's own IP stack forwards them, with nftables doing
+// the per-job source NAT into the job's port block.
+//
+// # Theory of operation
+//
+// New creates a kernel TUN (default name airlock0) with wireguard-go's
+// tun.CreateTUN, which negotiates virtio-net offloads (TSO/GSO, checksum) so
+// that the WireGuard device can move coalesced super-packets. The TUN gets
+// the gateway's tunnel address with the subnet's prefix length (the kernel
+// adds the subnet route), goes up, and net.ipv4.ip_forward is switched on.
+// The forwarder's Read and Write are the TUN's: a job's decrypted packet is
+// written to the TUN, routed by the host like any other, and replies routed
+// to the tunnel subnet come back out of Read.
+//
+// Policy and NAT live in one nftables table, "inet airlock", programmed over
+// netlink (github.com/google/nftables; nothing is shelled out):
+//
+//	chain postrouting  nat, hook postrouting, priority srcnat (100)
+//	    one group of rules per job, tagged with the job's address:
+//	    ip saddr JOB oifname != TUN meta l4proto tcp snat ip to EGRESS:LO-HI
+//	    ip saddr JOB oifname != TUN meta l4proto udp snat ip to EGRESS:LO-HI
+//	    ip saddr JOB oifname != TUN snat ip to EGRESS   (ICMP echo and the rest)
+//	chain forward      filter, hook forward, priority filter (0), policy accept
+//	    iif/oif TUN, TCP SYN: tcp option maxseg size set rt mtu
+//	    iifname TUN oifname TUN drop                    (no job-to-job)
+//	    iifname TUN jump from_jobs
+//	    oifname TUN ct state established,related accept
+//	    oifname TUN drop                                (nothing unsolicited)
+//	chain from_jobs    the safety floor, then accept
+//	    not IPv4, or ip saddr outside the tunnel subnet: drop
+//	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: drop
+//	    fib daddr type local, broadcast, multicast: drop (the host's addresses)
+//	    accept
+//	chain input        filter, hook input, priority filter (0), policy accept
+//	    iifname TUN jump to_host
+//	chain to_host      what a job may send to the gateway host itself
+//	    ct state established,related accept
+//	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
+//	    ip daddr GW icmp type echo-request accept
+//	    drop
+//	chain state        no hook; one rule whose user data remembers the
+//	                   ip_forward value from before the table was made
+//
+// The base chains' policies are accept so that the gateway host's other
+// traffic is untouched; everything entering or leaving the TUN is decided
+// by the rules above. The NAT rules of a job are added by AddJob (before its
+// WireGuard peer is admitted) and removed by RemoveJob by rule handle; the
+// job's conntrack entries are flushed with them, so a later job at the same
+// tunnel address never inherits the previous job's mappings (and ports).
+//
+// DNS: queries to the gateway's tunnel address port 53 reach the host, where
+// a dnsfwd server on host sockets bound to that address relays them to the
+// host's resolvers.
+//
+// Clean-up: Close deletes the table, restores ip_forward and closes the TUN
+// (a non-persistent TUN disappears with its last file descriptor). A gateway
+// killed with SIGKILL leaves the table behind; the next New finds it,
+// logs it, takes the remembered ip_forward value from it and deletes it
+// before creating a fresh one.
+//
+// Everything needs CAP_NET_ADMIN in the gateway's network namespace.
+package kernel

@@ -1,0 +1,393 @@
+package kernel
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultName       = "airlock0"
+	DefaultMTU        = 1420
+	DefaultResolvConf = "/etc/resolv.conf"
+	// ipForwardPath is the sysctl that makes the host route between the
+	// TUN and its other interfaces (per network namespace).
+	ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
+)
+
+// ErrNotPrivileged is wrapped by errors caused by missing privileges.
+var ErrNotPrivileged = errors.New("kernel egress needs root or CAP_NET_ADMIN")
+
+// Config configures a Forwarder.
+type Config struct {
+	// Logger receives lifecycle logs. Required.
+	Logger *slog.Logger
+	// Name is the TUN interface name; "" means DefaultName.
+	Name string
+	// Addr is the gateway's tunnel address with the tunnel subnet's length,
+	// e.g. 100.64.0.1/16. Required, IPv4.
+	Addr netip.Prefix
+	// MTU of the TUN; 0 means DefaultMTU.
+	MTU int
+	// DNSUpstreams are the resolvers that jobs' queries to Addr:53 are
+	// relayed to; empty means the nameservers of /etc/resolv.conf.
+	DNSUpstreams []netip.AddrPort
+	// EgressAddr is the public IPv4 address jobs' traffic is source-NATed
+	// to. Required.
+	EgressAddr netip.Addr
+}
+
+// Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
+// forwards, with per-job SNAT into the job's port block. It implements
+// forward.Forwarder (Read, Write, ... are the TUN's) and forward.Jobs. It is
+// safe for concurrent use.
+type Forwarder struct {
+	tun.Device
+	log   *slog.Logger
+	rules ruleset
+	dns   *dnsfwd.Server
+
+	// oldIPForward is the ip_forward value to restore at Close ("" means
+	// leave it).
+	oldIPForward string
+
+	closeOnce sync.Once
+	closeErr  error
+
+	mu     sync.Mutex
+	nft    *nftables.Conn
+	closed bool
+	jobs   map[netip.Addr][]*nftables.Rule // rules with their handles
+}
+
+var (
+	_ forward.Forwarder = (*Forwarder)(nil)
+	_ forward.Jobs      = (*Forwarder)(nil)
+)
+
+// privError turns a permission error into a sentence that names the fix.
+func privError(op string, err error) error {
+	if errors.Is(err, os.ErrPermission) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) {
+		op = strings.TrimPrefix(op, "kernel egress: ")
+		return fmt.Errorf("%w: %s: %w; run the gateway as root or grant it CAP_NET_ADMIN (e.g. setcap cap_net_admin+ep), or use --egress user", ErrNotPrivileged, op, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// New creates the TUN, configures it, enables forwarding and programs the
+// nftables table. On error everything it made is undone.
+func New(cfg Config) (_ *Forwarder, err error) {
+	if cfg.Logger == nil {
+		return nil, errors.New("kernel egress: no logger")
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.MTU == 0 {
+		cfg.MTU = DefaultMTU
+	}
+	f := &Forwarder{
+		log:   cfg.Logger,
+		rules: ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr},
+		jobs:  make(map[netip.Addr][]*nftables.Rule),
+	}
+	if err := f.rules.validate(); err != nil {
+		return nil, err
+	}
+	upstreams := cfg.DNSUpstreams
+	if len(upstreams) == 0 {
+		if upstreams, err = dnsfwd.ReadResolvConf(DefaultResolvConf); err != nil {
+			return nil, fmt.Errorf("kernel egress: %w", err)
+		}
+	}
+	if f.nft, err = nftables.New(); err != nil {
+		return nil, privError("kernel egress: open nftables netlink socket", err)
+	}
+	// The TUN first: if another gateway holds it (EBUSY), its table is
+	// not stale.
+	dev, err := tun.CreateTUN(cfg.Name, cfg.MTU)
+	if err != nil {
+		f.nft.CloseLasting()
+		if errors.Is(err, unix.EBUSY) {
+			return nil, fmt.Errorf("kernel egress: create tun %q: %w (is another kernel-mode gateway running in this network namespace?)", cfg.Name, err)
+		}
+		return nil, privError(fmt.Sprintf("kernel egress: create tun %q", cfg.Name), err)
+	}
+	f.Device = dev
+	staleForward, err := f.removeStale()
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.teardown()
+		}
+	}()
+	if err := f.configureLink(cfg.Name); err != nil {
+		return nil, err
+	}
+
+	old, err := readSysctl(ipForwardPath)
+	if err != nil {
+		return nil, fmt.Errorf("kernel egress: %w", err)
+	}
+	if staleForward != "" {
+		old = staleForward // what the host had before the killed run
+	}
+	if err := f.program(old); err != nil {
+		return nil, err
+	}
+	if err := writeSysctl(ipForwardPath, "1"); err != nil {
+		return nil, privError("kernel egress: enable net.ipv4.ip_forward", err)
+	}
+	if old != "1" {
+		f.oldIPForward = old
+	}
+
+	gw := cfg.Addr.Addr()
+	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(gw, 53).String())
+	if err != nil {
+		return nil, privError("kernel egress: dns relay on the tunnel address", err)
+	}
+	ln, err := net.Listen("tcp4", netip.AddrPortFrom(gw, 53).String())
+	if err != nil {
+		pc.Close()
+		return nil, privError("kernel egress: dns relay on the tunnel address", err)
+	}
+	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams}, pc, ln); err != nil {
+		return nil, fmt.Errorf("kernel egress: %w", err)
+	}
+	f.log.Info("kernel egress ready", "tun", cfg.Name, "addr", cfg.Addr, "mtu", cfg.MTU,
+		"egress_addr", cfg.EgressAddr, "table", "inet "+TableName, "dns_upstreams", upstreams)
+	return f, nil
+}
+
+// configureLink gives the TUN its address and brings it up.
+func (f *Forwarder) configureLink(name string) error {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("kernel egress: find link %q: %w", name, err)
+	}
+	p := f.rules.addr
+	ipnet := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
+	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipnet}); err != nil {
+		return privError(fmt.Sprintf("kernel egress: set address %s on %s", p, name), err)
+	}
+	if err := netlink.LinkSetUp(link); err != nil {
+		return privError(fmt.Sprintf("kernel egress: bring %s up", name), err)
+	}
+	return nil
+}
+
+// removeStale deletes a table a previous run left and returns the
+// ip_forward value that run remembered ("" if none).
+func (f *Forwarder) removeStale() (string, error) {
+	t, err := f.nft.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
+			return "", nil
+		}
+		return "", privError("kernel egress: list nftables tables", err)
+	}
+	var old string
+	_, _, _, _, _, state := chains(t)
+	if rules, err := f.nft.GetRules(t, state); err == nil {
+		for _, r := range rules {
+			if v, ok := parseStateTag(r.UserData); ok {
+				old = v
+			}
+		}
+	}
+	f.nft.DelTable(t)
+	if err := f.nft.Flush(); err != nil {
+		return "", privError("kernel egress: delete stale nftables table inet "+TableName, err)
+	}
+	f.log.Warn("deleted the nftables table a previous gateway left behind (killed with SIGKILL?)",
+		"table", "inet "+TableName, "ip_forward_before_it", old)
+	return old, nil
+}
+
+// program creates the table with its chains and static rules in one
+// batch.
+func (f *Forwarder) program(oldIPForward string) error {
+	t := f.nft.AddTable(table())
+	post, fwd, fromJobs, input, toHost, state := chains(t)
+	for _, c := range []*nftables.Chain{post, fromJobs, toHost, state, fwd, input} {
+		f.nft.AddChain(c)
+	}
+	add := func(c *nftables.Chain, rules [][]expr.Any) {
+		for _, e := range rules {
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: e})
+		}
+	}
+	add(fromJobs, f.rules.fromJobsRules())
+	add(toHost, f.rules.toHostRules())
+	add(fwd, f.rules.forwardRules())
+	add(input, f.rules.inputRules())
+	f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(oldIPForward)})
+	if err := f.nft.Flush(); err != nil {
+		return privError("kernel egress: create nftables table inet "+TableName, err)
+	}
+	return nil
+}
+
+// AddJob source-NATs the traffic of the job at addr to the egress address
+// and, for TCP and UDP, to the ports of block. Adding an address again
+// replaces its rules.
+func (f *Forwarder) AddJob(addr netip.Addr, block portblock.Range) error {
+	if !addr.Is4() || !f.rules.addr.Contains(addr) {
+		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("kernel egress: closed")
+	}
+	t := table()
+	post, _, _, _, _, _ := chains(t)
+	old := f.jobs[addr]
+	tag := jobTag(addr)
+	for _, e := range f.rules.jobRules(addr, block) {
+		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
+	}
+	for _, r := range old {
+		if err := f.nft.DelRule(r); err != nil {
+			return err
+		}
+	}
+	if err := f.nft.Flush(); err != nil {
+		return fmt.Errorf("kernel egress: add snat rules for %v: %w", addr, err)
+	}
+	// The kernel does not echo handles back to this library: look them up
+	// by the job's tag.
+	rules, err := f.nft.GetRules(t, post)
+	if err != nil {
+		return fmt.Errorf("kernel egress: list snat rules: %w", err)
+	}
+	var mine []*nftables.Rule
+	for _, r := range rules {
+		if bytes.Equal(r.UserData, tag) {
+			mine = append(mine, r)
+		}
+	}
+	f.jobs[addr] = mine
+	return nil
+}
+
+// RemoveJob deletes the job's NAT rules and its conntrack entries.
+func (f *Forwarder) RemoveJob(addr netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rules, ok := f.jobs[addr]
+	if !ok || f.closed {
+		return
+	}
+	delete(f.jobs, addr)
+	for _, r := range rules {
+		if err := f.nft.DelRule(r); err != nil {
+			f.log.Error("kernel egress: delete snat rule", "job", addr, "err", err)
+		}
+	}
+	if err := f.nft.Flush(); err != nil {
+		f.log.Error("kernel egress: delete snat rules", "job", addr, "err", err)
+	}
+	f.flushConntrack(addr)
+}
+
+// flushConntrack drops the connection-tracking entries the job at addr
+// originated, so that their NAT mappings die with the job.
+func (f *Forwarder) flushConntrack(addr netip.Addr) {
+	filter := &netlink.ConntrackFilter{}
+	if err := filter.AddIP(netlink.ConntrackOrigSrcIP, addr.AsSlice()); err != nil {
+		return
+	}
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filter); err != nil {
+		f.log.Warn("kernel egress: cannot flush the job's conntrack entries; its flows keep their mappings until they time out", "job", addr, "err", err)
+	}
+}
+
+// Jobs returns the number of jobs with NAT rules.
+func (f *Forwarder) Jobs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.jobs)
+}
+
+// Close stops the DNS relay, deletes the nftables table, restores
+// ip_forward and closes (and so removes) the TUN. Pending Read and Write
+// calls return an error. Close is idempotent.
+func (f *Forwarder) Close() error {
+	f.closeOnce.Do(func() { f.closeErr = f.teardown() })
+	return f.closeErr
+}
+
+func (f *Forwarder) teardown() error {
+	var errs []error
+	if f.dns != nil {
+		f.dns.Close()
+	}
+	f.mu.Lock()
+	f.closed = true
+	f.jobs = nil
+	if f.nft != nil {
+		f.nft.DelTable(table())
+		if err := f.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete nftables table inet %s: %w", TableName, err))
+		}
+	}
+	f.mu.Unlock()
+	if f.oldIPForward != "" {
+		if err := writeSysctl(ipForwardPath, f.oldIPForward); err != nil {
+			errs = append(errs, fmt.Errorf("restore net.ipv4.ip_forward=%s: %w", f.oldIPForward, err))
+		}
+	}
+	if f.Device != nil {
+		if err := f.Device.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		f.log.Error("kernel egress: clean-up incomplete", "err", err)
+		return err
+	}
+	f.log.Info("kernel egress stopped: table deleted, tun closed", "table", "inet "+TableName)
+	return nil
+}
+
+func readSysctl(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func writeSysctl(path, v string) error {
+	if err := os.WriteFile(path, []byte(v+"\n"), 0o644); err != nil {
+		if errors.Is(err, syscall.EROFS) {
+			return fmt.Errorf("write %s: %w (read-only /proc/sys: set it outside the container)", path, err)
+		}
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,273 @@
+package kernel
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
+
+// Names of Airlock's nftables objects.
+const (
+	TableName      = "airlock"
+	chainPost      = "postrouting"
+	chainForward   = "forward"
+	chainFromJobs  = "from_jobs"
+	chainInput     = "input"
+	chainToHost    = "to_host"
+	chainState     = "state"
+	jobTagPrefix   = "airlock job "
+	stateTagPrefix = "airlock ip_forward="
+)
+
+// floor lists destinations no job may reach, whatever the policy: this
+// network, loopback, link-local (cloud metadata), multicast, broadcast.
+var floor = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("255.255.255.255/32"),
+}
+
+// ruleset describes the table for one forwarder: everything the rules
+// depend on. Its methods build expressions only; they touch no kernel
+// state, so they are testable without privileges.
+type ruleset struct {
+	tun    string       // TUN interface name
+	addr   netip.Prefix // gateway tunnel address / subnet length
+	egress netip.Addr   // public source address of SNAT
+}
+
+// ifname returns an interface name as nftables compares it: NUL-padded to
+// IFNAMSIZ.
+func ifname(n string) []byte {
+	b := make([]byte, unix.IFNAMSIZ)
+	copy(b, n)
+	return b
+}
+
+func metaCmp(key expr.MetaKey, op expr.CmpOp, data []byte) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: data},
+	}
+}
+
+func iifname(op expr.CmpOp, n string) []expr.Any { return metaCmp(expr.MetaKeyIIFNAME, op, ifname(n)) }
+func oifname(op expr.CmpOp, n string) []expr.Any { return metaCmp(expr.MetaKeyOIFNAME, op, ifname(n)) }
+func l4proto(p byte) []expr.Any                  { return metaCmp(expr.MetaKeyL4PROTO, expr.CmpOpEq, []byte{p}) }
+func nfproto(op expr.CmpOp, p byte) []expr.Any   { return metaCmp(expr.MetaKeyNFPROTO, op, []byte{p}) }
+
+// ip4 matches the IPv4 source (src) or destination address against p.
+// The caller must have matched nfproto ipv4 first.
+func ip4(src bool, op expr.CmpOp, p netip.Prefix) []expr.Any {
+	off := uint32(16)
+	if src {
+		off = 12
+	}
+	e := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}}
+	a := p.Masked().Addr().As4()
+	if p.Bits() < 32 {
+		m := netipMask4(p.Bits())
+		e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m[:], Xor: make([]byte, 4)})
+	}
+	return append(e, &expr.Cmp{Op: op, Register: 1, Data: a[:]})
+}
+
+func netipMask4(bits int) [4]byte {
+	var m [4]byte
+	for i := 0; i < bits; i++ {
+		m[i/8] |= 1 << (7 - i%8)
+	}
+	return m
+}
+
+// dport matches the transport destination port; l4proto must be matched
+// first.
+func dport(port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+	}
+}
+
+// ctState matches if the conntrack state has any of bits.
+func ctState(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
+// fibDaddrType matches the route type of the destination (RTN_LOCAL, ...).
+func fibDaddrType(rtn uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Fib{Register: 1, FlagDADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(rtn)},
+	}
+}
+
+func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
+
+func jump(chain string) expr.Any { return &expr.Verdict{Kind: expr.VerdictJump, Chain: chain} }
+
+func cat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// mssClamp sets the MSS option of TCP SYNs (SYN set, RST clear) to the
+// route's MTU minus headers: `tcp flags & (syn|rst) == syn tcp option
+// maxseg size set rt mtu`.
+func mssClamp() []expr.Any {
+	return cat(l4proto(unix.IPPROTO_TCP), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 13, Len: 1},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{0x02 | 0x04}, Xor: []byte{0}},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x02}},
+		&expr.Rt{Register: 1, Key: expr.RtTCPMSS},
+		&expr.Exthdr{SourceRegister: 1, Type: 2, Offset: 2, Len: 2, Op: expr.ExthdrOpTcpopt},
+	})
+}
+
+// forwardRules are the rules of the forward base chain, in order.
+func (r ruleset) forwardRules() [][]expr.Any {
+	return [][]expr.Any{
+		cat(iifname(expr.CmpOpEq, r.tun), mssClamp()),
+		cat(oifname(expr.CmpOpEq, r.tun), mssClamp()),
+		cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
+		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
+		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
+		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
+	}
+}
+
+// fromJobsRules are the safety floor for traffic from jobs to the outside.
+func (r ruleset) fromJobsRules() [][]expr.Any {
+	drop := []expr.Any{verdict(expr.VerdictDrop)}
+	rules := [][]expr.Any{
+		cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop),
+		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
+	}
+	for _, p := range floor {
+		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), drop))
+	}
+	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
+		rules = append(rules, cat(fibDaddrType(t), drop))
+	}
+	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
+}
+
+// inputRules are the rules of the input base chain.
+func (r ruleset) inputRules() [][]expr.Any {
+	return [][]expr.Any{cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainToHost)})}
+}
+
+// toHostRules decide what a job may send to the gateway host itself: DNS
+// and ping to the gateway's tunnel address, nothing else.
+func (r ruleset) toHostRules() [][]expr.Any {
+	gw := netip.PrefixFrom(r.addr.Addr(), 32)
+	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
+	accept := []expr.Any{verdict(expr.VerdictAccept)}
+	return [][]expr.Any{
+		cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept),
+		cat(v4gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
+		cat(v4gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
+		cat(v4gw, l4proto(unix.IPPROTO_ICMP), []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
+		}, accept),
+		{verdict(expr.VerdictDrop)},
+	}
+}
+
+// snat returns `snat ip to EGRESS[:LO-HI]`.
+func (r ruleset) snat(block portblock.Range) []expr.Any {
+	a := r.egress.As4()
+	e := []expr.Any{&expr.Immediate{Register: 1, Data: a[:]}}
+	n := &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}
+	if block.Len() > 0 && block.Lo != 0 {
+		e = append(e,
+			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(block.Lo)},
+			&expr.Immediate{Register: 3, Data: binaryutil.BigEndian.PutUint16(block.Hi)})
+		n.RegProtoMin, n.RegProtoMax, n.Specified = 2, 3, true
+	}
+	return append(e, n)
+}
+
+// jobRules are the postrouting NAT rules of the job at addr: TCP and UDP to
+// the job's port block, everything else (ICMP echo) to the address alone.
+// A zero block maps TCP and UDP to the address alone too.
+func (r ruleset) jobRules(addr netip.Addr, block portblock.Range) [][]expr.Any {
+	match := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), oifname(expr.CmpOpNeq, r.tun))
+	return [][]expr.Any{
+		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(block)),
+		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(block)),
+		cat(match, r.snat(portblock.Range{})),
+	}
+}
+
+// jobTag is the user data that marks a job's rules, so that their handles
+// can be found after they are added.
+func jobTag(addr netip.Addr) []byte { return []byte(jobTagPrefix + addr.String()) }
+
+// stateTag records the ip_forward value to restore.
+func stateTag(ipForward string) []byte { return []byte(stateTagPrefix + ipForward) }
+
+// parseStateTag returns the remembered ip_forward value of a state rule.
+func parseStateTag(b []byte) (string, bool) {
+	s, ok := strings.CutPrefix(string(b), stateTagPrefix)
+	if !ok {
+		return "", false
+	}
+	if _, err := strconv.Atoi(s); err != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// table returns Airlock's table.
+func table() *nftables.Table {
+	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+}
+
+// chains returns the table's chains.
+func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state *nftables.Chain) {
+	accept := nftables.ChainPolicyAccept
+	post = &nftables.Chain{Name: chainPost, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
+	fwd = &nftables.Chain{Name: chainForward, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	fromJobs = &nftables.Chain{Name: chainFromJobs, Table: t}
+	input = &nftables.Chain{Name: chainInput, Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
+	toHost = &nftables.Chain{Name: chainToHost, Table: t}
+	state = &nftables.Chain{Name: chainState, Table: t}
+	return
+}
+
+// validate checks the ruleset's inputs.
+func (r ruleset) validate() error {
+	if !r.addr.IsValid() || !r.addr.Addr().Is4() {
+		return fmt.Errorf("kernel egress: tunnel address %v: want an IPv4 address/prefix", r.addr)
+	}
+	if !r.egress.IsValid() || !r.egress.Is4() || r.egress.IsUnspecified() {
+		return fmt.Errorf("kernel egress: egress address %v: want the gateway's public IPv4 address (--egress-addr)", r.egress)
+	}
+	if r.tun == "" || len(r.tun) >= unix.IFNAMSIZ {
+		return fmt.Errorf("kernel egress: interface name %q: want 1-%d characters", r.tun, unix.IFNAMSIZ-1)
+	}
+	return nil
+}
