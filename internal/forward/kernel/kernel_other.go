@@ -31,7 +31,9 @@ func New(Config) (*Forwarder, error) {
 }
 
 // AddJob implements forward.Jobs.
-func (*Forwarder) AddJob(netip.Addr, portblock.Range) error { return errors.New("kernel egress needs Linux") }
+func (*Forwarder) AddJob(netip.Addr, portblock.Range) error {
+	return errors.New("kernel egress needs Linux")
+}
 
 // RemoveJob implements forward.Jobs.
 func (*Forwarder) RemoveJob(netip.Addr) {}
