@@ -178,58 +178,76 @@ func (s *Store) EndActiveLeases(end time.Time, reason string) (int, error) {
 }
 
 // Whois returns the leases whose port block on addr contained port at time
-// at, newest first. Normally that is one lease or none.
+// at, newest first. Normally that is one lease or none. Records whose
+// public address is unspecified (0.0.0.0 or ::, "every address of the
+// gateway host", as user-mode egress records them) match every address of
+// their family.
 func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord, error) {
 	var out []LeaseRecord
-	a16 := addr.Unmap().As16()
-	if addr.Unmap().Is4() {
-		a16 = netip.AddrFrom4(addr.Unmap().As4()).As16()
+	addr = addr.Unmap()
+	unspec := netip.IPv6Unspecified()
+	if addr.Is4() {
+		unspec = netip.IPv4Unspecified()
 	}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		var span uint16
-		if v := tx.Bucket(bucketMeta).Get(metaMaxSpan); v != nil {
-			span = binary.BigEndian.Uint16(v)
+		var err error
+		if out, err = whoisTx(tx, addr, port, at, out); err != nil {
+			return err
 		}
-		leases := tx.Bucket(bucketLeases)
-		c := tx.Bucket(bucketAttribution).Cursor()
-		// Start just above every key with first port == port and walk down
-		// to first port == port-span.
-		seek := attrKey(netip.AddrFrom16(a16), port, time.Unix(0, -1), "")
-		k, _ := c.Seek(append(seek, 0xff))
-		if k == nil {
-			k, _ = c.Last()
-		} else {
-			k, _ = c.Prev()
+		if addr != unspec {
+			out, err = whoisTx(tx, unspec, port, at, out)
 		}
-		for ; k != nil; k, _ = c.Prev() {
-			if len(k) < 26 || !bytes.Equal(k[:16], a16[:]) {
-				break
-			}
-			lo := binary.BigEndian.Uint16(k[16:18])
-			if lo > port {
-				continue
-			}
-			if port-lo > span {
-				break
-			}
-			v := leases.Get(k[26:])
-			if v == nil {
-				continue // pruned
-			}
-			var r LeaseRecord
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("lease %q: %w", k[26:], err)
-			}
-			if port <= r.PortHi && r.covers(at) {
-				out = append(out, r)
-			}
-		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Start.After(out[j].Start) })
+	return out, nil
+}
+
+// whoisTx appends to out the records of blocks on addr that contained port
+// at time at.
+func whoisTx(tx *bolt.Tx, addr netip.Addr, port uint16, at time.Time, out []LeaseRecord) ([]LeaseRecord, error) {
+	a16 := addr.As16()
+	var span uint16
+	if v := tx.Bucket(bucketMeta).Get(metaMaxSpan); v != nil {
+		span = binary.BigEndian.Uint16(v)
+	}
+	leases := tx.Bucket(bucketLeases)
+	c := tx.Bucket(bucketAttribution).Cursor()
+	// Start just above every key with first port == port and walk down
+	// to first port == port-span.
+	seek := attrKey(addr, port, time.Unix(0, -1), "")
+	k, _ := c.Seek(append(seek, 0xff))
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	for ; k != nil; k, _ = c.Prev() {
+		if len(k) < 26 || !bytes.Equal(k[:16], a16[:]) {
+			break
+		}
+		lo := binary.BigEndian.Uint16(k[16:18])
+		if lo > port {
+			continue
+		}
+		if port-lo > span {
+			break
+		}
+		v := leases.Get(k[26:])
+		if v == nil {
+			continue // pruned
+		}
+		var r LeaseRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			return out, fmt.Errorf("lease %q: %w", k[26:], err)
+		}
+		if port <= r.PortHi && r.covers(at) {
+			out = append(out, r)
+		}
+	}
 	return out, nil
 }
 

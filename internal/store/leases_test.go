@@ -86,3 +86,49 @@ func TestWhois(t *testing.T) {
 		t.Errorf("leases after prune: %d, %v; want 4", len(all), err)
 	}
 }
+
+// TestWhoisUnspecified checks records of user-mode egress, whose public
+// address is 0.0.0.0 ("every address of the host"): they answer for any
+// IPv4 address of the gateway, next to records of a specific address.
+func TestWhoisUnspecified(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), FileName), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, r := range []LeaseRecord{
+		{ID: "u", JobID: "job-u", PublicAddr: netip.IPv4Unspecified(), PortLo: 32768, PortHi: 33023, Start: t0},
+		{ID: "k", JobID: "job-k", PublicAddr: netip.MustParseAddr("203.0.113.1"), PortLo: 20000, PortHi: 20255, Start: t0},
+	} {
+		if err := s.RecordLeaseStart(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at := t0.Add(time.Minute)
+	for _, tt := range []struct {
+		addr string
+		port uint16
+		want string
+	}{
+		{"203.0.113.1", 32800, "job-u"},
+		{"198.51.100.1", 33023, "job-u"},
+		{"0.0.0.0", 32768, "job-u"},
+		{"203.0.113.1", 20000, "job-k"},
+		{"198.51.100.1", 20000, ""},
+		{"203.0.113.1", 33024, ""},
+		{"2001:db8::1", 32800, ""},
+	} {
+		got, err := s.Whois(netip.MustParseAddr(tt.addr), tt.port, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var id string
+		if len(got) > 0 {
+			id = got[0].JobID
+		}
+		if id != tt.want || len(got) > 1 {
+			t.Errorf("whois %s:%d: got %q (%d records), want %q", tt.addr, tt.port, id, len(got), tt.want)
+		}
+	}
+}
