@@ -12,6 +12,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func newGatewayCmd(stderr io.Writer) *ffcli.Command {
@@ -27,11 +28,16 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
 	fs.DurationVar(&cfg.History, "history", gateway.DefaultHistory, "how long ended leases stay in the attribution history (airlock whois)")
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
+	fs.StringVar(&cfg.Egress, "egress", gateway.EgressUser, "egress mode: user (unprivileged, user-space stack) or kernel (root or CAP_NET_ADMIN: kernel TUN, ip_forward, nftables SNAT)")
+	egressAddr := fs.String("egress-addr", "", "public IPv4 address jobs' connections leave from (kernel: SNAT target, default the default route's source; user: recorded for whois, default every host address)")
+	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default and maximum net.ipv4.ip_local_port_range; kernel: default 20000-59999)")
+	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
+	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:       "gateway",
 		ShortUsage: "airlock gateway --state DIR [flags]",
-		ShortHelp:  "run the gateway (unprivileged, user-space egress)",
+		ShortHelp:  "run the gateway (user-space egress, or kernel egress with --egress kernel)",
 		FlagSet:    fs,
 		Options:    []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
 		Exec: func(ctx context.Context, args []string) error {
@@ -49,11 +55,42 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 			if cfg.DNSUpstreams, err = parseUpstreams(*dns); err != nil {
 				return err
 			}
+			if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
+				return err
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			return gateway.Run(ctx, cfg)
 		},
 	}
+}
+
+// parseEgress checks the egress flags' syntax; gateway.Run checks them
+// against the host (port range, default route) before opening any socket.
+func parseEgress(cfg *gateway.Config, addr, ports string) error {
+	switch cfg.Egress {
+	case gateway.EgressUser, gateway.EgressKernel:
+	default:
+		return fmt.Errorf("bad --egress %q: want %s or %s", cfg.Egress, gateway.EgressUser, gateway.EgressKernel)
+	}
+	if addr != "" {
+		a, err := netip.ParseAddr(addr)
+		if err != nil {
+			return fmt.Errorf("bad --egress-addr %q: want an IP address", addr)
+		}
+		cfg.EgressAddr = a
+	}
+	if ports != "" {
+		r, err := portblock.ParseRange(ports)
+		if err != nil {
+			return fmt.Errorf("bad --egress-ports: %w", err)
+		}
+		cfg.EgressPorts = r
+	}
+	if cfg.BlockSize < 1 {
+		return fmt.Errorf("bad --block-size %d: want at least 1", cfg.BlockSize)
+	}
+	return nil
 }
 
 func parseUpstreams(s string) ([]netip.AddrPort, error) {

@@ -65,6 +65,12 @@ type Lease struct {
 	Gateway netip.Addr `json:"gateway"`
 	// DNS lists the resolvers the job should use (today: Gateway).
 	DNS []netip.Addr `json:"dns"`
+	// PublicAddr and Ports are the job's egress port block: its outside
+	// connections leave from PublicAddr with a source port in
+	// Ports[0]..Ports[1]. PublicAddr is 0.0.0.0 when the gateway uses
+	// every address of its host; both are zero when the job has no block.
+	PublicAddr netip.Addr `json:"public_addr,omitzero"`
+	Ports      [2]uint16  `json:"ports,omitzero"`
 	// MTU of the job's TUN device.
 	MTU int `json:"mtu"`
 	// GatewayPublicKey is the gateway's WireGuard public key, base64.

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -295,8 +296,11 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
 	case errors.Is(err, ErrNoAddress):
 		w.Header().Set("Retry-After", "10")
-		writeError(w, http.StatusServiceUnavailable, CodeNoAddress,
-			"gateway has no free tunnel address or port block; retry later or use another gateway")
+		msg := "gateway has no free tunnel address or port block; retry later or use another gateway"
+		if _, detail, ok := strings.Cut(err.Error(), ErrNoAddress.Error()+": "); ok && detail != "" {
+			msg = "gateway has no room for another job (" + detail + "); retry later, use another gateway or ask its admin"
+		}
+		writeError(w, http.StatusServiceUnavailable, CodeNoAddress, msg)
 		if s.logLim.Allow() {
 			s.log.Warn("join refused: no free address", "remote", remote, "err", err, "suppressed", s.suppressed.Swap(0))
 		} else {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -291,6 +292,7 @@ func TestBackendErrors(t *testing.T) {
 		wantIs     error
 	}{
 		{"no address", control.ErrNoAddress, 503, control.ErrNoAddress},
+		{"no port block", fmt.Errorf("%w: all 3 port blocks of 20000-20767 are in use; widen --egress-ports or lower --block-size", control.ErrNoAddress), 503, control.ErrNoAddress},
 		{"rejected", errors.Join(control.ErrBadRequest, errors.New("public key already joined")), 400, control.ErrBadRequest},
 		{"internal", errors.New("disk on fire"), 500, nil},
 	}
@@ -305,6 +307,9 @@ func TestBackendErrors(t *testing.T) {
 			}
 			if tc.wantIs != nil && !errors.Is(err, tc.wantIs) {
 				t.Errorf("got %v, want errors.Is %v", err, tc.wantIs)
+			}
+			if tc.name == "no port block" && !strings.Contains(err.Error(), "all 3 port blocks of 20000-20767 are in use") {
+				t.Errorf("got %v, want the backend's explanation", err)
 			}
 			if tc.wantStatus == 500 && strings.Contains(err.Error(), "disk on fire") {
 				t.Errorf("internal error detail leaked to client: %v", err)

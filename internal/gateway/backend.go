@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
@@ -27,6 +29,10 @@ type gateway struct {
 	// st keeps the lease history that attributes outside connections to
 	// jobs.
 	st *store.Store
+	// egress is the egress mode, public address and port-block plan.
+	egress egress
+	// jobs is the forwarder's per-job state, nil if it keeps none.
+	jobs forward.Jobs
 }
 
 // owner is what a lease records about its holder.
@@ -45,14 +51,32 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	l, secret, replaced, err := g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
 	if replaced != nil {
 		g.wg.RemovePeer(replaced.PublicKey)
+		g.removeJob(*replaced)
+		g.recordEnd(*replaced, "replaced")
 		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
 		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
 		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased", control.ErrNoAddress, g.cfg.Subnet)
 	}
+	if errors.Is(err, lease.ErrNoPortBlock) {
+		p := g.egress.plan
+		g.log.Error("join refused: every egress port block is in use; widen --egress-ports or lower --block-size",
+			"blocks", p.Blocks(), "egress_ports", p.Range, "block_size", p.Size)
+		return control.Lease{}, fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size",
+			control.ErrNoAddress, p.Blocks(), p.Range)
+	}
 	if err != nil {
 		return control.Lease{}, err
+	}
+	block := g.block(l)
+	if g.jobs != nil {
+		if err := g.jobs.AddJob(l.Addr, block); err != nil {
+			_, _ = g.leases.Release(l.ID, secret)
+			g.jobs.RemoveJob(l.Addr)
+			g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
+			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
+		}
 	}
 	// Fail closed: a job the history cannot attribute does not get in.
 	rec := store.LeaseRecord{
@@ -60,20 +84,31 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
 		Token: tok.Name, Remote: remote.String(), TunnelAddr: l.Addr, Start: l.Start,
 	}
+	if block != (portblock.Range{}) {
+		rec.PublicAddr, rec.PortLo, rec.PortHi = g.egress.public, block.Lo, block.Hi
+	}
 	if err := g.st.RecordLeaseStart(rec); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
+		g.removeJob(l)
 		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
 		return control.Lease{}, err
 	}
 	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
+		g.removeJob(l)
 		g.recordEnd(l, "wireguard peer failed")
 		return control.Lease{}, err
 	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
-		"host", req.Job.Hostname, "token", tok.Name, "remote", remote)
+		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block)
+	var ports [2]uint16
+	if block != (portblock.Range{}) {
+		ports = [2]uint16{block.Lo, block.Hi}
+	}
 	return control.Lease{
+		PublicAddr:       rec.PublicAddr,
+		Ports:            ports,
 		ID:               l.ID,
 		Secret:           secret,
 		Address:          netip.PrefixFrom(l.Addr, g.cfg.Subnet.Bits()),
@@ -101,6 +136,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 		return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
 	}
 	g.wg.RemovePeer(l.PublicKey)
+	g.removeJob(l)
 	g.recordEnd(l, "released")
 	g.log.Info("job left", "lease", l.ID, "addr", l.Addr, "held", time.Since(l.Start).Round(time.Millisecond))
 	return nil
@@ -125,10 +161,27 @@ func (g *gateway) expireLoop(ctx context.Context) {
 		case now := <-t.C:
 			for _, l := range g.leases.Expire(now) {
 				g.wg.RemovePeer(l.PublicKey)
+				g.removeJob(l)
 				g.recordEnd(l, "expired")
 				g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
 			}
 		}
+	}
+}
+
+// block returns the port range of l's block, or the zero Range if it has
+// none.
+func (g *gateway) block(l lease.Lease) portblock.Range {
+	if l.Block < 0 || l.Block >= g.egress.plan.Blocks() {
+		return portblock.Range{}
+	}
+	return g.egress.plan.Block(l.Block)
+}
+
+// removeJob drops l's per-job state in the egress backend.
+func (g *gateway) removeJob(l lease.Lease) {
+	if g.jobs != nil {
+		g.jobs.RemoveJob(l.Addr)
 	}
 }
 

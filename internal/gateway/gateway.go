@@ -21,8 +21,10 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
@@ -65,6 +67,21 @@ type Config struct {
 	History time.Duration
 	// DNSUpstreams override the host's resolvers for jobs' DNS.
 	DNSUpstreams []netip.AddrPort
+	// Egress is the egress backend: EgressUser ("" too) or EgressKernel.
+	Egress string
+	// EgressAddr is the public address jobs' flows leave from. Kernel
+	// mode source-NATs to it (default: the preferred source of the
+	// default route); in user mode it is recorded in the lease history
+	// (default: unspecified, meaning every address of the host).
+	EgressAddr netip.Addr
+	// EgressPorts is the range split into per-job port blocks; zero means
+	// the host's ip_local_port_range in user mode (a wider range is
+	// refused) and DefaultKernelPorts in kernel mode.
+	EgressPorts portblock.Range
+	// BlockSize is the number of ports per job; 0 means DefaultBlockSize.
+	BlockSize int
+	// TUN names kernel mode's TUN device; "" means kernel.DefaultName.
+	TUN string
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
@@ -162,7 +179,11 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Warn("closed lease records a previous run left open (crash or kill -9?)", "leases", n)
 	}
 
-	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, 0)
+	eg, err := planEgress(cfg, hostEgressEnv)
+	if err != nil {
+		return err
+	}
+	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.plan.Blocks())
 	if err != nil {
 		return err
 	}
@@ -177,17 +198,11 @@ func Run(ctx context.Context, cfg Config) error {
 		port = uint64(ln.Addr().(*net.TCPAddr).Port)
 	}
 
-	fwd, err := netstack.New(netstack.Config{
-		Logger:       log.With("component", "netstack"),
-		Addr:         netip.PrefixFrom(gwAddr, cfg.Subnet.Bits()),
-		MTU:          cfg.MTU,
-		DNSUpstreams: cfg.DNSUpstreams,
-		Dial:         cfg.Dial,
-	})
+	dev, err := newForwarder(cfg, eg, gwAddr)
 	if err != nil {
-		return fmt.Errorf("user-mode egress: %w", err)
+		return err
 	}
-	var dev forward.Forwarder = fwd
+	jobs, _ := dev.(forward.Jobs)
 	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
@@ -209,6 +224,8 @@ func Run(ctx context.Context, cfg Config) error {
 		gwAddr:    gwAddr,
 		advertise: advertise,
 		st:        st,
+		egress:    eg,
+		jobs:      jobs,
 	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
@@ -255,7 +272,8 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("gateway ready",
 		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "mode", "user",
+		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "blocks", eg.plan.Blocks(), "per_job_blocks", jobs != nil,
 		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
 	if cfg.Ready != nil {
 		cfg.Ready(info)
@@ -276,9 +294,43 @@ func Run(ctx context.Context, cfg Config) error {
 	wgrp.Wait()
 	for _, l := range leases.Leases() {
 		wg.RemovePeer(l.PublicKey)
+		g.removeJob(l)
 		g.recordEnd(l, "gateway stopped")
 	}
 	return runErr
+}
+
+// newForwarder makes the egress backend of eg.mode.
+func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, error) {
+	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
+	if eg.mode == EgressKernel {
+		if !isHostAddr(eg.public) {
+			cfg.Logger.Warn("--egress-addr is not an address of this host; replies to it will not reach the gateway unless the network routes them here", "egress_addr", eg.public)
+		}
+		f, err := kernel.New(kernel.Config{
+			Logger:       cfg.Logger.With("component", "kernel"),
+			Name:         cfg.TUN,
+			Addr:         addr,
+			MTU:          cfg.MTU,
+			DNSUpstreams: cfg.DNSUpstreams,
+			EgressAddr:   eg.public,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
+	}
+	f, err := netstack.New(netstack.Config{
+		Logger:       cfg.Logger.With("component", "netstack"),
+		Addr:         addr,
+		MTU:          cfg.MTU,
+		DNSUpstreams: cfg.DNSUpstreams,
+		Dial:         cfg.Dial,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("user-mode egress: %w", err)
+	}
+	return f, nil
 }
 
 // ensureStateDir creates dir 0700, or tightens an existing one that others

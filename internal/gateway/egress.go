@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
+
+// Egress modes (Config.Egress).
+const (
+	// EgressUser re-originates jobs' flows as the gateway's own sockets
+	// (gVisor netstack); needs no privileges.
+	EgressUser = "user"
+	// EgressKernel forwards jobs' packets through a kernel TUN with
+	// nftables SNAT; needs root or CAP_NET_ADMIN.
+	EgressKernel = "kernel"
+)
+
+// DefaultBlockSize is the number of ports per job.
+const DefaultBlockSize = 256
+
+// DefaultKernelPorts is kernel mode's default egress range: 40000 ports
+// (156 blocks of 256), clear of the well-known and registered ports most
+// services listen on, and of the top of the host's usual ephemeral range.
+// SNAT keeps the mappings unique through conntrack, so it may overlap the
+// host's own ephemeral range.
+var DefaultKernelPorts = portblock.Range{Lo: 20000, Hi: 59999}
+
+// egress is the resolved egress configuration.
+type egress struct {
+	mode string
+	// public is the address jobs' flows leave from: the egress address in
+	// kernel mode; in user mode the configured one or the unspecified
+	// address, meaning every address of the host.
+	public netip.Addr
+	plan   portblock.Plan
+}
+
+// egressEnv is what planEgress needs from the host; tests replace it.
+type egressEnv struct {
+	// hostRange returns net.ipv4.ip_local_port_range.
+	hostRange func() (portblock.Range, error)
+	// defaultSource returns the preferred source address of the default
+	// route.
+	defaultSource func() (netip.Addr, error)
+}
+
+var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: defaultRouteSource}
+
+// planEgress validates the egress flags and picks the defaults.
+func planEgress(c Config, env egressEnv) (egress, error) {
+	e := egress{mode: c.Egress}
+	if e.mode == "" {
+		e.mode = EgressUser
+	}
+	size := c.BlockSize
+	if size == 0 {
+		size = DefaultBlockSize
+	}
+	r := c.EgressPorts
+	switch e.mode {
+	case EgressUser:
+		host, err := env.hostRange()
+		if err != nil {
+			return egress{}, fmt.Errorf("user-mode egress: %w", err)
+		}
+		if r == (portblock.Range{}) {
+			r = host
+		} else if r.Lo < host.Lo || r.Hi > host.Hi {
+			return egress{}, fmt.Errorf("--egress-ports %s is not inside this host's ephemeral range %s (net.ipv4.ip_local_port_range): "+
+				"user mode keeps each job's source ports in its block with IP_LOCAL_PORT_RANGE, which can only narrow the host's range; "+
+				"widen it (sysctl -w net.ipv4.ip_local_port_range=\"%d %d\") or choose --egress-ports inside %s",
+				r, host, min(r.Lo, host.Lo), max(r.Hi, host.Hi), host)
+		}
+		e.public = netip.IPv4Unspecified()
+		if c.EgressAddr.IsValid() {
+			e.public = c.EgressAddr.Unmap()
+		}
+	case EgressKernel:
+		if r == (portblock.Range{}) {
+			r = DefaultKernelPorts
+		}
+		e.public = c.EgressAddr.Unmap()
+		if !e.public.IsValid() {
+			a, err := env.defaultSource()
+			if err != nil {
+				return egress{}, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
+			}
+			e.public = a
+		}
+		if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
+			return egress{}, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
+		}
+	default:
+		return egress{}, fmt.Errorf("--egress %q: want %s or %s", c.Egress, EgressUser, EgressKernel)
+	}
+	plan, err := portblock.NewPlan(r, size)
+	if err != nil {
+		return egress{}, fmt.Errorf("--block-size: %w", err)
+	}
+	e.plan = plan
+	return e, nil
+}
+
+// defaultRouteSource returns the preferred source address of the host's
+// IPv4 default route.
+func defaultRouteSource() (netip.Addr, error) {
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("list routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst != nil {
+			if ones, _ := r.Dst.Mask.Size(); ones != 0 {
+				continue
+			}
+		}
+		if a, ok := netip.AddrFromSlice(r.Src); ok && a.Unmap().IsValid() && !a.IsUnspecified() {
+			return a.Unmap(), nil
+		}
+		// No prefsrc on the route: ask the kernel which source it picks.
+		dst := r.Gw
+		if dst == nil {
+			dst = net.IPv4(192, 0, 2, 1)
+		}
+		got, err := netlink.RouteGet(dst)
+		if err == nil && len(got) > 0 {
+			if a, ok := netip.AddrFromSlice(got[0].Src); ok && !a.Unmap().IsUnspecified() {
+				return a.Unmap(), nil
+			}
+		}
+	}
+	return netip.Addr{}, errors.New("this host has no IPv4 default route with a source address")
+}
+
+// isHostAddr reports whether a is configured on one of the host's
+// interfaces.
+func isHostAddr(a netip.Addr) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true // cannot tell; do not warn
+	}
+	for _, ia := range addrs {
+		if n, ok := ia.(*net.IPNet); ok {
+			if b, ok := netip.AddrFromSlice(n.IP); ok && b.Unmap() == a {
+				return true
+			}
+		}
+	}
+	return false
+}
