@@ -30,8 +30,8 @@
 //	    oifname TUN drop                                (nothing unsolicited)
 //	chain from_jobs    the safety floor, then accept
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
-//	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: drop
-//	    fib daddr type local, broadcast, multicast: drop (the host's addresses)
+//	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: goto refuse
+//	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
 //	    accept
 //	chain input        filter, hook input, priority filter (0), policy accept
 //	    iifname TUN jump to_host
@@ -39,7 +39,9 @@
 //	    ct state established,related accept
 //	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
 //	    ip daddr GW icmp type echo-request accept
-//	    drop
+//	    goto refuse
+//	chain refuse       tcp: reject with tcp reset; else reject (icmpx port
+//	                   unreachable), so that jobs fail fast, not by timeout
 //	chain state        no hook; one rule whose user data remembers the
 //	                   ip_forward value from before the table was made
 //

@@ -209,7 +209,7 @@ func (f *Forwarder) removeStale() (string, error) {
 		return "", privError("kernel egress: list nftables tables", err)
 	}
 	var old string
-	_, _, _, _, _, state := chains(t)
+	_, _, _, _, _, state, _ := chains(t)
 	if rules, err := f.nft.GetRules(t, state); err == nil {
 		for _, r := range rules {
 			if v, ok := parseStateTag(r.UserData); ok {
@@ -230,8 +230,8 @@ func (f *Forwarder) removeStale() (string, error) {
 // batch.
 func (f *Forwarder) program(oldIPForward string) error {
 	t := f.nft.AddTable(table())
-	post, fwd, fromJobs, input, toHost, state := chains(t)
-	for _, c := range []*nftables.Chain{post, fromJobs, toHost, state, fwd, input} {
+	post, fwd, fromJobs, input, toHost, state, refuse := chains(t)
+	for _, c := range []*nftables.Chain{post, refuse, fromJobs, toHost, state, fwd, input} {
 		f.nft.AddChain(c)
 	}
 	add := func(c *nftables.Chain, rules [][]expr.Any) {
@@ -239,6 +239,7 @@ func (f *Forwarder) program(oldIPForward string) error {
 			f.nft.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: e})
 		}
 	}
+	add(refuse, refuseRules())
 	add(fromJobs, f.rules.fromJobsRules())
 	add(toHost, f.rules.toHostRules())
 	add(fwd, f.rules.forwardRules())
@@ -263,7 +264,7 @@ func (f *Forwarder) AddJob(addr netip.Addr, block portblock.Range) error {
 		return errors.New("kernel egress: closed")
 	}
 	t := table()
-	post, _, _, _, _, _ := chains(t)
+	post, _, _, _, _, _, _ := chains(t)
 	old := f.jobs[addr]
 	tag := jobTag(addr)
 	for _, e := range f.rules.jobRules(addr, block) {

@@ -134,7 +134,7 @@ func jobRuleCount(t *testing.T, addr netip.Addr) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post, _, _, _, _, _ := chains(table())
+	post, _, _, _, _, _, _ := chains(table())
 	rules, err := c.GetRules(table(), post)
 	if err != nil {
 		t.Fatal(err)
@@ -213,8 +213,9 @@ func TestLifecycle(t *testing.T) {
 			"ip saddr 100.64.0.2 oifname != \"airlock0\" snat ip to 203.0.113.1",
 			"tcp option maxseg size set rt mtu",
 			"ct state established,related accept",
-			"ip daddr 169.254.0.0/16 drop",
-			"fib daddr type local drop",
+			"ip daddr 169.254.0.0/16 goto refuse",
+			"fib daddr type local goto refuse",
+			"meta l4proto tcp reject with tcp reset",
 			"iifname \"airlock0\" jump to_host",
 			"ip daddr 100.64.0.1 udp dport 53 accept",
 		} {
@@ -282,7 +283,7 @@ func TestStaleTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := c.AddTable(table())
-	post, _, _, _, _, state := chains(tb)
+	post, _, _, _, _, state, _ := chains(tb)
 	c.AddChain(post)
 	c.AddChain(state)
 	stale := netip.MustParseAddr("100.64.0.9")

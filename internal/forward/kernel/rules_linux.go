@@ -23,6 +23,7 @@ const (
 	chainInput     = "input"
 	chainToHost    = "to_host"
 	chainState     = "state"
+	chainRefuse    = "refuse"
 	jobTagPrefix   = "airlock job "
 	stateTagPrefix = "airlock ip_forward="
 )
@@ -154,18 +155,30 @@ func (r ruleset) forwardRules() [][]expr.Any {
 	}
 }
 
+// refuseRules answer a refused packet the way a closed port would (TCP
+// reset, ICMP port unreachable), so that jobs fail at once instead of
+// waiting for a timeout. The kernel sends nothing for broadcast and
+// multicast destinations.
+func refuseRules() [][]expr.Any {
+	return [][]expr.Any{
+		cat(l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		{&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH}},
+	}
+}
+
 // fromJobsRules are the safety floor for traffic from jobs to the outside.
 func (r ruleset) fromJobsRules() [][]expr.Any {
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
+	refuse := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}
 	rules := [][]expr.Any{
 		cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop),
 		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
 	}
 	for _, p := range floor {
-		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), drop))
+		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), refuse))
 	}
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
-		rules = append(rules, cat(fibDaddrType(t), drop))
+		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
 }
@@ -189,7 +202,7 @@ func (r ruleset) toHostRules() [][]expr.Any {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
 		}, accept),
-		{verdict(expr.VerdictDrop)},
+		{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}},
 	}
 }
 
@@ -244,7 +257,7 @@ func table() *nftables.Table {
 }
 
 // chains returns the table's chains.
-func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state *nftables.Chain) {
+func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state, refuse *nftables.Chain) {
 	accept := nftables.ChainPolicyAccept
 	post = &nftables.Chain{Name: chainPost, Table: t, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
@@ -255,6 +268,7 @@ func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state *nftab
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
 	toHost = &nftables.Chain{Name: chainToHost, Table: t}
 	state = &nftables.Chain{Name: chainState, Table: t}
+	refuse = &nftables.Chain{Name: chainRefuse, Table: t}
 	return
 }
 

@@ -133,14 +133,14 @@ func TestFilterRules(t *testing.T) {
 		t.Errorf("from_jobs ends with %v, want accept", fj[len(fj)-1])
 	}
 	for _, r := range fj[:len(fj)-1] {
-		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictDrop {
-			t.Errorf("from_jobs rule %v does not drop", r)
+		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || !(v.Kind == expr.VerdictDrop || v.Kind == expr.VerdictGoto && v.Chain == chainRefuse) {
+			t.Errorf("from_jobs rule %v neither drops nor refuses", r)
 		}
 	}
 	// to_host ends with drop; it accepts only the gateway address.
 	th := testRules.toHostRules()
-	if v, ok := th[len(th)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictDrop {
-		t.Errorf("to_host ends with %v, want drop", th[len(th)-1])
+	if v, ok := th[len(th)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictGoto || v.Chain != chainRefuse {
+		t.Errorf("to_host ends with %v, want goto refuse", th[len(th)-1])
 	}
 	gw := testRules.addr.Addr().As4()
 	for _, r := range th[1 : len(th)-1] {
