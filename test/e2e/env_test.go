@@ -1,8 +1,9 @@
 // Package e2e holds end-to-end tests of the airlock binary on a real
-// cn/dmz/inet namespace topology (test/topology): the gateway runs
-// unprivileged in dmz, airlock run runs unprivileged in cn, and jobs talk
-// to real iperf3, HTTP, DNS and UDP peers in inet. They need root to build
-// the topology; in CI (CI set) they run, never skip.
+// cn/dmz/inet namespace topology (test/topology): the gateway runs in dmz,
+// unprivileged in user egress mode or as root in kernel egress mode,
+// airlock run runs unprivileged in cn, and jobs talk to real iperf3, HTTP,
+// DNS and UDP peers in inet. They need root to build the topology; in CI
+// (CI set) they run, never skip.
 package e2e
 
 import (
@@ -31,13 +32,22 @@ const (
 	runTimeout  = 90 * time.Second
 )
 
+// Egress modes the gateway runs in.
+const (
+	modeUser   = "user"
+	modeKernel = "kernel"
+)
+
 // env is one topology with peers in inet, a running gateway in dmz and a
 // join token. Its methods are safe for concurrent use.
 type env struct {
 	tp      *topology.Topology
 	u       *topology.User
-	airlock string // path of the airlock binary
-	peer    string // path of airlock-testpeer
+	mode    string         // modeUser or modeKernel
+	gwUser  *topology.User // who runs the gateway and admin commands; nil means root
+	gwArgs  []string       // airlock gateway's arguments
+	airlock string         // path of the airlock binary
+	peer    string         // path of airlock-testpeer
 
 	state   string // the gateway's state directory
 	gw      *topology.Process
@@ -51,16 +61,30 @@ type env struct {
 	dnsAddr  netip.Addr
 }
 
-// newEnv builds the topology, starts the peers and the gateway, waits for
-// join.env and creates a token. Everything is torn down at cleanup.
+// newEnv builds the topology, starts the peers and the gateway in user
+// mode, waits for join.env and creates a token. Everything is torn down at
+// cleanup.
 func newEnv(t testing.TB) *env {
+	t.Helper()
+	return newEnvMode(t, modeUser)
+}
+
+// newEnvMode is newEnv with the gateway in egress mode: modeUser runs it
+// unprivileged as the test user, modeKernel as root with --egress kernel,
+// source-NATing to dmz's inet address.
+func newEnvMode(t testing.TB, mode string) *env {
 	t.Helper()
 	topology.RequireRoot(t)
 	e := &env{
 		tp:      topology.New(t),
 		u:       topology.EnsureUser(t),
+		mode:    mode,
 		airlock: topology.BuildAirlock(t),
 		peer:    topology.BuildPeer(t),
+	}
+	e.gwUser = e.u
+	if mode == modeKernel {
+		e.gwUser = nil
 	}
 	topology.PrepareTUN(t)
 	e.httpPort, e.sha = e.tp.StartHTTP(t, map[string]int64{"big": bigSize, "small": smallSize})
@@ -68,17 +92,41 @@ func newEnv(t testing.TB) *env {
 	e.dnsAddr = e.tp.StartDNS(t, map[string]netip.Addr{zoneName + ".": e.tp.INETAddr})
 	e.tp.SetResolvConf(e.tp.DMZ, e.dnsAddr)
 
-	// The state directory's parent is owned by the test user so that the
-	// gateway can create the state directory itself (0700).
+	// The state directory's parent is owned by the gateway's user so that
+	// the gateway can create the state directory itself (0700).
 	base := topology.TempDir(t)
-	if err := os.Chown(base, e.u.UID, e.u.GID); err != nil {
-		t.Fatal(err)
+	if e.gwUser != nil {
+		if err := os.Chown(base, e.gwUser.UID, e.gwUser.GID); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.state = filepath.Join(base, "state")
 	listen := netip.AddrPortFrom(e.tp.DMZAddrCN, gatewayPort).String()
-	e.gw = e.tp.Start(t, e.tp.DMZ, e.u, e.airlock, "gateway", "--state", e.state, "--listen", listen)
+	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
+	if mode == modeKernel {
+		e.gwArgs = append(e.gwArgs, "--egress", "kernel", "--egress-addr", e.tp.DMZAddrINET.String())
+	}
+	e.startGateway(t)
+	if e.gateway != listen {
+		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
+	}
+	if !strings.HasPrefix(e.pin, "sha256:") || len(e.pin) != len("sha256:")+64 {
+		t.Errorf("join.env AIRLOCK_PIN = %q, want sha256:<64 hex digits>", e.pin)
+	}
+	e.token = e.createToken(t, "e2e")
+	return e
+}
 
+// startGateway starts the gateway (again) on the env's state directory and
+// waits until it has written join.env.
+func (e *env) startGateway(t testing.TB) {
+	t.Helper()
 	joinEnv := filepath.Join(e.state, "join.env")
+	if err := os.Remove(joinEnv); err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	e.gw = e.tp.Start(t, e.tp.DMZ, e.gwUser, e.airlock, e.gwArgs...)
+
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		vals, err := readEnvFile(joinEnv)
@@ -94,14 +142,6 @@ func newEnv(t testing.TB) *env {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if e.gateway != listen {
-		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
-	}
-	if !strings.HasPrefix(e.pin, "sha256:") || len(e.pin) != len("sha256:")+64 {
-		t.Errorf("join.env AIRLOCK_PIN = %q, want sha256:<64 hex digits>", e.pin)
-	}
-	e.token = e.createToken(t, "e2e")
-	return e
 }
 
 // readEnvFile parses KEY=VALUE lines.
@@ -122,10 +162,11 @@ func readEnvFile(path string) (map[string]string, error) {
 	return vals, sc.Err()
 }
 
-// admin runs an airlock admin command (token ...) as the test user in dmz.
+// admin runs an airlock admin command (token ..., whois) in dmz as the
+// gateway's user.
 func (e *env) admin(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	return e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.u, e.airlock, args...)
+	return e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.gwUser, e.airlock, args...)
 }
 
 func (e *env) createToken(t testing.TB, name string) string {
@@ -154,8 +195,9 @@ func (e *env) diag(clientStderr string) string {
 
 // runOpts overrides how airlock run is invoked.
 type runOpts struct {
-	gateway, pin, token string // "" means the env's value
-	viaEnv              bool   // pass them as AIRLOCK_* variables instead of flags
+	gateway, pin, token string   // "" means the env's value
+	viaEnv              bool     // pass them as AIRLOCK_* variables instead of flags
+	env                 []string // extra NAME=VALUE variables for airlock run
 	timeout             time.Duration
 }
 
@@ -170,10 +212,16 @@ func (e *env) command(o runOpts, args ...string) []string {
 	if o.token != "" {
 		tok = o.token
 	}
-	if o.viaEnv {
-		return append([]string{"env", "AIRLOCK_GATEWAY=" + gw, "AIRLOCK_PIN=" + pin, "AIRLOCK_TOKEN=" + tok, e.airlock, "run", "--"}, args...)
+	var argv []string
+	if o.viaEnv || len(o.env) > 0 {
+		argv = append([]string{"env"}, o.env...)
 	}
-	return append([]string{e.airlock, "run", "--gateway", gw, "--pin", pin, "--token", tok, "--"}, args...)
+	if o.viaEnv {
+		argv = append(argv, "AIRLOCK_GATEWAY="+gw, "AIRLOCK_PIN="+pin, "AIRLOCK_TOKEN="+tok, e.airlock, "run", "--")
+		return append(argv, args...)
+	}
+	argv = append(argv, e.airlock, "run", "--gateway", gw, "--pin", pin, "--token", tok, "--")
+	return append(argv, args...)
 }
 
 // run runs airlock run -- ARGS as the test user in cn and returns the exit
@@ -195,7 +243,13 @@ func (e *env) runWith(t testing.TB, o runOpts, args ...string) (code int, stdout
 // start starts airlock run -- ARGS in the background.
 func (e *env) start(t testing.TB, args ...string) *topology.Process {
 	t.Helper()
-	argv := e.command(runOpts{}, args...)
+	return e.startWith(t, runOpts{}, args...)
+}
+
+// startWith starts airlock run -- ARGS in the background, with options.
+func (e *env) startWith(t testing.TB, o runOpts, args ...string) *topology.Process {
+	t.Helper()
+	argv := e.command(o, args...)
 	return e.tp.Start(t, e.tp.CN, e.u, argv[0], argv[1:]...)
 }
 

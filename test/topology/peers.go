@@ -147,6 +147,17 @@ func (tp *Topology) StartTCPListener(t testing.TB, ns string, addr netip.AddrPor
 	return p
 }
 
+// StartTCPSrcPort starts a server in inet on all addresses that answers
+// every TCP connection with the client's IP:PORT as it saw them, and
+// returns its port once it accepts connections.
+func (tp *Topology) StartTCPSrcPort(t testing.TB) int {
+	t.Helper()
+	port := tp.Port()
+	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsrcport", fmt.Sprintf("0.0.0.0:%d", port))
+	tp.WaitTCP(t, tp.INET, netip.AddrPortFrom(tp.INETAddr, uint16(port)), p)
+	return port
+}
+
 // TCPCheck reports whether a TCP connection from namespace ns, as u (nil
 // means root), to addr succeeds within 2 s.
 func (tp *Topology) TCPCheck(t testing.TB, ns string, u *User, addr netip.AddrPort) bool {

@@ -16,6 +16,9 @@
 //	                         verify each echo, print "ok COUNT" (exit 1 on failure)
 //	tcpcheck ADDR            dial ADDR with a 2 s timeout; exit 0 if connected
 //	tcplisten ADDR           accept TCP connections on ADDR, write "hello\n", close
+//	tcpsrcport ADDR          accept TCP connections on ADDR, write the peer's "IP:PORT\n", close
+//	tcpsrcclient ADDR N      open N connections to ADDR at once (a tcpsrcport server),
+//	                         print each answer on a line (exit 1 on failure)
 //
 // Servers bind their sockets before they serve, so a successful TCP connect
 // to a server means all its sockets are ready. Servers run until killed.
@@ -66,6 +69,16 @@ func main() {
 	case "tcplisten":
 		need(args, 1)
 		err = tcpListen(args[0])
+	case "tcpsrcport":
+		need(args, 1)
+		err = tcpSrcPort(args[0])
+	case "tcpsrcclient":
+		need(args, 2)
+		var n int
+		n, err = strconv.Atoi(args[1])
+		if err == nil {
+			err = tcpSrcClient(args[0], n)
+		}
 	default:
 		usage()
 	}
@@ -250,4 +263,50 @@ func tcpListen(addr string) error {
 		_, _ = c.Write([]byte("hello\n"))
 		_ = c.Close()
 	}
+}
+
+// tcpSrcPort tells every TCP client the address and port it came from, as
+// the server saw them (after any NAT on the way).
+func tcpSrcPort(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = c.Write([]byte(c.RemoteAddr().String() + "\n"))
+		_ = c.Close()
+	}
+}
+
+// tcpSrcClient holds n connections to a tcpsrcport server open at once (so
+// that they use n different source ports) and prints the answers.
+func tcpSrcClient(addr string, n int) error {
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("connection %d: %w", i+1, err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		b := make([]byte, 128)
+		m, err := c.Read(b)
+		if err != nil {
+			return fmt.Errorf("connection %d: read: %w", i+1, err)
+		}
+		fmt.Print(strings.TrimSpace(string(b[:m])) + "\n")
+	}
+	return nil
 }
