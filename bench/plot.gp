@@ -6,6 +6,9 @@
 # (ratio to the interleaved native run).
 
 set datafile separator "\t"
+# Rows of other series evaluate to NaN; treat them as missing so that the
+# lines of a series connect across them.
+set datafile missing NaN
 set terminal pngcairo size 1400,900 font "Sans,11"
 set key outside right top font ",10"
 set grid
@@ -36,7 +39,7 @@ do for [what in "throughput ratio"] {
 			} else {
 				unset logscale y
 				set ylabel "ratio to native"
-				set yrange [0:1.2]
+				if (l eq "uncapped") { set yrange [0:*] } else { set yrange [0:1.2] }
 				col = C_RATIO
 			}
 			plot for [i=1:words(configs)] summary using (sel(cfg(i), l, d, C_STREAMS)):(sel(cfg(i), l, d, col)) \
