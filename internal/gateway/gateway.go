@@ -320,13 +320,17 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 		}
 		return f, nil
 	}
-	f, err := netstack.New(netstack.Config{
+	ns := netstack.Config{
 		Logger:       cfg.Logger.With("component", "netstack"),
 		Addr:         addr,
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,
-	})
+	}
+	if !eg.public.IsUnspecified() {
+		ns.EgressAddr = eg.public
+	}
+	f, err := netstack.New(ns)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)
 	}

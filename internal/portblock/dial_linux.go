@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,9 @@ type Dialer struct {
 	// Base supplies the timeout and keep-alive; its LocalAddr and
 	// Control are overwritten.
 	Base net.Dialer
+	// LocalIP, if valid, is the source address; invalid means the
+	// kernel's choice per destination.
+	LocalIP netip.Addr
 	// Explicit forces the explicit-bind fallback (for tests).
 	Explicit bool
 }
@@ -63,7 +67,7 @@ func (d *Dialer) control(network, address string, c syscall.RawConn) error {
 func (d *Dialer) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	if !d.Explicit {
 		nd := d.Base
-		nd.LocalAddr = nil
+		nd.LocalAddr = d.local(network, 0)
 		nd.Control = d.control
 		c, err := nd.DialContext(ctx, network, address)
 		switch {
@@ -93,12 +97,7 @@ func (d *Dialer) dialExplicit(ctx context.Context, network, address string) (net
 		// duplicate 4-tuple (EADDRNOTAVAIL), and then the next port is
 		// tried.
 		nd.Control = reuseAddr
-		switch network {
-		case "tcp", "tcp4", "tcp6":
-			nd.LocalAddr = &net.TCPAddr{Port: port}
-		default:
-			nd.LocalAddr = &net.UDPAddr{Port: port}
-		}
+		nd.LocalAddr = d.local(network, port)
 		c, err := nd.DialContext(ctx, network, address)
 		if err == nil {
 			return c, nil
@@ -109,6 +108,23 @@ func (d *Dialer) dialExplicit(ctx context.Context, network, address string) (net
 		return nil, err
 	}
 	return nil, fmt.Errorf("dial %s from ports %s: %w", address, d.Block, ErrExhausted)
+}
+
+// local returns the socket's local address for network, or nil when
+// neither an address nor a port is fixed.
+func (d *Dialer) local(network string, port int) net.Addr {
+	var ip net.IP
+	if d.LocalIP.IsValid() {
+		ip = d.LocalIP.AsSlice()
+	} else if port == 0 {
+		return nil
+	}
+	switch network {
+	case "tcp", "tcp4", "tcp6":
+		return &net.TCPAddr{IP: ip, Port: port}
+	default:
+		return &net.UDPAddr{IP: ip, Port: port}
+	}
 }
 
 func reuseAddr(network, address string, c syscall.RawConn) error {

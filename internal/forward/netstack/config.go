@@ -64,9 +64,14 @@ type Config struct {
 	// "udp4" or "udp6" and the job's destination as address ("ip:port"),
 	// after allowedDestination accepted it. UDP connections must be
 	// connected (each Read returns one datagram from the destination).
-	// nil means a net.Dialer with DialTimeout. Tests use it to reach local
+	// nil means host sockets from the job's port block (see AddJob) and
+	// EgressAddr, with DialTimeout. Tests use it to reach local
 	// servers while jobs name documentation addresses.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+
+	// EgressAddr, if valid, is the host address jobs' flows leave from;
+	// invalid means the kernel's choice per destination.
+	EgressAddr netip.Addr
 
 	// HostAddrs lists the gateway host's own addresses, which jobs may not
 	// reach. nil means the addresses of this network namespace's
@@ -115,10 +120,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.HostAddrs == nil {
 		c.HostAddrs = interfaceAddrs
-	}
-	if c.Dial == nil {
-		d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
-		c.Dial = d.DialContext
 	}
 	return c, nil
 }

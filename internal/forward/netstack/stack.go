@@ -58,12 +58,16 @@ type Stats struct {
 	DNSQueries   uint64 // queries received by the DNS server
 	DNSFailures  uint64 // queries answered with SERVFAIL
 	Dropped      uint64 // packets dropped at Read/Write (malformed, oversized, filtered)
+	// BlockExhausted counts flows refused because the job's port block had
+	// no free port towards the destination.
+	BlockExhausted uint64
 }
 
 // counters are the atomic backing of Stats.
 type counters struct {
 	tcpFlows, udpFlows, dialFailures, denied atomic.Uint64
 	dnsQueries, dnsFailures, dropped         atomic.Uint64
+	blockExhausted                           atomic.Uint64
 }
 
 // Stack is the user-mode egress: a gVisor netstack that is also the
@@ -80,6 +84,7 @@ type Stack struct {
 	stats   counters
 	dns     *dnsServer
 	host    hostAddrs
+	jobs    jobTable
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
 	ctx    context.Context
@@ -349,6 +354,8 @@ func (s *Stack) Stats() Stats {
 		DNSQueries:   s.stats.dnsQueries.Load(),
 		DNSFailures:  s.stats.dnsFailures.Load(),
 		Dropped:      s.stats.dropped.Load(),
+
+		BlockExhausted: s.stats.blockExhausted.Load(),
 	}
 }
 

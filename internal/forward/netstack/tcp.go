@@ -63,7 +63,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 		network = "tcp6"
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
-	out, err := s.cfg.Dial(ctx, network, dst.String())
+	out, err := s.dial(ctx, src.Addr(), network, dst)
 	cancel()
 	if err != nil {
 		s.stats.dialFailures.Add(1)

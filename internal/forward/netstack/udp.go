@@ -61,7 +61,7 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort) {
 		network = "udp6"
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
-	out, err := s.cfg.Dial(ctx, network, dst.String())
+	out, err := s.dial(ctx, src.Addr(), network, dst)
 	cancel()
 	if err != nil {
 		in.Close()
