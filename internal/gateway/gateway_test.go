@@ -40,7 +40,7 @@ type remote struct {
 	real string // loopback address of the listener
 }
 
-func startGateway(t *testing.T, remotes ...remote) *testGateway {
+func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,7 +107,7 @@ type testJob struct {
 	cc    *control.Client
 }
 
-func joinJob(t *testing.T, g *testGateway, token string) *testJob {
+func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	t.Helper()
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
@@ -141,7 +141,7 @@ func joinJob(t *testing.T, g *testGateway, token string) *testJob {
 	return j
 }
 
-func newToken(t *testing.T, g *testGateway) string {
+func newToken(t testing.TB, g *testGateway) string {
 	t.Helper()
 	tok, _, err := admin.CreateToken(context.Background(), g.state, "", 0)
 	if err != nil {

@@ -12,10 +12,8 @@ import (
 
 	"golang.org/x/time/rate"
 	"golang.zx2c4.com/wireguard/tun"
-	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-	"gvisor.dev/gvisor/pkg/tcpip/link/channel"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -77,7 +75,8 @@ type Stack struct {
 	cfg     Config
 	log     *slog.Logger
 	self    netip.Addr
-	ep      *channel.Endpoint
+	ep      *linkEndpoint
+	admit   func([]byte) (tcpip.NetworkProtocolNumber, bool) // s.admitPacket, bound once
 	ns      *stack.Stack
 	events  chan tun.Event
 	flowLog *rate.Limiter
@@ -119,7 +118,6 @@ func New(cfg Config) (*Stack, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		self:    cfg.Addr.Addr(),
-		ep:      channel.New(queueLen, uint32(cfg.MTU), ""),
 		events:  make(chan tun.Event, 1),
 		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
 		ctx:     ctx,
@@ -127,6 +125,8 @@ func New(cfg Config) (*Stack, error) {
 		flows:   make(map[io.Closer]struct{}),
 		host:    hostAddrs{list: cfg.HostAddrs},
 	}
+	s.ep = newLinkEndpoint(uint32(cfg.MTU), queueLen, func() { s.stats.dropped.Add(1) })
+	s.admit = s.admitPacket
 	s.ns = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
@@ -238,20 +238,8 @@ func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 	if s.closing.Load() {
 		return 0, os.ErrClosed
 	}
-	for _, b := range bufs {
-		if offset > len(b) {
-			s.stats.dropped.Add(1)
-			continue
-		}
-		pkt := b[offset:]
-		proto, ok := s.admitPacket(pkt)
-		if !ok {
-			s.stats.dropped.Add(1)
-			continue
-		}
-		pb := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(pkt)})
-		s.ep.InjectInbound(proto, pb)
-		pb.DecRef()
+	if refused := s.ep.inject(bufs, offset, s.admit); refused > 0 {
+		s.stats.dropped.Add(uint64(refused))
 	}
 	return len(bufs), nil
 }
@@ -301,24 +289,9 @@ func (s *Stack) isSelf(a tcpip.Address) bool {
 // are dropped and counted. After Close, pending and future calls return
 // os.ErrClosed.
 func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
-	n := 0
-	for n == 0 {
-		pkt := s.ep.ReadContext(s.ctx)
-		if pkt == nil {
-			return 0, os.ErrClosed
-		}
-		for pkt != nil {
-			if copyPacket(bufs[n][offset:], pkt, &sizes[n]) {
-				n++
-			} else {
-				s.stats.dropped.Add(1)
-			}
-			pkt.DecRef()
-			if n == len(bufs) {
-				break
-			}
-			pkt = s.ep.Read()
-		}
+	n, ok := s.ep.read(s.ctx, bufs, sizes, offset)
+	if !ok {
+		return 0, os.ErrClosed
 	}
 	return n, nil
 }
