@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/client"
+	"github.com/airlock-vpn/airlock/internal/control"
 )
 
 func newRunCmd(stderr io.Writer) *ffcli.Command {
@@ -21,6 +23,7 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX (env AIRLOCK_PIN)")
 	fs.StringVar(&cfg.Token, "token", "", "join token (env AIRLOCK_TOKEN)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
+	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
 	return &ffcli.Command{
 		Name:       "run",
@@ -28,7 +31,12 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 		ShortHelp:  "run CMD with all its traffic carried through the gateway",
 		LongHelp: `Runs CMD in a new unprivileged user+network+mount namespace whose only
 interface is a tunnel to the gateway. CMD keeps your uid; its exit status is
-returned (128+N if killed by signal N). airlock's own failures exit 125.`,
+returned (128+N if killed by signal N). airlock's own failures exit 125.
+
+With --expose PORT[/tcp|/udp], connections to a port of the job's block on
+the gateway's public address reach the job's PORT; the job finds that
+address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
+udp), and airlock prints it on stderr.`,
 		FlagSet: fs,
 		Options: []ff.Option{envOption()},
 		Exec: func(ctx context.Context, args []string) error {
@@ -38,6 +46,7 @@ returned (128+N if killed by signal N). airlock's own failures exit 125.`,
 			}
 			cfg.Logger = log
 			cfg.Args = args
+			cfg.Stderr = stderr
 			code, err := client.Run(ctx, cfg)
 			if err != nil {
 				fmt.Fprintf(stderr, "airlock: %v\n", err)
@@ -45,4 +54,29 @@ returned (128+N if killed by signal N). airlock's own failures exit 125.`,
 			return exitError{code}
 		},
 	}
+}
+
+// exposeFlag collects --expose values; each may be a comma-separated list.
+type exposeFlag []control.Port
+
+func (f *exposeFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	var s []string
+	for _, p := range *f {
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ",")
+}
+
+func (f *exposeFlag) Set(v string) error {
+	for _, spec := range strings.Split(v, ",") {
+		p, err := control.ParsePort(spec)
+		if err != nil {
+			return err
+		}
+		*f = append(*f, p)
+	}
+	return nil
 }

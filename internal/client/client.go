@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -52,6 +53,12 @@ type Config struct {
 	Getenv func(string) string
 	// JoinTimeout bounds the join request; default 15s.
 	JoinTimeout time.Duration
+	// Expose lists the job's ports to make reachable from outside through
+	// the gateway's public address (--expose).
+	Expose []control.Port
+	// Stderr receives airlock's own messages to the user (the exposed
+	// addresses); nil means os.Stderr.
+	Stderr io.Writer
 }
 
 // Run joins the gateway, runs the job in its namespace and returns the job's
@@ -77,6 +84,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	if cfg.JoinTimeout == 0 {
 		cfg.JoinTimeout = 15 * time.Second
+	}
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	if err := checkExpose(cfg.Expose); err != nil {
+		return ExitFailure, err
 	}
 	pin, err := control.ParsePin(cfg.Pin)
 	if err != nil {
@@ -116,6 +129,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		Token:     cfg.Token,
 		PublicKey: priv.PublicKey().String(),
 		Job:       jobInfo(cfg.Getenv, cfg.Args),
+		Expose:    cfg.Expose,
 	})
 	joinCancel()
 	if err != nil {
@@ -132,6 +146,14 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		log.Debug("released", "since_start", time.Since(t0))
 	}()
 
+	jobEnv, err := exposedEnv(os.Environ(), cfg.Expose, ls.Exposed)
+	if err != nil {
+		return ExitFailure, err
+	}
+	for _, x := range ls.Exposed {
+		fmt.Fprintf(cfg.Stderr, "airlock: exposed %s/%d at %s\n", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort))
+	}
+
 	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
 	if err != nil {
 		return ExitFailure, fmt.Errorf("gateway sent a bad wireguard key: %w", err)
@@ -146,6 +168,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 	job, err := nsexec.Start(ctx, nsexec.Config{
 		Args:    cfg.Args,
+		Env:     jobEnv,
 		Address: ls.Address,
 		Gateway: ls.Gateway,
 		MTU:     ls.MTU,

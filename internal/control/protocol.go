@@ -47,6 +47,30 @@ type JoinRequest struct {
 	// encoding, 32 bytes).
 	PublicKey string  `json:"public_key"`
 	Job       JobInfo `json:"job"`
+	// Expose lists the job's ports that the gateway should make reachable
+	// from outside on its public address (`airlock run --expose`).
+	Expose []Port `json:"expose,omitempty"`
+}
+
+// Port is a transport protocol and port number, as in `--expose 8080/udp`.
+type Port struct {
+	// Proto is ProtoTCP or ProtoUDP.
+	Proto string `json:"proto"`
+	Port  uint16 `json:"port"`
+}
+
+// Transport protocols of [Port].
+const (
+	ProtoTCP = "tcp"
+	ProtoUDP = "udp"
+)
+
+// Exposed is one inbound mapping granted with a lease: connections to
+// PublicAddr:PublicPort reach the job's Port.
+type Exposed struct {
+	Port
+	PublicAddr netip.Addr `json:"public_addr"`
+	PublicPort uint16     `json:"public_port"`
 }
 
 // Lease is what a successful join returns: everything the client needs to
@@ -71,6 +95,9 @@ type Lease struct {
 	// every address of its host; both are zero when the job has no block.
 	PublicAddr netip.Addr `json:"public_addr,omitzero"`
 	Ports      [2]uint16  `json:"ports,omitzero"`
+	// Exposed lists the inbound mappings of the ports the join asked to
+	// expose, in the order asked.
+	Exposed []Exposed `json:"exposed,omitempty"`
 	// MTU of the job's TUN device.
 	MTU int `json:"mtu"`
 	// GatewayPublicKey is the gateway's WireGuard public key, base64.

@@ -34,3 +34,26 @@ type Jobs interface {
 	AddJob(addr netip.Addr, block portblock.Range) error
 	RemoveJob(addr netip.Addr)
 }
+
+// Exposure is one inbound mapping of a job: connections (TCP) or datagrams
+// (UDP) that reach the gateway's public address on PublicPort are carried
+// to the job's tunnel address on JobPort.
+type Exposure struct {
+	// Proto is "tcp" or "udp".
+	Proto      string
+	JobPort    uint16
+	PublicPort uint16
+}
+
+// Exposer is implemented by forwarders that can carry inbound connections
+// from the gateway's public address to jobs. The gateway calls Expose after
+// AddJob (before the job's WireGuard peer is admitted) with every mapping
+// of the job, and Unexpose when the lease ends, before RemoveJob. Expose
+// for a job that already has exposures replaces them; on error nothing of
+// ex stays exposed. Unexpose closes the listeners and the connections they
+// carried; it is a no-op for a job without exposures. Implementations are
+// safe for concurrent use.
+type Exposer interface {
+	Expose(job netip.Addr, ex []Exposure) error
+	Unexpose(job netip.Addr)
+}

@@ -33,6 +33,10 @@ type gateway struct {
 	egress egress
 	// jobs is the forwarder's per-job state, nil if it keeps none.
 	jobs forward.Jobs
+	// exposer carries inbound connections to jobs, nil if the forwarder
+	// cannot; exposeAddr is the public address announced for them.
+	exposer    forward.Exposer
+	exposeAddr netip.Addr
 }
 
 // owner is what a lease records about its holder.
@@ -70,6 +74,12 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		return control.Lease{}, err
 	}
 	block := g.block(l)
+	exposures, err := g.planExposures(block, req.Expose)
+	if err != nil {
+		_, _ = g.leases.Release(l.ID, secret)
+		g.log.Warn("join refused: bad --expose request", "addr", l.Addr, "expose", req.Expose, "err", err)
+		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
+	}
 	if g.jobs != nil {
 		if err := g.jobs.AddJob(l.Addr, block); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
@@ -78,6 +88,15 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 		}
 	}
+	if len(exposures) > 0 {
+		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
+			_, _ = g.leases.Release(l.ID, secret)
+			g.removeJob(l)
+			g.log.Error("join refused: cannot expose the job's ports", "addr", l.Addr, "err", err)
+			return control.Lease{}, fmt.Errorf("expose ports: %w", err)
+		}
+	}
+	exposed := g.exposedList(exposures)
 	// Fail closed: a job the history cannot attribute does not get in.
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
@@ -86,6 +105,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	if block != (portblock.Range{}) {
 		rec.PublicAddr, rec.PortLo, rec.PortHi = g.egress.public, block.Lo, block.Hi
+	}
+	for _, x := range exposed {
+		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
 	}
 	if err := g.st.RecordLeaseStart(rec); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
@@ -101,7 +123,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
-		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block)
+		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block, "exposed", rec.Exposed)
 	var ports [2]uint16
 	if block != (portblock.Range{}) {
 		ports = [2]uint16{block.Lo, block.Hi}
@@ -109,6 +131,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	return control.Lease{
 		PublicAddr:       rec.PublicAddr,
 		Ports:            ports,
+		Exposed:          exposed,
 		ID:               l.ID,
 		Secret:           secret,
 		Address:          netip.PrefixFrom(l.Addr, g.cfg.Subnet.Bits()),
@@ -178,8 +201,12 @@ func (g *gateway) block(l lease.Lease) portblock.Range {
 	return g.egress.plan.Block(l.Block)
 }
 
-// removeJob drops l's per-job state in the egress backend.
+// removeJob drops l's per-job state in the egress backend: its exposures
+// first, then its port block.
 func (g *gateway) removeJob(l lease.Lease) {
+	if g.exposer != nil {
+		g.exposer.Unexpose(l.Addr)
+	}
 	if g.jobs != nil {
 		g.jobs.RemoveJob(l.Addr)
 	}
@@ -210,4 +237,29 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 		case <-t.C:
 		}
 	}
+}
+
+// planExposures checks a join's --expose request and picks the public
+// ports.
+func (g *gateway) planExposures(block portblock.Range, reqs []control.Port) ([]forward.Exposure, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	if g.exposer == nil || !g.exposeAddr.IsValid() {
+		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
+	}
+	return allocExposures(block, reqs)
+}
+
+// exposedList describes exposures as the lease announces them.
+func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
+	var out []control.Exposed
+	for _, x := range ex {
+		out = append(out, control.Exposed{
+			Port:       control.Port{Proto: x.Proto, Port: x.JobPort},
+			PublicAddr: g.exposeAddr,
+			PublicPort: x.PublicPort,
+		})
+	}
+	return out
 }

@@ -203,6 +203,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	jobs, _ := dev.(forward.Jobs)
+	exposer, _ := dev.(forward.Exposer)
 	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
@@ -216,16 +217,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	g := &gateway{
-		log:       log,
-		cfg:       cfg,
-		leases:    leases,
-		wg:        wg,
-		wgPub:     wgKey.PublicKey(),
-		gwAddr:    gwAddr,
-		advertise: advertise,
-		st:        st,
-		egress:    eg,
-		jobs:      jobs,
+		log:        log,
+		cfg:        cfg,
+		leases:     leases,
+		wg:         wg,
+		wgPub:      wgKey.PublicKey(),
+		gwAddr:     gwAddr,
+		advertise:  advertise,
+		st:         st,
+		egress:     eg,
+		jobs:       jobs,
+		exposer:    exposer,
+		exposeAddr: exposeAddr(eg, log),
 	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),

@@ -49,7 +49,10 @@ type LeaseRecord struct {
 	PublicAddr netip.Addr `json:"public_addr,omitzero"`
 	PortLo     uint16     `json:"port_lo,omitempty"`
 	PortHi     uint16     `json:"port_hi,omitempty"`
-	Start      time.Time  `json:"start"`
+	// Exposed lists the job's inbound mappings as PROTO/PORT=IP:PUBPORT,
+	// e.g. "tcp/8080=203.0.113.1:33023" (airlock run --expose).
+	Exposed []string  `json:"exposed,omitempty"`
+	Start   time.Time `json:"start"`
 	// End is when the lease ended; zero while it is active.
 	End time.Time `json:"end,omitzero"`
 	// EndReason says how it ended: released, expired, kicked, gateway
