@@ -22,11 +22,15 @@
 //	    ip saddr JOB oifname != TUN meta l4proto tcp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN meta l4proto udp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN snat ip to EGRESS   (ICMP echo and the rest)
+//	chain prerouting   nat, hook prerouting, priority dstnat (-100)
+//	    one rule per exposed port of a job, tagged with the job's address:
+//	    iifname != TUN ip daddr EGRESS tcp|udp dport PUBPORT dnat ip to JOB:PORT
 //	chain forward      filter, hook forward, priority filter (0), policy accept
 //	    iif/oif TUN, TCP SYN: tcp option maxseg size set rt mtu
 //	    iifname TUN oifname TUN drop                    (no job-to-job)
 //	    iifname TUN jump from_jobs
 //	    oifname TUN ct state established,related accept
+//	    oifname TUN ct status dnat accept               (exposed ports)
 //	    oifname TUN drop                                (nothing unsolicited)
 //	chain from_jobs    the safety floor, then accept
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
@@ -51,6 +55,12 @@
 // WireGuard peer is admitted) and removed by RemoveJob by rule handle; the
 // job's conntrack entries are flushed with them, so a later job at the same
 // tunnel address never inherits the previous job's mappings (and ports).
+//
+// Exposure (`airlock run --expose`): Expose adds a job's DNAT rules after
+// AddJob, Unexpose deletes them (and the conntrack entries whose reply
+// source is the job) before RemoveJob. The public port is one of the job's
+// own block, so the job's SNAT may in principle pick it as a source port
+// too; conntrack keeps the tuples unique, so both work.
 //
 // DNS: queries to the gateway's tunnel address port 53 reach the host, where
 // a dnsfwd server on host sockets bound to that address relays them to the

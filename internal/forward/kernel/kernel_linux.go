@@ -76,11 +76,14 @@ type Forwarder struct {
 	nft    *nftables.Conn
 	closed bool
 	jobs   map[netip.Addr][]*nftables.Rule // rules with their handles
+	// exposed holds each job's prerouting DNAT rules, with handles.
+	exposed map[netip.Addr][]*nftables.Rule
 }
 
 var (
 	_ forward.Forwarder = (*Forwarder)(nil)
 	_ forward.Jobs      = (*Forwarder)(nil)
+	_ forward.Exposer   = (*Forwarder)(nil)
 )
 
 // privError turns a permission error into a sentence that names the fix.
@@ -105,9 +108,10 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		cfg.MTU = DefaultMTU
 	}
 	f := &Forwarder{
-		log:   cfg.Logger,
-		rules: ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr},
-		jobs:  make(map[netip.Addr][]*nftables.Rule),
+		log:     cfg.Logger,
+		rules:   ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr},
+		jobs:    make(map[netip.Addr][]*nftables.Rule),
+		exposed: make(map[netip.Addr][]*nftables.Rule),
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
@@ -231,7 +235,7 @@ func (f *Forwarder) removeStale() (string, error) {
 func (f *Forwarder) program(oldIPForward string) error {
 	t := f.nft.AddTable(table())
 	post, fwd, fromJobs, input, toHost, state, refuse := chains(t)
-	for _, c := range []*nftables.Chain{post, refuse, fromJobs, toHost, state, fwd, input} {
+	for _, c := range []*nftables.Chain{post, preChain(t), refuse, fromJobs, toHost, state, fwd, input} {
 		f.nft.AddChain(c)
 	}
 	add := func(c *nftables.Chain, rules [][]expr.Any) {
@@ -349,6 +353,7 @@ func (f *Forwarder) teardown() error {
 	f.mu.Lock()
 	f.closed = true
 	f.jobs = nil
+	f.exposed = nil
 	if f.nft != nil {
 		f.nft.DelTable(table())
 		if err := f.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {

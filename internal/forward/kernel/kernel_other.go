@@ -9,6 +9,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -37,3 +38,11 @@ func (*Forwarder) AddJob(netip.Addr, portblock.Range) error {
 
 // RemoveJob implements forward.Jobs.
 func (*Forwarder) RemoveJob(netip.Addr) {}
+
+// Expose implements forward.Exposer.
+func (*Forwarder) Expose(netip.Addr, []forward.Exposure) error {
+	return errors.New("kernel egress needs Linux")
+}
+
+// Unexpose implements forward.Exposer.
+func (*Forwarder) Unexpose(netip.Addr) {}

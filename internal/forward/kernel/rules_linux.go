@@ -11,21 +11,24 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Names of Airlock's nftables objects.
 const (
-	TableName      = "airlock"
-	chainPost      = "postrouting"
-	chainForward   = "forward"
-	chainFromJobs  = "from_jobs"
-	chainInput     = "input"
-	chainToHost    = "to_host"
-	chainState     = "state"
-	chainRefuse    = "refuse"
-	jobTagPrefix   = "airlock job "
-	stateTagPrefix = "airlock ip_forward="
+	TableName       = "airlock"
+	chainPost       = "postrouting"
+	chainPre        = "prerouting"
+	chainForward    = "forward"
+	chainFromJobs   = "from_jobs"
+	chainInput      = "input"
+	chainToHost     = "to_host"
+	chainState      = "state"
+	chainRefuse     = "refuse"
+	jobTagPrefix    = "airlock job "
+	exposeTagPrefix = "airlock expose "
+	stateTagPrefix  = "airlock ip_forward="
 )
 
 // floor lists destinations no job may reach, whatever the policy: this
@@ -110,6 +113,20 @@ func ctState(bits uint32) []expr.Any {
 	}
 }
 
+// ipsDstNAT is the conntrack status bit IPS_DST_NAT: the connection was
+// destination-NATed (an exposure's DNAT rule matched its first packet).
+const ipsDstNAT = 1 << 5
+
+// ctStatus matches if the conntrack status has any of bits.
+func ctStatus(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
 // fibDaddrType matches the route type of the destination (RTN_LOCAL, ...).
 func fibDaddrType(rtn uint32) []expr.Any {
 	return []expr.Any{
@@ -151,6 +168,7 @@ func (r ruleset) forwardRules() [][]expr.Any {
 		cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
 		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
+		cat(oifname(expr.CmpOpEq, r.tun), ctStatus(ipsDstNAT), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
 	}
 }
@@ -230,6 +248,50 @@ func (r ruleset) jobRules(addr netip.Addr, block portblock.Range) [][]expr.Any {
 		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(block)),
 		cat(match, r.snat(portblock.Range{})),
 	}
+}
+
+// exposeRules are the prerouting DNAT rules of the job at addr, one per
+// exposure: `iifname != TUN ip daddr EGRESS PROTO dport PUBPORT dnat ip to
+// JOB:PORT`.
+func (r ruleset) exposeRules(addr netip.Addr, ex []forward.Exposure) ([][]expr.Any, error) {
+	var rules [][]expr.Any
+	for _, x := range ex {
+		var proto byte
+		switch x.Proto {
+		case "tcp":
+			proto = unix.IPPROTO_TCP
+		case "udp":
+			proto = unix.IPPROTO_UDP
+		default:
+			return nil, fmt.Errorf("kernel egress: expose %d/%s: want tcp or udp", x.JobPort, x.Proto)
+		}
+		if x.JobPort == 0 || x.PublicPort == 0 {
+			return nil, fmt.Errorf("kernel egress: expose %d/%s at port %d: port 0", x.JobPort, x.Proto, x.PublicPort)
+		}
+		job := addr.As4()
+		rules = append(rules, cat(
+			nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
+			iifname(expr.CmpOpNeq, r.tun),
+			ip4(false, expr.CmpOpEq, netip.PrefixFrom(r.egress, 32)),
+			l4proto(proto), dport(x.PublicPort),
+			[]expr.Any{
+				&expr.Immediate{Register: 1, Data: job[:]},
+				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(x.JobPort)},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4,
+					RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
+			}))
+	}
+	return rules, nil
+}
+
+// exposeTag marks the DNAT rules of the job at addr.
+func exposeTag(addr netip.Addr) []byte { return []byte(exposeTagPrefix + addr.String()) }
+
+// preChain returns the prerouting NAT chain that holds exposures' DNAT
+// rules.
+func preChain(t *nftables.Table) *nftables.Chain {
+	return &nftables.Chain{Name: chainPre, Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
 }
 
 // jobTag is the user data that marks a job's rules, so that their handles
