@@ -332,6 +332,8 @@ func testAirlock(t *testing.T, mode string) {
 		seen, seenAt = checkPortBlocks(t, e)
 	})
 
+	t.Run("Expose", func(t *testing.T) { checkExpose(t, e) })
+
 	t.Run("Restart", func(t *testing.T) {
 		checkRestart(t, e, seen, seenAt)
 	})

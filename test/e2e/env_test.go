@@ -72,7 +72,9 @@ func newEnv(t testing.TB) *env {
 // newEnvMode is newEnv with the gateway in egress mode: modeUser runs it
 // unprivileged as the test user, modeKernel as root with --egress kernel,
 // source-NATing to dmz's inet address.
-func newEnvMode(t testing.TB, mode string) *env {
+//
+// extra arguments are appended to the gateway's.
+func newEnvMode(t testing.TB, mode string, extra ...string) *env {
 	t.Helper()
 	topology.RequireRoot(t)
 	e := &env{
@@ -103,9 +105,12 @@ func newEnvMode(t testing.TB, mode string) *env {
 	e.state = filepath.Join(base, "state")
 	listen := netip.AddrPortFrom(e.tp.DMZAddrCN, gatewayPort).String()
 	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
+	// Both modes leave from (and expose ports on) dmz's inet address.
+	e.gwArgs = append(e.gwArgs, "--egress-addr", e.tp.DMZAddrINET.String())
 	if mode == modeKernel {
-		e.gwArgs = append(e.gwArgs, "--egress", "kernel", "--egress-addr", e.tp.DMZAddrINET.String())
+		e.gwArgs = append(e.gwArgs, "--egress", "kernel")
 	}
+	e.gwArgs = append(e.gwArgs, extra...)
 	e.startGateway(t)
 	if e.gateway != listen {
 		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
@@ -198,6 +203,7 @@ type runOpts struct {
 	gateway, pin, token string   // "" means the env's value
 	viaEnv              bool     // pass them as AIRLOCK_* variables instead of flags
 	env                 []string // extra NAME=VALUE variables for airlock run
+	flags               []string // extra airlock run flags (before --)
 	timeout             time.Duration
 }
 
@@ -217,10 +223,12 @@ func (e *env) command(o runOpts, args ...string) []string {
 		argv = append([]string{"env"}, o.env...)
 	}
 	if o.viaEnv {
-		argv = append(argv, "AIRLOCK_GATEWAY="+gw, "AIRLOCK_PIN="+pin, "AIRLOCK_TOKEN="+tok, e.airlock, "run", "--")
+		argv = append(argv, "AIRLOCK_GATEWAY="+gw, "AIRLOCK_PIN="+pin, "AIRLOCK_TOKEN="+tok, e.airlock, "run")
+		argv = append(append(argv, o.flags...), "--")
 		return append(argv, args...)
 	}
-	argv = append(argv, e.airlock, "run", "--gateway", gw, "--pin", pin, "--token", tok, "--")
+	argv = append(argv, e.airlock, "run", "--gateway", gw, "--pin", pin, "--token", tok)
+	argv = append(append(argv, o.flags...), "--")
 	return append(argv, args...)
 }
 

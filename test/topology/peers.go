@@ -194,3 +194,14 @@ func (tp *Topology) waitFor(t testing.TB, p *Process, timeout time.Duration, rea
 		}
 	}
 }
+
+// StartTCPSink starts a server in inet on all addresses that holds every
+// TCP connection open until the client closes it, and returns its port
+// once it accepts connections.
+func (tp *Topology) StartTCPSink(t testing.TB) int {
+	t.Helper()
+	port := tp.Port()
+	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsink", fmt.Sprintf("0.0.0.0:%d", port))
+	tp.WaitTCP(t, tp.INET, netip.AddrPortFrom(tp.INETAddr, uint16(port)), p)
+	return port
+}

@@ -19,6 +19,15 @@
 //	tcpsrcport ADDR          accept TCP connections on ADDR, write the peer's "IP:PORT\n", close
 //	tcpsrcclient ADDR N      open N connections to ADDR at once (a tcpsrcport server),
 //	                         print each answer on a line (exit 1 on failure)
+//	tcpget ADDR              dial ADDR (2 s timeout), print what it sends until EOF (2 s), exit 1 on failure
+//	udpget ADDR              send "ping" to ADDR, print the first reply (3 tries of 1 s), exit 1 on none
+//	tcpsink ADDR             accept TCP connections on ADDR and hold each until the client closes (60 s at most)
+//	tcphold ADDR N HOLD      open N connections to ADDR one after another (5 s connect timeout each), keep
+//	                         the successful ones open for HOLD (a duration), print
+//	                         "ok=K failed=M slowest_failure=D"
+//	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
+//	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
+//	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
 //
 // Servers bind their sockets before they serve, so a successful TCP connect
 // to a server means all its sockets are ready. Servers run until killed.
@@ -29,6 +38,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -79,6 +89,33 @@ func main() {
 		if err == nil {
 			err = tcpSrcClient(args[0], n)
 		}
+	case "tcpget":
+		need(args, 1)
+		err = tcpGet(args[0])
+	case "udpget":
+		need(args, 1)
+		err = udpGet(args[0])
+	case "tcpsink":
+		need(args, 1)
+		err = tcpSink(args[0])
+	case "tcphold":
+		need(args, 3)
+		var n int
+		var hold time.Duration
+		n, err = strconv.Atoi(args[1])
+		if err == nil {
+			hold, err = time.ParseDuration(args[2])
+		}
+		if err == nil {
+			err = tcpHold(args[0], n, hold)
+		}
+	case "jobserve":
+		need(args, 3)
+		var secs int
+		secs, err = strconv.Atoi(args[1])
+		if err == nil {
+			err = jobServe(args[0], time.Duration(secs)*time.Second, args[2])
+		}
 	default:
 		usage()
 	}
@@ -89,7 +126,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: airlock-testpeer http DIR ADDR | dns ADDR ZONE.json | udpecho ADDR | udpclient ADDR COUNT | tcpcheck ADDR | tcplisten ADDR")
+	fmt.Fprintln(os.Stderr, "usage: airlock-testpeer http DIR ADDR | dns ADDR ZONE.json | udpecho ADDR | udpclient ADDR COUNT | tcpcheck ADDR | tcplisten ADDR | ... (see the package comment)")
 	os.Exit(2)
 }
 
@@ -308,5 +345,131 @@ func tcpSrcClient(addr string, n int) error {
 		}
 		fmt.Print(strings.TrimSpace(string(b[:m])) + "\n")
 	}
+	return nil
+}
+
+func tcpGet(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return fmt.Errorf("read: %w (got %q)", err, b)
+	}
+	fmt.Print(string(b))
+	return nil
+}
+
+func udpGet(addr string) error {
+	c, err := net.Dial("udp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := make([]byte, 2048)
+	for range 3 {
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		n, err := c.Read(buf)
+		if err == nil {
+			fmt.Print(string(buf[:n]))
+			return nil
+		}
+	}
+	return fmt.Errorf("no reply from %s", addr)
+}
+
+func tcpSink(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+			_, _ = io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// tcpHold opens n connections one after another and keeps those that
+// succeed open for hold. A failure that takes long (a hang until the
+// timeout) shows in slowest_failure.
+func tcpHold(addr string, n int, hold time.Duration) error {
+	var conns []net.Conn
+	var failed int
+	var slowest time.Duration
+	var lastErr error
+	for range n {
+		start := time.Now()
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			failed++
+			slowest = max(slowest, time.Since(start))
+			lastErr = err
+			continue
+		}
+		conns = append(conns, c)
+	}
+	fmt.Printf("ok=%d failed=%d slowest_failure=%v\n", len(conns), failed, slowest.Round(time.Millisecond))
+	if lastErr != nil {
+		fmt.Fprintf(os.Stderr, "last failure: %v\n", lastErr)
+	}
+	time.Sleep(hold)
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+// jobServe runs inside a job with exposed ports: it reports where they are
+// reachable and answers on them.
+func jobServe(port string, d time.Duration, name string) error {
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	msg := []byte("hello from " + name + "\n")
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", p))
+	if err != nil {
+		return err
+	}
+	pc, err := net.ListenPacket("udp", fmt.Sprintf(":%d", p))
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			_, _ = c.Write(msg)
+			_ = c.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(msg, from)
+		}
+	}()
+	fmt.Printf("tcp=%s\nudp=%s\nready\n", os.Getenv("AIRLOCK_EXPOSED_"+port), os.Getenv("AIRLOCK_EXPOSED_"+port+"_UDP"))
+	time.Sleep(d)
 	return nil
 }
