@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// exhaustBlock is the --block-size of TestBlockExhaustion's gateways.
+const exhaustBlock = 8
+
+// TestBlockExhaustion runs, in each egress mode, a job that opens more
+// concurrent connections to one server in inet than its port block has
+// ports, next to a job that stays within its block: the first gets at most
+// a block's worth, the second all of its own. In user mode the failures are
+// immediate (the job gets a reset) and the gateway logs the exhaustion.
+//
+// Kernel mode: when no SNAT port is left the kernel drops the job's SYN, so
+// the job's connect waits for its timeout; the test checks isolation only
+// there and logs how long failures took. (Fast failure needs a per-job
+// connection limit in nftables; not built yet.)
+func TestBlockExhaustion(t *testing.T) {
+	for _, mode := range []string{modeUser, modeKernel} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnvMode(t, mode, "--block-size", strconv.Itoa(exhaustBlock))
+			// Kernel mode's failures are 5 s connect timeouts: one is
+			// enough there.
+			over := 4
+			if mode == modeKernel {
+				over = 1
+			}
+			srv := netip.AddrPortFrom(e.tp.INETAddr, uint16(e.tp.StartTCPSink(t))).String()
+			greedy := e.start(t, e.peer, "tcphold", srv, strconv.Itoa(exhaustBlock+over), "4s")
+			// The modest job starts while the greedy one holds its block.
+			deadline := time.Now().Add(30 * time.Second)
+			for !strings.Contains(greedy.Stdout(), "ok=") {
+				if ok, code := greedy.Exited(); ok || time.Now().After(deadline) {
+					t.Fatalf("greedy job: exited %v (%d) before reporting: %q%s", ok, code, greedy.Stdout(), e.diag(greedy.Stderr()))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			code, out, stderr := e.run(t, e.peer, "tcphold", srv, "4", "0s")
+			if code != 0 || !strings.HasPrefix(out, "ok=4 failed=0 ") {
+				t.Errorf("modest job next to an exhausted block: exit %d, %q, want ok=4 failed=0%s", code, out, e.diag(stderr))
+			}
+			if code, err := greedy.Wait(runTimeout); err != nil || code != 0 {
+				t.Fatalf("greedy job: exit %d (%v)%s", code, err, e.diag(greedy.Stderr()))
+			}
+			var ok, failed int
+			var slowest time.Duration
+			var ds string
+			if _, err := fmt.Sscanf(greedy.Stdout(), "ok=%d failed=%d slowest_failure=%s", &ok, &failed, &ds); err != nil {
+				t.Fatalf("greedy job output %q: %v", greedy.Stdout(), err)
+			}
+			slowest, _ = time.ParseDuration(strings.TrimSpace(ds))
+			t.Logf("%s mode, block of %d: greedy job ok=%d failed=%d slowest failure %v", mode, exhaustBlock, ok, failed, slowest)
+			if ok > exhaustBlock || failed < over || ok+failed != exhaustBlock+over {
+				t.Errorf("greedy job: ok=%d failed=%d, want at most %d ok and at least %d failed", ok, failed, exhaustBlock, over)
+			}
+			if mode == modeKernel {
+				return
+			}
+			if slowest > 2*time.Second {
+				t.Errorf("greedy job: slowest failure took %v, want < 2 s (fail at once, not hang)", slowest)
+			}
+			if !regexp.MustCompile(`port block exhausted`).MatchString(e.gw.Stderr()) {
+				t.Errorf("gateway log has no port-block exhaustion line%s", e.diag(""))
+			}
+		})
+	}
+}
