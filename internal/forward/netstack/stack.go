@@ -27,8 +27,9 @@ import (
 const (
 	nicID = 1
 
-	// queueLen is the link endpoint's outbound queue, in packets. When it
-	// is full the netstack drops and TCP retransmits.
+	// queueLen is the link endpoint's outbound queue, in packets (a GSO
+	// segment of up to 64 KiB counts as one). When it is full the
+	// netstack drops and TCP retransmits.
 	queueLen = 1024
 
 	// batchSize is the most packets Read returns and Write is offered.
@@ -284,10 +285,12 @@ func (s *Stack) isSelf(a tcpip.Address) bool {
 }
 
 // Read implements tun.Device: it blocks until the netstack has at least one
-// packet for jobs, then copies up to len(bufs) whole IP packets into
-// bufs[i][offset:], setting sizes[i]. Packets that do not fit their buffer
-// are dropped and counted. After Close, pending and future calls return
-// os.ErrClosed.
+// packet for jobs, then writes up to len(bufs) IP packets into
+// bufs[i][offset:], setting sizes[i]. The netstack's large TCP segments
+// (GSO) are split here into packets of at most the MTU, with complete
+// checksums; one segment may span several Reads. Packets that do not fit
+// their buffer are dropped and counted. After Close, pending and future
+// calls return os.ErrClosed.
 func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	n, ok := s.ep.read(s.ctx, bufs, sizes, offset)
 	if !ok {
