@@ -317,6 +317,7 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 			MTU:          cfg.MTU,
 			DNSUpstreams: cfg.DNSUpstreams,
 			EgressAddr:   eg.public,
+			BlockSize:    eg.plan.Size,
 		})
 		if err != nil {
 			return nil, err

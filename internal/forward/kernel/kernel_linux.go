@@ -53,6 +53,11 @@ type Config struct {
 	// EgressAddr is the public IPv4 address jobs' traffic is source-NATed
 	// to. Required.
 	EgressAddr netip.Addr
+	// BlockSize is the number of ports of every job's block. A job's new
+	// flow to a destination that already has this many of its flows is
+	// refused at once (TCP reset, ICMP unreachable), since SNAT would have
+	// no port for it. 0 means no limit.
+	BlockSize int
 }
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
@@ -109,7 +114,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	f := &Forwarder{
 		log:     cfg.Logger,
-		rules:   ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr},
+		rules:   ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize)},
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
 		exposed: make(map[netip.Addr][]*nftables.Rule),
 	}
@@ -241,6 +246,11 @@ func (f *Forwarder) program(oldIPForward string) error {
 	add := func(c *nftables.Chain, rules [][]expr.Any) {
 		for _, e := range rules {
 			f.nft.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: e})
+		}
+	}
+	if f.rules.blockSize > 0 {
+		if err := f.nft.AddSet(connsSet(t), nil); err != nil {
+			return fmt.Errorf("kernel egress: add set %s: %w", setConns, err)
 		}
 	}
 	add(refuse, refuseRules())

@@ -101,6 +101,7 @@ func newTestForwarder(t *testing.T) *Forwarder {
 		Addr:         tunnelAddr,
 		EgressAddr:   egressAddr,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
+		BlockSize:    256,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -218,6 +219,8 @@ func TestLifecycle(t *testing.T) {
 			"meta l4proto tcp reject with tcp reset",
 			"iifname \"airlock0\" jump to_host",
 			"ip daddr 100.64.0.1 udp dport 53 accept",
+			"ct state new add @conns { ip saddr . ip daddr . tcp dport ct count over 256 } counter packets 0 bytes 0 goto refuse",
+			"ct state new add @conns { ip saddr . ip daddr . udp dport ct count over 256 } counter packets 0 bytes 0 goto refuse",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("nft list table lacks %q:\n%s", want, out)

@@ -29,6 +29,12 @@ const (
 	jobTagPrefix    = "airlock job "
 	exposeTagPrefix = "airlock expose "
 	stateTagPrefix  = "airlock ip_forward="
+	// setConns counts each job's connections per destination (job
+	// address . destination address . destination port): a job's port
+	// block holds at most one connection per port to one destination.
+	setConns = "conns"
+	// connlimitInvert is NFT_CONNLIMIT_F_INV: "ct count over N".
+	connlimitInvert = 1
 )
 
 // floor lists destinations no job may reach, whatever the policy: this
@@ -48,6 +54,55 @@ type ruleset struct {
 	tun    string       // TUN interface name
 	addr   netip.Prefix // gateway tunnel address / subnet length
 	egress netip.Addr   // public source address of SNAT
+	// blockSize is the number of ports in every job's block; 0 means no
+	// per-destination connection limit.
+	blockSize uint32
+}
+
+// connsSet is the dynamic set behind the per-destination connection limit.
+func connsSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{
+		Table:         t,
+		Name:          setConns,
+		KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetService),
+		Dynamic:       true,
+		Concatenation: true,
+	}
+}
+
+// blockLimitRules refuse a job's new TCP or UDP flow to a destination that
+// already has as many of the job's flows as its block has ports: SNAT would
+// find no free source port and the kernel would drop the packet silently,
+// leaving the job to time out. `ct state new meta l4proto P add @conns
+// { ip saddr . ip daddr . P dport ct count over N } goto refuse`.
+func (r ruleset) blockLimitRules() [][]expr.Any {
+	if r.blockSize == 0 {
+		return nil
+	}
+	var rules [][]expr.Any
+	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+		rules = append(rules, cat(
+			nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
+			ctState(expr.CtStateBitNEW),
+			l4proto(proto),
+			[]expr.Any{
+				// A concatenated key fills consecutive 32-bit registers:
+				// saddr in 1 (= 32-bit register 8), daddr in 9, dport in 10.
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+				&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+				&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Dynset{
+					SrcRegKey: 1,
+					SetName:   setConns,
+					Operation: uint32(unix.NFT_DYNSET_OP_ADD),
+					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
+				},
+				// Counts refusals for admins (nft list table inet airlock).
+				&expr.Counter{},
+				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
+			}))
+	}
+	return rules
 }
 
 // ifname returns an interface name as nftables compares it: NUL-padded to
@@ -198,6 +253,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
+	rules = append(rules, r.blockLimitRules()...)
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
 }
 
