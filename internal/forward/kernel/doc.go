@@ -36,6 +36,9 @@
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
 //	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: goto refuse
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
+//	    ct state new add @conns { ip saddr . ip daddr . tcp/udp dport
+//	        ct count over BLOCK } counter goto refuse   (block exhausted for
+//	        that destination: refuse now instead of SNAT dropping it)
 //	    accept
 //	chain input        filter, hook input, priority filter (0), policy accept
 //	    iifname TUN jump to_host
