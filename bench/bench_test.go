@@ -1,8 +1,8 @@
 package bench
 
 // Theory of operation: TestBench loops over link settings (1 Gbit tbf on
-// every veth, uncapped) and configurations (native, airlock, ocserv,
-// ocserv-slirp, slirp). For each pair it builds two topologies with the same
+// every veth, uncapped) and configurations (native, airlock,
+// airlock-kernel, ocserv, ocserv-slirp, slirp). For each pair it builds two topologies with the same
 // link setting: one for the configuration under test and one with native
 // routing. Every iperf3 run of the configuration is immediately followed by
 // the same iperf3 run on the native topology, so each figure carries its own
@@ -38,7 +38,7 @@ var (
 	flagDuration = flag.Int("bench.duration", 10, "iperf3 duration in seconds")
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every iperf3 run")
 	flagStreams  = flag.String("bench.streams", "1,2,10,20", "parallel stream counts")
-	flagConfigs  = flag.String("bench.configs", "native,airlock,ocserv,ocserv-slirp,slirp", "configurations")
+	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp", "configurations")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
 	flagStartup  = flag.Int("bench.startup", 50, "runs of each start-up measurement (0 skips)")
 	flagOut      = flag.String("bench.out", "", "result directory (default bench/results/DATE)")

@@ -264,7 +264,7 @@ func benchStartup(t *testing.T, what string, runs int) startupResult {
 	switch what {
 	case "airlock":
 		res.what = "airlock run -- true"
-		_, gateway, pin, token, err := airlockGateway(t, tp)
+		_, gateway, pin, token, err := airlockGateway(t, tp, "user")
 		if err != nil {
 			res.note = err.Error()
 			return res

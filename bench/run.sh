@@ -14,7 +14,7 @@
 set -eu
 
 duration=10 reps=3 startup=50
-configs=native,airlock,ocserv,ocserv-slirp,slirp
+configs=native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp
 links=1gbit,uncapped
 streams=1,2,10,20
 while [ $# -gt 0 ]; do

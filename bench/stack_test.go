@@ -42,7 +42,9 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 	case "native":
 		return &nativeStack{topo: topology.New(t, append(opts, topology.WithNativeRouting())...)}, nil
 	case "airlock":
-		return newAirlock(t, topology.New(t, opts...))
+		return newAirlock(t, topology.New(t, opts...), "user")
+	case "airlock-kernel":
+		return newAirlock(t, topology.New(t, opts...), "kernel")
 	case "ocserv":
 		return newOcserv(t, topology.New(t, opts...), false)
 	case "ocserv-slirp":
@@ -67,8 +69,12 @@ func nsJob(pid int, args ...string) []string {
 	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-U", "-n", "--preserve-credentials", "--", "iperf3"}, args...)
 }
 
-// airlockStack is the Airlock user-mode gateway in dmz and a long-lived
-// `airlock run -- sleep` in cn; iperf3 enters the job's namespaces.
+// airlockStack is the Airlock gateway in dmz (user mode: unprivileged,
+// gVisor netstack; kernel mode: root, kernel TUN, forwarding and nftables
+// SNAT to dmz's inet address) and a long-lived `airlock run -- sleep` in
+// cn; iperf3 enters the job's namespaces. In kernel mode the gateway tree's
+// CPU is WireGuard and the TUN; the kernel's forwarding and NAT are not
+// charged to any process (as for ocserv).
 type airlockStack struct {
 	topo       *topology.Topology
 	gw, client int
@@ -80,19 +86,31 @@ func (s *airlockStack) job(args ...string) []string { return nsJob(s.jobPID, arg
 func (s *airlockStack) gatewayRoots() []int         { return []int{s.gw} }
 func (s *airlockStack) clientRoots() []int          { return []int{s.client} }
 
-// airlockGateway starts the gateway as the test user in dmz and returns
-// its process, the join values and a token.
-func airlockGateway(t *testing.T, tp *topology.Topology) (gw *topology.Process, gateway, pin, token string, err error) {
+// airlockGateway starts the gateway in dmz in egress mode "user" (as the
+// test user) or "kernel" (as root, --egress kernel --egress-addr dmz's inet
+// address, as test/e2e does) and returns its process, the join values and
+// a token.
+func airlockGateway(t *testing.T, tp *topology.Topology, mode string) (gw *topology.Process, gateway, pin, token string, err error) {
 	u := topology.EnsureUser(t)
 	bin := topology.BuildAirlock(t)
 	tp.SetResolvConf(tp.DMZ, tp.INETAddr)
 	base := topology.TempDir(t)
-	if err := os.Chown(base, u.UID, u.GID); err != nil {
-		return nil, "", "", "", err
-	}
 	state := filepath.Join(base, "state")
 	listen := fmt.Sprintf("%s:8443", tp.DMZAddrCN)
-	gw = tp.Start(t, tp.DMZ, u, bin, "gateway", "--state", state, "--listen", listen)
+	args := []string{"gateway", "--state", state, "--listen", listen}
+	switch mode {
+	case "user":
+		// The gateway creates its state directory (0700) itself.
+		if err := os.Chown(base, u.UID, u.GID); err != nil {
+			return nil, "", "", "", err
+		}
+	case "kernel":
+		u = nil // root
+		args = append(args, "--egress", "kernel", "--egress-addr", tp.DMZAddrINET.String())
+	default:
+		return nil, "", "", "", fmt.Errorf("unknown egress mode %q", mode)
+	}
+	gw = tp.Start(t, tp.DMZ, u, bin, args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		vals := readEnv(filepath.Join(state, "join.env"))
@@ -123,9 +141,9 @@ func readEnv(path string) map[string]string {
 	return vals
 }
 
-func newAirlock(t *testing.T, tp *topology.Topology) (stack, error) {
+func newAirlock(t *testing.T, tp *topology.Topology, mode string) (stack, error) {
 	u := topology.EnsureUser(t)
-	gw, gateway, pin, token, err := airlockGateway(t, tp)
+	gw, gateway, pin, token, err := airlockGateway(t, tp, mode)
 	if err != nil {
 		return nil, err
 	}
