@@ -19,10 +19,9 @@ package netstack
 // client: the job sees every inbound connection as coming from the
 // gateway. Kernel mode, which DNATs, shows the client's real address.
 //
-// Per-job state lives in an exposeTable that is registered with the Stack
-// through track, so Stack.Close closes every listener and carried
-// connection; the tables are found through a package-level map keyed by
-// the Stack because the Stack's own fields are owned by stack.go.
+// Per-job state lives in the Stack's exposeTable, which is registered with
+// the Stack through track, so Stack.Close closes every listener and carried
+// connection.
 
 import (
 	"context"
@@ -52,40 +51,25 @@ const (
 
 var _ forward.Exposer = (*Stack)(nil)
 
-// exposeTables maps each *Stack to its *exposeTable.
-var exposeTables sync.Map
-
 // exposeTable holds the exposures of one Stack's jobs. It is safe for
 // concurrent use.
 type exposeTable struct {
-	s *Stack
-
 	mu     sync.Mutex
 	closed bool
 	jobs   map[netip.Addr][]*exposure
 }
 
-// exposures returns s's table, creating and registering it on first use.
-func (s *Stack) exposures() *exposeTable {
-	if t, ok := exposeTables.Load(s); ok {
-		return t.(*exposeTable)
-	}
-	t, loaded := exposeTables.LoadOrStore(s, &exposeTable{s: s, jobs: make(map[netip.Addr][]*exposure)})
-	if !loaded {
-		s.track(t.(*exposeTable)) // closes it at once if s is closing
-	}
-	return t.(*exposeTable)
+func newExposeTable() *exposeTable {
+	return &exposeTable{jobs: make(map[netip.Addr][]*exposure)}
 }
 
-// Close closes every exposure and forgets the table; called by Stack.Close
-// through track.
+// Close closes every exposure; called by Stack.Close through track.
 func (t *exposeTable) Close() error {
 	t.mu.Lock()
 	t.closed = true
 	jobs := t.jobs
 	t.jobs = nil
 	t.mu.Unlock()
-	exposeTables.CompareAndDelete(t.s, t)
 	for _, ex := range jobs {
 		for _, e := range ex {
 			e.Close()
@@ -116,7 +100,7 @@ func (s *Stack) Expose(job netip.Addr, ex []forward.Exposure) error {
 		}
 		opened = append(opened, e)
 	}
-	t := s.exposures()
+	t := s.exposed
 	t.mu.Lock()
 	closed := t.closed
 	if !closed {
@@ -139,7 +123,7 @@ func (s *Stack) Expose(job netip.Addr, ex []forward.Exposure) error {
 // Unexpose implements forward.Exposer: it closes the job's listeners and
 // the connections and flows they carried.
 func (s *Stack) Unexpose(job netip.Addr) {
-	t := s.exposures()
+	t := s.exposed
 	t.mu.Lock()
 	ex := t.jobs[job.Unmap()]
 	delete(t.jobs, job.Unmap())

@@ -85,6 +85,7 @@ type Stack struct {
 	dns     *dnsServer
 	host    hostAddrs
 	jobs    jobTable
+	exposed *exposeTable // jobs' inbound exposures (expose.go)
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
 	ctx    context.Context
@@ -146,6 +147,8 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.dns = dnsSrv
+	s.exposed = newExposeTable()
+	s.track(s.exposed)
 	s.events <- tun.EventUp
 	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams)
 	return s, nil
