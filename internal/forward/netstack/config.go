@@ -73,6 +73,17 @@ type Config struct {
 	// invalid means the kernel's choice per destination.
 	EgressAddr netip.Addr
 
+	// ListenPing, if non-nil, replaces the host's ICMPv4 "ping" sockets
+	// (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)) that relay jobs' echo
+	// requests. Each call opens one socket: WriteTo(msg, *net.UDPAddr)
+	// sends the ICMP echo request msg to the address's IP, replacing its
+	// echo id with the socket's own and filling in the checksum; ReadFrom
+	// returns one ICMP echo reply message (ICMP header onwards, with the
+	// socket's id) and its sender as a *net.UDPAddr, and honours read
+	// deadlines. nil means host ping sockets bound to EgressAddr. Tests use
+	// it where ping sockets are not allowed.
+	ListenPing func() (net.PacketConn, error)
+
 	// HostAddrs lists the gateway host's own addresses, which jobs may not
 	// reach. nil means the addresses of this network namespace's
 	// interfaces, re-read every 10 s.

@@ -37,9 +37,15 @@
 // Safety: nothing a job sends may reach the gateway host's loopback, the
 // tunnel address itself (other than DNS), or multicast/broadcast addresses;
 // see allowedDestination. gVisor additionally drops packets with loopback
-// source or destination addresses on the NIC. ICMP echo is answered only for
-// the tunnel address: echo requests to other destinations are dropped rather
-// than answered by the netstack on their behalf.
+// source or destination addresses on the NIC.
+//
+// ICMP echo: the netstack answers echo requests to the tunnel address.
+// IPv4 echo requests to other destinations never enter the netstack (it
+// would answer them on the destination's behalf): Write hands them to the
+// ping relay (ping.go), which checks the destination like a flow and sends
+// them from host ICMP "ping" sockets, one per job echo flow, and returns
+// the replies to the job with its own echo id. ICMPv6 echo requests to
+// other destinations are dropped.
 //
 // All exported methods of Stack are safe for concurrent use.
 package netstack

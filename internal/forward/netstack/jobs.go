@@ -54,9 +54,13 @@ func (s *Stack) AddJob(addr netip.Addr, block portblock.Range) error {
 	return nil
 }
 
-// RemoveJob implements forward.Jobs. Flows already open keep running until
-// they end; the WireGuard peer is gone, so they end soon.
-func (s *Stack) RemoveJob(addr netip.Addr) { s.jobs.remove(addr.Unmap()) }
+// RemoveJob implements forward.Jobs. The job's ICMP echo flows are closed;
+// its TCP and UDP flows already open keep running until they end (the
+// WireGuard peer is gone, so they end soon).
+func (s *Stack) RemoveJob(addr netip.Addr) {
+	s.jobs.remove(addr.Unmap())
+	s.pings.removeJob(addr.Unmap())
+}
 
 // dial opens the host socket for a job's flow from src to dst: through the
 // Dial hook if one is configured, else from a port of the job's block (and

@@ -101,7 +101,9 @@ func newLinkEndpoint(mtu uint32, limit int, dropped func()) *linkEndpoint {
 }
 
 // inject delivers the inbound packets bufs[i][offset:] that admit accepts
-// to the netstack, through GRO, and returns how many admit refused. The
+// to the netstack, through GRO, and returns how many admit refused. admit
+// keeps a packet out with ok false: with protocol 0 it refused it, with any
+// other protocol it took the packet over itself (ICMP echo relay). The
 // buffers are copied and not retained.
 func (e *linkEndpoint) inject(bufs [][]byte, offset int, admit func([]byte) (tcpip.NetworkProtocolNumber, bool)) (refused int) {
 	e.dmu.RLock()
@@ -119,7 +121,9 @@ func (e *linkEndpoint) inject(bufs [][]byte, offset int, admit func([]byte) (tcp
 		}
 		proto, ok := admit(b[offset:])
 		if !ok {
-			refused++
+			if proto == 0 {
+				refused++
+			}
 			continue
 		}
 		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(b[offset:])})
@@ -163,6 +167,17 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 		return 0, &tcpip.ErrNoBufferSpace{}
 	}
 	return n, nil
+}
+
+// deliver queues the raw IP packet p (copied) for read, as if the netstack
+// had sent it. It reports false if the queue is full or closed.
+func (e *linkEndpoint) deliver(p []byte) bool {
+	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(p)})
+	defer pkt.DecRef()
+	var l stack.PacketBufferList
+	l.PushBack(pkt)
+	n, err := e.WritePackets(l)
+	return err == nil && n == 1
 }
 
 // read blocks until at least one packet is queued, then writes up to

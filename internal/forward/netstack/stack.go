@@ -85,6 +85,7 @@ type Stack struct {
 	dns     *dnsServer
 	host    hostAddrs
 	jobs    jobTable
+	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
@@ -147,8 +148,11 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.dns = dnsSrv
+	s.pings = newPingTable(s)
 	s.exposed = newExposeTable()
+	s.track(s.pings)
 	s.track(s.exposed)
+	logPingAvailability(s.log, s.pings.listen)
 	s.events <- tun.EventUp
 	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams)
 	return s, nil
@@ -235,8 +239,9 @@ func (s *Stack) BatchSize() int { return batchSize }
 
 // Write implements tun.Device: it injects the IPv4/IPv6 packets
 // bufs[i][offset:] sent by jobs into the netstack. The buffers are copied
-// and not retained. Packets that are not IP, and ICMP echo requests for
-// destinations other than the tunnel address, are dropped and counted.
+// and not retained. Packets that are not IP are dropped and counted; ICMP
+// echo requests for destinations other than the tunnel address go to the
+// ping relay (ping.go) instead of the netstack.
 // Write never fails for a bad packet; after Close it returns os.ErrClosed.
 func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 	if s.closing.Load() {
@@ -261,10 +266,7 @@ func (s *Stack) admitPacket(pkt []byte) (tcpip.NetworkProtocolNumber, bool) {
 		}
 		h := header.IPv4(pkt)
 		if h.Protocol() == uint8(header.ICMPv4ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
-			ihl := int(h.HeaderLength())
-			if ihl < header.IPv4MinimumSize || len(pkt) < ihl+1 || header.ICMPv4Type(pkt[ihl]) == header.ICMPv4Echo {
-				return 0, false
-			}
+			return s.admitICMPv4(pkt, h)
 		}
 		return ipv4.ProtocolNumber, true
 	case 6:
@@ -280,6 +282,26 @@ func (s *Stack) admitPacket(pkt []byte) (tcpip.NetworkProtocolNumber, bool) {
 		return ipv6.ProtocolNumber, true
 	}
 	return 0, false
+}
+
+// admitICMPv4 handles an ICMPv4 packet for a destination other than the
+// tunnel address: echo requests are taken over by the ping relay (the
+// netstack would answer them itself), malformed packets and fragments are
+// refused, other ICMP enters the netstack.
+func (s *Stack) admitICMPv4(pkt []byte, h header.IPv4) (tcpip.NetworkProtocolNumber, bool) {
+	ihl := int(h.HeaderLength())
+	tl := int(h.TotalLength())
+	if ihl < header.IPv4MinimumSize || tl < ihl+1 || tl > len(pkt) {
+		return 0, false
+	}
+	if h.More() || h.FragmentOffset() != 0 {
+		return 0, false
+	}
+	if header.ICMPv4Type(pkt[ihl]) != header.ICMPv4Echo {
+		return ipv4.ProtocolNumber, true
+	}
+	s.pings.relay(pkt, ihl)
+	return ipv4.ProtocolNumber, false // taken over, counted by relay
 }
 
 // isSelf reports whether a is the tunnel address.

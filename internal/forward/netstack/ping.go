@@ -1,0 +1,309 @@
+package netstack
+
+// ICMP echo ("ping") from jobs to outside hosts, in user mode.
+//
+// Theory of operation: gVisor has no ICMP forwarder, so echo requests for
+// destinations other than the tunnel address never enter the netstack
+// (echo to the tunnel address itself is answered by the netstack's IPv4
+// layer). Stack.Write's admit path hands them to pingTable.relay instead,
+// which checks the destination like a TCP or UDP flow (checkDestination)
+// and sends the ICMP message through an unprivileged ICMP "ping" socket of
+// the gateway host (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)). Linux
+// allows those only to users whose group is inside
+// net.ipv4.ping_group_range; New probes once and logs a Warn line naming
+// the sysctl when they are not allowed, and echo requests are then dropped
+// and counted.
+//
+// The kernel rewrites the echo identifier of everything sent on a ping
+// socket to the socket's own identifier (its "port") and delivers to the
+// socket only the replies that carry it. So there is one socket per job
+// echo flow, keyed by (job address, job's echo id); the socket's reader
+// goroutine knows whose replies it receives, rebuilds each one as an IPv4
+// echo reply packet from the outside host to the job with the job's own
+// id, sequence number and payload, and queues it on the link endpoint for
+// Read. A flow is closed after pingIdleTimeout without a request or reply,
+// by RemoveJob for the job's flows, and by Close. A job has at most
+// maxPingFlowsPerJob flows at once; requests for further ids are dropped.
+//
+// IPv6 echo (ICMPv6 ping sockets) is not relayed yet: jobs are IPv4-only
+// today, and the admit path keeps dropping ICMPv6 echo requests for other
+// destinations.
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+)
+
+const (
+	// pingIdleTimeout closes a job's echo flow after no request or reply
+	// for this long.
+	pingIdleTimeout = 30 * time.Second
+	// maxPingFlowsPerJob caps a job's echo flows (distinct echo ids) at
+	// once.
+	maxPingFlowsPerJob = 16
+	// pingTTL is the TTL of the echo replies the gateway builds.
+	pingTTL = 64
+)
+
+// PingSysctlHint is the command that lets every group use ping sockets.
+const PingSysctlHint = `sysctl -w net.ipv4.ping_group_range="0 2147483647"`
+
+// listenPingHost opens a host ICMPv4 ping socket, bound to addr if valid.
+func listenPingHost(addr netip.Addr) (net.PacketConn, error) {
+	host := "0.0.0.0"
+	if addr.IsValid() && addr.Unmap().Is4() {
+		host = addr.Unmap().String()
+	}
+	c, err := icmp.ListenPacket("udp4", host)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkPing opens and closes one socket with listen and returns nil if
+// that works, else an error that says how to enable ping sockets.
+func checkPing(listen func() (net.PacketConn, error)) error {
+	c, err := listen()
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+		return fmt.Errorf("ping sockets not allowed for the gateway's group %d (net.ipv4.ping_group_range excludes it); to enable ping from jobs run, as root in the gateway's network namespace: %s: %w",
+			syscall.Getgid(), PingSysctlHint, err)
+	}
+	return fmt.Errorf("open ping socket: %w", err)
+}
+
+// pingKey names one job echo flow.
+type pingKey struct {
+	job netip.Addr
+	id  uint16
+}
+
+// pingFlow is one job echo flow and its host socket.
+type pingFlow struct {
+	key  pingKey
+	conn net.PacketConn
+	last atomic.Int64 // unix nanoseconds of the last request or reply
+}
+
+// pingTable holds a Stack's echo flows. It is safe for concurrent use; it
+// is registered with the Stack through track, so Stack.Close closes it.
+type pingTable struct {
+	s      *Stack
+	listen func() (net.PacketConn, error)
+
+	mu     sync.Mutex
+	closed bool
+	flows  map[pingKey]*pingFlow
+	perJob map[netip.Addr]int
+}
+
+func newPingTable(s *Stack) *pingTable {
+	listen := s.cfg.ListenPing
+	if listen == nil {
+		egress := s.cfg.EgressAddr
+		listen = func() (net.PacketConn, error) { return listenPingHost(egress) }
+	}
+	return &pingTable{s: s, listen: listen, flows: make(map[pingKey]*pingFlow), perJob: make(map[netip.Addr]int)}
+}
+
+// relay sends the job's IPv4 ICMP echo request pkt (IPv4 header of ihl
+// bytes, then the ICMP message) to its destination, creating the flow's
+// socket on first use. It runs on the Write path: it never blocks on the
+// network and copies nothing it keeps. Denied requests are counted in
+// Denied, others that cannot be sent in Dropped.
+func (t *pingTable) relay(pkt []byte, ihl int) {
+	s := t.s
+	h := header.IPv4(pkt)
+	msg := pkt[ihl:int(h.TotalLength())]
+	if len(msg) < header.ICMPv4MinimumSize || header.ICMPv4(msg).Code() != 0 {
+		s.stats.dropped.Add(1)
+		return
+	}
+	srcA, dstA := h.SourceAddress().As4(), h.DestinationAddress().As4()
+	src, dst := netip.AddrFrom4(srcA), netip.AddrFrom4(dstA)
+	if err := s.checkDestination(netip.AddrPortFrom(dst, 0)); err != nil {
+		s.stats.denied.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("icmp echo denied", "src", src, "dst", dst, "err", err)
+		}
+		return
+	}
+	f := t.flow(pingKey{job: src, id: header.ICMPv4(msg).Ident()})
+	if f == nil {
+		s.stats.dropped.Add(1)
+		return
+	}
+	f.last.Store(time.Now().UnixNano())
+	if _, err := f.conn.WriteTo(msg, &net.UDPAddr{IP: dstA[:]}); err != nil {
+		s.stats.dropped.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("icmp echo send failed", "src", src, "dst", dst, "err", err)
+		}
+	}
+}
+
+// flow returns the flow of k, opening its socket and starting its reader;
+// nil if the job has too many flows or the socket cannot be opened.
+func (t *pingTable) flow(k pingKey) *pingFlow {
+	t.mu.Lock()
+	f, ok := t.flows[k]
+	full := t.perJob[k.job] >= maxPingFlowsPerJob
+	closed := t.closed
+	t.mu.Unlock()
+	if ok {
+		return f
+	}
+	if full || closed {
+		return nil
+	}
+	c, err := t.listen()
+	if err != nil {
+		if t.s.flowLog.Allow() {
+			t.s.log.Warn("icmp echo from job dropped: cannot open ping socket", "job", k.job, "err", err)
+		}
+		return nil
+	}
+	f = &pingFlow{key: k, conn: c}
+	f.last.Store(time.Now().UnixNano())
+	t.mu.Lock()
+	if old, ok := t.flows[k]; ok || t.closed || t.perJob[k.job] >= maxPingFlowsPerJob {
+		t.mu.Unlock()
+		c.Close()
+		return old // nil unless another Write raced us to it
+	}
+	t.flows[k] = f
+	t.perJob[k.job]++
+	t.mu.Unlock()
+	if !t.s.goStart(func() { t.receive(f) }) {
+		t.drop(f)
+		return nil
+	}
+	if t.s.flowDebugOn() {
+		t.s.log.Debug("icmp echo flow opened", "job", k.job, "id", k.id, "local", c.LocalAddr())
+	}
+	return f
+}
+
+// receive delivers the echo replies of f to its job until f is idle for
+// pingIdleTimeout or closed.
+func (t *pingTable) receive(f *pingFlow) {
+	defer t.drop(f)
+	var buf [1 << 16]byte
+	job := f.key.job.As4()
+	for {
+		_ = f.conn.SetReadDeadline(time.Now().Add(pingIdleTimeout))
+		n, from, err := f.conn.ReadFrom(buf[header.IPv4MinimumSize:])
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && time.Since(time.Unix(0, f.last.Load())) < pingIdleTimeout {
+				continue
+			}
+			return
+		}
+		ua, ok := from.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		peer, ok := netip.AddrFromSlice(ua.IP)
+		if !ok || !peer.Unmap().Is4() {
+			continue
+		}
+		msg := header.ICMPv4(buf[header.IPv4MinimumSize : header.IPv4MinimumSize+n])
+		if n < header.ICMPv4MinimumSize || msg.Type() != header.ICMPv4EchoReply {
+			continue
+		}
+		f.last.Store(time.Now().UnixNano())
+		pkt := buildEchoReply(buf[:header.IPv4MinimumSize+n], peer.Unmap().As4(), job, f.key.id)
+		if !t.s.ep.deliver(pkt) {
+			t.s.stats.dropped.Add(1)
+		}
+	}
+}
+
+// buildEchoReply completes p = room for an IPv4 header | ICMP echo reply
+// as an IPv4 packet from src to dst with echo id, and returns it.
+func buildEchoReply(p []byte, src, dst [4]byte, id uint16) []byte {
+	msg := header.ICMPv4(p[header.IPv4MinimumSize:])
+	msg.SetIdent(id)
+	msg.SetChecksum(0)
+	msg.SetChecksum(^checksum.Checksum(msg, 0))
+	ip := header.IPv4(p)
+	ip.Encode(&header.IPv4Fields{
+		TotalLength: uint16(len(p)),
+		Flags:       header.IPv4FlagDontFragment,
+		TTL:         pingTTL,
+		Protocol:    uint8(header.ICMPv4ProtocolNumber),
+		SrcAddr:     tcpip.AddrFrom4(src),
+		DstAddr:     tcpip.AddrFrom4(dst),
+	})
+	ip.SetChecksum(^ip.CalculateChecksum())
+	return p
+}
+
+// drop closes f and forgets it.
+func (t *pingTable) drop(f *pingFlow) {
+	t.mu.Lock()
+	if t.flows[f.key] == f {
+		delete(t.flows, f.key)
+		if t.perJob[f.key.job]--; t.perJob[f.key.job] <= 0 {
+			delete(t.perJob, f.key.job)
+		}
+	}
+	t.mu.Unlock()
+	f.conn.Close()
+}
+
+// removeJob closes the job's flows.
+func (t *pingTable) removeJob(job netip.Addr) {
+	var fs []*pingFlow
+	t.mu.Lock()
+	for k, f := range t.flows {
+		if k.job == job {
+			fs = append(fs, f)
+		}
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		t.drop(f)
+	}
+}
+
+// Close closes every flow; later relays drop their packets.
+func (t *pingTable) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	fs := make([]*pingFlow, 0, len(t.flows))
+	for _, f := range t.flows {
+		fs = append(fs, f)
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		t.drop(f)
+	}
+	return nil
+}
+
+// logPingAvailability logs at start whether jobs can ping outside hosts.
+func logPingAvailability(log *slog.Logger, listen func() (net.PacketConn, error)) {
+	if err := checkPing(listen); err != nil {
+		log.Warn("ping from jobs to outside hosts is unavailable (pings to the gateway's tunnel address still work)", "err", err, "fix", PingSysctlHint)
+		return
+	}
+	log.Info("ping from jobs to outside hosts relayed through ping sockets")
+}
