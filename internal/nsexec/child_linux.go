@@ -103,11 +103,34 @@ func setupNamespace(cfg childConfig) (int, error) {
 		unix.Close(tunFD)
 		return -1, &stepError{step: stepNetwork, err: err}
 	}
+	if err := allowPingSockets(os.Getgid()); err != nil {
+		// Not fatal: the job runs, only ping(8) fails.
+		fmt.Fprintf(os.Stderr, "airlock: warning: ping will not work in the job: %v\n", err)
+	}
 	if err := bindResolvConf("/etc/resolv.conf", cfg.DNS); err != nil {
 		unix.Close(tunFD)
 		return -1, &stepError{step: stepResolv, err: err}
 	}
 	return tunFD, nil
+}
+
+// pingGroupRange is the sysctl of the current network namespace that lists
+// the groups allowed to open ICMP "ping" sockets.
+const pingGroupRange = "/proc/sys/net/ipv4/ping_group_range"
+
+// allowPingSockets lets group gid (as seen in the job's user namespace)
+// open ICMP ping sockets in the job's network namespace, so that ping(8)
+// works unprivileged: a new network namespace starts with
+// ping_group_range "1 0" (nobody), and file capabilities such as ping's
+// cap_net_raw give nothing useful in a user namespace. The child may write
+// it because its user namespace owns the network namespace; only gids
+// mapped into that user namespace can be named.
+func allowPingSockets(gid int) error {
+	v := fmt.Sprintf("%d %d", gid, gid)
+	if err := os.WriteFile(pingGroupRange, []byte(v), 0); err != nil {
+		return fmt.Errorf("set net.ipv4.ping_group_range=%q in the job's network namespace: %w", v, err)
+	}
+	return nil
 }
 
 // createTUN opens /dev/net/tun and attaches a TUN named name with

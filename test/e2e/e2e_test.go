@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -114,6 +116,66 @@ func testAirlock(t *testing.T, mode string) {
 		}
 		if code, out, stderr := e.run(t, "getent", "hosts", "nxdomain.airlock.test"); code != 2 {
 			t.Errorf("getent hosts nxdomain.airlock.test: exit %d, %q, want 2 (not found)%s", code, out, e.diag(stderr))
+		}
+	})
+
+	t.Run("Ping", func(t *testing.T) {
+		if mode == modeUser && !strings.Contains(e.gw.Stderr(), "relayed through ping sockets") {
+			t.Errorf("user-mode gateway did not log that ping is relayed (dmz's ping_group_range includes its group)%s", e.diag(""))
+		}
+		targets := []struct {
+			name  string
+			addr  netip.Addr
+			count string
+		}{{"inet", e.tp.INETAddr, "3"}}
+		if gwTunnel.IsValid() {
+			targets = append(targets, struct {
+				name  string
+				addr  netip.Addr
+				count string
+			}{"gateway tunnel address", gwTunnel, "1"})
+		}
+		for _, tc := range targets {
+			code, out, stderr := e.run(t, "ping", "-n", "-c", tc.count, "-W", "2", tc.addr.String())
+			if code != 0 {
+				t.Errorf("ping -c %s %s (%s): exit %d, %q%s", tc.count, tc.addr, tc.name, code, out, e.diag(stderr))
+				continue
+			}
+			want := tc.count + " received"
+			if !strings.Contains(out, want) {
+				t.Errorf("ping -c %s %s (%s): %q, want %q", tc.count, tc.addr, tc.name, out, want)
+			}
+			if !strings.Contains(out, "from "+tc.addr.String()+":") {
+				t.Errorf("ping %s (%s): replies not from %s: %q", tc.addr, tc.name, tc.addr, out)
+			}
+		}
+		if !gwTunnel.IsValid() {
+			t.Error("gateway tunnel address unknown (JobNetwork failed); not pinged")
+		}
+
+		// iputils ping falls back to a raw socket through its cap_net_raw
+		// file capability, which holds in the job's user namespace. A copy
+		// without it needs the ICMP ping socket that airlock run allows in
+		// the job's network namespace (net.ipv4.ping_group_range).
+		want := fmt.Sprintf("%d\t%d", e.u.GID, e.u.GID)
+		if out := e.mustRun(t, "cat", "/proc/sys/net/ipv4/ping_group_range"); strings.TrimSpace(out) != want {
+			t.Errorf("job's net.ipv4.ping_group_range = %q, want %q (its own group)", out, want)
+		}
+		path, err := exec.LookPath("ping")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nocaps := filepath.Join(topology.TempDir(t), "ping-nocaps")
+		if err := os.WriteFile(nocaps, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := e.run(t, nocaps, "-n", "-c", "1", "-W", "2", e.tp.INETAddr.String())
+		if code != 0 || !strings.Contains(out, "1 received") {
+			t.Errorf("ping without capabilities (ping socket) to %s: exit %d, %q%s", e.tp.INETAddr, code, out, e.diag(stderr))
 		}
 	})
 

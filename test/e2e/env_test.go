@@ -89,6 +89,11 @@ func newEnvMode(t testing.TB, mode string, extra ...string) *env {
 		e.gwUser = nil
 	}
 	topology.PrepareTUN(t)
+	// As a site admin would for a user-mode gateway: let every group of
+	// dmz open ICMP ping sockets, so that jobs' pings are relayed.
+	if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ, nil, "sysctl", "-q", "-w", `net.ipv4.ping_group_range=0 2147483647`); code != 0 {
+		t.Fatalf("sysctl net.ipv4.ping_group_range in dmz: exit %d %s %s", code, out, stderr)
+	}
 	e.httpPort, e.sha = e.tp.StartHTTP(t, map[string]int64{"big": bigSize, "small": smallSize})
 	e.udpPort = e.tp.StartUDPEcho(t)
 	e.dnsAddr = e.tp.StartDNS(t, map[string]netip.Addr{zoneName + ".": e.tp.INETAddr})
