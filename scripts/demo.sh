@@ -76,6 +76,8 @@ fi
 
 step "starting the gateway in $DMZ as user airlockdemo (unprivileged, user-space egress)"
 mkdir -p "/etc/netns/$DMZ" && echo "nameserver 203.0.113.2" >"/etc/netns/$DMZ/resolv.conf"
+# Let the unprivileged gateway relay jobs' pings through ping sockets.
+ip netns exec "$DMZ" sysctl -qw net.ipv4.ping_group_range="0 2147483647"
 mkdir -p "$work/gw" && chown "$U:$G" "$work/gw"
 ip netns exec "$DMZ" setpriv --reuid="$U" --regid="$G" --clear-groups -- \
 	"$work/airlock" gateway --state "$work/gw/state" --listen 198.51.100.1:8443 2>"$work/gateway.log" & pids+=($!)
@@ -93,12 +95,14 @@ echo "resolver:  $(grep nameserver /etc/resolv.conf)"
 echo "DNS:       $(getent hosts files.demo.test)"
 curl -sS -o /dev/null -w 'HTTP:      %{size_download} bytes in %{time_total}s\n' http://files.demo.test:8080/data.bin
 iperf3 -c files.demo.test -t 2 -f m | awk '/sender|receiver/ {print "iperf3:   ", $7, $8, $NF}'
+ping -c 2 -W 2 files.demo.test | awk -F'[ =/]+' '/rtt/ {print "ping:      avg", $8, "ms"}'
 exit 7
 JOB
 chmod 0644 "$work/job.sh"
 set +e
+during=$(date -u -d '+1 sec' +%Y-%m-%dT%H:%M:%SZ)
 # shellcheck disable=SC1090
-(set -a; . "$work/gw/state/join.env"; export AIRLOCK_TOKEN="$TOKEN"
+(set -a; . "$work/gw/state/join.env"; export AIRLOCK_TOKEN="$TOKEN" AIRLOCK_JOB_ID=demo-42
 	ip netns exec "$CN" setpriv --reuid="$U" --regid="$G" --clear-groups -- "$work/airlock" run -- sh "$work/job.sh")
 rc=$?
 set -e
@@ -106,5 +110,10 @@ echo "job exit status: $rc (the job exits 7; airlock returns it unchanged)"
 
 step "gateway log"
 grep -E 'gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220
+
+step "attribution: which job held a source port seen outside? (airlock whois, from the state db alone)"
+port=$(grep -o 'ports=[0-9]*' "$work/gateway.log" | head -1 | cut -d= -f2)
+ip netns exec "$DMZ" setpriv --reuid="$U" --regid="$G" --clear-groups -- \
+	"$work/airlock" whois --state "$work/gw/state" --at "$during" "203.0.113.1:$((port + 5))" || true
 [ "$rc" -eq 7 ] || exit 1
 step "done; cleaning up"
