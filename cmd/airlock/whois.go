@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +34,11 @@ while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
 				return fmt.Errorf("whois: --state DIR is required (the gateway's state directory)")
 			}
 			if len(args) != 1 {
+				for _, a := range args[1:] {
+					if strings.HasPrefix(a, "-") {
+						return fmt.Errorf("whois: flags go before the address: airlock whois --state DIR [--at RFC3339] PUBLIC_IP:PORT")
+					}
+				}
 				return fmt.Errorf("whois: want one PUBLIC_IP:PORT, got %d arguments", len(args))
 			}
 			ap, err := netip.ParseAddrPort(args[0])
