@@ -329,6 +329,9 @@ func TestPacketPathAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("bulk transfer")
 	}
+	if raceEnabled {
+		t.Skip("the race detector allocates; allocation counts need a normal build")
+	}
 	f := newRawFlow(t, discard)
 	// A GC empties the sync.Pools that gVisor's buffers come from, and
 	// refilling them is a cost per GC, not per packet: keep GC out of the
