@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/miekg/dns"
@@ -173,22 +174,28 @@ func (s *Server) exchange(req *dns.Msg, c *dns.Client) (*dns.Msg, error) {
 	return nil, errors.Join(errs...)
 }
 
-// ReadResolvConf returns the nameservers of a resolv.conf file, port 53.
+// ReadResolvConf returns the nameservers of a resolv.conf file, with its
+// port (53 unless the file says otherwise). Zoned or otherwise odd entries
+// are skipped, as libc skips ones it cannot use.
 func ReadResolvConf(path string) ([]netip.AddrPort, error) {
 	cc, err := dns.ClientConfigFromFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read resolvers from %s: %w", path, err)
+		return nil, fmt.Errorf("read dns upstreams from %s: %w", path, err)
 	}
-	var out []netip.AddrPort
+	port := uint16(53)
+	if p, err := strconv.ParseUint(cc.Port, 10, 16); err == nil && p != 0 {
+		port = uint16(p)
+	}
+	var ups []netip.AddrPort
 	for _, s := range cc.Servers {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
 			continue
 		}
-		out = append(out, netip.AddrPortFrom(a.Unmap(), 53))
+		ups = append(ups, netip.AddrPortFrom(a.Unmap(), port))
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("read resolvers from %s: no nameserver lines; set --dns-upstream", path)
+	if len(ups) == 0 {
+		return nil, fmt.Errorf("read dns upstreams from %s: no usable nameserver; set --dns-upstream", path)
 	}
-	return out, nil
+	return ups, nil
 }

@@ -7,10 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"time"
 
-	"github.com/miekg/dns"
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 )
 
 // Defaults for zero Config fields.
@@ -121,7 +120,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxInFlightSYN = DefaultMaxInFlightSYN
 	}
 	if len(c.DNSUpstreams) == 0 {
-		ups, err := readResolvConf(c.ResolvConf)
+		ups, err := dnsfwd.ReadResolvConf(c.ResolvConf)
 		if err != nil {
 			return c, err
 		}
@@ -133,30 +132,4 @@ func (c Config) withDefaults() (Config, error) {
 		c.HostAddrs = interfaceAddrs
 	}
 	return c, nil
-}
-
-// readResolvConf returns the nameservers of a resolv.conf file.
-func readResolvConf(path string) ([]netip.AddrPort, error) {
-	cc, err := dns.ClientConfigFromFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read dns upstreams from %s: %w", path, err)
-	}
-	port := uint16(dnsPort)
-	if p, err := strconv.ParseUint(cc.Port, 10, 16); err == nil && p != 0 {
-		port = uint16(p)
-	}
-	var ups []netip.AddrPort
-	for _, s := range cc.Servers {
-		a, err := netip.ParseAddr(s)
-		if err != nil {
-			// Zoned or otherwise odd entries are skipped, like libc does
-			// with ones it cannot use.
-			continue
-		}
-		ups = append(ups, netip.AddrPortFrom(a.Unmap(), port))
-	}
-	if len(ups) == 0 {
-		return nil, fmt.Errorf("read dns upstreams from %s: no usable nameserver; set DNS upstreams explicitly", path)
-	}
-	return ups, nil
 }

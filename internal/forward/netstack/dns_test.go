@@ -4,8 +4,6 @@ import (
 	"context"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -150,41 +148,5 @@ func TestDNSFallsBackToNextUpstream(t *testing.T) {
 	p := newPair(t, Config{DNSUpstreams: []netip.AddrPort{down, startUpstream(t)}})
 	if resp := p.query(t, "udp", "test.airlock.", dns.TypeA); len(resp.Answer) != 1 {
 		t.Errorf("got %v, want the second upstream's answer", resp)
-	}
-}
-
-func TestReadResolvConf(t *testing.T) {
-	dir := t.TempDir()
-	tests := []struct {
-		name, content string
-		want          []netip.AddrPort
-		wantErr       bool
-	}{
-		{"two", "nameserver 127.0.0.53\nnameserver 2001:db8::1\noptions edns0\n",
-			[]netip.AddrPort{netip.MustParseAddrPort("127.0.0.53:53"), netip.MustParseAddrPort("[2001:db8::1]:53")}, false},
-		{"none", "search example.org\n", nil, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(dir, tt.name)
-			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			got, err := readResolvConf(path)
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err: got %v, want error %v", err, tt.wantErr)
-			}
-			if len(got) != len(tt.want) {
-				t.Fatalf("got %v, want %v", got, tt.want)
-			}
-			for i := range got {
-				if got[i] != tt.want[i] {
-					t.Errorf("got %v, want %v", got, tt.want)
-				}
-			}
-		})
-	}
-	if _, err := readResolvConf(filepath.Join(dir, "missing")); err == nil {
-		t.Error("missing file: got nil error")
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
@@ -82,7 +83,7 @@ type Stack struct {
 	events  chan tun.Event
 	flowLog *rate.Limiter
 	stats   counters
-	dns     *dnsServer
+	dns     *dnsfwd.Server
 	host    hostAddrs
 	jobs    jobTable
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
@@ -367,7 +368,7 @@ func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.cancel()
-		s.dns.close()
+		s.dns.Close()
 
 		s.mu.Lock()
 		s.closed = true
