@@ -263,3 +263,39 @@ func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
 	}
 	return out
 }
+
+// refusalCounter is implemented by egress backends that refuse flows of
+// exhausted port blocks outside the gateway process (kernel mode's
+// nftables limit) and can only report a count.
+type refusalCounter interface {
+	BlockRefusals() (uint64, error)
+}
+
+// refusalPoll is how often refusalLoop reads the count.
+const refusalPoll = 2 * time.Second
+
+// refusalLoop logs when the backend has refused new flows because a job's
+// port block had no port left for the destination: at most one line per
+// poll, with the number refused since the last one.
+func (g *gateway) refusalLoop(ctx context.Context, rc refusalCounter) {
+	t := time.NewTicker(refusalPoll)
+	defer t.Stop()
+	var last uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := rc.BlockRefusals()
+		if err != nil {
+			g.log.Debug("read port block refusals", "err", err)
+			continue
+		}
+		if n > last {
+			g.log.Warn("port block exhausted: new flows refused because a job already uses every port of its block towards that destination",
+				"refused", n-last, "total", n, "block_size", g.egress.plan.Size)
+			last = n
+		}
+	}
+}

@@ -267,6 +267,13 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wgrp.Done()
 		g.pruneLoop(expireCtx, cfg.History)
 	}()
+	if rc, ok := dev.(refusalCounter); ok {
+		wgrp.Add(1)
+		go func() {
+			defer wgrp.Done()
+			g.refusalLoop(expireCtx, rc)
+		}()
+	}
 
 	info := Info{Advertise: advertise, Fingerprint: fp, Control: ln.Addr(), UDPPort: wg.Port(), Gateway: gwAddr}
 	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {

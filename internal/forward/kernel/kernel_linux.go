@@ -254,7 +254,13 @@ func (f *Forwarder) program(oldIPForward string) error {
 		}
 	}
 	add(refuse, refuseRules())
-	add(fromJobs, f.rules.fromJobsRules())
+	for _, e := range f.rules.fromJobsRules() {
+		r := &nftables.Rule{Table: t, Chain: fromJobs, Exprs: e}
+		if isBlockLimit(e) {
+			r.UserData = []byte(blockLimitTag)
+		}
+		f.nft.AddRule(r)
+	}
 	add(toHost, f.rules.toHostRules())
 	add(fwd, f.rules.forwardRules())
 	add(input, f.rules.inputRules())
@@ -406,4 +412,42 @@ func writeSysctl(path, v string) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// isBlockLimit reports whether rule expressions e are a block limit rule.
+func isBlockLimit(e []expr.Any) bool {
+	for _, x := range e {
+		if _, ok := x.(*expr.Dynset); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// BlockRefusals returns how many new flows the per-destination block limit
+// has refused since the table was made (the counters of its rules).
+func (f *Forwarder) BlockRefusals() (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, errors.New("kernel egress: closed")
+	}
+	t := table()
+	_, _, fromJobs, _, _, _, _ := chains(t)
+	rules, err := f.nft.GetRules(t, fromJobs)
+	if err != nil {
+		return 0, fmt.Errorf("kernel egress: list rules: %w", err)
+	}
+	var n uint64
+	for _, r := range rules {
+		if string(r.UserData) != blockLimitTag {
+			continue
+		}
+		for _, x := range r.Exprs {
+			if c, ok := x.(*expr.Counter); ok {
+				n += c.Packets
+			}
+		}
+	}
+	return n, nil
 }

@@ -46,3 +46,6 @@ func (*Forwarder) Expose(netip.Addr, []forward.Exposure) error {
 
 // Unexpose implements forward.Exposer.
 func (*Forwarder) Unexpose(netip.Addr) {}
+
+// BlockRefusals reports nothing: kernel egress is Linux-only.
+func (*Forwarder) BlockRefusals() (uint64, error) { return 0, errors.New("kernel egress needs Linux") }

@@ -33,6 +33,9 @@ const (
 	// address . destination address . destination port): a job's port
 	// block holds at most one connection per port to one destination.
 	setConns = "conns"
+	// blockLimitTag marks the block limit rules, whose counters
+	// BlockRefusals reads.
+	blockLimitTag = "airlock block limit"
 	// connlimitInvert is NFT_CONNLIMIT_F_INV: "ct count over N".
 	connlimitInvert = 1
 )
