@@ -8,13 +8,14 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // File names of the gateway's TLS identity inside its state directory.
@@ -38,13 +39,13 @@ const certLifetime = 10 * 365 * 24 * time.Hour
 func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fingerprint string, created bool, err error) {
 	keyPath := filepath.Join(dir, KeyFile)
 	certPath := filepath.Join(dir, CertFile)
-	keyOK, err := fileExists(keyPath)
+	keyOK, err := store.Exists(keyPath)
 	if err != nil {
-		return tls.Certificate{}, "", false, err
+		return tls.Certificate{}, "", false, fmt.Errorf("gateway identity: %w", err)
 	}
-	certOK, err := fileExists(certPath)
+	certOK, err := store.Exists(certPath)
 	if err != nil {
-		return tls.Certificate{}, "", false, err
+		return tls.Certificate{}, "", false, fmt.Errorf("gateway identity: %w", err)
 	}
 	switch {
 	case keyOK && certOK:
@@ -107,10 +108,10 @@ func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fin
 	}
 	// Key first: a crash in between leaves a key without a certificate,
 	// which the next start reports instead of silently replacing.
-	if err := writeFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := store.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return tls.Certificate{}, "", false, err
 	}
-	if err := writeFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := store.WriteFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return tls.Certificate{}, "", false, err
 	}
 	leaf, err := x509.ParseCertificate(der)
@@ -119,46 +120,4 @@ func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fin
 	}
 	cert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 	return cert, Fingerprint(leaf), true, nil
-}
-
-func fileExists(path string) (bool, error) {
-	_, err := os.Stat(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, os.ErrNotExist):
-		return false, nil
-	default:
-		return false, fmt.Errorf("gateway identity: %w", err)
-	}
-}
-
-// writeFileAtomic writes data to a temporary file in path's directory with
-// mode perm, syncs it and renames it to path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // loadOrCreateKey reads the gateway's WireGuard private key from path, or
@@ -31,7 +33,7 @@ func loadOrCreateKey(path string) (tunnel.Key, error) {
 	if err != nil {
 		return tunnel.Key{}, err
 	}
-	if err := writeFileAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
+	if err := store.WriteFileAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
 		return tunnel.Key{}, fmt.Errorf("write wireguard key: %w", err)
 	}
 	return k, nil
@@ -42,18 +44,7 @@ func loadOrCreateKey(path string) (tunnel.Key, error) {
 func writeJoinEnv(path string, info Info) error {
 	s := fmt.Sprintf("# Airlock gateway: hand these to job submissions, with a token from 'airlock token create'.\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\n",
 		info.Advertise, info.Fingerprint)
-	return writeFileAtomic(path, []byte(s), 0o644)
-}
-
-func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, mode); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return store.WriteFileAtomic(path, []byte(s), 0o644)
 }
 
 // deriveAdvertise picks the address clients dial when --advertise is not

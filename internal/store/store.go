@@ -1,5 +1,6 @@
-// Package store keeps the gateway's durable state in a bbolt database in
-// its state directory (DIR/airlock.db): join tokens, and the lease history
+// Package store keeps the gateway's durable state in its state directory:
+// the small files written whole (keys, certificate, join.env; see
+// WriteFileAtomic) and a bbolt database (DIR/airlock.db) with join tokens, and the lease history
 // that attributes outside connections to jobs (`airlock whois`).
 //
 // A database file is held open by one process at a time. Open fails with
@@ -11,7 +12,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -78,18 +78,4 @@ func (s *Store) Close() error {
 		return fmt.Errorf("close state db %s: %w", s.path, err)
 	}
 	return nil
-}
-
-// Exists reports whether a state database exists at path, so that read-only
-// callers can avoid creating one.
-func Exists(path string) (bool, error) {
-	_, err := os.Stat(path)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, os.ErrNotExist):
-		return false, nil
-	default:
-		return false, fmt.Errorf("stat state db: %w", err)
-	}
 }
