@@ -1,7 +1,8 @@
 // Package store keeps the gateway's durable state in its state directory:
 // the small files written whole (keys, certificate, join.env; see
-// WriteFileAtomic) and a bbolt database (DIR/airlock.db) with join tokens, and the lease history
-// that attributes outside connections to jobs (`airlock whois`).
+// WriteFileAtomic), and a bbolt database (DIR/airlock.db) with join tokens
+// and the lease history that attributes outside connections to jobs
+// (`airlock whois`).
 //
 // A database file is held open by one process at a time. Open fails with
 // [ErrLocked] after a short wait instead of blocking when a running gateway
