@@ -185,6 +185,10 @@ func injectJob(ep *channel.Endpoint, b []byte) {
 	pb.DecRef()
 }
 
+// jobLinkQueue is the job link's queue length in packets: the job stack's
+// largest send buffer in MTU-sized packets, with room to spare.
+func jobLinkQueue(mtu int) int { return 2 * (8 << 20) / mtu }
+
 // newJobStack returns a plain gVisor stack with address jobAddr and default
 // routes, standing in for the job's kernel.
 func newJobStack(t *testing.T, mtu int) (*stack.Stack, *channel.Endpoint) {
@@ -199,7 +203,14 @@ func newJobStack(t *testing.T, mtu int) (*stack.Stack, *channel.Endpoint) {
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv)
 	snd := tcpip.TCPSendBufferSizeRangeOption{Min: 4096, Default: 1 << 20, Max: 8 << 20}
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &snd)
-	ep := channel.New(1024, uint32(mtu), "")
+	// The job's link queue holds the job's whole TCP send buffer (8 MiB
+	// in MTU packets), as a kernel's TSQ and qdisc backpressure would:
+	// gVisor's channel endpoint drops silently when full, and with a
+	// 1024-packet queue a CPU-starved pump lost ~800 packets of one
+	// burst, after which the job's gVisor TCP sat in recovery until the
+	// test's 20 s deadline (1-2 in 40 runs under 3 busy loops). Those
+	// were the harness's losses, not the gateway's.
+	ep := channel.New(jobLinkQueue(mtu), uint32(mtu), "")
 	if err := s.CreateNIC(1, ep); err != nil {
 		t.Fatalf("job CreateNIC: %v", err)
 	}
