@@ -96,6 +96,7 @@ type Topology struct {
 	NativeRouting bool
 
 	t        testing.TB
+	relay    *Process // the impairment relay; nil without WithImpairment
 	nextPort atomic.Int32
 	extraMu  sync.Mutex
 	extra    []netip.Addr // guarded by extraMu: extra inet addresses
@@ -240,6 +241,16 @@ func (tp *Topology) startRelay(t testing.TB, c impair.Config) {
 	t.Logf("topology %s: impairment %s (replay with %s=%d)", tp.WAN, c, ImpairSeedEnv, c.Seed)
 	p := tp.Start(t, tp.WAN, nil, BuildPeer(t), "impair", IfWANToCN, IfWANToDMZ, string(cfg))
 	tp.waitFor(t, p, 10*time.Second, func() bool { return strings.Contains(p.Stdout(), "ready") })
+	tp.relay = p
+}
+
+// RelayLog returns the impairment relay's log so far (its periodic
+// per-direction counters), or "" without WithImpairment.
+func (tp *Topology) RelayLog() string {
+	if tp.relay == nil {
+		return ""
+	}
+	return tp.relay.Stderr()
 }
 
 // tbfBurst returns a bucket size in bytes for rate: 4 ms worth of data but
