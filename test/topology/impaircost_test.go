@@ -63,4 +63,3 @@ func TestImpairmentCost(t *testing.T) {
 		}
 	}
 }
-
