@@ -26,16 +26,22 @@ func TestImpairment(t *testing.T) {
 	}
 	u := topology.EnsureUser(t)
 
-	// 20 pings at 40 ms RTT: the minimum must be near 40 ms (1 % loss
-	// may take one or two).
-	code, out, stderr := tp.Run(t, 30*time.Second, tp.CN, nil, "ping", "-n", "-q", "-c", "20", "-i", "0.05", "-W", "2", tp.INETAddr.String())
-	m := regexp.MustCompile(`= ([\d.]+)/([\d.]+)/([\d.]+)/`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("ping through the relay: exit %d, %q %s", code, out, stderr)
+	// 20 pings at 40 ms RTT. A request the up direction reorders skips
+	// its 20 ms, so a reply may come after 20 ms; most take 40 ms; 1 %
+	// loss may take one or two.
+	code, out, stderr := tp.Run(t, 30*time.Second, tp.CN, nil, "ping", "-n", "-c", "20", "-i", "0.05", "-W", "2", tp.INETAddr.String())
+	var at40, early int
+	for _, m := range regexp.MustCompile(`time=([\d.]+) ms`).FindAllStringSubmatch(out, -1) {
+		rtt, _ := strconv.ParseFloat(m[1], 64)
+		switch {
+		case rtt < 19.5:
+			early++
+		case rtt >= 39.5 && rtt <= 45:
+			at40++
+		}
 	}
-	minRTT, _ := strconv.ParseFloat(m[1], 64)
-	if minRTT < 39.5 || minRTT > 45 {
-		t.Errorf("ping min RTT %.2f ms through a 40 ms relay; want 39.5–45 ms\n%s", minRTT, out)
+	if early > 0 || at40 < 12 {
+		t.Errorf("ping through a 40 ms relay: %d replies at 39.5–45 ms (want ≥ 12), %d under 19.5 ms (want 0); exit %d\n%s%s", at40, early, code, out, stderr)
 	}
 
 	port, sha := tp.StartHTTP(t, map[string]int64{"blob": 4 << 20})
