@@ -42,6 +42,7 @@ var (
 	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
 	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
+	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")
 	flagStartup  = flag.Int("bench.startup", 50, "runs of each start-up measurement (0 skips)")
 	flagOut      = flag.String("bench.out", "", "result directory (default bench/results/DATE)")
 	flagShim     = flag.String("bench.shim", "", "path of the built fakeroot.so (ocserv-slirp needs it)")
@@ -186,6 +187,9 @@ func benchConfig(t *testing.T, cfg, rate string, wan wanProfile, streams []int) 
 	if wan.set {
 		opts = append(opts, topology.WithImpairment(impair.Symmetric(wan.rtt, wan.loss/100)))
 	}
+	if *flagCC != "" {
+		opts = append(opts, topology.WithCongestionControl(*flagCC))
+	}
 	native := topology.New(t, append(opts, topology.WithNativeRouting(), topology.WithPrefix("bn"))...)
 	nativePort := native.StartIperf3Server(t)
 	u := topology.EnsureUser(t)
@@ -290,11 +294,13 @@ func writeMeta(t *testing.T, out string) {
 			}
 		}
 	}
+	hostCC, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	fmt.Fprintf(&b, "host tcp_congestion_control\t%s\n", strings.TrimSpace(string(hostCC)))
 	fmt.Fprintf(&b, "date\t%s\ncommit\t%s\nairlock\t%s\nkernel\t%s\ncpu\t%s\ncores\t%d\n",
 		time.Now().UTC().Format(time.RFC3339), strings.TrimSpace(string(commit)), bin,
 		strings.TrimSpace(string(kernel)), cpu, runtime.NumCPU())
-	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\n",
-		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN)
+	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\ncc\t%s\n",
+		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN, *flagCC)
 	for _, v := range []string{"iperf3", "ocserv", "openconnect", "ocproxy", "slirp4netns"} {
 		ver, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", v).Output()
 		fmt.Fprintf(&b, "pkg %s\t%s\n", v, ver)

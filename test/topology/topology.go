@@ -107,6 +107,7 @@ type options struct {
 	native bool
 	prefix string
 	impair *impair.Config
+	cc     string
 }
 
 // Option configures New.
@@ -131,6 +132,13 @@ const ImpairSeedEnv = "AIRLOCK_IMPAIR_SEED"
 func WithImpairment(c impair.Config) Option {
 	return func(o *options) { o.impair = &c }
 }
+
+// WithCongestionControl sets net.ipv4.tcp_congestion_control to cc
+// ("cubic", "reno", "bbr") in every namespace of the topology, for TCP
+// sockets opened there by any user. A new network namespace otherwise
+// copies the host's default (the initial namespace's), which on this
+// machine is bbr. Namespaces made later (a job's) still copy the host's.
+func WithCongestionControl(cc string) Option { return func(o *options) { o.cc = cc } }
 
 // WithPrefix sets the prefix of the namespace names (default "al").
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
@@ -169,6 +177,9 @@ func New(t testing.TB, opts ...Option) *Topology {
 		mustIP(t, "-n", ns, "link", "set", "lo", "up")
 		// No IPv6 on the links: no DAD delays, no link-local surprises.
 		mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		if o.cc != "" {
+			mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control="+o.cc)
+		}
 	}
 	// Links are created in one namespace with the peer end moved into the other.
 	if tp.WAN == "" {
