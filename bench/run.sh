@@ -11,8 +11,9 @@
 # --impaired is the issue-8 preset: 1 Gbit links, RTT 10 and 40 ms, loss
 # 0, 0.1 and 1 %, configurations airlock, airlock-kernel, airlock-tcp
 # (a hook until the TCP transport exists), ocserv and ocserv-dtls, no
-# start-up runs (combine with --duration/--reps/--streams). --cc cubic sets
-# TCP congestion control in every namespace (the host's default otherwise).
+# start-up runs (combine with --duration/--reps/--streams). --cc reno sets
+# TCP congestion control in every namespace (the host's default otherwise;
+# only algorithms in net.ipv4.tcp_allowed_congestion_control).
 #
 # Needs root (namespaces, veth, tc). Installs the Debian packages it needs,
 # builds the airlock binary from the committed HEAD (a clean export, so that

@@ -133,11 +133,13 @@ func WithImpairment(c impair.Config) Option {
 	return func(o *options) { o.impair = &c }
 }
 
-// WithCongestionControl sets net.ipv4.tcp_congestion_control to cc
-// ("cubic", "reno", "bbr") in every namespace of the topology, for TCP
-// sockets opened there by any user. A new network namespace otherwise
-// copies the host's default (the initial namespace's), which on this
-// machine is bbr. Namespaces made later (a job's) still copy the host's.
+// WithCongestionControl sets net.ipv4.tcp_congestion_control to cc in
+// every namespace of the topology, for TCP sockets opened there by any
+// user. A new network namespace otherwise copies the host's default (the
+// initial namespace's), which on this machine is bbr. Outside the initial
+// namespace the kernel accepts only algorithms listed in the host's
+// net.ipv4.tcp_allowed_congestion_control (here "reno bbr"; not cubic).
+// Namespaces made later (a job's) still copy the host's default.
 func WithCongestionControl(cc string) Option { return func(o *options) { o.cc = cc } }
 
 // WithPrefix sets the prefix of the namespace names (default "al").
