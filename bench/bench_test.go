@@ -29,6 +29,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/test/impair"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
@@ -38,8 +39,10 @@ var (
 	flagDuration = flag.Int("bench.duration", 10, "iperf3 duration in seconds")
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every iperf3 run")
 	flagStreams  = flag.String("bench.streams", "1,2,10,20", "parallel stream counts")
-	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp", "configurations")
+	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
+	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
+	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")
 	flagStartup  = flag.Int("bench.startup", 50, "runs of each start-up measurement (0 skips)")
 	flagOut      = flag.String("bench.out", "", "result directory (default bench/results/DATE)")
 	flagShim     = flag.String("bench.shim", "", "path of the built fakeroot.so (ocserv-slirp needs it)")
@@ -91,29 +94,42 @@ func TestBench(t *testing.T) {
 		}
 		streams = append(streams, n)
 	}
+	wans := []wanProfile{{}}
+	if *flagWAN != "" {
+		wans = nil
+		for _, w := range strings.Split(*flagWAN, ",") {
+			p, err := parseWAN(strings.TrimSpace(w))
+			if err != nil {
+				t.Fatalf("-bench.wan: %v", err)
+			}
+			wans = append(wans, p)
+		}
+	}
 	tsv := newTSV(t, filepath.Join(out, "runs.tsv"))
 	var rows []row
 	var notes []string
-	for _, link := range strings.Split(*flagLinks, ",") {
-		for _, cfg := range strings.Split(*flagConfigs, ",") {
-			cfg, link := strings.TrimSpace(cfg), strings.TrimSpace(link)
-			var got []row
-			var reason string
-			ok := t.Run(cfg+"/"+link, func(t *testing.T) {
-				got, reason = benchConfig(t, cfg, link, streams)
-			})
-			if !ok && reason == "" {
-				reason = "setup or run failed (see test log)"
+	for _, links := range strings.Split(*flagLinks, ",") {
+		for _, wan := range wans {
+			for _, cfg := range strings.Split(*flagConfigs, ",") {
+				cfg, link := strings.TrimSpace(cfg), strings.TrimSpace(links)+wan.suffix()
+				var got []row
+				var reason string
+				ok := t.Run(cfg+"/"+link, func(t *testing.T) {
+					got, reason = benchConfig(t, cfg, strings.TrimSpace(links), wan, streams)
+				})
+				if !ok && reason == "" {
+					reason = "setup or run failed (see test log)"
+				}
+				if reason != "" {
+					notes = append(notes, fmt.Sprintf("%s, %s: not measured: %s", cfg, link, reason))
+					tsv.write(row{Config: cfg, Link: link, Note: "not measured: " + reason})
+					t.Logf("%s %s: not measured: %s", cfg, link, reason)
+				}
+				for _, r := range got {
+					tsv.write(r)
+				}
+				rows = append(rows, got...)
 			}
-			if reason != "" {
-				notes = append(notes, fmt.Sprintf("%s, %s: not measured: %s", cfg, link, reason))
-				tsv.write(row{Config: cfg, Link: link, Note: "not measured: " + reason})
-				t.Logf("%s %s: not measured: %s", cfg, link, reason)
-			}
-			for _, r := range got {
-				tsv.write(r)
-			}
-			rows = append(rows, got...)
 		}
 	}
 	tsv.close()
@@ -132,12 +148,47 @@ func TestBench(t *testing.T) {
 	writeSummary(t, out, rows, notes, startup)
 }
 
-// benchConfig measures one configuration on one link setting. It returns
-// the rows, or a reason why the configuration was not measured.
-func benchConfig(t *testing.T, cfg, link string, streams []int) ([]row, string) {
+// wanProfile is an impairment between cn and dmz: RTT and random loss,
+// split evenly over the two directions. The zero value is no relay.
+type wanProfile struct {
+	rtt  time.Duration
+	loss float64 // percent, per direction
+	set  bool
+}
+
+// parseWAN parses "RTTms-LOSSpercent", e.g. "40-0.1".
+func parseWAN(s string) (wanProfile, error) {
+	r, l, ok := strings.Cut(s, "-")
+	ms, err1 := strconv.ParseFloat(r, 64)
+	loss, err2 := strconv.ParseFloat(l, 64)
+	if !ok || err1 != nil || err2 != nil || ms < 0 || loss < 0 || loss > 100 {
+		return wanProfile{}, fmt.Errorf("%q: want RTT_MS-LOSS_PERCENT, e.g. 40-0.1", s)
+	}
+	return wanProfile{rtt: time.Duration(ms * float64(time.Millisecond)), loss: loss, set: true}, nil
+}
+
+// suffix is what the profile adds to a link name: "+rtt40ms-loss0.1%".
+func (w wanProfile) suffix() string {
+	if !w.set {
+		return ""
+	}
+	return fmt.Sprintf("+rtt%gms-loss%g%%", float64(w.rtt)/float64(time.Millisecond), w.loss)
+}
+
+// benchConfig measures one configuration on one link setting, through the
+// impairment relay if wan is set. It returns the rows, or a reason why the
+// configuration was not measured.
+func benchConfig(t *testing.T, cfg, rate string, wan wanProfile, streams []int) ([]row, string) {
+	link := rate + wan.suffix()
 	var opts []topology.Option
-	if link != "uncapped" {
-		opts = append(opts, topology.WithRate(link))
+	if rate != "uncapped" {
+		opts = append(opts, topology.WithRate(rate))
+	}
+	if wan.set {
+		opts = append(opts, topology.WithImpairment(impair.Symmetric(wan.rtt, wan.loss/100)))
+	}
+	if *flagCC != "" {
+		opts = append(opts, topology.WithCongestionControl(*flagCC))
 	}
 	native := topology.New(t, append(opts, topology.WithNativeRouting(), topology.WithPrefix("bn"))...)
 	nativePort := native.StartIperf3Server(t)
@@ -243,11 +294,13 @@ func writeMeta(t *testing.T, out string) {
 			}
 		}
 	}
+	hostCC, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	fmt.Fprintf(&b, "host tcp_congestion_control\t%s\n", strings.TrimSpace(string(hostCC)))
 	fmt.Fprintf(&b, "date\t%s\ncommit\t%s\nairlock\t%s\nkernel\t%s\ncpu\t%s\ncores\t%d\n",
 		time.Now().UTC().Format(time.RFC3339), strings.TrimSpace(string(commit)), bin,
 		strings.TrimSpace(string(kernel)), cpu, runtime.NumCPU())
-	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\n",
-		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks)
+	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\ncc\t%s\n",
+		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN, *flagCC)
 	for _, v := range []string{"iperf3", "ocserv", "openconnect", "ocproxy", "slirp4netns"} {
 		ver, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", v).Output()
 		fmt.Fprintf(&b, "pkg %s\t%s\n", v, ver)

@@ -117,6 +117,7 @@ func writeSummary(t *testing.T, out string, rows []row, notes []string, startup 
 	}
 
 	var md strings.Builder
+	writeWANTable(t, out, &md, ag)
 	links := uniq(ag, func(a agg) string { return a.link })
 	configs := uniq(ag, func(a agg) string { return a.config })
 	for _, link := range links {
@@ -217,7 +218,84 @@ func linkName(l string) string {
 	if l == "uncapped" {
 		return "uncapped veth"
 	}
+	rate, wan, ok := strings.Cut(l, "+")
+	if ok {
+		return "every veth capped at " + rate + " (tc tbf), impairment relay " + wan
+	}
 	return "every veth capped at " + l + " (tc tbf)"
+}
+
+// writeWANTable writes the runs through the impairment relay (links named
+// RATE+rttNms-lossP%) as one table, rows by profile, streams and
+// direction, with the interleaved native runs' median Gbit/s first and
+// each configuration's Gbit/s and ratio after it; and summary-wan.tsv
+// (the plot's input).
+func writeWANTable(t *testing.T, out string, md *strings.Builder, ag []agg) {
+	var wan []agg
+	for _, a := range ag {
+		if strings.Contains(a.link, "+rtt") {
+			wan = append(wan, a)
+		}
+	}
+	if len(wan) == 0 {
+		return
+	}
+	configs := uniq(wan, func(a agg) string { return a.config })
+	type key struct {
+		link, dir string
+		streams   int
+	}
+	var keys []key
+	seen := map[key]bool{}
+	natives := map[key][]float64{}
+	for _, a := range wan {
+		k := key{a.link, a.dir, a.streams}
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+		natives[k] = append(natives[k], a.native)
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		if keys[i].link != keys[j].link {
+			return keys[i].link < keys[j].link
+		}
+		if keys[i].streams != keys[j].streams {
+			return keys[i].streams < keys[j].streams
+		}
+		return keys[i].dir > keys[j].dir
+	})
+	var tsv strings.Builder
+	tsv.WriteString("config\trtt_ms\tloss_pct\tdirection\tstreams\tgbps\tnative_gbps\tratio\n")
+	md.WriteString("\n**Through the impairment relay** — received Gbit/s and, in parentheses, the ratio to the interleaved native run through the same profile (median of reps); native: median of those native runs\n\n")
+	md.WriteString("| link | streams | direction | native |")
+	for _, c := range configs {
+		fmt.Fprintf(md, " %s |", c)
+	}
+	md.WriteString("\n|---|---|---|---|" + strings.Repeat("---|", len(configs)) + "\n")
+	for _, k := range keys {
+		dir := "job → outside"
+		if k.dir == "down" {
+			dir = "outside → job"
+		}
+		fmt.Fprintf(md, "| %s | %d | %s | %.3f |", k.link, k.streams, dir, median(natives[k]))
+		for _, c := range configs {
+			cell := "—"
+			for _, a := range wan {
+				if a.link == k.link && a.config == c && a.streams == k.streams && a.dir == k.dir {
+					cell = fmt.Sprintf("%.3f (%.0f%%)", a.gbps, a.ratio*100)
+					var rtt, loss float64
+					_, _ = fmt.Sscanf(strings.SplitN(k.link, "+", 2)[1], "rtt%gms-loss%g%%", &rtt, &loss)
+					fmt.Fprintf(&tsv, "%s\t%g\t%g\t%s\t%d\t%.4f\t%.4f\t%.4f\n", c, rtt, loss, k.dir, k.streams, a.gbps, a.native, a.ratio)
+				}
+			}
+			fmt.Fprintf(md, " %s |", cell)
+		}
+		md.WriteString("\n")
+	}
+	if err := os.WriteFile(filepath.Join(out, "summary-wan.tsv"), []byte(tsv.String()), 0o644); err != nil {
+		t.Error(err)
+	}
 }
 
 func uniq(ag []agg, f func(agg) string) []string {
@@ -282,7 +360,7 @@ func benchStartup(t *testing.T, what string, runs int) startupResult {
 		}
 	case "ocserv":
 		res.what = "openconnect + vpnns to first connection"
-		s, err := newOcserv(t, tp, false)
+		s, err := newOcserv(t, tp, false, false)
 		if err != nil {
 			res.note = err.Error()
 			return res

@@ -4,6 +4,16 @@
 #
 #   sudo bench/run.sh [--duration S] [--reps N] [--quick] [--configs LIST]
 #                     [--links LIST] [--streams LIST] [--startup N]
+#                     [--wan LIST] [--impaired] [--cc ALGO]
+#
+# --wan 10-0,40-0.1 runs every configuration through the impairment relay
+# (test/impair) between cn and dmz, once per profile RTT_MS-LOSS_PERCENT.
+# --impaired is the issue-8 preset: 1 Gbit links, RTT 10 and 40 ms, loss
+# 0, 0.1 and 1 %, configurations airlock, airlock-kernel, airlock-tcp
+# (a hook until the TCP transport exists), ocserv and ocserv-dtls, no
+# start-up runs (combine with --duration/--reps/--streams). --cc reno sets
+# TCP congestion control in every namespace (the host's default otherwise;
+# only algorithms in net.ipv4.tcp_allowed_congestion_control).
 #
 # Needs root (namespaces, veth, tc). Installs the Debian packages it needs,
 # builds the airlock binary from the committed HEAD (a clean export, so that
@@ -17,6 +27,7 @@ duration=10 reps=3 startup=50
 configs=native,airlock,airlock-kernel,ocserv,ocserv-slirp,slirp
 links=1gbit,uncapped
 streams=1,2,10,20
+wan= tcpcc=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) duration=$2; shift 2 ;;
@@ -26,7 +37,11 @@ while [ $# -gt 0 ]; do
 	--links) links=$2; shift 2 ;;
 	--streams) streams=$2; shift 2 ;;
 	--quick) duration=3 reps=1 startup=20; shift ;;
-	-h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+	--wan) wan=$2; shift 2 ;;
+	--cc) tcpcc=$2; shift 2 ;;
+	--impaired) wan=10-0,10-0.1,10-1,40-0,40-0.1,40-1 links=1gbit startup=0
+		configs=airlock,airlock-kernel,airlock-tcp,ocserv,ocserv-dtls; shift ;;
+	-h|--help) sed -n '2,25p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -67,8 +82,14 @@ cd "$here"
 AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" go test -count=1 -v -timeout 6h -run '^TestBench$' . -args \
 	-bench.duration="$duration" -bench.reps="$reps" -bench.startup="$startup" \
 	-bench.configs="$configs" -bench.links="$links" -bench.streams="$streams" \
-	-bench.shim="$work/fakeroot.so" -bench.commit="$commit" -bench.out="$out" 2>&1 | tee "$out/log.txt"
+	-bench.wan="$wan" -bench.cc="$tcpcc" -bench.shim="$work/fakeroot.so" -bench.commit="$commit" -bench.out="$out" 2>&1 | tee "$out/log.txt"
 
-gnuplot -e "summary='$out/summary.tsv'; outdir='$out'" "$here/plot.gp"
-cp "$out"/benchmarks-*.png "$root/docs/"
+if [ -n "$wan" ]; then
+	hi=$(echo "$streams" | tr ',' '\n' | sort -n | tail -1)
+	gnuplot -e "summary='$out/summary-wan.tsv'; outdir='$out'; streams_hi=$hi" "$here/plot-wan.gp"
+	cp "$out"/benchmarks-wan.png "$root/docs/"
+else
+	gnuplot -e "summary='$out/summary.tsv'; outdir='$out'" "$here/plot.gp"
+	cp "$out"/benchmarks-throughput.png "$out"/benchmarks-ratio.png "$root/docs/"
+fi
 echo "run.sh: table: $out/table.md; plots: docs/benchmarks-*.png"

@@ -45,10 +45,17 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 		return newAirlock(t, topology.New(t, opts...), "user")
 	case "airlock-kernel":
 		return newAirlock(t, topology.New(t, opts...), "kernel")
+	case "airlock-tcp":
+		// HOOK (issue 6): Airlock forced onto its TCP/TLS transport. When
+		// the transport exists, start the client with the flag that
+		// forces it (e.g. newAirlockTransport(t, tp, "user", "tcp")).
+		return nil, errors.New("Airlock's TCP/TLS transport does not exist yet (issue 6)")
 	case "ocserv":
-		return newOcserv(t, topology.New(t, opts...), false)
+		return newOcserv(t, topology.New(t, opts...), false, false)
+	case "ocserv-dtls":
+		return newOcserv(t, topology.New(t, opts...), false, true)
 	case "ocserv-slirp":
-		return newOcserv(t, topology.New(t, opts...), true)
+		return newOcserv(t, topology.New(t, opts...), true, false)
 	case "slirp":
 		return newSlirp(t, topology.New(t, append(opts, topology.WithNativeRouting())...))
 	}
@@ -262,8 +269,9 @@ const (
 )
 
 // ocservConfig writes cert, key, password file and config into dir and
-// returns the config path and the openconnect pin of the certificate.
-func ocservConfig(dir, network string) (conf, pin string, err error) {
+// returns the config path and the openconnect pin of the certificate. With
+// dtls, ocserv also listens on UDP ocPort for DTLS data channels.
+func ocservConfig(dir, network string, dtls bool) (conf, pin string, err error) {
 	key, cert := filepath.Join(dir, "key.pem"), filepath.Join(dir, "cert.pem")
 	if out, err := exec.Command("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
 		"-nodes", "-subj", "/CN=ocserv-bench", "-days", "2", "-keyout", key, "-out", cert).CombinedOutput(); err != nil {
@@ -293,9 +301,13 @@ func ocservConfig(dir, network string) (conf, pin string, err error) {
 		return "", "", err
 	}
 	// No udp-port: no DTLS, the data channel is TLS over TCP.
+	udp := ""
+	if dtls {
+		udp = fmt.Sprintf("udp-port = %d\n", ocPort)
+	}
 	cfg := fmt.Sprintf(`auth = "plain[passwd=%s]"
 tcp-port = %d
-socket-file = %s/ocserv.sock
+%ssocket-file = %s/ocserv.sock
 server-cert = %s
 server-key = %s
 isolate-workers = false
@@ -323,18 +335,23 @@ ipv4-netmask = 255.255.255.0
 dns = 203.0.113.2
 ping-leases = false
 cisco-client-compat = true
-`, passwd, ocPort, dir, cert, key, dir, network)
+`, passwd, ocPort, udp, dir, cert, key, dir, network)
 	conf = filepath.Join(dir, "ocserv.conf")
 	return conf, pin, os.WriteFile(conf, []byte(cfg), 0o644)
 }
 
-func newOcserv(t *testing.T, tp *topology.Topology, slirp bool) (stack, error) {
+// newOcserv sets up the reference stack on tp: ocserv in dmz (as root, or
+// with slirp unprivileged behind slirp4netns) and openconnect with vpnns in
+// cn; with dtls the data channel is DTLS over UDP (ocserv's udp-port, no
+// --no-dtls), else TLS over TCP.
+func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, error) {
 	u := topology.EnsureUser(t)
 	dir := topology.TempDir(t)
 	s := &ocservStack{topo: tp, peer: topology.BuildPeer(t), srvAddr: fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)}
 	var err error
+	var ocservProc *topology.Process
 	if !slirp {
-		conf, pin, err := ocservConfig(dir, "10.200.0.0")
+		conf, pin, err := ocservConfig(dir, "10.200.0.0", dtls)
 		if err != nil {
 			return nil, err
 		}
@@ -351,6 +368,7 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp bool) (stack, error) {
 			return nil, fmt.Errorf("nft: %s", stderr)
 		}
 		p := tp.Start(t, tp.DMZ, nil, "ocserv", "-f", "-c", conf)
+		ocservProc = p
 		s.gw = []int{p.Cmd.Process.Pid}
 		if err := waitUntil(10*time.Second, p, func() bool { return tp.TCPCheck(t, tp.CN, nil, parseAP(s.srvAddr)) }); err != nil {
 			return nil, fmt.Errorf("ocserv: %v: %s", err, p.Describe())
@@ -367,8 +385,11 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp bool) (stack, error) {
 	if err := os.Chown(s.home, u.UID, u.GID); err != nil {
 		return nil, err
 	}
-	c, err := connectOpenconnect(t, tp, u, s.home, s.srvAddr, s.pin, 30*time.Second)
+	c, err := connectOpenconnect(t, tp, u, s.home, s.srvAddr, s.pin, dtls, 30*time.Second)
 	if err != nil {
+		if ocservProc != nil {
+			err = fmt.Errorf("%w\n--- ocserv ---\n%s", err, ocservProc.Describe())
+		}
 		return nil, err
 	}
 	s.client, s.nsPID = c.pid, c.nsPID
@@ -391,7 +412,10 @@ type ocClient struct {
 // connectOpenconnect creates the vpnns namespace (vpnns -- sleep), starts
 // openconnect with vpnns --attach as its tun script, and waits until a TCP
 // connection from inside the namespace reaches inet.
-func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string, timeout time.Duration) (*ocClient, error) {
+//
+// With dtls it leaves DTLS on and waits until openconnect reports the DTLS
+// channel established, so that the data goes over UDP.
+func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string, dtls bool, timeout time.Duration) (*ocClient, error) {
 	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sleep", "100000")
 	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
 	var nsPID int
@@ -403,8 +427,12 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, h
 	}); err != nil {
 		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.Describe())
 	}
-	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
-		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://"+server+"/")
+	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
+		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
+	if dtls {
+		args = append(args[:2], args[3:]...)
+	}
+	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", args...)
 	c := &ocClient{ns: ns, oc: oc, pid: oc.pid(), nsPID: nsPID}
 	peer := nsJobPeer(t, nsPID)
 	if err := waitUntil(timeout, ns, func() bool {
@@ -414,6 +442,13 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, h
 		return tcpCheckIn(t, tp, peer)
 	}); err != nil || oc.exited() {
 		return nil, fmt.Errorf("openconnect: %v\n--- last probe ---\n%s\n--- openconnect output ---\n%s", err, lastProbe, oc.output())
+	}
+	if dtls {
+		if err := waitUntil(10*time.Second, ns, func() bool {
+			return strings.Contains(oc.output(), "Established DTLS connection")
+		}); err != nil {
+			return nil, fmt.Errorf("openconnect: DTLS not established: %v\n--- openconnect output ---\n%s", err, oc.output())
+		}
 	}
 	return c, nil
 }
@@ -489,7 +524,7 @@ func startOcservSlirp(t *testing.T, tp *topology.Topology, u *topology.User, dir
 	} else if err := os.WriteFile(shim, b, 0o755); err != nil {
 		return nil, "", err
 	}
-	conf, pin, err := ocservConfig(dir, "10.201.0.0")
+	conf, pin, err := ocservConfig(dir, "10.201.0.0", false)
 	if err != nil {
 		return nil, "", err
 	}

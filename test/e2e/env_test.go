@@ -76,9 +76,16 @@ func newEnv(t testing.TB) *env {
 // extra arguments are appended to the gateway's.
 func newEnvMode(t testing.TB, mode string, extra ...string) *env {
 	t.Helper()
+	return newEnvTopo(t, mode, nil, extra...)
+}
+
+// newEnvTopo is newEnvMode on a topology built with topo (e.g.
+// topology.WithImpairment).
+func newEnvTopo(t testing.TB, mode string, topo []topology.Option, extra ...string) *env {
+	t.Helper()
 	topology.RequireRoot(t)
 	e := &env{
-		tp:      topology.New(t),
+		tp:      topology.New(t, topo...),
 		u:       topology.EnsureUser(t),
 		mode:    mode,
 		airlock: topology.BuildAirlock(t),

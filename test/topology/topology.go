@@ -14,6 +14,14 @@
 // from 203.0.113.1. WithNativeRouting turns the topology into a plain
 // routed path for baseline measurements.
 //
+// WithImpairment puts a fourth namespace, wan, in the middle of the cn–dmz
+// link: cn's dmz0 is paired with wan's cn0, wan's dmz0 with dmz's cn0, and
+// an impairment relay (airlock-testpeer impair, test/impair) in wan bridges
+// the two at layer 2, adding delay, loss, reordering and a rate cap. cn and
+// dmz keep their addresses and see one Ethernet segment as before. The
+// relay sees single wire packets: transmit checksum offload, TSO, GSO and
+// GRO are off on the cn and dmz ends of those links.
+//
 // Every namespace, process, file and directory a helper creates is removed
 // by t.Cleanup, in reverse order of creation, even when the test fails.
 // Processes are always stopped by PID (the process group the harness put
@@ -27,7 +35,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -40,6 +50,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/impair"
 )
 
 // Fixed addresses of the topology (documentation ranges).
@@ -60,12 +72,20 @@ const (
 	IfDMZToCN   = "cn0"   // in dmz
 	IfDMZToINET = "inet0" // in dmz
 	IfINETToDMZ = "dmz0"  // in inet
+	IfWANToCN   = "cn0"   // in wan (WithImpairment)
+	IfWANToDMZ  = "dmz0"  // in wan (WithImpairment)
 )
 
 // Topology is one cn/dmz/inet instance. Fields are read-only after New.
 type Topology struct {
 	// CN, DMZ and INET are the network namespace names (for ip netns exec).
 	CN, DMZ, INET string
+	// WAN is the relay's namespace between cn and dmz; "" without
+	// WithImpairment.
+	WAN string
+	// Impairment is the relay's configuration, with the seed it runs
+	// with; nil without WithImpairment.
+	Impairment *impair.Config
 
 	// Addresses on the two links; see the package comment.
 	CNAddr, DMZAddrCN, DMZAddrINET, INETAddr netip.Addr
@@ -76,6 +96,7 @@ type Topology struct {
 	NativeRouting bool
 
 	t        testing.TB
+	relay    *Process // the impairment relay; nil without WithImpairment
 	nextPort atomic.Int32
 	extraMu  sync.Mutex
 	extra    []netip.Addr // guarded by extraMu: extra inet addresses
@@ -85,6 +106,8 @@ type options struct {
 	rate   string
 	native bool
 	prefix string
+	impair *impair.Config
+	cc     string
 }
 
 // Option configures New.
@@ -97,6 +120,27 @@ func WithRate(rate string) Option { return func(o *options) { o.rate = rate } }
 // WithNativeRouting adds routes in cn and inet and enables ip_forward in dmz
 // so that cn reaches inet directly: the baseline for benchmarks.
 func WithNativeRouting() Option { return func(o *options) { o.native = true } }
+
+// ImpairSeedEnv names an environment variable that, when set, gives the
+// seed of every WithImpairment relay whose Config.Seed is 0, to replay a
+// run: New logs the seed each relay runs with.
+const ImpairSeedEnv = "AIRLOCK_IMPAIR_SEED"
+
+// WithImpairment inserts the impairment relay between cn and dmz (see the
+// package comment). c.Up applies to cn → dmz, c.Down to dmz → cn. A zero
+// c.Seed means ImpairSeedEnv's value, or a random seed.
+func WithImpairment(c impair.Config) Option {
+	return func(o *options) { o.impair = &c }
+}
+
+// WithCongestionControl sets net.ipv4.tcp_congestion_control to cc in
+// every namespace of the topology, for TCP sockets opened there by any
+// user. A new network namespace otherwise copies the host's default (the
+// initial namespace's), which on this machine is bbr. Outside the initial
+// namespace the kernel accepts only algorithms listed in the host's
+// net.ipv4.tcp_allowed_congestion_control (here "reno bbr"; not cubic).
+// Namespaces made later (a job's) still copy the host's default.
+func WithCongestionControl(cc string) Option { return func(o *options) { o.cc = cc } }
 
 // WithPrefix sets the prefix of the namespace names (default "al").
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
@@ -122,17 +166,36 @@ func New(t testing.TB, opts ...Option) *Topology {
 		t: t,
 	}
 	tp.nextPort.Store(20000)
+	nss := []string{tp.CN, tp.DMZ, tp.INET}
+	if o.impair != nil {
+		tp.WAN = base + "-wan"
+		nss = append(nss, tp.WAN)
+	}
 
-	for _, ns := range []string{tp.CN, tp.DMZ, tp.INET} {
+	for _, ns := range nss {
 		ns := ns
 		mustIP(t, "netns", "add", ns)
 		t.Cleanup(func() { tp.removeNamespace(ns) })
 		mustIP(t, "-n", ns, "link", "set", "lo", "up")
 		// No IPv6 on the links: no DAD delays, no link-local surprises.
 		mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		if o.cc != "" {
+			mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control="+o.cc)
+		}
 	}
 	// Links are created in one namespace with the peer end moved into the other.
-	mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ)
+	if tp.WAN == "" {
+		mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ)
+	} else {
+		mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ, "type", "veth", "peer", "name", IfWANToCN, "netns", tp.WAN)
+		mustIP(t, "-n", tp.DMZ, "link", "add", IfDMZToCN, "type", "veth", "peer", "name", IfWANToDMZ, "netns", tp.WAN)
+		for _, dev := range []string{IfWANToCN, IfWANToDMZ} {
+			mustIP(t, "-n", tp.WAN, "link", "set", dev, "up")
+		}
+		peer := BuildPeer(t)
+		mustRun(t, "ip", "netns", "exec", tp.CN, peer, "offloads-off", IfCNToDMZ)
+		mustRun(t, "ip", "netns", "exec", tp.DMZ, peer, "offloads-off", IfDMZToCN)
+	}
 	mustIP(t, "-n", tp.DMZ, "link", "add", IfDMZToINET, "type", "veth", "peer", "name", IfINETToDMZ, "netns", tp.INET)
 	addr := func(ns, dev string, a netip.Addr) {
 		mustIP(t, "-n", ns, "addr", "add", a.String()+"/24", "dev", dev)
@@ -150,12 +213,57 @@ func New(t testing.TB, opts ...Option) *Topology {
 				"rate", o.rate, "burst", strconv.Itoa(burst), "latency", "20ms")
 		}
 	}
+	if o.impair != nil {
+		tp.startRelay(t, *o.impair)
+	}
 	if o.native {
 		mustIP(t, "-n", tp.CN, "route", "add", "default", "via", tp.DMZAddrCN.String())
 		mustIP(t, "-n", tp.INET, "route", "add", CNPrefix.String(), "via", tp.DMZAddrINET.String())
 		mustRun(t, "ip", "netns", "exec", tp.DMZ, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
 	}
 	return tp
+}
+
+// startRelay starts the impairment relay in wan and waits until its
+// sockets are bound.
+func (tp *Topology) startRelay(t testing.TB, c impair.Config) {
+	t.Helper()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("topology: WithImpairment: %v", err)
+	}
+	if c.Seed == 0 {
+		if v := os.Getenv(ImpairSeedEnv); v != "" {
+			seed, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatalf("topology: %s=%q: %v", ImpairSeedEnv, v, err)
+			}
+			c.Seed = seed
+		} else {
+			var b [8]byte
+			if _, err := rand.Read(b[:]); err != nil {
+				t.Fatalf("topology: impairment seed: %v", err)
+			}
+			c.Seed = binary.LittleEndian.Uint64(b[:]) >> 1
+		}
+	}
+	tp.Impairment = &c
+	cfg, err := json.Marshal(c)
+	if err != nil {
+		t.Fatalf("topology: impairment config: %v", err)
+	}
+	t.Logf("topology %s: impairment %s (replay with %s=%d)", tp.WAN, c, ImpairSeedEnv, c.Seed)
+	p := tp.Start(t, tp.WAN, nil, BuildPeer(t), "impair", IfWANToCN, IfWANToDMZ, string(cfg))
+	tp.waitFor(t, p, 10*time.Second, func() bool { return strings.Contains(p.Stdout(), "ready") })
+	tp.relay = p
+}
+
+// RelayLog returns the impairment relay's log so far (its periodic
+// per-direction counters), or "" without WithImpairment.
+func (tp *Topology) RelayLog() string {
+	if tp.relay == nil {
+		return ""
+	}
+	return tp.relay.Stderr()
 }
 
 // tbfBurst returns a bucket size in bytes for rate: 4 ms worth of data but
@@ -196,8 +304,14 @@ func (tp *Topology) AddINETAddr(t testing.TB) netip.Addr {
 // for a server to listen on.
 func (tp *Topology) Port() int { return int(tp.nextPort.Add(1)) }
 
-// Namespaces returns the three namespace names.
-func (tp *Topology) Namespaces() []string { return []string{tp.CN, tp.DMZ, tp.INET} }
+// Namespaces returns the namespace names: cn, dmz, inet, and wan if the
+// topology has one.
+func (tp *Topology) Namespaces() []string {
+	if tp.WAN != "" {
+		return []string{tp.CN, tp.DMZ, tp.INET, tp.WAN}
+	}
+	return []string{tp.CN, tp.DMZ, tp.INET}
+}
 
 // NetnsInode returns the inode number identifying the network namespace
 // ns, as in readlink /proc/PID/ns/net ("net:[INODE]").

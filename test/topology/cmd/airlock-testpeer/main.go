@@ -25,6 +25,10 @@
 //	tcphold ADDR N HOLD      open N connections to ADDR one after another (5 s connect timeout each), keep
 //	                         the successful ones open for HOLD (a duration), print
 //	                         "ok=K failed=M slowest_failure=D"
+//	impair A B CONFIG        relay frames between interfaces A and B (AF_PACKET), impaired as
+//	                         the JSON impair.Config says; print "ready" once bound; exit on
+//	                         SIGTERM or when the parent dies (see test/impair)
+//	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
@@ -109,6 +113,14 @@ func main() {
 		if err == nil {
 			err = tcpHold(args[0], n, hold)
 		}
+	case "impair":
+		need(args, 3)
+		err = runImpair(args[0], args[1], args[2])
+	case "offloads-off":
+		if len(args) == 0 {
+			usage()
+		}
+		err = offloadsOff(args)
 	case "jobserve":
 		need(args, 3)
 		var secs int
