@@ -5,7 +5,7 @@ package kernel
 // Flow limits are nftables rules in the chain job_limits, which from_jobs
 // jumps to for every packet from a job: per job with limits, `ip saddr JOB
 // ct state new ct count over N goto over_flows` and `ip saddr JOB ct state
-// new limit rate over R/second burst 1 packets goto over_rate`. Both
+// new limit rate over R/second burst ⌈R⌉ packets goto over_rate`. Both
 // chains count and then refuse like any refused flow (TCP reset, ICMP port
 // unreachable for UDP), so the job fails at once.
 //
@@ -59,12 +59,14 @@ func overRules() [][]expr.Any {
 func limitTag(addr netip.Addr) []byte { return []byte(limitTagPrefix + addr.String()) }
 
 // newFlowsLimit converts a new-flow rate to nftables' integer limit: per
-// second for rates of 1 and more (rounded), else per minute.
-func newFlowsLimit(perSec float64) (rate uint64, unit expr.LimitTime) {
+// second for rates of 1 and more (rounded), else per minute. The burst
+// is ⌈rate⌉ flows as in user mode (nftables lets exactly burst packets
+// through at once; without one it would allow 5).
+func newFlowsLimit(perSec float64) (rate uint64, unit expr.LimitTime, burst uint32) {
 	if perSec >= 1 {
-		return uint64(math.Round(perSec)), expr.LimitTimeSecond
+		return uint64(math.Round(perSec)), expr.LimitTimeSecond, uint32(math.Ceil(perSec))
 	}
-	return uint64(max(1, math.Round(perSec*60))), expr.LimitTimeMinute
+	return uint64(max(1, math.Round(perSec*60))), expr.LimitTimeMinute, 1
 }
 
 // jobLimitRules are the flow limit rules of the job at addr (none for a
@@ -79,9 +81,9 @@ func (r ruleset) jobLimitRules(addr netip.Addr, l forward.Limits) [][]expr.Any {
 		}))
 	}
 	if l.NewFlowsPerSec > 0 {
-		rate, unit := newFlowsLimit(l.NewFlowsPerSec)
+		rate, unit, burst := newFlowsLimit(l.NewFlowsPerSec)
 		rules = append(rules, cat(match, []expr.Any{
-			&expr.Limit{Type: expr.LimitTypePkts, Rate: rate, Unit: unit, Burst: 1, Over: true},
+			&expr.Limit{Type: expr.LimitTypePkts, Rate: rate, Unit: unit, Burst: burst, Over: true},
 			&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainOverRate},
 		}))
 	}

@@ -42,19 +42,20 @@ func TestJobLimitRules(t *testing.T) {
 	if cl == nil || cl.Count != 7 || cl.Flags != connlimitInvert {
 		t.Errorf("connlimit: got %+v, want ct count over 7", cl)
 	}
-	if lim == nil || lim.Rate != 2 || lim.Unit != expr.LimitTimeSecond || !lim.Over || lim.Type != expr.LimitTypePkts {
-		t.Errorf("limit: got %+v, want limit rate over 2/second", lim)
+	if lim == nil || lim.Rate != 2 || lim.Burst != 3 || lim.Unit != expr.LimitTimeSecond || !lim.Over || lim.Type != expr.LimitTypePkts {
+		t.Errorf("limit: got %+v, want limit rate over 2/second burst 3", lim)
 	}
 	if strings.Join(gotos, " ") != chainOverFlows+" "+chainOverRate {
 		t.Errorf("verdicts: got %v", gotos)
 	}
 	for _, tt := range []struct {
-		in   float64
-		rate uint64
-		unit expr.LimitTime
-	}{{1, 1, expr.LimitTimeSecond}, {10.6, 11, expr.LimitTimeSecond}, {0.5, 30, expr.LimitTimeMinute}, {0.001, 1, expr.LimitTimeMinute}} {
-		if r, u := newFlowsLimit(tt.in); r != tt.rate || u != tt.unit {
-			t.Errorf("newFlowsLimit(%v): got %d/%v, want %d/%v", tt.in, r, u, tt.rate, tt.unit)
+		in    float64
+		rate  uint64
+		unit  expr.LimitTime
+		burst uint32
+	}{{1, 1, expr.LimitTimeSecond, 1}, {10.4, 10, expr.LimitTimeSecond, 11}, {0.5, 30, expr.LimitTimeMinute, 1}, {0.001, 1, expr.LimitTimeMinute, 1}} {
+		if r, u, b := newFlowsLimit(tt.in); r != tt.rate || u != tt.unit || b != tt.burst {
+			t.Errorf("newFlowsLimit(%v): got %d/%v burst %d, want %d/%v burst %d", tt.in, r, u, b, tt.rate, tt.unit, tt.burst)
 		}
 	}
 	if got := ifbName("a-very-long-tun"); len(got) > 15 || !strings.HasSuffix(got, "-ifb") {

@@ -25,6 +25,7 @@
 //	tcphold ADDR N HOLD      open N connections to ADDR one after another (5 s connect timeout each), keep
 //	                         the successful ones open for HOLD (a duration), print
 //	                         "ok=K failed=M slowest_failure=D"
+//	tcpecho, tcpflows, tcpburst   see flows.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
@@ -56,6 +57,13 @@ func main() {
 	}
 	var err error
 	args := os.Args[2:]
+	if ok, err := runFlowPeer(os.Args[1], args); ok {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-testpeer %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		return
+	}
 	switch os.Args[1] {
 	case "http":
 		need(args, 2)
