@@ -11,6 +11,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -33,6 +34,14 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default and maximum net.ipv4.ip_local_port_range; kernel: default 20000-59999)")
 	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
 	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
+	var lf limitFlags
+	fs.StringVar(&lf.jobEgress, "job-egress-rate", "", "per-job bandwidth job → outside, e.g. 100mbit, 1gbit (default unlimited)")
+	fs.StringVar(&lf.jobIngress, "job-ingress-rate", "", "per-job bandwidth outside → job, e.g. 100mbit (default unlimited)")
+	fs.StringVar(&lf.egress, "egress-rate", "", "bandwidth of all jobs together, job → outside (default unlimited)")
+	fs.StringVar(&lf.ingress, "ingress-rate", "", "bandwidth of all jobs together, outside → job (default unlimited)")
+	fs.IntVar(&cfg.Limits.Job.MaxFlows, "job-max-flows", 0, "per-job maximum concurrent flows; more are refused at once (default unlimited)")
+	fs.Float64Var(&cfg.Limits.Job.NewFlowsPerSec, "job-new-flows-per-sec", 0, "per-job new flows per second (bursts of the same number); more are refused at once (default unlimited)")
+	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:       "gateway",
@@ -56,6 +65,9 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 				return err
 			}
 			if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
+				return err
+			}
+			if err := lf.parse(&cfg.Limits); err != nil {
 				return err
 			}
 			ctx, stop := signalContext()
@@ -111,4 +123,37 @@ func parseUpstreams(s string) ([]netip.AddrPort, error) {
 		out = append(out, netip.AddrPortFrom(a, 53))
 	}
 	return out, nil
+}
+
+// limitFlags are the limit flags that need parsing.
+type limitFlags struct {
+	jobEgress, jobIngress, egress, ingress, tokens string
+}
+
+// parse fills in c's rates and tokens and checks the flow limits.
+func (f limitFlags) parse(c *gateway.LimitsConfig) error {
+	for _, r := range []struct {
+		flag, val string
+		dst       *uint64
+	}{
+		{"--job-egress-rate", f.jobEgress, &c.Job.EgressBitsPerSec},
+		{"--job-ingress-rate", f.jobIngress, &c.Job.IngressBitsPerSec},
+		{"--egress-rate", f.egress, &c.GlobalEgressBitsPerSec},
+		{"--ingress-rate", f.ingress, &c.GlobalIngressBitsPerSec},
+	} {
+		v, err := forward.ParseRate(r.val)
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.flag, err)
+		}
+		*r.dst = v
+	}
+	for _, t := range strings.Split(f.tokens, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			c.Tokens = append(c.Tokens, t)
+		}
+	}
+	if err := c.Job.Validate(); err != nil {
+		return fmt.Errorf("bad --job-max-flows or --job-new-flows-per-sec: %w", err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -36,6 +37,33 @@ func TestParseEgress(t *testing.T) {
 		}
 		if err != nil || cfg.EgressAddr != tt.wantAddr || cfg.EgressPorts != tt.wantPorts {
 			t.Errorf("%+v: got %v, %v, %v; want %v, %v", tt, err, cfg.EgressAddr, cfg.EgressPorts, tt.wantAddr, tt.wantPorts)
+		}
+	}
+}
+
+func TestLimitFlags(t *testing.T) {
+	var c gateway.LimitsConfig
+	f := limitFlags{jobEgress: "100mbit", jobIngress: "50Mbit", egress: "1gbit", tokens: "cms, atlas,"}
+	if err := f.parse(&c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Job.EgressBitsPerSec != 100e6 || c.Job.IngressBitsPerSec != 50e6 || c.GlobalEgressBitsPerSec != 1e9 || c.GlobalIngressBitsPerSec != 0 {
+		t.Errorf("rates: got %+v", c)
+	}
+	if strings.Join(c.Tokens, " ") != "cms atlas" {
+		t.Errorf("tokens: got %q, want [cms atlas]", c.Tokens)
+	}
+	for _, tt := range []struct {
+		f    limitFlags
+		c    gateway.LimitsConfig
+		want string
+	}{
+		{f: limitFlags{jobIngress: "fast"}, want: "--job-ingress-rate"},
+		{f: limitFlags{ingress: "10 parsecs"}, want: "--ingress-rate"},
+		{c: gateway.LimitsConfig{Job: forward.Limits{MaxFlows: -2}}, want: "--job-max-flows"},
+	} {
+		if err := tt.f.parse(&tt.c); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%+v: got %v, want an error naming %s", tt.f, err, tt.want)
 		}
 	}
 }

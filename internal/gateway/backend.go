@@ -37,6 +37,9 @@ type gateway struct {
 	// cannot; exposeAddr is the public address announced for them.
 	exposer    forward.Exposer
 	exposeAddr netip.Addr
+	// limiter enforces jobs' limits, nil if the forwarder cannot (and
+	// none are configured).
+	limiter forward.Limiter
 }
 
 // owner is what a lease records about its holder.
@@ -88,6 +91,13 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 		}
 	}
+	limits, err := g.applyLimits(l.Addr, tok)
+	if err != nil {
+		_, _ = g.leases.Release(l.ID, secret)
+		g.removeJob(l)
+		g.log.Error("join refused: egress backend cannot set the job's limits", "addr", l.Addr, "err", err)
+		return control.Lease{}, err
+	}
 	if len(exposures) > 0 {
 		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
@@ -123,7 +133,8 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
-		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block, "exposed", rec.Exposed)
+		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block, "exposed", rec.Exposed,
+		"limits", !limits.IsZero())
 	var ports [2]uint16
 	if block != (portblock.Range{}) {
 		ports = [2]uint16{block.Lo, block.Hi}

@@ -82,6 +82,8 @@ type Config struct {
 	BlockSize int
 	// TUN names kernel mode's TUN device; "" means kernel.DefaultName.
 	TUN string
+	// Limits are the jobs' bandwidth and flow limits.
+	Limits LimitsConfig
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
@@ -204,6 +206,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	jobs, _ := dev.(forward.Jobs)
 	exposer, _ := dev.(forward.Exposer)
+	limiter, err := setupLimits(cfg.Limits, dev)
+	if err != nil {
+		dev.Close()
+		return err
+	}
 	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
@@ -229,6 +236,7 @@ func Run(ctx context.Context, cfg Config) error {
 		jobs:       jobs,
 		exposer:    exposer,
 		exposeAddr: exposeAddr(eg, log),
+		limiter:    limiter,
 	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
@@ -284,6 +292,9 @@ func Run(ctx context.Context, cfg Config) error {
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "blocks", eg.plan.Blocks(), "per_job_blocks", jobs != nil,
+		"job_egress_rate", forward.FormatRate(cfg.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(cfg.Limits.Job.IngressBitsPerSec),
+		"job_max_flows", cfg.Limits.Job.MaxFlows, "job_new_flows_per_sec", cfg.Limits.Job.NewFlowsPerSec,
+		"egress_rate", forward.FormatRate(cfg.Limits.GlobalEgressBitsPerSec), "ingress_rate", forward.FormatRate(cfg.Limits.GlobalIngressBitsPerSec),
 		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
 	if cfg.Ready != nil {
 		cfg.Ready(info)

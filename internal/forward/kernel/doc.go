@@ -36,6 +36,7 @@
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
 //	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: goto refuse
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
+//	    jump job_limits
 //	    ct state new add @conns { ip saddr . ip daddr . tcp/udp dport
 //	        ct count over BLOCK } counter goto refuse   (block exhausted for
 //	        that destination: refuse now instead of SNAT dropping it)
@@ -47,10 +48,17 @@
 //	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
 //	    ip daddr GW icmp type echo-request accept
 //	    goto refuse
+//	chain job_limits   per job with flow limits (SetJobLimits), tagged:
+//	    ip saddr JOB ct state new ct count over N goto over_flows
+//	    ip saddr JOB ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
+//	chain over_flows, over_rate   counter goto refuse (read by LimitStats)
 //	chain refuse       tcp: reject with tcp reset; else reject (icmpx port
 //	                   unreachable), so that jobs fail fast, not by timeout
 //	chain state        no hook; one rule whose user data remembers the
 //	                   ip_forward value from before the table was made
+//
+// Bandwidth limits are tc HTB qdiscs on the TUN and an ifb device; see
+// limits_linux.go.
 //
 // The base chains' policies are accept so that the gateway host's other
 // traffic is untouched; everything entering or leaving the TUN is decided

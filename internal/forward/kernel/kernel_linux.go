@@ -83,6 +83,13 @@ type Forwarder struct {
 	jobs   map[netip.Addr][]*nftables.Rule // rules with their handles
 	// exposed holds each job's prerouting DNAT rules, with handles.
 	exposed map[netip.Addr][]*nftables.Rule
+	// limitRules holds each job's flow limit rules, with handles.
+	limitRules map[netip.Addr][]*nftables.Rule
+	// tc shapes bandwidth; nil until a bandwidth limit is first set.
+	tc *tcShaper
+
+	// tunName is the TUN's interface name.
+	tunName string
 }
 
 var (
@@ -117,6 +124,9 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		rules:   ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize)},
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
 		exposed: make(map[netip.Addr][]*nftables.Rule),
+
+		limitRules: make(map[netip.Addr][]*nftables.Rule),
+		tunName:    cfg.Name,
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
@@ -142,6 +152,9 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	f.Device = dev
 	staleForward, err := f.removeStale()
+	if err == nil {
+		err = removeStaleIFB(cfg.Name, f.log)
+	}
 	if err != nil {
 		dev.Close()
 		return nil, err
@@ -254,6 +267,12 @@ func (f *Forwarder) program(oldIPForward string) error {
 		}
 	}
 	add(refuse, refuseRules())
+	limits, overFlows, overRate := limitChains(t)
+	for _, c := range []*nftables.Chain{limits, overFlows, overRate} {
+		f.nft.AddChain(c)
+	}
+	add(overFlows, overRules())
+	add(overRate, overRules())
 	for _, e := range f.rules.fromJobsRules() {
 		r := &nftables.Rule{Table: t, Chain: fromJobs, Exprs: e}
 		if isBlockLimit(e) {
@@ -314,7 +333,8 @@ func (f *Forwarder) AddJob(addr netip.Addr, block portblock.Range) error {
 	return nil
 }
 
-// RemoveJob deletes the job's NAT rules and its conntrack entries.
+// RemoveJob deletes the job's NAT rules, its limits and its conntrack
+// entries.
 func (f *Forwarder) RemoveJob(addr netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -331,6 +351,7 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 	if err := f.nft.Flush(); err != nil {
 		f.log.Error("kernel egress: delete snat rules", "job", addr, "err", err)
 	}
+	f.removeLimitsLocked(addr)
 	f.flushConntrack(addr)
 }
 
@@ -353,8 +374,9 @@ func (f *Forwarder) Jobs() int {
 	return len(f.jobs)
 }
 
-// Close stops the DNS relay, deletes the nftables table, restores
-// ip_forward and closes (and so removes) the TUN. Pending Read and Write
+// Close stops the DNS relay, deletes the nftables table and the ifb
+// device, restores ip_forward and closes (and so removes) the TUN with its
+// qdiscs. Pending Read and Write
 // calls return an error. Close is idempotent.
 func (f *Forwarder) Close() error {
 	f.closeOnce.Do(func() { f.closeErr = f.teardown() })
@@ -370,6 +392,13 @@ func (f *Forwarder) teardown() error {
 	f.closed = true
 	f.jobs = nil
 	f.exposed = nil
+	f.limitRules = nil
+	if f.tc != nil {
+		if err := f.tc.close(); err != nil {
+			errs = append(errs, err)
+		}
+		f.tc = nil
+	}
 	if f.nft != nil {
 		f.nft.DelTable(table())
 		if err := f.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {

@@ -242,7 +242,8 @@ func refuseRules() [][]expr.Any {
 	}
 }
 
-// fromJobsRules are the safety floor for traffic from jobs to the outside.
+// fromJobsRules are the safety floor for traffic from jobs to the outside,
+// then the jobs' flow limits (limits_linux.go) and the block limit.
 func (r ruleset) fromJobsRules() [][]expr.Any {
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
 	refuse := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}
@@ -256,6 +257,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
+	rules = append(rules, []expr.Any{jump(chainLimits)})
 	rules = append(rules, r.blockLimitRules()...)
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
 }

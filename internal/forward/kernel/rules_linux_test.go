@@ -126,13 +126,16 @@ func TestJobRules(t *testing.T) {
 func TestFilterRules(t *testing.T) {
 	// Every floor prefix is dropped, and the chain ends with accept.
 	fj := testRules.fromJobsRules()
-	if got, want := len(fj), 2+len(floor)+3+1; got != want {
+	if got, want := len(fj), 2+len(floor)+3+1+1; got != want {
 		t.Errorf("from_jobs rules: got %d, want %d", got, want)
 	}
 	if v, ok := fj[len(fj)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictAccept {
 		t.Errorf("from_jobs ends with %v, want accept", fj[len(fj)-1])
 	}
-	for _, r := range fj[:len(fj)-1] {
+	if v, ok := fj[len(fj)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainLimits {
+		t.Errorf("from_jobs rule before accept is %v, want jump %s", fj[len(fj)-2], chainLimits)
+	}
+	for _, r := range fj[:len(fj)-2] {
 		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || !(v.Kind == expr.VerdictDrop || v.Kind == expr.VerdictGoto && v.Chain == chainRefuse) {
 			t.Errorf("from_jobs rule %v neither drops nor refuses", r)
 		}

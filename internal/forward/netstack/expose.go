@@ -284,7 +284,7 @@ func (e *exposure) carryTCP(c *net.TCPConn) {
 	if e.s.flowDebugOn() {
 		e.s.log.Debug("exposed tcp connection", "job", e.job, "port", e.x.JobPort, "from", c.RemoteAddr())
 	}
-	e.s.relayTCP(c, in)
+	e.s.relayTCP(c, in, nil, nil)
 	e.remove(p)
 	p.Close()
 }

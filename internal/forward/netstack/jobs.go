@@ -51,14 +51,17 @@ func (s *Stack) AddJob(addr netip.Addr, block portblock.Range) error {
 		return fmt.Errorf("add job %s: bad port block %s", addr, block)
 	}
 	s.jobs.set(addr.Unmap(), block)
+	s.limits.add(addr.Unmap())
 	return nil
 }
 
 // RemoveJob implements forward.Jobs. The job's ICMP echo flows are closed;
 // its TCP and UDP flows already open keep running until they end (the
-// WireGuard peer is gone, so they end soon).
+// WireGuard peer is gone, so they end soon), still under the job's
+// bandwidth limits. Its limits are forgotten.
 func (s *Stack) RemoveJob(addr netip.Addr) {
 	s.jobs.remove(addr.Unmap())
+	s.limits.remove(addr.Unmap())
 	s.pings.removeJob(addr.Unmap())
 }
 

@@ -86,6 +86,7 @@ type Stack struct {
 	dns     *dnsfwd.Server
 	host    hostAddrs
 	jobs    jobTable
+	limits  limitTable   // jobs' and global limits (limits.go)
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
 

@@ -58,6 +58,15 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 
+	lim, ok := s.admitFlow("tcp", src, dst)
+	if !ok {
+		r.Complete(true)
+		return
+	}
+	if lim != nil {
+		defer lim.release()
+	}
+
 	network := "tcp4"
 	if dst.Addr().Is6() {
 		network = "tcp6"
@@ -104,7 +113,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	start := time.Now()
-	up, down := s.relayTCP(in, out)
+	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim))
 	s.untrack(f)
 	f.Close()
 	if s.flowDebugOn() {
@@ -133,30 +142,37 @@ type closeWriter interface {
 }
 
 // relayTCP copies job→host on a new goroutine and host→job on this one,
-// propagating half-close. If either direction fails, both connections are
-// closed so the other direction ends too. It returns the bytes copied in each
-// direction once both are done.
-func (s *Stack) relayTCP(in, out net.Conn) (up, down int64) {
+// propagating half-close, paced by the shapers up (job → host) and down.
+// If either direction fails, both connections are closed so the other
+// direction ends too. It returns the bytes copied in each direction once
+// both are done.
+func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper) (nup, ndown int64) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		up = halfCopy(out, in)
+		nup = halfCopy(out, in, up)
 	}()
-	down = halfCopy(in, out)
+	ndown = halfCopy(in, out, down)
 	<-done
-	return up, down
+	return nup, ndown
 }
 
 // halfCopy copies src to dst with a pooled buffer until EOF, then
-// half-closes dst. On any other error it closes both.
-func halfCopy(dst, src net.Conn) int64 {
+// half-closes dst, pacing the copy with sh (nil: no pacing). On any other
+// error it closes both.
+func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
 	var total int64
 	for {
-		n, rerr := src.Read(buf)
+		n, rerr := src.Read(buf[:sh.chunk()])
 		if n > 0 {
+			if !sh.wait(n) {
+				src.Close()
+				dst.Close()
+				return total
+			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				src.Close()
 				dst.Close()

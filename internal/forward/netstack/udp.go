@@ -33,13 +33,23 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 		}
 		return
 	}
+	lim, ok := s.admitFlow("udp", src, dst)
+	if !ok {
+		return
+	}
 	if !s.enter() {
+		if lim != nil {
+			lim.release()
+		}
 		return
 	}
 	var wq waiter.Queue
 	ep, terr := r.CreateEndpoint(&wq)
 	if terr != nil {
 		s.wg.Done()
+		if lim != nil {
+			lim.release()
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("udp flow failed", "src", src, "dst", dst, "err", tcpipError("create endpoint", terr))
 		}
@@ -49,13 +59,17 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 	s.stats.udpFlows.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.relayUDP(in, src, dst)
+		if lim != nil {
+			defer lim.release()
+		}
+		s.relayUDP(in, src, dst, lim)
 	}()
 }
 
 // relayUDP dials the destination and relays datagrams both ways until the
 // flow is idle in both directions for the idle timeout or the Stack closes.
-func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort) {
+// Datagrams over the bandwidth limits of job j (nil: none) are dropped.
+func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimits) {
 	network := "udp4"
 	if dst.Addr().Is6() {
 		network = "udp6"
@@ -89,9 +103,9 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort) {
 	var up int64
 	go func() {
 		defer close(done)
-		up = pumpUDP(out, in, &last, idle, f)
+		up = pumpUDP(out, in, &last, idle, f, s.egressShaper(j), &s.limits.dropped)
 	}()
-	down := pumpUDP(in, out, &last, idle, f)
+	down := pumpUDP(in, out, &last, idle, f, s.ingressShaper(j), &s.limits.dropped)
 	<-done
 	s.untrack(f)
 	f.Close()
@@ -103,8 +117,9 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort) {
 // pumpUDP copies datagrams from src to dst, recording activity in last. It
 // returns, closing the flow, when neither direction has seen traffic for
 // idle, or on a read error other than a reported ICMP unreachable. Write
-// errors (e.g. the destination's port is closed) drop the datagram.
-func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair) int64 {
+// errors (e.g. the destination's port is closed) drop the datagram, and
+// so does sh when the datagram is over its limits (counted in dropped).
+func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair, sh *shaper, dropped *atomic.Uint64) int64 {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -129,6 +144,10 @@ func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connP
 			return total
 		}
 		last.Store(time.Now().UnixNano())
+		if !sh.allow(n) {
+			dropped.Add(1)
+			continue
+		}
 		if _, err := dst.Write(buf[:n]); err == nil {
 			total += int64(n)
 		}

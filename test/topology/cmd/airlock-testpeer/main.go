@@ -29,6 +29,7 @@
 //	                         the JSON impair.Config says; print "ready" once bound; exit on
 //	                         SIGTERM or when the parent dies (see test/impair)
 //	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
+//	tcpecho, tcpflows, tcpburst   see flows.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
@@ -60,6 +61,13 @@ func main() {
 	}
 	var err error
 	args := os.Args[2:]
+	if ok, err := runFlowPeer(os.Args[1], args); ok {
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "airlock-testpeer %s: %v\n", os.Args[1], err)
+			os.Exit(1)
+		}
+		return
+	}
 	switch os.Args[1] {
 	case "http":
 		need(args, 2)

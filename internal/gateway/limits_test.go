@@ -1,0 +1,29 @@
+package gateway
+
+import (
+	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/store"
+)
+
+func TestJobLimits(t *testing.T) {
+	l := forward.Limits{EgressBitsPerSec: 100e6, MaxFlows: 5}
+	all := LimitsConfig{Job: l}
+	some := LimitsConfig{Job: l, Tokens: []string{"cms"}}
+	for _, tt := range []struct {
+		c    LimitsConfig
+		tok  string
+		want forward.Limits
+	}{
+		{all, "cms", l},
+		{all, "atlas", l},
+		{some, "cms", l},
+		{some, "atlas", forward.Limits{}},
+		{LimitsConfig{}, "cms", forward.Limits{}},
+	} {
+		if got := tt.c.jobLimits(store.Token{Name: tt.tok}); got != tt.want {
+			t.Errorf("%+v, token %s: got %+v, want %+v", tt.c, tt.tok, got, tt.want)
+		}
+	}
+}
