@@ -29,6 +29,8 @@ var (
 	// ErrUnknownLease means the lease does not exist (expired or
 	// released) or its secret is wrong.
 	ErrUnknownLease = errors.New("unknown lease")
+	// ErrDraining means the gateway is draining: it takes no new jobs.
+	ErrDraining = errors.New("gateway draining")
 )
 
 // APIError is an error response from the gateway.
@@ -71,6 +73,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNoAddress
 	case ErrUnknownLease:
 		return e.Code == CodeUnknownLease
+	case ErrDraining:
+		return e.Code == CodeDraining
 	}
 	return false
 }

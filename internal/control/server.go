@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,9 @@ type ServerConfig struct {
 	IdleTimeout time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// WatchHeartbeat is how often a lease watch (PathWatch) sends a
+	// heartbeat; zero means DefaultWatchHeartbeat.
+	WatchHeartbeat time.Duration
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -102,6 +106,12 @@ type Server struct {
 	// dropped since the last one logged.
 	logLim     *rate.Limiter
 	suppressed atomic.Int64
+
+	// stop is closed by Shutdown: it ends watches, which Shutdown would
+	// otherwise wait for.
+	stop     chan struct{}
+	stopOnce sync.Once
+	watchHB  time.Duration
 }
 
 // NewServer returns a server for cfg. It does not listen: call Serve.
@@ -112,6 +122,11 @@ func NewServer(cfg ServerConfig) *Server {
 		backend: cfg.Backend,
 		now:     cfg.Now,
 		logLim:  rate.NewLimiter(1, 10),
+		stop:    make(chan struct{}),
+		watchHB: cfg.WatchHeartbeat,
+	}
+	if s.watchHB <= 0 {
+		s.watchHB = DefaultWatchHeartbeat
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -141,6 +156,8 @@ func NewServer(cfg ServerConfig) *Server {
 	mux.HandleFunc(PathRenew, s.handleRenew)
 	mux.HandleFunc(PathRelease, s.handleRelease)
 	mux.HandleFunc(PathHealth, s.handleHealth)
+	mux.HandleFunc(PathTunnel, s.handleTunnel)
+	mux.HandleFunc(PathWatch, s.handleWatch)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "no such control API path: "+truncate(r.URL.Path, 100))
 	})
@@ -171,6 +188,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Shutdown stops accepting connections and waits, at most until ctx is
 // done, for requests in progress to finish; see http.Server.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
 	return s.http.Shutdown(ctx)
 }
 
@@ -292,6 +310,9 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 	case errors.Is(err, ErrUnknownLease):
 		s.failed(w, remote, op, http.StatusNotFound, CodeUnknownLease,
 			"unknown lease: it expired, was released or its secret is wrong; join again", err)
+	case errors.Is(err, ErrDraining):
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, CodeDraining, "gateway is draining: it takes no new jobs; use another gateway")
 	case errors.Is(err, ErrBadRequest):
 		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
 	case errors.Is(err, ErrNoAddress):
