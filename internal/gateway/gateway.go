@@ -175,11 +175,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
-	if n, err := st.EndActiveLeases(time.Now(), "gateway restarted"); err != nil {
-		return err
-	} else if n > 0 {
-		log.Warn("closed lease records a previous run left open (crash or kill -9?)", "leases", n)
-	}
 
 	eg, err := planEgress(cfg, hostEgressEnv)
 	if err != nil {
@@ -211,7 +206,13 @@ func Run(ctx context.Context, cfg Config) error {
 		dev.Close()
 		return err
 	}
-	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
+	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
+	tr, err := newTransportState(bind)
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	wg, err := tunnel.NewGateway(log, dev, bind, wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
@@ -237,6 +238,12 @@ func Run(ctx context.Context, cfg Config) error {
 		exposer:    exposer,
 		exposeAddr: exposeAddr(eg, log),
 		limiter:    limiter,
+		tr:         tr,
+	}
+	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
+		return err
+	} else if n > 0 || closed > 0 {
+		log.Info("leases of the previous run", "restored", n, "closed", closed)
 	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
@@ -245,6 +252,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Certificate: cert,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
+	g.registerDrain(adm)
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
 	if err != nil {
 		return err
@@ -274,6 +282,11 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer wgrp.Done()
 		g.pruneLoop(expireCtx, cfg.History)
+	}()
+	wgrp.Add(1)
+	go func() {
+		defer wgrp.Done()
+		g.loadLoop(expireCtx)
 	}()
 	if rc, ok := dev.(refusalCounter); ok {
 		wgrp.Add(1)
@@ -313,10 +326,11 @@ func Run(ctx context.Context, cfg Config) error {
 	_ = srv.Shutdown(shutCtx)
 	_ = adm.Close()
 	wgrp.Wait()
+	// Live leases stay open in the history: the next start restores them
+	// (resume.go).
 	for _, l := range leases.Leases() {
 		wg.RemovePeer(l.PublicKey)
 		g.removeJob(l)
-		g.recordEnd(l, "gateway stopped")
 	}
 	return runErr
 }
