@@ -44,11 +44,12 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
-		Name:       "gateway",
-		ShortUsage: "airlock gateway --state DIR [flags]",
-		ShortHelp:  "run the gateway (user-space egress, or kernel egress with --egress kernel)",
-		FlagSet:    fs,
-		Options:    []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
+		Name:        "gateway",
+		ShortUsage:  "airlock gateway --state DIR [flags]",
+		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
+		FlagSet:     fs,
+		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
+		Subcommands: []*ffcli.Command{newDrainCmd(stderr)},
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("gateway: unexpected arguments %q", args)

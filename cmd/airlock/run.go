@@ -19,10 +19,13 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg client.Config
-	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT (env AIRLOCK_GATEWAY)")
-	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX (env AIRLOCK_PIN)")
+	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT, or several comma-separated: the least loaded is joined, the others take over when it is lost (env AIRLOCK_GATEWAY)")
+	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated (env AIRLOCK_PIN)")
 	fs.StringVar(&cfg.Token, "token", "", "join token (env AIRLOCK_TOKEN)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
+	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp (env AIRLOCK_TRANSPORT)")
+	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
+	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
 	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
 	return &ffcli.Command{
@@ -36,7 +39,14 @@ returned (128+N if killed by signal N). airlock's own failures exit 125.
 With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
 address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
-udp), and airlock prints it on stderr.`,
+udp), and airlock prints it on stderr.
+
+WireGuard runs over UDP; --transport auto (the default) switches to TCP/TLS
+on the gateway's control port when no handshake completes over UDP within
+--transport-timeout, and logs which it chose. If the gateway goes away the
+job keeps running and airlock reconnects; with several gateways
+(--gateway a:8443,b:8443) it joins the least loaded and moves to another
+when its gateway is lost for --failover-after.`,
 		FlagSet: fs,
 		Options: []ff.Option{envOption()},
 		Exec: func(ctx context.Context, args []string) error {
