@@ -152,6 +152,7 @@ func TestTransport(t *testing.T) {
 // address and port block). Both transports.
 func TestGatewayRestart(t *testing.T) {
 	e := newEnvMode(t, modeUser, "--renew-interval", "2s")
+	top := t // the restarted gateway outlives each subtest
 	for _, transport := range []string{"udp", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
 			job := e.startWith(t, runOpts{flags: []string{"--transport", transport, "--log-level", "info"}}, e.requestLoop(14)...)
@@ -165,7 +166,7 @@ func TestGatewayRestart(t *testing.T) {
 			}
 			oldLog := e.gw.Stderr()
 			time.Sleep(3 * time.Second)
-			e.startGateway(t)
+			e.startGateway(top)
 			back := time.Now()
 			if _, err := job.Wait(60 * time.Second); err != nil {
 				t.Fatalf("job: %v%s", err, e.diag(job.Stderr()))
