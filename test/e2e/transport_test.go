@@ -291,8 +291,14 @@ func TestGateways(t *testing.T) {
 		// B now has more jobs than A, but A drains: new jobs go to B.
 		holdB := e.startWith(t, runOpts{gateway: b.addr, pin: b.pin}, "sleep", "30")
 		holdB2 := e.startWith(t, runOpts{gateway: b.addr, pin: b.pin}, "sleep", "30")
-		defer holdB.Kill()
-		defer holdB2.Kill()
+		defer func() {
+			// Ended cleanly (SIGTERM is forwarded to the job), so that
+			// their leases are released and B is empty again.
+			for _, p := range []*topology.Process{holdB, holdB2} {
+				p.Signal(syscall.SIGTERM)
+				p.Wait(10 * time.Second)
+			}
+		}()
 		waitLog(t, b.proc, "job joined", 15*time.Second)
 		if code, out, stderr := e.admin(t, "gateway", "drain", "--state", e.state); code != 0 || !strings.Contains(stderr, "draining") {
 			t.Fatalf("airlock gateway drain: exit %d %s %s", code, out, stderr)
