@@ -42,7 +42,12 @@ type remote struct {
 
 func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	t.Helper()
-	state := filepath.Join(t.TempDir(), "state")
+	return startGatewayAt(t, filepath.Join(t.TempDir(), "state"), remotes...)
+}
+
+// startGatewayAt is startGateway on state directory state.
+func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Info, 1)
 	done := make(chan error, 1)
