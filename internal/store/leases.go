@@ -55,8 +55,8 @@ type LeaseRecord struct {
 	Start   time.Time `json:"start"`
 	// End is when the lease ended; zero while it is active.
 	End time.Time `json:"end,omitzero"`
-	// EndReason says how it ended: released, expired, kicked, gateway
-	// stopped.
+	// EndReason says how it ended: released, expired, replaced, kicked,
+	// gateway restarted (a live lease a restart could not restore).
 	EndReason string `json:"end_reason,omitempty"`
 	// Resume holds what a restarted gateway needs to take a live lease
 	// back; it is dropped when the lease ends.
