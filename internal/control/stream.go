@@ -140,6 +140,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rc := http.NewResponseController(w)
+	// The watch outlives the server's read timeout, whose expiry would
+	// cancel the request: a watch's liveness is its heartbeat instead.
+	rc.SetReadDeadline(time.Time{})
 	ev := WatchEvent{Instance: s.backend.Health().Instance, Heartbeat: Duration(s.watchHB)}
 	line, _ := json.Marshal(ev)
 	line = append(line, '\n')
