@@ -164,9 +164,9 @@ func decodeError(name string, err error) error {
 
 // file is the document as written.
 type file struct {
-	Version *int64      `toml:"version"`
-	Policy  filePolicy  `toml:"policy"`
-	Limits  fileLimits  `toml:"limits"`
+	Version *int64       `toml:"version"`
+	Policy  filePolicy   `toml:"policy"`
+	Limits  fileLimits   `toml:"limits"`
 	Expose  []fileExpose `toml:"expose"`
 }
 
