@@ -39,6 +39,13 @@
 // see allowedDestination. gVisor additionally drops packets with loopback
 // source or destination addresses on the NIC.
 //
+// Policy (policy.go): on top of that floor, every new TCP connection, UDP
+// flow and ICMP echo flow is decided by the site's policy (SetPolicy, rules
+// of package policy, with the job's token from SetJobToken and whether the
+// destination is one of the host's own addresses) before anything is
+// dialled: a denied SYN gets a RST, denied datagrams and echo requests are
+// dropped, and each denial is counted under its rule (PolicyDrops).
+//
 // ICMP echo: the netstack answers echo requests to the tunnel address.
 // IPv4 echo requests to other destinations never enter the netstack (it
 // would answer them on the destination's behalf): Write hands them to the

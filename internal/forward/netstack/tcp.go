@@ -13,6 +13,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 const (
@@ -49,7 +51,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := s.checkDestination(dst); err != nil {
+	if err := s.checkFlow(src.Addr(), policy.ProtoTCP, dst); err != nil {
 		s.stats.denied.Add(1)
 		r.Complete(true)
 		if s.flowDebugOn() {
