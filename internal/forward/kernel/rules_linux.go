@@ -41,11 +41,11 @@ const (
 )
 
 // floor lists destinations no job may reach, whatever the policy: this
-// network, loopback, link-local (cloud metadata), multicast, broadcast.
+// network, loopback, multicast, broadcast (policy.IsFloor). Link-local
+// and private ranges are the policy's (policy_linux.go).
 var floor = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("255.255.255.255/32"),
 }
@@ -257,6 +257,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
+	rules = append(rules, []expr.Any{jump(chainPolicy)})
 	rules = append(rules, []expr.Any{jump(chainLimits)})
 	rules = append(rules, r.blockLimitRules()...)
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
@@ -268,7 +269,8 @@ func (r ruleset) inputRules() [][]expr.Any {
 }
 
 // toHostRules decide what a job may send to the gateway host itself: DNS
-// and ping to the gateway's tunnel address, nothing else.
+// and ping to the gateway's tunnel address, and what the policy allows
+// explicitly (policy_host; never the tunnel address).
 func (r ruleset) toHostRules() [][]expr.Any {
 	gw := netip.PrefixFrom(r.addr.Addr(), 32)
 	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
@@ -281,6 +283,7 @@ func (r ruleset) toHostRules() [][]expr.Any {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
 		}, accept),
+		{jump(chainPolicyHost)},
 		{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}},
 	}
 }
