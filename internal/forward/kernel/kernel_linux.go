@@ -134,10 +134,10 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
 		exposed: make(map[netip.Addr][]*nftables.Rule),
 
-		limitRules: make(map[netip.Addr][]*nftables.Rule),
+		limitRules:    make(map[netip.Addr][]*nftables.Rule),
 		tokens:        make(map[netip.Addr]string),
 		policyCarried: make(map[string]uint64),
-		tunName:    cfg.Name,
+		tunName:       cfg.Name,
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
