@@ -46,12 +46,12 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
-		Name:       "gateway",
-		ShortUsage: "airlock gateway --state DIR [flags] | airlock gateway reload --state DIR",
-		ShortHelp:  "run the gateway (user-space egress, or kernel egress with --egress kernel)",
-		FlagSet:    fs,
+		Name:        "gateway",
+		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload --state DIR",
+		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
+		FlagSet:     fs,
 		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr)},
-		Options:    []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
+		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("gateway: unexpected arguments %q", args)
