@@ -23,8 +23,9 @@ var (
 
 // policyConfig is TestPolicy's config file: port deny is refused, the
 // private address is allowed for the token "lab" only (builtin-private
-// refuses it for others), jobs of "lab" may expose 8000-8999/tcp, and
-// extra is appended (a reload adds rules there).
+// refuses it for others), jobs of "lab" may expose 8000-8999/tcp and
+// hold at most 2 flows, and extra is appended to the rules (a reload adds
+// rules there).
 func policyConfig(deny int, extra string) string {
 	return fmt.Sprintf(`# TestPolicy
 version = 1
@@ -45,6 +46,9 @@ tokens = ["lab"]
 tokens = ["lab"]
 proto = "tcp"
 ports = ["8000-8999"]
+
+[limits.token.lab]
+max_flows = 2
 `, deny, deny, privateAddr, extra)
 }
 
@@ -56,6 +60,7 @@ ports = ["8000-8999"]
 //   - the built-in defaults refuse the gateway host's own services (both of
 //     its addresses) and 169.254.169.254, although all are listening;
 //   - exposure is refused for a token without an [[expose]] rule;
+//   - a token's own limits apply to its jobs only;
 //   - a broken reload (airlock gateway reload) fails with file:line and
 //     keeps the old policy; a good one applies a new rule to new flows while
 //     a running job's connection and tunnel carry on; SIGHUP reloads too;
@@ -175,10 +180,21 @@ func testPolicy(t *testing.T, mode string) {
 		}
 	})
 
+	echo := tp.Port()
+	p := tp.Start(t, tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("0.0.0.0:%d", echo))
+	tp.WaitTCP(t, tp.INET, inet(echo), p)
+	t.Run("TokenLimits", func(t *testing.T) {
+		for _, tc := range []struct {
+			tok, want string
+		}{{lab, "ok=2 failed=1 "}, {"", "ok=3 failed=0 "}} {
+			code, out, stderr := e.runWith(t, runOpts{token: tc.tok}, e.peer, "tcpflows", inet(echo).String(), "3", "0s")
+			if code != 0 || !strings.HasPrefix(out, tc.want) {
+				t.Errorf("3 connections, token %q: exit %d, %q, want %q (lab: max_flows = 2)%s", tc.tok, code, out, tc.want, e.diag(stderr))
+			}
+		}
+	})
+
 	t.Run("Reload", func(t *testing.T) {
-		echo := tp.Port()
-		p := tp.Start(t, tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("0.0.0.0:%d", echo))
-		tp.WaitTCP(t, tp.INET, inet(echo), p)
 		// A job that holds a connection to the echo server across the
 		// reloads and checks it still echoes at the end.
 		held := e.start(t, e.peer, "tcpflows", inet(echo).String(), "1", "6s")
