@@ -48,6 +48,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -92,6 +93,10 @@ func (n *Namespace) Close() error {
 	return err
 }
 
+// initCalled records that Init ran in main, so Open may re-execute this
+// binary. It is set once, before any Open.
+var initCalled atomic.Bool
+
 // childConfig is what the child needs.
 type childConfig struct {
 	Subnet netip.Prefix `json:"subnet"`
@@ -108,6 +113,11 @@ type reply struct {
 // MTU mtu. It fails where the host forbids unprivileged user namespaces or
 // /dev/net/tun, or the kernel lacks nftables tproxy; the error says which.
 func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error) {
+	if !initCalled.Load() {
+		// The child is this binary re-executed; without Init in its main
+		// it would run as something else (a test binary: its tests).
+		return nil, errors.New("open private namespace: usernet.Init is not called in this binary's main")
+	}
 	if !subnet.Addr().Is4() {
 		return nil, fmt.Errorf("open private namespace: subnet %s is not IPv4", subnet)
 	}
@@ -201,6 +211,7 @@ func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error)
 // started by [Open], Init sets up the namespace, sends the descriptors and
 // exits; otherwise it returns at once.
 func Init() {
+	initCalled.Store(true)
 	raw, ok := os.LookupEnv(envConfig)
 	if !ok {
 		return
