@@ -19,7 +19,7 @@ set ylabel "ratio to native"
 set yrange [0:1.3]
 if (!exists("streams_hi")) streams_hi = 10
 
-configs = "airlock airlock-kernel airlock-tcp ocserv ocserv-dtls"
+configs = "airlock airlock-netstack airlock-kernel airlock-tcp ocserv ocserv-dtls"
 colors = "#d62728 #ff7f0e #8c564b #1f77b4 #17becf"
 cfg(i) = word(configs, i)
 
