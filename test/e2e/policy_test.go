@@ -52,7 +52,8 @@ max_flows = 2
 `, deny, deny, privateAddr, extra)
 }
 
-// TestPolicy runs, in each egress mode, a gateway with a config file:
+// TestPolicy runs, in each egress mode (and user mode with either TCP
+// stack), a gateway with a config file:
 //   - a deny rule refuses a destination port at once (TCP reset), other
 //     ports work;
 //   - an allow rule scoped to one token opens a private address to that
@@ -66,7 +67,7 @@ max_flows = 2
 //     a running job's connection and tunnel carry on; SIGHUP reloads too;
 //   - a broken config stops a gateway at start with file:line.
 func TestPolicy(t *testing.T) {
-	for _, mode := range []string{modeUser, modeKernel} {
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) { testPolicy(t, mode) })
 	}
 }
@@ -75,7 +76,7 @@ func testPolicy(t *testing.T, mode string) {
 	topology.RequireRoot(t)
 	u := topology.EnsureUser(t)
 	dir := topology.TempDir(t)
-	if mode == modeUser {
+	if isUserMode(mode) {
 		if err := os.Chown(dir, u.UID, u.GID); err != nil {
 			t.Fatal(err)
 		}
