@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -59,7 +62,9 @@ max_flows = 2
 //   - an allow rule scoped to one token opens a private address to that
 //     token's jobs only;
 //   - the built-in defaults refuse the gateway host's own services (both of
-//     its addresses) and 169.254.169.254, although all are listening;
+//     its addresses) and 169.254.169.254, although all are listening, and
+//     a SYN to 127.0.0.1 sent through the tunnel gets no answer from the
+//     gateway's loopback;
 //   - exposure is refused for a token without an [[expose]] rule;
 //   - a token's own limits apply to its jobs only;
 //   - a broken reload (airlock gateway reload) fails with file:line and
@@ -156,6 +161,22 @@ func testPolicy(t *testing.T, mode string) {
 		}
 	})
 	t.Run("Builtins", func(t *testing.T) {
+		// Loopback: a job's own kernel keeps 127/8 to itself, so the SYN is
+		// sent through a packet socket on tun0; a SYN to an inet server
+		// shows the method gets answers.
+		loPort := tp.Port()
+		tp.StartTCPListener(t, tp.DMZ, netip.MustParseAddrPort(fmt.Sprintf("127.0.0.1:%d", loPort)))
+		raw := rawPeer(t, e.peer)
+		for _, tc := range []struct {
+			dst  string
+			want string
+		}{{inet(okPort).String(), "synack"}, {fmt.Sprintf("127.0.0.1:%d", loPort), "none"}} {
+			code, out, stderr := e.run(t, raw, "rawsyn", "tun0", tc.dst, "1s")
+			if got := strings.TrimSpace(out); code != 0 || got != tc.want && !(tc.want == "none" && got == "rst") {
+				t.Errorf("raw SYN to %s: exit %d, %q, want %s%s", tc.dst, code, out, tc.want, e.diag(stderr))
+			}
+			t.Logf("%s mode: raw SYN to %s: %s", mode, tc.dst, strings.TrimSpace(out))
+		}
 		for _, a := range []netip.AddrPort{
 			netip.AddrPortFrom(tp.DMZAddrINET, uint16(hostPort)),
 			netip.AddrPortFrom(tp.DMZAddrCN, uint16(hostPort)),
@@ -277,4 +298,27 @@ func mustCmd(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// rawPeer returns a copy of the peer binary with the file capability
+// cap_net_raw+ep (as iputils ping has), so that a job may open a packet
+// socket in its own network namespace.
+func rawPeer(t *testing.T, peer string) string {
+	t.Helper()
+	b, err := os.ReadFile(peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(topology.TempDir(t), "airlock-testpeer-raw")
+	if err := os.WriteFile(path, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// struct vfs_cap_data, revision 2, effective: permitted = CAP_NET_RAW.
+	caps := make([]byte, 20)
+	binary.LittleEndian.PutUint32(caps[0:], 0x02000000|1)
+	binary.LittleEndian.PutUint32(caps[4:], 1<<13)
+	if err := unix.Setxattr(path, "security.capability", caps, 0); err != nil {
+		t.Fatalf("set cap_net_raw on %s: %v", path, err)
+	}
+	return path
 }
