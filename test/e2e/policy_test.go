@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,9 @@ import (
 
 	"github.com/airlock-vpn/airlock/test/topology"
 )
+
+// denyUDPPort is a UDP port TestPolicy's config denies.
+const denyUDPPort = 7007
 
 // Addresses of TestPolicy's extra destinations, on inet and routed there
 // from dmz: a private range (RFC 1918) and the cloud metadata address.
@@ -45,6 +49,18 @@ action = "allow"
 to = ["%s/32"]
 tokens = ["lab"]
 %s
+[[policy.rule]]
+name = "no-udp-%d"
+action = "deny"
+proto = "udp"
+ports = [%d]
+
+[[policy.rule]]
+name = "no-ping-inet"
+action = "deny"
+proto = "icmp"
+to = ["%s"]
+
 [[expose]]
 tokens = ["lab"]
 proto = "tcp"
@@ -52,7 +68,7 @@ ports = ["8000-8999"]
 
 [limits.token.lab]
 max_flows = 2
-`, deny, deny, privateAddr, extra)
+`, deny, deny, privateAddr, extra, denyUDPPort, denyUDPPort, topology.INETAddr)
 }
 
 // TestPolicy runs, in each egress mode (and user mode with either TCP
@@ -146,6 +162,39 @@ func testPolicy(t *testing.T, mode string) {
 		}
 		if get(t, "", inet(denyPort)) {
 			t.Errorf("port %d (deny rule): allowed, want refused", denyPort)
+		}
+	})
+	t.Run("UDPAndICMP", func(t *testing.T) {
+		p := tp.Start(t, tp.INET, nil, e.peer, "udpecho", fmt.Sprintf("0.0.0.0:%d", denyUDPPort))
+		t.Cleanup(p.Kill)
+		if code, out, stderr := e.run(t, e.peer, "udpget", inet(e.udpPort).String()); code != 0 || out == "" {
+			t.Errorf("udp to port %d (no rule): exit %d, %q, want an answer%s", e.udpPort, code, out, e.diag(stderr))
+		}
+		if code, out, _ := e.run(t, e.peer, "udpget", inet(denyUDPPort).String()); code == 0 {
+			t.Errorf("udp to port %d (deny rule): answered %q, want dropped", denyUDPPort, out)
+		}
+		if code, out, _ := e.run(t, "ping", "-n", "-c", "1", "-W", "1", tp.INETAddr.String()); code == 0 {
+			t.Errorf("ping %v (deny rule): %q, want no reply", tp.INETAddr, out)
+		}
+		if code, out, stderr := e.run(t, "ping", "-n", "-c", "1", "-W", "2", metadataAddr.String()); code == 0 {
+			t.Errorf("ping %v: %q, want no reply (builtin-link-local)%s", metadataAddr, out, e.diag(stderr))
+		}
+		if mode != modeKernel {
+			return
+		}
+		// Kernel mode counts in the rules' nftables counters.
+		code, out, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "nft", "list", "chain", "inet", "airlock", "egress_policy")
+		if code != 0 {
+			t.Fatalf("nft list chain inet airlock egress_policy: exit %d: %s", code, stderr)
+		}
+		for _, want := range []string{
+			fmt.Sprintf(`tcp dport %d counter packets [1-9]`, denyPort),
+			fmt.Sprintf(`udp dport %d counter packets [1-9]`, denyUDPPort),
+			fmt.Sprintf(`ip daddr %s counter packets [1-9]`, tp.INETAddr),
+		} {
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("nft chain egress_policy lacks %q:\n%s", want, out)
+			}
 		}
 	})
 	t.Run("TokenScope", func(t *testing.T) {
@@ -246,7 +295,7 @@ func testPolicy(t *testing.T, mode string) {
 		// Good: deny the echo port for new flows.
 		write(policyConfig(denyPort, fmt.Sprintf("\n[[policy.rule]]\nname = \"no-echo\"\naction = \"deny\"\nproto = \"tcp\"\nports = [%d]\n", echo)))
 		code, out, stderr = reload()
-		if code != 0 || !strings.Contains(out, "3 policy rules") {
+		if code != 0 || !strings.Contains(out, "5 policy rules") {
 			t.Fatalf("reload: exit %d, %q%s", code, out, e.diag(stderr))
 		}
 		if check(inet(echo)) {

@@ -5,7 +5,7 @@ package kernel
 // The site's egress policy (package policy) is compiled into two chains
 // that the fixed rules jump to:
 //
-//	chain policy        from from_jobs (forwarded traffic), after the floor:
+//	chain egress_policy from from_jobs (forwarded traffic), after the floor:
 //	    per policy rule, in order, per IPv4 prefix (and per protocol when
 //	    ports are given for "any": tcp and udp):
 //	      [ip saddr @scopeG_I] [meta l4proto P] [th dport LO-HI] ip daddr PFX
@@ -15,7 +15,7 @@ package kernel
 //	    ip daddr 169.254.0.0/16 counter goto policy_deny      builtin-link-local
 //	    ip daddr 10/8, 172.16/12, 192.168/16 counter goto policy_deny  builtin-private
 //	    counter goto policy_deny                               default (if deny)
-//	chain policy_host   from to_host (traffic to the gateway host's own
+//	chain host_policy   from to_host (traffic to the gateway host's own
 //	                    addresses), after DNS and ping to the tunnel address:
 //	    ip daddr GW return                 (to_host refuses it)
 //	    the deny rules as above; allow rules only with a single address
@@ -57,8 +57,8 @@ var _ forward.Policer = (*Forwarder)(nil)
 
 // Names of the policy chains and tags.
 const (
-	chainPolicy     = "policy"
-	chainPolicyHost = "policy_host"
+	chainPolicy     = "egress_policy"
+	chainPolicyHost = "host_policy"
 	chainPolicyDeny = "policy_deny"
 	policyTagPrefix = "airlock policy "
 )
@@ -92,8 +92,8 @@ type scopeSet struct {
 	tokens []string
 }
 
-// compiledPolicy is a policy turned into rules of the policy and
-// policy_host chains.
+// compiledPolicy is a policy turned into rules of the egress_policy and
+// host_policy chains.
 type compiledPolicy struct {
 	pol        *policy.Policy
 	main, host []policyRule

@@ -38,10 +38,10 @@ func TestCompilePolicy(t *testing.T) {
 	if s, ok := c.scopes[1]; !ok || s.set.Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
 		t.Errorf("scopes %+v, want one set scope1_1 for rule 2", c.scopes)
 	}
-	// policy_host: the tunnel address return, the deny rules, the /32
+	// host_policy: the tunnel address return, the deny rules, the /32
 	// allow, builtin-host.
 	if len(c.host) != 1+2+1+1 || c.host[len(c.host)-1].tag != policy.RuleHost {
-		t.Errorf("policy_host: %d rules, want 5 ending with %s", len(c.host), policy.RuleHost)
+		t.Errorf("host_policy: %d rules, want 5 ending with %s", len(c.host), policy.RuleHost)
 	}
 }
 

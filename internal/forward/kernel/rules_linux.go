@@ -270,7 +270,7 @@ func (r ruleset) inputRules() [][]expr.Any {
 
 // toHostRules decide what a job may send to the gateway host itself: DNS
 // and ping to the gateway's tunnel address, and what the policy allows
-// explicitly (policy_host; never the tunnel address).
+// explicitly (host_policy; never the tunnel address).
 func (r ruleset) toHostRules() [][]expr.Any {
 	gw := netip.PrefixFrom(r.addr.Addr(), 32)
 	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
