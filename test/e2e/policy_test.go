@@ -163,6 +163,18 @@ func testPolicy(t *testing.T, mode string) {
 		if get(t, "", inet(denyPort)) {
 			t.Errorf("port %d (deny rule): allowed, want refused", denyPort)
 		}
+		// How fast the job sees the refusal, timed inside the job.
+		code, out, stderr := e.run(t, e.peer, "tcpburst", inet(denyPort).String(), "5")
+		var ok, failed int
+		var ds string
+		if _, err := fmt.Sscanf(out, "ok=%d failed=%d slowest_failure=%s", &ok, &failed, &ds); code != 0 || err != nil || ok != 0 || failed != 5 {
+			t.Fatalf("5 connections to the denied port: exit %d, %q, want all refused%s", code, out, e.diag(stderr))
+		}
+		slowest, _ := time.ParseDuration(ds)
+		t.Logf("%s mode: 5 connections to a denied port, slowest refusal %v", mode, slowest)
+		if slowest >= time.Second {
+			t.Errorf("slowest refusal took %v, want < 1 s", slowest)
+		}
 	})
 	t.Run("UDPAndICMP", func(t *testing.T) {
 		p := tp.Start(t, tp.INET, nil, e.peer, "udpecho", fmt.Sprintf("0.0.0.0:%d", denyUDPPort))
