@@ -24,13 +24,16 @@ proto = "tcp"
 ports = [25]
 `
 
-// policyV2 is policyV1 with port 80 denied as well.
+// policyV2 is policyV1 with port 80 denied as well, and a flow limit for
+// every job.
 const policyV2 = `version = 1
 [[policy.rule]]
 name = "no-smtp"
 action = "deny"
 proto = "tcp"
 ports = [25, 80]
+[limits.job]
+max_flows = 100
 `
 
 // TestConfigReload runs a gateway with a config file: its deny rule refuses
@@ -102,8 +105,8 @@ func TestConfigReload(t *testing.T) {
 	if err := os.WriteFile(file, []byte(policyV2+"porst = 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := adm.Reload(ctx); err == nil || !strings.Contains(err.Error(), file+":7: policy.rule.porst: unknown key") {
-		t.Errorf("broken reload: %v, want an error naming %s:7: porst", err, file)
+	if _, err := adm.Reload(ctx); err == nil || !strings.Contains(err.Error(), file+":9: limits.job.porst: unknown key") {
+		t.Errorf("broken reload: %v, want an error naming %s:9: limits.job.porst", err, file)
 	}
 	if c, err := dial("198.51.100.7:80"); err != nil {
 		t.Errorf("port 80 after a broken reload: %v, want allowed (old policy)", err)
@@ -117,8 +120,8 @@ func TestConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := adm.Reload(ctx)
-	if err != nil || res.Rules != 1 || res.File != file {
-		t.Fatalf("reload: %+v, %v", res, err)
+	if err != nil || res.Rules != 1 || res.File != file || res.Jobs != 1 {
+		t.Fatalf("reload: %+v, %v; want 1 rule and the running job re-limited", res, err)
 	}
 	if c, err := dial("198.51.100.7:80"); err == nil {
 		c.Close()
