@@ -389,8 +389,8 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 	if cfg.TCPStack == TCPStackKernel {
 		return nil, fmt.Errorf("--tcp-stack kernel: %w; allow unprivileged user namespaces and /dev/net/tun for the gateway user, or use --tcp-stack netstack", err)
 	}
-	cfg.Logger.Warn("jobs' TCP runs in the user-space netstack: the kernel's TCP in a private namespace is not available here "+
-		"(loss-based congestion control only, more CPU per byte); allow unprivileged user namespaces and /dev/net/tun for the gateway user to get it",
+	cfg.Logger.Warn("--tcp-stack auto falls back to the user-space netstack for jobs' TCP: the kernel's TCP in a private namespace is not available here "+
+		"(the netstack has loss-based congestion control only and costs more CPU per byte); allow unprivileged user namespaces and /dev/net/tun for the gateway user to get it",
 		"err", err)
 	return nil, nil
 }

@@ -183,6 +183,11 @@ func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper) (nup, ndown int64) 
 // half-closes dst, pacing the copy with sh (nil: no pacing). On any other
 // error it closes both.
 func halfCopy(dst, src net.Conn, sh *shaper) int64 {
+	if d, ok := dst.(*net.TCPConn); ok {
+		if _, ok := src.(*net.TCPConn); ok {
+			return spliceCopy(d, src, sh)
+		}
+	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -211,6 +216,33 @@ func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 			}
 			src.Close()
 			dst.Close()
+			return total
+		}
+	}
+}
+
+// spliceCopy is halfCopy between two kernel sockets (the kernel TCP path):
+// the bytes move by splice(2) inside the kernel, a chunk at a time, and
+// each chunk is paced after it moved.
+func spliceCopy(dst *net.TCPConn, src net.Conn, sh *shaper) int64 {
+	var total int64
+	lr := io.LimitedReader{R: src}
+	for {
+		lr.N = int64(sh.chunk())
+		n, err := dst.ReadFrom(&lr)
+		total += n
+		if n > 0 && !sh.wait(int(n)) {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if err != nil {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if lr.N > 0 { // src reached EOF before the chunk was full
+			dst.CloseWrite()
 			return total
 		}
 	}
