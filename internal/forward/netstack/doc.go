@@ -16,7 +16,7 @@
 // into MTU-sized packets (GSO); neither allocates per packet.
 //
 // TCP: the stack's TCP forwarder hands each new SYN to handleTCP in its own
-// goroutine. The destination is checked by allowedDestination; then the real
+// goroutine. The flow is checked by checkFlow (floor and policy); then the real
 // destination is dialled from the host first. Only if that succeeds is the
 // job's handshake completed; otherwise the job gets a RST, so it sees
 // "connection refused" at once rather than a hang. The two connections are then
