@@ -36,7 +36,7 @@
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
 //	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255: goto refuse
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
-//	    jump egress_policy                              (site policy, policy_linux.go)
+//	    ct state ! established,related jump egress_policy   (policy_linux.go)
 //	    jump job_limits
 //	    ct state new add @conns { ip saddr . ip daddr . tcp/udp dport
 //	        ct count over BLOCK } counter goto refuse   (block exhausted for

@@ -217,7 +217,7 @@ func TestLifecycle(t *testing.T) {
 			"ip daddr 127.0.0.0/8 goto refuse",
 			"ip daddr 169.254.0.0/16 counter packets 0 bytes 0 goto policy_deny",
 			"ip daddr 10.0.0.0/8 counter packets 0 bytes 0 goto policy_deny",
-			"jump egress_policy",
+			"ct state ! established,related jump egress_policy",
 			"jump host_policy",
 			"ip daddr 100.64.0.1 return",
 			"fib daddr type local goto refuse",

@@ -5,7 +5,8 @@ package kernel
 // The site's egress policy (package policy) is compiled into two chains
 // that the fixed rules jump to:
 //
-//	chain egress_policy from from_jobs (forwarded traffic), after the floor:
+//	chain egress_policy from from_jobs (forwarded traffic), after the floor,
+//	                    for packets of no established flow (ct state):
 //	    per policy rule, in order, per IPv4 prefix (and per protocol when
 //	    ports are given for "any": tcp and udp):
 //	      [ip saddr @scopeG_I] [meta l4proto P] [th dport LO-HI] ip daddr PFX

@@ -171,6 +171,16 @@ func ctState(bits uint32) []expr.Any {
 	}
 }
 
+// ctStateNone matches if the conntrack state has none of bits.
+func ctStateNone(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
 // ipsDstNAT is the conntrack status bit IPS_DST_NAT: the connection was
 // destination-NATed (an exposure's DNAT rule matched its first packet).
 const ipsDstNAT = 1 << 5
@@ -257,7 +267,9 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
-	rules = append(rules, []expr.Any{jump(chainPolicy)})
+	// The policy decides new flows; established ones (and their related
+	// ICMP errors) keep going when a reload changes it.
+	rules = append(rules, cat(ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainPolicy)}))
 	rules = append(rules, []expr.Any{jump(chainLimits)})
 	rules = append(rules, r.blockLimitRules()...)
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})

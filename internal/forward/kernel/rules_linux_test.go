@@ -135,7 +135,9 @@ func TestFilterRules(t *testing.T) {
 	if v, ok := fj[len(fj)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainLimits {
 		t.Errorf("from_jobs rule before accept is %v, want jump %s", fj[len(fj)-2], chainLimits)
 	}
-	if v, ok := fj[len(fj)-3][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicy {
+	if r := fj[len(fj)-3]; len(r) == 0 {
+		t.Error("empty from_jobs rule")
+	} else if v, ok := r[len(r)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicy {
 		t.Errorf("from_jobs rule before the limits is %v, want jump %s", fj[len(fj)-3], chainPolicy)
 	}
 	for _, r := range fj[:len(fj)-3] {
