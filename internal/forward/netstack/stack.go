@@ -177,8 +177,8 @@ func New(cfg Config) (*Stack, error) {
 		s.ktcp.start()
 	}
 	s.events <- tun.EventUp
-	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams,
-		"tcp", s.tcpStackName())
+	s.log.Info("netstack egress started", "tcp", s.tcpStackName(), "addr", cfg.Addr, "mtu", cfg.MTU,
+		"dns_upstreams", cfg.DNSUpstreams)
 	return s, nil
 }
 
