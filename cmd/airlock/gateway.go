@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-func newGatewayCmd(stderr io.Writer) *ffcli.Command {
+func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs := flag.NewFlagSet("airlock gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg gateway.Config
@@ -30,11 +30,14 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	fs.DurationVar(&cfg.History, "history", gateway.DefaultHistory, "how long ended leases stay in the attribution history (airlock whois)")
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
 	fs.StringVar(&cfg.Egress, "egress", gateway.EgressUser, "egress mode: user (unprivileged, user-space stack) or kernel (root or CAP_NET_ADMIN: kernel TUN, ip_forward, nftables SNAT)")
+	fs.StringVar(&cfg.TCPStack, "tcp-stack", gateway.TCPStackAuto, "user mode: what terminates jobs' IPv4 TCP: kernel (the host kernel's TCP in a private user namespace; needs unprivileged user namespaces and /dev/net/tun), netstack (gVisor, user space), or auto (kernel where possible)")
 	egressAddr := fs.String("egress-addr", "", "public IPv4 address jobs' connections leave from (kernel: SNAT target, default the default route's source; user: recorded for whois, default every host address)")
 	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default and maximum net.ipv4.ip_local_port_range; kernel: default 20000-59999)")
 	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
 	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
+	fs.StringVar(&cfg.ConfigFile, "config", "", "config file (TOML, docs/config.md): egress policy, per-token limits, who may expose ports; reloaded on SIGHUP and by airlock gateway reload. Cannot be combined with the limit flags below")
 	var lf limitFlags
+	// Limit flags: a gateway without --config; with one, its [limits].
 	fs.StringVar(&lf.jobEgress, "job-egress-rate", "", "per-job bandwidth job → outside, e.g. 100mbit, 1gbit (default unlimited)")
 	fs.StringVar(&lf.jobIngress, "job-ingress-rate", "", "per-job bandwidth outside → job, e.g. 100mbit (default unlimited)")
 	fs.StringVar(&lf.egress, "egress-rate", "", "bandwidth of all jobs together, job → outside (default unlimited)")
@@ -45,11 +48,11 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:        "gateway",
-		ShortUsage:  "airlock gateway --state DIR [flags]",
+		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload|drain --state DIR",
 		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
 		FlagSet:     fs,
+		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr), newDrainCmd(stderr)},
 		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
-		Subcommands: []*ffcli.Command{newDrainCmd(stderr)},
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("gateway: unexpected arguments %q", args)
@@ -73,6 +76,9 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			hup, stopHup := hangupChannel()
+			defer stopHup()
+			cfg.Reload = hup
 			return gateway.Run(ctx, cfg)
 		},
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -34,6 +35,8 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
+	// So does the gateway's private namespace child (--tcp-stack kernel).
+	usernet.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -73,6 +76,7 @@ Airlock carries all network traffic of an unmodified batch job through one
 gateway in the site's DMZ, with no root on the compute node.
 
   airlock gateway --state DIR          run the gateway (admin)
+  airlock gateway reload --state DIR   reload its --config file (admin)
   airlock token create --state DIR     make a join token (admin)
   airlock run -- CMD [ARGS...]         run a job through the gateway
 
@@ -81,7 +85,7 @@ AIRLOCK_TOKEN from the environment.`),
 		FlagSet: rootFS,
 		Subcommands: []*ffcli.Command{
 			newRunCmd(stderr),
-			newGatewayCmd(stderr),
+			newGatewayCmd(stdout, stderr),
 			newTokenCmd(stdout, stderr),
 			newWhoisCmd(stdout, stderr),
 			{

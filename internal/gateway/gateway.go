@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // Defaults for Config fields left zero.
@@ -82,8 +84,22 @@ type Config struct {
 	BlockSize int
 	// TUN names kernel mode's TUN device; "" means kernel.DefaultName.
 	TUN string
-	// Limits are the jobs' bandwidth and flow limits.
+	// TCPStack chooses what terminates jobs' IPv4 TCP in user mode:
+	// TCPStackKernel (the host kernel's TCP in a private user namespace,
+	// internal/usernet; fails if that cannot be made), TCPStackAuto (the
+	// kernel where it can be made, else the netstack, with a warning) or
+	// TCPStackNetstack ("" too: gVisor).
+	TCPStack string
+	// Limits are the jobs' bandwidth and flow limits from flags; they
+	// cannot be combined with ConfigFile.
 	Limits LimitsConfig
+	// ConfigFile, if set, is the config file (package config) with the
+	// policy, limits and exposure rules; it is validated before anything
+	// is opened and reloaded on Reload and the admin socket's reload.
+	ConfigFile string
+	// Reload, if set, makes the gateway reload ConfigFile on every value
+	// received (the command wires it to SIGHUP).
+	Reload <-chan struct{}
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
@@ -142,6 +158,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	conf, err := loadConfig(cfg)
+	if err != nil {
+		return err
+	}
 	if err := ensureStateDir(cfg.StateDir, log); err != nil {
 		return err
 	}
@@ -201,7 +221,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	jobs, _ := dev.(forward.Jobs)
 	exposer, _ := dev.(forward.Exposer)
-	limiter, err := setupLimits(cfg.Limits, dev)
+	limiter, err := setupLimits(conf.Limits, dev)
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	policer, err := applyPolicy(dev, conf)
 	if err != nil {
 		dev.Close()
 		return err
@@ -238,8 +263,10 @@ func Run(ctx context.Context, cfg Config) error {
 		exposer:    exposer,
 		exposeAddr: exposeAddr(eg, log),
 		limiter:    limiter,
+		policer:    policer,
 		tr:         tr,
 	}
+	g.conf.Store(conf)
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
 		return err
 	} else if n > 0 || closed > 0 {
@@ -253,6 +280,7 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
 	g.registerDrain(adm)
+	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
 	if err != nil {
 		return err
@@ -288,6 +316,13 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wgrp.Done()
 		g.loadLoop(expireCtx)
 	}()
+	if cfg.Reload != nil {
+		wgrp.Add(1)
+		go func() {
+			defer wgrp.Done()
+			g.reloadLoop(expireCtx, cfg.Reload)
+		}()
+	}
 	if rc, ok := dev.(refusalCounter); ok {
 		wgrp.Add(1)
 		go func() {
@@ -305,9 +340,10 @@ func Run(ctx context.Context, cfg Config) error {
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "blocks", eg.plan.Blocks(), "per_job_blocks", jobs != nil,
-		"job_egress_rate", forward.FormatRate(cfg.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(cfg.Limits.Job.IngressBitsPerSec),
-		"job_max_flows", cfg.Limits.Job.MaxFlows, "job_new_flows_per_sec", cfg.Limits.Job.NewFlowsPerSec,
-		"egress_rate", forward.FormatRate(cfg.Limits.GlobalEgressBitsPerSec), "ingress_rate", forward.FormatRate(cfg.Limits.GlobalIngressBitsPerSec),
+		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
+		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
+		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
+		"egress_rate", forward.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", forward.FormatRate(conf.Limits.IngressBitsPerSec),
 		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
 	if cfg.Ready != nil {
 		cfg.Ready(info)
@@ -333,6 +369,44 @@ func Run(ctx context.Context, cfg Config) error {
 		g.removeJob(l)
 	}
 	return runErr
+}
+
+// TCPStack values.
+const (
+	TCPStackAuto     = "auto"
+	TCPStackKernel   = "kernel"
+	TCPStackNetstack = "netstack"
+)
+
+// openKernelTCP makes the private namespace for user mode's kernel TCP
+// if cfg.TCPStack asks for it; nil means the netstack terminates TCP.
+func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
+	switch cfg.TCPStack {
+	case "", TCPStackNetstack:
+		return nil, nil
+	case TCPStackKernel, TCPStackAuto:
+	default:
+		return nil, fmt.Errorf("bad tcp stack %q: want %s, %s or %s", cfg.TCPStack, TCPStackAuto, TCPStackKernel, TCPStackNetstack)
+	}
+	if !cfg.Subnet.Addr().Is4() {
+		if cfg.TCPStack == TCPStackKernel {
+			return nil, fmt.Errorf("--tcp-stack kernel: subnet %s is not IPv4", cfg.Subnet)
+		}
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := usernet.Open(ctx, cfg.Subnet, cfg.MTU)
+	if err == nil {
+		return ns, nil
+	}
+	if cfg.TCPStack == TCPStackKernel {
+		return nil, fmt.Errorf("--tcp-stack kernel: %w; allow unprivileged user namespaces and /dev/net/tun for the gateway user, or use --tcp-stack netstack", err)
+	}
+	cfg.Logger.Warn("--tcp-stack auto falls back to the user-space netstack for jobs' TCP: the kernel's TCP in a private namespace is not available here "+
+		"(the netstack has loss-based congestion control only and costs more CPU per byte); allow unprivileged user namespaces and /dev/net/tun for the gateway user to get it",
+		"err", err)
+	return nil, nil
 }
 
 // newForwarder makes the egress backend of eg.mode.
@@ -366,6 +440,11 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 	if !eg.public.IsUnspecified() {
 		ns.EgressAddr = eg.public
 	}
+	kns, err := openKernelTCP(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("user-mode egress: %w", err)
+	}
+	ns.KernelTCP = kns
 	f, err := netstack.New(ns)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)

@@ -42,12 +42,19 @@ type remote struct {
 
 func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	t.Helper()
-	return startGatewayAt(t, filepath.Join(t.TempDir(), "state"), remotes...)
+	return startGatewayWith(t, nil, remotes...)
 }
 
 // startGatewayAt is startGateway on state directory state.
 func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, func(c *Config) { c.StateDir = state }, remotes...)
+}
+
+// startGatewayWith is startGateway with mod applied to the config.
+func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
+	t.Helper()
+	state := filepath.Join(t.TempDir(), "state")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Info, 1)
 	done := make(chan error, 1)
@@ -72,10 +79,13 @@ func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway 
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
+	if mod != nil {
+		mod(&cfg)
+	}
 	go func() { done <- Run(ctx, cfg) }()
 	select {
 	case info := <-ready:
-		g := &testGateway{info: info, state: state}
+		g := &testGateway{info: info, state: cfg.StateDir}
 		var stop func()
 		var once sync.Once
 		g.stop = func() { once.Do(stop) }

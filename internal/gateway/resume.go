@@ -95,7 +95,10 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 	}
 	var exposures []forward.Exposure
 	if len(expose) > 0 {
-		if exposures, err = g.planExposures(block, expose); err != nil {
+		if exposures, err = g.planExposures(block, expose); err == nil {
+			err = g.exposureAllowed(r.Token, exposures)
+		}
+		if err != nil {
 			undo()
 			return err
 		}
@@ -104,6 +107,12 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		if err := g.jobs.AddJob(l.Addr, block); err != nil {
 			undo()
 			return fmt.Errorf("add job to egress: %w", err)
+		}
+	}
+	if g.policer != nil {
+		if err := g.policer.SetJobToken(l.Addr, r.Token); err != nil {
+			undo()
+			return fmt.Errorf("set the job's policy scope: %w", err)
 		}
 	}
 	if _, err := g.applyLimits(l.Addr, store.Token{Name: r.Token}); err != nil {
