@@ -27,8 +27,9 @@ import (
 // supervise first picks the transport (auto: UDP if a handshake completes
 // within TransportTimeout, else the TCP/TLS stream on the control port),
 // then keeps a lease watch open on the gateway. The watch ends at once when
-// the gateway process stops and within three heartbeats when the network
-// fails silently; renewals that fail also end it. Then the job keeps
+// the gateway process stops and within three heartbeats (15 s) when the
+// network fails silently, and that silence counts towards the failover
+// threshold; a renewal that finds the lease unknown also ends it. Then the job keeps
 // running and the session reconnects with backoff (250 ms doubling to 2 s):
 // a gateway that comes back with a new instance id (it restarted and
 // restored the lease from its state) gets a fresh handshake, so new
@@ -366,8 +367,10 @@ func (s *session) supervise(ctx context.Context) {
 	delay := backoffMin
 	for ctx.Err() == nil {
 		w, err := s.cur.cc.Watch(ctx, s.ref())
+		var lastHeard time.Time
 		if err == nil {
 			err = s.connected(ctx, w, &lostSince)
+			lastHeard = w.LastEvent()
 			delay = backoffMin
 		}
 		if ctx.Err() != nil {
@@ -383,6 +386,9 @@ func (s *session) supervise(ctx context.Context) {
 		}
 		if lostSince.IsZero() {
 			lostSince = time.Now()
+			if errors.Is(err, control.ErrWatchSilent) && !lastHeard.IsZero() {
+				lostSince = lastHeard // silent since then: counts towards failover
+			}
 			s.log.Warn("lost the gateway; the job keeps running, reconnecting", "gateway", s.cur.addr, "err", err)
 		} else {
 			s.log.Debug("gateway still unreachable", "gateway", s.cur.addr, "err", err, "for", time.Since(lostSince).Round(time.Millisecond))

@@ -31,6 +31,9 @@ var (
 	ErrUnknownLease = errors.New("unknown lease")
 	// ErrDraining means the gateway is draining: it takes no new jobs.
 	ErrDraining = errors.New("gateway draining")
+	// ErrWatchSilent means a lease watch heard nothing for
+	// WatchMissedHeartbeats heartbeat intervals.
+	ErrWatchSilent = errors.New("gateway silent")
 )
 
 // APIError is an error response from the gateway.

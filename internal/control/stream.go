@@ -29,7 +29,7 @@ import (
 //     per heartbeat, for as long as the lease lives and the gateway runs.
 //     A client learns that its gateway went away from the end of this
 //     stream, at once when the gateway process stops, within three
-//     heartbeats when the network fails silently.
+//     heartbeats (WatchMissedHeartbeats) when the network fails silently.
 
 // Paths of the long-lived control exchanges.
 const (
@@ -46,8 +46,13 @@ const (
 	HeaderLeaseSecret = "Airlock-Lease-Secret"
 )
 
-// DefaultWatchHeartbeat is how often a watch sends a heartbeat.
-const DefaultWatchHeartbeat = 10 * time.Second
+// DefaultWatchHeartbeat is how often a watch sends a heartbeat. A client
+// gives up on a watch after WatchMissedHeartbeats intervals of silence.
+const DefaultWatchHeartbeat = 5 * time.Second
+
+// WatchMissedHeartbeats is how many heartbeat intervals may pass without
+// an event before a client considers the gateway lost.
+const WatchMissedHeartbeats = 3
 
 // WatchEvent is one line of a lease watch.
 type WatchEvent struct {
@@ -262,6 +267,8 @@ type Watch struct {
 
 	mu      sync.Mutex
 	expired bool // guarded by mu: the heartbeat timer closed body
+
+	lastEvent time.Time // set by the goroutine that calls Next
 }
 
 // Watch opens a watch of the lease ref and reads its first event.
@@ -319,7 +326,8 @@ func (c *Client) Watch(ctx context.Context, ref LeaseRef) (*Watch, error) {
 	if w.hb <= 0 {
 		w.hb = DefaultWatchHeartbeat
 	}
-	w.timer.Reset(3 * w.hb)
+	w.timer.Reset(WatchMissedHeartbeats * w.hb)
+	w.lastEvent = time.Now()
 	return w, nil
 }
 
@@ -339,16 +347,21 @@ func (w *Watch) Next() (WatchEvent, error) {
 		expired := w.expired
 		w.mu.Unlock()
 		if expired {
-			return ev, fmt.Errorf("no heartbeat from the gateway for %v", 3*w.hb)
+			return ev, fmt.Errorf("%w: no heartbeat from the gateway for %v", ErrWatchSilent, WatchMissedHeartbeats*w.hb)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return ev, errors.New("gateway closed the connection")
 		}
 		return ev, err
 	}
-	w.timer.Reset(3 * w.hb)
+	w.timer.Reset(WatchMissedHeartbeats * w.hb)
+	w.lastEvent = time.Now()
 	return ev, nil
 }
+
+// LastEvent returns when the last event arrived. Call it from the
+// goroutine that calls Next, or after Next returned.
+func (w *Watch) LastEvent() time.Time { return w.lastEvent }
 
 // Close ends the watch.
 func (w *Watch) Close() {

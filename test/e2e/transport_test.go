@@ -149,11 +149,22 @@ func TestTransport(t *testing.T) {
 // one HTTP request per second and starts it again: the job keeps running,
 // its requests fail only while the gateway is down, succeed again within
 // 5 s of the gateway being back, and the job keeps its lease (tunnel
-// address and port block). Both transports.
+// address and port block). Both transports in user mode, UDP in kernel
+// mode (whose restore re-creates the job's nftables state).
 func TestGatewayRestart(t *testing.T) {
-	e := newEnvMode(t, modeUser, "--renew-interval", "2s")
+	for _, mode := range []string{modeUser, modeKernel} {
+		t.Run(mode, func(t *testing.T) { testGatewayRestart(t, mode) })
+	}
+}
+
+func testGatewayRestart(t *testing.T, mode string) {
+	e := newEnvMode(t, mode, "--renew-interval", "2s")
 	top := t // the restarted gateway outlives each subtest
-	for _, transport := range []string{"udp", "tcp"} {
+	transports := []string{"udp", "tcp"}
+	if mode == modeKernel {
+		transports = transports[:1]
+	}
+	for _, transport := range transports {
 		t.Run(transport, func(t *testing.T) {
 			job := e.startWith(t, runOpts{flags: []string{"--transport", transport, "--log-level", "info"}}, e.requestLoop(14)...)
 			time.Sleep(3 * time.Second)
@@ -324,13 +335,65 @@ func TestGateways(t *testing.T) {
 		}
 	})
 
-	t.Run("Failover", func(t *testing.T) {
-		// A job on B (B has fewer jobs now that the holds are gone; A
-		// gets one to be sure) loses B: its requests go through A after
-		// the failover threshold.
-		holdA := e.startWith(t, runOpts{}, "sleep", "40")
+	t.Run("FailoverSilent", func(t *testing.T) {
+		// B becomes unreachable without a word (a firewall in cn drops
+		// everything to its port, as when its host dies): the client
+		// notices from the missing heartbeats (3 × 5 s) and, that silence
+		// being longer than the threshold, moves to A at once.
+		holdA := e.startWith(t, runOpts{}, "sleep", "60")
 		defer holdA.Kill()
 		waitLogCount(t, e.gw, "job joined", 2, 15*time.Second)
+		loop := e.requestLoop(24)
+		job := e.startWith(t, both, "bash", "-c", "ip -4 -o addr show tun0; "+loop[2])
+		time.Sleep(3 * time.Second)
+		port := strconv.Itoa(gatewayPort + 1)
+		for _, args := range [][]string{
+			{"add", "table", "inet", "airlockpart"},
+			{"add", "chain", "inet", "airlockpart", "out", "{", "type", "filter", "hook", "output", "priority", "0", ";", "}"},
+			{"add", "rule", "inet", "airlockpart", "out", "ip", "daddr", e.tp.DMZAddrCN.String(), "tcp", "dport", port, "drop"},
+			{"add", "rule", "inet", "airlockpart", "out", "ip", "daddr", e.tp.DMZAddrCN.String(), "udp", "dport", port, "drop"},
+		} {
+			if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.CN, nil, "nft", args...); code != 0 {
+				t.Fatalf("nft %s: exit %d %s %s", strings.Join(args, " "), code, out, stderr)
+			}
+		}
+		cut := time.Now()
+		defer e.tp.Run(t, 10*time.Second, e.tp.CN, nil, "nft", "delete", "table", "inet", "airlockpart")
+		if _, err := job.Wait(90 * time.Second); err != nil {
+			t.Fatalf("job: %v%s", err, e.diag(job.Stderr()))
+		}
+		out := job.Stdout()
+		if !onB.MatchString(out) {
+			t.Fatalf("job did not start on B: %q%s", out, e.diag(job.Stderr()))
+		}
+		if !strings.Contains(job.Stderr(), "failed over to another gateway") {
+			t.Fatalf("client did not fail over%s", e.diag(job.Stderr()))
+		}
+		var firstOK time.Time
+		for _, r := range parseLoop(t, out) {
+			if r.ok && r.at.After(cut.Add(time.Second)) {
+				firstOK = r.at
+				break
+			}
+		}
+		if firstOK.IsZero() {
+			t.Fatalf("no request succeeded after B went silent:\n%s%s", out, e.diag(job.Stderr()))
+		}
+		t.Logf("first success through A %v after B went silent (3 missed 5 s heartbeats, threshold 3 s)", firstOK.Sub(cut).Round(time.Millisecond))
+		if firstOK.Sub(cut) > 25*time.Second {
+			t.Errorf("first success %v after B went silent, want within 15 s of silence plus 10 s", firstOK.Sub(cut))
+		}
+	})
+
+	t.Run("Failover", func(t *testing.T) {
+		// A job on B (B has fewer jobs: A gets two, B keeps at most the
+		// one the last subtest left behind) loses B: its requests go
+		// through A after the failover threshold.
+		holdA := e.startWith(t, runOpts{}, "sleep", "40")
+		holdA2 := e.startWith(t, runOpts{}, "sleep", "40")
+		defer holdA.Kill()
+		defer holdA2.Kill()
+		waitLogCount(t, e.gw, "job joined", 5, 15*time.Second)
 		loop := e.requestLoop(14)
 		job := e.startWith(t, both, "bash", "-c", "ip -4 -o addr show tun0; "+loop[2])
 		time.Sleep(3 * time.Second)
