@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, err
 	}
 	sess := &session{
-		log: log, stderr: cfg.Stderr, gws: gws, priv: priv,
+		log: log, gws: gws, priv: priv,
 		req: control.JoinRequest{
 			Token:     cfg.Token,
 			PublicKey: priv.PublicKey().String(),

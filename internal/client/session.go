@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -67,7 +66,6 @@ type gatewayEntry struct {
 // and after that, by Run.
 type session struct {
 	log       *slog.Logger
-	stderr    io.Writer
 	gws       []*gatewayEntry
 	priv      tunnel.Key
 	req       control.JoinRequest
