@@ -334,6 +334,15 @@ func (s *session) selectTransport(ctx context.Context) {
 	}
 }
 
+// recheckTransport repeats the auto choice after a move to another
+// gateway or lease while on UDP: UDP to the new gateway may be blocked
+// where it was not to the old one.
+func (s *session) recheckTransport(ctx context.Context) {
+	if s.transport == TransportAuto && s.using == TransportUDP {
+		s.selectTransport(ctx)
+	}
+}
+
 // waitHandshake reports whether a handshake completes within d.
 func (s *session) waitHandshake(ctx context.Context, d time.Duration) bool {
 	deadline := time.NewTimer(d)
@@ -512,6 +521,7 @@ func (s *session) rejoin(ctx context.Context) error {
 	if err := s.reconnect(ctx); err != nil {
 		return err
 	}
+	s.recheckTransport(ctx)
 	s.log.Warn("the gateway had lost this job's lease; joined again", "gateway", s.cur.addr,
 		"lease", ls.ID, "old_addr", old, "new_addr", ls.Address.Addr(), "job_addr", s.jobAddr)
 	return nil
@@ -528,6 +538,7 @@ func (s *session) failTo(ctx context.Context, lostSince time.Time) error {
 	if err := s.reconnect(ctx); err != nil {
 		return err
 	}
+	s.recheckTransport(ctx)
 	s.log.Warn("failed over to another gateway: the job's open connections are broken, new ones go through it",
 		"from", old.addr, "to", s.cur.addr, "lost_for", time.Since(lostSince).Round(time.Millisecond),
 		"lease_addr", s.lease.Address.Addr(), "job_addr", s.jobAddr, "transport", s.using)
