@@ -395,8 +395,13 @@ func TestGateways(t *testing.T) {
 		defer holdA2.Kill()
 		waitLogCount(t, e.gw, "job joined", 5, 15*time.Second)
 		loop := e.requestLoop(14)
-		job := e.startWith(t, both, "bash", "-c", "ip -4 -o addr show tun0; "+loop[2])
+		o := both
+		o.flags = append(append([]string(nil), both.flags...), "--transport-timeout", "1s")
+		job := e.startWith(t, o, "bash", "-c", "ip -4 -o addr show tun0; "+loop[2])
 		time.Sleep(3 * time.Second)
+		// UDP to A is blocked: the job, on UDP to B so far, must find the
+		// TCP transport to A by itself.
+		e.blockUDP(t, gatewayPort)
 		b.proc.Signal(syscall.SIGKILL)
 		killed := time.Now()
 		if _, err := job.Wait(60 * time.Second); err != nil {
@@ -419,11 +424,14 @@ func TestGateways(t *testing.T) {
 		if firstOK.IsZero() {
 			t.Fatalf("no request succeeded after B died:\n%s%s", out, e.diag(job.Stderr()))
 		}
-		// Threshold 3 s, plus at most one backoff step (2 s), the join and
-		// the request loop's own second.
-		t.Logf("first success through A %v after B was killed (failover threshold 3 s)", firstOK.Sub(killed).Round(time.Millisecond))
-		if firstOK.Sub(killed) > 8*time.Second {
-			t.Errorf("first success %v after B died, want within the threshold (3 s) plus 5 s", firstOK.Sub(killed))
+		if !regexp.MustCompile(`failed over[^\n]*transport=tcp`).MatchString(job.Stderr()) {
+			t.Errorf("client did not switch to TCP on A, where UDP is blocked%s", e.diag(job.Stderr()))
+		}
+		// Threshold 3 s, plus at most one backoff step (2 s), the join,
+		// the UDP attempt (1 s) and the request loop's own second.
+		t.Logf("first success through A (over TCP) %v after B was killed (failover threshold 3 s)", firstOK.Sub(killed).Round(time.Millisecond))
+		if firstOK.Sub(killed) > 10*time.Second {
+			t.Errorf("first success %v after B died, want within the threshold (3 s) plus 7 s", firstOK.Sub(killed))
 		}
 		if !strings.Contains(job.Stderr(), "to="+e.gateway) {
 			t.Errorf("failover log does not name A (%s) as the new gateway%s", e.gateway, e.diag(job.Stderr()))
