@@ -144,7 +144,7 @@ type Flow struct {
 	jaddr netip.Addr
 	dir   string
 	start time.Time
-	bulk  int // index into t.bulk, -1 for none
+	bulk  int       // index into t.bulk, -1 for none
 	jt    *counters // the job's totals, nil for an unknown job
 
 	bytesOut, bytesIn, pktsOut, pktsIn atomic.Uint64
