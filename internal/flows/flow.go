@@ -167,13 +167,21 @@ func (f *Flow) Key() Key { return f.key }
 
 // SetCloser sets what ends the flow in the backend when the table times it
 // out; Close must be safe to call concurrently with the flow's relay and
-// more than once.
-func (f *Flow) SetCloser(c io.Closer) { f.closer = c }
+// more than once. On nil it does nothing.
+func (f *Flow) SetCloser(c io.Closer) {
+	if f != nil {
+		f.closer = c
+	}
+}
 
 // SetPacketCounter makes the flow take its packet counts from fn, called
 // when the flow is read (snapshots, end), never on the data path. It must
-// be set before the flow carries traffic.
-func (f *Flow) SetPacketCounter(fn func() (out, in uint64)) { f.packets = fn }
+// be set before the flow carries traffic. On nil it does nothing.
+func (f *Flow) SetPacketCounter(fn func() (out, in uint64)) {
+	if f != nil {
+		f.packets = fn
+	}
+}
 
 // AddOut counts n bytes in pkts packets sent by the job. It does not
 // allocate or lock.

@@ -44,6 +44,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
 const (
@@ -98,6 +100,7 @@ type pingKey struct {
 type pingFlow struct {
 	key  pingKey
 	conn net.PacketConn
+	fl   *flows.Flow // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last request or reply
 }
 
@@ -144,7 +147,7 @@ func (t *pingTable) relay(pkt []byte, ihl int) {
 		}
 		return
 	}
-	f := t.flow(pingKey{job: src, id: header.ICMPv4(msg).Ident()})
+	f := t.flow(pingKey{job: src, id: header.ICMPv4(msg).Ident()}, dst)
 	if f == nil {
 		s.stats.dropped.Add(1)
 		return
@@ -155,12 +158,15 @@ func (t *pingTable) relay(pkt []byte, ihl int) {
 		if s.flowDebugOn() {
 			s.log.Debug("icmp echo send failed", "src", src, "dst", dst, "err", err)
 		}
+	} else {
+		f.fl.AddOut(uint64(len(msg)), 1)
 	}
 }
 
 // flow returns the flow of k, opening its socket and starting its reader;
-// nil if the job has too many flows or the socket cannot be opened.
-func (t *pingTable) flow(k pingKey) *pingFlow {
+// nil if the job has too many flows or the socket cannot be opened. dst is
+// the first request's destination, recorded in the flow table.
+func (t *pingTable) flow(k pingKey, dst netip.Addr) *pingFlow {
 	t.mu.Lock()
 	f, ok := t.flows[k]
 	full := t.perJob[k.job] >= maxPingFlowsPerJob
@@ -190,6 +196,10 @@ func (t *pingTable) flow(k pingKey) *pingFlow {
 	t.flows[k] = f
 	t.perJob[k.job]++
 	t.mu.Unlock()
+	f.fl = t.s.openFlow(flows.ProtoICMP, netip.AddrPortFrom(k.job, k.id), netip.AddrPortFrom(dst, 0), flows.Egress)
+	if f.fl != nil {
+		f.fl.SetCloser(c)
+	}
 	if !t.s.goStart(func() { t.receive(f) }) {
 		t.drop(f)
 		return nil
@@ -232,6 +242,8 @@ func (t *pingTable) receive(f *pingFlow) {
 		pkt := buildEchoReply(buf[:header.IPv4MinimumSize+n], peer.Unmap().As4(), job, f.key.id)
 		if !t.s.ep.deliver(pkt) {
 			t.s.stats.dropped.Add(1)
+		} else {
+			f.fl.AddIn(uint64(n), 1)
 		}
 	}
 }
@@ -267,6 +279,7 @@ func (t *pingTable) drop(f *pingFlow) {
 	}
 	t.mu.Unlock()
 	f.conn.Close()
+	f.fl.End(t.s.idleReason())
 }
 
 // removeJob closes the job's flows.
@@ -280,6 +293,7 @@ func (t *pingTable) removeJob(job netip.Addr) {
 	}
 	t.mu.Unlock()
 	for _, f := range fs {
+		f.fl.End(flows.EndJob)
 		t.drop(f)
 	}
 }

@@ -13,6 +13,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 const (
@@ -76,6 +79,9 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	cancel()
 	if err != nil {
 		s.stats.dialFailures.Add(1)
+		if errors.Is(err, portblock.ErrExhausted) {
+			s.refuseFlow(flows.ProtoTCP, src, dst, flows.BlockExhausted)
+		}
 		r.Complete(true)
 		if s.flowDebugOn() {
 			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
@@ -112,10 +118,16 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	if !s.track(f) {
 		return
 	}
+	fl := s.openFlow(flows.ProtoTCP, src, dst, flows.Egress)
+	if fl != nil {
+		fl.SetCloser(f)
+		fl.SetPacketCounter(tcpSegments(ep))
+	}
 	start := time.Now()
-	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim))
+	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim), fl)
 	s.untrack(f)
 	f.Close()
+	fl.End(s.endReason())
 	if s.flowDebugOn() {
 		s.log.Debug("tcp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down,
 			"duration", time.Since(start))
@@ -145,22 +157,24 @@ type closeWriter interface {
 // propagating half-close, paced by the shapers up (job → host) and down.
 // If either direction fails, both connections are closed so the other
 // direction ends too. It returns the bytes copied in each direction once
-// both are done.
-func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper) (nup, ndown int64) {
+// both are done. Relayed bytes are counted in fl (nil: not counted), in is
+// the job's side.
+func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper, fl *flows.Flow) (nup, ndown int64) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		nup = halfCopy(out, in, up)
+		nup = halfCopy(out, in, up, fl.AddOut)
 	}()
-	ndown = halfCopy(in, out, down)
+	ndown = halfCopy(in, out, down, fl.AddIn)
 	<-done
 	return nup, ndown
 }
 
 // halfCopy copies src to dst with a pooled buffer until EOF, then
 // half-closes dst, pacing the copy with sh (nil: no pacing). On any other
-// error it closes both.
-func halfCopy(dst, src net.Conn, sh *shaper) int64 {
+// error it closes both. count (if not nil) is called with the bytes of
+// each chunk written.
+func halfCopy(dst, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -179,6 +193,9 @@ func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 				return total
 			}
 			total += int64(n)
+			if count != nil {
+				count(uint64(n), 0)
+			}
 		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {

@@ -12,6 +12,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // dnsUDPIdleTimeout caps the idle timeout of UDP flows to port 53.
@@ -80,6 +83,9 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	if err != nil {
 		in.Close()
 		s.stats.dialFailures.Add(1)
+		if errors.Is(err, portblock.ErrExhausted) {
+			s.refuseFlow(flows.ProtoUDP, src, dst, flows.BlockExhausted)
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("udp dial failed", "src", src, "dst", dst, "err", err)
 		}
@@ -88,6 +94,10 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	f := &connPair{a: in, b: out}
 	if !s.track(f) {
 		return
+	}
+	fl := s.openFlow(flows.ProtoUDP, src, dst, flows.Egress)
+	if fl != nil {
+		fl.SetCloser(f)
 	}
 	if s.flowDebugOn() {
 		s.log.Debug("udp flow opened", "src", src, "dst", dst)
@@ -103,12 +113,13 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	var up int64
 	go func() {
 		defer close(done)
-		up = pumpUDP(out, in, &last, idle, f, s.egressShaper(j), &s.limits.dropped)
+		up = pumpUDP(out, in, &last, idle, f, s.egressShaper(j), &s.limits.dropped, fl.AddOut)
 	}()
-	down := pumpUDP(in, out, &last, idle, f, s.ingressShaper(j), &s.limits.dropped)
+	down := pumpUDP(in, out, &last, idle, f, s.ingressShaper(j), &s.limits.dropped, fl.AddIn)
 	<-done
 	s.untrack(f)
 	f.Close()
+	fl.End(s.idleReason())
 	if s.flowDebugOn() {
 		s.log.Debug("udp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down)
 	}
@@ -119,7 +130,8 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 // idle, or on a read error other than a reported ICMP unreachable. Write
 // errors (e.g. the destination's port is closed) drop the datagram, and
 // so does sh when the datagram is over its limits (counted in dropped).
-func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair, sh *shaper, dropped *atomic.Uint64) int64 {
+// count is called with each datagram relayed.
+func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair, sh *shaper, dropped *atomic.Uint64, count func(n, pkts uint64)) int64 {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -150,6 +162,7 @@ func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connP
 		}
 		if _, err := dst.Write(buf[:n]); err == nil {
 			total += int64(n)
+			count(uint64(n), 1)
 		}
 	}
 }
