@@ -301,7 +301,7 @@ func (e *exposure) carryTCP(c *net.TCPConn) {
 type exposeFlow struct {
 	peer netip.AddrPort
 	conn *gonet.UDPConn
-	fl   *flows.Flow // nil without a flow table
+	fl   *flows.Flow  // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last datagram either way
 }
 

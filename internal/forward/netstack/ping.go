@@ -100,7 +100,7 @@ type pingKey struct {
 type pingFlow struct {
 	key  pingKey
 	conn net.PacketConn
-	fl   *flows.Flow // nil without a flow table
+	fl   *flows.Flow  // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last request or reply
 }
 
