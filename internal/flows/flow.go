@@ -311,3 +311,6 @@ func (f *Flow) record(end time.Time, reason string) Record {
 	}
 	return r
 }
+
+// Counters returns the flow's bytes and packets so far, each way.
+func (f *Flow) Counters() (bytesOut, bytesIn, pktsOut, pktsIn uint64) { return f.counts() }

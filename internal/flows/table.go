@@ -458,3 +458,12 @@ func (t *Table) Stats() Stats {
 	}
 	return s
 }
+
+// CountRefused adds n refusals with verdict to the counts without logging
+// them: for backends that learn of refusals only as counts (kernel mode's
+// nftables counters).
+func (t *Table) CountRefused(verdict string, n uint64) {
+	t.mu.Lock()
+	t.verdicts[verdict] += n
+	t.mu.Unlock()
+}
