@@ -134,6 +134,9 @@ const (
 	CodeRateLimited  = "rate_limited"
 	CodeNoAddress    = "no_address"
 	CodeUnknownLease = "unknown_lease"
+	// CodeLeaseEnded answers a renew of a lease the gateway ended on
+	// purpose (airlock kick); the message says why.
+	CodeLeaseEnded = "lease_ended"
 	CodeInternal     = "internal"
 )
 
