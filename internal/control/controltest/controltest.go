@@ -28,6 +28,8 @@ type Backend struct {
 	JoinErr error
 	// TTL is the lease lifetime; zero means one minute.
 	TTL time.Duration
+	// RenewErr, if set, is returned by every Renew.
+	RenewErr error
 
 	mu     sync.Mutex
 	joins  int
@@ -87,6 +89,9 @@ func (b *Backend) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, "renew")
+	if b.RenewErr != nil {
+		return control.RenewResponse{}, b.RenewErr
+	}
 	if err := b.lookupLocked(ref); err != nil {
 		return control.RenewResponse{}, err
 	}
