@@ -137,7 +137,7 @@ const (
 	// CodeLeaseEnded answers a renew of a lease the gateway ended on
 	// purpose (airlock kick); the message says why.
 	CodeLeaseEnded = "lease_ended"
-	CodeInternal     = "internal"
+	CodeInternal   = "internal"
 )
 
 // ErrorResponse is the body of every non-2xx response.
