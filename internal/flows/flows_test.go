@@ -358,3 +358,22 @@ func FuzzParseBulkRule(f *testing.F) {
 		}
 	})
 }
+
+func TestRecent(t *testing.T) {
+	tb := New(Config{})
+	tb.AddJob(jobA, JobRef{Lease: "L1", JobID: "a"})
+	for i := range recentLen + 10 {
+		f := tb.Open(key(ProtoUDP, netip.AddrPortFrom(jobA, uint16(i+1)), out1), Egress)
+		f.End(EndClosed)
+	}
+	got := tb.Recent(Filter{Job: "a"})
+	if len(got) != recentLen {
+		t.Fatalf("recent: got %d, want %d", len(got), recentLen)
+	}
+	if got[0].Src != netip.AddrPortFrom(jobA, 11).String() || got[len(got)-1].Src != netip.AddrPortFrom(jobA, recentLen+10).String() {
+		t.Errorf("recent order: first %s last %s", got[0].Src, got[len(got)-1].Src)
+	}
+	if n := len(tb.Recent(Filter{Job: "b"})); n != 0 {
+		t.Errorf("recent of another job: %d", n)
+	}
+}

@@ -26,6 +26,9 @@ const (
 	refusalLogBurst = 50
 )
 
+// recentLen is how many ended or refused flows Recent remembers.
+const recentLen = 1024
+
 // rateInterval is how often Run samples the jobs' rates.
 const rateInterval = time.Second
 
@@ -134,6 +137,8 @@ type Table struct {
 
 	// mu guards the maps below and job's guarded fields.
 	mu       sync.Mutex
+	recent   []Record // ring of the last recentLen logged records
+	next     int      // where the next record goes in recent
 	active   map[uint64]*Flow
 	jobs     map[netip.Addr]*job
 	opened   uint64            // flows opened since start
@@ -283,6 +288,14 @@ func (t *Table) end(f *Flow, reason string, now time.Time) {
 }
 
 func (t *Table) write(r Record) {
+	t.mu.Lock()
+	if len(t.recent) < recentLen {
+		t.recent = append(t.recent, r)
+	} else {
+		t.recent[t.next] = r
+	}
+	t.next = (t.next + 1) % recentLen
+	t.mu.Unlock()
 	if t.out == nil {
 		return
 	}
@@ -466,4 +479,26 @@ func (t *Table) CountRefused(verdict string, n uint64) {
 	t.mu.Lock()
 	t.verdicts[verdict] += n
 	t.mu.Unlock()
+}
+
+// Recent returns the most recent ended and refused flows that went to the
+// flow log (at most 1024; bulk flows are not among them) matching fl,
+// oldest first.
+func (t *Table) Recent(fl Filter) []Record {
+	t.mu.Lock()
+	all := make([]Record, 0, len(t.recent))
+	if len(t.recent) == recentLen {
+		all = append(all, t.recent[t.next:]...)
+		all = append(all, t.recent[:t.next]...)
+	} else {
+		all = append(all, t.recent...)
+	}
+	t.mu.Unlock()
+	out := all[:0]
+	for i := range all {
+		if fl.match(&all[i]) {
+			out = append(out, all[i])
+		}
+	}
+	return out
 }

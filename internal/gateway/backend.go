@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -40,6 +41,11 @@ type gateway struct {
 	// limiter enforces jobs' limits, nil if the forwarder cannot (and
 	// none are configured).
 	limiter forward.Limiter
+	// flows is the flow table (flows.go); started is when Run began;
+	// kicks remembers leases an admin ended (admin.go).
+	flows   *flows.Table
+	started time.Time
+	kicks   kickList
 }
 
 // owner is what a lease records about its holder.
@@ -91,6 +97,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 		}
 	}
+	g.trackJob(l, req.Job.BatchJobID, tok.Name)
 	limits, err := g.applyLimits(l.Addr, tok)
 	if err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
@@ -159,7 +166,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	l, err := g.leases.Renew(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return control.RenewResponse{}, fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
 	return control.RenewResponse{Expires: l.Expires}, nil
 }
@@ -167,7 +174,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
-		return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return g.leaseGone(ref.ID, err)
 	}
 	g.wg.RemovePeer(l.PublicKey)
 	g.removeJob(l)
@@ -221,6 +228,7 @@ func (g *gateway) removeJob(l lease.Lease) {
 	if g.jobs != nil {
 		g.jobs.RemoveJob(l.Addr)
 	}
+	g.untrackJob(l.Addr)
 }
 
 // recordEnd closes l's entry in the lease history.
