@@ -377,3 +377,21 @@ func TestRecent(t *testing.T) {
 		t.Errorf("recent of another job: %d", n)
 	}
 }
+
+func TestCloseJob(t *testing.T) {
+	ml := &memLog{}
+	tb := New(Config{Log: ml})
+	jobB := netip.MustParseAddr("100.64.0.3")
+	a := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobA, 1), out1), Egress)
+	b := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobB, 1), out1), Egress)
+	var ca, cb closeCount
+	a.SetCloser(&ca)
+	b.SetCloser(&cb)
+	tb.CloseJob(jobA, EndJob)
+	if ca.n != 1 || cb.n != 0 || !a.Ended() || b.Ended() {
+		t.Fatalf("CloseJob(jobA): a closed %d ended %v, b closed %d ended %v", ca.n, a.Ended(), cb.n, b.Ended())
+	}
+	if recs := ml.all(); len(recs) != 1 || recs[0].EndReason != EndJob {
+		t.Fatalf("records: %+v", recs)
+	}
+}

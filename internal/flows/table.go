@@ -502,3 +502,23 @@ func (t *Table) Recent(fl Filter) []Record {
 	}
 	return out
 }
+
+// CloseJob ends the active flows of the job at addr with reason and closes
+// them in the backend (a lease ended: its flows must not outlive it).
+func (t *Table) CloseJob(addr netip.Addr, reason string) {
+	addr = addr.Unmap()
+	var mine []*Flow
+	t.mu.Lock()
+	for _, f := range t.active {
+		if f.jaddr == addr {
+			mine = append(mine, f)
+		}
+	}
+	t.mu.Unlock()
+	for _, f := range mine {
+		f.End(reason)
+		if f.closer != nil {
+			f.closer.Close()
+		}
+	}
+}

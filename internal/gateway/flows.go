@@ -85,9 +85,11 @@ func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
 	}
 }
 
-// untrackJob forgets the job at addr in the flow table.
+// untrackJob ends and closes the flows of the job at addr still open (its
+// lease ended) and forgets the job in the flow table.
 func (g *gateway) untrackJob(addr netip.Addr) {
 	if g.flows != nil {
+		g.flows.CloseJob(addr, flows.EndJob)
 		g.flows.RemoveJob(addr)
 	}
 }
