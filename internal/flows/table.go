@@ -16,7 +16,7 @@ import (
 // (and closed in the backend).
 const (
 	DefaultTCPIdle  = time.Hour
-	DefaultUDPIdle  = 2 * time.Minute
+	DefaultUDPIdle  = time.Minute
 	DefaultICMPIdle = 30 * time.Second
 )
 
