@@ -58,7 +58,3 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	}
 	return gm, nil
 }
-
-// SetPolicyDrops makes the policy drops series read p. It is for the
-// policy engine, once it exists in the gateway.
-func (m gatewayMetrics) SetPolicyDrops(p metrics.RuleDropCounter) { m.metrics.SetPolicy(p) }
