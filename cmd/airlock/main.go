@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -34,6 +35,8 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
+	// So does the gateway's private namespace child (--tcp-stack kernel).
+	usernet.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

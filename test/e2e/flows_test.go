@@ -21,7 +21,7 @@ import (
 const flowsRenew = 2 * time.Second
 
 // TestFlows checks flow accounting, the admin CLI and the metrics, in each
-// egress mode, on a gateway started with --metrics and a --bulk rule for a
+// egress mode (user mode with kernel TCP and with the netstack's), on a gateway started with --metrics and a --bulk rule for a
 // second outside address:
 //   - a curl download of smallSize bytes (by address, so it is the job's
 //     only flow) is one record in the flow log with the right byte counts:
@@ -36,7 +36,7 @@ const flowsRenew = 2 * time.Second
 //     ends its lease: the job's airlock run says so on stderr within a
 //     renew interval and the flow ends.
 func TestFlows(t *testing.T) {
-	for _, mode := range []string{modeUser, modeKernel} {
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) { testFlows(t, mode) })
 	}
 }
@@ -87,7 +87,7 @@ func testFlows(t *testing.T, mode string) {
 		}
 		checkBytes := func(dir string, got, payload, pkts uint64) {
 			t.Helper()
-			if mode == modeUser {
+			if isUserMode(mode) {
 				// User mode counts the TCP stream: exactly what curl sent
 				// and received.
 				if got != payload {
@@ -153,7 +153,11 @@ func testFlows(t *testing.T, mode string) {
 		}
 		// Human output: aligned, names the totals.
 		code, out, stderr := e.admin(t, "status", "--state", e.state)
-		if code != 0 || !strings.Contains(out, mode+" mode") || !strings.Contains(out, "jobs:       0") {
+		want := modeKernel + " mode"
+		if isUserMode(mode) {
+			want = modeUser + " mode"
+		}
+		if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "jobs:       0") {
 			t.Errorf("airlock status: exit %d, %q%s", code, out, stderr)
 		}
 	})

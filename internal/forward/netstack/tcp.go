@@ -52,40 +52,9 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := s.checkDestination(dst); err != nil {
-		s.stats.denied.Add(1)
-		r.Complete(true)
-		if s.flowDebugOn() {
-			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
-		}
-		return
-	}
-
-	lim, ok := s.admitFlow("tcp", src, dst)
+	out, lim, ok := s.openTCP(src, dst)
 	if !ok {
 		r.Complete(true)
-		return
-	}
-	if lim != nil {
-		defer lim.release()
-	}
-
-	network := "tcp4"
-	if dst.Addr().Is6() {
-		network = "tcp6"
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
-	out, err := s.dial(ctx, src.Addr(), network, dst)
-	cancel()
-	if err != nil {
-		s.stats.dialFailures.Add(1)
-		if errors.Is(err, portblock.ErrExhausted) {
-			s.refuseFlow(flows.ProtoTCP, src, dst, flows.BlockExhausted)
-		}
-		r.Complete(true)
-		if s.flowDebugOn() {
-			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
-		}
 		return
 	}
 
@@ -94,6 +63,9 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	if terr != nil {
 		r.Complete(true)
 		out.Close()
+		if lim != nil {
+			lim.release()
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("tcp accept failed", "src", src, "dst", dst, "err", tcpipError("create endpoint", terr))
 		}
@@ -105,11 +77,60 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	ep.SetSockOpt(&idle)
 	intvl := tcpip.KeepaliveIntervalOption(keepaliveInterval)
 	ep.SetSockOpt(&intvl)
+	s.serveTCP(gonet.NewTCPConn(&wq, ep), out, src, dst, lim, tcpSegments(ep))
+}
+
+// openTCP decides on a job's new TCP flow from src to dst: destination
+// check, the job's flow limits, and the dial. It reports false if the job
+// must get a reset (refusal and dial failures are counted and logged);
+// otherwise it returns the host connection and the job's limits (nil:
+// none), which serveTCP releases.
+func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
+	if err := s.checkDestination(dst); err != nil {
+		s.stats.denied.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
+		}
+		return nil, nil, false
+	}
+	lim, ok := s.admitFlow("tcp", src, dst)
+	if !ok {
+		return nil, nil, false
+	}
+	network := "tcp4"
+	if dst.Addr().Is6() {
+		network = "tcp6"
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+	out, err := s.dial(ctx, src.Addr(), network, dst)
+	cancel()
+	if err != nil {
+		if lim != nil {
+			lim.release()
+		}
+		s.stats.dialFailures.Add(1)
+		if errors.Is(err, portblock.ErrExhausted) {
+			s.refuseFlow(flows.ProtoTCP, src, dst, flows.BlockExhausted)
+		}
+		if s.flowDebugOn() {
+			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
+		}
+		return nil, nil, false
+	}
 	if tc, ok := out.(*net.TCPConn); ok {
 		tc.SetKeepAlive(true)
 	}
-	in := gonet.NewTCPConn(&wq, ep)
+	return out, lim, true
+}
 
+// serveTCP relays an established job connection in (job side) and its host
+// connection out until both directions are done, then closes both and
+// releases lim (nil: none). The flow is recorded in the flow table, with
+// its job-side packet counts from pkts (nil: none).
+func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimits, pkts func() (out, in uint64)) {
+	if lim != nil {
+		defer lim.release()
+	}
 	s.stats.tcpFlows.Add(1)
 	if s.flowDebugOn() {
 		s.log.Debug("tcp flow opened", "src", src, "dst", dst)
@@ -121,13 +142,13 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	fl := s.openFlow(flows.ProtoTCP, src, dst, flows.Egress)
 	if fl != nil {
 		fl.SetCloser(f)
-		fl.SetPacketCounter(tcpSegments(ep))
+		fl.SetPacketCounter(pkts)
 	}
 	start := time.Now()
 	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim), fl)
 	s.untrack(f)
+	fl.End(s.endReason()) // before Close: the packet counters may need the sockets
 	f.Close()
-	fl.End(s.endReason())
 	if s.flowDebugOn() {
 		s.log.Debug("tcp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down,
 			"duration", time.Since(start))
@@ -175,6 +196,11 @@ func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper, fl *flows.Flow) (nu
 // error it closes both. count (if not nil) is called with the bytes of
 // each chunk written.
 func halfCopy(dst, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
+	if d, ok := dst.(*net.TCPConn); ok {
+		if _, ok := src.(*net.TCPConn); ok {
+			return spliceCopy(d, src, sh, count)
+		}
+	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -206,6 +232,36 @@ func halfCopy(dst, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
 			}
 			src.Close()
 			dst.Close()
+			return total
+		}
+	}
+}
+
+// spliceCopy is halfCopy between two kernel sockets (the kernel TCP path):
+// the bytes move by splice(2) inside the kernel, a chunk at a time, and
+// each chunk is paced after it moved, and counted with count (if not nil).
+func spliceCopy(dst *net.TCPConn, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
+	var total int64
+	lr := io.LimitedReader{R: src}
+	for {
+		lr.N = int64(sh.chunk())
+		n, err := dst.ReadFrom(&lr)
+		total += n
+		if n > 0 && count != nil {
+			count(uint64(n), 0)
+		}
+		if n > 0 && !sh.wait(int(n)) {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if err != nil {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if lr.N > 0 { // src reached EOF before the chunk was full
+			dst.CloseWrite()
 			return total
 		}
 	}
