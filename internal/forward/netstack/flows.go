@@ -10,11 +10,15 @@ package netstack
 //
 // Packets: UDP datagrams and ICMP messages are counted one by one, exactly.
 // For TCP the relay sees a byte stream, not packets; the job-side packet
-// counts are the netstack endpoint's TCP segment counters (SegmentsReceived
-// from the job, SegmentsSent to it), read when the flow is shown or ends.
-// They include handshake, ACK-only and FIN segments, but segments the link
-// endpoint coalesced (GRO, from the job) or that the netstack sent as one
-// GSO segment (to the job) count once, so bulk transfers show fewer
+// counts come from the job-side socket, read when the flow is shown or
+// ends. On the kernel TCP path (KernelTCP) they are the kernel socket's
+// TCP_INFO tcpi_segs_in and tcpi_segs_out (flows_linux.go), which count a
+// GRO-merged packet as the segments it merged: the packets that crossed
+// the tunnel, handshake, ACK-only and FIN segments included. On the
+// netstack path they are the gVisor endpoint's segment counters
+// (SegmentsReceived from the job, SegmentsSent to it), where segments the
+// link endpoint coalesced (GRO, from the job) or that the netstack sent as
+// one GSO segment (to the job) count once, so bulk transfers show fewer
 // packets than crossed the tunnel. Inbound TCP flows count no packets.
 //
 // Refusals the Stack decides itself are reported to the table: the job's
