@@ -226,9 +226,25 @@ func testFlows(t *testing.T, mode string) {
 		if code != 0 || !strings.Contains(out, "DESTINATION") || !strings.Contains(out, fl.Active[0].Dst) || !strings.Contains(out, "active") {
 			t.Errorf("airlock flows --active: exit %d, %q", code, out)
 		}
-		st := e.status(t)
+		// The rate is sampled every second (kernel mode's counters move
+		// once a second too): give it a few samples.
+		var st admin.Status
+		deadline = time.Now().Add(5 * time.Second)
+		for {
+			st = e.status(t)
+			if len(st.Jobs) == 1 && st.Jobs[0].RateIn > 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
 		if len(st.Jobs) != 1 || st.Jobs[0].JobID != job || st.Jobs[0].ActiveFlows != 1 || st.Jobs[0].BytesIn == 0 || st.Jobs[0].Ports == "" {
 			t.Errorf("status jobs %+v, want job %s with one active flow, bytes in and a port block", st.Jobs, job)
+		} else {
+			// curl --limit-rate 2M: 16.8 Mbit/s, in bursts.
+			t.Logf("%s mode: status of the running download: in %.1f Mbit/s, out %.2f Mbit/s", mode, st.Jobs[0].RateIn/1e6, st.Jobs[0].RateOut/1e6)
+			if st.Jobs[0].RateIn <= 0 || st.Jobs[0].RateIn > 200e6 {
+				t.Errorf("status rate in %.0f bit/s, want a rate around curl's 16.8 Mbit/s", st.Jobs[0].RateIn)
+			}
 		}
 
 		code, out, stderr := e.admin(t, "kick", "--state", e.state, "--reason", "e2e kick test", job)

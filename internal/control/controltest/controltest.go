@@ -142,6 +142,8 @@ type Options struct {
 	FailureLimit rate.Limit
 	FailureBurst int
 	Logger       *slog.Logger
+	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
+	OnJoin func(code string, took time.Duration)
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -168,6 +170,7 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		Certificate:  cert,
 		FailureLimit: opts.FailureLimit,
 		FailureBurst: opts.FailureBurst,
+		OnJoin:       opts.OnJoin,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
