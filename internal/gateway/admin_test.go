@@ -91,6 +91,22 @@ func TestAdminFlowsAndKick(t *testing.T) {
 	if st.Mode != EgressUser || len(st.Jobs) != 1 || st.Jobs[0].JobID != "t1" || st.Jobs[0].BytesIn != size || st.Totals.BytesIn != size {
 		t.Fatalf("status %+v, want one job t1 with %d bytes in", st, size)
 	}
+	// The first handshake is read every 250 ms.
+	var hsCount uint64
+	for deadline := time.Now().Add(3 * time.Second); hsCount == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "airlock_wireguard_first_handshake_seconds" {
+				hsCount = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if hsCount != 1 {
+		t.Errorf("airlock_wireguard_first_handshake_seconds count %d, want 1", hsCount)
+	}
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -46,6 +47,10 @@ type gateway struct {
 	flows   *flows.Table
 	started time.Time
 	kicks   kickList
+	// metrics are the gateway's metrics; handshakes the joins waiting
+	// for their first WireGuard handshake (handshake.go).
+	metrics    *metrics.Metrics
+	handshakes handshakeWatch
 }
 
 // owner is what a lease records about its holder.
@@ -132,6 +137,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
 		return control.Lease{}, err
 	}
+	g.handshakes.add(pub, time.Now())
 	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
 		g.removeJob(l)
@@ -222,6 +228,7 @@ func (g *gateway) block(l lease.Lease) portblock.Range {
 // removeJob drops l's per-job state in the egress backend: its exposures
 // first, then its port block.
 func (g *gateway) removeJob(l lease.Lease) {
+	g.handshakes.forget(l.PublicKey)
 	if g.exposer != nil {
 		g.exposer.Unexpose(l.Addr)
 	}

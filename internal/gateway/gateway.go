@@ -268,6 +268,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	g.metrics = mx.metrics
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
 		Store:       st,
@@ -307,10 +308,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wgrp.Done()
 		g.pruneLoop(expireCtx, cfg.History)
 	}()
-	wgrp.Add(1)
+	wgrp.Add(2)
 	go func() {
 		defer wgrp.Done()
 		tb.Run(expireCtx)
+	}()
+	go func() {
+		defer wgrp.Done()
+		g.handshakeLoop(expireCtx)
 	}()
 	if mx.listener != nil {
 		wgrp.Add(1)

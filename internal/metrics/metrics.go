@@ -66,6 +66,8 @@ type Metrics struct {
 	joins        prometheus.Counter
 	joinFailures *prometheus.CounterVec
 	joinSeconds  prometheus.Histogram
+	handshake    prometheus.Histogram
+	noHandshake  prometheus.Counter
 	col          *collector
 }
 
@@ -85,9 +87,18 @@ func New(reg prometheus.Registerer, src Source) (*Metrics, error) {
 			Help:    "Time the gateway took to answer join requests (token check, lease, egress set-up, history record), successful or not.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
 		}),
+		handshake: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "wireguard_first_handshake_seconds",
+			Help:    "Time from a job's lease grant to its first completed WireGuard handshake (as WireGuard timed it).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		noHandshake: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "wireguard_handshake_missing_total",
+			Help: "Joins whose first WireGuard handshake did not complete within 30 s (UDP to the gateway blocked?).",
+		}),
 		col: newCollector(src),
 	}
-	for _, c := range []prometheus.Collector{m.joins, m.joinFailures, m.joinSeconds, m.col} {
+	for _, c := range []prometheus.Collector{m.joins, m.joinFailures, m.joinSeconds, m.handshake, m.noHandshake, m.col} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -110,6 +121,13 @@ func (m *Metrics) ObserveJoin(code string, took time.Duration) {
 	}
 	m.joinFailures.WithLabelValues(code).Inc()
 }
+
+// ObserveHandshake records the time from a lease grant to the job's first
+// WireGuard handshake.
+func (m *Metrics) ObserveHandshake(d time.Duration) { m.handshake.Observe(d.Seconds()) }
+
+// HandshakeMissing counts a join whose first handshake never came.
+func (m *Metrics) HandshakeMissing() { m.noHandshake.Inc() }
 
 // SetPolicy makes the policy drops series read p (nil: none).
 func (m *Metrics) SetPolicy(p RuleDropCounter) {

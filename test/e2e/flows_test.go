@@ -150,6 +150,8 @@ func testFlows(t *testing.T, mode string) {
 			`airlock_joins_total`:                             1,
 			`airlock_join_failures_total{reason="bad_token"}`: 1,
 			`airlock_join_duration_seconds_count`:             2,
+			`airlock_wireguard_first_handshake_seconds_count`: 1,
+			`airlock_wireguard_handshake_missing_total`:       0,
 		} {
 			if got, ok := m[name]; !ok || got != want {
 				t.Errorf("metric %s = %v (present %v), want %v", name, got, ok, want)
