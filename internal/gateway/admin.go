@@ -76,7 +76,7 @@ func (g *gateway) Kick(job, reason string) (admin.KickResult, error) {
 			continue // ended meanwhile
 		}
 		g.kicks.add(l.ID, reason, g.leases.TTL())
-		g.wg.RemovePeer(l.PublicKey)
+		g.removePeer(l.PublicKey)
 		g.removeJob(l)
 		why := "kicked by admin"
 		if reason != "" {

@@ -68,7 +68,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	now := time.Now()
 	l, secret, replaced, err := g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
 	if replaced != nil {
-		g.wg.RemovePeer(replaced.PublicKey)
+		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)
 		g.recordEnd(*replaced, "replaced")
 		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
@@ -182,7 +182,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	if err != nil {
 		return g.leaseGone(ref.ID, err)
 	}
-	g.wg.RemovePeer(l.PublicKey)
+	g.removePeer(l.PublicKey)
 	g.removeJob(l)
 	g.recordEnd(l, "released")
 	g.log.Info("job left", "lease", l.ID, "addr", l.Addr, "held", time.Since(l.Start).Round(time.Millisecond))
@@ -207,7 +207,7 @@ func (g *gateway) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, l := range g.leases.Expire(now) {
-				g.wg.RemovePeer(l.PublicKey)
+				g.removePeer(l.PublicKey)
 				g.removeJob(l)
 				g.recordEnd(l, "expired")
 				g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)

@@ -44,7 +44,7 @@ func (h *handshakeWatch) add(pub tunnel.Key, at time.Time) {
 	}
 }
 
-// forget stops waiting for pub (its lease ended).
+// forget stops waiting for pub (its lease ended without a peer).
 func (h *handshakeWatch) forget(pub tunnel.Key) {
 	h.mu.Lock()
 	delete(h.pending, pub)
@@ -92,4 +92,22 @@ func (g *gateway) handshakeLoop(ctx context.Context) {
 		}
 		g.handshakes.mu.Unlock()
 	}
+}
+
+// removePeer removes a job's WireGuard peer. A job that ends before the
+// handshake loop saw its first handshake (a job shorter than a poll) is
+// measured now, while WireGuard still knows the peer.
+func (g *gateway) removePeer(pub tunnel.Key) {
+	g.handshakes.mu.Lock()
+	at, pending := g.handshakes.pending[pub]
+	delete(g.handshakes.pending, pub)
+	g.handshakes.mu.Unlock()
+	if pending && g.metrics != nil {
+		if hs, err := g.wg.Handshakes(); err == nil {
+			if h, ok := hs[pub]; ok && !h.Before(at) {
+				g.metrics.ObserveHandshake(h.Sub(at))
+			}
+		}
+	}
+	g.wg.RemovePeer(pub)
 }
