@@ -157,6 +157,11 @@ func testFlows(t *testing.T, mode string) {
 				t.Errorf("metric %s = %v (present %v), want %v", name, got, ok, want)
 			}
 		}
+		if n := m[`airlock_wireguard_first_handshake_seconds_count`]; n > 0 {
+			t.Logf("%s mode: first WireGuard handshake %.1f ms after the join (mean of %v), join answered in %.1f ms (mean of %v)", mode,
+				m[`airlock_wireguard_first_handshake_seconds_sum`]/n*1e3, n,
+				m[`airlock_join_duration_seconds_sum`]/m[`airlock_join_duration_seconds_count`]*1e3, m[`airlock_join_duration_seconds_count`])
+		}
 		if _, ok := m[`airlock_port_blocks`]; !ok {
 			t.Errorf("no airlock_port_blocks metric")
 		}
