@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
@@ -51,6 +54,13 @@ type gateway struct {
 	// for their first WireGuard handshake (handshake.go).
 	metrics    *metrics.Metrics
 	handshakes handshakeWatch
+	// policer enforces the egress policy, nil if the forwarder cannot
+	// (and the policy is the built-in default).
+	policer forward.Policer
+	// conf is the config in force (config file or flags); reload
+	// replaces it, serialised by reloadMu.
+	conf     atomic.Pointer[config.Config]
+	reloadMu sync.Mutex
 }
 
 // owner is what a lease records about its holder.
@@ -89,6 +99,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	block := g.block(l)
 	exposures, err := g.planExposures(block, req.Expose)
+	if err == nil {
+		err = g.exposureAllowed(tok.Name, exposures)
+	}
 	if err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
 		g.log.Warn("join refused: bad --expose request", "addr", l.Addr, "expose", req.Expose, "err", err)
@@ -103,6 +116,14 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		}
 	}
 	g.trackJob(l, req.Job.BatchJobID, tok.Name)
+	if g.policer != nil {
+		if err := g.policer.SetJobToken(l.Addr, tok.Name); err != nil {
+			_, _ = g.leases.Release(l.ID, secret)
+			g.removeJob(l)
+			g.log.Error("join refused: egress backend cannot scope the policy to the job's token", "addr", l.Addr, "err", err)
+			return control.Lease{}, fmt.Errorf("set the job's policy scope: %w", err)
+		}
+	}
 	limits, err := g.applyLimits(l.Addr, tok)
 	if err != nil {
 		_, _ = g.leases.Release(l.ID, secret)

@@ -49,6 +49,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err != nil {
 		return gatewayMetrics{}, err
 	}
+	if g.policer != nil {
+		m.SetPolicy(policerDrops{g.policer})
+	}
 	gm := gatewayMetrics{metrics: m, registry: reg}
 	if g.cfg.Metrics != "" {
 		if gm.listener, err = metrics.Listen(g.cfg.Metrics, g.cfg.MetricsPublic); err != nil {
@@ -57,4 +60,20 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		g.log.Info("metrics listening", "addr", gm.listener.Addr().String(), "path", "/metrics")
 	}
 	return gm, nil
+}
+
+// policerDrops adapts the egress backend's policy drop counters to the
+// metrics' RuleDropCounter.
+type policerDrops struct{ p forward.Policer }
+
+func (d policerDrops) RuleDrops() []metrics.RuleDrops {
+	m, err := d.p.PolicyDrops()
+	if err != nil {
+		return nil
+	}
+	out := make([]metrics.RuleDrops, 0, len(m))
+	for rule, n := range m {
+		out = append(out, metrics.RuleDrops{Rule: rule, Drops: n})
+	}
+	return out
 }

@@ -30,8 +30,9 @@ package kernel
 // polls could be, and RemoveJob polls once before it flushes.
 //
 // Refusals happen inside nftables, which reports counts only (the block,
-// flow and new-flow-rate limit rules' counters): they are added to the flow
-// table's verdict counts with CountRefused, without per-flow records.
+// flow and new-flow-rate limit rules' counters, and the policy rules',
+// PolicyDrops): they are added to the flow table's verdict counts with
+// CountRefused, without per-flow records.
 
 import (
 	"context"
@@ -234,6 +235,11 @@ func (a *accountant) countRefusals() {
 	if ls, err := a.fw.LimitStats(); err == nil {
 		got[flows.FlowLimit] = ls.FlowsRefused
 		got[flows.NewFlowRate] = ls.RateRefused
+	}
+	if pd, err := a.fw.PolicyDrops(); err == nil {
+		for rule, n := range pd {
+			got[flows.Denied(rule)] = n
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

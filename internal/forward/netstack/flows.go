@@ -22,7 +22,8 @@ package netstack
 // packets than crossed the tunnel. Inbound TCP flows count no packets.
 //
 // Refusals the Stack decides itself are reported to the table: the job's
-// flow limit, its new-flow rate and an exhausted port block.
+// flow limit, its new-flow rate, an exhausted port block, and policy
+// denials (verdict flows.Denied(rule), from checkFlow).
 
 import (
 	"net/netip"
@@ -31,6 +32,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // openFlow starts tracking an admitted flow; nil when the Stack has no flow
@@ -83,4 +85,27 @@ func (s *Stack) idleReason() string {
 		return flows.EndStopped
 	}
 	return flows.EndIdle
+}
+
+// refuseDenied reports a flow the policy (or the floor) denied under rule.
+// The verdict strings are kept per rule, so that a denied packet does not
+// allocate one.
+func (s *Stack) refuseDenied(proto policy.Proto, src, dst netip.AddrPort, rule string) {
+	if s.cfg.Flows == nil {
+		return
+	}
+	v, ok := s.denied.Load(rule)
+	if !ok {
+		v, _ = s.denied.LoadOrStore(rule, flows.Denied(rule))
+	}
+	var p uint8
+	switch proto {
+	case policy.ProtoTCP:
+		p = flows.ProtoTCP
+	case policy.ProtoUDP:
+		p = flows.ProtoUDP
+	case policy.ProtoICMP:
+		p = flows.ProtoICMP
+	}
+	s.cfg.Flows.Refuse(flows.Key{Proto: p, Src: src, Dst: dst}, flows.Egress, v.(string))
 }
