@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -163,5 +164,36 @@ func TestFlowAccounting(t *testing.T) {
 	recs = log.wait(t, 3)
 	if r := recs[len(recs)-1]; r.Verdict != flows.FlowLimit || r.JobID != "42" {
 		t.Errorf("refusal record: %+v, want verdict %s", r, flows.FlowLimit)
+	}
+}
+
+// TestFlowDenied checks that a flow the policy denies reaches the flow
+// table with its rule as verdict, with the job's source port.
+func TestFlowDenied(t *testing.T) {
+	log := &recLog{}
+	tb := flows.New(flows.Config{Log: log})
+	p := newPair(t, Config{Flows: tb})
+	if err := p.s.SetPolicy(&policy.Policy{Rules: []policy.Rule{
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "9"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if c, err := p.jobDialTCP(ctx, "198.51.100.7:25"); err == nil {
+		c.Close()
+		t.Fatal("dial to a denied port succeeded")
+	}
+	r := log.wait(t, 1)[0]
+	src, err := netip.ParseAddrPort(r.Src)
+	if r.Verdict != "denied:no-smtp" || r.Dst != "198.51.100.7:25" || r.JobID != "9" || err != nil || src.Addr() != jobAddr || src.Port() == 0 {
+		t.Errorf("denied flow record %+v, want verdict denied:no-smtp from %s:PORT to 198.51.100.7:25", r, jobAddr)
+	}
+	if st := tb.Stats(); st.Verdicts["denied:no-smtp"] != 1 {
+		t.Errorf("verdict counts %v, want denied:no-smtp 1", st.Verdicts)
 	}
 }
