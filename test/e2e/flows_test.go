@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -38,6 +39,8 @@ const flowsMaxFlows = 3
 //     aggregate and not logged;
 //   - flows over a job's --job-max-flows are refused and counted by
 //     verdict, and logged one by one in user mode;
+//   - a connection from outside to a job's exposed port is an inbound
+//     flow with the job's bytes;
 //   - `airlock flows --active` shows a running download, and `airlock kick`
 //     ends its lease: the job's airlock run says so on stderr within a
 //     renew interval and the flow ends.
@@ -256,6 +259,54 @@ func testFlows(t *testing.T, mode string) {
 			if r.Verdict != flows.FlowLimit || r.Dst != srv.String() || r.Token != limitedToken || r.Proto != "tcp" {
 				t.Errorf("refusal record %+v, want %s to %s of token %s", r, flows.FlowLimit, srv, limitedToken)
 			}
+		}
+	})
+
+	t.Run("Inbound", func(t *testing.T) {
+		job := "flows-" + mode + "-inbound"
+		p := e.startWith(t, runOpts{flags: []string{"--expose", "8080"}, env: []string{"AIRLOCK_JOB_ID=" + job}}, e.peer, "jobserve", "8080", "25", job)
+		defer p.Kill()
+		var pub netip.AddrPort
+		deadline := time.Now().Add(30 * time.Second)
+		for !pub.IsValid() {
+			for _, l := range strings.Split(p.Stdout(), "\n") {
+				if v, ok := strings.CutPrefix(l, "tcp="); ok {
+					pub, _ = netip.ParseAddrPort(v)
+				}
+			}
+			if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
+				t.Fatalf("exposed job not ready: %q%s", p.Stdout(), e.diag(p.Stderr()))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		greeting := "hello from " + job + "\n"
+		if code, out, _ := e.inetGet(t, "tcpget", pub); code != 0 || out != greeting {
+			t.Fatalf("tcpget %v from inet: exit %d, %q, want %q", pub, code, out, greeting)
+		}
+		recs := waitRecords(t, logPath, 10*time.Second, func(r flows.Record) bool { return r.JobID == job })
+		if len(recs) != 1 {
+			t.Fatalf("flow log records of job %s: %+v, want 1", job, recs)
+		}
+		r := recs[0]
+		dst, err := netip.ParseAddrPort(r.Dst)
+		src, err2 := netip.ParseAddrPort(r.Src)
+		if r.Direction != flows.Inbound || r.Proto != "tcp" || err != nil || !tunnelPrefix.Contains(dst.Addr()) || dst.Port() != 8080 ||
+			err2 != nil || src.Addr() != e.tp.INETAddr || r.Verdict != flows.Allowed {
+			t.Errorf("inbound flow record %+v, want tcp inbound from %s to the job's tunnel address, port 8080", r, e.tp.INETAddr)
+		}
+		// The job sent the greeting: exactly in user mode, with IP and TCP
+		// headers in kernel mode.
+		if want := uint64(len(greeting)); isUserMode(mode) && r.BytesOut != want || !isUserMode(mode) && (r.BytesOut < want+40*r.PacketsOut || r.BytesOut > want+80*r.PacketsOut) {
+			t.Errorf("inbound flow bytes out %d (%d packets), want the %d-byte greeting", r.BytesOut, r.PacketsOut, want)
+		}
+		t.Logf("%s mode: inbound flow %s → %s: bytes out %d in %d, packets out %d in %d", mode, r.Src, r.Dst, r.BytesOut, r.BytesIn, r.PacketsOut, r.PacketsIn)
+		// End the job so that it releases its lease (the next subtest
+		// counts jobs).
+		if err := p.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Wait(30 * time.Second); err != nil {
+			t.Fatalf("exposed job did not end on SIGTERM: %v", err)
 		}
 	})
 
