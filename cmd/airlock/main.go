@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -34,6 +35,9 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
+	// A re-executed seccomp shim installs the job's connect filter and
+	// execs the job; it never returns here either.
+	seccompnotify.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -144,7 +144,7 @@ func runJob(t *testing.T, r Redirector, spec string, argv ...string) (string, er
 	cmd.Env = append(os.Environ(), jobEnv+"="+spec)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	l, err := Start(cmd)
+	l, err := Start(cmd, nil)
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -207,7 +207,7 @@ func TestStartNotFound(t *testing.T) {
 	cmd := exec.Command("/nonexistent/airlock-no-such-command")
 	var out bytes.Buffer
 	cmd.Stderr = &out
-	l, err := Start(cmd)
+	l, err := Start(cmd, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

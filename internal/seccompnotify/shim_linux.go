@@ -120,10 +120,11 @@ func execJob(args []string) int {
 // Start starts cmd (its Path and Args are the job's command line, looked
 // up in PATH by the shim) under the connect filter, by re-executing this
 // binary as the shim, and returns the filter's notification fd for
-// [Serve]. The binary's main must call [Init]. If the filter cannot be
-// installed, the shim exits without running the job and the error matches
-// [ErrUnavailable].
-func Start(cmd *exec.Cmd) (*os.File, error) {
+// [Serve]. ready, if not nil, is called once the filter is in place, just
+// before the shim execs the job. The binary's main must call [Init]. If the
+// filter cannot be installed, the shim exits without running the job and
+// the error matches [ErrUnavailable].
+func Start(cmd *exec.Cmd, ready func()) (*os.File, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
@@ -170,6 +171,9 @@ func Start(cmd *exec.Cmd) (*os.File, error) {
 		return fail(fmt.Errorf("seccomp shim: no listener fd (%v)", err))
 	}
 	unix.CloseOnExec(fds[0])
+	if ready != nil {
+		ready()
+	}
 	if _, err := unix.Write(pair[0], []byte{1}); err != nil {
 		unix.Close(fds[0])
 		return fail(fmt.Errorf("seccomp shim: %w", err))
