@@ -38,6 +38,8 @@ type fallback struct {
 	cc       *control.Client
 	ref      control.LeaseRef
 	t0       time.Time
+
+	dialer *stackDialer // set by runFallback
 }
 
 // runFallback runs the job in the host's network namespace, in the first
@@ -58,6 +60,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	}
 	defer wg.Close()
 	d := &stackDialer{net: tnet, addr: addr}
+	f.dialer = d
 
 	svcCtx, svcStop := context.WithCancel(context.Background())
 	var svc sync.WaitGroup
@@ -175,6 +178,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	bgStop()
 	bg.Wait()
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
+	f.dialer.drain(2 * time.Second)
 	st := cmd.ProcessState
 	if st == nil {
 		return ExitFailure, fmt.Errorf("wait for job: %w", err)

@@ -7,7 +7,10 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.zx2c4.com/wireguard/tun/netstack"
 )
@@ -18,6 +21,44 @@ import (
 type stackDialer struct {
 	net  *netstack.Net
 	addr netip.Addr // the job's tunnel address
+
+	open atomic.Int64 // TCP connections dialed and not yet closed
+}
+
+// trackedConn counts itself out of its dialer's open connections on Close.
+type trackedConn struct {
+	net.Conn
+	d    *stackDialer
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.d.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+// CloseWrite half-closes the connection (gonet supports it).
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Close()
+}
+
+// drain waits, at most max, until every TCP connection dialed through the
+// stack has been closed, then a moment more so that their last segments
+// (FIN, final ACKs) leave through the tunnel before it is torn down. A job
+// that exits has closed its sockets; its relays finish the close
+// handshakes with the outside here.
+func (d *stackDialer) drain(max time.Duration) {
+	if d.open.Load() == 0 {
+		return
+	}
+	deadline := time.Now().Add(max)
+	for d.open.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
 }
 
 // errnoFor maps the stack's errors (gVisor tcpip errors turned into text by
@@ -60,7 +101,8 @@ func (d *stackDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	if err != nil {
 		return nil, errnoFor(err)
 	}
-	return c, nil
+	d.open.Add(1)
+	return &trackedConn{Conn: c, d: d}, nil
 }
 
 func (d *stackDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
