@@ -63,7 +63,7 @@ func buildLib(t *testing.T) string {
 // server.
 type outside struct {
 	greeter, dnsTCP, echo netip.AddrPort
-	greeted              atomic.Int32
+	greeted               atomic.Int32
 }
 
 func (o *outside) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
