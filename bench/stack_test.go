@@ -50,6 +50,10 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 		// the transport exists, start the client with the flag that
 		// forces it (e.g. newAirlockTransport(t, tp, "user", "tcp")).
 		return nil, errors.New("Airlock's TCP/TLS transport does not exist yet (issue 6)")
+	case "airlock-seccomp":
+		return newAirlockFallback(t, topology.New(t, opts...), "seccomp")
+	case "airlock-preload":
+		return newAirlockFallback(t, topology.New(t, opts...), "preload")
 	case "ocserv":
 		return newOcserv(t, topology.New(t, opts...), false, false)
 	case "ocserv-dtls":
@@ -161,6 +165,41 @@ func newAirlock(t *testing.T, tp *topology.Topology, mode string) (stack, error)
 		return s.jobPID != 0 && tcpCheckIn(t, tp, nsJobPeer(t, s.jobPID))
 	}); err != nil {
 		return nil, fmt.Errorf("airlock run: %v: %s", err, p.Describe())
+	}
+	return s, nil
+}
+
+// airlockFallbackStack is the user-mode Airlock gateway and, for every
+// iperf3 run, a fresh `airlock run --mode seccomp|preload -- iperf3 ...` in
+// cn, in the host's network namespace: the client's user-space stack, its
+// loopback relays and (seccomp) the supervisor or (preload) the SOCKS
+// proxy carry the traffic. The client's CPU is not charged: its process
+// tree lives only as long as one run.
+type airlockFallbackStack struct {
+	topo *topology.Topology
+	gw   int
+	argv []string // airlock run ... --mode M --
+}
+
+func (s *airlockFallbackStack) tp() *topology.Topology { return s.topo }
+func (s *airlockFallbackStack) job(args ...string) []string {
+	return append(append(append([]string{}, s.argv...), "iperf3"), args...)
+}
+func (s *airlockFallbackStack) gatewayRoots() []int { return []int{s.gw} }
+func (s *airlockFallbackStack) clientRoots() []int  { return nil }
+
+func newAirlockFallback(t *testing.T, tp *topology.Topology, mode string) (stack, error) {
+	u := topology.EnsureUser(t)
+	gw, gateway, pin, token, err := airlockGateway(t, tp, "user")
+	if err != nil {
+		return nil, err
+	}
+	topology.BuildPreload(t) // next to the airlock binary
+	s := &airlockFallbackStack{topo: tp, gw: gw.Cmd.Process.Pid,
+		argv: []string{topology.BuildAirlock(t), "run", "--gateway", gateway, "--pin", pin, "--token", token, "--mode", mode, "--"}}
+	argv := append(append([]string{}, s.argv...), "true")
+	if code, out, stderr := tp.Run(t, 30*time.Second, tp.CN, u, argv[0], argv[1:]...); code != 0 || !strings.Contains(stderr, "airlock: mode "+mode) {
+		return nil, fmt.Errorf("airlock run --mode %s -- true: exit %d %s %s", mode, code, out, stderr)
 	}
 	return s, nil
 }
