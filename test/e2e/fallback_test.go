@@ -119,6 +119,18 @@ func TestFallbackModes(t *testing.T) {
 		}
 	})
 
+	t.Run("ExposeTCP", func(t *testing.T) {
+		// An exposed port reaches a job without a namespace: the client's
+		// stack passes the gateway's inbound connections to the port on
+		// the node's loopback.
+		j := e.startExposed(t, "fallback", "--mode", "seccomp", "--expose", "8080")
+		code, out, _ := e.inetGet(t, "tcpget", j.tcp)
+		if code != 0 || strings.TrimSpace(out) != "hello from fallback" {
+			t.Errorf("tcpget %v from inet: exit %d, %q, want hello from fallback%s", j.tcp, code, out, e.diag(j.p.Stderr()))
+		}
+		j.p.Kill()
+	})
+
 	for _, mode := range []string{"seccomp", "preload", "proxy"} {
 		t.Run(mode, func(t *testing.T) {
 			// Programs that honour proxy variables would use them in
