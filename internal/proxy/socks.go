@@ -102,7 +102,7 @@ func (s *SOCKS) serveConn(ctx context.Context, c net.Conn) error {
 	case CmdConnect:
 		return s.connect(ctx, c, br, dst)
 	case CmdUDPAssoc:
-		return s.associate(ctx, c, br)
+		return s.associate(ctx, c, br, dst)
 	case CmdUDPRelay:
 		src, err := readAddr(br)
 		if err != nil {
@@ -339,8 +339,10 @@ func loopbackFor(c net.Conn) netip.Addr {
 // associate serves UDP ASSOCIATE: datagrams with the RFC 1928 header from
 // the client's address go to their destination through one tunnel socket;
 // answers come back with the header naming their source. The association
-// ends when the TCP connection closes.
-func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader) error {
+// ends when the TCP connection closes. If the request names the client's
+// UDP port (as RFC 1928 lets it), only that port may use the association;
+// otherwise the first datagram from the client's host claims it.
+func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req socksAddr) error {
 	client, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	lc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loopbackFor(c), 0)))
 	if err != nil {
@@ -357,7 +359,10 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader) err
 	defer cancel()
 
 	var mu sync.Mutex
-	var peer netip.AddrPort // the client's UDP address, learned from its first datagram
+	var peer netip.AddrPort // the client's UDP address, announced or learned from its first datagram
+	if req.port != 0 {
+		peer = netip.AddrPortFrom(client.Addr().Unmap(), req.port)
+	}
 	tunnels := map[bool]net.PacketConn{}
 	defer func() {
 		mu.Lock()
@@ -400,7 +405,8 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader) err
 		if err != nil {
 			return nil
 		}
-		if from.Addr().Unmap() != client.Addr().Unmap() {
+		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
+		if from.Addr() != client.Addr().Unmap() {
 			continue // only the client's host may use the association
 		}
 		mu.Lock()
