@@ -374,3 +374,44 @@ func TestPipes(t *testing.T) {
 	defer uc.Close()
 	roundTrip(t, uc, "through a udp pipe")
 }
+
+func TestSOCKSUDPAssociateNamedPort(t *testing.T) {
+	_, udpEcho := echoServers(t)
+	addr, secret := startSOCKS(t)
+	mine, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	other, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req := appendAddr([]byte{5, CmdUDPAssoc, 0}, netip.MustParseAddrPort(mine.LocalAddr().String()))
+	bnd := socksHandshake(t, c, secret, req)
+	msg := append(appendAddr([]byte{0, 0, 0}, udpEcho), "hi"...)
+	ask := func(u *net.UDPConn) bool {
+		for attempt := 0; attempt < 3; attempt++ {
+			if _, err := u.WriteToUDPAddrPort(msg, bnd); err != nil {
+				t.Fatal(err)
+			}
+			_ = u.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, _, err := u.ReadFromUDPAddrPort(make([]byte, 100)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	if ask(other) {
+		t.Error("a socket other than the one the request named used the association")
+	}
+	if !ask(mine) {
+		t.Error("the socket the request named got no answer")
+	}
+}
