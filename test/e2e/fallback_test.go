@@ -112,6 +112,18 @@ func TestFallbackModes(t *testing.T) {
 			t.Errorf("auto without user namespaces: exit %d, %q, mode line %q, want seccomp, why and what is not covered%s", code, out, l, e.diag(stderr))
 		}
 	})
+	t.Run("AutoFallsBackToPreload", func(t *testing.T) {
+		// No seccomp either (as a kernel without it): the next best.
+		argv := e.command(runOpts{flags: []string{"--mode", "auto"}}, "/usr/bin/python3", "-c",
+			"import socket; print(socket.gethostbyname('"+zoneName+"'))")
+		code, out, stderr := e.tp.Run(t, runTimeout, e.tp.CN, e.u, e.peer, append([]string{"nouserns", "-noseccomp"}, argv...)...)
+		l := modeLine(stderr)
+		if code != 0 || strings.TrimSpace(out) != inet || !strings.HasPrefix(l, "airlock: mode preload (netns unavailable: ") ||
+			!strings.Contains(l, "; seccomp unavailable: ") {
+			t.Errorf("auto without user namespaces and seccomp: exit %d, %q, mode line %q, want preload resolving %s to %s%s", code, out, l, zoneName, inet, e.diag(stderr))
+		}
+		t.Log(l)
+	})
 	t.Run("NetnsRefused", func(t *testing.T) {
 		code, _, stderr := run(t, "netns", runTimeout, "true")
 		if code != 125 || !strings.Contains(stderr, "user namespace") || !strings.Contains(stderr, "--mode auto") {

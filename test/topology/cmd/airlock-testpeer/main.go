@@ -28,8 +28,9 @@
 //	impair A B CONFIG        relay frames between interfaces A and B (AF_PACKET), impaired as
 //	                         the JSON impair.Config says; print "ready" once bound; exit on
 //	                         SIGTERM or when the parent dies (see test/impair)
-//	nouserns CMD [ARGS...]   exec CMD under a seccomp filter that makes user namespaces
-//	                         unavailable to it and its descendants (see nouserns.go)
+//	nouserns [-noseccomp] CMD [ARGS...]   exec CMD under a seccomp filter that makes user
+//	                         namespaces (and seccomp) unavailable to it and its descendants
+//	                         (see nouserns.go)
 //	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
 //	tcpecho, tcpflows, tcpburst   see flows.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and

@@ -19,9 +19,16 @@ import (
 // AppArmor userns restriction, and clone3(2), whose flags a filter cannot
 // read, fail with ENOSYS, so that libc and Go fall back to clone(2). It
 // changes nothing outside the process tree, so nothing needs restoring.
+//
+// With -noseccomp first, seccomp(2) fails with ENOSYS too, as on a kernel
+// built without seccomp: airlock run's seccomp mode is then unavailable.
 func noUserNS(args []string) error {
+	noSeccomp := len(args) > 0 && args[0] == "-noseccomp"
+	if noSeccomp {
+		args = args[1:]
+	}
 	if len(args) == 0 {
-		return fmt.Errorf("usage: nouserns CMD [ARGS...]")
+		return fmt.Errorf("usage: nouserns [-noseccomp] CMD [ARGS...]")
 	}
 	var arch uint32
 	switch runtime.GOARCH {
@@ -37,11 +44,16 @@ func noUserNS(args []string) error {
 		enosys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
 		allow  = unix.SECCOMP_RET_ALLOW
 	)
+	seccompNr := uint32(unix.SYS_SECCOMP)
+	if !noSeccomp {
+		seccompNr = 0xffffffff // no such syscall
+	}
 	prog := []bpf.Instruction{
 		bpf.LoadAbsolute{Off: 4, Size: 4}, // arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: arch, SkipFalse: 8},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: arch, SkipFalse: 9},
 		bpf.LoadAbsolute{Off: 0, Size: 4}, // nr
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipFalse: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE3, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: seccompNr, SkipFalse: 1},
 		bpf.RetConstant{Val: enosys},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CLONE, SkipTrue: 1},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_UNSHARE, SkipFalse: 3},
