@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 )
 
 // Mode is how airlock run carries a job's traffic into the tunnel.
@@ -142,12 +143,21 @@ func (p *plan) current() Mode {
 // a next mode to try.
 func (p *plan) skip(err error) error {
 	m := p.current()
-	p.why = append(p.why, fmt.Sprintf("%s unavailable: %v", m, err))
+	p.why = append(p.why, fmt.Sprintf("%s unavailable: %s", m, shortReason(err)))
 	p.next = p.next[1:]
 	if p.requested != ModeAuto || len(p.next) == 0 {
 		return fmt.Errorf("--mode %s: %w", m, err)
 	}
 	return nil
+}
+
+// shortReason is err's message up to its first "; " (where user-facing
+// errors start their advice, which belongs to explicit modes), without a
+// repeated "unavailable" prefix.
+func shortReason(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "; ")
+	s = strings.TrimPrefix(s, seccompnotify.ErrUnavailable.Error()+": ")
+	return s
 }
 
 // line is the one line airlock run prints about the mode it runs the job in.

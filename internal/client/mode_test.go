@@ -31,7 +31,7 @@ func TestPlan(t *testing.T) {
 	if got := p.line(); got != "airlock: mode netns: "+ModeNetns.covers() {
 		t.Errorf("netns line %q", got)
 	}
-	if err := p.skip(errors.New("user namespaces are disabled")); err != nil {
+	if err := p.skip(errors.New("user namespaces are disabled: sysctl user.max_user_namespaces=0; ask the admin to raise it")); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.skip(errors.New("kernel 4.18 is older than 5.9")); err != nil {
@@ -41,7 +41,7 @@ func TestPlan(t *testing.T) {
 		t.Fatalf("after two skips: %q, want preload", p.current())
 	}
 	line := p.line()
-	for _, want := range []string{"airlock: mode preload (netns unavailable: user namespaces are disabled; seccomp unavailable: kernel 4.18",
+	for _, want := range []string{"airlock: mode preload (netns unavailable: user namespaces are disabled: sysctl user.max_user_namespaces=0; seccomp unavailable: kernel 4.18",
 		"not covered: statically linked programs"} {
 		if !strings.Contains(line, want) {
 			t.Errorf("line %q lacks %q", line, want)
