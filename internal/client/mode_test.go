@@ -2,6 +2,7 @@ package client
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -64,5 +65,25 @@ func TestPlan(t *testing.T) {
 	p = newPlan(ModeProxy)
 	if got := p.line(); !strings.HasPrefix(got, "airlock: mode proxy (asked for): only programs that honour") {
 		t.Errorf("explicit proxy line %q", got)
+	}
+}
+
+func TestFindPreload(t *testing.T) {
+	dir := t.TempDir()
+	lib := dir + "/" + PreloadLibrary
+	if _, err := findPreload(lib); err == nil {
+		t.Error("missing explicit library accepted")
+	}
+	if err := os.WriteFile(lib, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := findPreload(lib)
+	if err != nil || got != lib {
+		t.Errorf("findPreload(%q) = %q, %v", lib, got, err)
+	}
+	// Next to this test binary there is no library: the error says where
+	// it looked and how to fix it.
+	if _, err := findPreload(""); err == nil || !strings.Contains(err.Error(), "--preload") {
+		t.Errorf("findPreload without library: %v, want an error naming --preload", err)
 	}
 }
