@@ -39,7 +39,7 @@ var (
 	flagDuration = flag.Int("bench.duration", 10, "iperf3 duration in seconds")
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every iperf3 run")
 	flagStreams  = flag.String("bench.streams", "1,2,10,20", "parallel stream counts")
-	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
+	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
 	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
 	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")

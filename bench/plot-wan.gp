@@ -19,8 +19,8 @@ set ylabel "ratio to native"
 set yrange [0:1.3]
 if (!exists("streams_hi")) streams_hi = 10
 
-configs = "airlock airlock-kernel airlock-tcp ocserv ocserv-dtls"
-colors = "#d62728 #ff7f0e #8c564b #1f77b4 #17becf"
+configs = "airlock airlock-netstack airlock-kernel airlock-tcp ocserv ocserv-dtls"
+colors = "#d62728 #e377c2 #ff7f0e #8c564b #1f77b4 #17becf"
 cfg(i) = word(configs, i)
 
 C_CONFIG = 1; C_RTT = 2; C_LOSS = 3; C_DIR = 4; C_STREAMS = 5; C_RATIO = 8

@@ -24,7 +24,7 @@
 set -eu
 
 duration=10 reps=3 startup=50
-configs=native,airlock,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,slirp
+configs=native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,slirp
 links=1gbit,uncapped
 streams=1,2,10,20
 wan= tcpcc=
@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
 	--wan) wan=$2; shift 2 ;;
 	--cc) tcpcc=$2; shift 2 ;;
 	--impaired) wan=10-0,10-0.1,10-1,40-0,40-0.1,40-1 links=1gbit startup=0
-		configs=airlock,airlock-kernel,airlock-tcp,ocserv,ocserv-dtls; shift ;;
+		configs=airlock,airlock-netstack,airlock-kernel,airlock-tcp,ocserv,ocserv-dtls; shift ;;
 	-h|--help) sed -n '2,25p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac

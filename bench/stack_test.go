@@ -45,6 +45,8 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 		return newAirlock(t, topology.New(t, opts...), "user")
 	case "airlock-kernel":
 		return newAirlock(t, topology.New(t, opts...), "kernel")
+	case "airlock-netstack":
+		return newAirlock(t, topology.New(t, opts...), "user-netstack")
 	case "airlock-tcp":
 		// HOOK (issue 6): Airlock forced onto its TCP/TLS transport. When
 		// the transport exists, start the client with the flag that
@@ -110,10 +112,13 @@ func airlockGateway(t *testing.T, tp *topology.Topology, mode string) (gw *topol
 	listen := fmt.Sprintf("%s:8443", tp.DMZAddrCN)
 	args := []string{"gateway", "--state", state, "--listen", listen}
 	switch mode {
-	case "user":
+	case "user", "user-netstack":
 		// The gateway creates its state directory (0700) itself.
 		if err := os.Chown(base, u.UID, u.GID); err != nil {
 			return nil, "", "", "", err
+		}
+		if mode == "user-netstack" {
+			args = append(args, "--tcp-stack", "netstack")
 		}
 	case "kernel":
 		u = nil // root

@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -35,6 +36,8 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
+	// So does the gateway's private namespace child (--tcp-stack kernel).
+	usernet.Init()
 	// A re-executed seccomp shim installs the job's connect filter and
 	// execs the job; it never returns here either.
 	seccompnotify.Init()

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // Defaults for Config fields left zero.
@@ -82,6 +83,12 @@ type Config struct {
 	BlockSize int
 	// TUN names kernel mode's TUN device; "" means kernel.DefaultName.
 	TUN string
+	// TCPStack chooses what terminates jobs' IPv4 TCP in user mode:
+	// TCPStackKernel (the host kernel's TCP in a private user namespace,
+	// internal/usernet; fails if that cannot be made), TCPStackAuto (the
+	// kernel where it can be made, else the netstack, with a warning) or
+	// TCPStackNetstack ("" too: gVisor).
+	TCPStack string
 	// Limits are the jobs' bandwidth and flow limits.
 	Limits LimitsConfig
 	// Ready, if set, is called once every listener is open.
@@ -321,6 +328,44 @@ func Run(ctx context.Context, cfg Config) error {
 	return runErr
 }
 
+// TCPStack values.
+const (
+	TCPStackAuto     = "auto"
+	TCPStackKernel   = "kernel"
+	TCPStackNetstack = "netstack"
+)
+
+// openKernelTCP makes the private namespace for user mode's kernel TCP
+// if cfg.TCPStack asks for it; nil means the netstack terminates TCP.
+func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
+	switch cfg.TCPStack {
+	case "", TCPStackNetstack:
+		return nil, nil
+	case TCPStackKernel, TCPStackAuto:
+	default:
+		return nil, fmt.Errorf("bad tcp stack %q: want %s, %s or %s", cfg.TCPStack, TCPStackAuto, TCPStackKernel, TCPStackNetstack)
+	}
+	if !cfg.Subnet.Addr().Is4() {
+		if cfg.TCPStack == TCPStackKernel {
+			return nil, fmt.Errorf("--tcp-stack kernel: subnet %s is not IPv4", cfg.Subnet)
+		}
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := usernet.Open(ctx, cfg.Subnet, cfg.MTU)
+	if err == nil {
+		return ns, nil
+	}
+	if cfg.TCPStack == TCPStackKernel {
+		return nil, fmt.Errorf("--tcp-stack kernel: %w; allow unprivileged user namespaces and /dev/net/tun for the gateway user, or use --tcp-stack netstack", err)
+	}
+	cfg.Logger.Warn("--tcp-stack auto falls back to the user-space netstack for jobs' TCP: the kernel's TCP in a private namespace is not available here "+
+		"(the netstack has loss-based congestion control only and costs more CPU per byte); allow unprivileged user namespaces and /dev/net/tun for the gateway user to get it",
+		"err", err)
+	return nil, nil
+}
+
 // newForwarder makes the egress backend of eg.mode.
 func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, error) {
 	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
@@ -352,6 +397,11 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 	if !eg.public.IsUnspecified() {
 		ns.EgressAddr = eg.public
 	}
+	kns, err := openKernelTCP(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("user-mode egress: %w", err)
+	}
+	ns.KernelTCP = kns
 	f, err := netstack.New(ns)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)

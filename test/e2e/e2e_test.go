@@ -25,7 +25,7 @@ var tunnelPrefix = netip.MustParsePrefix("100.64.0.0/10")
 // several of them check that nothing of the test user is left behind,
 // which only holds when no other job is running.
 func TestAirlock(t *testing.T) {
-	for _, mode := range []string{modeUser, modeKernel} {
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) { testAirlock(t, mode) })
 	}
 }
@@ -48,6 +48,17 @@ func testAirlock(t *testing.T, mode string) {
 		}
 		if uid := fi.Sys().(*syscall.Stat_t).Uid; int(uid) != want {
 			t.Errorf("state dir owner = %d, want %d (the gateway's user)", uid, want)
+		}
+	})
+
+	t.Run("TCPStack", func(t *testing.T) {
+		// What terminates the jobs' TCP, as the gateway logs it at start.
+		want := map[string]string{
+			modeUser:         `tcp="kernel (IPv4), netstack (IPv6)"`,
+			modeUserNetstack: `tcp=netstack`,
+		}[mode]
+		if want != "" && !strings.Contains(e.gw.Stderr(), want) {
+			t.Errorf("gateway log does not say %s%s", want, e.diag(""))
 		}
 	})
 
@@ -120,7 +131,7 @@ func testAirlock(t *testing.T, mode string) {
 	})
 
 	t.Run("Ping", func(t *testing.T) {
-		if mode == modeUser && !strings.Contains(e.gw.Stderr(), "relayed through ping sockets") {
+		if isUserMode(mode) && !strings.Contains(e.gw.Stderr(), "relayed through ping sockets") {
 			t.Errorf("user-mode gateway did not log that ping is relayed (dmz's ping_group_range includes its group)%s", e.diag(""))
 		}
 		targets := []struct {
@@ -388,7 +399,7 @@ func testAirlock(t *testing.T, mode string) {
 	seen := map[uint16]string{}
 	var seenAt time.Time
 	t.Run("PortBlocks", func(t *testing.T) {
-		if mode == modeUser && !netstackKeepsBlocks() {
+		if isUserMode(mode) && !netstackKeepsBlocks() {
 			t.Skip("user-mode netstack does not implement forward.Jobs yet: source ports are not kept in the job's block")
 		}
 		seen, seenAt = checkPortBlocks(t, e)

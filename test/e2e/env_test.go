@@ -34,16 +34,24 @@ const (
 
 // Egress modes the gateway runs in.
 const (
-	modeUser   = "user"
-	modeKernel = "kernel"
+	// modeUser is the default user mode: unprivileged, jobs' IPv4 TCP
+	// terminated by the kernel in the gateway's private user namespace.
+	modeUser = "user"
+	// modeUserNetstack is user mode with --tcp-stack netstack: all of
+	// the jobs' traffic terminated by the gVisor netstack.
+	modeUserNetstack = "user-netstack"
+	modeKernel       = "kernel"
 )
+
+// isUserMode reports whether the gateway runs unprivileged in mode.
+func isUserMode(mode string) bool { return mode == modeUser || mode == modeUserNetstack }
 
 // env is one topology with peers in inet, a running gateway in dmz and a
 // join token. Its methods are safe for concurrent use.
 type env struct {
 	tp      *topology.Topology
 	u       *topology.User
-	mode    string         // modeUser or modeKernel
+	mode    string         // modeUser, modeUserNetstack or modeKernel
 	gwUser  *topology.User // who runs the gateway and admin commands; nil means root
 	gwArgs  []string       // airlock gateway's arguments
 	airlock string         // path of the airlock binary
@@ -119,8 +127,11 @@ func newEnvTopo(t testing.TB, mode string, topo []topology.Option, extra ...stri
 	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
 	// Both modes leave from (and expose ports on) dmz's inet address.
 	e.gwArgs = append(e.gwArgs, "--egress-addr", e.tp.DMZAddrINET.String())
-	if mode == modeKernel {
+	switch mode {
+	case modeKernel:
 		e.gwArgs = append(e.gwArgs, "--egress", "kernel")
+	case modeUserNetstack:
+		e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
 	}
 	e.gwArgs = append(e.gwArgs, extra...)
 	e.startGateway(t)

@@ -21,7 +21,7 @@ const exhaustBlock = 8
 // exhaustion. In kernel mode an nftables connection limit per job and
 // destination refuses the flow before SNAT would drop it.
 func TestBlockExhaustion(t *testing.T) {
-	for _, mode := range []string{modeUser, modeKernel} {
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnvMode(t, mode, "--block-size", strconv.Itoa(exhaustBlock))
 			over := 4

@@ -31,7 +31,7 @@ const (
 //   - it opens 30 connections in a row, closing each: about 10 (the burst)
 //     pass, the rest are refused at once.
 func TestLimits(t *testing.T) {
-	for _, mode := range []string{modeUser, modeKernel} {
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnvMode(t, mode,
 				"--job-egress-rate", "100mbit", "--job-ingress-rate", "100mbit",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // Defaults for zero Config fields.
@@ -82,6 +83,12 @@ type Config struct {
 	// deadlines. nil means host ping sockets bound to EgressAddr. Tests use
 	// it where ping sockets are not allowed.
 	ListenPing func() (net.PacketConn, error)
+
+	// KernelTCP, if non-nil, is a private namespace (internal/usernet)
+	// whose kernel TCP terminates jobs' IPv4 TCP instead of the netstack
+	// (kerneltcp_linux.go). The Stack owns it from New on, also when New
+	// fails.
+	KernelTCP *usernet.Namespace
 
 	// HostAddrs lists the gateway host's own addresses, which jobs may not
 	// reach. nil means the addresses of this network namespace's

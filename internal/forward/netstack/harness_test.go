@@ -95,6 +95,10 @@ func (d *dialer) Dial(ctx context.Context, network, address string) (net.Conn, e
 	return nd.DialContext(ctx, strings.TrimRight(network, "46"), real)
 }
 
+// pumpOffset is where packets start in the buffers the job → gateway pump
+// hands to Write, as in wireguard-go.
+const pumpOffset = 16
+
 // pair is a gateway Stack and a plain gVisor "job" stack wired together by
 // packet pumps, like a job and the gateway across WireGuard.
 type pair struct {
@@ -140,8 +144,12 @@ func newPair(t *testing.T, cfg Config) *pair {
 			}
 			v := pkt.ToView()
 			pkt.DecRef()
-			_, err := s.Write([][]byte{v.AsSlice()}, 0)
+			// With wireguard-go's headroom, which the kernel TCP
+			// path's TUN needs for its virtio header.
+			b := make([]byte, pumpOffset+v.Size())
+			copy(b[pumpOffset:], v.AsSlice())
 			v.Release()
+			_, err := s.Write([][]byte{b}, pumpOffset)
 			if err != nil {
 				return
 			}

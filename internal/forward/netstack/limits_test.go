@@ -120,6 +120,12 @@ func TestJobLimitsAdmit(t *testing.T) {
 // (1 MB/s) egress and ingress; each direction must take at least the time
 // the rate allows (a lower bound: a loaded machine only slows it).
 func TestTCPShaped(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testTCPShaped(t, name) })
+	}
+}
+
+func testTCPShaped(t *testing.T, stackName string) {
 	checkGoroutines(t)
 	const size = 1 << 20
 	const rate = 8e6
@@ -129,7 +135,7 @@ func TestTCPShaped(t *testing.T) {
 			c.Write(make([]byte, size))
 		}
 	})
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:80", srv)
 	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
 		t.Fatal(err)
@@ -169,6 +175,12 @@ func TestTCPShaped(t *testing.T) {
 // is reset at once while the first N keep working, that a job without
 // limits is unaffected, and that the new-flow rate refuses the excess.
 func TestFlowLimits(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testFlowLimits(t, name) })
+	}
+}
+
+func testFlowLimits(t *testing.T, stackName string) {
 	checkGoroutines(t)
 	srv := listenTCP(t, func(c net.Conn) {
 		b := make([]byte, 1)
@@ -179,7 +191,7 @@ func TestFlowLimits(t *testing.T) {
 			c.Write(b)
 		}
 	})
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:7", srv)
 	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)

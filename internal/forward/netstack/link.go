@@ -81,6 +81,10 @@ type linkEndpoint struct {
 	// dropped counts outbound packets dropped because the queue was full
 	// or they did not fit a buffer.
 	dropped func()
+
+	// notify, if set before use, is called after packets were queued
+	// outbound (kernel TCP: it wakes a read blocked elsewhere).
+	notify func()
 }
 
 func newLinkEndpoint(mtu uint32, limit int, dropped func()) *linkEndpoint {
@@ -162,6 +166,9 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 		case e.ready <- struct{}{}:
 		default:
 		}
+		if e.notify != nil {
+			e.notify()
+		}
 	}
 	if n == 0 && pkts.Len() > 0 {
 		return 0, &tcpip.ErrNoBufferSpace{}
@@ -193,21 +200,49 @@ func (e *linkEndpoint) read(ctx context.Context, bufs [][]byte, sizes []int, off
 				return 0, false
 			}
 		}
-		n := 0
-		for n < len(bufs) && e.rqi < len(e.rq) {
-			pkt := e.rq[e.rqi]
-			k, done := e.emit(pkt, bufs[n:], sizes[n:], offset)
-			n += k
-			if !done {
-				break
-			}
-			pkt.DecRef()
-			e.rq[e.rqi] = nil
-			e.rqi++
-			e.seg = 0
-		}
-		if n > 0 {
+		if n := e.fillLocked(bufs, sizes, offset); n > 0 {
 			return n, true
+		}
+	}
+}
+
+// fillLocked writes packets of the reader's batch into bufs and returns
+// how many. e.rmu must be held.
+func (e *linkEndpoint) fillLocked(bufs [][]byte, sizes []int, offset int) int {
+	n := 0
+	for n < len(bufs) && e.rqi < len(e.rq) {
+		pkt := e.rq[e.rqi]
+		k, done := e.emit(pkt, bufs[n:], sizes[n:], offset)
+		n += k
+		if !done {
+			break
+		}
+		pkt.DecRef()
+		e.rq[e.rqi] = nil
+		e.rqi++
+		e.seg = 0
+	}
+	return n
+}
+
+// tryRead is read without blocking: it returns 0 if no packet is queued
+// (or the endpoint is closed).
+func (e *linkEndpoint) tryRead(bufs [][]byte, sizes []int, offset int) int {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	for {
+		if e.rqi == len(e.rq) {
+			e.rq, e.rqi = e.rq[:0], 0
+			e.mu.Lock()
+			if e.closed || len(e.q) == 0 {
+				e.mu.Unlock()
+				return 0
+			}
+			e.q, e.rq = e.rq, e.q
+			e.mu.Unlock()
+		}
+		if n := e.fillLocked(bufs, sizes, offset); n > 0 {
+			return n
 		}
 	}
 }

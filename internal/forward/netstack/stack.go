@@ -61,13 +61,16 @@ type Stats struct {
 	// BlockExhausted counts flows refused because the job's port block had
 	// no free port towards the destination.
 	BlockExhausted uint64
+	// KernelTCPFlows counts the TCPFlows whose job side the kernel
+	// terminated (Config.KernelTCP).
+	KernelTCPFlows uint64
 }
 
 // counters are the atomic backing of Stats.
 type counters struct {
 	tcpFlows, udpFlows, dialFailures, denied atomic.Uint64
 	dnsQueries, dnsFailures, dropped         atomic.Uint64
-	blockExhausted                           atomic.Uint64
+	blockExhausted, kernelTCPFlows           atomic.Uint64
 }
 
 // Stack is the user-mode egress: a gVisor netstack that is also the
@@ -89,6 +92,7 @@ type Stack struct {
 	limits  limitTable   // jobs' and global limits (limits.go)
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
+	ktcp    *kernelTCP   // nil unless Config.KernelTCP (kerneltcp_linux.go)
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
 	ctx    context.Context
@@ -116,6 +120,9 @@ type Stack struct {
 func New(cfg Config) (*Stack, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		if cfg.KernelTCP != nil {
+			cfg.KernelTCP.Close()
+		}
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,11 +139,20 @@ func New(cfg Config) (*Stack, error) {
 	}
 	s.ep = newLinkEndpoint(uint32(cfg.MTU), queueLen, func() { s.stats.dropped.Add(1) })
 	s.admit = s.admitPacket
+	if cfg.KernelTCP != nil {
+		if s.ktcp, err = newKernelTCP(s, cfg.KernelTCP); err != nil {
+			cancel()
+			cfg.KernelTCP.Close()
+			return nil, err
+		}
+		s.ep.notify = s.ktcp.notify
+	}
 	s.ns = stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
 		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
 	})
 	if err := s.setupStack(); err != nil {
+		s.closeKernelTCP()
 		cancel()
 		s.ns.Close()
 		s.ns.Wait()
@@ -144,6 +160,7 @@ func New(cfg Config) (*Stack, error) {
 	}
 	dnsSrv, err := startDNS(s)
 	if err != nil {
+		s.closeKernelTCP()
 		cancel()
 		s.ns.Close()
 		s.ns.Wait()
@@ -155,8 +172,12 @@ func New(cfg Config) (*Stack, error) {
 	s.track(s.pings)
 	s.track(s.exposed)
 	logPingAvailability(s.log, s.pings.listen)
+	if s.ktcp != nil {
+		s.ktcp.start()
+	}
 	s.events <- tun.EventUp
-	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams)
+	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams,
+		"tcp", s.tcpStackName())
 	return s, nil
 }
 
@@ -237,7 +258,27 @@ func (s *Stack) MTU() (int, error) { return s.cfg.MTU, nil }
 func (s *Stack) Events() <-chan tun.Event { return s.events }
 
 // BatchSize implements tun.Device.
-func (s *Stack) BatchSize() int { return batchSize }
+func (s *Stack) BatchSize() int {
+	if s.ktcp != nil {
+		return max(batchSize, s.ktcp.dev.BatchSize())
+	}
+	return batchSize
+}
+
+// tcpStackName names the stack that terminates jobs' TCP.
+func (s *Stack) tcpStackName() string {
+	if s.ktcp != nil {
+		return "kernel (IPv4), netstack (IPv6)"
+	}
+	return "netstack"
+}
+
+// closeKernelTCP closes the kernel TCP path, if any.
+func (s *Stack) closeKernelTCP() {
+	if s.ktcp != nil {
+		s.ktcp.close()
+	}
+}
 
 // Write implements tun.Device: it injects the IPv4/IPv6 packets
 // bufs[i][offset:] sent by jobs into the netstack. The buffers are copied
@@ -248,6 +289,10 @@ func (s *Stack) BatchSize() int { return batchSize }
 func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 	if s.closing.Load() {
 		return 0, os.ErrClosed
+	}
+	if s.ktcp != nil {
+		s.ktcp.write(bufs, offset)
+		return len(bufs), nil
 	}
 	if refused := s.ep.inject(bufs, offset, s.admit); refused > 0 {
 		s.stats.dropped.Add(uint64(refused))
@@ -319,6 +364,9 @@ func (s *Stack) isSelf(a tcpip.Address) bool {
 // their buffer are dropped and counted. After Close, pending and future
 // calls return os.ErrClosed.
 func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	if s.ktcp != nil {
+		return s.ktcp.read(bufs, sizes, offset)
+	}
 	n, ok := s.ep.read(s.ctx, bufs, sizes, offset)
 	if !ok {
 		return 0, os.ErrClosed
@@ -359,6 +407,7 @@ func (s *Stack) Stats() Stats {
 		Dropped:      s.stats.dropped.Load(),
 
 		BlockExhausted: s.stats.blockExhausted.Load(),
+		KernelTCPFlows: s.stats.kernelTCPFlows.Load(),
 	}
 }
 
@@ -370,6 +419,7 @@ func (s *Stack) Close() error {
 		s.closing.Store(true)
 		s.cancel()
 		s.dns.Close()
+		s.closeKernelTCP()
 
 		s.mu.Lock()
 		s.closed = true

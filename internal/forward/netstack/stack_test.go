@@ -19,6 +19,12 @@ import (
 var _ forward.Forwarder = (*Stack)(nil)
 
 func TestTCPBulkBothWays(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testTCPBulkBothWays(t, name) })
+	}
+}
+
+func testTCPBulkBothWays(t *testing.T, stackName string) {
 	checkGoroutines(t)
 	const size = 8 << 20
 	serverSent := make([]byte, size)
@@ -38,7 +44,7 @@ func TestTCPBulkBothWays(t *testing.T) {
 		copy(sum[:], h.Sum(nil))
 		serverGot <- sum
 	})
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:80", srv)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -82,12 +88,22 @@ func TestTCPBulkBothWays(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("server did not finish")
 	}
-	if st := p.s.Stats(); st.TCPFlows != 1 {
-		t.Errorf("TCPFlows: got %d, want 1", st.TCPFlows)
+	wantKernel := uint64(0)
+	if stackName == "kernel" {
+		wantKernel = 1
+	}
+	if st := p.s.Stats(); st.TCPFlows != 1 || st.KernelTCPFlows != wantKernel {
+		t.Errorf("TCPFlows, KernelTCPFlows: got %d, %d, want 1, %d", st.TCPFlows, st.KernelTCPFlows, wantKernel)
 	}
 }
 
 func TestTCPHalfClose(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testTCPHalfClose(t, name) })
+	}
+}
+
+func testTCPHalfClose(t *testing.T, stackName string) {
 	checkGoroutines(t)
 	srv := listenTCP(t, func(c net.Conn) {
 		b, err := io.ReadAll(c) // until the job's CloseWrite
@@ -96,7 +112,7 @@ func TestTCPHalfClose(t *testing.T) {
 		}
 		c.Write(append([]byte("echo:"), b...))
 	})
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:7", srv)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -123,8 +139,14 @@ func TestTCPHalfClose(t *testing.T) {
 }
 
 func TestTCPRefused(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testTCPRefused(t, name) })
+	}
+}
+
+func testTCPRefused(t *testing.T, stackName string) {
 	checkGoroutines(t)
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:81", closedPort(t, "tcp"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -147,8 +169,14 @@ func TestTCPRefused(t *testing.T) {
 }
 
 func TestTCPToTunnelAddressRefused(t *testing.T) {
+	for _, name := range tcpStacks {
+		t.Run(name, func(t *testing.T) { testTCPToTunnelAddressRefused(t, name) })
+	}
+}
+
+func testTCPToTunnelAddressRefused(t *testing.T, stackName string) {
 	checkGoroutines(t)
-	p := newPair(t, Config{})
+	p := newPair(t, tcpStackConfig(t, stackName))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()

@@ -49,37 +49,9 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := s.checkDestination(dst); err != nil {
-		s.stats.denied.Add(1)
-		r.Complete(true)
-		if s.flowDebugOn() {
-			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
-		}
-		return
-	}
-
-	lim, ok := s.admitFlow("tcp", src, dst)
+	out, lim, ok := s.openTCP(src, dst)
 	if !ok {
 		r.Complete(true)
-		return
-	}
-	if lim != nil {
-		defer lim.release()
-	}
-
-	network := "tcp4"
-	if dst.Addr().Is6() {
-		network = "tcp6"
-	}
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
-	out, err := s.dial(ctx, src.Addr(), network, dst)
-	cancel()
-	if err != nil {
-		s.stats.dialFailures.Add(1)
-		r.Complete(true)
-		if s.flowDebugOn() {
-			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
-		}
 		return
 	}
 
@@ -88,6 +60,9 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	if terr != nil {
 		r.Complete(true)
 		out.Close()
+		if lim != nil {
+			lim.release()
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("tcp accept failed", "src", src, "dst", dst, "err", tcpipError("create endpoint", terr))
 		}
@@ -99,11 +74,56 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	ep.SetSockOpt(&idle)
 	intvl := tcpip.KeepaliveIntervalOption(keepaliveInterval)
 	ep.SetSockOpt(&intvl)
+	s.serveTCP(gonet.NewTCPConn(&wq, ep), out, src, dst, lim)
+}
+
+// openTCP decides on a job's new TCP flow from src to dst: destination
+// check, the job's flow limits, and the dial. It reports false if the job
+// must get a reset (refusal and dial failures are counted and logged);
+// otherwise it returns the host connection and the job's limits (nil:
+// none), which serveTCP releases.
+func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
+	if err := s.checkDestination(dst); err != nil {
+		s.stats.denied.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
+		}
+		return nil, nil, false
+	}
+	lim, ok := s.admitFlow("tcp", src, dst)
+	if !ok {
+		return nil, nil, false
+	}
+	network := "tcp4"
+	if dst.Addr().Is6() {
+		network = "tcp6"
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DialTimeout)
+	out, err := s.dial(ctx, src.Addr(), network, dst)
+	cancel()
+	if err != nil {
+		if lim != nil {
+			lim.release()
+		}
+		s.stats.dialFailures.Add(1)
+		if s.flowDebugOn() {
+			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
+		}
+		return nil, nil, false
+	}
 	if tc, ok := out.(*net.TCPConn); ok {
 		tc.SetKeepAlive(true)
 	}
-	in := gonet.NewTCPConn(&wq, ep)
+	return out, lim, true
+}
 
+// serveTCP relays an established job connection in (job side) and its host
+// connection out until both directions are done, then closes both and
+// releases lim (nil: none).
+func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimits) {
+	if lim != nil {
+		defer lim.release()
+	}
 	s.stats.tcpFlows.Add(1)
 	if s.flowDebugOn() {
 		s.log.Debug("tcp flow opened", "src", src, "dst", dst)
@@ -161,6 +181,11 @@ func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper) (nup, ndown int64) 
 // half-closes dst, pacing the copy with sh (nil: no pacing). On any other
 // error it closes both.
 func halfCopy(dst, src net.Conn, sh *shaper) int64 {
+	if d, ok := dst.(*net.TCPConn); ok {
+		if _, ok := src.(*net.TCPConn); ok {
+			return spliceCopy(d, src, sh)
+		}
+	}
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -189,6 +214,33 @@ func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 			}
 			src.Close()
 			dst.Close()
+			return total
+		}
+	}
+}
+
+// spliceCopy is halfCopy between two kernel sockets (the kernel TCP path):
+// the bytes move by splice(2) inside the kernel, a chunk at a time, and
+// each chunk is paced after it moved.
+func spliceCopy(dst *net.TCPConn, src net.Conn, sh *shaper) int64 {
+	var total int64
+	lr := io.LimitedReader{R: src}
+	for {
+		lr.N = int64(sh.chunk())
+		n, err := dst.ReadFrom(&lr)
+		total += n
+		if n > 0 && !sh.wait(int(n)) {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if err != nil {
+			src.Close()
+			dst.Close()
+			return total
+		}
+		if lr.N > 0 { // src reached EOF before the chunk was full
+			dst.CloseWrite()
 			return total
 		}
 	}

@@ -1,0 +1,393 @@
+// Package usernet gives the unprivileged user-mode gateway the host kernel's
+// own TCP stack: a private user and network namespace, owned by the gateway
+// user, holding a TUN device and one transparent listening socket that
+// every TCP connection arriving on the TUN is steered to.
+//
+// # Theory of operation
+//
+// The gateway's netstack terminates jobs' flows in gVisor, whose TCP has
+// only loss-based congestion control and costs user-space CPU per packet.
+// The kernel's TCP (with the host's congestion control, e.g. bbr, GRO and
+// GSO) is available to an unprivileged process too, inside a network
+// namespace of its own: a user namespace grants CAP_NET_ADMIN over the
+// network namespace it owns, without any privilege on the host.
+//
+// [Open] re-executes the current binary (/proc/self/exe) with
+// CLONE_NEWUSER|CLONE_NEWNET, the gateway's uid and gid mapped to
+// themselves and CAP_NET_ADMIN as an ambient capability of the new user
+// namespace only. The child starts in [Init], called first thing in main,
+// and inside the new namespace
+//
+//  1. creates a TUN (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR, so the parent enables
+//     TSO/GRO offloads on it) with the tunnel MTU, brings it and lo up and
+//     routes the jobs' subnet through it;
+//  2. makes every IPv4 address local ("ip route add local 0.0.0.0/0 dev
+//     lo", the AnyIP idiom), so the kernel accepts a job's connection to
+//     any destination as its own;
+//  3. opens one TCP listener bound to 0.0.0.0:PORT with IP_TRANSPARENT and
+//     installs one nftables rule, "iif tun tcp tproxy to :PORT", that hands
+//     every TCP SYN arriving on the TUN to that listener; the accepted
+//     socket's local address is the job's original destination;
+//  4. sends the TUN and listener descriptors to the parent (SCM_RIGHTS) on a
+//     socketpair and exits.
+//
+// The descriptors keep the namespaces alive: a socket holds a reference to
+// its network namespace, which holds its owning user namespace. When the
+// gateway closes both (or dies), the kernel frees everything; nothing is
+// left on the host. Nothing in the namespace reaches the host's network:
+// its only links are lo and the TUN, and the gateway re-originates each
+// accepted connection as an ordinary socket of its own.
+package usernet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	envConfig = "AIRLOCK_USERNET_CONFIG" // JSON childConfig; selects the child in Init
+	childFD   = 3                        // the socketpair, first of ExtraFiles
+	childArg0 = "airlock-usernet"
+
+	// TUNName is the TUN's name inside the private namespace.
+	TUNName = "airlock0"
+
+	maxReplyLen = 4 << 10
+	openTimeout = 10 * time.Second
+)
+
+// Namespace is an open private namespace: the TUN that carries the jobs'
+// TCP packets into it and the listener its TCP connections arrive on. The
+// caller owns both files and closes them when done; closing both frees the
+// namespace.
+type Namespace struct {
+	// TUN is the TUN device's file, with IFF_VNET_HDR set and in
+	// blocking mode.
+	TUN *os.File
+	// Listener accepts the jobs' TCP connections; an accepted
+	// connection's LocalAddr is the job's destination and its RemoteAddr
+	// the job's tunnel address and port.
+	Listener *net.TCPListener
+}
+
+// Close closes the TUN and the listener.
+func (n *Namespace) Close() error {
+	err := n.TUN.Close()
+	if lerr := n.Listener.Close(); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// initCalled records that Init ran in main, so Open may re-execute this
+// binary. It is set once, before any Open.
+var initCalled atomic.Bool
+
+// childConfig is what the child needs.
+type childConfig struct {
+	Subnet netip.Prefix `json:"subnet"`
+	MTU    int          `json:"mtu"`
+}
+
+// reply is the child's one message; an empty Err means success, with the
+// TUN and listener descriptors attached in that order.
+type reply struct {
+	Err string `json:"err,omitempty"`
+}
+
+// Open creates the private namespace for jobs in subnet (IPv4) with TUN
+// MTU mtu. It fails where the host forbids unprivileged user namespaces or
+// /dev/net/tun, or the kernel lacks nftables tproxy; the error says which.
+func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error) {
+	if !initCalled.Load() {
+		// The child is this binary re-executed; without Init in its main
+		// it would run as something else (a test binary: its tests).
+		return nil, errors.New("open private namespace: usernet.Init is not called in this binary's main")
+	}
+	if !subnet.Addr().Is4() {
+		return nil, fmt.Errorf("open private namespace: subnet %s is not IPv4", subnet)
+	}
+	raw, err := json.Marshal(childConfig{Subnet: subnet.Masked(), MTU: mtu})
+	if err != nil {
+		return nil, fmt.Errorf("open private namespace: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open private namespace: socketpair: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "usernet-parent")
+	child := os.NewFile(uintptr(fds[1]), "usernet-child")
+	defer parent.Close()
+	uid, gid := os.Getuid(), os.Getgid()
+	cmd := &exec.Cmd{
+		Path:       "/proc/self/exe",
+		Args:       []string{childArg0},
+		Env:        []string{envConfig + "=" + string(raw)},
+		Stderr:     os.Stderr,
+		ExtraFiles: []*os.File{child},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			AmbientCaps: []uintptr{unix.CAP_NET_ADMIN},
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	}
+	err = cmd.Start()
+	child.Close()
+	if err != nil {
+		return nil, fmt.Errorf("open private namespace: start child: %w (unprivileged user namespaces disabled?)", err)
+	}
+	defer cmd.Wait()
+
+	pc, err := net.FileConn(parent)
+	if err != nil {
+		cmd.Process.Kill()
+		return nil, fmt.Errorf("open private namespace: %w", err)
+	}
+	defer pc.Close()
+	uc := pc.(*net.UnixConn)
+	deadline := time.Now().Add(openTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	uc.SetReadDeadline(deadline)
+	buf := make([]byte, maxReplyLen)
+	oob := make([]byte, unix.CmsgSpace(2*4))
+	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	if err != nil || n == 0 {
+		cmd.Process.Kill()
+		if err == nil {
+			err = errors.New("child exited during setup")
+		}
+		return nil, fmt.Errorf("open private namespace: %w", err)
+	}
+	var passed []int
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if fds, err := unix.ParseUnixRights(&m); err == nil {
+				passed = append(passed, fds...)
+			}
+		}
+	}
+	var r reply
+	if err := json.Unmarshal(buf[:n], &r); err != nil || r.Err != "" || len(passed) != 2 {
+		for _, fd := range passed {
+			unix.Close(fd)
+		}
+		if err == nil && r.Err == "" {
+			err = fmt.Errorf("child sent %d descriptors, want 2", len(passed))
+		} else if r.Err != "" {
+			err = errors.New(r.Err)
+		}
+		return nil, fmt.Errorf("open private namespace: %w", err)
+	}
+	tunFile := os.NewFile(uintptr(passed[0]), "/dev/net/tun")
+	lf := os.NewFile(uintptr(passed[1]), "usernet-listener")
+	ln, err := net.FileListener(lf)
+	lf.Close()
+	if err != nil {
+		tunFile.Close()
+		return nil, fmt.Errorf("open private namespace: listener: %w", err)
+	}
+	return &Namespace{TUN: tunFile, Listener: ln.(*net.TCPListener)}, nil
+}
+
+// Init must be called first thing in main. If this process is the child
+// started by [Open], Init sets up the namespace, sends the descriptors and
+// exits; otherwise it returns at once.
+func Init() {
+	initCalled.Store(true)
+	raw, ok := os.LookupEnv(envConfig)
+	if !ok {
+		return
+	}
+	os.Exit(childMain(raw))
+}
+
+func childMain(raw string) int {
+	unix.CloseOnExec(childFD)
+	var cfg childConfig
+	tunFD, lnFD, err := -1, -1, json.Unmarshal([]byte(raw), &cfg)
+	if err == nil {
+		tunFD, lnFD, err = setup(cfg)
+	}
+	r := reply{}
+	var oob []byte
+	if err != nil {
+		r.Err = err.Error()
+	} else {
+		oob = unix.UnixRights(tunFD, lnFD)
+	}
+	b, _ := json.Marshal(r)
+	if serr := unix.Sendmsg(childFD, b, oob, nil, 0); serr != nil {
+		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", serr)
+		return 1
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+// setup runs in the child, inside the new namespaces.
+func setup(cfg childConfig) (tunFD, lnFD int, err error) {
+	tunFD, err = createTUN(TUNName)
+	if err != nil {
+		return -1, -1, err
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(tunFD)
+		}
+	}()
+	if err := configureLinks(cfg); err != nil {
+		return -1, -1, err
+	}
+	lnFD, port, err := transparentListener()
+	if err != nil {
+		return -1, -1, err
+	}
+	if err := installTProxy(port); err != nil {
+		unix.Close(lnFD)
+		return -1, -1, err
+	}
+	return tunFD, lnFD, nil
+}
+
+func createTUN(name string) (int, error) {
+	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
+	}
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
+	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("create tun %q: %w", name, err)
+	}
+	return fd, nil
+}
+
+// configureLinks brings lo and the TUN up, routes the jobs' subnet through
+// the TUN and makes every IPv4 address local.
+func configureLinks(cfg childConfig) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	link, err := h.LinkByName(TUNName)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", TUNName, err)
+	}
+	if err := h.LinkSetMTU(link, cfg.MTU); err != nil {
+		return fmt.Errorf("set mtu %d on %s: %w", cfg.MTU, TUNName, err)
+	}
+	if err := h.LinkSetUp(link); err != nil {
+		return fmt.Errorf("set %s up: %w", TUNName, err)
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("find lo: %w", err)
+	}
+	if err := h.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("set lo up: %w", err)
+	}
+	sub := cfg.Subnet
+	if err := h.RouteAdd(&netlink.Route{
+		LinkIndex: link.Attrs().Index,
+		Dst:       &net.IPNet{IP: sub.Addr().AsSlice(), Mask: net.CIDRMask(sub.Bits(), 32)},
+		Scope:     netlink.SCOPE_LINK,
+	}); err != nil {
+		return fmt.Errorf("route %s via %s: %w", sub, TUNName, err)
+	}
+	if err := h.RouteAdd(&netlink.Route{
+		LinkIndex: lo.Attrs().Index,
+		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
+		Type:      unix.RTN_LOCAL,
+		Scope:     netlink.SCOPE_HOST,
+		Table:     unix.RT_TABLE_MAIN,
+	}); err != nil {
+		return fmt.Errorf("make every address local: %w", err)
+	}
+	return nil
+}
+
+// transparentListener opens the TCP listener on 0.0.0.0 with a kernel-chosen
+// port and IP_TRANSPARENT, which tproxy requires of the sockets it steers
+// connections to.
+func transparentListener() (fd, port int, err error) {
+	fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, 0, fmt.Errorf("listener socket: %w", err)
+	}
+	fail := func(op string, err error) (int, int, error) {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("listener %s: %w", op, err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_TRANSPARENT, 1); err != nil {
+		return fail("IP_TRANSPARENT", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{}); err != nil {
+		return fail("bind", err)
+	}
+	if err := unix.Listen(fd, 4096); err != nil {
+		return fail("listen", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return fail("getsockname", err)
+	}
+	return fd, sa.(*unix.SockaddrInet4).Port, nil
+}
+
+// installTProxy adds the one rule that steers TCP arriving on the TUN to
+// the listener on port: table ip airlock, chain prerouting (filter,
+// priority mangle): iifname airlock0 meta l4proto tcp tproxy to :port.
+func installTProxy(port int) error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "airlock"})
+	pol := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{
+		Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityMangle, Policy: &pol,
+	})
+	ifname := make([]byte, unix.IFNAMSIZ)
+	copy(ifname, TUNName)
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: ifname},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Immediate{Register: 1, Data: binaryPort(port)},
+		&expr.TProxy{Family: byte(nftables.TableFamilyIPv4), TableFamily: byte(nftables.TableFamilyIPv4), RegPort: 1},
+	}})
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("install tproxy rule (kernel needs nft_tproxy): %w", err)
+	}
+	return nil
+}
+
+func binaryPort(p int) []byte { return []byte{byte(p >> 8), byte(p)} }
