@@ -15,12 +15,11 @@ import (
 	"syscall"
 	"time"
 
-	"golang.zx2c4.com/wireguard/tun/netstack"
-
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/userstack"
 )
 
 // fallback is what Run hands over when the job cannot (or shall not) have
@@ -49,23 +48,23 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	log := f.cfg.Logger
 	ls := f.lease
 	addr := ls.Address.Addr()
-	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{addr}, ls.DNS, ls.MTU)
+	us, err := userstack.New(userstack.Config{Addr: addr, DNS: ls.DNS, MTU: ls.MTU})
 	if err != nil {
-		return ExitFailure, fmt.Errorf("user-space network stack: %w", err)
+		return ExitFailure, err
 	}
-	wg, err := tunnel.NewClient(log, dev, nil, f.priv, f.gwKey, f.endpoint)
+	wg, err := tunnel.NewClient(log, us, nil, f.priv, f.gwKey, f.endpoint)
 	if err != nil {
-		dev.Close()
+		us.Close()
 		return ExitFailure, err
 	}
 	defer wg.Close()
-	d := &stackDialer{net: tnet, addr: addr}
+	d := &stackDialer{us: us}
 	f.dialer = d
 
 	svcCtx, svcStop := context.WithCancel(context.Background())
 	var svc sync.WaitGroup
 	defer func() { svcStop(); svc.Wait() }()
-	exposeInStack(svcCtx, &svc, log, tnet, addr, ls.Exposed)
+	exposeInStack(svcCtx, &svc, log, us, ls.Exposed)
 
 	dns := ls.Gateway
 	if len(ls.DNS) > 0 {
@@ -316,13 +315,13 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 // gateway sends to the job's tunnel address arrive in the user-space stack
 // and are passed on to the same port on the host's loopback, where the job
 // listens. Exposed UDP ports are not carried in the fallback modes.
-func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, tnet *netstack.Net, addr netip.Addr, exposed []control.Exposed) {
+func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, us *userstack.Stack, exposed []control.Exposed) {
 	for _, x := range exposed {
 		if x.Proto != control.ProtoTCP {
 			log.Warn("exposed UDP ports are not carried without a network namespace", "port", x.Port.Port)
 			continue
 		}
-		l, err := tnet.ListenTCPAddrPort(netip.AddrPortFrom(addr, x.Port.Port))
+		l, err := us.ListenTCP(x.Port.Port)
 		if err != nil {
 			log.Warn("cannot carry exposed port", "port", x.Port.Port, "err", err)
 			continue

@@ -12,15 +12,14 @@ import (
 	"syscall"
 	"time"
 
-	"golang.zx2c4.com/wireguard/tun/netstack"
+	"github.com/airlock-vpn/airlock/internal/userstack"
 )
 
-// stackDialer is the client-side user-space TCP/IP stack (gVisor, through
-// wireguard-go's tun/netstack) attached to the job's WireGuard device: the
+// stackDialer dials through the client-side user-space TCP/IP stack
+// (internal/userstack) attached to the job's WireGuard device: the
 // fallback modes' only way out. It implements proxy.Dialer.
 type stackDialer struct {
-	net  *netstack.Net
-	addr netip.Addr // the job's tunnel address
+	us *userstack.Stack
 
 	open atomic.Int64 // TCP connections dialed and not yet closed
 }
@@ -97,7 +96,7 @@ func (d *stackDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	if !dst.Addr().Unmap().Is4() {
 		return nil, fmt.Errorf("dial %v: %w (the tunnel carries IPv4 only)", dst, syscall.ENETUNREACH)
 	}
-	c, err := d.net.DialContextTCPAddrPort(ctx, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
+	c, err := d.us.DialTCP(ctx, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
 	if err != nil {
 		return nil, errnoFor(err)
 	}
@@ -109,7 +108,7 @@ func (d *stackDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	if !dst.Addr().Unmap().Is4() {
 		return nil, fmt.Errorf("udp to %v: %w (the tunnel carries IPv4 only)", dst, syscall.ENETUNREACH)
 	}
-	c, err := d.net.DialUDPAddrPort(netip.AddrPort{}, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
+	c, err := d.us.DialUDP(netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
 	if err != nil {
 		return nil, errnoFor(err)
 	}
@@ -120,7 +119,7 @@ func (d *stackDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, e
 	if v6 {
 		return nil, fmt.Errorf("udp: %w (the tunnel carries IPv4 only)", syscall.ENETUNREACH)
 	}
-	c, err := d.net.ListenUDPAddrPort(netip.AddrPortFrom(d.addr, 0))
+	c, err := d.us.ListenUDP()
 	if err != nil {
 		return nil, errnoFor(err)
 	}
@@ -128,15 +127,5 @@ func (d *stackDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, e
 }
 
 func (d *stackDialer) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
-	ss, err := d.net.LookupContextHost(ctx, name)
-	if err != nil {
-		return nil, &net.DNSError{Err: err.Error(), Name: name, IsNotFound: strings.Contains(err.Error(), "no such host")}
-	}
-	var out []netip.Addr
-	for _, s := range ss {
-		if a, err := netip.ParseAddr(s); err == nil {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out, nil
+	return d.us.LookupHost(ctx, name)
 }
