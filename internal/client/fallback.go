@@ -70,6 +70,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	if len(ls.DNS) > 0 {
 		dns = ls.DNS[0]
 	}
+	var proxied []string // the job's environment with the proxy variables, once the proxies run
 	for f.plan.current() != "" {
 		m := f.plan.current()
 		if err := ctx.Err(); err != nil {
@@ -106,10 +107,12 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 				}()
 			}
 		case ModePreload, ModeProxy:
-			env, err := f.proxyEnv(svcCtx, &svc, d, dns)
-			if err != nil {
-				return ExitFailure, err
+			if proxied == nil {
+				if proxied, err = f.proxyEnv(svcCtx, &svc, d, dns); err != nil {
+					return ExitFailure, err
+				}
 			}
+			env := proxied
 			if m == ModePreload {
 				lib, err := findPreload(f.cfg.Preload)
 				if err != nil {

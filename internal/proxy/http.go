@@ -68,7 +68,9 @@ func (h *HTTP) Serve(ctx context.Context, l net.Listener) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: 30 * time.Second,
-		ErrorLog:          nil,
+		// net/http's own complaints (bad requests from clients) go to the
+		// debug log, never to the job's stderr.
+		ErrorLog: slog.NewLogLogger(h.Logger.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	go func() {
