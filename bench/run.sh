@@ -24,7 +24,7 @@
 set -eu
 
 duration=10 reps=3 startup=50
-configs=native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,slirp
+configs=native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,ocserv-ocproxy,slirp
 links=1gbit,uncapped
 streams=1,2,10,20
 wan= tcpcc=
@@ -53,7 +53,7 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-pkgs="iperf3 ocserv openconnect ocproxy slirp4netns nftables gnuplot-nox openssl gcc libc6-dev util-linux"
+pkgs="iperf3 ocserv openconnect ocproxy proxychains4 slirp4netns nftables gnuplot-nox openssl gcc libc6-dev util-linux"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
