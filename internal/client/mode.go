@@ -111,6 +111,15 @@ func seccompAvailable() error {
 	if major < 5 || (major == 5 && minor < 9) {
 		return fmt.Errorf("kernel %s is older than 5.9 (seccomp fd injection)", rel)
 	}
+	// The supervisor looks at the job's sockets with pidfd_getfd, which
+	// needs ptrace access: Yama's scope 2 and 3 deny it to unprivileged
+	// users even for their own children. (Scope 1 allows it for
+	// descendants, which the job's processes are unless they detach.)
+	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
+		if v := strings.TrimSpace(string(b)); v == "2" || v == "3" {
+			return fmt.Errorf("sysctl kernel.yama.ptrace_scope=%s forbids inspecting the job's sockets (pidfd_getfd)", v)
+		}
+	}
 	return nil
 }
 
