@@ -70,8 +70,8 @@ func (h *HTTP) Serve(ctx context.Context, l net.Listener) error {
 		ReadHeaderTimeout: 30 * time.Second,
 		// net/http's own complaints (bad requests from clients) go to the
 		// debug log, never to the job's stderr.
-		ErrorLog: slog.NewLogLogger(h.Logger.Handler(), slog.LevelDebug),
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:    slog.NewLogLogger(h.Logger.Handler(), slog.LevelDebug),
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	go func() {
 		<-ctx.Done()
