@@ -39,6 +39,7 @@ type fallback struct {
 	t0       time.Time
 
 	dialer *stackDialer // set by runFallback
+	http   *proxy.HTTP  // set by proxyEnv
 }
 
 // runFallback runs the job in the host's network namespace, in the first
@@ -180,6 +181,9 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	bgStop()
 	bg.Wait()
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
+	if f.http != nil {
+		f.http.CloseIdleConnections()
+	}
 	f.dialer.drain(2 * time.Second)
 	st := cmd.ProcessState
 	if st == nil {
@@ -210,6 +214,7 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d *stackDi
 	}
 	socks := &proxy.SOCKS{Dialer: d, Secret: secret, Logger: log}
 	httpp := &proxy.HTTP{Dialer: d, Secret: secret, Logger: log}
+	f.http = httpp
 	svc.Add(2)
 	go func() { defer svc.Done(); _ = socks.Serve(ctx, sl) }()
 	go func() { defer svc.Done(); _ = httpp.Serve(ctx, hl) }()

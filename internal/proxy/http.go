@@ -41,6 +41,10 @@ func (h *HTTP) init() {
 			IdleConnTimeout:       60 * time.Second,
 			ResponseHeaderTimeout: 0,
 			DisableCompression:    true, // pass bodies through untouched
+			// The defaults (4 KiB) cost a third of the throughput of
+			// bulk downloads.
+			ReadBufferSize:  256 << 10,
+			WriteBufferSize: 64 << 10,
 		}
 	})
 }
@@ -83,6 +87,14 @@ func (h *HTTP) Serve(ctx context.Context, l net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// CloseIdleConnections closes the kept-alive connections to servers that
+// no request is using (at the end of a job, so that they do not hold the
+// tunnel open).
+func (h *HTTP) CloseIdleConnections() {
+	h.init()
+	h.transport.CloseIdleConnections()
 }
 
 func (h *HTTP) authorized(r *http.Request) bool {
@@ -143,7 +155,7 @@ func (h *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, resp.Body)
+	_, _ = io.CopyBuffer(struct{ io.Writer }{w}, resp.Body, make([]byte, 256<<10))
 }
 
 func (h *HTTP) connect(w http.ResponseWriter, r *http.Request) {

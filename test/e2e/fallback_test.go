@@ -166,6 +166,18 @@ func TestFallbackModes(t *testing.T) {
 					t.Errorf("mode line %q", l)
 				}
 			})
+			if mode != "proxy" {
+				t.Run("Dig", func(t *testing.T) {
+					// dig has its own resolver: its queries to the node's
+					// nameserver (unreachable) go to the tunnel's DNS.
+					for _, tcp := range []string{"+notcp", "+tcp"} {
+						code, out, stderr := run(t, mode, runTimeout, "dig", "+short", "+time=2", "+tries=2", tcp, zoneName)
+						if code != 0 || strings.TrimSpace(out) != inet {
+							t.Errorf("dig %s %s: exit %d, %q, want %s%s", tcp, zoneName, code, out, inet, e.diag(stderr))
+						}
+					}
+				})
+			}
 			t.Run("UDPEcho", func(t *testing.T) {
 				// seccomp catches connect(): the client connects its
 				// socket, as its line says it must.
@@ -220,6 +232,24 @@ func TestFallbackModes(t *testing.T) {
 					}
 				}
 			})
+			if mode == "proxy" {
+				t.Run("Bulk100MiB", func(t *testing.T) {
+					// What proxy mode carries, it carries in bulk: the HTTP
+					// proxy (http_proxy) and the SOCKS5 proxy (ALL_PROXY,
+					// remote DNS), 100 MiB each.
+					bigURL := fmt.Sprintf("http://%s:%d/big", zoneName, e.httpPort)
+					for _, via := range []string{"", `--proxy "$ALL_PROXY"`} {
+						start := time.Now()
+						code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; curl -sS --max-time 60 "+via+" '"+bigURL+"' | sha256sum")
+						if got := strings.Fields(out); code != 0 || len(got) == 0 || got[0] != e.sha["big"] {
+							t.Errorf("curl %s %s: exit %d, %q, want sha256 %s%s", via, bigURL, code, out, e.sha["big"], e.diag(stderr))
+							continue
+						}
+						name := map[string]string{"": "http proxy", `--proxy "$ALL_PROXY"`: "socks5h proxy"}[via]
+						t.Logf("100 MiB through the %s in %v (including join and exit)", name, time.Since(start).Round(time.Millisecond))
+					}
+				})
+			}
 			if mode == "preload" {
 				t.Run("ShellChildren", func(t *testing.T) {
 					script := strings.Join(curl, " ") + " '" + smallURL + "' | sha256sum; /usr/bin/python3 " + py + " " + inet + " " + strconv.Itoa(e.udpPort) + " 20 direct"
