@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +129,23 @@ func TestFallbackModes(t *testing.T) {
 			t.Errorf("auto without user namespaces and seccomp: exit %d, %q, mode line %q, want preload resolving %s to %s%s", code, out, l, zoneName, inet, e.diag(stderr))
 		}
 		t.Log(l)
+	})
+	t.Run("StartupLog", func(t *testing.T) {
+		// Not an assertion (speed is measured by bench/): what `airlock
+		// run --mode M -- true` costs, logged for comparison.
+		for _, mode := range []string{"netns", "seccomp", "preload", "proxy"} {
+			var ds []time.Duration
+			for i := 0; i < 5; i++ {
+				start := time.Now()
+				code, _, stderr := e.runWith(t, runOpts{flags: []string{"--mode", mode}}, "true")
+				if code != 0 {
+					t.Fatalf("--mode %s -- true: exit %d%s", mode, code, e.diag(stderr))
+				}
+				ds = append(ds, time.Since(start))
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			t.Logf("airlock run --mode %s -- true: median %v of 5 (with ip netns exec and setpriv)", mode, ds[2].Round(100*time.Microsecond))
+		}
 	})
 	t.Run("NetnsRefused", func(t *testing.T) {
 		code, _, stderr := run(t, "netns", runTimeout, "true")
