@@ -62,6 +62,9 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	d := &stackDialer{us: us}
 	f.dialer = d
 
+	if err := becomeSubreaper(); err != nil {
+		log.Warn("processes the job leaves running will not be stopped at its end", "err", err)
+	}
 	svcCtx, svcStop := context.WithCancel(context.Background())
 	var svc sync.WaitGroup
 	defer func() { svcStop(); svc.Wait() }()
@@ -181,6 +184,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	bgStop()
 	bg.Wait()
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
+	killLeftovers(log, 2*time.Second)
 	if f.http != nil {
 		f.http.CloseIdleConnections()
 	}

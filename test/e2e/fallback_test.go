@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,19 @@ func TestFallbackModes(t *testing.T) {
 		}
 		t.Log(l)
 	})
+	t.Run("NoLeftovers", func(t *testing.T) {
+		// What the job leaves running is stopped with it, as in netns
+		// mode: airlock run is their subreaper and kills them by PID.
+		for _, mode := range []string{"seccomp", "preload"} {
+			code, out, stderr := run(t, mode, runTimeout, "sh", "-c", "sleep 31.4159 & (sleep 31.4159 &) ; echo started")
+			if code != 0 || strings.TrimSpace(out) != "started" {
+				t.Errorf("--mode %s: exit %d, %q%s", mode, code, out, e.diag(stderr))
+			}
+			if left := processesWith("31.4159"); len(left) > 0 {
+				t.Errorf("--mode %s: processes left behind: %v", mode, left)
+			}
+		}
+	})
 	t.Run("StartupLog", func(t *testing.T) {
 		// Not an assertion (speed is measured by bench/): what `airlock
 		// run --mode M -- true` costs, logged for comparison.
@@ -174,6 +188,39 @@ func TestFallbackModes(t *testing.T) {
 			if mode != "proxy" {
 				curl = append(curl, "--noproxy", "'*'")
 			}
+			t.Run("ExitStatus", func(t *testing.T) {
+				for _, tc := range []struct {
+					args []string
+					want int
+				}{
+					{[]string{"sh", "-c", "exit 3"}, 3},
+					{[]string{"sh", "-c", "kill -9 $$"}, 137},
+					{[]string{"/nonexistent/airlock-no-such-command"}, 127},
+				} {
+					if code, _, stderr := run(t, mode, runTimeout, tc.args...); code != tc.want {
+						t.Errorf("%v: exit %d, want %d%s", tc.args, code, tc.want, e.diag(stderr))
+					}
+				}
+			})
+			t.Run("SignalForwarded", func(t *testing.T) {
+				// SIGTERM to airlock run reaches the job, whose status
+				// comes back.
+				argv := e.command(runOpts{flags: []string{"--mode", mode}}, "sh", "-c", `trap "exit 42" TERM; echo ready; sleep 30 & wait`)
+				p := e.tp.Start(t, e.tp.CN, e.u, e.peer, append([]string{"nouserns"}, argv...)...)
+				deadline := time.Now().Add(20 * time.Second)
+				for !strings.Contains(p.Stdout(), "ready") {
+					if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
+						t.Fatalf("job did not start: %s", p.Describe())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if err := p.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				if code, err := p.Wait(10 * time.Second); err != nil || code != 42 {
+					t.Errorf("after SIGTERM: exit %d (%v), want 42 from the job's trap: %s", code, err, p.Describe())
+				}
+			})
 			t.Run("CurlByName", func(t *testing.T) {
 				code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; "+strings.Join(curl, " ")+" '"+smallURL+"' | sha256sum")
 				if got := strings.Fields(out); code != 0 || len(got) == 0 || got[0] != e.sha["small"] {
