@@ -114,7 +114,8 @@ func seccompAvailable() error {
 	// The supervisor looks at the job's sockets with pidfd_getfd, which
 	// needs ptrace access: Yama's scope 2 and 3 deny it to unprivileged
 	// users even for their own children. (Scope 1 allows it for
-	// descendants, which the job's processes are unless they detach.)
+	// descendants, which the job's processes stay: airlock run is their
+	// subreaper.)
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		if v := strings.TrimSpace(string(b)); v == "2" || v == "3" {
 			return fmt.Errorf("sysctl kernel.yama.ptrace_scope=%s forbids inspecting the job's sockets (pidfd_getfd)", v)
