@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/google/nftables v0.3.0
 	github.com/miekg/dns v1.1.73
+	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/peterbourgon/ff/v3 v3.4.0
 	github.com/vishvananda/netlink v1.3.1
 	go.etcd.io/bbolt v1.5.0

@@ -74,7 +74,7 @@ if ip netns exec "$CN" curl -sS --max-time 2 -o /dev/null http://203.0.113.2:808
 	echo "unexpected: direct access worked" >&2; exit 1
 fi
 
-step "starting the gateway in $DMZ as user airlockdemo (unprivileged, user-space egress)"
+step "starting the gateway in $DMZ as user airlockdemo (unprivileged, user mode: jobs' TCP in the kernel of its own user namespace)"
 mkdir -p "/etc/netns/$DMZ" && echo "nameserver 203.0.113.2" >"/etc/netns/$DMZ/resolv.conf"
 # Let the unprivileged gateway relay jobs' pings through ping sockets.
 ip netns exec "$DMZ" sysctl -qw net.ipv4.ping_group_range="0 2147483647"
@@ -121,7 +121,7 @@ for mode in seccomp preload; do
 done
 
 step "gateway log"
-grep -E 'gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220
+grep -E 'egress started|gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220
 
 step "attribution: which job held a source port seen outside? (airlock whois, from the state db alone)"
 port=$(grep -o 'ports=[0-9]*' "$work/gateway.log" | head -1 | cut -d= -f2)

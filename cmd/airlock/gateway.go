@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-func newGatewayCmd(stderr io.Writer) *ffcli.Command {
+func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs := flag.NewFlagSet("airlock gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg gateway.Config
@@ -35,7 +35,9 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default and maximum net.ipv4.ip_local_port_range; kernel: default 20000-59999)")
 	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
 	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
+	fs.StringVar(&cfg.ConfigFile, "config", "", "config file (TOML, docs/config.md): egress policy, per-token limits, who may expose ports; reloaded on SIGHUP and by airlock gateway reload. Cannot be combined with the limit flags below")
 	var lf limitFlags
+	// Limit flags: a gateway without --config; with one, its [limits].
 	fs.StringVar(&lf.jobEgress, "job-egress-rate", "", "per-job bandwidth job → outside, e.g. 100mbit, 1gbit (default unlimited)")
 	fs.StringVar(&lf.jobIngress, "job-ingress-rate", "", "per-job bandwidth outside → job, e.g. 100mbit (default unlimited)")
 	fs.StringVar(&lf.egress, "egress-rate", "", "bandwidth of all jobs together, job → outside (default unlimited)")
@@ -45,11 +47,12 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
-		Name:       "gateway",
-		ShortUsage: "airlock gateway --state DIR [flags]",
-		ShortHelp:  "run the gateway (user-space egress, or kernel egress with --egress kernel)",
-		FlagSet:    fs,
-		Options:    []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
+		Name:        "gateway",
+		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload --state DIR",
+		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
+		FlagSet:     fs,
+		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr)},
+		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("gateway: unexpected arguments %q", args)
@@ -73,6 +76,9 @@ func newGatewayCmd(stderr io.Writer) *ffcli.Command {
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			hup, stopHup := hangupChannel()
+			defer stopHup()
+			cfg.Reload = hup
 			return gateway.Run(ctx, cfg)
 		},
 	}

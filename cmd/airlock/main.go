@@ -80,6 +80,7 @@ Airlock carries all network traffic of an unmodified batch job through one
 gateway in the site's DMZ, with no root on the compute node.
 
   airlock gateway --state DIR          run the gateway (admin)
+  airlock gateway reload --state DIR   reload its --config file (admin)
   airlock token create --state DIR     make a join token (admin)
   airlock run -- CMD [ARGS...]         run a job through the gateway
 
@@ -88,7 +89,7 @@ AIRLOCK_TOKEN from the environment.`),
 		FlagSet: rootFS,
 		Subcommands: []*ffcli.Command{
 			newRunCmd(stderr),
-			newGatewayCmd(stderr),
+			newGatewayCmd(stdout, stderr),
 			newTokenCmd(stdout, stderr),
 			newWhoisCmd(stdout, stderr),
 			{

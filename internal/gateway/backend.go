@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
@@ -40,6 +43,13 @@ type gateway struct {
 	// limiter enforces jobs' limits, nil if the forwarder cannot (and
 	// none are configured).
 	limiter forward.Limiter
+	// policer enforces the egress policy, nil if the forwarder cannot
+	// (and the policy is the built-in default).
+	policer forward.Policer
+	// conf is the config in force (config file or flags); reload
+	// replaces it, serialised by reloadMu.
+	conf     atomic.Pointer[config.Config]
+	reloadMu sync.Mutex
 }
 
 // owner is what a lease records about its holder.
@@ -78,6 +88,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	block := g.block(l)
 	exposures, err := g.planExposures(block, req.Expose)
+	if err == nil {
+		err = g.exposureAllowed(tok.Name, exposures)
+	}
 	if err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
 		g.log.Warn("join refused: bad --expose request", "addr", l.Addr, "expose", req.Expose, "err", err)
@@ -89,6 +102,14 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			g.jobs.RemoveJob(l.Addr)
 			g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
 			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
+		}
+	}
+	if g.policer != nil {
+		if err := g.policer.SetJobToken(l.Addr, tok.Name); err != nil {
+			_, _ = g.leases.Release(l.ID, secret)
+			g.removeJob(l)
+			g.log.Error("join refused: egress backend cannot scope the policy to the job's token", "addr", l.Addr, "err", err)
+			return control.Lease{}, fmt.Errorf("set the job's policy scope: %w", err)
 		}
 	}
 	limits, err := g.applyLimits(l.Addr, tok)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -89,8 +90,16 @@ type Config struct {
 	// kernel where it can be made, else the netstack, with a warning) or
 	// TCPStackNetstack ("" too: gVisor).
 	TCPStack string
-	// Limits are the jobs' bandwidth and flow limits.
+	// Limits are the jobs' bandwidth and flow limits from flags; they
+	// cannot be combined with ConfigFile.
 	Limits LimitsConfig
+	// ConfigFile, if set, is the config file (package config) with the
+	// policy, limits and exposure rules; it is validated before anything
+	// is opened and reloaded on Reload and the admin socket's reload.
+	ConfigFile string
+	// Reload, if set, makes the gateway reload ConfigFile on every value
+	// received (the command wires it to SIGHUP).
+	Reload <-chan struct{}
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
@@ -149,6 +158,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	log := cfg.Logger
+	conf, err := loadConfig(cfg)
+	if err != nil {
+		return err
+	}
 	if err := ensureStateDir(cfg.StateDir, log); err != nil {
 		return err
 	}
@@ -213,7 +226,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	jobs, _ := dev.(forward.Jobs)
 	exposer, _ := dev.(forward.Exposer)
-	limiter, err := setupLimits(cfg.Limits, dev)
+	limiter, err := setupLimits(conf.Limits, dev)
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	policer, err := applyPolicy(dev, conf)
 	if err != nil {
 		dev.Close()
 		return err
@@ -244,7 +262,9 @@ func Run(ctx context.Context, cfg Config) error {
 		exposer:    exposer,
 		exposeAddr: exposeAddr(eg, log),
 		limiter:    limiter,
+		policer:    policer,
 	}
+	g.conf.Store(conf)
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
 		Store:       st,
@@ -252,6 +272,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Certificate: cert,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
+	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
 	if err != nil {
 		return err
@@ -282,6 +303,13 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wgrp.Done()
 		g.pruneLoop(expireCtx, cfg.History)
 	}()
+	if cfg.Reload != nil {
+		wgrp.Add(1)
+		go func() {
+			defer wgrp.Done()
+			g.reloadLoop(expireCtx, cfg.Reload)
+		}()
+	}
 	if rc, ok := dev.(refusalCounter); ok {
 		wgrp.Add(1)
 		go func() {
@@ -299,9 +327,10 @@ func Run(ctx context.Context, cfg Config) error {
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "blocks", eg.plan.Blocks(), "per_job_blocks", jobs != nil,
-		"job_egress_rate", forward.FormatRate(cfg.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(cfg.Limits.Job.IngressBitsPerSec),
-		"job_max_flows", cfg.Limits.Job.MaxFlows, "job_new_flows_per_sec", cfg.Limits.Job.NewFlowsPerSec,
-		"egress_rate", forward.FormatRate(cfg.Limits.GlobalEgressBitsPerSec), "ingress_rate", forward.FormatRate(cfg.Limits.GlobalIngressBitsPerSec),
+		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
+		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
+		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
+		"egress_rate", forward.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", forward.FormatRate(conf.Limits.IngressBitsPerSec),
 		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
 	if cfg.Ready != nil {
 		cfg.Ready(info)

@@ -42,6 +42,12 @@ type remote struct {
 
 func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	t.Helper()
+	return startGatewayWith(t, nil, remotes...)
+}
+
+// startGatewayWith is startGateway with mod applied to the config.
+func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
+	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan Info, 1)
@@ -66,6 +72,9 @@ func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	}
 	if testing.Verbose() {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	go func() { done <- Run(ctx, cfg) }()
 	select {

@@ -3,15 +3,17 @@ package gateway
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
+	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
-// LimitsConfig are the gateway's traffic limits: the same per-job limits
-// for every job (or only the jobs of the listed tokens) and a global cap per
-// direction. The zero value limits nothing.
+// LimitsConfig are the traffic limits of the gateway's flags: the same
+// per-job limits for every job (or only the jobs of the listed tokens) and
+// a global cap per direction. The zero value limits nothing. A config file
+// (Config.ConfigFile) sets limits per token instead; the two cannot be
+// combined.
 type LimitsConfig struct {
 	// Job is applied to every job at join.
 	Job forward.Limits
@@ -28,18 +30,9 @@ func (c LimitsConfig) IsZero() bool {
 	return c.Job.IsZero() && c.GlobalEgressBitsPerSec == 0 && c.GlobalIngressBitsPerSec == 0
 }
 
-// jobLimits returns the limits of a job that joined with tok. It is the
-// one place that decides a job's limits.
-func (c LimitsConfig) jobLimits(tok store.Token) forward.Limits {
-	if len(c.Tokens) > 0 && !slices.Contains(c.Tokens, tok.Name) {
-		return forward.Limits{}
-	}
-	return c.Job
-}
-
 // setupLimits checks that the backend can enforce the configured limits
 // and sets the global ones.
-func setupLimits(c LimitsConfig, dev forward.Forwarder) (forward.Limiter, error) {
+func setupLimits(c config.Limits, dev forward.Forwarder) (forward.Limiter, error) {
 	if err := c.Job.Validate(); err != nil {
 		return nil, fmt.Errorf("job limits: %w", err)
 	}
@@ -50,16 +43,17 @@ func setupLimits(c LimitsConfig, dev forward.Forwarder) (forward.Limiter, error)
 		}
 		return nil, fmt.Errorf("the egress backend cannot enforce rate or flow limits")
 	}
-	if err := lim.SetGlobalLimits(c.GlobalEgressBitsPerSec, c.GlobalIngressBitsPerSec); err != nil {
+	if err := lim.SetGlobalLimits(c.EgressBitsPerSec, c.IngressBitsPerSec); err != nil {
 		return nil, fmt.Errorf("set global limits: %w", err)
 	}
 	return lim, nil
 }
 
-// applyLimits sets the limits of the job at addr, which joined with tok.
+// applyLimits sets the limits of the job at addr, which joined with tok,
+// from the config in force: the one place that decides a job's limits.
 // Jobs without limits are left alone.
 func (g *gateway) applyLimits(addr netip.Addr, tok store.Token) (forward.Limits, error) {
-	l := g.cfg.Limits.jobLimits(tok)
+	l := g.conf.Load().Limits.ForToken(tok.Name)
 	if g.limiter == nil || l.IsZero() {
 		return l, nil
 	}

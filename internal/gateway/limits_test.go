@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 func TestJobLimits(t *testing.T) {
@@ -22,7 +21,7 @@ func TestJobLimits(t *testing.T) {
 		{some, "atlas", forward.Limits{}},
 		{LimitsConfig{}, "cms", forward.Limits{}},
 	} {
-		if got := tt.c.jobLimits(store.Token{Name: tt.tok}); got != tt.want {
+		if got := tt.c.toConfig().ForToken(tt.tok); got != tt.want {
 			t.Errorf("%+v, token %s: got %+v, want %+v", tt.c, tt.tok, got, tt.want)
 		}
 	}

@@ -34,8 +34,9 @@
 //	    oifname TUN drop                                (nothing unsolicited)
 //	chain from_jobs    the safety floor, then accept
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
-//	    ip daddr 0/8, 127/8, 169.254/16, 224/4, 255.255.255.255: goto refuse
+//	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255: goto refuse
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
+//	    ct state ! established,related jump egress_policy   (policy_linux.go)
 //	    jump job_limits
 //	    ct state new add @conns { ip saddr . ip daddr . tcp/udp dport
 //	        ct count over BLOCK } counter goto refuse   (block exhausted for
@@ -47,11 +48,14 @@
 //	    ct state established,related accept
 //	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
 //	    ip daddr GW icmp type echo-request accept
+//	    jump host_policy                                (explicit allows of host addresses)
 //	    goto refuse
 //	chain job_limits   per job with flow limits (SetJobLimits), tagged:
 //	    ip saddr JOB ct state new ct count over N goto over_flows
 //	    ip saddr JOB ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
 //	chain over_flows, over_rate   counter goto refuse (read by LimitStats)
+//	chain egress_policy, host_policy, policy_deny   the compiled egress policy
+//	                   (see policy_linux.go)
 //	chain refuse       tcp: reject with tcp reset; else reject (icmpx port
 //	                   unreachable), so that jobs fail fast, not by timeout
 //	chain state        no hook; one rule whose user data remembers the

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -87,6 +88,14 @@ type Forwarder struct {
 	limitRules map[netip.Addr][]*nftables.Rule
 	// tc shapes bandwidth; nil until a bandwidth limit is first set.
 	tc *tcShaper
+	// tokens holds each job's token name (SetJobToken), for the scope
+	// sets of token-scoped policy rules.
+	tokens map[netip.Addr]string
+	// policy is the policy in force; policyGen numbers its scope sets;
+	// policyCarried holds the drop counts of replaced policy rules.
+	policy        *compiledPolicy
+	policyGen     int
+	policyCarried map[string]uint64
 
 	// tunName is the TUN's interface name.
 	tunName string
@@ -125,8 +134,10 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
 		exposed: make(map[netip.Addr][]*nftables.Rule),
 
-		limitRules: make(map[netip.Addr][]*nftables.Rule),
-		tunName:    cfg.Name,
+		limitRules:    make(map[netip.Addr][]*nftables.Rule),
+		tokens:        make(map[netip.Addr]string),
+		policyCarried: make(map[string]uint64),
+		tunName:       cfg.Name,
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
@@ -273,6 +284,15 @@ func (f *Forwarder) program(oldIPForward string) error {
 	}
 	add(overFlows, overRules())
 	add(overRate, overRules())
+	pol, polHost, polDeny := policyChains(t)
+	for _, c := range []*nftables.Chain{polDeny, pol, polHost} {
+		f.nft.AddChain(c)
+	}
+	add(polDeny, policyDenyRules())
+	f.policy = f.rules.compilePolicy(t, &policy.Policy{}, 0)
+	if err := f.queuePolicyLocked(t, f.policy); err != nil {
+		return err
+	}
 	for _, e := range f.rules.fromJobsRules() {
 		r := &nftables.Rule{Table: t, Chain: fromJobs, Exprs: e}
 		if isBlockLimit(e) {
@@ -352,6 +372,7 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 		f.log.Error("kernel egress: delete snat rules", "job", addr, "err", err)
 	}
 	f.removeLimitsLocked(addr)
+	f.forgetTokenLocked(addr)
 	f.flushConntrack(addr)
 }
 

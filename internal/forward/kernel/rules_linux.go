@@ -41,11 +41,11 @@ const (
 )
 
 // floor lists destinations no job may reach, whatever the policy: this
-// network, loopback, link-local (cloud metadata), multicast, broadcast.
+// network, loopback, multicast, broadcast (policy.IsFloor). Link-local
+// and private ranges are the policy's (policy_linux.go).
 var floor = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("169.254.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("255.255.255.255/32"),
 }
@@ -171,6 +171,16 @@ func ctState(bits uint32) []expr.Any {
 	}
 }
 
+// ctStateNone matches if the conntrack state has none of bits.
+func ctStateNone(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+	}
+}
+
 // ipsDstNAT is the conntrack status bit IPS_DST_NAT: the connection was
 // destination-NATed (an exposure's DNAT rule matched its first packet).
 const ipsDstNAT = 1 << 5
@@ -257,6 +267,9 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
+	// The policy decides new flows; established ones (and their related
+	// ICMP errors) keep going when a reload changes it.
+	rules = append(rules, cat(ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainPolicy)}))
 	rules = append(rules, []expr.Any{jump(chainLimits)})
 	rules = append(rules, r.blockLimitRules()...)
 	return append(rules, []expr.Any{verdict(expr.VerdictAccept)})
@@ -268,7 +281,8 @@ func (r ruleset) inputRules() [][]expr.Any {
 }
 
 // toHostRules decide what a job may send to the gateway host itself: DNS
-// and ping to the gateway's tunnel address, nothing else.
+// and ping to the gateway's tunnel address, and what the policy allows
+// explicitly (host_policy; never the tunnel address).
 func (r ruleset) toHostRules() [][]expr.Any {
 	gw := netip.PrefixFrom(r.addr.Addr(), 32)
 	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
@@ -281,6 +295,7 @@ func (r ruleset) toHostRules() [][]expr.Any {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
 		}, accept),
+		{jump(chainPolicyHost)},
 		{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}},
 	}
 }

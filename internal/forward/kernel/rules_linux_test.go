@@ -126,7 +126,7 @@ func TestJobRules(t *testing.T) {
 func TestFilterRules(t *testing.T) {
 	// Every floor prefix is dropped, and the chain ends with accept.
 	fj := testRules.fromJobsRules()
-	if got, want := len(fj), 2+len(floor)+3+1+1; got != want {
+	if got, want := len(fj), 2+len(floor)+3+1+1+1; got != want {
 		t.Errorf("from_jobs rules: got %d, want %d", got, want)
 	}
 	if v, ok := fj[len(fj)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictAccept {
@@ -135,7 +135,12 @@ func TestFilterRules(t *testing.T) {
 	if v, ok := fj[len(fj)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainLimits {
 		t.Errorf("from_jobs rule before accept is %v, want jump %s", fj[len(fj)-2], chainLimits)
 	}
-	for _, r := range fj[:len(fj)-2] {
+	if r := fj[len(fj)-3]; len(r) == 0 {
+		t.Error("empty from_jobs rule")
+	} else if v, ok := r[len(r)-1].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicy {
+		t.Errorf("from_jobs rule before the limits is %v, want jump %s", fj[len(fj)-3], chainPolicy)
+	}
+	for _, r := range fj[:len(fj)-3] {
 		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || !(v.Kind == expr.VerdictDrop || v.Kind == expr.VerdictGoto && v.Chain == chainRefuse) {
 			t.Errorf("from_jobs rule %v neither drops nor refuses", r)
 		}
@@ -146,7 +151,10 @@ func TestFilterRules(t *testing.T) {
 		t.Errorf("to_host ends with %v, want goto refuse", th[len(th)-1])
 	}
 	gw := testRules.addr.Addr().As4()
-	for _, r := range th[1 : len(th)-1] {
+	if v, ok := th[len(th)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicyHost {
+		t.Errorf("to_host rule before the last is %v, want jump %s", th[len(th)-2], chainPolicyHost)
+	}
+	for _, r := range th[1 : len(th)-2] {
 		found := false
 		for _, e := range r {
 			if c, ok := e.(*expr.Cmp); ok && string(c.Data) == string(gw[:]) {

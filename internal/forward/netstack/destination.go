@@ -10,12 +10,14 @@ const dnsPort = 53
 
 // allowedDestination reports whether a job may reach dst:port through the
 // host, returning an error wrapping ErrDestinationDenied if not. It is the
-// gateway's fixed safety floor; configurable policy comes on top of it.
+// gateway's fixed safety floor; the policy (checkFlow) comes on top of it
+// and also denies link-local and private destinations and the host's own
+// addresses unless a rule names them.
 //
 // Denied: loopback (127/8, ::1, and their IPv4-mapped forms), unspecified
 // and "this network" (0/8, ::), multicast (including link-local multicast),
-// the limited broadcast address, link-local unicast (169.254/16 with cloud
-// metadata, fe80::/10), and the tunnel address self on any port except DNS.
+// the limited broadcast address, and the tunnel address self on any port
+// except DNS.
 func allowedDestination(self netip.Addr, dst netip.Addr, port uint16) error {
 	a := dst.Unmap()
 	var why string
@@ -30,8 +32,6 @@ func allowedDestination(self netip.Addr, dst netip.Addr, port uint16) error {
 		why = "multicast"
 	case a.Is4() && a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		why = "broadcast"
-	case a.IsLinkLocalUnicast():
-		why = "link-local"
 	case a == self.Unmap() && port != dnsPort:
 		why = "gateway tunnel address"
 	default:

@@ -35,8 +35,8 @@ func TestAllowedDestination(t *testing.T) {
 		{"ff02::fb", 5353, false},
 		{"ff01::1", 1, false},
 		{"255.255.255.255", 67, false},
-		{"169.254.169.254", 80, false},
-		{"fe80::1", 80, false},
+		{"169.254.169.254", 80, true}, // policy: builtin-link-local
+		{"fe80::1", 80, true},
 	}
 	for _, tt := range tests {
 		err := allowedDestination(self, netip.MustParseAddr(tt.dst), tt.port)

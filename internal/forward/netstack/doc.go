@@ -16,7 +16,7 @@
 // into MTU-sized packets (GSO); neither allocates per packet.
 //
 // TCP: the stack's TCP forwarder hands each new SYN to handleTCP in its own
-// goroutine. The destination is checked by allowedDestination; then the real
+// goroutine. The flow is checked by checkFlow (floor and policy); then the real
 // destination is dialled from the host first. Only if that succeeds is the
 // job's handshake completed; otherwise the job gets a RST, so it sees
 // "connection refused" at once rather than a hang. The two connections are then
@@ -38,6 +38,13 @@
 // tunnel address itself (other than DNS), or multicast/broadcast addresses;
 // see allowedDestination. gVisor additionally drops packets with loopback
 // source or destination addresses on the NIC.
+//
+// Policy (policy.go): on top of that floor, every new TCP connection, UDP
+// flow and ICMP echo flow is decided by the site's policy (SetPolicy, rules
+// of package policy, with the job's token from SetJobToken and whether the
+// destination is one of the host's own addresses) before anything is
+// dialled: a denied SYN gets a RST, denied datagrams and echo requests are
+// dropped, and each denial is counted under its rule (PolicyDrops).
 //
 // ICMP echo: the netstack answers echo requests to the tunnel address.
 // IPv4 echo requests to other destinations never enter the netstack (it

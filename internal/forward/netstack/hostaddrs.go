@@ -56,15 +56,3 @@ func (h *hostAddrs) contains(a netip.Addr, now time.Time) bool {
 	_, ok := h.set[a.Unmap()]
 	return ok
 }
-
-// checkDestination applies the fixed safety floor (allowedDestination) and
-// refuses the gateway host's own addresses.
-func (s *Stack) checkDestination(dst netip.AddrPort) error {
-	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
-		return err
-	}
-	if s.host.contains(dst.Addr(), time.Now()) {
-		return fmt.Errorf("%s (the gateway host's own address): %w", dst, ErrDestinationDenied)
-	}
-	return nil
-}

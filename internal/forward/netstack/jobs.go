@@ -58,11 +58,12 @@ func (s *Stack) AddJob(addr netip.Addr, block portblock.Range) error {
 // RemoveJob implements forward.Jobs. The job's ICMP echo flows are closed;
 // its TCP and UDP flows already open keep running until they end (the
 // WireGuard peer is gone, so they end soon), still under the job's
-// bandwidth limits. Its limits are forgotten.
+// bandwidth limits. Its limits and token are forgotten.
 func (s *Stack) RemoveJob(addr netip.Addr) {
 	s.jobs.remove(addr.Unmap())
 	s.limits.remove(addr.Unmap())
 	s.pings.removeJob(addr.Unmap())
+	s.pol.forget(addr.Unmap())
 }
 
 // dial opens the host socket for a job's flow from src to dst: through the

@@ -6,7 +6,7 @@ package netstack
 // destinations other than the tunnel address never enter the netstack
 // (echo to the tunnel address itself is answered by the netstack's IPv4
 // layer). Stack.Write's admit path hands them to pingTable.relay instead,
-// which checks the destination like a TCP or UDP flow (checkDestination)
+// which checks the destination like a TCP or UDP flow (checkFlow)
 // and sends the ICMP message through an unprivileged ICMP "ping" socket of
 // the gateway host (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)). Linux
 // allows those only to users whose group is inside
@@ -44,6 +44,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 const (
@@ -137,7 +139,7 @@ func (t *pingTable) relay(pkt []byte, ihl int) {
 	}
 	srcA, dstA := h.SourceAddress().As4(), h.DestinationAddress().As4()
 	src, dst := netip.AddrFrom4(srcA), netip.AddrFrom4(dstA)
-	if err := s.checkDestination(netip.AddrPortFrom(dst, 0)); err != nil {
+	if err := s.checkFlow(src, policy.ProtoICMP, netip.AddrPortFrom(dst, 0)); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("icmp echo denied", "src", src, "dst", dst, "err", err)

@@ -92,6 +92,7 @@ type Stack struct {
 	limits  limitTable   // jobs' and global limits (limits.go)
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
+	pol     policyState  // egress policy, jobs' tokens, drop counters (policy.go)
 	ktcp    *kernelTCP   // nil unless Config.KernelTCP (kerneltcp_linux.go)
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.
@@ -176,8 +177,8 @@ func New(cfg Config) (*Stack, error) {
 		s.ktcp.start()
 	}
 	s.events <- tun.EventUp
-	s.log.Info("netstack egress started", "addr", cfg.Addr, "mtu", cfg.MTU, "dns_upstreams", cfg.DNSUpstreams,
-		"tcp", s.tcpStackName())
+	s.log.Info("netstack egress started", "tcp", s.tcpStackName(), "addr", cfg.Addr, "mtu", cfg.MTU,
+		"dns_upstreams", cfg.DNSUpstreams)
 	return s, nil
 }
 

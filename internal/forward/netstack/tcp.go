@@ -13,6 +13,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 const (
@@ -83,7 +85,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 // otherwise it returns the host connection and the job's limits (nil:
 // none), which serveTCP releases.
 func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
-	if err := s.checkDestination(dst); err != nil {
+	if err := s.checkFlow(src.Addr(), policy.ProtoTCP, dst); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)

@@ -12,6 +12,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // dnsUDPIdleTimeout caps the idle timeout of UDP flows to port 53.
@@ -26,7 +28,7 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := s.checkDestination(dst); err != nil {
+	if err := s.checkFlow(src.Addr(), policy.ProtoUDP, dst); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("udp datagram denied", "src", src, "dst", dst, "err", err)

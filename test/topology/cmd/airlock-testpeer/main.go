@@ -33,6 +33,7 @@
 //	                         (see nouserns.go)
 //	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
 //	tcpecho, tcpflows, tcpburst   see flows.go
+//	rawsyn IFACE DST:PORT WAIT   see rawsyn_linux.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
@@ -134,6 +135,12 @@ func main() {
 			usage()
 		}
 		err = offloadsOff(args)
+	case "rawsyn":
+		need(args, 3)
+		var wait time.Duration
+		if wait, err = time.ParseDuration(args[2]); err == nil {
+			err = rawSYN(args[0], args[1], wait)
+		}
 	case "jobserve":
 		need(args, 3)
 		var secs int

@@ -1,0 +1,420 @@
+package kernel
+
+// Policy in kernel mode. Theory of operation:
+//
+// The site's egress policy (package policy) is compiled into two chains
+// that the fixed rules jump to:
+//
+//	chain egress_policy from from_jobs (forwarded traffic), after the floor,
+//	                    for packets of no established flow (ct state):
+//	    per policy rule, in order, per IPv4 prefix (and per protocol when
+//	    ports are given for "any": tcp and udp):
+//	      [ip saddr @scopeG_I] [meta l4proto P] [th dport LO-HI] ip daddr PFX
+//	      [ip daddr != PROTECTED ...]      (allow rules that do not name
+//	                                        a protected range inside PFX)
+//	      allow: return                     deny: counter goto policy_deny
+//	    ip daddr 169.254.0.0/16 counter goto policy_deny      builtin-link-local
+//	    ip daddr 10/8, 172.16/12, 192.168/16 counter goto policy_deny  builtin-private
+//	    counter goto policy_deny                               default (if deny)
+//	chain host_policy   from to_host (traffic to the gateway host's own
+//	                    addresses), after DNS and ping to the tunnel address:
+//	    ip daddr GW return                 (to_host refuses it)
+//	    the deny rules as above; allow rules only with a single address
+//	    (/32), as accept
+//	    counter goto policy_deny                               builtin-host
+//	chain policy_deny   tcp: reject with tcp reset; else drop
+//
+// Deny rules carry a counter and the user data "airlock policy NAME", so
+// PolicyDrops sums them by rule name. Token-scoped rules match the source
+// against a set per rule (scopeG_I, generation G, rule I) holding the
+// addresses of the jobs whose token the rule names; SetJobToken and
+// RemoveJob add and delete elements.
+//
+// SetPolicy replaces both chains' rules and the scope sets in one netlink
+// batch, which nf_tables applies as one transaction: packets see the old
+// rules or the new ones, never a mix. The old sets are deleted in a second
+// batch. The counters of the old rules are added to a carried-over total
+// first, so counts do not go down.
+//
+// IPv6 prefixes are skipped: kernel mode forwards IPv4 only (from_jobs
+// drops everything else).
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/policy"
+)
+
+var _ forward.Policer = (*Forwarder)(nil)
+
+// Names of the policy chains and tags.
+const (
+	chainPolicy     = "egress_policy"
+	chainPolicyHost = "host_policy"
+	chainPolicyDeny = "policy_deny"
+	policyTagPrefix = "airlock policy "
+)
+
+// policyChains returns the policy chains.
+func policyChains(t *nftables.Table) (pol, host, deny *nftables.Chain) {
+	return &nftables.Chain{Name: chainPolicy, Table: t},
+		&nftables.Chain{Name: chainPolicyHost, Table: t},
+		&nftables.Chain{Name: chainPolicyDeny, Table: t}
+}
+
+// policyDenyRules reset denied TCP and drop the rest, as user mode does.
+func policyDenyRules() [][]expr.Any {
+	return [][]expr.Any{
+		cat(l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
+		{verdict(expr.VerdictDrop)},
+	}
+}
+
+// policyRule is one nftables rule of a compiled policy.
+type policyRule struct {
+	// tag names the policy rule it counts for ("" for allow rules, which
+	// count nothing).
+	tag   string
+	exprs []expr.Any
+}
+
+// scopeSet is the set of the job addresses a token-scoped rule applies to.
+type scopeSet struct {
+	set    *nftables.Set
+	tokens []string
+}
+
+// compiledPolicy is a policy turned into rules of the egress_policy and
+// host_policy chains.
+type compiledPolicy struct {
+	pol        *policy.Policy
+	main, host []policyRule
+	// scopes holds the set of each token-scoped rule, by rule index.
+	scopes map[int]*scopeSet
+}
+
+// compilePolicy builds the rules of p for table t; sets are named with
+// generation gen. It touches no kernel state.
+func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *compiledPolicy {
+	c := &compiledPolicy{pol: p, scopes: map[int]*scopeSet{}}
+	denyTo := func() []expr.Any {
+		return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainPolicyDeny}}
+	}
+	c.host = append(c.host, policyRule{exprs: cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
+		ip4(false, expr.CmpOpEq, netip.PrefixFrom(r.addr.Addr(), 32)), []expr.Any{verdict(expr.VerdictReturn)})})
+	for i, rule := range p.Rules {
+		var scope []expr.Any
+		if len(rule.Tokens) > 0 {
+			s := &scopeSet{tokens: rule.Tokens, set: &nftables.Set{
+				Table: t, Name: fmt.Sprintf("scope%d_%d", gen, i), KeyType: nftables.TypeIPAddr,
+			}}
+			c.scopes[i] = s
+			scope = []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
+				&expr.Lookup{SourceRegister: 1, SetName: s.set.Name},
+			}
+		}
+		var prefixes []netip.Prefix
+		if len(rule.To) == 0 {
+			prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+		}
+		for _, pf := range rule.To {
+			if pf.Addr().Is4() {
+				prefixes = append(prefixes, pf)
+			}
+		}
+		for _, pm := range protoMatches(rule) {
+			for _, pf := range prefixes {
+				base := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), scope, pm)
+				if pf.Bits() > 0 {
+					base = cat(base, ip4(false, expr.CmpOpEq, pf))
+				}
+				if rule.Action == policy.Deny {
+					e := cat(base, denyTo())
+					c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
+					c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
+					continue
+				}
+				main := base
+				for _, prot := range protectedV4() {
+					if pf.Bits() < prot.Bits() && pf.Contains(prot.Addr()) {
+						main = cat(main, ip4(false, expr.CmpOpNeq, prot))
+					}
+				}
+				c.main = append(c.main, policyRule{exprs: cat(main, []expr.Any{verdict(expr.VerdictReturn)})})
+				if pf.Bits() == 32 {
+					c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
+				}
+			}
+		}
+	}
+	v4 := nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4)
+	for _, pf := range policy.LinkLocal {
+		if pf.Addr().Is4() {
+			c.main = append(c.main, policyRule{tag: policy.RuleLinkLocal, exprs: cat(v4, ip4(false, expr.CmpOpEq, pf), denyTo())})
+		}
+	}
+	for _, pf := range policy.Private {
+		if pf.Addr().Is4() {
+			c.main = append(c.main, policyRule{tag: policy.RulePrivate, exprs: cat(v4, ip4(false, expr.CmpOpEq, pf), denyTo())})
+		}
+	}
+	if p.Default == policy.Deny {
+		c.main = append(c.main, policyRule{tag: policy.RuleDefault, exprs: denyTo()})
+	}
+	c.host = append(c.host, policyRule{tag: policy.RuleHost, exprs: denyTo()})
+	return c
+}
+
+// protectedV4 lists the IPv4 ranges that only an explicit allow opens.
+func protectedV4() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range append(append([]netip.Prefix{}, policy.LinkLocal...), policy.Private...) {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// protoMatches returns the protocol and port matches of a rule: one
+// alternative per nftables rule.
+func protoMatches(r policy.Rule) [][]expr.Any {
+	protos := map[policy.Proto]byte{policy.ProtoTCP: unix.IPPROTO_TCP, policy.ProtoUDP: unix.IPPROTO_UDP, policy.ProtoICMP: unix.IPPROTO_ICMP}
+	if len(r.Ports) == 0 {
+		if r.Proto == policy.ProtoAny {
+			return [][]expr.Any{nil}
+		}
+		return [][]expr.Any{l4proto(protos[r.Proto])}
+	}
+	var ps []byte
+	if r.Proto == policy.ProtoAny {
+		ps = []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP}
+	} else {
+		ps = []byte{protos[r.Proto]}
+	}
+	var out [][]expr.Any
+	for _, p := range ps {
+		for _, pr := range r.Ports {
+			out = append(out, cat(l4proto(p), dportRange(pr)))
+		}
+	}
+	return out
+}
+
+// dportRange matches the transport destination port against a range.
+func dportRange(pr policy.PortRange) []expr.Any {
+	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	if pr.Lo == pr.Hi {
+		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(pr.Lo)}}
+	}
+	return []expr.Any{load, &expr.Range{Op: expr.CmpOpEq, Register: 1,
+		FromData: binaryutil.BigEndian.PutUint16(pr.Lo), ToData: binaryutil.BigEndian.PutUint16(pr.Hi)}}
+}
+
+// policyTag is the user data of a counted policy rule.
+func policyTag(name string) []byte { return []byte(policyTagPrefix + name) }
+
+// queuePolicyLocked adds c's sets (with the current jobs of their tokens)
+// and rules to the pending batch.
+func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) error {
+	pol, host, _ := policyChains(t)
+	for _, s := range c.scopes {
+		var els []nftables.SetElement
+		for job, tok := range f.tokens {
+			if containsString(s.tokens, tok) {
+				a := job.As4()
+				els = append(els, nftables.SetElement{Key: a[:]})
+			}
+		}
+		if err := f.nft.AddSet(s.set, els); err != nil {
+			return fmt.Errorf("kernel egress: add set %s: %w", s.set.Name, err)
+		}
+	}
+	add := func(ch *nftables.Chain, rules []policyRule) {
+		for _, r := range rules {
+			ex := make([]expr.Any, len(r.exprs))
+			copy(ex, r.exprs)
+			for i, e := range ex { // point lookups at this batch's sets
+				if l, ok := e.(*expr.Lookup); ok {
+					for _, s := range c.scopes {
+						if s.set.Name == l.SetName {
+							ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: s.set.Name, SetID: s.set.ID}
+						}
+					}
+				}
+			}
+			nr := &nftables.Rule{Table: t, Chain: ch, Exprs: ex}
+			if r.tag != "" {
+				nr.UserData = policyTag(r.tag)
+			}
+			f.nft.AddRule(nr)
+		}
+	}
+	add(pol, c.main)
+	add(host, c.host)
+	return nil
+}
+
+// SetPolicy implements forward.Policer: it replaces the policy chains'
+// rules and scope sets atomically.
+func (f *Forwarder) SetPolicy(p *policy.Policy) error {
+	if p == nil {
+		p = &policy.Policy{}
+	}
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("kernel egress: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("kernel egress: closed")
+	}
+	t := table()
+	counts, err := f.policyCountsLocked()
+	if err != nil {
+		return err
+	}
+	f.policyGen++
+	c := f.rules.compilePolicy(t, p, f.policyGen)
+	pol, host, _ := policyChains(t)
+	f.nft.FlushChain(pol)
+	f.nft.FlushChain(host)
+	if err := f.queuePolicyLocked(t, c); err != nil {
+		return err
+	}
+	if err := f.nft.Flush(); err != nil {
+		return fmt.Errorf("kernel egress: program policy: %w", err)
+	}
+	for k, v := range counts {
+		f.policyCarried[k] = v
+	}
+	old := f.policy
+	f.policy = c
+	if old != nil && len(old.scopes) > 0 {
+		for _, s := range old.scopes {
+			f.nft.DelSet(s.set)
+		}
+		if err := f.nft.Flush(); err != nil {
+			f.log.Warn("kernel egress: cannot delete the old policy's scope sets", "err", err)
+		}
+	}
+	return nil
+}
+
+// SetJobToken implements forward.Policer: it adds the job to the scope sets
+// of the rules that name its token.
+func (f *Forwarder) SetJobToken(job netip.Addr, token string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("kernel egress: closed")
+	}
+	if _, ok := f.jobs[job]; !ok {
+		return fmt.Errorf("kernel egress: set token of %v: %w", job, forward.ErrUnknownJob)
+	}
+	f.scopeElementsLocked(job, false)
+	f.tokens[job] = token
+	if n := f.scopeElementsLocked(job, true); n == 0 {
+		return nil
+	}
+	if err := f.nft.Flush(); err != nil {
+		return fmt.Errorf("kernel egress: add %v to the policy's token sets: %w", job, err)
+	}
+	return nil
+}
+
+// scopeElementsLocked queues adding (or deleting) the job to (from) the
+// scope sets of its token and returns how many it queued.
+func (f *Forwarder) scopeElementsLocked(job netip.Addr, add bool) int {
+	tok, ok := f.tokens[job]
+	if !ok || f.policy == nil {
+		return 0
+	}
+	a := job.As4()
+	el := []nftables.SetElement{{Key: a[:]}}
+	n := 0
+	for _, s := range f.policy.scopes {
+		if !containsString(s.tokens, tok) {
+			continue
+		}
+		var err error
+		if add {
+			err = f.nft.SetAddElements(s.set, el)
+		} else {
+			err = f.nft.SetDeleteElements(s.set, el)
+		}
+		if err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// forgetTokenLocked removes the job from the scope sets (RemoveJob).
+func (f *Forwarder) forgetTokenLocked(job netip.Addr) {
+	if n := f.scopeElementsLocked(job, false); n > 0 {
+		if err := f.nft.Flush(); err != nil {
+			f.log.Error("kernel egress: delete the job from the policy's token sets", "job", job, "err", err)
+		}
+	}
+	delete(f.tokens, job)
+}
+
+// policyCountsLocked returns the carried-over counts plus the counters of
+// the current policy rules, by rule name.
+func (f *Forwarder) policyCountsLocked() (map[string]uint64, error) {
+	out := make(map[string]uint64, len(f.policyCarried))
+	for k, v := range f.policyCarried {
+		out[k] = v
+	}
+	t := table()
+	pol, host, _ := policyChains(t)
+	for _, ch := range []*nftables.Chain{pol, host} {
+		rules, err := f.nft.GetRules(t, ch)
+		if err != nil {
+			return nil, fmt.Errorf("kernel egress: list %s rules: %w", ch.Name, err)
+		}
+		for _, r := range rules {
+			name, ok := strings.CutPrefix(string(r.UserData), policyTagPrefix)
+			if !ok {
+				continue
+			}
+			for _, x := range r.Exprs {
+				if ctr, ok := x.(*expr.Counter); ok {
+					out[name] += ctr.Packets
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// PolicyDrops implements forward.Policer, from the rules' nftables
+// counters.
+func (f *Forwarder) PolicyDrops() (map[string]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errors.New("kernel egress: closed")
+	}
+	return f.policyCountsLocked()
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,112 @@
+package kernel
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
+
+func testPolicy() *policy.Policy {
+	return &policy.Policy{Default: policy.Deny, Rules: []policy.Rule{
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 587}}},
+		{Name: "lab", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Tokens: []string{"lab"}},
+		{Name: "web", Action: policy.Allow, Proto: policy.ProtoAny, Ports: []policy.PortRange{{Lo: 443, Hi: 443}}},
+		{Name: "host-web", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}},
+		{Name: "v6", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}},
+	}}
+}
+
+// TestCompilePolicy checks the shape of the compiled rules without
+// privileges.
+func TestCompilePolicy(t *testing.T) {
+	c := testRules.compilePolicy(table(), testPolicy(), 1)
+	tags := map[string]int{}
+	for _, r := range c.main {
+		tags[r.tag]++
+	}
+	// no-smtp: 2 port matches; lab: 1 (scoped); web: tcp+udp; host-web: 1;
+	// v6: none; then 1 link-local, 3 private, default.
+	if len(c.main) != 2+1+2+1+1+3+1 {
+		t.Errorf("policy chain: %d rules, want 11", len(c.main))
+	}
+	if tags["no-smtp"] != 2 || tags[policy.RuleLinkLocal] != 1 || tags[policy.RulePrivate] != 3 || tags[policy.RuleDefault] != 1 {
+		t.Errorf("counted tags %v", tags)
+	}
+	if s, ok := c.scopes[1]; !ok || s.set.Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
+		t.Errorf("scopes %+v, want one set scope1_1 for rule 2", c.scopes)
+	}
+	// host_policy: the tunnel address return, the deny rules, the /32
+	// allow, builtin-host.
+	if len(c.host) != 1+2+1+1 || c.host[len(c.host)-1].tag != policy.RuleHost {
+		t.Errorf("host_policy: %d rules, want 5 ending with %s", len(c.host), policy.RuleHost)
+	}
+}
+
+// TestPolicyRules programs a policy in a fresh network namespace and checks
+// the table, the token sets and an atomic replacement.
+func TestPolicyRules(t *testing.T) {
+	if !inFreshNetns(t) {
+		return
+	}
+	setupNetns(t, "0")
+	f := newTestForwarder(t)
+	defer f.Close()
+	job, other := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
+	for _, j := range []netip.Addr{job, other} {
+		if err := f.AddJob(j, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.SetJobToken(job, "lab"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetPolicy(testPolicy()); err != nil {
+		t.Fatalf("SetPolicy: %v", err)
+	}
+	if err := f.SetJobToken(other, "other"); err != nil {
+		t.Fatal(err)
+	}
+	out := nftList(t)
+	if out == "" {
+		t.Skip("nft not installed")
+	}
+	for _, want := range []string{
+		"tcp dport 25 counter packets 0 bytes 0 goto policy_deny",
+		"tcp dport 465-587 counter packets 0 bytes 0 goto policy_deny",
+		"ip saddr @scope1_1 ip daddr 10.1.0.0/16 return",
+		"udp dport 443 ip daddr != 169.254.0.0/16 ip daddr != 10.0.0.0/8 ip daddr != 172.16.0.0/12 ip daddr != 192.168.0.0/16 return",
+		"tcp dport 8080 ip daddr 203.0.113.1 accept",
+		"elements = { 100.64.0.2 }",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+			t.Errorf("nft list table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "100.64.0.3 }") || strings.Contains(out, ", 100.64.0.3") {
+		t.Errorf("job of another token is in a scope set:\n%s", out)
+	}
+	// Replace: the new policy's set holds the job, the old set is gone.
+	p := testPolicy()
+	p.Rules[1].Tokens = []string{"lab", "other"}
+	if err := f.SetPolicy(p); err != nil {
+		t.Fatalf("second SetPolicy: %v", err)
+	}
+	out = nftList(t)
+	if strings.Contains(out, "scope1_1") || !strings.Contains(out, "scope2_1") || !strings.Contains(out, "elements = { 100.64.0.2, 100.64.0.3 }") {
+		t.Errorf("after replacing the policy:\n%s", out)
+	}
+	f.RemoveJob(other)
+	if out = nftList(t); !strings.Contains(out, "elements = { 100.64.0.2 }") {
+		t.Errorf("removed job still in a scope set:\n%s", out)
+	}
+	drops, err := f.PolicyDrops()
+	if err != nil || len(drops) != 0 && drops["no-smtp"] != 0 {
+		t.Errorf("PolicyDrops = %v, %v; want no drops yet", drops, err)
+	}
+	if err := f.SetPolicy(&policy.Policy{Rules: []policy.Rule{{Name: "builtin-x"}}}); err == nil {
+		t.Error("SetPolicy accepted a reserved name")
+	}
+}

@@ -1,0 +1,185 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/config"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/policy"
+)
+
+// errNoConfigFile is returned by reload when the gateway runs without
+// --config.
+var errNoConfigFile = errors.New("this gateway runs without --config: there is no config file to reload; restart it with --config FILE")
+
+// loadConfig returns the config the gateway starts with: the file of
+// --config, validated completely, or one made from the limit flags. It
+// runs before anything is opened.
+func loadConfig(c Config) (*config.Config, error) {
+	if c.ConfigFile == "" {
+		cfg := config.Default()
+		cfg.Limits = c.Limits.toConfig()
+		return cfg, nil
+	}
+	if !c.Limits.IsZero() || len(c.Limits.Tokens) > 0 {
+		return nil, fmt.Errorf("--config %s and the limit flags (--job-egress-rate, --job-ingress-rate, --egress-rate, --ingress-rate, --job-max-flows, --job-new-flows-per-sec, --job-limits-tokens) cannot be combined: set the limits in the file's [limits] section (docs/config.md)", c.ConfigFile)
+	}
+	cfg, err := config.Load(c.ConfigFile)
+	if errors.Is(err, config.ErrAbsent) {
+		return nil, fmt.Errorf("--config: %w; write one (see docs/gateway.example.toml) or leave out --config", err)
+	}
+	return cfg, err
+}
+
+// toConfig turns the limit flags into config limits: the --job-* limits for
+// every job, or only for the jobs of the --job-limits-tokens tokens.
+func (c LimitsConfig) toConfig() config.Limits {
+	l := config.Limits{EgressBitsPerSec: c.GlobalEgressBitsPerSec, IngressBitsPerSec: c.GlobalIngressBitsPerSec}
+	if len(c.Tokens) == 0 {
+		l.Job = c.Job
+		return l
+	}
+	l.Tokens = make(map[string]forward.Limits, len(c.Tokens))
+	for _, t := range c.Tokens {
+		l.Tokens[t] = c.Job
+	}
+	return l
+}
+
+// applyPolicy hands cfg's policy to the backend; a backend that cannot
+// enforce policy (none today) is only acceptable with the built-in
+// defaults.
+func applyPolicy(dev forward.Forwarder, cfg *config.Config) (forward.Policer, error) {
+	p, ok := dev.(forward.Policer)
+	if !ok {
+		if len(cfg.Policy.Rules) > 0 || cfg.Policy.Default == policy.Deny {
+			return nil, errors.New("the egress backend cannot enforce policy rules")
+		}
+		return nil, nil
+	}
+	if err := p.SetPolicy(cfg.Policy); err != nil {
+		return nil, fmt.Errorf("set policy: %w", err)
+	}
+	return p, nil
+}
+
+// reload loads the config file again and puts it in force: the policy
+// for new flows, the global limits, and every running job's limits. On any
+// error the old config stays in force (a policy the backend took is put
+// back) and the error, naming file, line and key, is returned and logged.
+func (g *gateway) reload() (admin.ReloadResult, error) {
+	g.reloadMu.Lock()
+	defer g.reloadMu.Unlock()
+	res, err := g.reloadLocked()
+	if err != nil {
+		g.log.Error("config reload failed; the old config stays in force", "file", g.cfg.ConfigFile, "err", err)
+		return res, err
+	}
+	g.log.Info("config reloaded", "file", res.File, "rules", res.Rules, "default", res.Default,
+		"token_limits", res.TokenLimits, "jobs_relimited", res.Jobs, "expose_rules", res.ExposeRules)
+	return res, nil
+}
+
+func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
+	if g.cfg.ConfigFile == "" {
+		return admin.ReloadResult{}, errNoConfigFile
+	}
+	cfg, err := config.Load(g.cfg.ConfigFile)
+	if err != nil {
+		return admin.ReloadResult{}, err
+	}
+	old := g.conf.Load()
+	if g.limiter == nil && !cfg.Limits.IsZero() {
+		return admin.ReloadResult{}, errors.New("the egress backend cannot enforce rate or flow limits")
+	}
+	if g.policer == nil {
+		if len(cfg.Policy.Rules) > 0 || cfg.Policy.Default == policy.Deny {
+			return admin.ReloadResult{}, errors.New("the egress backend cannot enforce policy rules")
+		}
+	} else if err := g.policer.SetPolicy(cfg.Policy); err != nil {
+		return admin.ReloadResult{}, fmt.Errorf("apply the new policy: %w", err)
+	}
+	res := admin.ReloadResult{File: cfg.Path, Rules: len(cfg.Policy.Rules), Default: cfg.Policy.Default.String(),
+		TokenLimits: len(cfg.Limits.Tokens), ExposeRules: len(cfg.Exposure.Rules)}
+	if g.limiter != nil {
+		if err := g.limiter.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
+			if g.policer != nil {
+				_ = g.policer.SetPolicy(old.Policy)
+			}
+			return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
+		}
+	}
+	g.conf.Store(cfg)
+	if g.limiter != nil {
+		for _, l := range g.leases.Leases() {
+			o, _ := l.Owner.(owner)
+			lim := cfg.Limits.ForToken(o.Token)
+			if lim == old.Limits.ForToken(o.Token) {
+				continue
+			}
+			if err := g.limiter.SetJobLimits(l.Addr, lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
+				g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "addr", l.Addr, "err", err)
+				continue
+			}
+			res.Jobs++
+		}
+	}
+	return res, nil
+}
+
+// reloadLoop reloads on every value from c (SIGHUP) until ctx ends.
+func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c:
+			if g.cfg.ConfigFile == "" {
+				g.log.Warn("SIGHUP ignored: this gateway runs without --config, there is nothing to reload")
+				continue
+			}
+			_, _ = g.reload()
+		}
+	}
+}
+
+// handleReload is the admin endpoint POST /v1/reload.
+func (g *gateway) handleReload(w http.ResponseWriter, r *http.Request) {
+	res, err := g.reload()
+	status, body := http.StatusOK, any(res)
+	if err != nil {
+		status = http.StatusBadRequest
+		body = struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}{admin.CodeBadConfig, err.Error()}
+	}
+	b, _ := json.Marshal(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// exposureAllowed checks a join's --expose request against the config:
+// every port must be allowed for the job's token.
+func (g *gateway) exposureAllowed(token string, reqs []forward.Exposure) error {
+	ex := g.conf.Load().Exposure
+	for _, x := range reqs {
+		proto := policy.ProtoTCP
+		if x.Proto == "udp" {
+			proto = policy.ProtoUDP
+		}
+		if !ex.Allowed(token, proto, x.JobPort) {
+			return fmt.Errorf("%w %d/%s: the gateway's config does not allow jobs of token %q to expose it; ask the gateway's admin for an [[expose]] rule (docs/config.md)",
+				errNoExposure, x.JobPort, x.Proto, token)
+		}
+	}
+	return nil
+}

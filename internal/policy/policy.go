@@ -1,0 +1,346 @@
+// Package policy decides which of a job's flows may leave the gateway:
+// ordered allow/deny rules on destination prefix, protocol and port range,
+// optionally scoped to join token names, first match wins, then a default
+// verdict; under them, built-in protections of the gateway host, link-local
+// (cloud metadata) and private destinations that only an allow rule naming
+// the range explicitly can lift.
+//
+// # Theory of operation
+//
+// [Policy.Decide] evaluates one new flow ([Flow]) in this order:
+//
+//  1. The floor: loopback, unspecified, multicast and broadcast destinations
+//     are denied whatever the rules say (rule name [RuleFloor]). No backend
+//     can forward them: the kernel drops them as martians, and the user-mode
+//     gateway would reach its own loopback.
+//  2. The rules, in order; the first that matches decides. A deny rule
+//     matches every destination in its prefixes. An allow rule matches a
+//     protected destination only if it names the protected range
+//     explicitly: its prefix that holds the destination lies inside the
+//     protected range (10.1.0.0/16 names part of 10.0.0.0/8; 0.0.0.0/0
+//     does not), and for the gateway host's own addresses it is the single
+//     address (/32, /128).
+//  3. If no rule matched: a protected destination is denied by its
+//     built-in rule ([RuleHost], [RuleLinkLocal], [RulePrivate]); any other
+//     gets the default verdict ([RuleDefault]).
+//
+// A Policy is immutable once built and safe for concurrent use. Drop
+// counters live apart from it, in [Counters], keyed by rule name, so that a
+// reloaded policy keeps counting under the same names.
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Action is a rule's or the default verdict.
+type Action uint8
+
+// Actions.
+const (
+	Allow Action = iota
+	Deny
+)
+
+func (a Action) String() string {
+	if a == Deny {
+		return "deny"
+	}
+	return "allow"
+}
+
+// ParseAction parses "allow" or "deny".
+func ParseAction(s string) (Action, error) {
+	switch s {
+	case "allow":
+		return Allow, nil
+	case "deny":
+		return Deny, nil
+	}
+	return Allow, fmt.Errorf("action %q: want allow or deny", s)
+}
+
+// Proto is a rule's or a flow's protocol.
+type Proto uint8
+
+// Protocols. ProtoAny only appears in rules.
+const (
+	ProtoAny Proto = iota
+	ProtoTCP
+	ProtoUDP
+	ProtoICMP // ICMP and ICMPv6 (echo)
+)
+
+func (p Proto) String() string {
+	switch p {
+	case ProtoTCP:
+		return "tcp"
+	case ProtoUDP:
+		return "udp"
+	case ProtoICMP:
+		return "icmp"
+	}
+	return "any"
+}
+
+// ParseProto parses "tcp", "udp", "icmp" or "any" ("" is any).
+func ParseProto(s string) (Proto, error) {
+	switch s {
+	case "tcp":
+		return ProtoTCP, nil
+	case "udp":
+		return ProtoUDP, nil
+	case "icmp":
+		return ProtoICMP, nil
+	case "any", "":
+		return ProtoAny, nil
+	}
+	return ProtoAny, fmt.Errorf("protocol %q: want tcp, udp, icmp or any", s)
+}
+
+// PortRange is an inclusive range of ports, Lo <= Hi, Lo >= 1.
+type PortRange struct{ Lo, Hi uint16 }
+
+func (r PortRange) String() string {
+	if r.Lo == r.Hi {
+		return fmt.Sprint(r.Lo)
+	}
+	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
+}
+
+// Contains reports whether p is in r.
+func (r PortRange) Contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
+
+// Names of the built-in rules, as Verdict.Rule and in Counters.
+const (
+	RuleFloor     = "builtin-floor"      // loopback, unspecified, multicast, broadcast, the tunnel address
+	RuleHost      = "builtin-host"       // the gateway host's own addresses
+	RuleLinkLocal = "builtin-link-local" // 169.254.0.0/16 (169.254.169.254 metadata), fe80::/10
+	RulePrivate   = "builtin-private"    // RFC 1918, fc00::/7
+	RuleDefault   = "default"            // no rule matched
+)
+
+// Protected ranges: denied unless an allow rule names them.
+var (
+	LinkLocal = []netip.Prefix{
+		netip.MustParsePrefix("169.254.0.0/16"),
+		netip.MustParsePrefix("fe80::/10"),
+	}
+	Private = []netip.Prefix{
+		netip.MustParsePrefix("10.0.0.0/8"),
+		netip.MustParsePrefix("172.16.0.0/12"),
+		netip.MustParsePrefix("192.168.0.0/16"),
+		netip.MustParsePrefix("fc00::/7"),
+	}
+)
+
+// Rule is one allow or deny rule. The zero value of each match field
+// matches everything: no To means every destination, ProtoAny every
+// protocol, no Ports every port, no Tokens every token.
+type Rule struct {
+	// Name identifies the rule in logs and counters; unique in a Policy.
+	Name   string
+	Action Action
+	// To are destination prefixes (IPv4 or IPv6), masked.
+	To []netip.Prefix
+	// Proto restricts the rule to one protocol.
+	Proto Proto
+	// Ports restricts the rule to TCP and UDP flows to these destination
+	// ports (Proto must not be ProtoICMP).
+	Ports []PortRange
+	// Tokens restricts the rule to jobs that joined with these token
+	// names.
+	Tokens []string
+}
+
+// Policy is an ordered rule list with a default verdict. Build it, call
+// Validate, then treat it as immutable. The zero value allows every flow
+// that no built-in protection denies.
+type Policy struct {
+	Default Action
+	Rules   []Rule
+}
+
+// Flow is what Decide needs to know about a new flow.
+type Flow struct {
+	// Token is the name of the token the job joined with.
+	Token string
+	Proto Proto // TCP, UDP or ICMP
+	Dst   netip.Addr
+	// Port is the destination port (0 for ICMP).
+	Port uint16
+	// Host reports that Dst is one of the gateway host's own addresses.
+	Host bool
+}
+
+// Verdict is Decide's answer.
+type Verdict struct {
+	Action Action
+	// Rule names the rule that decided: a Rule's Name or one of the
+	// built-in names.
+	Rule string
+}
+
+// Validate checks p: names unique and not reserved, prefixes masked, port
+// ranges sane, no ports with ICMP.
+func (p *Policy) Validate() error {
+	seen := map[string]bool{}
+	for i, r := range p.Rules {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("rule %d (%s): %w", i+1, r.Name, err)
+		}
+		if seen[r.Name] {
+			return fmt.Errorf("rule %d: name %q used twice", i+1, r.Name)
+		}
+		seen[r.Name] = true
+	}
+	return nil
+}
+
+func (r Rule) validate() error {
+	if err := ValidateName(r.Name); err != nil {
+		return err
+	}
+	for _, pf := range r.To {
+		if !pf.IsValid() || pf != pf.Masked() {
+			return fmt.Errorf("prefix %v: want a masked prefix such as %v", pf, pf.Masked())
+		}
+	}
+	if len(r.Ports) > 0 && r.Proto == ProtoICMP {
+		return fmt.Errorf("ports with protocol icmp: ICMP has no ports")
+	}
+	for _, pr := range r.Ports {
+		if pr.Lo == 0 || pr.Lo > pr.Hi {
+			return fmt.Errorf("port range %d-%d: want 1 <= LO <= HI <= 65535", pr.Lo, pr.Hi)
+		}
+	}
+	return nil
+}
+
+// ValidateName checks a rule name: 1-64 characters from a-z A-Z 0-9 . _ -,
+// not starting with "builtin" and not "default".
+func ValidateName(n string) error {
+	if n == "" || len(n) > 64 {
+		return fmt.Errorf("rule name %q: want 1 to 64 characters", n)
+	}
+	for _, c := range n {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("rule name %q: want characters from a-z A-Z 0-9 . _ -", n)
+		}
+	}
+	if strings.HasPrefix(n, "builtin") || n == RuleDefault {
+		return fmt.Errorf("rule name %q is reserved for built-in rules", n)
+	}
+	return nil
+}
+
+// IsFloor reports whether no policy may let a job reach a: loopback,
+// unspecified (and 0.0.0.0/8), multicast, the limited broadcast address.
+func IsFloor(a netip.Addr) bool {
+	a = a.Unmap()
+	return !a.IsValid() || a.IsLoopback() || a.IsUnspecified() || a.Is4() && a.As4()[0] == 0 ||
+		a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
+// Protected returns the built-in rule that protects a (RuleHost if host,
+// RuleLinkLocal, RulePrivate) and the protected prefix that holds it (for
+// RuleHost the single address), or "" if a is not protected.
+func Protected(a netip.Addr, host bool) (string, netip.Prefix) {
+	a = a.Unmap()
+	if host {
+		return RuleHost, netip.PrefixFrom(a, a.BitLen())
+	}
+	for _, p := range LinkLocal {
+		if p.Contains(a) {
+			return RuleLinkLocal, p
+		}
+	}
+	for _, p := range Private {
+		if p.Contains(a) {
+			return RulePrivate, p
+		}
+	}
+	return "", netip.Prefix{}
+}
+
+// Decide returns the verdict for a new flow. It allocates nothing.
+func (p *Policy) Decide(f Flow) Verdict {
+	dst := f.Dst.Unmap()
+	if IsFloor(dst) {
+		return Verdict{Deny, RuleFloor}
+	}
+	prot, prange := Protected(dst, f.Host)
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if !r.matchesFlow(f) {
+			continue
+		}
+		pf, ok := r.dstPrefix(dst)
+		if !ok {
+			continue
+		}
+		if r.Action == Deny {
+			return Verdict{Deny, r.Name}
+		}
+		if prot != "" && !(pf.Bits() >= prange.Bits() && prange.Contains(pf.Addr())) {
+			continue // allow that does not name the protected range
+		}
+		return Verdict{Allow, r.Name}
+	}
+	if prot != "" {
+		return Verdict{Deny, prot}
+	}
+	return Verdict{p.Default, RuleDefault}
+}
+
+// matchesFlow checks everything but the destination address.
+func (r *Rule) matchesFlow(f Flow) bool {
+	if r.Proto != ProtoAny && r.Proto != f.Proto {
+		return false
+	}
+	if len(r.Ports) > 0 {
+		if f.Proto != ProtoTCP && f.Proto != ProtoUDP {
+			return false
+		}
+		ok := false
+		for _, pr := range r.Ports {
+			if pr.Contains(f.Port) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	if len(r.Tokens) > 0 {
+		ok := false
+		for _, t := range r.Tokens {
+			if t == f.Token {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// dstPrefix returns the most specific of r's prefixes that holds dst; with
+// no prefixes every destination matches, as /0.
+func (r *Rule) dstPrefix(dst netip.Addr) (netip.Prefix, bool) {
+	if len(r.To) == 0 {
+		return netip.PrefixFrom(netip.IPv6Unspecified(), 0), true
+	}
+	best, ok := netip.Prefix{}, false
+	for _, pf := range r.To {
+		if pf.Contains(dst) && (!ok || pf.Bits() > best.Bits()) {
+			best, ok = pf, true
+		}
+	}
+	return best, ok
+}
