@@ -1,6 +1,9 @@
 // Package client implements `airlock run`: join the gateway, build the job's
 // namespace with a TUN, carry its packets over WireGuard, run the job, and
-// return its exit status, releasing everything on every path.
+// return its exit status, releasing everything on every path. Where the
+// node allows no namespace or TUN, the job runs in a fallback mode
+// (mode.go, fallback.go): seccomp, preload or proxy, through a user-space
+// stack on the same WireGuard tunnel.
 package client
 
 import (
