@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -37,6 +38,9 @@ func main() {
 	nsexec.Init()
 	// So does the gateway's private namespace child (--tcp-stack kernel).
 	usernet.Init()
+	// A re-executed seccomp shim installs the job's connect filter and
+	// execs the job; it never returns here either.
+	seccompnotify.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -24,6 +24,8 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&cfg.Token, "token", "", "join token (env AIRLOCK_TOKEN)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
 	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
+	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
+	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
 	return &ffcli.Command{
 		Name:       "run",
@@ -36,7 +38,16 @@ returned (128+N if killed by signal N). airlock's own failures exit 125.
 With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
 address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
-udp), and airlock prints it on stderr.`,
+udp), and airlock prints it on stderr.
+
+Where user namespaces or /dev/net/tun are unavailable, --mode auto (the
+default) falls back, in this order, to: seccomp (connect() of every process
+is caught by a seccomp user-notification filter, Linux >= 5.9), preload (an
+LD_PRELOAD library, dynamically linked programs only) and proxy (only the
+http_proxy/https_proxy/ALL_PROXY variables). The job then runs in the host's
+network namespace and reaches the tunnel through a user-space TCP/IP stack
+in airlock. airlock prints one line naming the mode, and for a fallback why
+and what is not covered.`,
 		FlagSet: fs,
 		Options: []ff.Option{envOption()},
 		Exec: func(ctx context.Context, args []string) error {
@@ -45,6 +56,12 @@ udp), and airlock prints it on stderr.`,
 				return exitError{client.ExitFailure}
 			}
 			cfg.Logger = log
+			m, err := client.ParseMode(*mode)
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{client.ExitFailure}
+			}
+			cfg.Mode = m
 			cfg.Args = args
 			cfg.Stderr = stderr
 			code, err := client.Run(ctx, cfg)
