@@ -95,7 +95,13 @@ func TestFlowAccounting(t *testing.T) {
 	if _, err := c.Write(make([]byte, up)); err != nil {
 		t.Fatal(err)
 	}
-	if act := tb.Active(flows.Filter{Job: "42"}); len(act) != 1 || act[0].Proto != "tcp" {
+	// The flow is opened once the handshake is done, maybe after the
+	// job's write returned.
+	var act []flows.Record
+	for deadline := time.Now().Add(2 * time.Second); len(act) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		act = tb.Active(flows.Filter{Job: "42"})
+	}
+	if len(act) != 1 || act[0].Proto != "tcp" {
 		t.Errorf("active flows during the transfer: %+v, want the TCP flow", act)
 	}
 	c.CloseWrite()
