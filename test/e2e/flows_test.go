@@ -343,6 +343,12 @@ func testFlows(t *testing.T, mode string) {
 		if code != 0 || !strings.Contains(out, "DESTINATION") || !strings.Contains(out, fl.Active[0].Dst) || !strings.Contains(out, "active") {
 			t.Errorf("airlock flows --active: exit %d, %q", code, out)
 		}
+		t.Logf("airlock flows --active --job %s:\n%s", job, out)
+		if code, out, _ := e.admin(t, "status", "--state", e.state); code != 0 || !strings.Contains(out, job) {
+			t.Errorf("airlock status: exit %d, %q, want job %s listed", code, out, job)
+		} else {
+			t.Logf("airlock status:\n%s", out)
+		}
 		// The rate is sampled every second (kernel mode's counters move
 		// once a second too): give it a few samples.
 		var st admin.Status
