@@ -248,7 +248,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	bgCtx, bgStop := context.WithCancel(context.Background())
 	bg.Add(3)
 	go func() { defer bg.Done(); forwardSignals(bgCtx, log, sigc, job) }()
-	go func() { defer bg.Done(); renewLoop(bgCtx, log, cc, ref, time.Duration(ls.RenewInterval)) }()
+	go func() { defer bg.Done(); renewLoop(bgCtx, log, cfg.Stderr, cc, ref, time.Duration(ls.RenewInterval)) }()
 	go func() { defer bg.Done(); watchHandshake(bgCtx, log, wg, endpoint) }()
 
 	status, err := job.Wait()
@@ -340,7 +340,11 @@ func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal
 	}
 }
 
-func renewLoop(ctx context.Context, log *slog.Logger, cc *control.Client, ref control.LeaseRef, every time.Duration) {
+// renewLoop renews the lease every interval until ctx is done. If the
+// gateway says the lease is gone (an admin ended it, or it expired while
+// the gateway was unreachable), it tells the user on stderr, once, and
+// stops: the job keeps running, but without network.
+func renewLoop(ctx context.Context, log *slog.Logger, stderr io.Writer, cc *control.Client, ref control.LeaseRef, every time.Duration) {
 	if every <= 0 {
 		every = 30 * time.Second
 	}
@@ -356,8 +360,16 @@ func renewLoop(ctx context.Context, log *slog.Logger, cc *control.Client, ref co
 			cancel()
 			switch {
 			case err == nil:
+			case errors.Is(err, control.ErrLeaseEnded):
+				fmt.Fprintf(stderr, "airlock: THE GATEWAY ENDED THIS JOB'S LEASE: %s\n"+
+					"airlock: the job keeps running, but its network through the gateway is cut; ask the gateway's admin why\n", apiMessage(err))
+				log.Error("lease ended by the gateway", "lease", ref.ID, "err", err)
+				return
 			case errors.Is(err, control.ErrUnknownLease):
+				fmt.Fprintf(stderr, "airlock: THE GATEWAY NO LONGER KNOWS THIS JOB'S LEASE (expired while unreachable, or the gateway restarted): %s\n"+
+					"airlock: the job keeps running, but its network through the gateway is cut\n", apiMessage(err))
 				log.Error("gateway no longer knows this job's lease; new connections will fail", "lease", ref.ID, "err", err)
+				return
 			default:
 				log.Warn("renew lease failed; will retry", "lease", ref.ID, "err", err)
 			}
@@ -384,4 +396,13 @@ func watchHandshake(ctx context.Context, log *slog.Logger, wg *tunnel.Client, en
 			return
 		}
 	}
+}
+
+// apiMessage returns the gateway's own sentence from an API error.
+func apiMessage(err error) string {
+	var ae *control.APIError
+	if errors.As(err, &ae) && ae.Message != "" {
+		return ae.Message
+	}
+	return err.Error()
 }

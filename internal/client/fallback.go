@@ -177,7 +177,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	}()
 	go func() {
 		defer bg.Done()
-		renewLoop(bgCtx, log, f.cc, f.ref, time.Duration(f.lease.RenewInterval))
+		renewLoop(bgCtx, log, f.cfg.Stderr, f.cc, f.ref, time.Duration(f.lease.RenewInterval))
 	}()
 	go func() { defer bg.Done(); watchHandshake(bgCtx, log, wg, f.endpoint) }()
 	err := cmd.Wait()

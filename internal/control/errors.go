@@ -29,6 +29,9 @@ var (
 	// ErrUnknownLease means the lease does not exist (expired or
 	// released) or its secret is wrong.
 	ErrUnknownLease = errors.New("unknown lease")
+	// ErrLeaseEnded means the gateway ended the lease on purpose (an admin
+	// kicked the job); the error's message says who and why.
+	ErrLeaseEnded = errors.New("lease ended by the gateway")
 )
 
 // APIError is an error response from the gateway.
@@ -71,6 +74,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNoAddress
 	case ErrUnknownLease:
 		return e.Code == CodeUnknownLease
+	case ErrLeaseEnded:
+		return e.Code == CodeLeaseEnded
 	}
 	return false
 }

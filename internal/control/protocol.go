@@ -134,7 +134,10 @@ const (
 	CodeRateLimited  = "rate_limited"
 	CodeNoAddress    = "no_address"
 	CodeUnknownLease = "unknown_lease"
-	CodeInternal     = "internal"
+	// CodeLeaseEnded answers a renew of a lease the gateway ended on
+	// purpose (airlock kick); the message says why.
+	CodeLeaseEnded = "lease_ended"
+	CodeInternal   = "internal"
 )
 
 // ErrorResponse is the body of every non-2xx response.

@@ -45,7 +45,8 @@ func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	return startGatewayWith(t, nil, remotes...)
 }
 
-// startGatewayWith is startGateway with mod applied to the config.
+// startGatewayWith is startGateway with mod (if not nil) applied to the
+// gateway's Config.
 func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
 	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")

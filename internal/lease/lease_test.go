@@ -137,3 +137,28 @@ func TestPortBlocks(t *testing.T) {
 		t.Errorf("ByAddr(%v): got %v, %v", c.Addr, got.ID, ok)
 	}
 }
+
+func TestRemove(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Remove(l.ID)
+	if err != nil || got.Addr != l.Addr {
+		t.Fatalf("Remove: got %v, %v; want the lease of %s", got, err, l.Addr)
+	}
+	if _, err := m.Renew(l.ID, secret, now); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("Renew after Remove: got %v, want ErrUnknownLease", err)
+	}
+	if _, ok := m.ByAddr(l.Addr); ok || m.Len() != 0 {
+		t.Errorf("lease still held after Remove")
+	}
+	if _, err := m.Remove(l.ID); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("second Remove: got %v, want ErrUnknownLease", err)
+	}
+}

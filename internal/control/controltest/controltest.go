@@ -28,6 +28,8 @@ type Backend struct {
 	JoinErr error
 	// TTL is the lease lifetime; zero means one minute.
 	TTL time.Duration
+	// RenewErr, if set, is returned by every Renew.
+	RenewErr error
 
 	mu     sync.Mutex
 	joins  int
@@ -87,6 +89,9 @@ func (b *Backend) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, "renew")
+	if b.RenewErr != nil {
+		return control.RenewResponse{}, b.RenewErr
+	}
 	if err := b.lookupLocked(ref); err != nil {
 		return control.RenewResponse{}, err
 	}
@@ -137,6 +142,8 @@ type Options struct {
 	FailureLimit rate.Limit
 	FailureBurst int
 	Logger       *slog.Logger
+	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
+	OnJoin func(code string, took time.Duration)
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -163,6 +170,7 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		Certificate:  cert,
 		FailureLimit: opts.FailureLimit,
 		FailureBurst: opts.FailureBurst,
+		OnJoin:       opts.OnJoin,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
