@@ -23,3 +23,4 @@ demo: setup
 
 clean:
 	rm -rf bin
+	$(MAKE) -C preload clean

@@ -39,7 +39,7 @@ var (
 	flagDuration = flag.Int("bench.duration", 10, "iperf3 duration in seconds")
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every iperf3 run")
 	flagStreams  = flag.String("bench.streams", "1,2,10,20", "parallel stream counts")
-	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-netstack,airlock-kernel,ocserv,ocserv-slirp,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
+	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,ocserv-ocproxy,slirp", "configurations (also: ocserv-dtls, airlock-tcp)")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
 	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
 	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")
@@ -301,7 +301,7 @@ func writeMeta(t *testing.T, out string) {
 		strings.TrimSpace(string(kernel)), cpu, runtime.NumCPU())
 	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\ncc\t%s\n",
 		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN, *flagCC)
-	for _, v := range []string{"iperf3", "ocserv", "openconnect", "ocproxy", "slirp4netns"} {
+	for _, v := range []string{"iperf3", "ocserv", "openconnect", "ocproxy", "proxychains4", "slirp4netns"} {
 		ver, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", v).Output()
 		fmt.Fprintf(&b, "pkg %s\t%s\n", v, ver)
 	}

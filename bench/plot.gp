@@ -17,8 +17,8 @@ set logscale x 2
 set xtics ("1" 1, "2" 2, "10" 10, "20" 20)
 set xrange [0.8:25]
 
-configs = "native airlock airlock-netstack airlock-kernel ocserv ocserv-slirp slirp"
-colors = "#000000 #d62728 #e377c2 #ff7f0e #1f77b4 #9467bd #2ca02c"
+configs = "native airlock airlock-netstack airlock-kernel airlock-seccomp airlock-preload ocserv ocserv-slirp ocserv-ocproxy slirp"
+colors = "#000000 #d62728 #e377c2 #ff7f0e #17becf #8c564b #1f77b4 #9467bd #bcbd22 #2ca02c"
 cfg(i) = word(configs, i)
 
 # Column numbers in summary.tsv.

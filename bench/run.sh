@@ -24,7 +24,7 @@
 set -eu
 
 duration=10 reps=3 startup=50
-configs=native,airlock,airlock-netstack,airlock-kernel,ocserv,ocserv-slirp,slirp
+configs=native,airlock,airlock-netstack,airlock-kernel,airlock-seccomp,airlock-preload,ocserv,ocserv-slirp,ocserv-ocproxy,slirp
 links=1gbit,uncapped
 streams=1,2,10,20
 wan= tcpcc=
@@ -53,7 +53,7 @@ fi
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-pkgs="iperf3 ocserv openconnect ocproxy slirp4netns nftables gnuplot-nox openssl gcc libc6-dev util-linux"
+pkgs="iperf3 ocserv openconnect ocproxy proxychains4 slirp4netns nftables gnuplot-nox openssl gcc libc6-dev util-linux"
 missing=
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing="$missing $p"
@@ -75,11 +75,12 @@ echo "run.sh: building airlock at $commit (clean export of HEAD)"
 mkdir "$work/src"
 git -C "$root" archive HEAD | tar -x -C "$work/src"
 (cd "$work/src" && CGO_ENABLED=0 go build -o "$work/airlock" ./cmd/airlock)
+make -s -C "$work/src/preload" && cp "$work/src/preload/libairlock-preload.so" "$work/"
 cc -shared -fPIC -Wall -Wextra -pedantic -O2 -o "$work/fakeroot.so" "$here/fakeroot/fakeroot.c" -ldl
 
 echo "run.sh: results in $out"
 cd "$here"
-AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" go test -count=1 -v -timeout 6h -run '^TestBench$' . -args \
+AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" AIRLOCK_TEST_PRELOAD="$work/libairlock-preload.so" go test -count=1 -v -timeout 6h -run '^TestBench$' . -args \
 	-bench.duration="$duration" -bench.reps="$reps" -bench.startup="$startup" \
 	-bench.configs="$configs" -bench.links="$links" -bench.streams="$streams" \
 	-bench.wan="$wan" -bench.cc="$tcpcc" -bench.shim="$work/fakeroot.so" -bench.commit="$commit" -bench.out="$out" 2>&1 | tee "$out/log.txt"

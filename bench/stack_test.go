@@ -50,10 +50,16 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 	case "airlock-tcp":
 		// Airlock (user mode) forced onto its TCP/TLS transport.
 		return newAirlock(t, topology.New(t, opts...), "user", "--transport", "tcp")
+	case "airlock-seccomp":
+		return newAirlockFallback(t, topology.New(t, opts...), "seccomp")
+	case "airlock-preload":
+		return newAirlockFallback(t, topology.New(t, opts...), "preload")
 	case "ocserv":
 		return newOcserv(t, topology.New(t, opts...), false, false)
 	case "ocserv-dtls":
 		return newOcserv(t, topology.New(t, opts...), false, true)
+	case "ocserv-ocproxy":
+		return newOcproxy(t, topology.New(t, opts...))
 	case "ocserv-slirp":
 		return newOcserv(t, topology.New(t, opts...), true, false)
 	case "slirp":
@@ -168,6 +174,41 @@ func newAirlock(t *testing.T, tp *topology.Topology, mode string, runFlags ...st
 		return s.jobPID != 0 && tcpCheckIn(t, tp, nsJobPeer(t, s.jobPID))
 	}); err != nil {
 		return nil, fmt.Errorf("airlock run: %v: %s", err, p.Describe())
+	}
+	return s, nil
+}
+
+// airlockFallbackStack is the user-mode Airlock gateway and, for every
+// iperf3 run, a fresh `airlock run --mode seccomp|preload -- iperf3 ...` in
+// cn, in the host's network namespace: the client's user-space stack, its
+// loopback relays and (seccomp) the supervisor or (preload) the SOCKS
+// proxy carry the traffic. The client's CPU is not charged: its process
+// tree lives only as long as one run.
+type airlockFallbackStack struct {
+	topo *topology.Topology
+	gw   int
+	argv []string // airlock run ... --mode M --
+}
+
+func (s *airlockFallbackStack) tp() *topology.Topology { return s.topo }
+func (s *airlockFallbackStack) job(args ...string) []string {
+	return append(append(append([]string{}, s.argv...), "iperf3"), args...)
+}
+func (s *airlockFallbackStack) gatewayRoots() []int { return []int{s.gw} }
+func (s *airlockFallbackStack) clientRoots() []int  { return nil }
+
+func newAirlockFallback(t *testing.T, tp *topology.Topology, mode string) (stack, error) {
+	u := topology.EnsureUser(t)
+	gw, gateway, pin, token, err := airlockGateway(t, tp, "user")
+	if err != nil {
+		return nil, err
+	}
+	topology.BuildPreload(t) // next to the airlock binary
+	s := &airlockFallbackStack{topo: tp, gw: gw.Cmd.Process.Pid,
+		argv: []string{topology.BuildAirlock(t), "run", "--gateway", gateway, "--pin", pin, "--token", token, "--mode", mode, "--"}}
+	argv := append(append([]string{}, s.argv...), "true")
+	if code, out, stderr := tp.Run(t, 30*time.Second, tp.CN, u, argv[0], argv[1:]...); code != 0 || !strings.Contains(stderr, "airlock: mode "+mode) {
+		return nil, fmt.Errorf("airlock run --mode %s -- true: exit %d %s %s", mode, code, out, stderr)
 	}
 	return s, nil
 }
@@ -358,28 +399,10 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, er
 	var err error
 	var ocservProc *topology.Process
 	if !slirp {
-		conf, pin, err := ocservConfig(dir, "10.200.0.0", dtls)
-		if err != nil {
+		if ocservProc, s.pin, err = startOcservRoot(t, tp, dir, s.srvAddr, dtls); err != nil {
 			return nil, err
 		}
-		s.pin = pin
-		code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
-		if code != 0 {
-			return nil, fmt.Errorf("ip_forward: %s", stderr)
-		}
-		rules := filepath.Join(dir, "nat.nft")
-		if err := os.WriteFile(rules, []byte(natRules("10.200.0.0/24", "inet0")), 0o644); err != nil {
-			return nil, err
-		}
-		if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "nft", "-f", rules); code != 0 {
-			return nil, fmt.Errorf("nft: %s", stderr)
-		}
-		p := tp.Start(t, tp.DMZ, nil, "ocserv", "-f", "-c", conf)
-		ocservProc = p
-		s.gw = []int{p.Cmd.Process.Pid}
-		if err := waitUntil(10*time.Second, p, func() bool { return tp.TCPCheck(t, tp.CN, nil, parseAP(s.srvAddr)) }); err != nil {
-			return nil, fmt.Errorf("ocserv: %v: %s", err, p.Describe())
-		}
+		s.gw = []int{ocservProc.Cmd.Process.Pid}
 	} else {
 		if s.gw, s.pin, err = startOcservSlirp(t, tp, u, dir); err != nil {
 			return nil, err
@@ -400,6 +423,85 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, er
 		return nil, err
 	}
 	s.client, s.nsPID = c.pid, c.nsPID
+	return s, nil
+}
+
+// startOcservRoot starts ocserv in dmz as root with kernel forwarding and
+// masquerade to inet0, listening on srvAddr, and returns it and its pin.
+func startOcservRoot(t *testing.T, tp *topology.Topology, dir, srvAddr string, dtls bool) (*topology.Process, string, error) {
+	conf, pin, err := ocservConfig(dir, "10.200.0.0", dtls)
+	if err != nil {
+		return nil, "", err
+	}
+	code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+	if code != 0 {
+		return nil, "", fmt.Errorf("ip_forward: %s", stderr)
+	}
+	rules := filepath.Join(dir, "nat.nft")
+	if err := os.WriteFile(rules, []byte(natRules("10.200.0.0/24", "inet0")), 0o644); err != nil {
+		return nil, "", err
+	}
+	if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "nft", "-f", rules); code != 0 {
+		return nil, "", fmt.Errorf("nft: %s", stderr)
+	}
+	p := tp.Start(t, tp.DMZ, nil, "ocserv", "-f", "-c", conf)
+	if err := waitUntil(10*time.Second, p, func() bool { return tp.TCPCheck(t, tp.CN, nil, parseAP(srvAddr)) }); err != nil {
+		return nil, "", fmt.Errorf("ocserv: %v: %s", err, p.Describe())
+	}
+	return p, pin, nil
+}
+
+// ocproxyStack is the reference system's fallback for nodes without user
+// namespaces: ocserv in dmz as for `ocserv`, and in cn openconnect (TLS
+// over TCP) with ocproxy as its tun script — an lwIP user-space stack
+// serving SOCKS5 on loopback — and iperf3 run under proxychains4, an
+// LD_PRELOAD library that sends its TCP connections to that proxy.
+type ocproxyStack struct {
+	topo   *topology.Topology
+	gw     []int
+	client int
+	conf   string // proxychains4 configuration
+}
+
+func (s *ocproxyStack) tp() *topology.Topology { return s.topo }
+func (s *ocproxyStack) job(args ...string) []string {
+	return append([]string{"proxychains4", "-q", "-f", s.conf, "iperf3"}, args...)
+}
+func (s *ocproxyStack) gatewayRoots() []int { return s.gw }
+func (s *ocproxyStack) clientRoots() []int  { return []int{s.client} }
+
+func newOcproxy(t *testing.T, tp *topology.Topology) (stack, error) {
+	u := topology.EnsureUser(t)
+	dir := topology.TempDir(t)
+	srvAddr := fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)
+	p, pin, err := startOcservRoot(t, tp, dir, srvAddr, false)
+	if err != nil {
+		return nil, err
+	}
+	port := tp.Port()
+	conf := filepath.Join(dir, "proxychains.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("strict_chain\nproxy_dns\ntcp_read_time_out 15000\ntcp_connect_time_out 8000\n[ProxyList]\nsocks5 127.0.0.1 %d\n", port)), 0o644); err != nil {
+		return nil, err
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(home, u.UID, u.GID); err != nil {
+		return nil, err
+	}
+	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
+		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun",
+		"--script", fmt.Sprintf("ocproxy -D %d -k 30", port), "https://"+srvAddr+"/")
+	s := &ocproxyStack{topo: tp, gw: []int{p.Cmd.Process.Pid}, client: oc.pid(), conf: conf}
+	// ocproxy listens once openconnect has the tunnel up.
+	deadline := time.Now().Add(30 * time.Second)
+	for !tp.TCPCheck(t, tp.CN, u, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port))) {
+		if oc.exited() || time.Now().After(deadline) {
+			return nil, fmt.Errorf("openconnect with ocproxy: no SOCKS proxy on port %d: %s", port, oc.output())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	return s, nil
 }
 

@@ -42,7 +42,7 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 step "building peers"
 CGO_ENABLED=0 go build -o "$work/airlock-testpeer" ./test/topology/cmd/airlock-testpeer
-cp bin/airlock "$work/airlock"
+cp bin/airlock bin/libairlock-preload.so "$work/"
 
 id airlockdemo >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin airlockdemo
 U=$(id -u airlockdemo) G=$(id -g airlockdemo)
@@ -107,6 +107,18 @@ during=$(date -u -d '+1 sec' +%Y-%m-%dT%H:%M:%SZ)
 rc=$?
 set -e
 echo "job exit status: $rc (the job exits 7; airlock returns it unchanged)"
+
+step "the same node without user namespaces: airlock run --mode seccomp / preload (user-space stack in airlock run)"
+cat >"$work/fallback.sh" <<'JOB'
+echo "interfaces: $(ip -o link show | awk -F': ' '{print $2}' | tr '\n' ' ')(the node's own; no tun0)"
+curl -sS --noproxy '*' -o /dev/null -w "HTTP:       %{size_download} bytes by name in %{time_total}s\n" http://files.demo.test:8080/data.bin
+iperf3 -c files.demo.test -t 2 -f m | awk '/receiver/ {print "iperf3:    ", $7, $8}'
+JOB
+chmod 0644 "$work/fallback.sh"
+for mode in seccomp preload; do
+	(set -a; . "$work/gw/state/join.env"; export AIRLOCK_TOKEN="$TOKEN" AIRLOCK_JOB_ID=demo-$mode
+		ip netns exec "$CN" setpriv --reuid="$U" --regid="$G" --clear-groups -- "$work/airlock" run --mode "$mode" -- sh "$work/fallback.sh")
+done
 
 step "gateway log"
 grep -E 'egress started|gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what Airlock's build, tests, demo and benchmarks need on a fresh
-# Debian machine, fetches Go modules and builds bin/airlock. Idempotent: it
+# Debian machine, fetches Go modules and builds bin/airlock and
+# bin/libairlock-preload.so. Idempotent: it
 # installs only what is missing. Needs root for apt-get (skipped if all
 # packages are present).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables)
+pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -29,4 +30,8 @@ fi
 go mod download
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
-echo "setup: built bin/airlock ($(go version | awk '{print $3}'))"
+# The LD_PRELOAD library of airlock run --mode preload, next to the binary,
+# where airlock finds it.
+make -s -C preload
+cp preload/libairlock-preload.so bin/
+echo "setup: built bin/airlock ($(go version | awk '{print $3}')) and bin/libairlock-preload.so"

@@ -45,6 +45,7 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.IntVar(&cfg.Limits.Job.MaxFlows, "job-max-flows", 0, "per-job maximum concurrent flows; more are refused at once (default unlimited)")
 	fs.Float64Var(&cfg.Limits.Job.NewFlowsPerSec, "job-new-flows-per-sec", 0, "per-job new flows per second (bursts of the same number); more are refused at once (default unlimited)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
+	flowf := addFlowFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:        "gateway",
@@ -72,6 +73,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 				return err
 			}
 			if err := lf.parse(&cfg.Limits); err != nil {
+				return err
+			}
+			if err := flowf.parse(&cfg); err != nil {
 				return err
 			}
 			ctx, stop := signalContext()

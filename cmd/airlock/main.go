@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -37,6 +38,9 @@ func main() {
 	nsexec.Init()
 	// So does the gateway's private namespace child (--tcp-stack kernel).
 	usernet.Init()
+	// A re-executed seccomp shim installs the job's connect filter and
+	// execs the job; it never returns here either.
+	seccompnotify.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -78,6 +82,8 @@ gateway in the site's DMZ, with no root on the compute node.
   airlock gateway --state DIR          run the gateway (admin)
   airlock gateway reload --state DIR   reload its --config file (admin)
   airlock token create --state DIR     make a join token (admin)
+  airlock status --state DIR           the running gateway's jobs and traffic (admin)
+  airlock flows --state DIR            its flows; airlock kick ends a job's lease
   airlock run -- CMD [ARGS...]         run a job through the gateway
 
 Jobs read AIRLOCK_GATEWAY, AIRLOCK_PIN (both in the gateway's join.env) and
@@ -88,6 +94,9 @@ AIRLOCK_TOKEN from the environment.`),
 			newGatewayCmd(stdout, stderr),
 			newTokenCmd(stdout, stderr),
 			newWhoisCmd(stdout, stderr),
+			newStatusCmd(stdout, stderr),
+			newFlowsCmd(stdout, stderr),
+			newKickCmd(stdout, stderr),
 			{
 				Name:       "version",
 				ShortUsage: "airlock version",

@@ -27,6 +27,8 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
 	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
 	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
+	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
+	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
 	return &ffcli.Command{
 		Name:       "run",
@@ -40,6 +42,15 @@ With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
 address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
 udp), and airlock prints it on stderr.
+
+Where user namespaces or /dev/net/tun are unavailable, --mode auto (the
+default) falls back, in this order, to: seccomp (connect() of every process
+is caught by a seccomp user-notification filter, Linux >= 5.9), preload (an
+LD_PRELOAD library, dynamically linked programs only) and proxy (only the
+http_proxy/https_proxy/ALL_PROXY variables). The job then runs in the host's
+network namespace and reaches the tunnel through a user-space TCP/IP stack
+in airlock. airlock prints one line naming the mode, and for a fallback why
+and what is not covered.
 
 WireGuard runs over UDP; --transport auto (the default) switches to TCP/TLS
 on the gateway's control port when no handshake completes over UDP within
@@ -55,6 +66,12 @@ when its gateway is lost for --failover-after.`,
 				return exitError{client.ExitFailure}
 			}
 			cfg.Logger = log
+			m, err := client.ParseMode(*mode)
+			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
+				return exitError{client.ExitFailure}
+			}
+			cfg.Mode = m
 			cfg.Args = args
 			cfg.Stderr = stderr
 			code, err := client.Run(ctx, cfg)

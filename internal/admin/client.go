@@ -160,6 +160,8 @@ func codeSentinel(code string) error {
 		return store.ErrExists
 	case codeInvalidName:
 		return store.ErrInvalidName
+	case codeNoSuchJob:
+		return ErrNoSuchJob
 	}
 	return nil
 }

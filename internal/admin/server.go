@@ -10,6 +10,10 @@
 //	GET    /v1/tokens          → [store.Token]
 //	POST   /v1/tokens          {"name","ttl"} → {"secret","token"}
 //	DELETE /v1/tokens/{name}   → 204
+//	GET    /v1/whois?addr=IP&port=N&at=RFC3339 → [store.LeaseRecord]
+//	GET    /v1/status          → Status               (SetGateway)
+//	GET    /v1/flows?job=ID&active=true → FlowList    (SetGateway)
+//	POST   /v1/kick            {"job","reason"} → KickResult (SetGateway)
 package admin
 
 import (

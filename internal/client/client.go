@@ -1,6 +1,9 @@
 // Package client implements `airlock run`: join the gateway, build the job's
 // namespace with a TUN, carry its packets over WireGuard, run the job, and
-// return its exit status, releasing everything on every path.
+// return its exit status, releasing everything on every path. Where the
+// node allows no namespace or TUN, the job runs in a fallback mode
+// (mode.go, fallback.go): seccomp, preload or proxy, through a user-space
+// stack on the same WireGuard tunnel.
 package client
 
 import (
@@ -59,8 +62,8 @@ type Config struct {
 	// Expose lists the job's ports to make reachable from outside through
 	// the gateway's public address (--expose).
 	Expose []control.Port
-	// Stderr receives airlock's own messages to the user (the exposed
-	// addresses); nil means os.Stderr.
+	// Stderr receives airlock's own messages to the user (the mode line,
+	// the exposed addresses); nil means os.Stderr.
 	Stderr io.Writer
 	// Transport is TransportAuto ("" too), TransportUDP or TransportTCP.
 	Transport string
@@ -71,6 +74,12 @@ type Config struct {
 	// moves to another one (with several gateways); zero means
 	// DefaultFailoverAfter.
 	FailoverAfter time.Duration
+	// Mode is how the job's traffic reaches the tunnel (--mode); "" means
+	// ModeAuto. See mode.go.
+	Mode Mode
+	// Preload is the LD_PRELOAD library for ModePreload; "" means look
+	// next to the airlock binary.
+	Preload string
 }
 
 // Run joins the gateway, runs the job in its namespace and returns the job's
@@ -120,8 +129,16 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	if err := nsexec.Preflight(); err != nil {
-		return ExitFailure, err
+	if cfg.Mode == "" {
+		cfg.Mode = ModeAuto
+	}
+	modes := newPlan(cfg.Mode)
+	if modes.current() == ModeNetns {
+		if err := nsexec.Preflight(); err != nil {
+			if err := modes.skip(err); err != nil {
+				return ExitFailure, err
+			}
+		}
 	}
 
 	// Signals that arrive before the job runs end airlock itself; once the
@@ -145,7 +162,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, err
 	}
 	sess := &session{
-		log: log, gws: gws, priv: priv,
+		log: log, stderr: cfg.Stderr, gws: gws, priv: priv, warnAfter: HandshakeWarnAfter,
 		req: control.JoinRequest{
 			Token:     cfg.Token,
 			PublicKey: priv.PublicKey().String(),
@@ -178,6 +195,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, context.Cause(ctx)
 	}
 
+	fb := fallback{cfg: cfg, plan: modes, lease: ls, sess: sess,
+		env: jobEnv, sigc: sigc, preJob: preJob, t0: t0}
+	if modes.current() != ModeNetns {
+		return runFallback(ctx, fb)
+	}
 	job, err := nsexec.Start(ctx, nsexec.Config{
 		Args:    cfg.Args,
 		Env:     jobEnv,
@@ -188,8 +210,15 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		Logger:  log,
 	})
 	if err != nil {
+		if namespaceUnavailable(err) {
+			if err := modes.skip(err); err != nil {
+				return ExitFailure, err
+			}
+			return runFallback(ctx, fb)
+		}
 		return ExitFailure, err
 	}
+	fmt.Fprintln(cfg.Stderr, modes.line())
 	defer func() {
 		job.Cleanup()
 		log.Debug("namespace cleaned up", "since_start", time.Since(t0))
@@ -319,4 +348,13 @@ func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal
 			}
 		}
 	}
+}
+
+// apiMessage returns the gateway's own sentence from an API error.
+func apiMessage(err error) string {
+	var ae *control.APIError
+	if errors.As(err, &ae) && ae.Message != "" {
+		return ae.Message
+	}
+	return err.Error()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
@@ -66,12 +67,14 @@ type gatewayEntry struct {
 // and after that, by Run.
 type session struct {
 	log       *slog.Logger
+	stderr    io.Writer // the user's: loud messages when the lease is gone for good
 	gws       []*gatewayEntry
 	priv      tunnel.Key
 	req       control.JoinRequest
 	transport string // configured: auto, udp or tcp
 	wait      time.Duration
 	failover  time.Duration
+	warnAfter time.Duration // with udp or tcp forced: when to warn about no handshake
 
 	cur      *gatewayEntry
 	lease    control.Lease
@@ -307,9 +310,9 @@ func (s *session) dialStream(ctx context.Context) error {
 // selectTransport is the auto transport choice at start-up.
 func (s *session) selectTransport(ctx context.Context) {
 	if s.transport != TransportAuto {
-		if !s.waitHandshake(ctx, HandshakeWarnAfter) && ctx.Err() == nil {
+		if !s.waitHandshake(ctx, s.warnAfter) && ctx.Err() == nil {
 			s.log.Warn("no WireGuard handshake with the gateway yet; the job has no network until it completes",
-				"gateway", s.cur.addr, "transport", s.using, "waited", HandshakeWarnAfter,
+				"gateway", s.cur.addr, "transport", s.using, "waited", s.warnAfter,
 				"hint", "with --transport udp, UDP to the gateway may be blocked: try --transport auto")
 		}
 		return
@@ -383,13 +386,22 @@ func (s *session) supervise(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if errors.Is(err, control.ErrLeaseEnded) {
+			s.leaseGone(err, "THE GATEWAY ENDED THIS JOB'S LEASE", "ask the gateway's admin why")
+			return
+		}
 		if errors.Is(err, control.ErrUnknownLease) {
-			if jerr := s.rejoin(ctx); jerr == nil {
+			jerr := s.rejoin(ctx)
+			if jerr == nil {
 				lostSince = time.Time{}
 				continue
-			} else {
-				err = jerr
 			}
+			if fatalJoinError(jerr) {
+				s.leaseGone(jerr, "THE GATEWAY NO LONGER KNOWS THIS JOB'S LEASE (expired while unreachable) AND REFUSES A NEW ONE",
+					"check the token with the gateway's admin")
+				return
+			}
+			err = jerr
 		}
 		if lostSince.IsZero() {
 			lostSince = time.Now()
@@ -419,6 +431,21 @@ func (s *session) supervise(ctx context.Context) {
 		}
 		delay = min(2*delay, backoffMax)
 	}
+}
+
+// leaseGone tells the user, once and loudly on stderr, that the job lost
+// its network for good, and why; supervise stops after it.
+func (s *session) leaseGone(err error, what, hint string) {
+	fmt.Fprintf(s.stderr, "airlock: %s: %s\n"+
+		"airlock: the job keeps running, but its network through the gateway is cut; %s\n", what, apiMessage(err), hint)
+	s.log.Error("lease gone; not reconnecting", "lease", s.lease.ID, "gateway", s.cur.addr, "err", err)
+}
+
+// fatalJoinError reports whether a join failed for a reason that retrying
+// cannot fix (as opposed to an unreachable or busy gateway).
+func fatalJoinError(err error) bool {
+	return errors.Is(err, control.ErrBadToken) || errors.Is(err, control.ErrPinMismatch) ||
+		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded)
 }
 
 func jitter(d time.Duration) time.Duration {
@@ -476,7 +503,7 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 			rctx, cancel := context.WithTimeout(ctx, every/2)
 			_, err := s.cur.cc.Renew(rctx, s.ref())
 			cancel()
-			if errors.Is(err, control.ErrUnknownLease) {
+			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
 				return err
 			}
 			if err != nil {

@@ -34,6 +34,9 @@ var (
 	// ErrWatchSilent means a lease watch heard nothing for
 	// WatchMissedHeartbeats heartbeat intervals.
 	ErrWatchSilent = errors.New("gateway silent")
+	// ErrLeaseEnded means the gateway ended the lease on purpose (an admin
+	// kicked the job); the error's message says who and why.
+	ErrLeaseEnded = errors.New("lease ended by the gateway")
 )
 
 // APIError is an error response from the gateway.
@@ -78,6 +81,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeUnknownLease
 	case ErrDraining:
 		return e.Code == CodeDraining
+	case ErrLeaseEnded:
+		return e.Code == CodeLeaseEnded
 	}
 	return false
 }

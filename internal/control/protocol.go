@@ -141,8 +141,12 @@ const (
 	CodeRateLimited  = "rate_limited"
 	CodeNoAddress    = "no_address"
 	CodeUnknownLease = "unknown_lease"
-	CodeInternal     = "internal"
-	CodeDraining     = "draining"
+	// CodeLeaseEnded answers a renew of a lease the gateway ended on
+	// purpose (airlock kick); the message says why.
+	CodeLeaseEnded = "lease_ended"
+	CodeInternal   = "internal"
+	// CodeDraining answers a join while the gateway drains.
+	CodeDraining = "draining"
 )
 
 // ErrorResponse is the body of every non-2xx response.

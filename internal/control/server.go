@@ -89,6 +89,10 @@ type ServerConfig struct {
 	// WatchHeartbeat is how often a lease watch (PathWatch) sends a
 	// heartbeat; zero means DefaultWatchHeartbeat.
 	WatchHeartbeat time.Duration
+	// OnJoin, if set, is called after every join request with the error
+	// code answered ("" for success) and how long the request took, for
+	// metrics. It must not block.
+	OnJoin func(code string, took time.Duration)
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -99,6 +103,7 @@ type Server struct {
 	backend Backend
 	now     func() time.Time
 	fails   *failureLimiter
+	onJoin  func(code string, took time.Duration)
 	tlsConf *tls.Config
 	http    *http.Server
 
@@ -121,6 +126,7 @@ func NewServer(cfg ServerConfig) *Server {
 		store:   cfg.Store,
 		backend: cfg.Backend,
 		now:     cfg.Now,
+		onJoin:  cfg.OnJoin,
 		logLim:  rate.NewLimiter(1, 10),
 		stop:    make(chan struct{}),
 		watchHB: cfg.WatchHeartbeat,
@@ -193,6 +199,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	if s.onJoin != nil {
+		start := time.Now()
+		cw := &codeWriter{ResponseWriter: w}
+		w = cw
+		defer func() { s.onJoin(cw.code, time.Since(start)) }()
+	}
 	remote := remoteAddr(r)
 	if !s.admit(w, r, http.MethodPost, remote) {
 		return
@@ -313,6 +325,9 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 	case errors.Is(err, ErrDraining):
 		w.Header().Set("Retry-After", "10")
 		writeError(w, http.StatusServiceUnavailable, CodeDraining, "gateway is draining: it takes no new jobs; use another gateway")
+	case errors.Is(err, ErrLeaseEnded):
+		writeError(w, http.StatusGone, CodeLeaseEnded, err.Error())
+		s.log.Info("control request for an ended lease", "op", op, "remote", remote, "err", err)
 	case errors.Is(err, ErrBadRequest):
 		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
 	case errors.Is(err, ErrNoAddress):
@@ -363,6 +378,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	if cw, ok := w.(*codeWriter); ok {
+		cw.code = code
+	}
 	writeJSON(w, status, ErrorResponse{Code: code, Message: msg})
 }
 
@@ -426,4 +444,11 @@ func ParsePublicKey(s string) ([32]byte, error) {
 		return key, errors.New("invalid WireGuard public key: all zero")
 	}
 	return key, nil
+}
+
+// codeWriter remembers the error code written through writeError, for
+// ServerConfig.OnJoin.
+type codeWriter struct {
+	http.ResponseWriter
+	code string
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -43,6 +45,15 @@ type gateway struct {
 	// limiter enforces jobs' limits, nil if the forwarder cannot (and
 	// none are configured).
 	limiter forward.Limiter
+	// flows is the flow table (flows.go); started is when Run began;
+	// kicks remembers leases an admin ended (admin.go).
+	flows   *flows.Table
+	started time.Time
+	kicks   kickList
+	// metrics are the gateway's metrics; handshakes the joins waiting
+	// for their first WireGuard handshake (handshake.go).
+	metrics    *metrics.Metrics
+	handshakes handshakeWatch
 	// policer enforces the egress policy, nil if the forwarder cannot
 	// (and the policy is the built-in default).
 	policer forward.Policer
@@ -72,7 +83,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	now := time.Now()
 	l, secret, replaced, err := g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
 	if replaced != nil {
-		g.wg.RemovePeer(replaced.PublicKey)
+		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)
 		g.recordEnd(*replaced, "replaced")
 		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
@@ -109,6 +120,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 		}
 	}
+	g.trackJob(l, req.Job.BatchJobID, tok.Name)
 	if g.policer != nil {
 		if err := g.policer.SetJobToken(l.Addr, tok.Name); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
@@ -152,6 +164,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
 		return control.Lease{}, err
 	}
+	g.handshakes.add(pub, time.Now())
 	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
 		g.removeJob(l)
@@ -186,7 +199,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	l, err := g.leases.Renew(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return control.RenewResponse{}, fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
 	return control.RenewResponse{Expires: l.Expires}, nil
 }
@@ -194,9 +207,9 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
-		return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return g.leaseGone(ref.ID, err)
 	}
-	g.wg.RemovePeer(l.PublicKey)
+	g.removePeer(l.PublicKey)
 	g.removeJob(l)
 	g.recordEnd(l, "released")
 	g.log.Info("job left", "lease", l.ID, "addr", l.Addr, "held", time.Since(l.Start).Round(time.Millisecond))
@@ -219,7 +232,7 @@ func (g *gateway) expireLoop(ctx context.Context) {
 			return
 		case now := <-t.C:
 			for _, l := range g.leases.Expire(now) {
-				g.wg.RemovePeer(l.PublicKey)
+				g.removePeer(l.PublicKey)
 				g.removeJob(l)
 				g.recordEnd(l, "expired")
 				g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
@@ -241,12 +254,14 @@ func (g *gateway) block(l lease.Lease) portblock.Range {
 // first, then its port block.
 func (g *gateway) removeJob(l lease.Lease) {
 	g.closeStream(l)
+	g.handshakes.forget(l.PublicKey)
 	if g.exposer != nil {
 		g.exposer.Unexpose(l.Addr)
 	}
 	if g.jobs != nil {
 		g.jobs.RemoveJob(l.Addr)
 	}
+	g.untrackJob(l.Addr)
 }
 
 // recordEnd closes l's entry in the lease history.

@@ -17,14 +17,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -93,6 +96,15 @@ type Config struct {
 	// Limits are the jobs' bandwidth and flow limits from flags; they
 	// cannot be combined with ConfigFile.
 	Limits LimitsConfig
+	// Flows configures the flow table and the flow log (flows.go).
+	Flows FlowsConfig
+	// Metrics is HOST:PORT of the Prometheus listener; "" means none.
+	// A non-loopback address needs MetricsPublic.
+	Metrics       string
+	MetricsPublic bool
+	// Registry, if set, is where the metrics register (tests read it);
+	// nil means a fresh registry.
+	Registry *prometheus.Registry
 	// ConfigFile, if set, is the config file (package config) with the
 	// policy, limits and exposure rules; it is validated before anything
 	// is opened and reloaded on Reload and the admin socket's reload.
@@ -200,6 +212,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	tb, closeFlowLog, err := openFlows(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeFlowLog()
 	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.plan.Blocks())
 	if err != nil {
 		return err
@@ -215,7 +232,7 @@ func Run(ctx context.Context, cfg Config) error {
 		port = uint64(ln.Addr().(*net.TCPAddr).Port)
 	}
 
-	dev, err := newForwarder(cfg, eg, gwAddr)
+	dev, err := newForwarder(cfg, eg, gwAddr, tb)
 	if err != nil {
 		return err
 	}
@@ -264,9 +281,16 @@ func Run(ctx context.Context, cfg Config) error {
 		exposeAddr: exposeAddr(eg, log),
 		limiter:    limiter,
 		policer:    policer,
+		flows:      tb,
+		started:    time.Now(),
 		tr:         tr,
 	}
 	g.conf.Store(conf)
+	mx, err := g.newMetrics()
+	if err != nil {
+		return err
+	}
+	g.metrics = mx.metrics
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
 		return err
 	} else if n > 0 || closed > 0 {
@@ -277,9 +301,11 @@ func Run(ctx context.Context, cfg Config) error {
 		Store:       st,
 		Backend:     g,
 		Certificate: cert,
+		OnJoin:      mx.metrics.ObserveJoin,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
 	g.registerDrain(adm)
+	adm.SetGateway(g)
 	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
 	if err != nil {
@@ -287,7 +313,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer admLn.Close()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	var wgrp sync.WaitGroup
 	wgrp.Add(4)
 	go func() {
@@ -316,6 +342,24 @@ func Run(ctx context.Context, cfg Config) error {
 		defer wgrp.Done()
 		g.loadLoop(expireCtx)
 	}()
+	wgrp.Add(2)
+	go func() {
+		defer wgrp.Done()
+		tb.Run(expireCtx)
+	}()
+	go func() {
+		defer wgrp.Done()
+		g.handshakeLoop(expireCtx)
+	}()
+	if mx.listener != nil {
+		wgrp.Add(1)
+		go func() {
+			defer wgrp.Done()
+			if err := metrics.Serve(expireCtx, mx.listener, mx.registry); err != nil {
+				errc <- err
+			}
+		}()
+	}
 	if cfg.Reload != nil {
 		wgrp.Add(1)
 		go func() {
@@ -410,7 +454,7 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 }
 
 // newForwarder makes the egress backend of eg.mode.
-func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, error) {
+func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (forward.Forwarder, error) {
 	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
 	if eg.mode == EgressKernel {
 		if !isHostAddr(eg.public) {
@@ -424,6 +468,7 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 			DNSUpstreams: cfg.DNSUpstreams,
 			EgressAddr:   eg.public,
 			BlockSize:    eg.plan.Size,
+			Flows:        tb,
 		})
 		if err != nil {
 			return nil, err
@@ -436,6 +481,9 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr) (forward.Forwarder, 
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,
+		Flows:        tb,
+		// One UDP idle timeout: the flow table's.
+		UDPIdleTimeout: cfg.Flows.idle().UDP,
 	}
 	if !eg.public.IsUnspecified() {
 		ns.EgressAddr = eg.public

@@ -51,7 +51,8 @@ func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway 
 	return startGatewayWith(t, func(c *Config) { c.StateDir = state }, remotes...)
 }
 
-// startGatewayWith is startGateway with mod applied to the config.
+// startGatewayWith is startGateway with mod (if not nil) applied to the
+// gateway's Config.
 func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
 	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")

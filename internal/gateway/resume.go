@@ -81,7 +81,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		return err
 	}
 	undo := func() {
-		g.leases.Forget(l.ID)
+		_, _ = g.leases.Remove(l.ID)
 		g.removeJob(l)
 	}
 	var expose []control.Port
@@ -109,6 +109,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 			return fmt.Errorf("add job to egress: %w", err)
 		}
 	}
+	g.trackJob(l, r.JobID, r.Token)
 	if g.policer != nil {
 		if err := g.policer.SetJobToken(l.Addr, r.Token); err != nil {
 			undo()

@@ -81,7 +81,7 @@ func (g *gateway) health() control.Health {
 func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return nil, g.leaseGone(ref.ID, err)
 	}
 	return func(c net.Conn) {
 		s := g.tr.bind.AddStream(c, remote, l.ID)
@@ -107,7 +107,7 @@ func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 // CheckLease reports whether ref names a live lease (control.WatchBackend).
 func (g *gateway) CheckLease(ref control.LeaseRef) error {
 	if _, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err != nil {
-		return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)
+		return g.leaseGone(ref.ID, err)
 	}
 	return nil
 }

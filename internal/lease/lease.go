@@ -360,11 +360,3 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
 	return nil
 }
 
-// Forget removes lease id whatever its secret, for undoing a Restore.
-func (m *Manager) Forget(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if l, ok := m.byID[id]; ok {
-		m.removeLocked(l)
-	}
-}

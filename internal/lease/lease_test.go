@@ -138,6 +138,31 @@ func TestPortBlocks(t *testing.T) {
 	}
 }
 
+func TestRemove(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.Remove(l.ID)
+	if err != nil || got.Addr != l.Addr {
+		t.Fatalf("Remove: got %v, %v; want the lease of %s", got, err, l.Addr)
+	}
+	if _, err := m.Renew(l.ID, secret, now); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("Renew after Remove: got %v, want ErrUnknownLease", err)
+	}
+	if _, ok := m.ByAddr(l.Addr); ok || m.Len() != 0 {
+		t.Errorf("lease still held after Remove")
+	}
+	if _, err := m.Remove(l.ID); !errors.Is(err, ErrUnknownLease) {
+		t.Errorf("second Remove: got %v, want ErrUnknownLease", err)
+	}
+}
+
 func TestRestore(t *testing.T) {
 	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 4)
 	if err != nil {
@@ -176,8 +201,10 @@ func TestRestore(t *testing.T) {
 	if err := m2.Restore(bad, l.SecretHash()); err == nil {
 		t.Errorf("restored a block that does not exist")
 	}
-	m2.Forget(l.ID)
+	if _, err := m2.Remove(l.ID); err != nil {
+		t.Fatal(err)
+	}
 	if m2.Len() != 1 {
-		t.Errorf("after Forget: %d leases, want 1", m2.Len())
+		t.Errorf("after Remove: %d leases, want 1", m2.Len())
 	}
 }

@@ -23,9 +23,9 @@ func TestPreflightMapping(t *testing.T) {
 	}{
 		{"ok", func(f *hostFacts) {}, nil, nil, nil},
 		{"max-user-namespaces-0", func(f *hostFacts) { f.maxUserNS = "0" }, ErrUserNamespace, nil,
-			[]string{"user namespaces are disabled: sysctl user.max_user_namespaces=0; ask the admin to raise it, or use --mode=proxy (coming)"}},
+			[]string{"user namespaces are disabled: sysctl user.max_user_namespaces=0; ask the admin to raise it, or use --mode auto (the default) or seccomp, preload or proxy, which need neither"}},
 		{"unprivileged-userns-clone-0", func(f *hostFacts) { f.unprivUserns = "0" }, ErrUserNamespace, nil,
-			[]string{"kernel.unprivileged_userns_clone=0", "--mode=proxy"}},
+			[]string{"kernel.unprivileged_userns_clone=0", "--mode auto"}},
 		{"unprivileged-userns-clone-0-root", func(f *hostFacts) { f.unprivUserns = "0"; f.euid = 0 }, nil, nil, nil},
 		{"apparmor-unconfined", func(f *hostFacts) { f.apparmorRestrict = "1"; f.apparmorLabel = "unconfined" }, ErrUserNamespace, nil,
 			[]string{"kernel.apparmor_restrict_unprivileged_userns=1", "AppArmor profile"}},
@@ -80,7 +80,7 @@ func TestUserNSErrorMapping(t *testing.T) {
 		}
 		checkErr(t, f.userNSError(cause), ErrUserNamespace, errno, []string{
 			"cannot create user namespace: fork/exec /proc/self/exe: " + errno.Error(),
-			"user.max_user_namespaces", "kernel.unprivileged_userns_clone", "kernel.apparmor_restrict_unprivileged_userns", "--mode=proxy",
+			"user.max_user_namespaces", "kernel.unprivileged_userns_clone", "kernel.apparmor_restrict_unprivileged_userns", "--mode auto",
 		})
 	}
 	if isUserNSErrno(unix.ENOENT) {

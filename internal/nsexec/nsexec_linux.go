@@ -178,10 +178,12 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j := &Job{cmd: cmd, log: cfg.Logger, ctl: ctl, done: make(chan struct{})}
 	go j.reap()
-	// The child has exec'd, so it is in the new namespaces already.
-	if err := unix.Stat("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/net", &j.netns); err != nil {
-		j.Cleanup()
-		return nil, fmt.Errorf("start job namespace: read job's network namespace: %w", err)
+	// The child has exec'd, so it is in the new namespaces already. A
+	// child whose setup fails may exit (and be reaped) before this runs;
+	// its reply, read below, then says why, which matters more.
+	statErr := unix.Stat("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/net", &j.netns)
+	if statErr != nil {
+		j.netns = unix.Stat_t{}
 	}
 
 	stop := context.AfterFunc(ctx, func() { ctl.SetReadDeadline(time.Unix(1, 0)) })
@@ -193,6 +195,11 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 			return nil, fmt.Errorf("start job namespace: %w", context.Cause(ctx))
 		}
 		return nil, err
+	}
+	if statErr != nil {
+		tun.Close()
+		j.Cleanup()
+		return nil, fmt.Errorf("start job namespace: read job's network namespace: %w", statErr)
 	}
 	j.tun = tun
 	j.log.Info("job namespace ready", "pid", cmd.Process.Pid, "tun", cfg.TUNName,

@@ -19,7 +19,7 @@ const (
 	sysctlApparmorRestrict = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"
 	apparmorLabelPath      = "/proc/self/attr/apparmor/current"
 
-	proxyHint = "or use --mode=proxy (coming)"
+	proxyHint = "or use --mode auto (the default) or seccomp, preload or proxy, which need neither"
 )
 
 // hostFacts is what Preflight and the error mapping look at. Empty strings

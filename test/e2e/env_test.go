@@ -91,6 +91,13 @@ func newEnvMode(t testing.TB, mode string, extra ...string) *env {
 // topology.WithImpairment).
 func newEnvTopo(t testing.TB, mode string, topo []topology.Option, extra ...string) *env {
 	t.Helper()
+	return newEnvHook(t, mode, topo, func(*env) []string { return extra })
+}
+
+// newEnvHook is newEnvTopo whose extra gateway arguments come from hook,
+// called once the peers run (e.g. to name e.httpPort in a flag).
+func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*env) []string) *env {
+	t.Helper()
 	topology.RequireRoot(t)
 	e := &env{
 		tp:      topology.New(t, topo...),
@@ -133,7 +140,7 @@ func newEnvTopo(t testing.TB, mode string, topo []topology.Option, extra ...stri
 	case modeUserNetstack:
 		e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
 	}
-	e.gwArgs = append(e.gwArgs, extra...)
+	e.gwArgs = append(e.gwArgs, hook(e)...)
 	e.startGateway(t)
 	if e.gateway != listen {
 		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)

@@ -175,6 +175,28 @@ func testPolicy(t *testing.T, mode string) {
 		if slowest >= time.Second {
 			t.Errorf("slowest refusal took %v, want < 1 s", slowest)
 		}
+		// The 6 denials are in the flow table's verdict counts (kernel
+		// mode: from the rule's nftables counter, read every second) and,
+		// in user mode, in the flow log one by one.
+		verdict := fmt.Sprintf("denied:no-port-%d", denyPort)
+		var n uint64
+		for deadline := time.Now().Add(5 * time.Second); n < 6 && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			n = e.status(t).Totals.Verdicts[verdict]
+		}
+		if n < 6 {
+			t.Errorf("airlock status: %s = %d, want at least 6", verdict, n)
+		}
+		if isUserMode(mode) {
+			logged := 0
+			for _, r := range readRecords(t, filepath.Join(e.state, gatewayFlowLog)) {
+				if r.Verdict == verdict && r.Dst == inet(denyPort).String() {
+					logged++
+				}
+			}
+			if logged != 6 {
+				t.Errorf("flow log: %d records with verdict %s, want 6", logged, verdict)
+			}
+		}
 	})
 	t.Run("UDPAndICMP", func(t *testing.T) {
 		p := tp.Start(t, tp.INET, nil, e.peer, "udpecho", fmt.Sprintf("0.0.0.0:%d", denyUDPPort))

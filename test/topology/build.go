@@ -156,7 +156,7 @@ func copyOnce(t testing.TB, name, src string) string {
 		}
 		data, err := os.ReadFile(src)
 		if err != nil {
-			b.err = fmt.Errorf("%s=%s: %w", AirlockBinEnv, src, err)
+			b.err = fmt.Errorf("%s: %w", src, err)
 			return
 		}
 		out := filepath.Join(dir, name)
@@ -168,6 +168,63 @@ func copyOnce(t testing.TB, name, src string) string {
 	})
 	if b.err != nil {
 		t.Fatalf("copy %s: %v", name, b.err)
+	}
+	return b.path
+}
+
+// PreloadLibrary is the file name of airlock's LD_PRELOAD library.
+const PreloadLibrary = "libairlock-preload.so"
+
+// PreloadLibEnv names an environment variable that, when set, gives a
+// prebuilt preload library to use instead of building preload/.
+const PreloadLibEnv = "AIRLOCK_TEST_PRELOAD"
+
+// BuildPreload builds the LD_PRELOAD library (make -C preload) once per
+// process and puts it into the shared binary directory, next to the airlock
+// binary, where airlock run --mode preload finds it. It returns its path.
+// If AIRLOCK_TEST_PRELOAD is set, it copies that file instead.
+func BuildPreload(t testing.TB) string {
+	t.Helper()
+	if src := os.Getenv(PreloadLibEnv); src != "" {
+		p := copyOnce(t, PreloadLibrary, src)
+		if err := os.Chmod(p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	b := getBuild(PreloadLibrary)
+	b.once.Do(func() {
+		dir, err := binDir()
+		if err != nil {
+			b.err = err
+			return
+		}
+		root, err := ModuleRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join(root, "preload"))
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("make -C preload: %v\n%s", err, msg)
+			return
+		}
+		data, err := os.ReadFile(filepath.Join(root, "preload", PreloadLibrary))
+		if err != nil {
+			b.err = err
+			return
+		}
+		out := filepath.Join(dir, PreloadLibrary)
+		if err := os.WriteFile(out, data, 0o644); err != nil {
+			b.err = err
+			return
+		}
+		b.path = out
+	})
+	if b.err != nil {
+		t.Fatalf("build %s: %v", PreloadLibrary, b.err)
 	}
 	return b.path
 }

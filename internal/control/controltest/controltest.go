@@ -33,6 +33,8 @@ type Backend struct {
 	Attach func(net.Conn)
 	// Instance is reported in Health.
 	Instance string
+	// RenewErr, if set, is returned by every Renew.
+	RenewErr error
 
 	mu     sync.Mutex
 	joins  int
@@ -92,6 +94,9 @@ func (b *Backend) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.calls = append(b.calls, "renew")
+	if b.RenewErr != nil {
+		return control.RenewResponse{}, b.RenewErr
+	}
 	if err := b.lookupLocked(ref); err != nil {
 		return control.RenewResponse{}, err
 	}
@@ -138,6 +143,20 @@ func (b *Backend) CheckLease(ref control.LeaseRef) error {
 	return b.lookupLocked(ref)
 }
 
+// SetJoinErr sets JoinErr while the server runs.
+func (b *Backend) SetJoinErr(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.JoinErr = err
+}
+
+// SetRenewErr sets RenewErr while the server runs.
+func (b *Backend) SetRenewErr(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.RenewErr = err
+}
+
 // Calls returns the Backend methods called so far, in order ("join",
 // "renew", "release").
 func (b *Backend) Calls() []string {
@@ -165,6 +184,8 @@ type Options struct {
 	Logger       *slog.Logger
 	// WatchHeartbeat is the server's lease watch heartbeat.
 	WatchHeartbeat time.Duration
+	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
+	OnJoin func(code string, took time.Duration)
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -192,6 +213,7 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		FailureLimit:   opts.FailureLimit,
 		FailureBurst:   opts.FailureBurst,
 		WatchHeartbeat: opts.WatchHeartbeat,
+		OnJoin:         opts.OnJoin,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

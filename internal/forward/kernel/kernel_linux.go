@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -59,6 +61,9 @@ type Config struct {
 	// refused at once (TCP reset, ICMP unreachable), since SNAT would have
 	// no port for it. 0 means no limit.
 	BlockSize int
+	// Flows, if non-nil, is the flow table that jobs' flows are recorded
+	// in, from conntrack (flows_linux.go).
+	Flows *flows.Table
 }
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
@@ -99,6 +104,12 @@ type Forwarder struct {
 
 	// tunName is the TUN's interface name.
 	tunName string
+
+	// acct feeds Config.Flows from conntrack; nil without a flow table.
+	acct      *accountant
+	stopAcct  context.CancelFunc
+	acctDone  chan struct{}
+	oldCTAcct string // nf_conntrack_acct to restore at Close, "" for none
 }
 
 var (
@@ -208,6 +219,20 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams}, pc, ln); err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
+	}
+	if cfg.Flows != nil {
+		old, err := enableConntrackAcct()
+		if err != nil {
+			return nil, privError("kernel egress: enable conntrack accounting (net.netfilter.nf_conntrack_acct) for the flow table", err)
+		}
+		f.oldCTAcct = old
+		f.acct = newAccountant(cfg.Flows, cfg.Addr, cfg.Addr.Addr(), f)
+		ctx, cancel := context.WithCancel(context.Background())
+		f.stopAcct, f.acctDone = cancel, make(chan struct{})
+		go func() {
+			defer close(f.acctDone)
+			f.acct.run(ctx)
+		}()
 	}
 	f.log.Info("kernel egress ready", "tun", cfg.Name, "addr", cfg.Addr, "mtu", cfg.MTU,
 		"egress_addr", cfg.EgressAddr, "table", "inet "+TableName, "dns_upstreams", upstreams)
@@ -372,8 +397,14 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 		f.log.Error("kernel egress: delete snat rules", "job", addr, "err", err)
 	}
 	f.removeLimitsLocked(addr)
+	if f.acct != nil {
+		f.acct.poll() // the job's flows' last counters, before the flush
+	}
 	f.forgetTokenLocked(addr)
 	f.flushConntrack(addr)
+	if f.acct != nil {
+		f.acct.endJob(addr)
+	}
 }
 
 // flushConntrack drops the connection-tracking entries the job at addr
@@ -408,6 +439,16 @@ func (f *Forwarder) teardown() error {
 	var errs []error
 	if f.dns != nil {
 		f.dns.Close()
+	}
+	if f.stopAcct != nil {
+		f.stopAcct()
+		<-f.acctDone
+		f.acct.poll()
+	}
+	if f.oldCTAcct != "" {
+		if err := writeSysctl(conntrackAcctPath, f.oldCTAcct); err != nil {
+			errs = append(errs, fmt.Errorf("restore net.netfilter.nf_conntrack_acct=%s: %w", f.oldCTAcct, err))
+		}
 	}
 	f.mu.Lock()
 	f.closed = true

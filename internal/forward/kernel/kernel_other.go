@@ -9,6 +9,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -21,6 +22,8 @@ type Config struct {
 	MTU          int
 	DNSUpstreams []netip.AddrPort
 	EgressAddr   netip.Addr
+	BlockSize    int
+	Flows        *flows.Table
 }
 
 // Forwarder is unavailable outside Linux.

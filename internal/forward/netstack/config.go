@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -68,6 +69,10 @@ type Config struct {
 	// EgressAddr, with DialTimeout. Tests use it to reach local
 	// servers while jobs name documentation addresses.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+
+	// Flows, if non-nil, is the flow table every relayed flow is
+	// recorded in (flows.go).
+	Flows *flows.Table
 
 	// EgressAddr, if valid, is the host address jobs' flows leave from;
 	// invalid means the kernel's choice per destination.

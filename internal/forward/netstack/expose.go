@@ -37,6 +37,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
@@ -284,15 +285,23 @@ func (e *exposure) carryTCP(c *net.TCPConn) {
 	if e.s.flowDebugOn() {
 		e.s.log.Debug("exposed tcp connection", "job", e.job, "port", e.x.JobPort, "from", c.RemoteAddr())
 	}
-	e.s.relayTCP(c, in, nil, nil)
+	var fl *flows.Flow
+	if peer, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		fl = e.s.openFlow(flows.ProtoTCP, peer.AddrPort(), netip.AddrPortFrom(e.job, e.x.JobPort), flows.Inbound)
+		fl.SetCloser(p)
+	}
+	// The job's side is in: what it sends is out.
+	e.s.relayTCP(in, c, nil, nil, fl)
 	e.remove(p)
 	p.Close()
+	fl.End(e.s.endReason())
 }
 
 // exposeFlow is one outside peer's UDP flow to the job.
 type exposeFlow struct {
 	peer netip.AddrPort
 	conn *gonet.UDPConn
+	fl   *flows.Flow  // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last datagram either way
 }
 
@@ -315,7 +324,9 @@ func (e *exposure) serveUDP() {
 			continue
 		}
 		f.last.Store(time.Now().UnixNano())
-		_, _ = f.conn.Write(buf[:n])
+		if _, err := f.conn.Write(buf[:n]); err == nil {
+			f.fl.AddIn(uint64(n), 1)
+		}
 	}
 }
 
@@ -339,6 +350,10 @@ func (e *exposure) flow(peer netip.AddrPort) *exposeFlow {
 	f = &exposeFlow{peer: peer, conn: conn}
 	if !e.add(conn) {
 		return nil
+	}
+	f.fl = e.s.openFlow(flows.ProtoUDP, peer, netip.AddrPortFrom(e.job, e.x.JobPort), flows.Inbound)
+	if f.fl != nil {
+		f.fl.SetCloser(conn)
 	}
 	e.mu.Lock()
 	e.flows[peer] = f
@@ -369,8 +384,12 @@ func (e *exposure) replyUDP(f *exposeFlow) {
 			return
 		}
 		f.last.Store(time.Now().UnixNano())
-		if _, err := e.pc.WriteToUDPAddrPort(buf[:n], f.peer); err != nil && errors.Is(err, net.ErrClosed) {
-			return
+		if _, err := e.pc.WriteToUDPAddrPort(buf[:n], f.peer); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+		} else {
+			f.fl.AddOut(uint64(n), 1)
 		}
 	}
 }
@@ -384,4 +403,5 @@ func (e *exposure) dropFlow(f *exposeFlow) {
 	e.mu.Unlock()
 	e.remove(f.conn)
 	f.conn.Close()
+	f.fl.End(e.s.idleReason())
 }

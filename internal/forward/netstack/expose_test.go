@@ -12,6 +12,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
@@ -36,7 +37,9 @@ func freePort(t *testing.T, network string) uint16 {
 
 func TestExpose(t *testing.T) {
 	checkGoroutines(t)
-	p := newPair(t, Config{EgressAddr: netip.MustParseAddr("127.0.0.1")})
+	log := &recLog{}
+	tb := flows.New(flows.Config{Log: log})
+	p := newPair(t, Config{EgressAddr: netip.MustParseAddr("127.0.0.1"), Flows: tb})
 
 	// The job serves TCP 8080 (greeting, then echo until EOF) and UDP 5353
 	// (echo, prefixed).
@@ -103,6 +106,13 @@ func TestExpose(t *testing.T) {
 		t.Errorf("echo after half-close: got %q, %v; want ping", rest, err)
 	}
 	c.Close()
+	// The inbound flow is recorded from the job's side: it sent the
+	// greeting and the echo, and received "ping".
+	if recs := log.wait(t, 1); recs[0].Direction != flows.Inbound || recs[0].Proto != "tcp" ||
+		recs[0].Dst != netip.AddrPortFrom(jobAddr, 8080).String() || recs[0].Src != c.LocalAddr().String() ||
+		recs[0].BytesOut != uint64(len(line)+4) || recs[0].BytesIn != 4 {
+		t.Errorf("inbound tcp flow record %+v, want %s → %s:8080, %d bytes out, 4 in", recs[0], c.LocalAddr(), jobAddr, len(line)+4)
+	}
 
 	// UDP: two peers, each gets its own replies.
 	for i := range 2 {
@@ -118,7 +128,20 @@ func TestExpose(t *testing.T) {
 		if err != nil || string(buf[:n]) != "job:"+msg {
 			t.Errorf("udp peer %d: got %q, %v; want %q", i, buf[:n], err, "job:"+msg)
 		}
+		// The reply is counted right after it is sent: allow for the race.
+		var act []flows.Record
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			act = tb.Active(flows.Filter{})
+			if len(act) == 1 && act[0].BytesOut == uint64(i+5) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(act) != 1 || act[0].Proto != "udp" || act[0].Direction != flows.Inbound || act[0].Src != u.LocalAddr().String() ||
+			act[0].BytesIn != uint64(i+1) || act[0].BytesOut != uint64(i+5) || act[0].PacketsIn != 1 || act[0].PacketsOut != 1 {
+			t.Errorf("udp peer %d: active flows %+v, want its inbound flow with %d bytes in, %d out", i, act, i+1, i+5)
+		}
 		u.Close()
+		tb.EndAll(flows.EndClosed) // the next peer's flow is then the only active one
 	}
 
 	// A port the job does not listen on: the client sees the connection

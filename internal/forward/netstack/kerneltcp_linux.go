@@ -353,7 +353,7 @@ func (k *kernelTCP) acceptLoop() {
 		c.SetKeepAlive(true)
 		c.SetKeepAlivePeriod(keepaliveIdle)
 		k.s.stats.kernelTCPFlows.Add(1)
-		if !k.s.goStart(func() { k.s.serveTCP(c, out, key.src, key.dst, lim) }) {
+		if !k.s.goStart(func() { k.s.serveTCP(c, out, key.src, key.dst, lim, tcpInfoSegments(c)) }) {
 			c.Close()
 			out.Close()
 			if lim != nil {

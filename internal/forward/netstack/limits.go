@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
@@ -270,11 +271,13 @@ func (s *Stack) admitFlow(proto string, src, dst netip.AddrPort) (*jobLimits, bo
 		return j, true
 	case tooManyFlows:
 		s.limits.flowsRefused.Add(1)
+		s.refuseFlow(protoNumber(proto), src, dst, flows.FlowLimit)
 		if s.flowLog.Allow() {
 			s.log.Warn("job's flow limit reached: new flow refused", "job", src.Addr(), "proto", proto, "dst", dst, "max_flows", j.maxFlows.Load())
 		}
 	case tooFast:
 		s.limits.rateRefused.Add(1)
+		s.refuseFlow(protoNumber(proto), src, dst, flows.NewFlowRate)
 		if s.flowLog.Allow() {
 			s.log.Warn("job opens flows too fast: new flow refused", "job", src.Addr(), "proto", proto, "dst", dst)
 		}

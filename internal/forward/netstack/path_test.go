@@ -12,6 +12,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
 // rawFlow is one job TCP connection driven packet by packet against a Stack
@@ -70,7 +72,9 @@ func newRawFlow(tb testing.TB, serve func(net.Conn)) *rawFlow {
 	}()
 	d := newDialer()
 	d.route("198.51.100.7:80", ln.Addr().String())
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: d.Dial,
+	// With a flow table, as the gateway runs it: its accounting is on
+	// the measured path.
+	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: d.Dial, Flows: flows.New(flows.Config{}),
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		tb.Fatal(err)

@@ -45,6 +45,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -100,6 +101,7 @@ type pingKey struct {
 type pingFlow struct {
 	key  pingKey
 	conn net.PacketConn
+	fl   *flows.Flow  // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last request or reply
 }
 
@@ -139,14 +141,14 @@ func (t *pingTable) relay(pkt []byte, ihl int) {
 	}
 	srcA, dstA := h.SourceAddress().As4(), h.DestinationAddress().As4()
 	src, dst := netip.AddrFrom4(srcA), netip.AddrFrom4(dstA)
-	if err := s.checkFlow(src, policy.ProtoICMP, netip.AddrPortFrom(dst, 0)); err != nil {
+	if err := s.checkFlow(netip.AddrPortFrom(src, header.ICMPv4(msg).Ident()), policy.ProtoICMP, netip.AddrPortFrom(dst, 0)); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("icmp echo denied", "src", src, "dst", dst, "err", err)
 		}
 		return
 	}
-	f := t.flow(pingKey{job: src, id: header.ICMPv4(msg).Ident()})
+	f := t.flow(pingKey{job: src, id: header.ICMPv4(msg).Ident()}, dst)
 	if f == nil {
 		s.stats.dropped.Add(1)
 		return
@@ -157,12 +159,15 @@ func (t *pingTable) relay(pkt []byte, ihl int) {
 		if s.flowDebugOn() {
 			s.log.Debug("icmp echo send failed", "src", src, "dst", dst, "err", err)
 		}
+	} else {
+		f.fl.AddOut(uint64(len(msg)), 1)
 	}
 }
 
 // flow returns the flow of k, opening its socket and starting its reader;
-// nil if the job has too many flows or the socket cannot be opened.
-func (t *pingTable) flow(k pingKey) *pingFlow {
+// nil if the job has too many flows or the socket cannot be opened. dst is
+// the first request's destination, recorded in the flow table.
+func (t *pingTable) flow(k pingKey, dst netip.Addr) *pingFlow {
 	t.mu.Lock()
 	f, ok := t.flows[k]
 	full := t.perJob[k.job] >= maxPingFlowsPerJob
@@ -192,6 +197,10 @@ func (t *pingTable) flow(k pingKey) *pingFlow {
 	t.flows[k] = f
 	t.perJob[k.job]++
 	t.mu.Unlock()
+	f.fl = t.s.openFlow(flows.ProtoICMP, netip.AddrPortFrom(k.job, k.id), netip.AddrPortFrom(dst, 0), flows.Egress)
+	if f.fl != nil {
+		f.fl.SetCloser(c)
+	}
 	if !t.s.goStart(func() { t.receive(f) }) {
 		t.drop(f)
 		return nil
@@ -234,6 +243,8 @@ func (t *pingTable) receive(f *pingFlow) {
 		pkt := buildEchoReply(buf[:header.IPv4MinimumSize+n], peer.Unmap().As4(), job, f.key.id)
 		if !t.s.ep.deliver(pkt) {
 			t.s.stats.dropped.Add(1)
+		} else {
+			f.fl.AddIn(uint64(n), 1)
 		}
 	}
 }
@@ -269,6 +280,7 @@ func (t *pingTable) drop(f *pingFlow) {
 	}
 	t.mu.Unlock()
 	f.conn.Close()
+	f.fl.End(t.s.idleReason())
 }
 
 // removeJob closes the job's flows.
@@ -282,6 +294,7 @@ func (t *pingTable) removeJob(job netip.Addr) {
 	}
 	t.mu.Unlock()
 	for _, f := range fs {
+		f.fl.End(flows.EndJob)
 		t.drop(f)
 	}
 }

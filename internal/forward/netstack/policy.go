@@ -77,10 +77,13 @@ func (s *Stack) PolicyDrops() (map[string]uint64, error) {
 // (allowedDestination: loopback, multicast, the tunnel address but DNS, ...)
 // first, then the policy with the job's token and whether dst is one of
 // the gateway host's own addresses. A denial is counted under its rule and
-// returned as an error wrapping ErrDestinationDenied.
-func (s *Stack) checkFlow(src netip.Addr, proto policy.Proto, dst netip.AddrPort) error {
+// returned as an error wrapping ErrDestinationDenied, and reported to the
+// flow table (src is the job's address and port, or echo id).
+func (s *Stack) checkFlow(srcAP netip.AddrPort, proto policy.Proto, dst netip.AddrPort) error {
+	src := srcAP.Addr()
 	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
 		s.pol.drops.Inc(policy.RuleFloor)
+		s.refuseDenied(proto, srcAP, dst, policy.RuleFloor)
 		return err
 	}
 	f := policy.Flow{
@@ -95,5 +98,6 @@ func (s *Stack) checkFlow(src netip.Addr, proto policy.Proto, dst netip.AddrPort
 		return nil
 	}
 	s.pol.drops.Inc(v.Rule)
+	s.refuseDenied(proto, srcAP, dst, v.Rule)
 	return fmt.Errorf("%s %s (rule %s): %w", proto, dst, v.Rule, ErrDestinationDenied)
 }

@@ -93,6 +93,7 @@ type Stack struct {
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
 	pol     policyState  // egress policy, jobs' tokens, drop counters (policy.go)
+	denied  sync.Map     // policy rule → its flows.Denied verdict (flows.go)
 	ktcp    *kernelTCP   // nil unless Config.KernelTCP (kerneltcp_linux.go)
 
 	// ctx is cancelled by Close; it bounds dials, DNS exchanges and Read.

@@ -14,7 +14,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 const (
@@ -76,7 +78,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	ep.SetSockOpt(&idle)
 	intvl := tcpip.KeepaliveIntervalOption(keepaliveInterval)
 	ep.SetSockOpt(&intvl)
-	s.serveTCP(gonet.NewTCPConn(&wq, ep), out, src, dst, lim)
+	s.serveTCP(gonet.NewTCPConn(&wq, ep), out, src, dst, lim, tcpSegments(ep))
 }
 
 // openTCP decides on a job's new TCP flow from src to dst: destination
@@ -85,7 +87,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 // otherwise it returns the host connection and the job's limits (nil:
 // none), which serveTCP releases.
 func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
-	if err := s.checkFlow(src.Addr(), policy.ProtoTCP, dst); err != nil {
+	if err := s.checkFlow(src, policy.ProtoTCP, dst); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("tcp flow denied", "src", src, "dst", dst, "err", err)
@@ -108,6 +110,9 @@ func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
 			lim.release()
 		}
 		s.stats.dialFailures.Add(1)
+		if errors.Is(err, portblock.ErrExhausted) {
+			s.refuseFlow(flows.ProtoTCP, src, dst, flows.BlockExhausted)
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("tcp dial failed", "src", src, "dst", dst, "err", err)
 		}
@@ -121,8 +126,9 @@ func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
 
 // serveTCP relays an established job connection in (job side) and its host
 // connection out until both directions are done, then closes both and
-// releases lim (nil: none).
-func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimits) {
+// releases lim (nil: none). The flow is recorded in the flow table, with
+// its job-side packet counts from pkts (nil: none).
+func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimits, pkts func() (out, in uint64)) {
 	if lim != nil {
 		defer lim.release()
 	}
@@ -134,9 +140,15 @@ func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimi
 	if !s.track(f) {
 		return
 	}
+	fl := s.openFlow(flows.ProtoTCP, src, dst, flows.Egress)
+	if fl != nil {
+		fl.SetCloser(f)
+		fl.SetPacketCounter(pkts)
+	}
 	start := time.Now()
-	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim))
+	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim), fl)
 	s.untrack(f)
+	fl.End(s.endReason()) // before Close: the packet counters may need the sockets
 	f.Close()
 	if s.flowDebugOn() {
 		s.log.Debug("tcp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down,
@@ -167,25 +179,27 @@ type closeWriter interface {
 // propagating half-close, paced by the shapers up (job → host) and down.
 // If either direction fails, both connections are closed so the other
 // direction ends too. It returns the bytes copied in each direction once
-// both are done.
-func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper) (nup, ndown int64) {
+// both are done. Relayed bytes are counted in fl (nil: not counted), in is
+// the job's side.
+func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper, fl *flows.Flow) (nup, ndown int64) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		nup = halfCopy(out, in, up)
+		nup = halfCopy(out, in, up, fl.AddOut)
 	}()
-	ndown = halfCopy(in, out, down)
+	ndown = halfCopy(in, out, down, fl.AddIn)
 	<-done
 	return nup, ndown
 }
 
 // halfCopy copies src to dst with a pooled buffer until EOF, then
 // half-closes dst, pacing the copy with sh (nil: no pacing). On any other
-// error it closes both.
-func halfCopy(dst, src net.Conn, sh *shaper) int64 {
+// error it closes both. count (if not nil) is called with the bytes of
+// each chunk written.
+func halfCopy(dst, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
 	if d, ok := dst.(*net.TCPConn); ok {
 		if _, ok := src.(*net.TCPConn); ok {
-			return spliceCopy(d, src, sh)
+			return spliceCopy(d, src, sh, count)
 		}
 	}
 	bp := copyBufs.Get().(*[]byte)
@@ -206,6 +220,9 @@ func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 				return total
 			}
 			total += int64(n)
+			if count != nil {
+				count(uint64(n), 0)
+			}
 		}
 		if rerr != nil {
 			if errors.Is(rerr, io.EOF) {
@@ -223,14 +240,17 @@ func halfCopy(dst, src net.Conn, sh *shaper) int64 {
 
 // spliceCopy is halfCopy between two kernel sockets (the kernel TCP path):
 // the bytes move by splice(2) inside the kernel, a chunk at a time, and
-// each chunk is paced after it moved.
-func spliceCopy(dst *net.TCPConn, src net.Conn, sh *shaper) int64 {
+// each chunk is paced after it moved, and counted with count (if not nil).
+func spliceCopy(dst *net.TCPConn, src net.Conn, sh *shaper, count func(n, pkts uint64)) int64 {
 	var total int64
 	lr := io.LimitedReader{R: src}
 	for {
 		lr.N = int64(sh.chunk())
 		n, err := dst.ReadFrom(&lr)
 		total += n
+		if n > 0 && count != nil {
+			count(uint64(n), 0)
+		}
 		if n > 0 && !sh.wait(int(n)) {
 			src.Close()
 			dst.Close()

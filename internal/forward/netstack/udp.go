@@ -13,7 +13,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // dnsUDPIdleTimeout caps the idle timeout of UDP flows to port 53.
@@ -28,7 +30,7 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 	id := r.ID()
 	src := addrPort(id.RemoteAddress, id.RemotePort)
 	dst := addrPort(id.LocalAddress, id.LocalPort)
-	if err := s.checkFlow(src.Addr(), policy.ProtoUDP, dst); err != nil {
+	if err := s.checkFlow(src, policy.ProtoUDP, dst); err != nil {
 		s.stats.denied.Add(1)
 		if s.flowDebugOn() {
 			s.log.Debug("udp datagram denied", "src", src, "dst", dst, "err", err)
@@ -82,6 +84,9 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	if err != nil {
 		in.Close()
 		s.stats.dialFailures.Add(1)
+		if errors.Is(err, portblock.ErrExhausted) {
+			s.refuseFlow(flows.ProtoUDP, src, dst, flows.BlockExhausted)
+		}
 		if s.flowDebugOn() {
 			s.log.Debug("udp dial failed", "src", src, "dst", dst, "err", err)
 		}
@@ -90,6 +95,10 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	f := &connPair{a: in, b: out}
 	if !s.track(f) {
 		return
+	}
+	fl := s.openFlow(flows.ProtoUDP, src, dst, flows.Egress)
+	if fl != nil {
+		fl.SetCloser(f)
 	}
 	if s.flowDebugOn() {
 		s.log.Debug("udp flow opened", "src", src, "dst", dst)
@@ -105,12 +114,13 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	var up int64
 	go func() {
 		defer close(done)
-		up = pumpUDP(out, in, &last, idle, f, s.egressShaper(j), &s.limits.dropped)
+		up = pumpUDP(out, in, &last, idle, f, s.egressShaper(j), &s.limits.dropped, fl.AddOut)
 	}()
-	down := pumpUDP(in, out, &last, idle, f, s.ingressShaper(j), &s.limits.dropped)
+	down := pumpUDP(in, out, &last, idle, f, s.ingressShaper(j), &s.limits.dropped, fl.AddIn)
 	<-done
 	s.untrack(f)
 	f.Close()
+	fl.End(s.idleReason())
 	if s.flowDebugOn() {
 		s.log.Debug("udp flow closed", "src", src, "dst", dst, "bytes_up", up, "bytes_down", down)
 	}
@@ -121,7 +131,8 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 // idle, or on a read error other than a reported ICMP unreachable. Write
 // errors (e.g. the destination's port is closed) drop the datagram, and
 // so does sh when the datagram is over its limits (counted in dropped).
-func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair, sh *shaper, dropped *atomic.Uint64) int64 {
+// count is called with each datagram relayed.
+func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connPair, sh *shaper, dropped *atomic.Uint64, count func(n, pkts uint64)) int64 {
 	bp := copyBufs.Get().(*[]byte)
 	defer copyBufs.Put(bp)
 	buf := *bp
@@ -152,6 +163,7 @@ func pumpUDP(dst, src net.Conn, last *atomic.Int64, idle time.Duration, f *connP
 		}
 		if _, err := dst.Write(buf[:n]); err == nil {
 			total += int64(n)
+			count(uint64(n), 1)
 		}
 	}
 }

@@ -28,6 +28,9 @@
 //	impair A B CONFIG        relay frames between interfaces A and B (AF_PACKET), impaired as
 //	                         the JSON impair.Config says; print "ready" once bound; exit on
 //	                         SIGTERM or when the parent dies (see test/impair)
+//	nouserns [-noseccomp] CMD [ARGS...]   exec CMD under a seccomp filter that makes user
+//	                         namespaces (and seccomp) unavailable to it and its descendants
+//	                         (see nouserns.go)
 //	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
 //	tcpecho, tcpflows, tcpburst   see flows.go
 //	rawsyn IFACE DST:PORT WAIT   see rawsyn_linux.go
@@ -122,6 +125,8 @@ func main() {
 		if err == nil {
 			err = tcpHold(args[0], n, hold)
 		}
+	case "nouserns":
+		err = noUserNS(args)
 	case "impair":
 		need(args, 3)
 		err = runImpair(args[0], args[1], args[2])

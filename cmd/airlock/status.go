@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/flows"
+)
+
+// dialAdmin connects to the running gateway of state.
+func dialAdmin(cmd, state string) (*admin.Client, error) {
+	if state == "" {
+		return nil, fmt.Errorf("%s: --state DIR is required (the gateway's state directory)", cmd)
+	}
+	c, err := admin.Dial(state)
+	if errors.Is(err, admin.ErrNoGateway) {
+		return nil, fmt.Errorf("%s: %w: start it with airlock gateway --state %s", cmd, err, state)
+	}
+	return c, err
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newStatusCmd(stdout, stderr io.Writer) *ffcli.Command {
+	fs := flag.NewFlagSet("airlock status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	state := fs.String("state", "", "the gateway's state directory")
+	asJSON := fs.Bool("json", false, "print the status as JSON")
+	return &ffcli.Command{
+		Name:       "status",
+		ShortUsage: "airlock status --state DIR [--json]",
+		ShortHelp:  "show the running gateway: mode, uptime, jobs, rates, flows, bytes",
+		FlagSet:    fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("status: unexpected arguments %q", args)
+			}
+			c, err := dialAdmin("status", *state)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Status(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(stdout, st)
+			}
+			return printStatus(stdout, st)
+		},
+	}
+}
+
+func printStatus(w io.Writer, st admin.Status) error {
+	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
+	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise)
+	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Range, st.PortBlocks.Size)
+	t := st.Totals
+	fmt.Fprintf(w, "flows:      %d active, %d since start%s\n", t.ActiveFlows, t.Flows, refusals(t.Verdicts))
+	fmt.Fprintf(w, "traffic:    out %s (%d packets), in %s (%d packets)\n", humanBytes(t.BytesOut), t.PacketsOut, humanBytes(t.BytesIn), t.PacketsIn)
+	for _, b := range t.Bulk {
+		fmt.Fprintf(w, "bulk:       %s: %d flows, out %s, in %s\n", b.Rule, b.Flows, humanBytes(b.BytesOut), humanBytes(b.BytesIn))
+	}
+	if t.LogErrors > 0 {
+		fmt.Fprintf(w, "flow log:   %d records could not be written: see the gateway's log\n", t.LogErrors)
+	}
+	fmt.Fprintf(w, "jobs:       %d\n", len(st.Jobs))
+	if len(st.Jobs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
+	for _, j := range st.Jobs {
+		who := orDash(j.User) + "@" + orDash(j.Host)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
+			orDash(j.JobID), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
+			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,
+			humanBytes(j.BytesOut), humanBytes(j.BytesIn), j.Started.Format(time.RFC3339))
+	}
+	return tw.Flush()
+}
+
+// refusals formats the non-allowed verdict counts.
+func refusals(v map[string]uint64) string {
+	var parts []string
+	for k, n := range v {
+		if k != flows.Allowed && n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	sort.Strings(parts)
+	return "; " + strings.Join(parts, ", ")
+}
+
+func newFlowsCmd(stdout, stderr io.Writer) *ffcli.Command {
+	fs := flag.NewFlagSet("airlock flows", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	state := fs.String("state", "", "the gateway's state directory")
+	job := fs.String("job", "", "only the flows of this batch job id, lease id or tunnel address")
+	active := fs.Bool("active", false, "only open flows (default: open ones, then the most recent ended and refused ones)")
+	asJSON := fs.Bool("json", false, "print the flows as JSON")
+	return &ffcli.Command{
+		Name:       "flows",
+		ShortUsage: "airlock flows --state DIR [--job ID] [--active] [--json]",
+		ShortHelp:  "list the gateway's flows: open ones and the most recent ended ones",
+		LongHelp: `Every flow of every job: 5-tuple, job, token, direction, bytes and packets
+each way, start, end and verdict. The full history is the flow log
+(STATE/flows.log, JSON lines); this shows open flows and the last 1024
+ended or refused ones.`,
+		FlagSet: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("flows: unexpected arguments %q (flags go first)", args)
+			}
+			c, err := dialAdmin("flows", *state)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			fl, err := c.Flows(ctx, *job, *active)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(stdout, fl)
+			}
+			recs := append(fl.Active, fl.Recent...)
+			if len(recs) == 0 {
+				fmt.Fprintln(stdout, "no flows")
+				return nil
+			}
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tPROTO\tDIR\tSOURCE\tDESTINATION\tJOB\tTOKEN\tBYTES OUT\tBYTES IN\tPKTS OUT\tPKTS IN\tSTART\tSTATE\tVERDICT")
+			for _, r := range recs {
+				state := "active"
+				if !r.End.IsZero() {
+					state = r.EndReason
+					if state == "" {
+						state = "ended"
+					}
+				}
+				if r.Bulk != "" {
+					state += " bulk"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
+					r.ID, r.Proto, r.Direction, r.Src, r.Dst, orDash(r.JobID), orDash(r.Token),
+					humanBytes(r.BytesOut), humanBytes(r.BytesIn), r.PacketsOut, r.PacketsIn,
+					r.Start.Format("15:04:05"), state, r.Verdict)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+func newKickCmd(stdout, stderr io.Writer) *ffcli.Command {
+	fs := flag.NewFlagSet("airlock kick", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	state := fs.String("state", "", "the gateway's state directory")
+	reason := fs.String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
+	asJSON := fs.Bool("json", false, "print the ended leases as JSON")
+	return &ffcli.Command{
+		Name:       "kick",
+		ShortUsage: "airlock kick --state DIR [--reason TEXT] JOB",
+		ShortHelp:  "end a job's lease now (JOB: batch job id, lease id or tunnel address)",
+		LongHelp: `Ends every lease of JOB at once: its tunnel and flows are cut and its port
+block is freed. The job's airlock run learns it at its next renewal (within
+one --renew-interval) and prints a message saying the gateway's admin ended
+the lease, with --reason.`,
+		FlagSet: fs,
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) != 1 {
+				return fmt.Errorf("kick: want one JOB (batch job id, lease id or tunnel address; flags go first), got %d arguments", len(args))
+			}
+			c, err := dialAdmin("kick", *state)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			res, err := c.Kick(ctx, args[0], *reason)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(stdout, res)
+			}
+			for _, k := range res.Kicked {
+				fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
+			}
+			return nil
+		},
+	}
+}
+
+// humanBytes formats a byte count with IEC units.
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// humanRate formats bits per second.
+func humanRate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return fmt.Sprintf("%.2f Gbit/s", bps/1e9)
+	case bps >= 1e6:
+		return fmt.Sprintf("%.1f Mbit/s", bps/1e6)
+	case bps >= 1e3:
+		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
+	}
+	return fmt.Sprintf("%.0f bit/s", bps)
+}

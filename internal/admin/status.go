@@ -1,0 +1,186 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
+)
+
+// The gateway-state endpoints (registered by SetGateway):
+//
+//	GET  /v1/status                       → Status
+//	GET  /v1/flows?job=ID&active=1        → FlowList
+//	POST /v1/kick {"job","reason"}        → KickResult
+
+// Status is the answer to GET /v1/status.
+type Status struct {
+	// Mode is the egress mode, "user" or "kernel".
+	Mode    string    `json:"mode"`
+	Started time.Time `json:"started"`
+	// UptimeSeconds is the time since Started when the status was made.
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Advertise is the HOST:PORT clients dial.
+	Advertise  string      `json:"advertise"`
+	EgressAddr netip.Addr  `json:"egress_addr"`
+	PortBlocks PortBlocks  `json:"port_blocks"`
+	Jobs       []JobStatus `json:"jobs"`
+	// Totals are the gateway-wide flow counts since start.
+	Totals flows.Stats `json:"totals"`
+}
+
+// PortBlocks describes the egress port-block plan and its use.
+type PortBlocks struct {
+	Range string `json:"range"`
+	Size  int    `json:"size"`
+	Total int    `json:"total"`
+	Used  int    `json:"used"`
+}
+
+// JobStatus is one job with a live lease.
+type JobStatus struct {
+	flows.JobStats
+	Host    string    `json:"host,omitempty"`
+	User    string    `json:"user,omitempty"`
+	Remote  string    `json:"remote,omitempty"`
+	Started time.Time `json:"started"`
+	Expires time.Time `json:"expires"`
+	// Ports is the job's egress port block, LO-HI, "" if none.
+	Ports string `json:"ports,omitempty"`
+}
+
+// FlowList is the answer to GET /v1/flows.
+type FlowList struct {
+	// Active are the open flows.
+	Active []flows.Record `json:"active"`
+	// Recent are recently ended and refused flows (not with active=1).
+	Recent []flows.Record `json:"recent,omitempty"`
+}
+
+// KickRequest is the body of POST /v1/kick.
+type KickRequest struct {
+	// Job is a batch job id, a lease id or a tunnel address.
+	Job    string `json:"job"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// KickResult lists the leases a kick ended.
+type KickResult struct {
+	Kicked []KickedLease `json:"kicked"`
+}
+
+// KickedLease is one lease ended by a kick.
+type KickedLease struct {
+	Lease string     `json:"lease"`
+	JobID string     `json:"job_id,omitempty"`
+	Addr  netip.Addr `json:"addr"`
+}
+
+// ErrNoSuchJob means no live lease matches a kick.
+var ErrNoSuchJob = errors.New("no such job")
+
+// codeNoSuchJob is ErrNoSuchJob's error code.
+const codeNoSuchJob = "no_such_job"
+
+// Gateway is the running gateway as the admin API sees it. Its methods are
+// called concurrently from request goroutines.
+type Gateway interface {
+	Status() Status
+	// Flows returns the flows matching f; recent too unless activeOnly.
+	Flows(f flows.Filter, activeOnly bool) FlowList
+	// Kick ends the leases of job (see KickRequest.Job); ErrNoSuchJob if
+	// none matches.
+	Kick(job, reason string) (KickResult, error)
+}
+
+// SetGateway registers the status, flows and kick endpoints, answered by g.
+// Call it once, before serving.
+func (s *Server) SetGateway(g Gateway) {
+	s.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, g.Status())
+	})
+	s.mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		active := false
+		if v := q.Get("active"); v != "" {
+			var err error
+			if active, err = strconv.ParseBool(v); err != nil {
+				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad active %q: want true or false", v)})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, g.Flows(flows.Filter{Job: q.Get("job")}, active))
+	})
+	s.mux.HandleFunc("POST /v1/kick", func(w http.ResponseWriter, r *http.Request) {
+		var req KickRequest
+		if err := decodeBody(w, r, &req); err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad kick request: " + err.Error()})
+			return
+		}
+		if req.Job == "" {
+			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
+			return
+		}
+		res, err := g.Kick(req.Job, req.Reason)
+		switch {
+		case errors.Is(err, ErrNoSuchJob):
+			writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		case err != nil:
+			s.log.Error("kick failed", "job", req.Job, "err", err)
+			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+		default:
+			s.log.Info("job kicked by admin", "job", req.Job, "reason", req.Reason, "leases", len(res.Kicked))
+			writeJSON(w, http.StatusOK, res)
+		}
+	})
+}
+
+// Status asks the gateway for its status.
+func (c *Client) Status(ctx context.Context) (Status, error) {
+	var st Status
+	if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return Status{}, fmt.Errorf("status: %w", err)
+	}
+	return st, nil
+}
+
+// Flows asks the gateway for the flows of job ("" for all), only the
+// active ones if activeOnly.
+func (c *Client) Flows(ctx context.Context, job string, activeOnly bool) (FlowList, error) {
+	v := url.Values{}
+	if job != "" {
+		v.Set("job", job)
+	}
+	if activeOnly {
+		v.Set("active", "true")
+	}
+	var fl FlowList
+	if err := c.do(ctx, http.MethodGet, "/v1/flows?"+v.Encode(), nil, &fl); err != nil {
+		return FlowList{}, fmt.Errorf("flows: %w", err)
+	}
+	return fl, nil
+}
+
+// Kick ends the leases of job; the error wraps ErrNoSuchJob if none
+// matches.
+func (c *Client) Kick(ctx context.Context, job, reason string) (KickResult, error) {
+	var res KickResult
+	if err := c.do(ctx, http.MethodPost, "/v1/kick", KickRequest{Job: job, Reason: reason}, &res); err != nil {
+		return KickResult{}, fmt.Errorf("kick %s: %w", job, err)
+	}
+	return res, nil
+}
+
+// decodeBody decodes a size-limited JSON body with no unknown fields.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}

@@ -1,0 +1,79 @@
+package gateway
+
+import (
+	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/metrics"
+)
+
+// gatewayMetrics is the gateway's metrics and their listener (nil without
+// --metrics).
+type gatewayMetrics struct {
+	metrics  *metrics.Metrics
+	registry *prometheus.Registry
+	listener net.Listener
+}
+
+// newMetrics registers the gateway's metrics on cfg.Registry (or a fresh
+// registry, with the Go runtime and process collectors) and opens the
+// listener if one is configured. The metrics exist without a listener so
+// that the join counters are always kept.
+func (g *gateway) newMetrics() (gatewayMetrics, error) {
+	reg := g.cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	src := metrics.Source{
+		Jobs:  g.leases.Len,
+		Flows: g.flows,
+		PortBlocks: func() (int, int) {
+			used := 0
+			if g.egress.plan.Blocks() > 0 {
+				used = g.leases.Len()
+			}
+			return used, g.egress.plan.Blocks()
+		},
+		Start: g.started,
+	}
+	if g.limiter != nil {
+		src.Limits = g.limiter.LimitStats
+	} else {
+		src.Limits = func() (forward.LimitStats, error) { return forward.LimitStats{}, nil }
+	}
+	m, err := metrics.New(reg, src)
+	if err != nil {
+		return gatewayMetrics{}, err
+	}
+	if g.policer != nil {
+		m.SetPolicy(policerDrops{g.policer})
+	}
+	gm := gatewayMetrics{metrics: m, registry: reg}
+	if g.cfg.Metrics != "" {
+		if gm.listener, err = metrics.Listen(g.cfg.Metrics, g.cfg.MetricsPublic); err != nil {
+			return gatewayMetrics{}, err
+		}
+		g.log.Info("metrics listening", "addr", gm.listener.Addr().String(), "path", "/metrics")
+	}
+	return gm, nil
+}
+
+// policerDrops adapts the egress backend's policy drop counters to the
+// metrics' RuleDropCounter.
+type policerDrops struct{ p forward.Policer }
+
+func (d policerDrops) RuleDrops() []metrics.RuleDrops {
+	m, err := d.p.PolicyDrops()
+	if err != nil {
+		return nil
+	}
+	out := make([]metrics.RuleDrops, 0, len(m))
+	for rule, n := range m {
+		out = append(out, metrics.RuleDrops{Rule: rule, Drops: n})
+	}
+	return out
+}

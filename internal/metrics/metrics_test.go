@@ -1,0 +1,109 @@
+package metrics
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/forward"
+)
+
+type fakePolicy []RuleDrops
+
+func (p fakePolicy) RuleDrops() []RuleDrops { return p }
+
+func TestMetrics(t *testing.T) {
+	tb := flows.New(flows.Config{})
+	job := netip.MustParseAddr("100.64.0.2")
+	tb.AddJob(job, flows.JobRef{Lease: "L"})
+	f := tb.Open(flows.Key{Proto: flows.ProtoTCP, Src: netip.AddrPortFrom(job, 4000), Dst: netip.MustParseAddrPort("192.0.2.1:80")}, flows.Egress)
+	f.AddOut(100, 2)
+	f.AddIn(5000, 4)
+	tb.Refuse(flows.Key{Proto: flows.ProtoTCP, Src: netip.AddrPortFrom(job, 4001), Dst: netip.MustParseAddrPort("192.0.2.1:80")}, flows.Egress, flows.FlowLimit)
+
+	reg := prometheus.NewRegistry()
+	m, err := New(reg, Source{
+		Jobs:       func() int { return 1 },
+		Flows:      tb,
+		Limits:     func() (forward.LimitStats, error) { return forward.LimitStats{FlowsRefused: 1, Dropped: 7}, nil },
+		PortBlocks: func() (int, int) { return 1, 156 },
+		Start:      time.Unix(1700000000, 0),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.SetPolicy(fakePolicy{{Rule: "1:deny tcp 25", Drops: 3}, {Rule: "1:deny tcp 25", Drops: 3}, {Rule: "default", Drops: 9}})
+	m.ObserveJoin("", 3*time.Millisecond)
+	m.ObserveJoin("bad_token", time.Millisecond)
+
+	srv := httptest.NewServer(Handler(reg))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	body := string(b)
+	for _, want := range []string{
+		"airlock_jobs 1",
+		"airlock_joins_total 1",
+		`airlock_join_failures_total{reason="bad_token"} 1`,
+		`airlock_join_failures_total{reason="no_address"} 0`,
+		"airlock_join_duration_seconds_count 2",
+		`airlock_bytes_total{direction="out"} 100`,
+		`airlock_bytes_total{direction="in"} 5000`,
+		`airlock_packets_total{direction="in"} 4`,
+		"airlock_flows_active 1",
+		`airlock_flows_total{verdict="allowed"} 1`,
+		`airlock_flows_total{verdict="refused:flow-limit"} 1`,
+		`airlock_limit_drops_total{limit="bandwidth"} 7`,
+		`airlock_policy_drops_total{rule="1:deny tcp 25"} 3`,
+		`airlock_policy_drops_total{rule="default"} 9`,
+		"airlock_port_blocks 156",
+		"airlock_port_blocks_used 1",
+		"airlock_start_time_seconds 1.7e+09",
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("metrics:\n%s", body)
+	}
+	// A second registry works too: nothing global.
+	if _, err := New(prometheus.NewRegistry(), Source{}); err != nil {
+		t.Errorf("second registry: %v", err)
+	}
+}
+
+func TestListenLoopbackOnly(t *testing.T) {
+	for _, c := range []struct {
+		addr   string
+		public bool
+		ok     bool
+	}{
+		{"127.0.0.1:0", false, true},
+		{"[::1]:0", false, true},
+		{"localhost:0", false, true},
+		{"0.0.0.0:0", false, false},
+		{":0", false, false},
+		{"0.0.0.0:0", true, true},
+		{"nonsense", false, false},
+	} {
+		l, err := Listen(c.addr, c.public)
+		if (err == nil) != c.ok {
+			t.Errorf("Listen(%q, %v): err %v, want ok %v", c.addr, c.public, err, c.ok)
+		}
+		if l != nil {
+			l.Close()
+		}
+	}
+}

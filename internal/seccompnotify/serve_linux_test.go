@@ -1,0 +1,220 @@
+package seccompnotify
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/proxy"
+)
+
+const jobEnv = "SECCOMPNOTIFY_TEST_JOB"
+
+func TestMain(m *testing.M) {
+	Init()
+	if v := os.Getenv(jobEnv); v != "" {
+		os.Exit(testJob(v))
+	}
+	os.Exit(m.Run())
+}
+
+// testJob is the job the tests run under the filter: "tcp ADDR" reads what
+// ADDR sends, "udp ADDR" sends one datagram and prints the answer.
+func testJob(spec string) int {
+	proto, addr, _ := strings.Cut(spec, " ")
+	c, err := net.DialTimeout(proto, addr, 5*time.Second)
+	if err != nil {
+		fmt.Println("dial error:", err)
+		return 1
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if proto == "udp" {
+		if _, err := c.Write([]byte("ping")); err != nil {
+			fmt.Println("write error:", err)
+			return 1
+		}
+	}
+	b := make([]byte, 100)
+	n, err := c.Read(b)
+	if err != nil && err != io.EOF {
+		fmt.Println("read error:", err)
+		return 1
+	}
+	fmt.Printf("%s %s: %s\n", proto, c.RemoteAddr().Network(), b[:n])
+	return 0
+}
+
+// testRedirector sends redirected connections to fixed local servers.
+type testRedirector struct {
+	tcp, udp netip.AddrPort // where "outside" connections really go
+	seen     chan Connect
+}
+
+// hostDialer dials with the host stack.
+type hostDialer struct{}
+
+func (hostDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, "tcp", dst.String())
+}
+func (hostDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, "udp", dst.String())
+}
+func (hostDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+	return net.ListenPacket("udp", "127.0.0.1:0")
+}
+func (hostDialer) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "no DNS in this test", Name: name}
+}
+
+func (r *testRedirector) Redirect(ctx context.Context, c Connect) (*os.File, error) {
+	select {
+	case r.seen <- c:
+	default:
+	}
+	if c.Dst.Addr().IsLoopback() {
+		return nil, nil
+	}
+	if c.Dst.Port() == 1 {
+		return nil, syscall.ECONNREFUSED
+	}
+	switch c.Type {
+	case syscall.SOCK_STREAM:
+		rc, err := hostDialer{}.DialTCP(ctx, r.tcp)
+		if err != nil {
+			return nil, err
+		}
+		return proxy.PipeTCP(rc, false)
+	case syscall.SOCK_DGRAM:
+		return proxy.PipeUDP(ctx, hostDialer{}, r.udp, false)
+	}
+	return nil, nil
+}
+
+func servers(t *testing.T) (netip.AddrPort, netip.AddrPort) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("hello from tcp"))
+			c.Close()
+		}
+	}()
+	u, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	go func() {
+		b := make([]byte, 100)
+		for {
+			n, a, err := u.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo(append([]byte("echo "), b[:n]...), a)
+		}
+	}()
+	return netip.MustParseAddrPort(l.Addr().String()), netip.MustParseAddrPort(u.LocalAddr().String())
+}
+
+// runJob runs the test binary as a job under the filter with the given
+// command (argv after the shim) and job spec.
+func runJob(t *testing.T, r Redirector, spec string, argv ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), jobEnv+"="+spec)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	l, err := Start(cmd, nil)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, slog.New(slog.DiscardHandler), l, r) }()
+	werr := cmd.Wait()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Serve did not return after the job exited")
+	}
+	return out.String(), werr
+}
+
+func TestRedirect(t *testing.T) {
+	tcpSrv, udpSrv := servers(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, spec string
+		argv       []string
+		want       string
+		ok         bool
+	}{
+		// 192.0.2.0/24 (TEST-NET-1) is not routed: only the redirect
+		// can make these connects succeed.
+		{"tcp", "tcp 192.0.2.10:80", []string{self}, "tcp tcp: hello from tcp", true},
+		{"udp", "udp 192.0.2.10:53", []string{self}, "udp udp: echo ping", true},
+		{"refused", "tcp 192.0.2.10:1", []string{self}, "connection refused", false},
+		{"loopback-untouched", "tcp " + tcpSrv.String(), []string{self}, "hello from tcp", true},
+		// A shell and its children inherit the filter.
+		{"children", "tcp 192.0.2.10:80", []string{"sh", "-c", self + " && " + self}, "tcp tcp: hello from tcp\ntcp tcp: hello from tcp", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &testRedirector{tcp: tcpSrv, udp: udpSrv, seen: make(chan Connect, 8)}
+			out, err := runJob(t, r, tc.spec, tc.argv...)
+			if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+				t.Fatalf("job: err %v, output %q; want ok=%v and %q", err, out, tc.ok, tc.want)
+			}
+			select {
+			case c := <-r.seen:
+				if c.Pid <= 0 || c.FD < 0 || (c.Family != syscall.AF_INET && c.Family != syscall.AF_INET6) {
+					t.Errorf("connect seen as %+v", c)
+				}
+			default:
+				t.Error("the redirector saw no connect")
+			}
+		})
+	}
+}
+
+func TestStartNotFound(t *testing.T) {
+	cmd := exec.Command("/nonexistent/airlock-no-such-command")
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	l, err := Start(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 127 {
+		t.Fatalf("exit %v, want 127; stderr %q", err, out.String())
+	}
+}

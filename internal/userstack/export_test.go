@@ -1,0 +1,18 @@
+package userstack
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+)
+
+// dnsListener opens UDP port 53 on the stack's address (for tests that
+// serve DNS from a stack).
+func (s *Stack) dnsListener() (*gonet.UDPConn, error) {
+	la := full(netip.AddrPortFrom(s.cfg.Addr, 53))
+	return gonet.DialUDP(s.ns, &la, nil, proto(s.cfg.Addr))
+}
+
+func asDNSError(err error, de **net.DNSError) bool { return errors.As(err, de) }

@@ -1,0 +1,320 @@
+// Package userstack is airlock run's client-side user-space TCP/IP stack
+// for the fallback modes (no user namespace or TUN): a gVisor netstack
+// attached to the job's WireGuard device in place of a TUN, from which the
+// client's proxies and relays dial the job's connections. Everything it
+// sends leaves through the tunnel with the job's own address, so the
+// gateway applies the job's policy, limits and port block as for a netns
+// job.
+//
+// It uses the gateway's link endpoint (internal/forward/netstack.Link: GRO
+// inbound, GSO outbound, batched reads) and the gateway's TCP tuning (SACK,
+// buffer auto-tuning up to 8 MiB, cubic).
+package userstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.zx2c4.com/wireguard/tun"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+)
+
+const (
+	nicID     = 1
+	batchSize = 64
+	queueLen  = 1024
+
+	tcpBufMin     = 4 << 10
+	tcpBufDefault = 1 << 20
+	tcpBufMax     = 8 << 20
+
+	// dnsTimeout bounds one DNS exchange; dnsTries is how often a query
+	// is sent over UDP before giving up.
+	dnsTimeout = 2 * time.Second
+	dnsTries   = 2
+)
+
+// Config configures a Stack.
+type Config struct {
+	// Addr is the job's tunnel address (from the lease).
+	Addr netip.Addr
+	// DNS lists the tunnel's DNS servers.
+	DNS []netip.Addr
+	// MTU of the tunnel.
+	MTU int
+}
+
+// Stack is the client-side netstack. It implements tun.Device for the
+// WireGuard device and dials through it. It is safe for concurrent use;
+// its zero value is not usable (use New).
+type Stack struct {
+	cfg    Config
+	ns     *stack.Stack
+	link   *netstack.Link
+	events chan tun.Event
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+// New builds the stack with cfg.Addr as its only address and a default
+// route into the tunnel.
+func New(cfg Config) (*Stack, error) {
+	if !cfg.Addr.IsValid() || cfg.MTU <= 0 {
+		return nil, fmt.Errorf("user-space stack: need an address and an MTU, got %v and %d", cfg.Addr, cfg.MTU)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Stack{
+		cfg:    cfg,
+		link:   netstack.NewLink(uint32(cfg.MTU), queueLen),
+		events: make(chan tun.Event, 1),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	s.ns = stack.New(stack.Options{
+		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
+		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
+		HandleLocal:        true,
+	})
+	if err := s.setup(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.events <- tun.EventUp
+	return s, nil
+}
+
+func tcpipErr(what string, err tcpip.Error) error {
+	return fmt.Errorf("user-space stack: %s: %s", what, err)
+}
+
+func (s *Stack) setup() error {
+	opts := []struct {
+		what string
+		opt  tcpip.SettableTransportProtocolOption
+	}{
+		{"enable tcp sack", func() *tcpip.TCPSACKEnabled { v := tcpip.TCPSACKEnabled(true); return &v }()},
+		{"set tcp receive buffer range", &tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpBufMin, Default: tcpBufDefault, Max: tcpBufMax}},
+		{"set tcp send buffer range", &tcpip.TCPSendBufferSizeRangeOption{Min: tcpBufMin, Default: tcpBufDefault, Max: tcpBufMax}},
+		{"enable tcp receive buffer auto-tuning", func() *tcpip.TCPModerateReceiveBufferOption {
+			v := tcpip.TCPModerateReceiveBufferOption(true)
+			return &v
+		}()},
+		{"set tcp congestion control", func() *tcpip.CongestionControlOption { v := tcpip.CongestionControlOption("cubic"); return &v }()},
+	}
+	for _, o := range opts {
+		if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, o.opt); err != nil {
+			return tcpipErr(o.what, err)
+		}
+	}
+	if err := s.ns.CreateNIC(nicID, s.link.Endpoint()); err != nil {
+		return tcpipErr("create nic", err)
+	}
+	pa := tcpip.ProtocolAddress{
+		Protocol:          proto(s.cfg.Addr),
+		AddressWithPrefix: tcpip.AddrFromSlice(s.cfg.Addr.AsSlice()).WithPrefix(),
+	}
+	if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+		return tcpipErr(fmt.Sprintf("add address %v", s.cfg.Addr), err)
+	}
+	s.ns.SetRouteTable([]tcpip.Route{
+		{Destination: header.IPv4EmptySubnet, NIC: nicID},
+		{Destination: header.IPv6EmptySubnet, NIC: nicID},
+	})
+	return nil
+}
+
+func proto(a netip.Addr) tcpip.NetworkProtocolNumber {
+	if a.Is4() {
+		return ipv4.ProtocolNumber
+	}
+	return ipv6.ProtocolNumber
+}
+
+func full(ap netip.AddrPort) tcpip.FullAddress {
+	return tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(ap.Addr().Unmap().AsSlice()), Port: ap.Port()}
+}
+
+// File implements tun.Device; there is no file.
+func (s *Stack) File() *os.File { return nil }
+
+// Name implements tun.Device.
+func (s *Stack) Name() (string, error) { return "airlock-userstack", nil }
+
+// MTU implements tun.Device.
+func (s *Stack) MTU() (int, error) { return s.cfg.MTU, nil }
+
+// Events implements tun.Device: EventUp once, closed by Close.
+func (s *Stack) Events() <-chan tun.Event { return s.events }
+
+// BatchSize implements tun.Device.
+func (s *Stack) BatchSize() int { return batchSize }
+
+// Read implements tun.Device: it blocks until the stack sends packets and
+// returns up to len(bufs) of them. After Close it returns os.ErrClosed.
+func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
+	n, ok := s.link.Read(s.ctx, bufs, sizes, offset)
+	if !ok {
+		return 0, os.ErrClosed
+	}
+	return n, nil
+}
+
+// Write implements tun.Device: it hands the packets from the gateway to
+// the stack. The buffers are copied and not retained.
+func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
+	if s.ctx.Err() != nil {
+		return 0, os.ErrClosed
+	}
+	s.link.Inject(bufs, offset)
+	return len(bufs), nil
+}
+
+// Close implements tun.Device: it stops the stack; open connections fail.
+func (s *Stack) Close() error {
+	s.once.Do(func() {
+		s.cancel()
+		s.link.Close()
+		s.ns.Close()
+		s.ns.Wait()
+		close(s.events)
+	})
+	return nil
+}
+
+// DialTCP opens a TCP connection to dst through the tunnel.
+func (s *Stack) DialTCP(ctx context.Context, dst netip.AddrPort) (*gonet.TCPConn, error) {
+	return gonet.DialContextTCP(ctx, s.ns, full(dst), proto(dst.Addr().Unmap()))
+}
+
+// DialUDP opens a UDP socket connected to dst.
+func (s *Stack) DialUDP(dst netip.AddrPort) (*gonet.UDPConn, error) {
+	fa := full(dst)
+	return gonet.DialUDP(s.ns, nil, &fa, proto(dst.Addr().Unmap()))
+}
+
+// ListenUDP opens an unconnected UDP socket on the tunnel address.
+func (s *Stack) ListenUDP() (*gonet.UDPConn, error) {
+	la := full(netip.AddrPortFrom(s.cfg.Addr, 0))
+	return gonet.DialUDP(s.ns, &la, nil, proto(s.cfg.Addr))
+}
+
+// ListenTCP listens on port of the tunnel address (exposed ports).
+func (s *Stack) ListenTCP(port uint16) (*gonet.TCPListener, error) {
+	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr, port)), proto(s.cfg.Addr))
+}
+
+// LookupHost resolves name through the tunnel's DNS servers: A records
+// (the tunnel carries IPv4), else AAAA. A name that does not exist gives a
+// *net.DNSError with IsNotFound.
+func (s *Stack) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
+	if len(s.cfg.DNS) == 0 {
+		return nil, &net.DNSError{Err: "no DNS server in the lease", Name: name}
+	}
+	var last error
+	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
+		for _, srv := range s.cfg.DNS {
+			addrs, err := s.query(ctx, netip.AddrPortFrom(srv, 53), name, qtype)
+			if err == nil && len(addrs) > 0 {
+				return addrs, nil
+			}
+			var de *net.DNSError
+			if errors.As(err, &de) && de.IsNotFound {
+				return nil, err
+			}
+			if err != nil {
+				last = err
+			}
+		}
+	}
+	if last == nil {
+		last = &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}
+	}
+	return nil, last
+}
+
+// query asks srv one question over UDP (TCP when the answer is truncated).
+func (s *Stack) query(ctx context.Context, srv netip.AddrPort, name string, qtype uint16) ([]netip.Addr, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	var resp *dns.Msg
+	var err error
+	for try := 0; try < dnsTries && resp == nil; try++ {
+		resp, err = s.exchange(ctx, srv, m, false)
+	}
+	if err == nil && resp.Truncated {
+		resp, err = s.exchange(ctx, srv, m, true)
+	}
+	if err != nil {
+		return nil, &net.DNSError{Err: err.Error(), Name: name, Server: srv.String(), IsTimeout: true}
+	}
+	switch resp.Rcode {
+	case dns.RcodeSuccess:
+	case dns.RcodeNameError:
+		return nil, &net.DNSError{Err: "no such host", Name: name, Server: srv.String(), IsNotFound: true}
+	default:
+		return nil, &net.DNSError{Err: dns.RcodeToString[resp.Rcode], Name: name, Server: srv.String(), IsTemporary: true}
+	}
+	var out []netip.Addr
+	for _, rr := range resp.Answer {
+		switch r := rr.(type) {
+		case *dns.A:
+			if a, ok := netip.AddrFromSlice(r.A.To4()); ok {
+				out = append(out, a)
+			}
+		case *dns.AAAA:
+			if a, ok := netip.AddrFromSlice(r.AAAA.To16()); ok {
+				out = append(out, a)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (s *Stack) exchange(ctx context.Context, srv netip.AddrPort, m *dns.Msg, overTCP bool) (*dns.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if overTCP {
+		c, err = s.DialTCP(ctx, srv)
+	} else {
+		c, err = s.DialUDP(srv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	dl, _ := ctx.Deadline()
+	_ = c.SetDeadline(dl)
+	dc := &dns.Conn{Conn: c}
+	if err := dc.WriteMsg(m); err != nil {
+		return nil, err
+	}
+	for {
+		r, err := dc.ReadMsg()
+		if err != nil {
+			return nil, err
+		}
+		if r.Id == m.Id {
+			return r, nil
+		}
+	}
+}

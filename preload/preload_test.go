@@ -1,0 +1,256 @@
+// Package preload_test builds the LD_PRELOAD library with the project's
+// warning flags and runs real programs (python3, sh) under it against an
+// in-process SOCKS proxy whose "tunnel" leads to local servers. The
+// end-to-end tests (test/e2e) run it on the real topology.
+package preload_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-vpn/airlock/internal/proxy"
+)
+
+const staticEnv = "PRELOAD_TEST_GO_DIAL"
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(staticEnv); addr != "" {
+		// A Go program: it makes its system calls itself, not through
+		// libc, like a statically linked binary.
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			fmt.Println("go dial failed:", err)
+			os.Exit(1)
+		}
+		c.Close()
+		fmt.Println("go dial connected")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// buildLib compiles the library with -Werror on top of the Makefile's
+// warning flags.
+func buildLib(t *testing.T) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "libairlock-preload.so")
+	srcs, _ := filepath.Glob("src/*.c")
+	args := append([]string{"-std=gnu11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", "-fPIC", "-shared",
+		"-Wl,-z,defs", "-o", out}, srcs...)
+	args = append(args, "-ldl", "-lpthread")
+	cmd := exec.Command("cc", args...)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cc %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return out
+}
+
+// outside is what the fake tunnel leads to: every TCP destination reaches
+// the greeter (port 53: the DNS server), every UDP destination the echo
+// server.
+type outside struct {
+	greeter, dnsTCP, echo netip.AddrPort
+	greeted               atomic.Int32
+}
+
+func (o *outside) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	to := o.greeter
+	if dst.Port() == 53 {
+		to = o.dnsTCP
+	}
+	return (&net.Dialer{}).DialContext(ctx, "tcp", to.String())
+}
+
+func (o *outside) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	return (&net.Dialer{}).DialContext(ctx, "udp", o.echo.String())
+}
+
+func (o *outside) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+	return net.ListenPacket("udp", "127.0.0.1:0")
+}
+
+func (o *outside) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
+	return nil, &net.DNSError{Err: "not used", Name: name}
+}
+
+func startOutside(t *testing.T) *outside {
+	o := &outside{}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			o.greeted.Add(1)
+			_, _ = c.Write([]byte("hello from outside"))
+			c.Close()
+		}
+	}()
+	o.greeter = netip.MustParseAddrPort(l.Addr().String())
+
+	u, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { u.Close() })
+	go func() {
+		b := make([]byte, 2048)
+		for {
+			n, a, err := u.ReadFrom(b)
+			if err != nil {
+				return
+			}
+			_, _ = u.WriteTo(append([]byte("echo "), b[:n]...), a)
+		}
+	}()
+	o.echo = netip.MustParseAddrPort(u.LocalAddr().String())
+
+	dl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{Listener: dl, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		switch {
+		case q.Name == "files.test." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 60}, Target: "real.files.test."},
+				&dns.A{Hdr: dns.RR_Header{Name: "real.files.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 10)})
+		case q.Name == "files.test.":
+		default:
+			m.Rcode = dns.RcodeNameError
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = srv.ActivateAndServe() }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	o.dnsTCP = netip.MustParseAddrPort(dl.Addr().String())
+	return o
+}
+
+const script = `
+import socket
+ai = socket.getaddrinfo("files.test", 80, socket.AF_INET, socket.SOCK_STREAM)
+ip = ai[0][4][0]
+print("resolved", ip)
+print("byname", socket.gethostbyname("files.test"))
+s = socket.create_connection((ip, 80), timeout=5)
+print("tcp", s.recv(100).decode())
+s6 = socket.create_connection(("::ffff:" + ip, 80), timeout=5)
+print("tcp6", s6.recv(100).decode())
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(5)
+u.sendto(b"ping", (ip, 7))
+d, a = u.recvfrom(100)
+print("udp", d.decode(), a[0], a[1])
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+c.settimeout(5)
+c.connect((ip, 9))
+c.send(b"conn")
+print("udpc", c.recv(100).decode())
+try:
+    socket.getaddrinfo("nx.test", 80)
+    print("nx resolved")
+except socket.gaierror as e:
+    print("nx", e.errno == socket.EAI_NONAME)
+print("localhost", socket.gethostbyname("localhost"))
+`
+
+func TestPreload(t *testing.T) {
+	lib := buildLib(t)
+	o := startOutside(t)
+	secret, err := proxy.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); l.Close(); <-done })
+
+	dir := t.TempDir()
+	py := filepath.Join(dir, "job.py")
+	if err := os.WriteFile(py, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := append(os.Environ(), "LD_PRELOAD="+lib, "AIRLOCK_SOCKS="+l.Addr().String(),
+		"AIRLOCK_SOCKS_SECRET="+secret, "AIRLOCK_DNS=192.0.2.53")
+	run := func(t *testing.T, env []string, name string, args ...string) (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, name, args...)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		return out.String(), err
+	}
+	want := []string{"resolved 192.0.2.10", "byname 192.0.2.10", "tcp hello from outside", "tcp6 hello from outside",
+		"udp echo ping 192.0.2.10 7", "udpc echo conn", "nx True", "localhost 127.0.0.1"}
+
+	t.Run("python", func(t *testing.T) {
+		out, err := run(t, env, "/usr/bin/python3", py)
+		if err != nil {
+			t.Fatalf("python3: %v\n%s", err, out)
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q:\n%s", w, out)
+			}
+		}
+	})
+	t.Run("shell-children", func(t *testing.T) {
+		out, err := run(t, env, "sh", "-c", "/usr/bin/python3 "+py+" && sh -c '/usr/bin/python3 "+py+"'")
+		if err != nil {
+			t.Fatalf("sh: %v\n%s", err, out)
+		}
+		if n := strings.Count(out, "tcp hello from outside"); n != 2 {
+			t.Errorf("%d of 2 children connected through the proxy:\n%s", n, out)
+		}
+	})
+	t.Run("wrong-secret", func(t *testing.T) {
+		bad := append(append([]string{}, env...), "AIRLOCK_SOCKS_SECRET=0000")
+		out, err := run(t, bad, "/usr/bin/python3", "-c", "import socket; socket.create_connection(('192.0.2.10', 80), timeout=5)")
+		if err == nil || !strings.Contains(out, "Permission denied") {
+			t.Errorf("connect with a wrong secret: %v, %q; want EACCES", err, out)
+		}
+	})
+	t.Run("go-binary-not-covered", func(t *testing.T) {
+		before := o.greeted.Load()
+		self, _ := os.Executable()
+		out, err := run(t, append(env, staticEnv+"=192.0.2.10:80"), self)
+		if err == nil || o.greeted.Load() != before {
+			t.Errorf("a Go program's connect went through the preload library (%v, %q); it makes its own system calls", err, out)
+		}
+	})
+	t.Run("inactive-without-config", func(t *testing.T) {
+		out, err := run(t, append(os.Environ(), "LD_PRELOAD="+lib), "/usr/bin/python3", "-c", "import socket; print(socket.gethostbyname('localhost'))")
+		if err != nil || strings.TrimSpace(out) != "127.0.0.1" {
+			t.Errorf("without AIRLOCK_* the library must stay out of the way: %v %q", err, out)
+		}
+	})
+}

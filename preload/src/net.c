@@ -1,0 +1,442 @@
+/* SPDX-License-Identifier: MIT
+ *
+ * airlock preload library: the socket calls it replaces — connect() for
+ * TCP and UDP, sendto()/sendmsg()/recvfrom()/recvmsg() for UDP, close().
+ * See preload.c for the theory of operation.
+ */
+/*
+ * No _GNU_SOURCE here: with it, glibc declares connect() and friends with
+ * a transparent union argument, which the definitions below would not match.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "preload.h"
+
+/**
+ * al_intercepted() - Decide whether a destination goes through the tunnel
+ * @sa:		Destination as the program gave it
+ * @len:	Its length
+ * @out:	Where it really goes (DNS queries: the tunnel's DNS server)
+ *
+ * Loopback, unspecified and multicast destinations stay local, except
+ * port 53, which always goes to the tunnel's DNS server: the host's
+ * resolvers cannot be reached from the compute node.
+ *
+ * Return: 1 if the destination goes through the tunnel, 0 if not
+ */
+int al_intercepted(const struct sockaddr *sa, socklen_t len,
+		   struct sockaddr_storage *out)
+{
+	uint16_t port;
+	uint32_t v4 = 0;
+	int is4 = 0, local = 0;
+
+	if (!al_active() || !sa)
+		return 0;
+	if (sa->sa_family == AF_INET && len >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s = (const struct sockaddr_in *)sa;
+
+		port = ntohs(s->sin_port);
+		v4 = ntohl(s->sin_addr.s_addr);
+		is4 = 1;
+	} else if (sa->sa_family == AF_INET6 &&
+		   len >= sizeof(struct sockaddr_in6)) {
+		const struct sockaddr_in6 *s = (const struct sockaddr_in6 *)sa;
+
+		port = ntohs(s->sin6_port);
+		if (IN6_IS_ADDR_V4MAPPED(&s->sin6_addr)) {
+			memcpy(&v4, s->sin6_addr.s6_addr + 12, 4);
+			v4 = ntohl(v4);
+			is4 = 1;
+		} else {
+			local = IN6_IS_ADDR_LOOPBACK(&s->sin6_addr) ||
+				IN6_IS_ADDR_UNSPECIFIED(&s->sin6_addr) ||
+				IN6_IS_ADDR_MULTICAST(&s->sin6_addr) ||
+				IN6_IS_ADDR_LINKLOCAL(&s->sin6_addr);
+		}
+	} else {
+		return 0;
+	}
+	if (is4)
+		local = (v4 >> 24) == 127 || v4 == 0 || (v4 >> 28) == 14;
+	memset(out, 0, sizeof(*out));
+	if (port == 53) {
+		memcpy(out, al_dns_addr(), sizeof(struct sockaddr_in));
+		return 1;
+	}
+	if (local)
+		return 0;
+	memcpy(out, sa, sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) :
+						     sizeof(struct sockaddr_in6));
+	return 1;
+}
+
+/**
+ * sock_type() - SO_TYPE of a socket
+ * @fd:		Socket
+ *
+ * Return: SOCK_STREAM, SOCK_DGRAM, … or -1 if @fd is not a socket
+ */
+static int sock_type(int fd)
+{
+	int t;
+	socklen_t l = sizeof(t);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &t, &l) < 0)
+		return -1;
+	return t;
+}
+
+/**
+ * same_addr() - Compare two IP socket addresses (address and port)
+ * @a:		First
+ * @b:		Second
+ *
+ * Return: non-zero if equal
+ */
+static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return 0;
+	if (a->sa_family == AF_INET)
+		return !memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+			       &((const struct sockaddr_in *)b)->sin_addr, 4) &&
+		       ((const struct sockaddr_in *)a)->sin_port ==
+			       ((const struct sockaddr_in *)b)->sin_port;
+	return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+		       &((const struct sockaddr_in6 *)b)->sin6_addr, 16) &&
+	       ((const struct sockaddr_in6 *)a)->sin6_port ==
+		       ((const struct sockaddr_in6 *)b)->sin6_port;
+}
+
+/**
+ * relay_addr_for() - A relay's address in the family of the socket
+ * @fd:		The program's UDP socket
+ * @relay:	Relay address (IPv4 loopback)
+ * @ss:		Storage for the result
+ *
+ * Return: length of the address in @ss
+ */
+static socklen_t relay_addr_for(int fd, const struct sockaddr_in *relay,
+				struct sockaddr_storage *ss)
+{
+	int domain = AF_INET;
+	socklen_t dl = sizeof(domain);
+
+	memset(ss, 0, sizeof(*ss));
+	getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl);
+	if (domain == AF_INET6) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = relay->sin_port;
+		s6->sin6_addr.s6_addr[10] = 0xff;
+		s6->sin6_addr.s6_addr[11] = 0xff;
+		memcpy(s6->sin6_addr.s6_addr + 12, &relay->sin_addr, 4);
+		return sizeof(*s6);
+	}
+	memcpy(ss, relay, sizeof(*relay));
+	return sizeof(*relay);
+}
+
+/**
+ * udp_relay() - Find or open the relay of a UDP socket to a destination
+ * @fd:		The program's UDP socket
+ * @dst:	Destination as the program named it
+ * @dstlen:	Its length
+ * @via:	Where the datagrams really go (see al_intercepted())
+ * @relay:	Receives the relay's loopback address
+ *
+ * Binds an unbound socket to an ephemeral port first, as sending would:
+ * the relay accepts datagrams from this socket's port only.
+ *
+ * Return: 0 on success, -1 with errno set
+ */
+static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
+		     const struct sockaddr_storage *via,
+		     struct sockaddr_in *relay)
+{
+	struct sockaddr_storage local;
+	struct sockaddr_in src;
+	socklen_t ll = sizeof(local);
+	struct al_fdstate *st;
+	int i, ctl;
+
+	al_lock();
+	st = al_state(fd, 0);
+	for (i = 0; st && i < st->n; i++) {
+		if (same_addr((struct sockaddr *)&st->r[i].dst, dst)) {
+			*relay = st->r[i].relay;
+			al_unlock();
+			return 0;
+		}
+	}
+	al_unlock();
+
+	if (getsockname(fd, (struct sockaddr *)&local, &ll) < 0)
+		return -1;
+	if ((local.ss_family == AF_INET &&
+	     ((struct sockaddr_in *)&local)->sin_port == 0) ||
+	    (local.ss_family == AF_INET6 &&
+	     ((struct sockaddr_in6 *)&local)->sin6_port == 0)) {
+		struct sockaddr_storage any;
+
+		memset(&any, 0, sizeof(any));
+		any.ss_family = local.ss_family;
+		if (bind(fd, (struct sockaddr *)&any,
+			 local.ss_family == AF_INET ? sizeof(struct sockaddr_in) :
+						      sizeof(struct sockaddr_in6)) < 0)
+			return -1;
+		ll = sizeof(local);
+		if (getsockname(fd, (struct sockaddr *)&local, &ll) < 0)
+			return -1;
+	}
+	memset(&src, 0, sizeof(src));
+	src.sin_family = AF_INET;
+	src.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	src.sin_port = local.ss_family == AF_INET ?
+			       ((struct sockaddr_in *)&local)->sin_port :
+			       ((struct sockaddr_in6 *)&local)->sin6_port;
+
+	ctl = al_socks_ctl(AL_CMD_UDP_RELAY, (const struct sockaddr *)via, &src,
+			   relay);
+	if (ctl < 0)
+		return -1;
+
+	al_lock();
+	st = al_state(fd, 1);
+	if (!st || st->n == AL_UDP_DESTS) {
+		al_unlock();
+		al_real_close(ctl);
+		errno = st ? ENOBUFS : ENOMEM;
+		return -1;
+	}
+	memset(&st->r[st->n], 0, sizeof(st->r[st->n]));
+	memcpy(&st->r[st->n].dst, dst,
+	       dstlen < sizeof(st->r[st->n].dst) ? dstlen :
+						     sizeof(st->r[st->n].dst));
+	st->r[st->n].dstlen = dstlen;
+	st->r[st->n].relay = *relay;
+	st->r[st->n].ctl = ctl;
+	st->n++;
+	al_unlock();
+	al_debug("udp fd %d: relay %s:%d", fd, inet_ntoa(relay->sin_addr),
+		 ntohs(relay->sin_port));
+	return 0;
+}
+
+/**
+ * connect() - Connect a socket, through the tunnel for IP destinations
+ * @fd:		Socket
+ * @addr:	Destination
+ * @len:	Length of @addr
+ *
+ * Return: 0 on success, -1 with errno set
+ */
+int connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	struct sockaddr_storage via, rs;
+	struct sockaddr_in relay;
+	int type;
+
+	al_ensure();
+	if (!al_intercepted(addr, len, &via))
+		return al_real_connect(fd, addr, len);
+	type = sock_type(fd);
+	if (type == SOCK_STREAM) {
+		al_debug("tcp fd %d: connect through the tunnel", fd);
+		return al_socks_open(fd, AL_CMD_CONNECT,
+				     (const struct sockaddr *)&via, NULL, NULL);
+	}
+	if (type == SOCK_DGRAM) {
+		if (udp_relay(fd, addr, len, &via, &relay) < 0)
+			return -1;
+		return al_real_connect(fd, (struct sockaddr *)&rs,
+				       relay_addr_for(fd, &relay, &rs));
+	}
+	return al_real_connect(fd, addr, len);
+}
+
+/**
+ * __connect() - glibc's exported alias of connect(), which other libraries call
+ * @fd:		Socket
+ * @addr:	Destination
+ * @len:	Length of @addr
+ *
+ * Return: as connect()
+ */
+int __connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return connect(fd, addr, len);
+}
+
+/**
+ * sendto() - Send a datagram, through a relay for IP destinations
+ * @fd:		Socket
+ * @buf:	Data
+ * @len:	Length of @buf
+ * @flags:	send() flags
+ * @addr:	Destination, or NULL on a connected socket
+ * @alen:	Length of @addr
+ *
+ * Return: bytes sent, or -1 with errno set
+ */
+ssize_t sendto(int fd, const void *buf, size_t len, int flags,
+	       const struct sockaddr *addr, socklen_t alen)
+{
+	struct sockaddr_storage via, rs;
+	struct sockaddr_in relay;
+
+	al_ensure();
+	if (!addr || !al_intercepted(addr, alen, &via) ||
+	    sock_type(fd) != SOCK_DGRAM)
+		return al_real_sendto(fd, buf, len, flags, addr, alen);
+	if (udp_relay(fd, addr, alen, &via, &relay) < 0)
+		return -1;
+	return al_real_sendto(fd, buf, len, flags, (struct sockaddr *)&rs,
+			      relay_addr_for(fd, &relay, &rs));
+}
+
+/**
+ * sendmsg() - Send a message, through a relay for IP destinations
+ * @fd:		Socket
+ * @msg:	Message; msg_name is the destination or NULL
+ * @flags:	send() flags
+ *
+ * Return: bytes sent, or -1 with errno set
+ */
+ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
+{
+	struct sockaddr_storage via, rs;
+	struct sockaddr_in relay;
+	struct msghdr m;
+
+	al_ensure();
+	if (!msg || !msg->msg_name ||
+	    !al_intercepted(msg->msg_name, msg->msg_namelen, &via) ||
+	    sock_type(fd) != SOCK_DGRAM)
+		return al_real_sendmsg(fd, msg, flags);
+	if (udp_relay(fd, msg->msg_name, msg->msg_namelen, &via, &relay) < 0)
+		return -1;
+	m = *msg;
+	m.msg_namelen = relay_addr_for(fd, &relay, &rs);
+	m.msg_name = &rs;
+	return al_real_sendmsg(fd, &m, flags);
+}
+
+/**
+ * unrelay() - Replace a relay's address by the destination it stands for
+ * @fd:		Socket that received a datagram
+ * @from:	Sender address (in/out); may be NULL
+ * @fromlen:	Its length (in/out)
+ */
+static void unrelay(int fd, struct sockaddr *from, socklen_t *fromlen)
+{
+	struct al_fdstate *st;
+	struct sockaddr_in f4;
+	socklen_t cap;
+	int i;
+
+	if (!from || !fromlen)
+		return;
+	memset(&f4, 0, sizeof(f4));
+	f4.sin_family = AF_INET;
+	if (from->sa_family == AF_INET && *fromlen >= sizeof(f4)) {
+		memcpy(&f4, from, sizeof(f4));
+	} else if (from->sa_family == AF_INET6 &&
+		   *fromlen >= sizeof(struct sockaddr_in6) &&
+		   IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)from)->sin6_addr)) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)from;
+
+		memcpy(&f4.sin_addr, s6->sin6_addr.s6_addr + 12, 4);
+		f4.sin_port = s6->sin6_port;
+	} else {
+		return;
+	}
+	if (ntohl(f4.sin_addr.s_addr) != INADDR_LOOPBACK)
+		return;
+	cap = *fromlen;
+	al_lock();
+	st = al_state(fd, 0);
+	for (i = 0; st && i < st->n; i++) {
+		if (st->r[i].relay.sin_port == f4.sin_port) {
+			memcpy(from, &st->r[i].dst,
+			       st->r[i].dstlen < cap ? st->r[i].dstlen : cap);
+			*fromlen = st->r[i].dstlen;
+			break;
+		}
+	}
+	al_unlock();
+}
+
+/**
+ * recvfrom() - Receive a datagram; answers of relays name their source
+ * @fd:		Socket
+ * @buf:	Buffer
+ * @len:	Its size
+ * @flags:	recv() flags
+ * @from:	Receives the sender, may be NULL
+ * @fromlen:	Size of @from in, length of the sender out
+ *
+ * Return: bytes received, or -1 with errno set
+ */
+ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
+		 struct sockaddr *from, socklen_t *fromlen)
+{
+	ssize_t n;
+
+	al_ensure();
+	n = al_real_recvfrom(fd, buf, len, flags, from, fromlen);
+	if (n >= 0 && al_active())
+		unrelay(fd, from, fromlen);
+	return n;
+}
+
+/**
+ * recvmsg() - Receive a message; answers of relays name their source
+ * @fd:		Socket
+ * @msg:	Message; msg_name receives the sender
+ * @flags:	recv() flags
+ *
+ * Return: bytes received, or -1 with errno set
+ */
+ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
+{
+	ssize_t n;
+
+	al_ensure();
+	n = al_real_recvmsg(fd, msg, flags);
+	if (n >= 0 && al_active() && msg && msg->msg_name)
+		unrelay(fd, msg->msg_name, &msg->msg_namelen);
+	return n;
+}
+
+/**
+ * close() - Close a file; a UDP socket's relays end with it
+ * @fd:		File descriptor
+ *
+ * Return: as close(2)
+ */
+int close(int fd)
+{
+	al_ensure();
+	if (!al_real_close)
+		return (int)syscall(SYS_close, fd);
+	al_forget(fd);
+	return al_real_close(fd);
+}
+
+/**
+ * __close() - glibc's exported alias of close()
+ * @fd:		File descriptor
+ *
+ * Return: as close()
+ */
+int __close(int fd)
+{
+	return close(fd);
+}

@@ -1,0 +1,353 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// udpEchoPy is a UDP echo client for jobs of the fallback modes: it sends N
+// numbered datagrams with sendto() on an unconnected socket (or, with
+// "socks", through the SOCKS5 UDP ASSOCIATE of the proxy in ALL_PROXY, as
+// a program that honours ALL_PROXY would), checks each echo and its
+// source, and prints "ok N SOURCE".
+const udpEchoPy = `
+import os, socket, struct, sys
+from urllib.parse import urlparse
+ip, port, n, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(1)
+dst, wrap, unwrap = (ip, port), (lambda m: m), (lambda d: (d, None))
+if how == "connected":
+    s.connect(dst)
+    dst = None
+    # recvfrom on a connected socket names the peer; under seccomp that is
+    # the loopback relay (documented), so the source is not checked.
+if how == "socks":
+    u = urlparse(os.environ["ALL_PROXY"])
+    c = socket.create_connection((u.hostname, u.port), timeout=5)
+    user, pw = u.username.encode(), u.password.encode()
+    c.sendall(bytes([5, 1, 2]) + bytes([1, len(user)]) + user + bytes([len(pw)]) + pw + bytes([5, 3, 0, 1, 0, 0, 0, 0, 0, 0]))
+    r = b""
+    while len(r) < 14:
+        r += c.recv(14 - len(r))
+    assert r[:4] == bytes([5, 2, 1, 0]) and r[5] == 0, r
+    dst = (socket.inet_ntoa(r[8:12]), struct.unpack(">H", r[12:14])[0])
+    hdr = bytes([0, 0, 0, 1]) + socket.inet_aton(ip) + struct.pack(">H", port)
+    wrap = lambda m: hdr + m
+    unwrap = lambda d: (d[10:], socket.inet_ntoa(d[4:8]))
+ok, src = 0, None
+for i in range(n):
+    m = ("airlock-udp %d %s" % (i, "x" * (i % 300))).encode()
+    for attempt in range(5):
+        if dst:
+            s.sendto(wrap(m), dst)
+        else:
+            s.send(m)
+        try:
+            while True:
+                d, a = s.recvfrom(4096)
+                d, inner = unwrap(d)
+                if d == m:
+                    src = "connected" if how == "connected" else (inner or a[0])
+                    break
+            ok += 1
+            break
+        except socket.timeout:
+            pass
+print("ok", ok, src)
+`
+
+// TestFallbackModes runs jobs with user namespaces made unavailable to the
+// client (airlock-testpeer nouserns: a seccomp filter on the client's
+// process tree, nothing changed on the host) in each fallback mode, and
+// checks what auto picks with and without user namespaces.
+func TestFallbackModes(t *testing.T) {
+	e := newEnv(t)
+	topology.BuildPreload(t) // next to the airlock binary, where airlock run finds it
+	iperfPort := e.tp.StartIperf3Server(t)
+	dir := topology.TempDir(t)
+	py := filepath.Join(dir, "udpecho.py")
+	if err := os.WriteFile(py, []byte(udpEchoPy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inet := e.tp.INETAddr.String()
+	smallURL := fmt.Sprintf("http://%s:%d/small", zoneName, e.httpPort)
+	httpAddr := fmt.Sprintf("%s:%d", inet, e.httpPort)
+
+	// run runs airlock run --mode MODE -- ARGS without user namespaces.
+	run := func(t *testing.T, mode string, timeout time.Duration, args ...string) (int, string, string) {
+		t.Helper()
+		argv := e.command(runOpts{flags: []string{"--mode", mode}}, args...)
+		return e.tp.Run(t, timeout, e.tp.CN, e.u, e.peer, append([]string{"nouserns"}, argv...)...)
+	}
+	modeLine := func(stderr string) string {
+		for _, l := range strings.Split(stderr, "\n") {
+			if strings.HasPrefix(l, "airlock: mode ") {
+				return l
+			}
+		}
+		return ""
+	}
+
+	t.Run("AutoPicksNetns", func(t *testing.T) {
+		code, out, stderr := e.runWith(t, runOpts{flags: []string{"--mode", "auto"}}, "true")
+		if code != 0 || !strings.HasPrefix(modeLine(stderr), "airlock: mode netns:") {
+			t.Errorf("auto with user namespaces: exit %d, %q, mode line %q, want netns%s", code, out, modeLine(stderr), e.diag(stderr))
+		}
+	})
+	t.Run("AutoFallsBackToSeccomp", func(t *testing.T) {
+		code, out, stderr := run(t, "auto", runTimeout, "true")
+		// Nothing of this run is left: no process whose command line
+		// carries this environment's join token. (Other tests on the
+		// machine may run jobs as the same user, so the user's process
+		// list as a whole proves nothing.)
+		if left := processesWith(e.token); len(left) > 0 {
+			t.Errorf("processes left behind by airlock run --mode auto -- true: %v", left)
+		}
+		l := modeLine(stderr)
+		if code != 0 || !strings.HasPrefix(l, "airlock: mode seccomp (netns unavailable: ") || !strings.Contains(l, "not covered: ") {
+			t.Errorf("auto without user namespaces: exit %d, %q, mode line %q, want seccomp, why and what is not covered%s", code, out, l, e.diag(stderr))
+		}
+	})
+	t.Run("AutoFallsBackToPreload", func(t *testing.T) {
+		// No seccomp either (as a kernel without it): the next best.
+		argv := e.command(runOpts{flags: []string{"--mode", "auto"}}, "/usr/bin/python3", "-c",
+			"import socket; print(socket.gethostbyname('"+zoneName+"'))")
+		code, out, stderr := e.tp.Run(t, runTimeout, e.tp.CN, e.u, e.peer, append([]string{"nouserns", "-noseccomp"}, argv...)...)
+		l := modeLine(stderr)
+		if code != 0 || strings.TrimSpace(out) != inet || !strings.HasPrefix(l, "airlock: mode preload (netns unavailable: ") ||
+			!strings.Contains(l, "; seccomp unavailable: ") {
+			t.Errorf("auto without user namespaces and seccomp: exit %d, %q, mode line %q, want preload resolving %s to %s%s", code, out, l, zoneName, inet, e.diag(stderr))
+		}
+		t.Log(l)
+	})
+	t.Run("NoLeftovers", func(t *testing.T) {
+		// What the job leaves running is stopped with it, as in netns
+		// mode: airlock run is their subreaper and kills them by PID.
+		for _, mode := range []string{"seccomp", "preload"} {
+			code, out, stderr := run(t, mode, runTimeout, "sh", "-c", "sleep 31.4159 & (sleep 31.4159 &) ; echo started")
+			if code != 0 || strings.TrimSpace(out) != "started" {
+				t.Errorf("--mode %s: exit %d, %q%s", mode, code, out, e.diag(stderr))
+			}
+			if left := processesWith("31.4159"); len(left) > 0 {
+				t.Errorf("--mode %s: processes left behind: %v", mode, left)
+			}
+		}
+	})
+	t.Run("StartupLog", func(t *testing.T) {
+		// Not an assertion (speed is measured by bench/): what `airlock
+		// run --mode M -- true` costs, logged for comparison.
+		for _, mode := range []string{"netns", "seccomp", "preload", "proxy"} {
+			var ds []time.Duration
+			for i := 0; i < 5; i++ {
+				start := time.Now()
+				code, _, stderr := e.runWith(t, runOpts{flags: []string{"--mode", mode}}, "true")
+				if code != 0 {
+					t.Fatalf("--mode %s -- true: exit %d%s", mode, code, e.diag(stderr))
+				}
+				ds = append(ds, time.Since(start))
+			}
+			sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+			t.Logf("airlock run --mode %s -- true: median %v of 5 (with ip netns exec and setpriv)", mode, ds[2].Round(100*time.Microsecond))
+		}
+	})
+	t.Run("NetnsRefused", func(t *testing.T) {
+		code, _, stderr := run(t, "netns", runTimeout, "true")
+		if code != 125 || !strings.Contains(stderr, "user namespace") || !strings.Contains(stderr, "--mode auto") {
+			t.Errorf("--mode netns without user namespaces: exit %d, want 125 and a message naming the fix%s", code, e.diag(stderr))
+		}
+	})
+
+	t.Run("ExposeTCP", func(t *testing.T) {
+		// An exposed port reaches a job without a namespace: the client's
+		// stack passes the gateway's inbound connections to the port on
+		// the node's loopback.
+		j := e.startExposed(t, "fallback", "--mode", "seccomp", "--expose", "8080")
+		code, out, _ := e.inetGet(t, "tcpget", j.tcp)
+		if code != 0 || strings.TrimSpace(out) != "hello from fallback" {
+			t.Errorf("tcpget %v from inet: exit %d, %q, want hello from fallback%s", j.tcp, code, out, e.diag(j.p.Stderr()))
+		}
+		j.p.Kill()
+	})
+
+	for _, mode := range []string{"seccomp", "preload", "proxy"} {
+		t.Run(mode, func(t *testing.T) {
+			// Programs that honour proxy variables would use them in
+			// preload mode too; --noproxy makes curl test the interception.
+			curl := []string{"curl", "-sS", "--max-time", "30"}
+			if mode != "proxy" {
+				curl = append(curl, "--noproxy", "'*'")
+			}
+			t.Run("ExitStatus", func(t *testing.T) {
+				for _, tc := range []struct {
+					args []string
+					want int
+				}{
+					{[]string{"sh", "-c", "exit 3"}, 3},
+					{[]string{"sh", "-c", "kill -9 $$"}, 137},
+					{[]string{"/nonexistent/airlock-no-such-command"}, 127},
+				} {
+					if code, _, stderr := run(t, mode, runTimeout, tc.args...); code != tc.want {
+						t.Errorf("%v: exit %d, want %d%s", tc.args, code, tc.want, e.diag(stderr))
+					}
+				}
+			})
+			t.Run("SignalForwarded", func(t *testing.T) {
+				// SIGTERM to airlock run reaches the job, whose status
+				// comes back.
+				argv := e.command(runOpts{flags: []string{"--mode", mode}}, "sh", "-c", `trap "exit 42" TERM; echo ready; sleep 30 & wait`)
+				p := e.tp.Start(t, e.tp.CN, e.u, e.peer, append([]string{"nouserns"}, argv...)...)
+				deadline := time.Now().Add(20 * time.Second)
+				for !strings.Contains(p.Stdout(), "ready") {
+					if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
+						t.Fatalf("job did not start: %s", p.Describe())
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				if err := p.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+				if code, err := p.Wait(10 * time.Second); err != nil || code != 42 {
+					t.Errorf("after SIGTERM: exit %d (%v), want 42 from the job's trap: %s", code, err, p.Describe())
+				}
+			})
+			t.Run("CurlByName", func(t *testing.T) {
+				code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; "+strings.Join(curl, " ")+" '"+smallURL+"' | sha256sum")
+				if got := strings.Fields(out); code != 0 || len(got) == 0 || got[0] != e.sha["small"] {
+					t.Fatalf("curl %s: exit %d, %q, want sha256 %s%s", smallURL, code, out, e.sha["small"], e.diag(stderr))
+				}
+				l := modeLine(stderr)
+				if !strings.HasPrefix(l, "airlock: mode "+mode+" (asked for): ") || !strings.Contains(l, "through the tunnel") {
+					t.Errorf("mode line %q", l)
+				}
+			})
+			if mode != "proxy" {
+				t.Run("Dig", func(t *testing.T) {
+					// dig has its own resolver: its queries to the node's
+					// nameserver (unreachable) go to the tunnel's DNS.
+					for _, tcp := range []string{"+notcp", "+tcp"} {
+						code, out, stderr := run(t, mode, runTimeout, "dig", "+short", "+time=2", "+tries=2", tcp, zoneName)
+						if code != 0 || strings.TrimSpace(out) != inet {
+							t.Errorf("dig %s %s: exit %d, %q, want %s%s", tcp, zoneName, code, out, inet, e.diag(stderr))
+						}
+					}
+				})
+			}
+			t.Run("UDPEcho", func(t *testing.T) {
+				// seccomp catches connect(): the client connects its
+				// socket, as its line says it must.
+				how := map[string]string{"seccomp": "connected", "preload": "direct", "proxy": "socks"}[mode]
+				code, out, stderr := run(t, mode, runTimeout, "/usr/bin/python3", py, inet, strconv.Itoa(e.udpPort), "200", how)
+				want := "ok 200 " + inet
+				if how == "connected" {
+					want = "ok 200 connected"
+				}
+				if code != 0 || strings.TrimSpace(out) != want {
+					t.Errorf("udp echo (%s): exit %d, %q, want %q%s", how, code, out, want, e.diag(stderr))
+				}
+				if mode == "seccomp" {
+					// A connected UDP socket (Go's net.Dial) is caught too.
+					code, out, stderr := run(t, mode, runTimeout, e.peer, "udpclient", fmt.Sprintf("%s:%d", inet, e.udpPort), "200")
+					if code != 0 || strings.TrimSpace(out) != "ok 200" {
+						t.Errorf("udpclient: exit %d, %q%s", code, out, e.diag(stderr))
+					}
+				}
+			})
+			for _, streams := range []int{1, 10} {
+				t.Run(fmt.Sprintf("Iperf3P%d", streams), func(t *testing.T) {
+					args := []string{"iperf3", "-c", inet, "-p", strconv.Itoa(iperfPort), "-t", "3", "-P", strconv.Itoa(streams), "--json", "--connect-timeout", "5000"}
+					code, out, stderr := run(t, mode, 40*time.Second, args...)
+					if mode == "proxy" {
+						// iperf3 does not honour proxy variables: proxy
+						// mode does not carry it, as its line says.
+						var r iperfResult
+						if json.Unmarshal([]byte(out), &r) == nil && r.Error == "" && r.End.SumReceived.Bytes > 0 {
+							t.Errorf("iperf3 reached the server in proxy mode, which intercepts nothing: exit %d", code)
+						}
+						return
+					}
+					bps := parseIperf(t, mode, code, out, stderr, e.diag(stderr))
+					t.Logf("%s, %d streams: %.2f Gbit/s", mode, streams, bps/1e9)
+				})
+			}
+			t.Run("StaticBinary", func(t *testing.T) {
+				// airlock-testpeer is a static Go binary (CGO_ENABLED=0).
+				code, out, stderr := run(t, mode, runTimeout, e.peer, "tcpcheck", httpAddr)
+				switch mode {
+				case "seccomp":
+					if code != 0 {
+						t.Errorf("static binary under seccomp: exit %d, %q, want connected%s", code, out, e.diag(stderr))
+					}
+				default:
+					if code == 0 {
+						t.Errorf("static binary under %s connected; the mode does not intercept it", mode)
+					}
+					if !strings.Contains(modeLine(stderr), "statically linked programs") && mode == "preload" {
+						t.Errorf("preload mode line %q does not say static binaries are not covered", modeLine(stderr))
+					}
+				}
+			})
+			if mode == "proxy" {
+				t.Run("Bulk100MiB", func(t *testing.T) {
+					// What proxy mode carries, it carries in bulk: the HTTP
+					// proxy (http_proxy) and the SOCKS5 proxy (ALL_PROXY,
+					// remote DNS), 100 MiB each.
+					bigURL := fmt.Sprintf("http://%s:%d/big", zoneName, e.httpPort)
+					for _, via := range []string{"", `--proxy "$ALL_PROXY"`} {
+						start := time.Now()
+						code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; curl -sS --max-time 60 "+via+" '"+bigURL+"' | sha256sum")
+						if got := strings.Fields(out); code != 0 || len(got) == 0 || got[0] != e.sha["big"] {
+							t.Errorf("curl %s %s: exit %d, %q, want sha256 %s%s", via, bigURL, code, out, e.sha["big"], e.diag(stderr))
+							continue
+						}
+						name := map[string]string{"": "http proxy", `--proxy "$ALL_PROXY"`: "socks5h proxy"}[via]
+						t.Logf("100 MiB through the %s in %v (including join and exit)", name, time.Since(start).Round(time.Millisecond))
+					}
+				})
+			}
+			if mode == "preload" {
+				t.Run("ShellChildren", func(t *testing.T) {
+					script := strings.Join(curl, " ") + " '" + smallURL + "' | sha256sum; /usr/bin/python3 " + py + " " + inet + " " + strconv.Itoa(e.udpPort) + " 20 direct"
+					code, out, stderr := run(t, mode, runTimeout, "sh", "-c", script)
+					if code != 0 || !strings.Contains(out, e.sha["small"]) || !strings.Contains(out, "ok 20 "+inet) {
+						t.Errorf("sh -c with children under preload: exit %d, %q%s", code, out, e.diag(stderr))
+					}
+				})
+			}
+		})
+	}
+}
+
+// processesWith lists the processes whose command line contains s, after
+// giving exiting ones a moment.
+func processesWith(s string) []string {
+	var found []string
+	for attempt := 0; attempt < 20; attempt++ {
+		found = found[:0]
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			if _, err := strconv.Atoi(d.Name()); err != nil {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+			if err == nil && strings.Contains(string(b), s) {
+				found = append(found, d.Name()+" "+strings.ReplaceAll(string(b), "\x00", " "))
+			}
+		}
+		if len(found) == 0 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return found
+}
