@@ -359,4 +359,3 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
 	}
 	return nil
 }
-
