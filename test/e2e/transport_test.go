@@ -99,6 +99,18 @@ func TestTransport(t *testing.T) {
 		t.Logf("request with UDP blocked done after %v (transport timeout 2s)", time.Since(start).Round(time.Millisecond))
 	})
 
+	t.Run("FallbackModeOverTCP", func(t *testing.T) {
+		// A node without namespaces and without UDP: the proxy mode's
+		// user-space stack rides the same session, so it switches too.
+		code, out, stderr := e.runWith(t, runOpts{flags: []string{"--mode", "proxy", "--log-level", "info", "--transport-timeout", "2s"}}, get...)
+		if code != 0 || out != "200" {
+			t.Fatalf("curl in proxy mode with UDP blocked: exit %d, %q%s", code, out, e.diag(stderr))
+		}
+		if !strings.Contains(stderr, "transport: tcp") {
+			t.Errorf("proxy mode did not switch to TCP:\n%s", stderr)
+		}
+	})
+
 	t.Run("ForcedTCPIperf3", func(t *testing.T) {
 		port := e.tp.StartIperf3Server(t)
 		for _, reverse := range []bool{false, true} {
