@@ -117,6 +117,7 @@ type Server struct {
 	stop     chan struct{}
 	stopOnce sync.Once
 	watchHB  time.Duration
+	watches  watchCounts
 }
 
 // NewServer returns a server for cfg. It does not listen: call Serve.

@@ -144,6 +144,14 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.backendError(w, "watch", remote, err)
 		return
 	}
+	if !s.watches.acquire(ref.ID) {
+		// Not counted as a failure: a NATed site's other jobs share the
+		// source address.
+		writeError(w, http.StatusTooManyRequests, CodeRateLimited,
+			fmt.Sprintf("more than %d watches of one lease; close the others", maxWatchesPerLease))
+		return
+	}
+	defer s.watches.release(ref.ID)
 	rc := http.NewResponseController(w)
 	// The watch outlives the server's read timeout, whose expiry would
 	// cancel the request: a watch's liveness is its heartbeat instead.
@@ -174,6 +182,38 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			s.log.Debug("watch ends: lease gone", "lease", ref.ID, "remote", remote)
 			return
 		}
+	}
+}
+
+// maxWatchesPerLease bounds the watches one lease may hold open: a client
+// needs one, a reconnecting client briefly two.
+const maxWatchesPerLease = 4
+
+// watchCounts counts open watches per lease. It is safe for concurrent
+// use; the zero value is ready.
+type watchCounts struct {
+	mu sync.Mutex
+	n  map[string]int // guarded by mu
+}
+
+func (c *watchCounts) acquire(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if c.n[id] >= maxWatchesPerLease {
+		return false
+	}
+	c.n[id]++
+	return true
+}
+
+func (c *watchCounts) release(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[id]--; c.n[id] <= 0 {
+		delete(c.n, id)
 	}
 }
 

@@ -126,3 +126,46 @@ func TestWatchEndsAtShutdown(t *testing.T) {
 		t.Errorf("watch ended %v after shutdown, want at once", d)
 	}
 }
+
+// TestWatchLimit checks that one lease cannot hold more than a few
+// watches open.
+func TestWatchLimit(t *testing.T) {
+	gw := controltest.Start(t, nil, controltest.Options{})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := control.LeaseRef{ID: lease.ID, Secret: lease.Secret}
+	var open []*control.Watch
+	defer func() {
+		for _, w := range open {
+			w.Close()
+		}
+	}()
+	for i := 0; i < 4; i++ {
+		w, err := c.Watch(ctx, ref)
+		if err != nil {
+			t.Fatalf("watch %d: %v", i, err)
+		}
+		open = append(open, w)
+	}
+	if _, err := c.Watch(ctx, ref); !errors.Is(err, control.ErrRateLimited) {
+		t.Fatalf("fifth watch: got %v, want ErrRateLimited", err)
+	}
+	open[0].Close()
+	open = open[1:]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		w, err := c.Watch(ctx, ref)
+		if err == nil {
+			open = append(open, w)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("watch after closing one: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
