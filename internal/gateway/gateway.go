@@ -291,6 +291,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	g.metrics = mx.metrics
+	if err := g.registerTransportMetrics(mx.registry); err != nil {
+		return err
+	}
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
 		return err
 	} else if n > 0 || closed > 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.zx2c4.com/wireguard/tun/netstack"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
@@ -113,7 +114,8 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 // refused with ErrDraining, health says so, running leases renew; undo
 // takes joins again.
 func TestDrain(t *testing.T) {
-	g := startGateway(t)
+	reg := prometheus.NewRegistry()
+	g := startGatewayWith(t, func(c *Config) { c.Registry = reg })
 	tok := newToken(t, g)
 	j := joinJob(t, g, tok)
 	ac, err := admin.Dial(g.state)
@@ -133,6 +135,9 @@ func TestDrain(t *testing.T) {
 	}
 	if h, err := j.cc.Health(ctx); err != nil || !h.Draining {
 		t.Errorf("health while draining: %+v, %v", h, err)
+	}
+	if v := gaugeValue(t, reg, "airlock_draining"); v != 1 {
+		t.Errorf("airlock_draining = %v while draining, want 1", v)
 	}
 	if _, err := j.cc.Renew(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret}); err != nil {
 		t.Errorf("renew while draining: %v", err)
@@ -219,4 +224,20 @@ func TestInProcessTCPTransport(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("stream still open after release")
 	}
+}
+
+// gaugeValue reads the single value of series name from reg.
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no series %s", name)
+	return 0
 }

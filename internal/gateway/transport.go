@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/lease"
@@ -166,4 +168,37 @@ func writeAdminJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
+}
+
+// registerTransportMetrics adds the transport's series to reg (listed in
+// docs/metrics.md).
+func (g *gateway) registerTransportMetrics(reg prometheus.Registerer) error {
+	streams := func() float64 {
+		g.tr.mu.Lock()
+		defer g.tr.mu.Unlock()
+		return float64(len(g.tr.streams))
+	}
+	draining := func() float64 {
+		if g.tr.draining.Load() {
+			return 1
+		}
+		return 0
+	}
+	rx := func() float64 { r, _ := g.tr.bind.Bytes(); return float64(r) }
+	tx := func() float64 { _, t := g.tr.bind.Bytes(); return float64(t) }
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_tcp_transport_streams",
+			Help: "Jobs whose WireGuard runs over the TCP/TLS transport (stream on the control port) now."}, streams),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_draining",
+			Help: "1 while the gateway drains (airlock gateway drain): new joins refused."}, draining),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_received_bytes_total",
+			Help: "WireGuard bytes received from jobs, UDP and TCP transport together."}, rx),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_sent_bytes_total",
+			Help: "WireGuard bytes sent to jobs, UDP and TCP transport together."}, tx),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register transport metrics: %w", err)
+		}
+	}
+	return nil
 }
