@@ -254,20 +254,27 @@ func TestLeaseExpiry(t *testing.T) {
 	t.Logf("lease expired %v after the client died (ttl 3 s)", time.Since(killed).Round(100*time.Millisecond))
 }
 
-// gatewayB is a second gateway in dmz with its own state directory, port
-// and subnet, and the first gateway's token imported.
+// gatewayB is a second gateway on the second gateway host (dmz2) with its
+// own state directory and subnet, and the first gateway's token imported.
 type gatewayB struct {
 	state, addr, pin string
 	proc             *topology.Process
 	args             []string
 }
 
-func (e *env) startGatewayB(t *testing.T, port int, subnet string) *gatewayB {
+func (e *env) startGatewayB(t *testing.T, subnet string) *gatewayB {
 	t.Helper()
+	if e.tp.DMZ2 == "" {
+		t.Fatal("startGatewayB needs a topology WithSecondDMZ")
+	}
+	e.tp.SetResolvConf(e.tp.DMZ2, e.dnsAddr)
+	if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ2, nil, "sysctl", "-q", "-w", `net.ipv4.ping_group_range=0 2147483647`); code != 0 {
+		t.Fatalf("sysctl in dmz2: exit %d %s %s", code, out, stderr)
+	}
 	g := &gatewayB{state: filepath.Join(filepath.Dir(e.state), "state-b")}
-	listen := netip.AddrPortFrom(e.tp.DMZAddrCN, uint16(port)).String()
-	g.args = []string{"gateway", "--state", g.state, "--listen", listen, "--subnet", subnet, "--egress-addr", e.tp.DMZAddrINET.String()}
-	g.proc = e.tp.Start(t, e.tp.DMZ, e.gwUser, e.airlock, g.args...)
+	listen := netip.AddrPortFrom(topology.DMZ2AddrCN, gatewayPort).String()
+	g.args = []string{"gateway", "--state", g.state, "--listen", listen, "--subnet", subnet, "--egress-addr", topology.DMZ2AddrINET.String()}
+	g.proc = e.tp.Start(t, e.tp.DMZ2, e.gwUser, e.airlock, g.args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		vals, err := readEnvFile(filepath.Join(g.state, "join.env"))
@@ -280,7 +287,7 @@ func (e *env) startGatewayB(t *testing.T, port int, subnet string) *gatewayB {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ, e.gwUser, "bash", "-c",
+	code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ2, e.gwUser, "bash", "-c",
 		fmt.Sprintf("printf %%s %q | %s token create --state %s --name e2e --import", e.token, e.airlock, g.state))
 	if code != 0 {
 		t.Fatalf("token create --import on the second gateway: exit %d %s %s", code, out, stderr)
@@ -288,13 +295,14 @@ func (e *env) startGatewayB(t *testing.T, port int, subnet string) *gatewayB {
 	return g
 }
 
-// TestGateways runs two gateways: a new job joins the less loaded one,
+// TestGateways runs two gateways on two hosts (dmz and dmz2): a new job
+// joins the less loaded one,
 // a draining gateway takes no new jobs while its running job is
 // undisturbed, and a job whose gateway dies moves to the other within the
 // failover threshold.
 func TestGateways(t *testing.T) {
-	e := newEnv(t)
-	b := e.startGatewayB(t, gatewayPort+1, "100.65.0.0/16")
+	e := newEnvTopo(t, modeUser, []topology.Option{topology.WithSecondDMZ()})
+	b := e.startGatewayB(t, "100.65.0.0/16")
 	both := runOpts{gateway: e.gateway + "," + b.addr, pin: e.pin + "," + b.pin,
 		flags: []string{"--log-level", "info", "--failover-after", "3s"}}
 	onB := regexp.MustCompile(`inet 100\.65\.`)
@@ -349,7 +357,7 @@ func TestGateways(t *testing.T) {
 
 	t.Run("FailoverSilent", func(t *testing.T) {
 		// B becomes unreachable without a word (a firewall in cn drops
-		// everything to its port, as when its host dies): the client
+		// everything to its host, as when the host dies): the client
 		// notices from the missing heartbeats (3 × 5 s) and, that silence
 		// being longer than the threshold, moves to A at once.
 		holdA := e.startWith(t, runOpts{}, "sleep", "60")
@@ -358,12 +366,10 @@ func TestGateways(t *testing.T) {
 		loop := e.requestLoop(24)
 		job := e.startWith(t, both, "bash", "-c", "ip -4 -o addr show tun0; "+loop[2])
 		time.Sleep(3 * time.Second)
-		port := strconv.Itoa(gatewayPort + 1)
 		for _, args := range [][]string{
 			{"add", "table", "inet", "airlockpart"},
 			{"add", "chain", "inet", "airlockpart", "out", "{", "type", "filter", "hook", "output", "priority", "0", ";", "}"},
-			{"add", "rule", "inet", "airlockpart", "out", "ip", "daddr", e.tp.DMZAddrCN.String(), "tcp", "dport", port, "drop"},
-			{"add", "rule", "inet", "airlockpart", "out", "ip", "daddr", e.tp.DMZAddrCN.String(), "udp", "dport", port, "drop"},
+			{"add", "rule", "inet", "airlockpart", "out", "ip", "daddr", topology.DMZ2AddrCN.String(), "drop"},
 		} {
 			if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.CN, nil, "nft", args...); code != 0 {
 				t.Fatalf("nft %s: exit %d %s %s", strings.Join(args, " "), code, out, stderr)
