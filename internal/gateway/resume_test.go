@@ -139,6 +139,9 @@ func TestDrain(t *testing.T) {
 	if v := gaugeValue(t, reg, "airlock_draining"); v != 1 {
 		t.Errorf("airlock_draining = %v while draining, want 1", v)
 	}
+	if st, err := ac.Status(ctx); err != nil || !st.Draining || len(st.Jobs) != 1 || st.Jobs[0].Transport != "udp" {
+		t.Errorf("status while draining: %+v, %v; want draining, one job on udp", st, err)
+	}
 	if _, err := j.cc.Renew(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret}); err != nil {
 		t.Errorf("renew while draining: %v", err)
 	}

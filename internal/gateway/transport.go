@@ -114,6 +114,17 @@ func (g *gateway) CheckLease(ref control.LeaseRef) error {
 	return nil
 }
 
+// transportOf says how lease id's WireGuard reaches the gateway: "tcp"
+// while it has a TCP transport stream, else "udp".
+func (g *gateway) transportOf(id string) string {
+	g.tr.mu.Lock()
+	defer g.tr.mu.Unlock()
+	if g.tr.streams[id] != nil {
+		return "tcp"
+	}
+	return "udp"
+}
+
 // closeStream closes the TCP transport stream of l, if it has one.
 func (g *gateway) closeStream(l lease.Lease) {
 	g.tr.mu.Lock()
