@@ -10,7 +10,7 @@
 # (test/impair) between cn and dmz, once per profile RTT_MS-LOSS_PERCENT.
 # --impaired is the issue-8 preset: 1 Gbit links, RTT 10 and 40 ms, loss
 # 0, 0.1 and 1 %, configurations airlock, airlock-kernel, airlock-tcp
-# (a hook until the TCP transport exists), ocserv and ocserv-dtls, no
+# (--transport tcp), ocserv and ocserv-dtls, no
 # start-up runs (combine with --duration/--reps/--streams). --cc reno sets
 # TCP congestion control in every namespace (the host's default otherwise;
 # only algorithms in net.ipv4.tcp_allowed_congestion_control).

@@ -42,16 +42,14 @@ func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
 	case "native":
 		return &nativeStack{topo: topology.New(t, append(opts, topology.WithNativeRouting())...)}, nil
 	case "airlock":
-		return newAirlock(t, topology.New(t, opts...), "user")
+		return newAirlock(t, topology.New(t, opts...), "user", "--transport", "udp")
 	case "airlock-kernel":
-		return newAirlock(t, topology.New(t, opts...), "kernel")
+		return newAirlock(t, topology.New(t, opts...), "kernel", "--transport", "udp")
 	case "airlock-netstack":
-		return newAirlock(t, topology.New(t, opts...), "user-netstack")
+		return newAirlock(t, topology.New(t, opts...), "user-netstack", "--transport", "udp")
 	case "airlock-tcp":
-		// HOOK (issue 6): Airlock forced onto its TCP/TLS transport. When
-		// the transport exists, start the client with the flag that
-		// forces it (e.g. newAirlockTransport(t, tp, "user", "tcp")).
-		return nil, errors.New("Airlock's TCP/TLS transport does not exist yet (issue 6)")
+		// Airlock (user mode) forced onto its TCP/TLS transport.
+		return newAirlock(t, topology.New(t, opts...), "user", "--transport", "tcp")
 	case "airlock-seccomp":
 		return newAirlockFallback(t, topology.New(t, opts...), "seccomp")
 	case "airlock-preload":
@@ -159,13 +157,17 @@ func readEnv(path string) map[string]string {
 	return vals
 }
 
-func newAirlock(t *testing.T, tp *topology.Topology, mode string) (stack, error) {
+// newAirlock starts the gateway in egress mode mode and a job; runFlags
+// go to airlock run (e.g. --transport tcp).
+func newAirlock(t *testing.T, tp *topology.Topology, mode string, runFlags ...string) (stack, error) {
 	u := topology.EnsureUser(t)
 	gw, gateway, pin, token, err := airlockGateway(t, tp, mode)
 	if err != nil {
 		return nil, err
 	}
-	p := tp.Start(t, tp.CN, u, topology.BuildAirlock(t), "run", "--gateway", gateway, "--pin", pin, "--token", token, "--", "sleep", "100000")
+	args := append([]string{"run", "--gateway", gateway, "--pin", pin, "--token", token}, runFlags...)
+	args = append(args, "--", "sleep", "100000")
+	p := tp.Start(t, tp.CN, u, topology.BuildAirlock(t), args...)
 	s := &airlockStack{topo: tp, gw: gw.Cmd.Process.Pid, client: p.Cmd.Process.Pid}
 	if err := waitUntil(20*time.Second, p, func() bool {
 		s.jobPID = findDescendant(s.client, "sleep")

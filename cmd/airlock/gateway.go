@@ -49,10 +49,10 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:        "gateway",
-		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload --state DIR",
+		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload|drain --state DIR",
 		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
 		FlagSet:     fs,
-		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr)},
+		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr), newDrainCmd(stderr)},
 		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {

@@ -19,10 +19,13 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg client.Config
-	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT (env AIRLOCK_GATEWAY)")
-	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX (env AIRLOCK_PIN)")
+	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT, or several comma-separated: the least loaded is joined, the others take over when it is lost (env AIRLOCK_GATEWAY)")
+	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated (env AIRLOCK_PIN)")
 	fs.StringVar(&cfg.Token, "token", "", "join token (env AIRLOCK_TOKEN)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
+	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp (env AIRLOCK_TRANSPORT)")
+	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
+	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
 	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
 	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
@@ -47,7 +50,14 @@ LD_PRELOAD library, dynamically linked programs only) and proxy (only the
 http_proxy/https_proxy/ALL_PROXY variables). The job then runs in the host's
 network namespace and reaches the tunnel through a user-space TCP/IP stack
 in airlock. airlock prints one line naming the mode, and for a fallback why
-and what is not covered.`,
+and what is not covered.
+
+WireGuard runs over UDP; --transport auto (the default) switches to TCP/TLS
+on the gateway's control port when no handshake completes over UDP within
+--transport-timeout, and logs which it chose. If the gateway goes away the
+job keeps running and airlock reconnects; with several gateways
+(--gateway a:8443,b:8443) it joins the least loaded and moves to another
+when its gateway is lost for --failover-after.`,
 		FlagSet: fs,
 		Options: []ff.Option{envOption()},
 		Exec: func(ctx context.Context, args []string) error {

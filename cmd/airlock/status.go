@@ -71,6 +71,9 @@ func printStatus(w io.Writer, st admin.Status) error {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise)
 	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Range, st.PortBlocks.Size)
+	if st.Draining {
+		fmt.Fprintf(w, "draining:   new joins refused, running jobs continue (airlock gateway drain --undo ends it)\n")
+	}
 	t := st.Totals
 	fmt.Fprintf(w, "flows:      %d active, %d since start%s\n", t.ActiveFlows, t.Flows, refusals(t.Verdicts))
 	fmt.Fprintf(w, "traffic:    out %s (%d packets), in %s (%d packets)\n", humanBytes(t.BytesOut), t.PacketsOut, humanBytes(t.BytesIn), t.PacketsIn)

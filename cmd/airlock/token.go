@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +24,7 @@ func newTokenCmd(stdout, stderr io.Writer) *ffcli.Command {
 	createState := stateFlag(createFS)
 	name := createFS.String("name", "", "token name, for logs and revocation (default: generated)")
 	ttl := createFS.Duration("ttl", 0, "token lifetime, e.g. 720h (default: no expiry)")
+	importTok := createFS.Bool("import", false, "store an existing token read from stdin (made by another gateway) instead of a new one, so one token works with several gateways")
 
 	listFS := flag.NewFlagSet("airlock token list", flag.ContinueOnError)
 	listState := stateFlag(listFS)
@@ -43,12 +45,24 @@ func newTokenCmd(stdout, stderr io.Writer) *ffcli.Command {
 		Subcommands: []*ffcli.Command{
 			{
 				Name:       "create",
-				ShortUsage: "airlock token create --state DIR [--name NAME] [--ttl DURATION]",
+				ShortUsage: "airlock token create --state DIR [--name NAME] [--ttl DURATION] [--import < TOKEN]",
 				ShortHelp:  "make a join token and print it on stdout (stored hashed)",
 				FlagSet:    createFS,
 				Exec: func(ctx context.Context, args []string) error {
 					if err := need(*createState); err != nil {
 						return err
+					}
+					if *importTok {
+						b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+						if err != nil {
+							return fmt.Errorf("token create --import: read stdin: %w", err)
+						}
+						tok, err := admin.ImportToken(ctx, *createState, *name, string(b), *ttl)
+						if err != nil {
+							return err
+						}
+						fmt.Fprintf(stderr, "airlock: token %s imported\n", tok.Name)
+						return nil
 					}
 					secret, _, err := admin.CreateToken(ctx, *createState, *name, *ttl)
 					if err != nil {

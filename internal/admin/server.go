@@ -57,6 +57,9 @@ type createTokenRequest struct {
 	// TTL is a time.ParseDuration string; empty or "0s" means never
 	// expires.
 	TTL string `json:"ttl,omitempty"`
+	// Secret, if set, is an existing token to store (made by another
+	// gateway) instead of a new random one.
+	Secret string `json:"secret,omitempty"`
 }
 
 // createTokenResponse is the answer to POST /v1/tokens.
@@ -222,7 +225,15 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	secret, tok, err := s.store.CreateToken(req.Name, ttl, time.Now())
+	var secret string
+	var tok store.Token
+	var err error
+	if req.Secret != "" {
+		secret = req.Secret
+		tok, err = s.store.ImportToken(req.Name, req.Secret, ttl, time.Now())
+	} else {
+		secret, tok, err = s.store.CreateToken(req.Name, ttl, time.Now())
+	}
 	if err != nil {
 		s.writeStoreError(w, err)
 		return
@@ -251,6 +262,8 @@ func (s *Server) writeStoreError(w http.ResponseWriter, err error) {
 		writeJSON(w, http.StatusConflict, errorBody{Code: codeExists, Message: err.Error()})
 	case errors.Is(err, store.ErrInvalidName):
 		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeInvalidName, Message: err.Error()})
+	case errors.Is(err, store.ErrBadToken):
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: err.Error()})
 	default:
 		s.log.Error("admin request failed", "err", err)
 		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})

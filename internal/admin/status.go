@@ -34,6 +34,9 @@ type Status struct {
 	Jobs       []JobStatus `json:"jobs"`
 	// Totals are the gateway-wide flow counts since start.
 	Totals flows.Stats `json:"totals"`
+	// Draining is true while the gateway refuses new joins (airlock
+	// gateway drain).
+	Draining bool `json:"draining"`
 }
 
 // PortBlocks describes the egress port-block plan and its use.
@@ -52,6 +55,9 @@ type JobStatus struct {
 	Remote  string    `json:"remote,omitempty"`
 	Started time.Time `json:"started"`
 	Expires time.Time `json:"expires"`
+	// Transport is how the job's WireGuard reaches the gateway: "udp",
+	// or "tcp" (the TCP/TLS transport on the control port).
+	Transport string `json:"transport"`
 	// Ports is the job's egress port block, LO-HI, "" if none.
 	Ports string `json:"ports,omitempty"`
 }

@@ -44,9 +44,12 @@ const HandshakeWarnAfter = 5 * time.Second
 // Config configures one `airlock run`.
 type Config struct {
 	Logger *slog.Logger
-	// Gateway is HOST:PORT of the gateway's control API.
+	// Gateway is HOST:PORT of the gateway's control API, or several
+	// separated by commas: the job joins the least loaded and fails over
+	// between them.
 	Gateway string
-	// Pin is the gateway's certificate fingerprint.
+	// Pin is the gateway's certificate fingerprint, or one per gateway
+	// separated by commas (in the order of Gateway).
 	Pin string
 	// Token is the join token.
 	Token string
@@ -62,6 +65,15 @@ type Config struct {
 	// Stderr receives airlock's own messages to the user (the mode line,
 	// the exposed addresses); nil means os.Stderr.
 	Stderr io.Writer
+	// Transport is TransportAuto ("" too), TransportUDP or TransportTCP.
+	Transport string
+	// TransportTimeout is how long auto waits for a handshake over UDP
+	// before it switches to TCP; zero means DefaultTransportTimeout.
+	TransportTimeout time.Duration
+	// FailoverAfter is how long the gateway may be lost before the job
+	// moves to another one (with several gateways); zero means
+	// DefaultFailoverAfter.
+	FailoverAfter time.Duration
 	// Mode is how the job's traffic reaches the tunnel (--mode); "" means
 	// ModeAuto. See mode.go.
 	Mode Mode
@@ -100,9 +112,22 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err := checkExpose(cfg.Expose); err != nil {
 		return ExitFailure, err
 	}
-	pin, err := control.ParsePin(cfg.Pin)
+	switch cfg.Transport {
+	case "":
+		cfg.Transport = TransportAuto
+	case TransportAuto, TransportUDP, TransportTCP:
+	default:
+		return ExitFailure, fmt.Errorf("bad --transport %q: want auto, udp or tcp", cfg.Transport)
+	}
+	if cfg.TransportTimeout <= 0 {
+		cfg.TransportTimeout = DefaultTransportTimeout
+	}
+	if cfg.FailoverAfter <= 0 {
+		cfg.FailoverAfter = DefaultFailoverAfter
+	}
+	gws, err := parseGateways(cfg.Gateway, cfg.Pin, cfg.JoinTimeout)
 	if err != nil {
-		return ExitFailure, fmt.Errorf("bad --pin/AIRLOCK_PIN: %w", err)
+		return ExitFailure, err
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = ModeAuto
@@ -136,30 +161,25 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	cc, err := control.NewClient(cfg.Gateway, pin, cfg.JoinTimeout)
-	if err != nil {
-		return ExitFailure, err
+	sess := &session{
+		log: log, stderr: cfg.Stderr, gws: gws, priv: priv, warnAfter: HandshakeWarnAfter,
+		req: control.JoinRequest{
+			Token:     cfg.Token,
+			PublicKey: priv.PublicKey().String(),
+			Job:       jobInfo(cfg.Getenv, cfg.Args),
+			Expose:    cfg.Expose,
+		},
+		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
 	}
-	joinCtx, joinCancel := context.WithTimeout(ctx, cfg.JoinTimeout)
+	defer sess.closeClients()
 	t0 := time.Now()
-	ls, err := cc.Join(joinCtx, control.JoinRequest{
-		Token:     cfg.Token,
-		PublicKey: priv.PublicKey().String(),
-		Job:       jobInfo(cfg.Getenv, cfg.Args),
-		Expose:    cfg.Expose,
-	})
-	joinCancel()
-	if err != nil {
+	if err := sess.join(ctx, nil, cfg.JoinTimeout); err != nil {
 		return ExitFailure, err // the control client names the gateway
 	}
-	log.Debug("joined", "lease", ls.ID, "addr", ls.Address, "took", time.Since(t0))
-	ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	ls := sess.lease
+	log.Debug("joined", "lease", ls.ID, "addr", ls.Address, "gateway", sess.cur.addr, "took", time.Since(t0))
 	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer rcancel()
-		if err := cc.Release(rctx, ref); err != nil {
-			log.Warn("release lease", "lease", ls.ID, "err", err)
-		}
+		sess.release(log)
 		log.Debug("released", "since_start", time.Since(t0))
 	}()
 
@@ -171,20 +191,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		fmt.Fprintf(cfg.Stderr, "airlock: exposed %s/%d at %s\n", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort))
 	}
 
-	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
-	if err != nil {
-		return ExitFailure, fmt.Errorf("gateway sent a bad wireguard key: %w", err)
-	}
-	endpoint, err := resolveEndpoint(ctx, ls.Endpoint, cfg.Gateway)
-	if err != nil {
-		return ExitFailure, err
-	}
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
 	}
 
-	fb := fallback{cfg: cfg, plan: modes, lease: ls, priv: priv, gwKey: gwKey, endpoint: endpoint,
-		env: jobEnv, sigc: sigc, preJob: preJob, cc: cc, ref: ref, t0: t0}
+	fb := fallback{cfg: cfg, plan: modes, lease: ls, sess: sess,
+		env: jobEnv, sigc: sigc, preJob: preJob, t0: t0}
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
@@ -225,13 +237,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	wg, err := tunnel.NewClient(log, dev, nil, priv, gwKey, endpoint)
-	if err != nil {
+	if err := sess.startTunnel(ctx, dev); err != nil {
 		dev.Close()
 		return ExitFailure, err
 	}
 	defer func() {
-		wg.Close()
+		sess.wg.Close()
 		log.Debug("tunnel closed", "since_start", time.Since(t0))
 	}()
 
@@ -242,14 +253,13 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err := job.Run(); err != nil {
 		return ExitFailure, fmt.Errorf("start job: %w", err)
 	}
-	log.Debug("job started", "pid", job.Pid(), "addr", ls.Address, "gateway", endpoint, "setup", time.Since(t0))
+	log.Debug("job started", "pid", job.Pid(), "addr", ls.Address, "gateway", sess.endpoint, "setup", time.Since(t0))
 
 	var bg sync.WaitGroup
 	bgCtx, bgStop := context.WithCancel(context.Background())
-	bg.Add(3)
+	bg.Add(2)
 	go func() { defer bg.Done(); forwardSignals(bgCtx, log, sigc, job) }()
-	go func() { defer bg.Done(); renewLoop(bgCtx, log, cfg.Stderr, cc, ref, time.Duration(ls.RenewInterval)) }()
-	go func() { defer bg.Done(); watchHandshake(bgCtx, log, wg, endpoint) }()
+	go func() { defer bg.Done(); sess.supervise(bgCtx) }()
 
 	status, err := job.Wait()
 	log.Debug("job exited", "status", status, "since_start", time.Since(t0))
@@ -336,64 +346,6 @@ func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal
 			if err := job.Signal(s); err != nil {
 				log.Debug("forward signal", "signal", s, "err", err)
 			}
-		}
-	}
-}
-
-// renewLoop renews the lease every interval until ctx is done. If the
-// gateway says the lease is gone (an admin ended it, or it expired while
-// the gateway was unreachable), it tells the user on stderr, once, and
-// stops: the job keeps running, but without network.
-func renewLoop(ctx context.Context, log *slog.Logger, stderr io.Writer, cc *control.Client, ref control.LeaseRef, every time.Duration) {
-	if every <= 0 {
-		every = 30 * time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := cc.Renew(rctx, ref)
-			cancel()
-			switch {
-			case err == nil:
-			case errors.Is(err, control.ErrLeaseEnded):
-				fmt.Fprintf(stderr, "airlock: THE GATEWAY ENDED THIS JOB'S LEASE: %s\n"+
-					"airlock: the job keeps running, but its network through the gateway is cut; ask the gateway's admin why\n", apiMessage(err))
-				log.Error("lease ended by the gateway", "lease", ref.ID, "err", err)
-				return
-			case errors.Is(err, control.ErrUnknownLease):
-				fmt.Fprintf(stderr, "airlock: THE GATEWAY NO LONGER KNOWS THIS JOB'S LEASE (expired while unreachable, or the gateway restarted): %s\n"+
-					"airlock: the job keeps running, but its network through the gateway is cut\n", apiMessage(err))
-				log.Error("gateway no longer knows this job's lease; new connections will fail", "lease", ref.ID, "err", err)
-				return
-			default:
-				log.Warn("renew lease failed; will retry", "lease", ref.ID, "err", err)
-			}
-		}
-	}
-}
-
-func watchHandshake(ctx context.Context, log *slog.Logger, wg *tunnel.Client, endpoint netip.AddrPort) {
-	deadline := time.NewTimer(HandshakeWarnAfter)
-	defer deadline.Stop()
-	poll := time.NewTicker(50 * time.Millisecond)
-	defer poll.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-poll.C:
-			if !wg.LastHandshake().IsZero() {
-				return
-			}
-		case <-deadline.C:
-			log.Warn("no WireGuard handshake with the gateway yet: is UDP to it blocked? the job has no network until it completes",
-				"endpoint", endpoint, "waited", HandshakeWarnAfter)
-			return
 		}
 	}
 }

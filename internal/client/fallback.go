@@ -25,18 +25,16 @@ import (
 // fallback is what Run hands over when the job cannot (or shall not) have
 // its own network namespace: the lease, the keys and the job's environment.
 type fallback struct {
-	cfg      Config
-	plan     *plan
-	lease    control.Lease
-	priv     tunnel.Key
-	gwKey    tunnel.Key
-	endpoint netip.AddrPort
-	env      []string
-	sigc     <-chan os.Signal
-	preJob   chan struct{}
-	cc       *control.Client
-	ref      control.LeaseRef
-	t0       time.Time
+	cfg   Config
+	plan  *plan
+	lease control.Lease
+	// sess is the job's hold on its gateway: transport, lease watch,
+	// renewal, reconnect and failover (session.go).
+	sess   *session
+	env    []string
+	sigc   <-chan os.Signal
+	preJob chan struct{}
+	t0     time.Time
 
 	dialer *stackDialer // set by runFallback
 	http   *proxy.HTTP  // set by proxyEnv
@@ -53,11 +51,11 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	wg, err := tunnel.NewClient(log, us, nil, f.priv, f.gwKey, f.endpoint)
-	if err != nil {
+	if err := f.sess.startTunnel(ctx, us); err != nil {
 		us.Close()
 		return ExitFailure, err
 	}
+	wg := f.sess.wg
 	defer wg.Close()
 	d := &stackDialer{us: us}
 	f.dialer = d
@@ -163,7 +161,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	log.Debug("job started", "pid", cmd.Process.Pid, "mode", f.plan.current(), "setup", time.Since(f.t0))
 	var bg sync.WaitGroup
 	bgCtx, bgStop := context.WithCancel(context.Background())
-	bg.Add(3)
+	bg.Add(2)
 	go func() {
 		defer bg.Done()
 		for {
@@ -175,11 +173,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 			}
 		}
 	}()
-	go func() {
-		defer bg.Done()
-		renewLoop(bgCtx, log, f.cfg.Stderr, f.cc, f.ref, time.Duration(f.lease.RenewInterval))
-	}()
-	go func() { defer bg.Done(); watchHandshake(bgCtx, log, wg, f.endpoint) }()
+	go func() { defer bg.Done(); f.sess.supervise(bgCtx) }()
 	err := cmd.Wait()
 	bgStop()
 	bg.Wait()

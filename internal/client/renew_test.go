@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/tun/tuntest"
+
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
 type lockedBuf struct {
@@ -31,43 +34,76 @@ func (l *lockedBuf) String() string {
 	return l.b.String()
 }
 
-// TestRenewLoopLeaseGone checks that a lease the gateway ended (kick) or
-// forgot is reported on stderr once, loudly, with the gateway's reason,
-// and that renewing stops.
-func TestRenewLoopLeaseGone(t *testing.T) {
+// testSession joins the in-process gateway g and starts WireGuard on a
+// channel TUN (no packets flow: the gateway is only a control server).
+func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *session {
+	t.Helper()
+	gws, err := parseGateways(g.Addr, g.Pin, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := tunnel.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &session{
+		log: slog.New(slog.DiscardHandler), stderr: stderr, gws: gws, priv: priv,
+		req:       control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey().String()},
+		transport: TransportUDP, wait: time.Second, failover: time.Second, warnAfter: 10 * time.Millisecond,
+	}
+	ctx := context.Background()
+	if err := s.join(ctx, nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s.lease.RenewInterval = control.Duration(50 * time.Millisecond)
+	if err := s.startTunnel(ctx, tuntest.NewChannelTUN().TUN()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.wg.Close(); s.closeClients() })
+	return s
+}
+
+// TestSessionLeaseGone checks that a lease the gateway ended (kick), or
+// forgot while refusing a new one, is reported on stderr once, loudly,
+// with the gateway's reason, and that the session stops reconnecting
+// (the job keeps running without network).
+func TestSessionLeaseGone(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		err  error
-		want []string
+		name     string
+		renewErr error
+		revoke   bool // revoke the token, so that joining again fails
+		want     []string
 	}{
-		{"kicked", fmt.Errorf("%w: ended by the gateway's admin (airlock kick): maintenance", control.ErrLeaseEnded),
+		{"kicked", fmt.Errorf("%w: ended by the gateway's admin (airlock kick): maintenance", control.ErrLeaseEnded), false,
 			[]string{"THE GATEWAY ENDED THIS JOB'S LEASE", "airlock kick): maintenance", "network through the gateway is cut"}},
-		{"unknown", fmt.Errorf("%w: no such lease", control.ErrUnknownLease),
-			[]string{"NO LONGER KNOWS THIS JOB'S LEASE", "network through the gateway is cut"}},
+		{"unknown", fmt.Errorf("%w: no such lease", control.ErrUnknownLease), true,
+			[]string{"NO LONGER KNOWS THIS JOB'S LEASE", "token rejected", "network through the gateway is cut"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b := &controltest.Backend{RenewErr: c.err}
-			g := controltest.Start(t, b, controltest.Options{})
-			pin, err := control.ParsePin(g.Pin)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cc, err := control.NewClient(g.Addr, pin, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := &controltest.Backend{}
+			g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
 			var stderr lockedBuf
+			s := testSession(t, g, &stderr)
+			b.SetRenewErr(c.renewErr)
+			if c.revoke {
+				toks, err := g.Store.Tokens()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tok := range toks {
+					if err := g.Store.RevokeToken(tok.Name); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				renewLoop(ctx, slog.New(slog.DiscardHandler), &stderr, cc, control.LeaseRef{ID: "x", Secret: "y"}, 50*time.Millisecond)
-			}()
+			go func() { defer close(done); s.supervise(ctx) }()
 			select {
 			case <-done:
 			case <-ctx.Done():
-				t.Fatal("renewLoop did not stop after the lease was gone")
+				t.Fatal("session did not stop after the lease was gone")
 			}
 			out := stderr.String()
 			for _, w := range c.want {
@@ -80,4 +116,48 @@ func TestRenewLoopLeaseGone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSessionRejoins checks that a lease the gateway forgot is joined
+// again when the gateway takes the job, without any message.
+func TestSessionRejoins(t *testing.T) {
+	b := &controltest.Backend{}
+	g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
+	var stderr lockedBuf
+	s := testSession(t, g, &stderr)
+	first := s.lease.ID
+	b.SetRenewErr(fmt.Errorf("%w: no such lease", control.ErrUnknownLease))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.supervise(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		calls := b.Calls()
+		if n := countOf(calls, "join"); n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no second join after the lease was forgotten: calls %v", calls)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.SetRenewErr(nil)
+	cancel()
+	<-done
+	if s.lease.ID == first {
+		t.Errorf("session kept the forgotten lease %s", first)
+	}
+	if out := stderr.String(); out != "" {
+		t.Errorf("stderr %q, want nothing", out)
+	}
+}
+
+func countOf(s []string, v string) int {
+	n := 0
+	for _, x := range s {
+		if x == v {
+			n++
+		}
+	}
+	return n
 }

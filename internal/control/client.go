@@ -33,6 +33,12 @@ type Client struct {
 	gateway string
 	base    string
 	http    *http.Client
+	// watchHTTP shares http's transport without its per-request timeout,
+	// for watches that last as long as the job.
+	watchHTTP *http.Client
+	dialer    *net.Dialer
+	tlsConf   *tls.Config
+	timeout   time.Duration
 }
 
 // NewClient returns a client for the gateway at gateway (HOST:PORT) whose
@@ -62,9 +68,13 @@ func NewClient(gateway string, pin string, timeout time.Duration) (*Client, erro
 		DisableCompression:    true,
 	}
 	return &Client{
-		gateway: gateway,
-		base:    "https://" + gateway,
-		http:    &http.Client{Transport: tr, Timeout: timeout},
+		gateway:   gateway,
+		base:      "https://" + gateway,
+		http:      &http.Client{Transport: tr, Timeout: timeout},
+		watchHTTP: &http.Client{Transport: tr},
+		dialer:    dialer,
+		tlsConf:   tr.TLSClientConfig,
+		timeout:   timeout,
 	}, nil
 }
 

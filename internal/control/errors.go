@@ -29,6 +29,11 @@ var (
 	// ErrUnknownLease means the lease does not exist (expired or
 	// released) or its secret is wrong.
 	ErrUnknownLease = errors.New("unknown lease")
+	// ErrDraining means the gateway is draining: it takes no new jobs.
+	ErrDraining = errors.New("gateway draining")
+	// ErrWatchSilent means a lease watch heard nothing for
+	// WatchMissedHeartbeats heartbeat intervals.
+	ErrWatchSilent = errors.New("gateway silent")
 	// ErrLeaseEnded means the gateway ended the lease on purpose (an admin
 	// kicked the job); the error's message says who and why.
 	ErrLeaseEnded = errors.New("lease ended by the gateway")
@@ -74,6 +79,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeNoAddress
 	case ErrUnknownLease:
 		return e.Code == CodeUnknownLease
+	case ErrDraining:
+		return e.Code == CodeDraining
 	case ErrLeaseEnded:
 		return e.Code == CodeLeaseEnded
 	}

@@ -125,6 +125,13 @@ type RenewResponse struct {
 type Health struct {
 	Jobs     int  `json:"jobs"`
 	Draining bool `json:"draining"`
+	// RxBitsPerSec and TxBitsPerSec are the WireGuard traffic the gateway
+	// received from and sent to jobs, averaged over the last few seconds.
+	RxBitsPerSec float64 `json:"rx_bits_per_sec"`
+	TxBitsPerSec float64 `json:"tx_bits_per_sec"`
+	// Instance changes every time the gateway process starts: a client
+	// that sees it change knows the gateway lost its WireGuard sessions.
+	Instance string `json:"instance,omitempty"`
 }
 
 // Error codes carried in [ErrorResponse.Code].
@@ -138,6 +145,8 @@ const (
 	// purpose (airlock kick); the message says why.
 	CodeLeaseEnded = "lease_ended"
 	CodeInternal   = "internal"
+	// CodeDraining answers a join while the gateway drains.
+	CodeDraining = "draining"
 )
 
 // ErrorResponse is the body of every non-2xx response.

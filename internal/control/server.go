@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,6 +86,9 @@ type ServerConfig struct {
 	IdleTimeout time.Duration
 	// Now returns the current time; nil means time.Now.
 	Now func() time.Time
+	// WatchHeartbeat is how often a lease watch (PathWatch) sends a
+	// heartbeat; zero means DefaultWatchHeartbeat.
+	WatchHeartbeat time.Duration
 	// OnJoin, if set, is called after every join request with the error
 	// code answered ("" for success) and how long the request took, for
 	// metrics. It must not block.
@@ -107,6 +111,13 @@ type Server struct {
 	// dropped since the last one logged.
 	logLim     *rate.Limiter
 	suppressed atomic.Int64
+
+	// stop is closed by Shutdown: it ends watches, which Shutdown would
+	// otherwise wait for.
+	stop     chan struct{}
+	stopOnce sync.Once
+	watchHB  time.Duration
+	watches  watchCounts
 }
 
 // NewServer returns a server for cfg. It does not listen: call Serve.
@@ -118,6 +129,11 @@ func NewServer(cfg ServerConfig) *Server {
 		now:     cfg.Now,
 		onJoin:  cfg.OnJoin,
 		logLim:  rate.NewLimiter(1, 10),
+		stop:    make(chan struct{}),
+		watchHB: cfg.WatchHeartbeat,
+	}
+	if s.watchHB <= 0 {
+		s.watchHB = DefaultWatchHeartbeat
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -147,6 +163,8 @@ func NewServer(cfg ServerConfig) *Server {
 	mux.HandleFunc(PathRenew, s.handleRenew)
 	mux.HandleFunc(PathRelease, s.handleRelease)
 	mux.HandleFunc(PathHealth, s.handleHealth)
+	mux.HandleFunc(PathTunnel, s.handleTunnel)
+	mux.HandleFunc(PathWatch, s.handleWatch)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "no such control API path: "+truncate(r.URL.Path, 100))
 	})
@@ -177,6 +195,7 @@ func (s *Server) Serve(l net.Listener) error {
 // Shutdown stops accepting connections and waits, at most until ctx is
 // done, for requests in progress to finish; see http.Server.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopOnce.Do(func() { close(s.stop) })
 	return s.http.Shutdown(ctx)
 }
 
@@ -304,6 +323,9 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 	case errors.Is(err, ErrUnknownLease):
 		s.failed(w, remote, op, http.StatusNotFound, CodeUnknownLease,
 			"unknown lease: it expired, was released or its secret is wrong; join again", err)
+	case errors.Is(err, ErrDraining):
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusServiceUnavailable, CodeDraining, "gateway is draining: it takes no new jobs; use another gateway")
 	case errors.Is(err, ErrLeaseEnded):
 		writeError(w, http.StatusGone, CodeLeaseEnded, err.Error())
 		s.log.Info("control request for an ended lease", "op", op, "remote", remote, "err", err)

@@ -22,6 +22,7 @@ func (g *gateway) Status() admin.Status {
 		Advertise: g.advertise, EgressAddr: g.egress.public,
 		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: p.Blocks()},
 		Jobs:       []admin.JobStatus{},
+		Draining:   g.tr.draining.Load(),
 	}
 	byAddr := map[string]flows.JobStats{}
 	if g.flows != nil {
@@ -36,7 +37,8 @@ func (g *gateway) Status() admin.Status {
 		if !ok {
 			js = flows.JobStats{Addr: l.Addr, JobRef: flows.JobRef{Lease: l.ID, JobID: o.Job.BatchJobID, Token: o.Token}}
 		}
-		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires}
+		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires,
+			Transport: g.transportOf(l.ID)}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}

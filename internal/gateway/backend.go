@@ -61,6 +61,8 @@ type gateway struct {
 	// replaces it, serialised by reloadMu.
 	conf     atomic.Pointer[config.Config]
 	reloadMu sync.Mutex
+	// tr is the TCP transport, lease watches, load report and draining.
+	tr *transportState
 }
 
 // owner is what a lease records about its holder.
@@ -74,6 +76,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	pub, err := tunnel.ParseKey(req.PublicKey)
 	if err != nil {
 		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
+	}
+	if g.tr.draining.Load() {
+		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
 	now := time.Now()
 	l, secret, replaced, err := g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
@@ -145,6 +150,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
 		Token: tok.Name, Remote: remote.String(), TunnelAddr: l.Addr, Start: l.Start,
+		Resume: resumeState(l, pub, req.Expose),
 	}
 	if block != (portblock.Range{}) {
 		rec.PublicAddr, rec.PortLo, rec.PortHi = g.egress.public, block.Lo, block.Hi
@@ -210,9 +216,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	return nil
 }
 
-func (g *gateway) Health() control.Health {
-	return control.Health{Jobs: g.leases.Len()}
-}
+func (g *gateway) Health() control.Health { return g.health() }
 
 // expireLoop frees leases whose clients stopped renewing.
 func (g *gateway) expireLoop(ctx context.Context) {
@@ -249,6 +253,7 @@ func (g *gateway) block(l lease.Lease) portblock.Range {
 // removeJob drops l's per-job state in the egress backend: its exposures
 // first, then its port block.
 func (g *gateway) removeJob(l lease.Lease) {
+	g.closeStream(l)
 	g.handshakes.forget(l.PublicKey)
 	if g.exposer != nil {
 		g.exposer.Unexpose(l.Addr)

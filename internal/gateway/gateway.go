@@ -207,11 +207,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer st.Close()
-	if n, err := st.EndActiveLeases(time.Now(), "gateway restarted"); err != nil {
-		return err
-	} else if n > 0 {
-		log.Warn("closed lease records a previous run left open (crash or kill -9?)", "leases", n)
-	}
 
 	eg, err := planEgress(cfg, hostEgressEnv)
 	if err != nil {
@@ -253,7 +248,13 @@ func Run(ctx context.Context, cfg Config) error {
 		dev.Close()
 		return err
 	}
-	wg, err := tunnel.NewGateway(log, dev, conn.NewStdNetBind(), wgKey, uint16(port))
+	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
+	tr, err := newTransportState(bind)
+	if err != nil {
+		dev.Close()
+		return err
+	}
+	wg, err := tunnel.NewGateway(log, dev, bind, wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
@@ -282,6 +283,7 @@ func Run(ctx context.Context, cfg Config) error {
 		policer:    policer,
 		flows:      tb,
 		started:    time.Now(),
+		tr:         tr,
 	}
 	g.conf.Store(conf)
 	mx, err := g.newMetrics()
@@ -289,6 +291,14 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	g.metrics = mx.metrics
+	if err := g.registerTransportMetrics(mx.registry); err != nil {
+		return err
+	}
+	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
+		return err
+	} else if n > 0 || closed > 0 {
+		log.Info("leases of the previous run", "restored", n, "closed", closed)
+	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:      log.With("component", "control"),
 		Store:       st,
@@ -297,6 +307,7 @@ func Run(ctx context.Context, cfg Config) error {
 		OnJoin:      mx.metrics.ObserveJoin,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
+	g.registerDrain(adm)
 	adm.SetGateway(g)
 	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
@@ -328,6 +339,11 @@ func Run(ctx context.Context, cfg Config) error {
 	go func() {
 		defer wgrp.Done()
 		g.pruneLoop(expireCtx, cfg.History)
+	}()
+	wgrp.Add(1)
+	go func() {
+		defer wgrp.Done()
+		g.loadLoop(expireCtx)
 	}()
 	wgrp.Add(2)
 	go func() {
@@ -393,10 +409,11 @@ func Run(ctx context.Context, cfg Config) error {
 	_ = srv.Shutdown(shutCtx)
 	_ = adm.Close()
 	wgrp.Wait()
+	// Live leases stay open in the history: the next start restores them
+	// (resume.go).
 	for _, l := range leases.Leases() {
 		wg.RemovePeer(l.PublicKey)
 		g.removeJob(l)
-		g.recordEnd(l, "gateway stopped")
 	}
 	return runErr
 }

@@ -45,6 +45,12 @@ func startGateway(t testing.TB, remotes ...remote) *testGateway {
 	return startGatewayWith(t, nil, remotes...)
 }
 
+// startGatewayAt is startGateway on state directory state.
+func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway {
+	t.Helper()
+	return startGatewayWith(t, func(c *Config) { c.StateDir = state }, remotes...)
+}
+
 // startGatewayWith is startGateway with mod (if not nil) applied to the
 // gateway's Config.
 func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
@@ -80,7 +86,7 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	go func() { done <- Run(ctx, cfg) }()
 	select {
 	case info := <-ready:
-		g := &testGateway{info: info, state: state}
+		g := &testGateway{info: info, state: cfg.StateDir}
 		var stop func()
 		var once sync.Once
 		g.stop = func() { once.Do(stop) }

@@ -307,3 +307,55 @@ func (m *Manager) ByAddr(a netip.Addr) (Lease, bool) {
 	}
 	return *l, true
 }
+
+// SecretHash returns the SHA-256 of l's secret, for persisting the lease.
+func (l Lease) SecretHash() [32]byte { return l.secretHash }
+
+// Check returns the live lease that id and secret name, or ErrUnknownLease.
+// An expired lease is not live.
+func (m *Manager) Check(id, secret string, now time.Time) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.lookupLocked(id, secret)
+	if err != nil {
+		return Lease{}, err
+	}
+	if now.After(l.Expires) {
+		return Lease{}, ErrUnknownLease
+	}
+	return *l, nil
+}
+
+// Restore puts back a lease that a previous run of the gateway handed out
+// (l with the hash of its secret), for example after a restart. It fails
+// if l's address is not usable in this subnet, its block does not exist,
+// or either (or its id or key) is already taken.
+func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case !m.usable(l.Addr):
+		return fmt.Errorf("restore lease %s: address %s not usable in %s", l.ID, l.Addr, m.prefix)
+	case l.Block >= m.blocks || (m.blocks > 0 && l.Block < 0) || (m.blocks == 0 && l.Block >= 0):
+		return fmt.Errorf("restore lease %s: port block %d does not exist (%d blocks)", l.ID, l.Block, m.blocks)
+	case m.byID[l.ID] != nil || m.byAddr[l.Addr] != nil || m.byKey[l.PublicKey] != nil:
+		return fmt.Errorf("restore lease %s: id, address or key already leased", l.ID)
+	case l.Block >= 0 && m.byBlock[l.Block] != nil:
+		return fmt.Errorf("restore lease %s: port block %d already leased", l.ID, l.Block)
+	}
+	nl := l
+	nl.secretHash = secretHash
+	m.byID[nl.ID] = &nl
+	m.byAddr[nl.Addr] = &nl
+	m.byKey[nl.PublicKey] = &nl
+	if nl.Block >= 0 {
+		m.byBlock[nl.Block] = &nl
+		if nl.Block >= m.nextBlock {
+			m.nextBlock = (nl.Block + 1) % m.blocks
+		}
+	}
+	if m.next.Less(nl.Addr.Next()) {
+		m.next = nl.Addr.Next()
+	}
+	return nil
+}

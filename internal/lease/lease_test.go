@@ -162,3 +162,49 @@ func TestRemove(t *testing.T) {
 		t.Errorf("second Remove: got %v, want ErrUnknownLease", err)
 	}
 }
+
+func TestRestore(t *testing.T) {
+	m, err := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second manager (the restarted gateway) takes the lease back.
+	m2, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 4)
+	if err := m2.Restore(l, l.SecretHash()); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if _, err := m2.Renew(l.ID, secret, now); err != nil {
+		t.Errorf("renew restored lease: %v", err)
+	}
+	if _, err := m2.Check(l.ID, "wrong", now); err != ErrUnknownLease {
+		t.Errorf("check with a wrong secret: got %v", err)
+	}
+	if err := m2.Restore(l, l.SecretHash()); err == nil {
+		t.Errorf("restoring the same lease twice succeeded")
+	}
+	// New leases avoid the restored address and block.
+	n, _, _, err := m2.Allocate([32]byte{2}, nil, now)
+	if err != nil || n.Addr == l.Addr || n.Block == l.Block {
+		t.Errorf("new lease %+v, %v collides with restored %+v", n, err, l)
+	}
+	bad := l
+	bad.ID, bad.PublicKey, bad.Addr, bad.Block = "x", [32]byte{3}, netip.MustParseAddr("100.65.0.9"), 1
+	if err := m2.Restore(bad, l.SecretHash()); err == nil {
+		t.Errorf("restored an address outside the subnet")
+	}
+	bad.Addr, bad.Block = netip.MustParseAddr("100.64.0.77"), 9
+	if err := m2.Restore(bad, l.SecretHash()); err == nil {
+		t.Errorf("restored a block that does not exist")
+	}
+	if _, err := m2.Remove(l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if m2.Len() != 1 {
+		t.Errorf("after Remove: %d leases, want 1", m2.Len())
+	}
+}

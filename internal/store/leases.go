@@ -55,9 +55,26 @@ type LeaseRecord struct {
 	Start   time.Time `json:"start"`
 	// End is when the lease ended; zero while it is active.
 	End time.Time `json:"end,omitzero"`
-	// EndReason says how it ended: released, expired, kicked, gateway
-	// stopped.
+	// EndReason says how it ended: released, expired, replaced, kicked,
+	// gateway restarted (a live lease a restart could not restore).
 	EndReason string `json:"end_reason,omitempty"`
+	// Resume holds what a restarted gateway needs to take a live lease
+	// back; it is dropped when the lease ends.
+	Resume *ResumeState `json:"resume,omitempty"`
+}
+
+// ResumeState is the part of a live lease that is not history: enough for
+// a gateway that restarts to restore the lease, so that its client keeps
+// its tunnel address, port block and exposed ports.
+type ResumeState struct {
+	// SecretHash is the SHA-256 of the lease secret.
+	SecretHash []byte `json:"secret_hash"`
+	// PublicKey is the job's WireGuard public key, base64.
+	PublicKey string `json:"public_key"`
+	// Block is the index of the job's port block, -1 for none.
+	Block int `json:"block"`
+	// Expose is the join's expose request, as PROTO/PORT.
+	Expose []string `json:"expose,omitempty"`
 }
 
 // Active reports whether r covers time at.
@@ -125,7 +142,7 @@ func (s *Store) RecordLeaseEnd(id string, end time.Time, reason string) error {
 		if !r.End.IsZero() {
 			return nil
 		}
-		r.End, r.EndReason = end, reason
+		r.End, r.EndReason, r.Resume = end, reason, nil
 		nv, err := json.Marshal(r)
 		if err != nil {
 			return err
@@ -155,7 +172,7 @@ func (s *Store) EndActiveLeases(end time.Time, reason string) (int, error) {
 			if !r.End.IsZero() {
 				return nil
 			}
-			r.End, r.EndReason = end, reason
+			r.End, r.EndReason, r.Resume = end, reason, nil
 			nv, err := json.Marshal(r)
 			if err != nil {
 				return err
@@ -178,6 +195,23 @@ func (s *Store) EndActiveLeases(end time.Time, reason string) (int, error) {
 		return 0, fmt.Errorf("end active leases: %w", err)
 	}
 	return n, nil
+}
+
+// ActiveLeases returns the records that have no end yet, oldest first: the
+// leases a gateway that stopped (or crashed) left live, which a restart
+// restores.
+func (s *Store) ActiveLeases() ([]LeaseRecord, error) {
+	all, err := s.Leases()
+	if err != nil {
+		return nil, err
+	}
+	var out []LeaseRecord
+	for _, r := range all {
+		if r.End.IsZero() {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // Whois returns the leases whose port block on addr contained port at time

@@ -79,6 +79,15 @@ func (s *Store) CreateToken(name string, ttl time.Duration, now time.Time) (secr
 		return "", Token{}, fmt.Errorf("create token: random: %w", err)
 	}
 	secret = TokenPrefix + base64.RawURLEncoding.EncodeToString(raw[:])
+	t, err = s.storeToken(name, secret, ttl, now)
+	if err != nil {
+		return "", Token{}, fmt.Errorf("create token: %w", err)
+	}
+	return secret, t, nil
+}
+
+// storeToken stores the hash of secret as token name (generated if empty).
+func (s *Store) storeToken(name, secret string, ttl time.Duration, now time.Time) (t Token, err error) {
 	sum := sha256.Sum256([]byte(secret))
 	t = Token{Hash: sum[:], Created: now.UTC()}
 	if ttl > 0 {
@@ -112,12 +121,12 @@ func (s *Store) CreateToken(name string, ttl time.Duration, now time.Time) (secr
 		if err := tokens.Put([]byte(t.Name), v); err != nil {
 			return err
 		}
+		if tx.Bucket(bucketTokenHashes).Get(t.Hash) != nil {
+			return fmt.Errorf("this token is already stored: %w", ErrExists)
+		}
 		return tx.Bucket(bucketTokenHashes).Put(t.Hash, []byte(t.Name))
 	})
-	if err != nil {
-		return "", Token{}, fmt.Errorf("create token: %w", err)
-	}
-	return secret, t, nil
+	return t, err
 }
 
 func generatedName() (string, error) {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.zx2c4.com/wireguard/conn"
@@ -123,6 +124,9 @@ func (g *Gateway) Close() { g.dev.Close() }
 // peer, routing everything to it. It is safe for concurrent use.
 type Client struct {
 	dev *device.Device
+
+	mu   sync.Mutex
+	peer Key // guarded by mu: the gateway's public key
 }
 
 // NewClient starts a WireGuard device on dev with private key priv and the
@@ -150,7 +154,27 @@ func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gatewa
 		d.Close()
 		return nil, fmt.Errorf("configure wireguard keepalive: %w", err)
 	}
-	return &Client{dev: d}, nil
+	return &Client{dev: d, peer: gateway}, nil
+}
+
+// SetGateway replaces the gateway peer by gateway at endpoint, with fresh
+// handshake state, and starts a handshake at once. Sessions with the old
+// peer and packets queued for it are dropped. The client calls it when the
+// gateway lost its session (a restart) or when it moves to another gateway.
+func (c *Client) SetGateway(gateway Key, endpoint netip.AddrPort) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dev.RemovePeer(device.NoisePublicKey(c.peer))
+	cfg := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n", gateway.hex(), endpoint)
+	if err := c.dev.IpcSet(cfg); err != nil {
+		return fmt.Errorf("configure wireguard peer: %w", err)
+	}
+	c.peer = gateway
+	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.hex(), int(KeepaliveInterval/time.Second))
+	if err := c.dev.IpcSet(ka); err != nil {
+		return fmt.Errorf("configure wireguard keepalive: %w", err)
+	}
+	return nil
 }
 
 // LastHandshake returns when the last handshake with the gateway completed,

@@ -14,6 +14,11 @@
 // from 203.0.113.1. WithNativeRouting turns the topology into a plain
 // routed path for baseline measurements.
 //
+// WithSecondDMZ adds a second gateway host, dmz2, linked to cn (cn's dmz2
+// 198.51.101.2 ── dmz2's cn0 198.51.101.1) and to inet (dmz2's inet0
+// 203.0.114.1 ── inet's dmz2 203.0.114.2), with a route to inet's
+// 203.0.113.0/24 through inet, for tests with several gateways.
+//
 // WithImpairment puts a fourth namespace, wan, in the middle of the cn–dmz
 // link: cn's dmz0 is paired with wan's cn0, wan's dmz0 with dmz's cn0, and
 // an impairment relay (airlock-testpeer impair, test/impair) in wan bridges
@@ -63,17 +68,25 @@ var (
 
 	CNPrefix   = netip.MustParsePrefix("198.51.100.0/24")
 	INETPrefix = netip.MustParsePrefix("203.0.113.0/24")
+
+	// The second gateway host's links (WithSecondDMZ).
+	CNAddr2      = netip.MustParseAddr("198.51.101.2")
+	DMZ2AddrCN   = netip.MustParseAddr("198.51.101.1")
+	DMZ2AddrINET = netip.MustParseAddr("203.0.114.1")
+	INETAddr2    = netip.MustParseAddr("203.0.114.2")
 )
 
 // Interface names inside the namespaces. Names are per namespace, so they
 // are the same in every topology.
 const (
-	IfCNToDMZ   = "dmz0"  // in cn
-	IfDMZToCN   = "cn0"   // in dmz
-	IfDMZToINET = "inet0" // in dmz
-	IfINETToDMZ = "dmz0"  // in inet
-	IfWANToCN   = "cn0"   // in wan (WithImpairment)
-	IfWANToDMZ  = "dmz0"  // in wan (WithImpairment)
+	IfCNToDMZ    = "dmz0"  // in cn
+	IfDMZToCN    = "cn0"   // in dmz
+	IfDMZToINET  = "inet0" // in dmz
+	IfINETToDMZ  = "dmz0"  // in inet
+	IfWANToCN    = "cn0"   // in wan (WithImpairment)
+	IfWANToDMZ   = "dmz0"  // in wan (WithImpairment)
+	IfCNToDMZ2   = "dmz2"  // in cn (WithSecondDMZ)
+	IfINETToDMZ2 = "dmz2"  // in inet (WithSecondDMZ)
 )
 
 // Topology is one cn/dmz/inet instance. Fields are read-only after New.
@@ -86,6 +99,13 @@ type Topology struct {
 	// Impairment is the relay's configuration, with the seed it runs
 	// with; nil without WithImpairment.
 	Impairment *impair.Config
+	// DMZ2 is the second gateway host's namespace; "" without
+	// WithSecondDMZ. It has links to cn and inet like dmz (interfaces
+	// cn0 and inet0) on addresses of its own (DMZ2AddrCN, DMZ2AddrINET)
+	// and a route to INETPrefix through inet, so that a gateway in it
+	// reaches the same outside peers. The impairment relay is on dmz's
+	// link only.
+	DMZ2 string
 
 	// Addresses on the two links; see the package comment.
 	CNAddr, DMZAddrCN, DMZAddrINET, INETAddr netip.Addr
@@ -103,6 +123,7 @@ type Topology struct {
 }
 
 type options struct {
+	dmz2   bool
 	rate   string
 	native bool
 	prefix string
@@ -142,6 +163,10 @@ func WithImpairment(c impair.Config) Option {
 // Namespaces made later (a job's) still copy the host's default.
 func WithCongestionControl(cc string) Option { return func(o *options) { o.cc = cc } }
 
+// WithSecondDMZ adds a second gateway host, DMZ2 (see Topology.DMZ2), for
+// tests with several gateways.
+func WithSecondDMZ() Option { return func(o *options) { o.dmz2 = true } }
+
 // WithPrefix sets the prefix of the namespace names (default "al").
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
@@ -170,6 +195,10 @@ func New(t testing.TB, opts ...Option) *Topology {
 	if o.impair != nil {
 		tp.WAN = base + "-wan"
 		nss = append(nss, tp.WAN)
+	}
+	if o.dmz2 {
+		tp.DMZ2 = base + "-dmz2"
+		nss = append(nss, tp.DMZ2)
 	}
 
 	for _, ns := range nss {
@@ -205,10 +234,21 @@ func New(t testing.TB, opts ...Option) *Topology {
 	addr(tp.DMZ, IfDMZToCN, tp.DMZAddrCN)
 	addr(tp.DMZ, IfDMZToINET, tp.DMZAddrINET)
 	addr(tp.INET, IfINETToDMZ, tp.INETAddr)
+	links := [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}}
+	if tp.DMZ2 != "" {
+		mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ2, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ2)
+		mustIP(t, "-n", tp.DMZ2, "link", "add", IfDMZToINET, "type", "veth", "peer", "name", IfINETToDMZ2, "netns", tp.INET)
+		addr(tp.CN, IfCNToDMZ2, CNAddr2)
+		addr(tp.DMZ2, IfDMZToCN, DMZ2AddrCN)
+		addr(tp.DMZ2, IfDMZToINET, DMZ2AddrINET)
+		addr(tp.INET, IfINETToDMZ2, INETAddr2)
+		mustIP(t, "-n", tp.DMZ2, "route", "add", INETPrefix.String(), "via", INETAddr2.String())
+		links = append(links, [][2]string{{tp.CN, IfCNToDMZ2}, {tp.DMZ2, IfDMZToCN}, {tp.DMZ2, IfDMZToINET}, {tp.INET, IfINETToDMZ2}}...)
+	}
 
 	if o.rate != "" {
 		burst := tbfBurst(t, o.rate)
-		for _, l := range [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}} {
+		for _, l := range links {
 			mustRun(t, "tc", "-n", l[0], "qdisc", "add", "dev", l[1], "root", "tbf",
 				"rate", o.rate, "burst", strconv.Itoa(burst), "latency", "20ms")
 		}
@@ -304,13 +344,17 @@ func (tp *Topology) AddINETAddr(t testing.TB) netip.Addr {
 // for a server to listen on.
 func (tp *Topology) Port() int { return int(tp.nextPort.Add(1)) }
 
-// Namespaces returns the namespace names: cn, dmz, inet, and wan if the
-// topology has one.
+// Namespaces returns the namespace names: cn, dmz, inet, and wan and dmz2
+// if the topology has them.
 func (tp *Topology) Namespaces() []string {
+	nss := []string{tp.CN, tp.DMZ, tp.INET}
 	if tp.WAN != "" {
-		return []string{tp.CN, tp.DMZ, tp.INET, tp.WAN}
+		nss = append(nss, tp.WAN)
 	}
-	return []string{tp.CN, tp.DMZ, tp.INET}
+	if tp.DMZ2 != "" {
+		nss = append(nss, tp.DMZ2)
+	}
+	return nss
 }
 
 // NetnsInode returns the inode number identifying the network namespace

@@ -152,3 +152,33 @@ func TestCleanup(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestSecondDMZ checks the second gateway host: it reaches inet's peers
+// and cn, cn reaches it but still not inet, and it goes away at cleanup.
+func TestSecondDMZ(t *testing.T) {
+	t.Parallel()
+	var name string
+	t.Run("build", func(t *testing.T) {
+		tp := topology.New(t, topology.WithSecondDMZ())
+		name = tp.DMZ2
+		port, _ := tp.StartHTTP(t, map[string]int64{"f": 1024})
+		web := netip.AddrPortFrom(tp.INETAddr, uint16(port))
+		if !tp.TCPCheck(t, tp.DMZ2, nil, web) {
+			t.Errorf("dmz2 cannot reach inet %v", web)
+		}
+		if tp.TCPCheck(t, tp.CN, nil, web) {
+			t.Errorf("cn reached inet %v directly; want no route", web)
+		}
+		lst := netip.AddrPortFrom(topology.DMZ2AddrCN, uint16(tp.Port()))
+		tp.StartTCPListener(t, tp.DMZ2, lst)
+		if !tp.TCPCheck(t, tp.CN, nil, lst) {
+			t.Errorf("cn cannot reach dmz2 %v", lst)
+		}
+		if len(tp.Namespaces()) != 4 {
+			t.Errorf("namespaces %v, want cn, dmz, inet, dmz2", tp.Namespaces())
+		}
+	})
+	if _, err := topology.NetnsInode(name); err == nil {
+		t.Errorf("namespace %s left behind", name)
+	}
+}

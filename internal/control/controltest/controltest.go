@@ -28,6 +28,11 @@ type Backend struct {
 	JoinErr error
 	// TTL is the lease lifetime; zero means one minute.
 	TTL time.Duration
+	// Attach, if set, receives the connections of tunnel upgrades
+	// (control.TunnelBackend); nil closes them.
+	Attach func(net.Conn)
+	// Instance is reported in Health.
+	Instance string
 	// RenewErr, if set, is returned by every Renew.
 	RenewErr error
 
@@ -114,7 +119,42 @@ func (b *Backend) Release(ctx context.Context, ref control.LeaseRef) error {
 func (b *Backend) Health() control.Health {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return control.Health{Jobs: len(b.leases)}
+	return control.Health{Jobs: len(b.leases), Instance: b.Instance}
+}
+
+// Tunnel implements control.TunnelBackend.
+func (b *Backend) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.lookupLocked(ref); err != nil {
+		return nil, err
+	}
+	attach := b.Attach
+	if attach == nil {
+		attach = func(c net.Conn) { c.Close() }
+	}
+	return attach, nil
+}
+
+// CheckLease implements control.WatchBackend.
+func (b *Backend) CheckLease(ref control.LeaseRef) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lookupLocked(ref)
+}
+
+// SetJoinErr sets JoinErr while the server runs.
+func (b *Backend) SetJoinErr(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.JoinErr = err
+}
+
+// SetRenewErr sets RenewErr while the server runs.
+func (b *Backend) SetRenewErr(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.RenewErr = err
 }
 
 // Calls returns the Backend methods called so far, in order ("join",
@@ -142,6 +182,8 @@ type Options struct {
 	FailureLimit rate.Limit
 	FailureBurst int
 	Logger       *slog.Logger
+	// WatchHeartbeat is the server's lease watch heartbeat.
+	WatchHeartbeat time.Duration
 	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
 	OnJoin func(code string, took time.Duration)
 }
@@ -164,13 +206,14 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		t.Fatalf("controltest: store: %v", err)
 	}
 	srv := control.NewServer(control.ServerConfig{
-		Logger:       opts.Logger,
-		Store:        st,
-		Backend:      b,
-		Certificate:  cert,
-		FailureLimit: opts.FailureLimit,
-		FailureBurst: opts.FailureBurst,
-		OnJoin:       opts.OnJoin,
+		Logger:         opts.Logger,
+		Store:          st,
+		Backend:        b,
+		Certificate:    cert,
+		FailureLimit:   opts.FailureLimit,
+		FailureBurst:   opts.FailureBurst,
+		WatchHeartbeat: opts.WatchHeartbeat,
+		OnJoin:         opts.OnJoin,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Lease persistence: a join records, with the lease's history entry, what a
+// restart needs to take the lease back (store.ResumeState: the secret's
+// hash, the job's WireGuard key, the block index and the expose request).
+// Stopping the gateway leaves live leases open in the history; the next
+// start restores each one with a fresh TTL (the client could not renew
+// while the gateway was down), re-admits its WireGuard peer, port block,
+// limits and exposed ports, and closes the records it cannot restore (a
+// changed subnet or port plan). The client's lease id, secret, tunnel
+// address and port block stay valid: it only needs a new handshake, which
+// it starts when its lease watch shows a new gateway instance.
+
+// resumeState is what the history keeps of live lease l to restore it.
+func resumeState(l lease.Lease, pub tunnel.Key, expose []control.Port) *store.ResumeState {
+	h := l.SecretHash()
+	r := &store.ResumeState{SecretHash: h[:], PublicKey: pub.String(), Block: l.Block}
+	for _, p := range expose {
+		r.Expose = append(r.Expose, p.String())
+	}
+	return r
+}
+
+// restoreLeases takes back the live leases of the previous run. It
+// returns how many it restored and how many it had to close.
+func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error) {
+	recs, err := g.st.ActiveLeases()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, r := range recs {
+		if err := g.restore(r, now); err != nil {
+			g.log.Warn("cannot restore a lease of the previous run; its job must join again", "lease", r.ID, "addr", r.TunnelAddr, "err", err)
+			if err := g.st.RecordLeaseEnd(r.ID, now, "gateway restarted"); err != nil {
+				return restored, closed, err
+			}
+			closed++
+			continue
+		}
+		restored++
+	}
+	return restored, closed, nil
+}
+
+func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
+	rs := r.Resume
+	if rs == nil {
+		return fmt.Errorf("no resume state (recorded by an older version)")
+	}
+	pub, err := tunnel.ParseKey(rs.PublicKey)
+	if err != nil {
+		return err
+	}
+	if len(rs.SecretHash) != sha256.Size {
+		return fmt.Errorf("bad secret hash")
+	}
+	l := lease.Lease{
+		ID: r.ID, Addr: r.TunnelAddr, Block: rs.Block, PublicKey: pub,
+		Start: r.Start, Expires: now.Add(g.leases.TTL()),
+	}
+	remote, _ := netip.ParseAddrPort(r.Remote)
+	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command}, Token: r.Token, Remote: remote}
+	block := g.block(l)
+	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi) {
+		return fmt.Errorf("port block %d is now %v, was %d-%d (--egress-ports or --block-size changed)", rs.Block, block, r.PortLo, r.PortHi)
+	}
+	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
+		return err
+	}
+	undo := func() {
+		_, _ = g.leases.Remove(l.ID)
+		g.removeJob(l)
+	}
+	var expose []control.Port
+	for _, s := range rs.Expose {
+		p, err := control.ParsePort(s)
+		if err != nil {
+			undo()
+			return fmt.Errorf("expose %q: %w", s, err)
+		}
+		expose = append(expose, p)
+	}
+	var exposures []forward.Exposure
+	if len(expose) > 0 {
+		if exposures, err = g.planExposures(block, expose); err == nil {
+			err = g.exposureAllowed(r.Token, exposures)
+		}
+		if err != nil {
+			undo()
+			return err
+		}
+	}
+	if g.jobs != nil {
+		if err := g.jobs.AddJob(l.Addr, block); err != nil {
+			undo()
+			return fmt.Errorf("add job to egress: %w", err)
+		}
+	}
+	g.trackJob(l, r.JobID, r.Token)
+	if g.policer != nil {
+		if err := g.policer.SetJobToken(l.Addr, r.Token); err != nil {
+			undo()
+			return fmt.Errorf("set the job's policy scope: %w", err)
+		}
+	}
+	if _, err := g.applyLimits(l.Addr, store.Token{Name: r.Token}); err != nil {
+		undo()
+		return err
+	}
+	if len(exposures) > 0 {
+		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
+			undo()
+			return fmt.Errorf("expose ports: %w", err)
+		}
+	}
+	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
+		undo()
+		return err
+	}
+	g.log.Info("lease restored", "lease", l.ID, "addr", l.Addr, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)
+	return nil
+}

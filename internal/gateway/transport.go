@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// transportState is the gateway's part of the TCP transport, the lease
+// watches, the load report and draining. It is safe for concurrent use.
+type transportState struct {
+	bind     *tunnel.Bind
+	instance string
+	draining atomic.Bool
+	// rxRate and txRate are math.Float64bits of bits per second.
+	rxRate, txRate atomic.Uint64
+
+	mu      sync.Mutex
+	streams map[string]*tunnel.StreamEndpoint // guarded by mu: lease id → its TCP transport stream
+}
+
+func newTransportState(bind *tunnel.Bind) (*transportState, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("instance id: %w", err)
+	}
+	return &transportState{bind: bind, instance: hex.EncodeToString(b[:]), streams: map[string]*tunnel.StreamEndpoint{}}, nil
+}
+
+// loadSample is how often the traffic rate of the load report is sampled.
+const loadSample = 2 * time.Second
+
+// loadLoop samples the WireGuard traffic for the load report.
+func (g *gateway) loadLoop(ctx context.Context) {
+	t := time.NewTicker(loadSample)
+	defer t.Stop()
+	lastRx, lastTx := g.tr.bind.Bytes()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			rx, tx := g.tr.bind.Bytes()
+			d := now.Sub(last).Seconds()
+			if d > 0 {
+				g.tr.rxRate.Store(math.Float64bits(float64(rx-lastRx) * 8 / d))
+				g.tr.txRate.Store(math.Float64bits(float64(tx-lastTx) * 8 / d))
+			}
+			lastRx, lastTx, last = rx, tx, now
+		}
+	}
+}
+
+// health is the load report (Backend.Health).
+func (g *gateway) health() control.Health {
+	return control.Health{
+		Jobs:         g.leases.Len(),
+		Draining:     g.tr.draining.Load(),
+		RxBitsPerSec: math.Float64frombits(g.tr.rxRate.Load()),
+		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
+		Instance:     g.tr.instance,
+	}
+}
+
+// Tunnel attaches a client's TCP transport stream (control.TunnelBackend).
+func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
+	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
+	if err != nil {
+		return nil, g.leaseGone(ref.ID, err)
+	}
+	return func(c net.Conn) {
+		s := g.tr.bind.AddStream(c, remote, l.ID)
+		g.tr.mu.Lock()
+		old := g.tr.streams[l.ID]
+		g.tr.streams[l.ID] = s
+		g.tr.mu.Unlock()
+		if old != nil {
+			old.Close()
+		}
+		g.log.Info("job uses the TCP transport", "lease", l.ID, "addr", l.Addr, "remote", remote, "replaced_stream", old != nil)
+		go func() {
+			<-s.Done()
+			g.tr.mu.Lock()
+			if g.tr.streams[l.ID] == s {
+				delete(g.tr.streams, l.ID)
+			}
+			g.tr.mu.Unlock()
+		}()
+	}, nil
+}
+
+// CheckLease reports whether ref names a live lease (control.WatchBackend).
+func (g *gateway) CheckLease(ref control.LeaseRef) error {
+	if _, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err != nil {
+		return g.leaseGone(ref.ID, err)
+	}
+	return nil
+}
+
+// transportOf says how lease id's WireGuard reaches the gateway: "tcp"
+// while it has a TCP transport stream, else "udp".
+func (g *gateway) transportOf(id string) string {
+	g.tr.mu.Lock()
+	defer g.tr.mu.Unlock()
+	if g.tr.streams[id] != nil {
+		return "tcp"
+	}
+	return "udp"
+}
+
+// closeStream closes the TCP transport stream of l, if it has one.
+func (g *gateway) closeStream(l lease.Lease) {
+	g.tr.mu.Lock()
+	s := g.tr.streams[l.ID]
+	delete(g.tr.streams, l.ID)
+	g.tr.mu.Unlock()
+	if s != nil {
+		s.Close()
+	}
+}
+
+// DrainRequest is the body of the admin API's POST /v1/drain.
+type DrainRequest struct {
+	// Drain true stops new joins; false takes joins again.
+	Drain bool `json:"drain"`
+}
+
+// DrainResponse answers POST /v1/drain.
+type DrainResponse struct {
+	Draining bool `json:"draining"`
+	// Jobs is the number of live leases, which draining leaves alone.
+	Jobs int `json:"jobs"`
+}
+
+// PathDrain is the admin API path of drain.
+const PathDrain = "/v1/drain"
+
+// registerDrain adds POST /v1/drain to the admin API.
+func (g *gateway) registerDrain(adm *admin.Server) {
+	adm.Handle("POST "+PathDrain, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req DrainRequest
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			writeAdminJSON(w, http.StatusBadRequest, map[string]string{"code": "bad_request", "message": "drain: want {\"drain\": true|false}: " + err.Error()})
+			return
+		}
+		was := g.tr.draining.Swap(req.Drain)
+		if was != req.Drain {
+			if req.Drain {
+				g.log.Warn("draining: new joins are refused, running jobs continue", "jobs", g.leases.Len())
+			} else {
+				g.log.Info("drain ended: taking new jobs again")
+			}
+		}
+		writeAdminJSON(w, http.StatusOK, DrainResponse{Draining: req.Drain, Jobs: g.leases.Len()})
+	}))
+}
+
+func writeAdminJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+// registerTransportMetrics adds the transport's series to reg (listed in
+// docs/metrics.md).
+func (g *gateway) registerTransportMetrics(reg prometheus.Registerer) error {
+	streams := func() float64 {
+		g.tr.mu.Lock()
+		defer g.tr.mu.Unlock()
+		return float64(len(g.tr.streams))
+	}
+	draining := func() float64 {
+		if g.tr.draining.Load() {
+			return 1
+		}
+		return 0
+	}
+	rx := func() float64 { r, _ := g.tr.bind.Bytes(); return float64(r) }
+	tx := func() float64 { _, t := g.tr.bind.Bytes(); return float64(t) }
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_tcp_transport_streams",
+			Help: "Jobs whose WireGuard runs over the TCP/TLS transport (stream on the control port) now."}, streams),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_draining",
+			Help: "1 while the gateway drains (airlock gateway drain): new joins refused."}, draining),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_received_bytes_total",
+			Help: "WireGuard bytes received from jobs, UDP and TCP transport together."}, rx),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_sent_bytes_total",
+			Help: "WireGuard bytes sent to jobs, UDP and TCP transport together."}, tx),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register transport metrics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package tunnel
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/tun/tuntest"
+)
+
+// streamPair connects a client and a gateway WireGuard device only through
+// framed TCP streams on loopback: the client's UDP endpoint is a port
+// nothing answers on.
+type streamPair struct {
+	gwTun, clTun *tuntest.ChannelTUN
+	gb, cb       *Bind
+	ln           net.Listener
+}
+
+var (
+	gwTunAddr = netip.MustParseAddr("10.0.0.1")
+	clTunAddr = netip.MustParseAddr("10.0.0.2")
+)
+
+func newStreamPair(t *testing.T) *streamPair {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	p := &streamPair{gwTun: tuntest.NewChannelTUN(), clTun: tuntest.NewChannelTUN()}
+	gwPriv, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clPriv, err := GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.gb = NewBind(conn.NewStdNetBind(), log)
+	gw, err := NewGateway(log, p.gwTun.TUN(), p.gb, gwPriv, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	if err := gw.AddPeer(clPriv.PublicKey(), clTunAddr); err != nil {
+		t.Fatal(err)
+	}
+	p.ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.ln.Close() })
+	p.cb = NewBind(nil, log)
+	cl, err := NewClient(log, p.clTun.TUN(), p.cb, clPriv, gwPriv.PublicKey(), netip.MustParseAddrPort("127.0.0.1:9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	p.connect(t)
+	return p
+}
+
+// connect opens a stream from the client's bind to the gateway's and
+// makes the client send over it.
+func (p *streamPair) connect(t *testing.T) {
+	t.Helper()
+	c, err := net.Dial("tcp", p.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := p.ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	remote := netip.MustParseAddrPort(c.LocalAddr().String())
+	p.gb.AddStream(s, remote, "gw-side")
+	p.cb.UseStream(p.cb.AddStream(c, netip.MustParseAddrPort(p.ln.Addr().String()), "client-side"))
+}
+
+// ping sends a packet each way and waits for it.
+func (p *streamPair) ping(t *testing.T) {
+	t.Helper()
+	for _, dir := range []struct {
+		in, out *tuntest.ChannelTUN
+		pkt     []byte
+	}{
+		{p.clTun, p.gwTun, tuntest.Ping(gwTunAddr, clTunAddr)},
+		{p.gwTun, p.clTun, tuntest.Ping(clTunAddr, gwTunAddr)},
+	} {
+		dir.in.Outbound <- dir.pkt
+		select {
+		case got := <-dir.out.Inbound:
+			if !bytes.Equal(got, dir.pkt) {
+				t.Fatalf("packet changed on the way")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("packet did not arrive over the stream within 10 s")
+		}
+	}
+}
+
+func TestBindStream(t *testing.T) {
+	p := newStreamPair(t)
+	p.ping(t)
+	if rx, tx := p.gb.Bytes(); rx == 0 || tx == 0 {
+		t.Errorf("gateway bind counted rx %d tx %d bytes, want both > 0", rx, tx)
+	}
+}
+
+// TestBindMalformedStream attaches a second stream that sends garbage: it
+// is closed with ErrMalformedFrame, and the first stream keeps working.
+func TestBindMalformedStream(t *testing.T) {
+	p := newStreamPair(t)
+	p.ping(t)
+	c, err := net.Dial("tcp", p.ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := p.ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := p.gb.AddStream(s, netip.MustParseAddrPort(c.LocalAddr().String()), "garbage")
+	c.Write([]byte{0, 40, 7, 7, 7, 7})
+	c.Write(make([]byte, 40))
+	select {
+	case <-bad.Done():
+		if !errors.Is(bad.Err(), ErrMalformedFrame) {
+			t.Errorf("garbage stream closed with %v, want ErrMalformedFrame", bad.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("garbage stream not closed")
+	}
+	p.ping(t)
+}
+
+// TestBindStreamReplaced closes the client's stream and opens another:
+// traffic resumes over the new one.
+func TestBindStreamReplaced(t *testing.T) {
+	p := newStreamPair(t)
+	p.ping(t)
+	old := p.cb.Stream()
+	old.Close()
+	<-old.Done()
+	if p.cb.Stream() != nil {
+		t.Errorf("closed stream still in use")
+	}
+	p.connect(t)
+	p.ping(t)
+}
