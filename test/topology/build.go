@@ -139,37 +139,42 @@ const AirlockBinEnv = "AIRLOCK_TEST_BIN"
 func BuildAirlock(t testing.TB) string {
 	t.Helper()
 	if src := os.Getenv(AirlockBinEnv); src != "" {
-		return copyOnce(t, "airlock", src)
+		return copyOnce(t, "airlock", src, 0o755)
 	}
 	return buildOnce(t, "airlock", "./cmd/airlock", "CGO_ENABLED=0")
 }
 
-// copyOnce copies src into the shared binary directory once per process.
-func copyOnce(t testing.TB, name, src string) string {
+// copyOnce copies src into the shared binary directory as name, with
+// mode, once per process.
+func copyOnce(t testing.TB, name, src string, mode os.FileMode) string {
 	t.Helper()
 	b := getBuild(name)
-	b.once.Do(func() {
-		dir, err := binDir()
-		if err != nil {
-			b.err = err
-			return
-		}
-		data, err := os.ReadFile(src)
-		if err != nil {
-			b.err = fmt.Errorf("%s: %w", src, err)
-			return
-		}
-		out := filepath.Join(dir, name)
-		if err := os.WriteFile(out, data, 0o755); err != nil {
-			b.err = err
-			return
-		}
-		b.path = out
-	})
+	b.once.Do(func() { b.path, b.err = installFile(src, name, mode) })
 	if b.err != nil {
 		t.Fatalf("copy %s: %v", name, b.err)
 	}
 	return b.path
+}
+
+// installFile copies src into the shared binary directory as name with
+// mode (set explicitly, whatever the umask) and returns its path.
+func installFile(src, name string, mode os.FileMode) (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", src, err)
+	}
+	out := filepath.Join(dir, name)
+	if err := os.WriteFile(out, data, mode); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(out, mode); err != nil {
+		return "", err
+	}
+	return out, nil
 }
 
 // PreloadLibrary is the file name of airlock's LD_PRELOAD library.
@@ -186,19 +191,10 @@ const PreloadLibEnv = "AIRLOCK_TEST_PRELOAD"
 func BuildPreload(t testing.TB) string {
 	t.Helper()
 	if src := os.Getenv(PreloadLibEnv); src != "" {
-		p := copyOnce(t, PreloadLibrary, src)
-		if err := os.Chmod(p, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return copyOnce(t, PreloadLibrary, src, 0o644)
 	}
 	b := getBuild(PreloadLibrary)
 	b.once.Do(func() {
-		dir, err := binDir()
-		if err != nil {
-			b.err = err
-			return
-		}
 		root, err := ModuleRoot()
 		if err != nil {
 			b.err = err
@@ -211,17 +207,7 @@ func BuildPreload(t testing.TB) string {
 			b.err = fmt.Errorf("make -C preload: %v\n%s", err, msg)
 			return
 		}
-		data, err := os.ReadFile(filepath.Join(root, "preload", PreloadLibrary))
-		if err != nil {
-			b.err = err
-			return
-		}
-		out := filepath.Join(dir, PreloadLibrary)
-		if err := os.WriteFile(out, data, 0o644); err != nil {
-			b.err = err
-			return
-		}
-		b.path = out
+		b.path, b.err = installFile(filepath.Join(root, "preload", PreloadLibrary), PreloadLibrary, 0o644)
 	})
 	if b.err != nil {
 		t.Fatalf("build %s: %v", PreloadLibrary, b.err)
