@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,11 +24,15 @@ import (
 
 // Server theory of operation: one http.Server over a TLS 1.3 listener,
 // HTTP/1.1 only, so that a client's renewals reuse one kept-alive
-// connection. Every POST handler first asks the failure limiter whether the
-// source network is blocked, then decodes a size-limited JSON body that may
+// connection. Every POST handler decodes a size-limited JSON body that may
 // not carry unknown fields, then authenticates (join token or lease
 // secret) and finally calls the Backend. Bad requests, bad tokens and
-// unknown leases count as failures for the limiter.
+// unknown leases count as failures for the limiter. A join from a source
+// network whose failure bucket is empty is refused up front, before its
+// token is looked at; a request that names a lease (renew, release,
+// watch, tunnel) is looked at first and refused only if it does not prove
+// a live lease, so that a neighbour's failures from the same address never
+// take a running job's lease down (limited.go).
 
 // Defaults for [ServerConfig].
 const (
@@ -237,17 +240,18 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
-	if !s.admit(w, r, http.MethodPost, remote) {
+	if !s.checkMethod(w, r, http.MethodPost) {
 		return
 	}
+	lim := s.limitOf(remote)
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.failed(w, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
+		s.leaseFailed(w, r, lim, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
 		return
 	}
 	resp, err := s.backend.Renew(r.Context(), ref)
 	if err != nil {
-		s.backendError(w, "renew", remote, err)
+		s.leaseError(w, r, lim, "renew", remote, err)
 		return
 	}
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
@@ -256,16 +260,17 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
-	if !s.admit(w, r, http.MethodPost, remote) {
+	if !s.checkMethod(w, r, http.MethodPost) {
 		return
 	}
+	lim := s.limitOf(remote)
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.failed(w, remote, "release", http.StatusBadRequest, CodeBadRequest, "invalid release request: "+err.Error(), err)
+		s.leaseFailed(w, r, lim, remote, "release", http.StatusBadRequest, CodeBadRequest, "invalid release request: "+err.Error(), err)
 		return
 	}
 	if err := s.backend.Release(r.Context(), ref); err != nil {
-		s.backendError(w, "release", remote, err)
+		s.leaseError(w, r, lim, "release", remote, err)
 		return
 	}
 	s.log.Info("release", "lease", ref.ID, "remote", remote)
@@ -281,29 +286,27 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 // admit checks the method and the failure limiter; it writes the error
-// response and returns false if the request must not proceed.
+// response and returns false if the request must not proceed. Only
+// requests that carry no lease (joins) are admitted this way.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, method string, remote netip.AddrPort) bool {
+	if !s.checkMethod(w, r, method) {
+		return false
+	}
+	lim := s.limitOf(remote)
+	if !lim.on {
+		return true
+	}
+	s.refuseLimited(w, r, remote, lim.wait)
+	return false
+}
+
+// checkMethod writes 405 and returns false unless r's method is method.
+func (s *Server) checkMethod(w http.ResponseWriter, r *http.Request, method string) bool {
 	if r.Method != method {
 		methodNotAllowed(w, method)
 		return false
 	}
-	wait, limited := s.fails.limited(remote.Addr(), s.now())
-	if !limited {
-		return true
-	}
-	secs := int64(math.Ceil(wait.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	writeError(w, http.StatusTooManyRequests, CodeRateLimited,
-		fmt.Sprintf("too many failed requests from your address; retry in %d s, after fixing the token or request", secs))
-	if s.logLim.Allow() {
-		s.log.Warn("control request refused: too many failures", "path", r.URL.Path, "remote", remote, "suppressed", s.suppressed.Swap(0))
-	} else {
-		s.suppressed.Add(1)
-	}
-	return false
+	return true
 }
 
 // failed answers a client failure, counts it against remote and logs it.

@@ -143,7 +143,8 @@ func TestRateLimit(t *testing.T) {
 	if _, err := c.Join(ctx, joinReq(good)); !errors.Is(err, control.ErrRateLimited) {
 		t.Errorf("good token while limited: got %v, want ErrRateLimited", err)
 	}
-	// Renewals from the same address are refused too (lease guessing).
+	// Renewals of unknown leases from the same address are refused too
+	// (lease guessing); live leases are not (TestLeaseRequestsNotLimited).
 	if _, err := c.Renew(ctx, control.LeaseRef{ID: "x", Secret: "y"}); !errors.Is(err, control.ErrRateLimited) {
 		t.Errorf("renew while limited: got %v, want ErrRateLimited", err)
 	}
@@ -151,8 +152,8 @@ func TestRateLimit(t *testing.T) {
 	if _, err := c.Health(ctx); err != nil {
 		t.Errorf("health while limited: %v", err)
 	}
-	if calls := gw.Backend.Calls(); len(calls) != 0 {
-		t.Errorf("backend called %v, want no calls", calls)
+	if calls := gw.Backend.Calls(); slices.Contains(calls, "join") {
+		t.Errorf("backend called %v, want no joins", calls)
 	}
 }
 

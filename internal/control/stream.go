@@ -80,26 +80,27 @@ type WatchBackend interface {
 
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
-	if !s.admit(w, r, http.MethodGet, remote) {
+	if !s.checkMethod(w, r, http.MethodGet) {
 		return
 	}
+	lim := s.limitOf(remote)
 	tb, ok := s.backend.(TunnelBackend)
 	if !ok {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "this gateway does not offer the TCP transport; use --transport udp")
 		return
 	}
 	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != TunnelProtocol {
-		s.failed(w, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without Upgrade: "+TunnelProtocol, errors.New("no upgrade"))
+		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without Upgrade: "+TunnelProtocol, errors.New("no upgrade"))
 		return
 	}
 	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
 	if ref.ID == "" || ref.Secret == "" {
-		s.failed(w, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without lease id or secret", errors.New("no lease"))
+		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without lease id or secret", errors.New("no lease"))
 		return
 	}
 	attach, err := tb.Tunnel(r.Context(), ref, remote)
 	if err != nil {
-		s.backendError(w, "tunnel", remote, err)
+		s.leaseError(w, r, lim, "tunnel", remote, err)
 		return
 	}
 	hj, ok := w.(http.Hijacker)
@@ -127,9 +128,10 @@ func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
-	if !s.admit(w, r, http.MethodPost, remote) {
+	if !s.checkMethod(w, r, http.MethodPost) {
 		return
 	}
+	lim := s.limitOf(remote)
 	wb, ok := s.backend.(WatchBackend)
 	if !ok {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "this gateway does not serve lease watches")
@@ -137,11 +139,11 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	}
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.failed(w, remote, "watch", http.StatusBadRequest, CodeBadRequest, "invalid watch request: "+err.Error(), err)
+		s.leaseFailed(w, r, lim, remote, "watch", http.StatusBadRequest, CodeBadRequest, "invalid watch request: "+err.Error(), err)
 		return
 	}
 	if err := wb.CheckLease(ref); err != nil {
-		s.backendError(w, "watch", remote, err)
+		s.leaseError(w, r, lim, "watch", remote, err)
 		return
 	}
 	if !s.watches.acquire(ref.ID) {
