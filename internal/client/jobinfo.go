@@ -23,8 +23,12 @@ var batchVars = [...]struct{ system, env string }{
 }
 
 // jobInfo describes this job for the gateway's records, from the environment
-// getenv reads.
+// getenv reads, cleaned so that the gateway accepts it (control.JobInfo.Clean).
 func jobInfo(getenv func(string) string, args []string) control.JobInfo {
+	return rawJobInfo(getenv, args).Clean()
+}
+
+func rawJobInfo(getenv func(string) string, args []string) control.JobInfo {
 	ji := control.JobInfo{UID: os.Getuid()}
 	for _, b := range batchVars {
 		if v := getenv(b.env); v != "" {

@@ -445,7 +445,7 @@ func (s *session) leaseGone(err error, what, hint string) {
 // cannot fix (as opposed to an unreachable or busy gateway).
 func fatalJoinError(err error) bool {
 	return errors.Is(err, control.ErrBadToken) || errors.Is(err, control.ErrPinMismatch) ||
-		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded)
+		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded) || errors.Is(err, control.ErrBanned)
 }
 
 func jitter(d time.Duration) time.Duration {
@@ -532,7 +532,14 @@ func (s *session) reconnect(ctx context.Context) error {
 // rejoin joins the current gateway again after it lost the lease.
 func (s *session) rejoin(ctx context.Context) error {
 	old := s.lease.Address.Addr()
-	ls, err := s.cur.cc.Join(ctx, s.req)
+	req := s.req
+	if s.lease.ID != "" {
+		// Proves the key's old lease is ours, should the gateway still
+		// hold it.
+		ref := s.ref()
+		req.Replace = &ref
+	}
+	ls, err := s.cur.cc.Join(ctx, req)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,15 @@ func TestDecodeJoinRequest(t *testing.T) {
 		{"url base64 key", `{"token":"a","public_key":"` + strings.ReplaceAll(testKey, "/", "_") + `x"}`, "32 bytes"},
 		{"zero key", `{"token":"a","public_key":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}`, "all zero"},
 		{"wrong type", `{"token":5,"public_key":"` + testKey + `"}`, "bad JSON"},
+		{"unicode ok", `{"token":"a","public_key":"` + testKey + `","job":{"user":"müller","command":"my job.sh","hostname":"cn-1.example"}}`, ""},
+		{"escape in job id", `{"token":"a","public_key":"` + testKey + `","job":{"batch_job_id":"42\u001b[2J"}}`, "job.batch_job_id: character U+001B"},
+		{"newline in user", `{"token":"a","public_key":"` + testKey + `","job":{"user":"root\nfake log line"}}`, "job.user: character U+000A"},
+		{"tab in host", `{"token":"a","public_key":"` + testKey + `","job":{"hostname":"a\tb"}}`, "job.hostname"},
+		{"bidi override in command", `{"token":"a","public_key":"` + testKey + `","job":{"command":"txt.\u202eexe"}}`, "job.command: character U+202E"},
+		{"bad utf-8 batch system", "{\"token\":\"a\",\"public_key\":\"" + testKey + "\",\"job\":{\"batch_system\":\"\xff\"}}", "job.batch_system"},
+		{"long job id", `{"token":"a","public_key":"` + testKey + `","job":{"batch_job_id":"` + strings.Repeat("9", MaxBatchJobID+1) + `"}}`, "longer than the limit of 128"},
+		{"negative uid", `{"token":"a","public_key":"` + testKey + `","job":{"uid":-1}}`, "job.uid"},
+		{"replace without secret", `{"token":"a","public_key":"` + testKey + `","replace":{"id":"x"}}`, "replace: missing"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,5 +71,26 @@ func FuzzDecodeJoinRequest(f *testing.F) {
 		if key == [32]byte{} {
 			t.Errorf("accepted zero key")
 		}
+		if err := req.Job.Validate(); err != nil {
+			t.Errorf("accepted job fields that do not validate: %v", err)
+		}
 	})
+}
+
+// TestJobInfoClean checks that what a client cleans always validates and
+// keeps what was fine.
+func TestJobInfoClean(t *testing.T) {
+	for _, ji := range []JobInfo{
+		{BatchJobID: "42", User: "müller", Hostname: "cn1", Command: "job.sh", UID: 1000},
+		{BatchJobID: "4\x1b[2J2", User: "a\nb", Hostname: "h\xffost", Command: strings.Repeat("ü", MaxCommand), UID: -5},
+		{BatchSystem: strings.Repeat("x", 100), Command: "a\u202eb"},
+	} {
+		c := ji.Clean()
+		if err := c.Validate(); err != nil {
+			t.Errorf("Clean(%#v) = %#v does not validate: %v", ji, c, err)
+		}
+		if ji.Validate() == nil && c != ji {
+			t.Errorf("Clean changed a valid JobInfo: %#v → %#v", ji, c)
+		}
+	}
 }

@@ -37,6 +37,13 @@ var (
 	// ErrLeaseEnded means the gateway ended the lease on purpose (an admin
 	// kicked the job); the error's message says who and why.
 	ErrLeaseEnded = errors.New("lease ended by the gateway")
+	// ErrQuota means a join went over a quota of its token.
+	ErrQuota = errors.New("token quota exceeded")
+	// ErrBanned means an admin banned the token and host of a join for a
+	// while (airlock kick --ban).
+	ErrBanned = errors.New("banned")
+	// ErrKeyInUse means a join's public key holds another live lease.
+	ErrKeyInUse = errors.New("public key holds a live lease")
 )
 
 // APIError is an error response from the gateway.
@@ -83,6 +90,12 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeDraining
 	case ErrLeaseEnded:
 		return e.Code == CodeLeaseEnded
+	case ErrQuota:
+		return e.Code == CodeQuota
+	case ErrBanned:
+		return e.Code == CodeBanned
+	case ErrKeyInUse:
+		return e.Code == CodeKeyInUse
 	}
 	return false
 }

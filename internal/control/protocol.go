@@ -50,6 +50,11 @@ type JoinRequest struct {
 	// Expose lists the job's ports that the gateway should make reachable
 	// from outside on its public address (`airlock run --expose`).
 	Expose []Port `json:"expose,omitempty"`
+	// Replace, if set, names the live lease that this join replaces and
+	// proves the joiner holds it. A join whose public key already holds a
+	// live lease is refused (CodeKeyInUse) without it, so that knowing a
+	// job's public key is not enough to evict it.
+	Replace *LeaseRef `json:"replace,omitempty"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -147,6 +152,15 @@ const (
 	CodeInternal   = "internal"
 	// CodeDraining answers a join while the gateway drains.
 	CodeDraining = "draining"
+	// CodeQuota answers a join over one of its token's quotas (leases at
+	// once, joins per minute); the message names the quota.
+	CodeQuota = "quota_exceeded"
+	// CodeBanned answers a join from a token and host that an admin
+	// banned (airlock kick --ban); the message says for how long.
+	CodeBanned = "banned"
+	// CodeKeyInUse answers a join whose public key holds a live lease
+	// that the join does not prove it holds (JoinRequest.Replace).
+	CodeKeyInUse = "key_in_use"
 )
 
 // ErrorResponse is the body of every non-2xx response.

@@ -334,6 +334,16 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 		s.log.Info("control request for an ended lease", "op", op, "remote", remote, "err", err)
 	case errors.Is(err, ErrBadRequest):
 		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
+	case errors.Is(err, ErrQuota):
+		// Not a failure: the token was good.
+		w.Header().Set("Retry-After", "60")
+		writeError(w, http.StatusTooManyRequests, CodeQuota, err.Error())
+		s.logRefusal("join refused: token quota", remote, err)
+	case errors.Is(err, ErrBanned):
+		writeError(w, http.StatusForbidden, CodeBanned, err.Error())
+		s.logRefusal("join refused: banned", remote, err)
+	case errors.Is(err, ErrKeyInUse):
+		s.failed(w, remote, op, http.StatusConflict, CodeKeyInUse, err.Error(), err)
 	case errors.Is(err, ErrNoAddress):
 		w.Header().Set("Retry-After", "10")
 		msg := "gateway has no free tunnel address or port block; retry later or use another gateway"
@@ -348,6 +358,15 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 		}
 	default:
 		s.internalError(w, op, remote, err)
+	}
+}
+
+// logRefusal logs a refused request at Info, rate-limited.
+func (s *Server) logRefusal(msg string, remote netip.AddrPort, err error) {
+	if s.logLim.Allow() {
+		s.log.Info(msg, "remote", remote, "err", err, "suppressed", s.suppressed.Swap(0))
+	} else {
+		s.suppressed.Add(1)
 	}
 }
 
@@ -400,6 +419,15 @@ func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	}
 	if _, err := ParsePublicKey(req.PublicKey); err != nil {
 		return JoinRequest{}, fmt.Errorf("public_key: %w", err)
+	}
+	if err := req.Job.Validate(); err != nil {
+		return JoinRequest{}, err
+	}
+	if len(req.Expose) > maxExpose {
+		return JoinRequest{}, fmt.Errorf("expose: %d ports, more than %d", len(req.Expose), maxExpose)
+	}
+	if req.Replace != nil && (req.Replace.ID == "" || req.Replace.Secret == "") {
+		return JoinRequest{}, errors.New("replace: missing lease id or secret")
 	}
 	return req, nil
 }

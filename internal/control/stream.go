@@ -30,6 +30,10 @@ import (
 //     A client learns that its gateway went away from the end of this
 //     stream, at once when the gateway process stops, within three
 //     heartbeats (WatchMissedHeartbeats) when the network fails silently.
+//     When the gateway ends the lease on purpose (kick, token revoked), it
+//     wakes the lease's watches (Server.WakeWatches): their last event
+//     carries Ended, so the client learns why at once, not at its next
+//     renewal.
 
 // Paths of the long-lived control exchanges.
 const (
@@ -60,6 +64,9 @@ type WatchEvent struct {
 	Instance string `json:"instance"`
 	// Heartbeat is the interval of the following events.
 	Heartbeat Duration `json:"heartbeat"`
+	// Ended, set in a watch's last event only, says that the gateway
+	// ended the lease on purpose and why (Code is CodeLeaseEnded).
+	Ended *ErrorResponse `json:"ended,omitempty"`
 }
 
 // TunnelBackend is implemented by a Backend that carries WireGuard over
@@ -146,7 +153,8 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "watch", remote, err)
 		return
 	}
-	if !s.watches.acquire(ref.ID) {
+	wake, ok := s.watches.acquire(ref.ID)
+	if !ok {
 		// Not counted as a failure: a NATed site's other jobs share the
 		// source address.
 		writeError(w, http.StatusTooManyRequests, CodeRateLimited,
@@ -179,9 +187,17 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-s.stop:
 			return
 		case <-t.C:
+		case <-wake.wait():
 		}
 		if err := wb.CheckLease(ref); err != nil {
-			s.log.Debug("watch ends: lease gone", "lease", ref.ID, "remote", remote)
+			s.log.Debug("watch ends: lease gone", "lease", ref.ID, "remote", remote, "err", err)
+			if errors.Is(err, ErrLeaseEnded) {
+				last, _ := json.Marshal(WatchEvent{Instance: ev.Instance, Heartbeat: ev.Heartbeat,
+					Ended: &ErrorResponse{Code: CodeLeaseEnded, Message: err.Error()}})
+				rc.SetWriteDeadline(time.Now().Add(s.watchHB))
+				w.Write(append(last, '\n'))
+				rc.Flush()
+			}
 			return
 		}
 	}
@@ -191,33 +207,76 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 // needs one, a reconnecting client briefly two.
 const maxWatchesPerLease = 4
 
-// watchCounts counts open watches per lease. It is safe for concurrent
-// use; the zero value is ready.
+// watchCounts counts open watches per lease and wakes them. It is safe
+// for concurrent use; the zero value is ready.
 type watchCounts struct {
 	mu sync.Mutex
-	n  map[string]int // guarded by mu
+	m  map[string]*watchWaker // guarded by mu
 }
 
-func (c *watchCounts) acquire(id string) bool {
+// watchWaker is the shared state of one lease's watches.
+type watchWaker struct {
+	n  int           // guarded by watchCounts.mu
+	mu sync.Mutex    // guards ch
+	ch chan struct{} // closed (and replaced) by wakeUp
+}
+
+// wait returns a channel closed at the next wakeUp.
+func (w *watchWaker) wait() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+func (w *watchWaker) wakeUp() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.ch)
+	w.ch = make(chan struct{})
+}
+
+func (c *watchCounts) acquire(id string) (*watchWaker, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
+	if c.m == nil {
+		c.m = map[string]*watchWaker{}
 	}
-	if c.n[id] >= maxWatchesPerLease {
-		return false
+	w := c.m[id]
+	if w == nil {
+		w = &watchWaker{ch: make(chan struct{})}
+		c.m[id] = w
 	}
-	c.n[id]++
-	return true
+	if w.n >= maxWatchesPerLease {
+		return nil, false
+	}
+	w.n++
+	return w, true
 }
 
 func (c *watchCounts) release(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n[id]--; c.n[id] <= 0 {
-		delete(c.n, id)
+	if w := c.m[id]; w != nil {
+		if w.n--; w.n <= 0 {
+			delete(c.m, id)
+		}
 	}
 }
+
+func (c *watchCounts) wake(id string) {
+	c.mu.Lock()
+	w := c.m[id]
+	c.mu.Unlock()
+	if w != nil {
+		w.wakeUp()
+	}
+}
+
+// WakeWatches makes the open watches of lease id check it at once: when
+// the Backend's CheckLease then returns ErrLeaseEnded, the watch sends a
+// last event with Ended and closes. The gateway calls it when it ends a
+// lease on purpose. It does not block.
+func (s *Server) WakeWatches(id string) { s.watches.wake(id) }
 
 func headerHas(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {
@@ -395,6 +454,9 @@ func (w *Watch) Next() (WatchEvent, error) {
 			return ev, errors.New("gateway closed the connection")
 		}
 		return ev, err
+	}
+	if ev.Ended != nil {
+		return ev, fmt.Errorf("watch: %w", &APIError{Status: http.StatusGone, Code: ev.Ended.Code, Message: ev.Ended.Message})
 	}
 	w.timer.Reset(WatchMissedHeartbeats * w.hb)
 	w.lastEvent = time.Now()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,43 @@ func TestWatchLimit(t *testing.T) {
 			t.Fatalf("watch after closing one: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestWatchTellsEnded checks that a lease the gateway ends on purpose is
+// announced over its watch at once, with the reason, long before the next
+// heartbeat.
+func TestWatchTellsEnded(t *testing.T) {
+	b := &controltest.Backend{}
+	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Minute})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.Watch(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ended := make(chan error, 1)
+	go func() {
+		_, err := w.Next()
+		ended <- err
+	}()
+	b.End(lease.ID, "kicked by admin: abuse report")
+	t0 := time.Now()
+	gw.Server.WakeWatches(lease.ID)
+	select {
+	case err := <-ended:
+		if !errors.Is(err, control.ErrLeaseEnded) || !strings.Contains(err.Error(), "abuse report") {
+			t.Errorf("watch ended with %v, want ErrLeaseEnded with the reason", err)
+		}
+		if d := time.Since(t0); d > 2*time.Second {
+			t.Errorf("watch told of the end after %v, want at once", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("watch not told within 5 s of the lease's end (heartbeat 1 min)")
 	}
 }

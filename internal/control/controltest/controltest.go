@@ -40,7 +40,21 @@ type Backend struct {
 	joins  int
 	next   int
 	leases map[string]string // id → secret
+	ended  map[string]string // id → why the lease was ended (End)
 	calls  []string
+}
+
+// End ends lease id on purpose, as an admin's kick does: from then on
+// requests about it fail with control.ErrLeaseEnded and why. Call
+// control.Server.WakeWatches to tell its watches at once.
+func (b *Backend) End(id, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.leases, id)
+	if b.ended == nil {
+		b.ended = map[string]string{}
+	}
+	b.ended[id] = why
 }
 
 // Join implements control.Backend.
@@ -83,6 +97,9 @@ func (b *Backend) ttl() time.Duration {
 }
 
 func (b *Backend) lookupLocked(ref control.LeaseRef) error {
+	if why, ok := b.ended[ref.ID]; ok {
+		return fmt.Errorf("%w: %s", control.ErrLeaseEnded, why)
+	}
 	if s, ok := b.leases[ref.ID]; !ok || s != ref.Secret {
 		return fmt.Errorf("lease %q: %w", ref.ID, control.ErrUnknownLease)
 	}
