@@ -180,15 +180,20 @@ func newKickCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.SetOutput(stderr)
 	state := fs.String("state", "", "the gateway's state directory")
 	reason := fs.String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
+	ban := fs.Duration("ban", 0, "also refuse new joins from the job's token and host (its host name or its address) for this long, e.g. 24h")
 	asJSON := fs.Bool("json", false, "print the ended leases as JSON")
 	return &ffcli.Command{
 		Name:       "kick",
-		ShortUsage: "airlock kick --state DIR [--reason TEXT] JOB",
-		ShortHelp:  "end a job's lease now (JOB: batch job id, lease id or tunnel address)",
-		LongHelp: `Ends every lease of JOB at once: its tunnel and flows are cut and its port
-block is freed. The job's airlock run learns it at its next renewal (within
-one --renew-interval) and prints a message saying the gateway's admin ended
-the lease, with --reason.`,
+		ShortUsage: "airlock kick --state DIR [--reason TEXT] [--ban DURATION] JOB",
+		ShortHelp:  "end a job's lease now (JOB: lease id, tunnel address or batch job id)",
+		LongHelp: `Ends the lease of JOB at once: its tunnel and flows are cut and its port
+block is freed. JOB is a lease id, a tunnel address or a batch job id; batch
+job ids come from the jobs themselves, so when several live leases claim
+the same one the kick is refused and lists them, to be kicked by lease id
+or address. The job's airlock run is told at once over its lease watch and
+prints a message saying the gateway's admin ended the lease, with --reason.
+With --ban, joins from the job's token and host are refused for that long
+(in memory: a gateway restart forgets bans).`,
 		FlagSet: fs,
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) != 1 {
@@ -199,7 +204,14 @@ the lease, with --reason.`,
 				return err
 			}
 			defer c.Close()
-			res, err := c.Kick(ctx, args[0], *reason)
+			if *ban < 0 {
+				return fmt.Errorf("kick: --ban %v: want a positive duration", *ban)
+			}
+			req := admin.KickRequest{Job: args[0], Reason: *reason}
+			if *ban > 0 {
+				req.Ban = ban.String()
+			}
+			res, err := c.Kick(ctx, req)
 			if err != nil {
 				return err
 			}
@@ -208,6 +220,9 @@ the lease, with --reason.`,
 			}
 			for _, k := range res.Kicked {
 				fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
+				if !res.BannedUntil.IsZero() {
+					fmt.Fprintf(stdout, "banned token %s from host %s until %s\n", orDash(k.Token), orDash(k.Host), res.BannedUntil.Format(time.RFC3339))
+				}
 			}
 			return nil
 		},

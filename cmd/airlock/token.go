@@ -100,7 +100,7 @@ func newTokenCmd(stdout, stderr io.Writer) *ffcli.Command {
 			{
 				Name:       "revoke",
 				ShortUsage: "airlock token revoke --state DIR NAME",
-				ShortHelp:  "revoke a token by name; running jobs keep their leases",
+				ShortHelp:  "revoke a token by name and end its running jobs' leases",
 				FlagSet:    revokeFS,
 				Exec: func(ctx context.Context, args []string) error {
 					if err := need(*revokeState); err != nil {
@@ -109,7 +109,14 @@ func newTokenCmd(stdout, stderr io.Writer) *ffcli.Command {
 					if len(args) != 1 {
 						return fmt.Errorf("token revoke: want one token NAME, got %d arguments", len(args))
 					}
-					return admin.RevokeToken(ctx, *revokeState, args[0])
+					res, err := admin.RevokeToken(ctx, *revokeState, args[0])
+					if err != nil {
+						return err
+					}
+					for _, k := range res.Ended {
+						fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
+					}
+					return nil
 				},
 			},
 		},

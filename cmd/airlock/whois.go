@@ -68,7 +68,7 @@ while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
 			for _, r := range recs {
 				end := "active"
 				if !r.End.IsZero() {
-					end = r.End.Format(time.RFC3339) + " (" + r.EndReason + ")"
+					end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
 					orDash(r.User), orDash(r.Host), orDash(r.Token), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
@@ -77,11 +77,4 @@ while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
 			return tw.Flush()
 		},
 	}
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

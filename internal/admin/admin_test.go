@@ -76,13 +76,13 @@ func tokenOps(t *testing.T, dir string) {
 	if len(toks) != 2 {
 		t.Errorf("got %d tokens, want 2", len(toks))
 	}
-	if err := RevokeToken(ctx, dir, "ci"); err != nil {
+	if _, err := RevokeToken(ctx, dir, "ci"); err != nil {
 		t.Fatalf("RevokeToken: %v", err)
 	}
-	if err := RevokeToken(ctx, dir, "ci"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := RevokeToken(ctx, dir, "ci"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("second revoke: got %v, want store.ErrNotFound", err)
 	}
-	if err := RevokeToken(ctx, dir, "../../x"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := RevokeToken(ctx, dir, "../../x"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("revoke odd name: got %v, want store.ErrNotFound", err)
 	}
 	toks, err = ListTokens(ctx, dir)
@@ -125,7 +125,7 @@ func TestTokensWithoutGateway(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ListTokens created %s", dir)
 	}
-	if err := RevokeToken(ctx, dir, "x"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := RevokeToken(ctx, dir, "x"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RevokeToken on missing dir: got %v, want ErrNotFound", err)
 	}
 	tokenOps(t, dir)

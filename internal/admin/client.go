@@ -90,13 +90,14 @@ func (c *Client) Tokens(ctx context.Context) ([]store.Token, error) {
 	return toks, nil
 }
 
-// RevokeToken deletes the named token; the error wraps store.ErrNotFound if
-// there is none.
-func (c *Client) RevokeToken(ctx context.Context, name string) error {
-	if err := c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(name), nil, nil); err != nil {
-		return fmt.Errorf("revoke token: %w", err)
+// RevokeToken deletes the named token and ends its live leases; the
+// error wraps store.ErrNotFound if there is none.
+func (c *Client) RevokeToken(ctx context.Context, name string) (RevokeResult, error) {
+	var res RevokeResult
+	if err := c.do(ctx, http.MethodDelete, "/v1/tokens/"+url.PathEscape(name), nil, &res); err != nil {
+		return RevokeResult{}, fmt.Errorf("revoke token: %w", err)
 	}
-	return nil
+	return res, nil
 }
 
 // Do sends one admin request to path (e.g. "/v1/status") with in, if not
@@ -162,6 +163,8 @@ func codeSentinel(code string) error {
 		return store.ErrInvalidName
 	case codeNoSuchJob:
 		return ErrNoSuchJob
+	case codeAmbiguousJob:
+		return ErrAmbiguousJob
 	}
 	return nil
 }
@@ -225,23 +228,23 @@ func ListTokens(ctx context.Context, stateDir string) ([]store.Token, error) {
 }
 
 // RevokeToken deletes the named token of stateDir through its gateway if it
-// runs, else in its state database. The error wraps store.ErrNotFound if
-// there is no such token.
-func RevokeToken(ctx context.Context, stateDir, name string) error {
+// runs, which also ends the token's live leases, else in its state
+// database. The error wraps store.ErrNotFound if there is no such token.
+func RevokeToken(ctx context.Context, stateDir, name string) (RevokeResult, error) {
 	c, err := Dial(stateDir)
 	if err == nil {
 		defer c.Close()
 		return c.RevokeToken(ctx, name)
 	}
 	if !errors.Is(err, ErrNoGateway) {
-		return err
+		return RevokeResult{}, err
 	}
 	if ok, err := store.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
-		return err
+		return RevokeResult{}, err
 	} else if !ok {
-		return fmt.Errorf("revoke token %q: %w (no state db in %s)", name, store.ErrNotFound, stateDir)
+		return RevokeResult{}, fmt.Errorf("revoke token %q: %w (no state db in %s)", name, store.ErrNotFound, stateDir)
 	}
-	return withStore(stateDir, func(st *store.Store) error { return st.RevokeToken(name) })
+	return RevokeResult{}, withStore(stateDir, func(st *store.Store) error { return st.RevokeToken(name) })
 }
 
 // withStore runs fn on the state database of stateDir, opened for the

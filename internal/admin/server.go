@@ -9,7 +9,7 @@
 //
 //	GET    /v1/tokens          → [store.Token]
 //	POST   /v1/tokens          {"name","ttl"} → {"secret","token"}
-//	DELETE /v1/tokens/{name}   → 204
+//	DELETE /v1/tokens/{name}   → RevokeResult (ends its live leases)
 //	GET    /v1/whois?addr=IP&port=N&at=RFC3339 → [store.LeaseRecord]
 //	GET    /v1/status          → Status               (SetGateway)
 //	GET    /v1/flows?job=ID&active=true → FlowList    (SetGateway)
@@ -78,6 +78,13 @@ type Server struct {
 
 	mu     sync.Mutex
 	closed bool
+	gw     Gateway // guarded by mu: set by SetGateway, nil without a running gateway
+}
+
+// RevokeResult answers DELETE /v1/tokens/{name}.
+type RevokeResult struct {
+	// Ended are the token's leases that the revocation ended.
+	Ended []KickedLease `json:"ended"`
 }
 
 // NewServer returns an admin server for st with the token handlers
@@ -249,8 +256,17 @@ func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 		s.writeStoreError(w, err)
 		return
 	}
-	s.log.Info("token revoked", "name", name)
-	w.WriteHeader(http.StatusNoContent)
+	res := RevokeResult{Ended: []KickedLease{}}
+	s.mu.Lock()
+	gw := s.gw
+	s.mu.Unlock()
+	if gw != nil {
+		if ended := gw.EndTokenLeases(name, "token "+name+" revoked"); ended != nil {
+			res.Ended = ended
+		}
+	}
+	s.log.Info("token revoked", "name", name, "leases_ended", len(res.Ended))
+	writeJSON(w, http.StatusOK, res)
 }
 
 // writeStoreError maps store sentinels to codes that the client maps back.

@@ -18,7 +18,7 @@ import (
 //
 //	GET  /v1/status                       → Status
 //	GET  /v1/flows?job=ID&active=1        → FlowList
-//	POST /v1/kick {"job","reason"}        → KickResult
+//	POST /v1/kick {"job","reason","ban"}  → KickResult
 
 // Status is the answer to GET /v1/status.
 type Status struct {
@@ -75,11 +75,16 @@ type KickRequest struct {
 	// Job is a batch job id, a lease id or a tunnel address.
 	Job    string `json:"job"`
 	Reason string `json:"reason,omitempty"`
+	// Ban, a duration such as "24h", refuses joins from the kicked job's
+	// token and host for that long; "" bans nothing.
+	Ban string `json:"ban,omitempty"`
 }
 
 // KickResult lists the leases a kick ended.
 type KickResult struct {
 	Kicked []KickedLease `json:"kicked"`
+	// BannedUntil is when the ban of KickRequest.Ban ends.
+	BannedUntil time.Time `json:"banned_until,omitzero"`
 }
 
 // KickedLease is one lease ended by a kick.
@@ -87,6 +92,8 @@ type KickedLease struct {
 	Lease string     `json:"lease"`
 	JobID string     `json:"job_id,omitempty"`
 	Addr  netip.Addr `json:"addr"`
+	Token string     `json:"token,omitempty"`
+	Host  string     `json:"host,omitempty"`
 }
 
 // ErrNoSuchJob means no live lease matches a kick.
@@ -95,20 +102,34 @@ var ErrNoSuchJob = errors.New("no such job")
 // codeNoSuchJob is ErrNoSuchJob's error code.
 const codeNoSuchJob = "no_such_job"
 
+// ErrAmbiguousJob means a kick's batch job id names several live leases;
+// the message lists them, to be kicked by lease id or address.
+var ErrAmbiguousJob = errors.New("ambiguous job")
+
+// codeAmbiguousJob is ErrAmbiguousJob's error code.
+const codeAmbiguousJob = "ambiguous_job"
+
 // Gateway is the running gateway as the admin API sees it. Its methods are
 // called concurrently from request goroutines.
 type Gateway interface {
 	Status() Status
 	// Flows returns the flows matching f; recent too unless activeOnly.
 	Flows(f flows.Filter, activeOnly bool) FlowList
-	// Kick ends the leases of job (see KickRequest.Job); ErrNoSuchJob if
-	// none matches.
-	Kick(job, reason string) (KickResult, error)
+	// Kick ends the lease that req.Job names (see KickRequest);
+	// ErrNoSuchJob if none does, ErrAmbiguousJob if a batch job id names
+	// several, ErrBadRequest-like errors for a bad req.Ban.
+	Kick(req KickRequest) (KickResult, error)
+	// EndTokenLeases ends every live lease of the token named, as a kick
+	// with reason does, and returns them.
+	EndTokenLeases(name, reason string) []KickedLease
 }
 
 // SetGateway registers the status, flows and kick endpoints, answered by g.
 // Call it once, before serving.
 func (s *Server) SetGateway(g Gateway) {
+	s.mu.Lock()
+	s.gw = g
+	s.mu.Unlock()
 	s.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, g.Status())
 	})
@@ -134,15 +155,23 @@ func (s *Server) SetGateway(g Gateway) {
 			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
 			return
 		}
-		res, err := g.Kick(req.Job, req.Reason)
+		if req.Ban != "" {
+			if d, err := time.ParseDuration(req.Ban); err != nil || d <= 0 {
+				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("kick: bad ban %q: want a positive duration such as 30m or 24h", req.Ban)})
+				return
+			}
+		}
+		res, err := g.Kick(req)
 		switch {
 		case errors.Is(err, ErrNoSuchJob):
 			writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		case errors.Is(err, ErrAmbiguousJob):
+			writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
 		case err != nil:
 			s.log.Error("kick failed", "job", req.Job, "err", err)
 			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 		default:
-			s.log.Info("job kicked by admin", "job", req.Job, "reason", req.Reason, "leases", len(res.Kicked))
+			s.log.Info("job kicked by admin", "job", req.Job, "reason", req.Reason, "leases", len(res.Kicked), "ban", req.Ban)
 			writeJSON(w, http.StatusOK, res)
 		}
 	})
@@ -174,12 +203,12 @@ func (c *Client) Flows(ctx context.Context, job string, activeOnly bool) (FlowLi
 	return fl, nil
 }
 
-// Kick ends the leases of job; the error wraps ErrNoSuchJob if none
-// matches.
-func (c *Client) Kick(ctx context.Context, job, reason string) (KickResult, error) {
+// Kick ends the lease req.Job names; the error wraps ErrNoSuchJob if
+// none matches, ErrAmbiguousJob if several do.
+func (c *Client) Kick(ctx context.Context, req KickRequest) (KickResult, error) {
 	var res KickResult
-	if err := c.do(ctx, http.MethodPost, "/v1/kick", KickRequest{Job: job, Reason: reason}, &res); err != nil {
-		return KickResult{}, fmt.Errorf("kick %s: %w", job, err)
+	if err := c.do(ctx, http.MethodPost, "/v1/kick", req, &res); err != nil {
+		return KickResult{}, fmt.Errorf("kick %q: %w", req.Job, err)
 	}
 	return res, nil
 }

@@ -50,6 +50,8 @@ type Config struct {
 	Exposure *policy.Exposure
 	// Limits are the traffic limits.
 	Limits Limits
+	// Quotas bound each token's leases and joins (quota.go).
+	Quotas Quotas
 }
 
 // Limits are the traffic limits of a config.
@@ -88,7 +90,7 @@ func (l Limits) IsZero() bool {
 // Default returns the config of a gateway without a config file: allow
 // what the built-in protections allow, no limits, every exposure allowed.
 func Default() *Config {
-	return &Config{Policy: &policy.Policy{Default: policy.Allow}}
+	return &Config{Policy: &policy.Policy{Default: policy.Allow}, Quotas: DefaultQuotas()}
 }
 
 // Load reads and validates the config file at path. A missing file gives
@@ -168,6 +170,7 @@ type file struct {
 	Policy  filePolicy   `toml:"policy"`
 	Limits  fileLimits   `toml:"limits"`
 	Expose  []fileExpose `toml:"expose"`
+	Quota   fileQuotas   `toml:"quota"`
 }
 
 type filePolicy struct {
@@ -296,6 +299,8 @@ func (d *file) validate() (*Config, []keyErr) {
 			l.Tokens[t] = d.Limits.Token[t].resolve(l.Job, key, bad)
 		}
 	}
+
+	cfg.Quotas = d.Quota.resolve(bad)
 
 	for i, fe := range d.Expose {
 		key := fmt.Sprintf("expose[%d]", i+1)

@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -63,35 +65,101 @@ func (g *gateway) Flows(f flows.Filter, activeOnly bool) admin.FlowList {
 	return fl
 }
 
-// Kick implements admin.Gateway: it ends every lease whose id, tunnel
-// address or batch job id is job, as if it had expired, and remembers it
-// so that the client's next renewal learns why (control.ErrLeaseEnded).
-func (g *gateway) Kick(job, reason string) (admin.KickResult, error) {
+// Kick implements admin.Gateway: it ends the lease whose id or tunnel
+// address is req.Job, else the one lease whose batch job id is req.Job
+// (refusing, with a list, when several claim it: batch job ids come from
+// the clients), as if it had expired, and remembers it so that its
+// client learns why (control.ErrLeaseEnded) at once over its watch and at
+// any later request. With req.Ban, joins from the job's token and host are
+// refused for that long.
+func (g *gateway) Kick(req admin.KickRequest) (admin.KickResult, error) {
 	var res admin.KickResult
+	var byID, byBatch []lease.Lease
 	for _, l := range g.leases.Leases() {
 		o, _ := l.Owner.(owner)
-		if l.ID != job && l.Addr.String() != job && (o.Job.BatchJobID == "" || o.Job.BatchJobID != job) {
+		switch {
+		case l.ID == req.Job || l.Addr.String() == req.Job:
+			byID = append(byID, l)
+		case o.Job.BatchJobID != "" && o.Job.BatchJobID == req.Job:
+			byBatch = append(byBatch, l)
+		}
+	}
+	match := byID
+	if len(match) == 0 {
+		match = byBatch
+	}
+	if len(match) == 0 {
+		return res, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", admin.ErrNoSuchJob, req.Job)
+	}
+	if len(match) > 1 {
+		var list []string
+		for _, l := range match {
+			o, _ := l.Owner.(owner)
+			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
+				l.ID, l.Addr, o.Job.Hostname, o.Job.User, o.Token, l.Start.UTC().Format(time.RFC3339)))
+		}
+		return res, fmt.Errorf("%w: %d live leases claim batch job id %q; kick one by its lease id or tunnel address: %s",
+			admin.ErrAmbiguousJob, len(match), req.Job, strings.Join(list, "; "))
+	}
+	var ban time.Duration
+	if req.Ban != "" {
+		d, err := time.ParseDuration(req.Ban)
+		if err != nil || d <= 0 {
+			return res, fmt.Errorf("bad ban %q: want a positive duration", req.Ban)
+		}
+		ban = d
+	}
+	why := "kicked by admin"
+	if req.Reason != "" {
+		why += ": " + req.Reason
+	}
+	l := match[0]
+	o, _ := l.Owner.(owner)
+	if ban > 0 {
+		res.BannedUntil = g.ban(o, ban, req.Reason)
+	}
+	k, ok := g.endLease(l.ID, "airlock kick", req.Reason, why)
+	if !ok {
+		return res, fmt.Errorf("%w %q: its lease ended meanwhile", admin.ErrNoSuchJob, req.Job)
+	}
+	g.log.Warn("job kicked by admin: lease ended", "lease", l.ID, "addr", l.Addr, "job", o.Job.BatchJobID, "reason", req.Reason, "ban", ban)
+	res.Kicked = append(res.Kicked, k)
+	return res, nil
+}
+
+// EndTokenLeases implements admin.Gateway: it ends every live lease of
+// the token named, as a kick does, when the token is revoked.
+func (g *gateway) EndTokenLeases(name, reason string) []admin.KickedLease {
+	var out []admin.KickedLease
+	for _, l := range g.leases.Leases() {
+		if o, _ := l.Owner.(owner); o.Token != name {
 			continue
 		}
-		l, err := g.leases.Remove(l.ID)
-		if err != nil {
-			continue // ended meanwhile
+		if k, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
+			g.log.Warn("token revoked: lease ended", "lease", l.ID, "addr", l.Addr, "token", name)
+			out = append(out, k)
 		}
-		g.kicks.add(l.ID, reason, g.leases.TTL())
-		g.removePeer(l.PublicKey)
-		g.removeJob(l)
-		why := "kicked by admin"
-		if reason != "" {
-			why += ": " + reason
-		}
-		g.recordEnd(l, why)
-		g.log.Warn("job kicked by admin: lease ended", "lease", l.ID, "addr", l.Addr, "job", o.Job.BatchJobID, "reason", reason)
-		res.Kicked = append(res.Kicked, admin.KickedLease{Lease: l.ID, JobID: o.Job.BatchJobID, Addr: l.Addr})
 	}
-	if len(res.Kicked) == 0 {
-		return res, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", admin.ErrNoSuchJob, job)
+	return out
+}
+
+// endLease ends lease id on an admin's order (by: the command), frees it
+// as if it had expired and records why in the history; its client is
+// told at once over its watch, and at any later request, with reason.
+func (g *gateway) endLease(id, by, reason, why string) (admin.KickedLease, bool) {
+	g.kicks.add(id, by, reason, g.leases.TTL())
+	l, err := g.leases.Remove(id)
+	if err != nil {
+		return admin.KickedLease{}, false // ended meanwhile
 	}
-	return res, nil
+	g.removePeer(l.PublicKey)
+	g.removeJob(l)
+	g.recordEnd(l, why)
+	if g.wakeWatches != nil {
+		g.wakeWatches(l.ID)
+	}
+	o, _ := l.Owner.(owner)
+	return admin.KickedLease{Lease: l.ID, JobID: o.Job.BatchJobID, Addr: l.Addr, Token: o.Token, Host: o.Job.Hostname}, true
 }
 
 // kickList remembers kicked leases for a while, so that their clients'
@@ -104,11 +172,12 @@ type kickList struct {
 
 type kick struct {
 	at, forget time.Time
-	reason     string
+	by, reason string
 }
 
-// add remembers lease id as kicked for keep (at least a minute).
-func (k *kickList) add(id, reason string, keep time.Duration) {
+// add remembers lease id as ended by the admin command by for keep (at
+// least a minute).
+func (k *kickList) add(id, by, reason string, keep time.Duration) {
 	now := time.Now()
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -120,7 +189,7 @@ func (k *kickList) add(id, reason string, keep time.Duration) {
 			delete(k.m, id)
 		}
 	}
-	k.m[id] = kick{at: now, forget: now.Add(max(2*keep, time.Minute)), reason: reason}
+	k.m[id] = kick{at: now, forget: now.Add(max(2*keep, time.Minute)), by: by, reason: reason}
 }
 
 // err returns the error for a request about a kicked lease id, nil if it
@@ -136,7 +205,7 @@ func (k *kickList) err(id string) error {
 	if e.reason != "" {
 		why = ": " + e.reason
 	}
-	return fmt.Errorf("%w: ended by the gateway's admin (airlock kick) at %s%s", control.ErrLeaseEnded, e.at.UTC().Format(time.RFC3339), why)
+	return fmt.Errorf("%w: ended by the gateway's admin (%s) at %s%s", control.ErrLeaseEnded, e.by, e.at.UTC().Format(time.RFC3339), why)
 }
 
 // leaseGone is the error for a renewal or release of a lease the manager

@@ -129,10 +129,10 @@ func TestAdminFlowsAndKick(t *testing.T) {
 		t.Error("no airlock_bytes_total{direction=in}")
 	}
 
-	if _, err := ac.Kick(ctx, "nosuchjob", ""); !errors.Is(err, admin.ErrNoSuchJob) {
+	if _, err := ac.Kick(ctx, admin.KickRequest{Job: "nosuchjob"}); !errors.Is(err, admin.ErrNoSuchJob) {
 		t.Errorf("kick of an unknown job: got %v, want ErrNoSuchJob", err)
 	}
-	res, err := ac.Kick(ctx, "t1", "maintenance")
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: "t1", Reason: "maintenance"})
 	if err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != j.lease.ID {
 		t.Fatalf("kick t1: %+v, %v", res, err)
 	}

@@ -63,6 +63,11 @@ type gateway struct {
 	reloadMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
+	// admit is join admission: bans, token quotas, key ownership
+	// (quota.go); wakeWatches tells a lease's watches to check it now
+	// (control.Server.WakeWatches), nil until the server exists.
+	admit       admission
+	wakeWatches func(leaseID string)
 }
 
 // owner is what a lease records about its holder.
@@ -81,7 +86,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
 	now := time.Now()
-	l, secret, replaced, err := g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
+	l, secret, replaced, err := g.allocate(req, tok, remote, pub, now)
 	if replaced != nil {
 		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)

@@ -306,6 +306,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Certificate: cert,
 		OnJoin:      mx.metrics.ObserveJoin,
 	})
+	g.wakeWatches = srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), st)
 	g.registerDrain(adm)
 	adm.SetGateway(g)

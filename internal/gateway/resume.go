@@ -41,7 +41,19 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 	if err != nil {
 		return 0, 0, err
 	}
+	live, err := g.liveTokens(now)
+	if err != nil {
+		return 0, 0, err
+	}
 	for _, r := range recs {
+		if !live[r.Token] {
+			g.log.Warn("lease of the previous run not restored: its token was revoked or expired meanwhile", "lease", r.ID, "token", r.Token)
+			if err := g.st.RecordLeaseEnd(r.ID, now, "token "+r.Token+" revoked or expired"); err != nil {
+				return restored, closed, err
+			}
+			closed++
+			continue
+		}
 		if err := g.restore(r, now); err != nil {
 			g.log.Warn("cannot restore a lease of the previous run; its job must join again", "lease", r.ID, "addr", r.TunnelAddr, "err", err)
 			if err := g.st.RecordLeaseEnd(r.ID, now, "gateway restarted"); err != nil {

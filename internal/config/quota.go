@@ -1,0 +1,98 @@
+package config
+
+import (
+	"math"
+	"sort"
+
+	"github.com/airlock-vpn/airlock/internal/store"
+)
+
+// Quota bounds what the jobs of one token may hold and do at the control
+// API, so that one token cannot starve the others. Zero fields are
+// unlimited.
+type Quota struct {
+	// MaxLeases is the most live leases (running jobs) at once.
+	MaxLeases int
+	// JoinsPerMinute is how many joins a minute, in bursts of as many.
+	JoinsPerMinute int
+}
+
+// DefaultJoinsPerMinute is [quota.job] joins_per_minute when not set.
+const DefaultJoinsPerMinute = 600
+
+// Quotas are the per-token quotas of a config.
+type Quotas struct {
+	// Job is the quota of every token without an entry in Tokens.
+	Job Quota
+	// Tokens are the complete quotas of the tokens named.
+	Tokens map[string]Quota
+}
+
+// ForToken returns the quota of the token named tok.
+func (q Quotas) ForToken(tok string) Quota {
+	if t, ok := q.Tokens[tok]; ok {
+		return t
+	}
+	return q.Job
+}
+
+// DefaultQuotas are the quotas without a config file or [quota] section:
+// no cap on leases (the gateway's tunnel addresses and port blocks bound
+// them), DefaultJoinsPerMinute joins a minute per token.
+func DefaultQuotas() Quotas {
+	return Quotas{Job: Quota{JoinsPerMinute: DefaultJoinsPerMinute}}
+}
+
+// fileQuotas is the [quota] section as written.
+type fileQuotas struct {
+	Job   fileQuota            `toml:"job"`
+	Token map[string]fileQuota `toml:"token"`
+}
+
+type fileQuota struct {
+	MaxLeases      *int64 `toml:"max_leases"`
+	JoinsPerMinute *int64 `toml:"joins_per_minute"`
+}
+
+// resolve turns the [quota] section into Quotas on top of the defaults.
+func (f fileQuotas) resolve(bad func(string, string, ...any)) Quotas {
+	q := DefaultQuotas()
+	q.Job = f.Job.resolve(q.Job, "quota.job", bad)
+	if len(f.Token) == 0 {
+		return q
+	}
+	q.Tokens = make(map[string]Quota, len(f.Token))
+	toks := make([]string, 0, len(f.Token))
+	for t := range f.Token {
+		toks = append(toks, t)
+	}
+	sort.Strings(toks)
+	for _, t := range toks {
+		key := "quota.token." + quoteKey(t)
+		if err := store.ValidateTokenName(t); err != nil {
+			bad(key, "%v", err)
+			continue
+		}
+		q.Tokens[t] = f.Token[t].resolve(q.Job, key, bad)
+	}
+	return q
+}
+
+func (f fileQuota) resolve(base Quota, key string, bad func(string, string, ...any)) Quota {
+	out := base
+	if f.MaxLeases != nil {
+		if *f.MaxLeases < 0 || *f.MaxLeases > math.MaxInt32 {
+			bad(key+".max_leases", "%d: want 0 (unlimited) to %d", *f.MaxLeases, math.MaxInt32)
+		} else {
+			out.MaxLeases = int(*f.MaxLeases)
+		}
+	}
+	if f.JoinsPerMinute != nil {
+		if *f.JoinsPerMinute < 0 || *f.JoinsPerMinute > 1e6 {
+			bad(key+".joins_per_minute", "%d: want 0 (unlimited) to 1000000", *f.JoinsPerMinute)
+		} else {
+			out.JoinsPerMinute = int(*f.JoinsPerMinute)
+		}
+	}
+	return out
+}

@@ -1,0 +1,188 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/airlock-vpn/airlock/internal/config"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Join admission, before a lease is allocated: an admin's ban of the
+// job's token and host (airlock kick --ban), the token's quotas (config
+// [quota]: joins per minute, live leases), and the ownership of the
+// public key: a key that holds a live lease may only join again with
+// proof of that lease (control.JoinRequest.Replace), so that knowing a
+// job's public key does not let anyone evict it. The checks and the
+// allocation run under admission.mu, so that concurrent joins cannot
+// overshoot a quota or race a key's check.
+
+// admission is the gateway's join admission state. It is safe for
+// concurrent use; the zero value is ready.
+type admission struct {
+	mu    sync.Mutex
+	joins map[string]*joinRate // guarded by mu: token name → its join rate
+	bans  map[banKey]ban       // guarded by mu
+}
+
+// joinRate is a token's joins-per-minute bucket and the quota it was
+// made for (a reload may change it).
+type joinRate struct {
+	perMin int
+	lim    *rate.Limiter
+}
+
+// banKey is what a ban matches: a token with a host name, or a token with
+// a source address (a job may lie about its host name, not about its
+// address).
+type banKey struct {
+	token string
+	host  string     // "" for an address ban
+	addr  netip.Addr // invalid for a host ban
+}
+
+type ban struct {
+	until  time.Time
+	reason string
+}
+
+// allocate admits a join and allocates its lease (lease.Manager.Allocate),
+// or returns an error wrapping control.ErrBanned, control.ErrQuota or
+// control.ErrKeyInUse that tells the user what to do.
+func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key, now time.Time) (lease.Lease, string, *lease.Lease, error) {
+	a := &g.admit
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), now); err != nil {
+		return lease.Lease{}, "", nil, err
+	}
+	// The key's live lease, which this join may only replace with proof.
+	var mine *lease.Lease
+	if old, ok := g.leases.ByKey(pub); ok && !now.After(old.Expires) {
+		if !ownsLease(old, req.Replace) {
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: this WireGuard public key holds live lease %s; a join with it must prove it holds that lease (its id and secret): every airlock run makes a fresh key, so run it again",
+				control.ErrKeyInUse, old.ID)
+		}
+		mine = &old
+	}
+	q := g.conf.Load().Quotas.ForToken(tok.Name)
+	if q.MaxLeases > 0 {
+		n := g.leases.Count(func(l lease.Lease) bool {
+			o, _ := l.Owner.(owner)
+			return o.Token == tok.Name && !now.After(l.Expires)
+		})
+		if mine != nil {
+			if o, _ := mine.Owner.(owner); o.Token == tok.Name {
+				n-- // replaced by this join
+			}
+		}
+		if n >= q.MaxLeases {
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise quota.token.%s.max_leases",
+				control.ErrQuota, tok.Name, n, q.MaxLeases, tok.Name)
+		}
+	}
+	if !a.joinAllowedLocked(tok.Name, q, now) {
+		return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in a minute, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
+			control.ErrQuota, tok.Name, q.JoinsPerMinute, q.JoinsPerMinute, tok.Name)
+	}
+	return g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
+}
+
+// ownsLease reports whether ref names l with its secret.
+func ownsLease(l lease.Lease, ref *control.LeaseRef) bool {
+	if ref == nil || ref.ID != l.ID {
+		return false
+	}
+	h, want := sha256.Sum256([]byte(ref.Secret)), l.SecretHash()
+	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
+}
+
+// joinAllowedLocked takes one join from tok's bucket.
+func (a *admission) joinAllowedLocked(tok string, q config.Quota, now time.Time) bool {
+	if q.JoinsPerMinute <= 0 {
+		return true
+	}
+	if a.joins == nil {
+		a.joins = map[string]*joinRate{}
+	}
+	jr := a.joins[tok]
+	if jr == nil || jr.perMin != q.JoinsPerMinute {
+		jr = &joinRate{perMin: q.JoinsPerMinute, lim: rate.NewLimiter(rate.Limit(float64(q.JoinsPerMinute)/60), q.JoinsPerMinute)}
+		a.joins[tok] = jr
+	}
+	return jr.lim.AllowN(now, 1)
+}
+
+// banLocked refuses joins of token from host, and from addr, until until.
+func (a *admission) banLocked(token, host string, addr netip.Addr, until time.Time, reason string, now time.Time) {
+	if a.bans == nil {
+		a.bans = map[banKey]ban{}
+	}
+	for k, b := range a.bans {
+		if now.After(b.until) {
+			delete(a.bans, k)
+		}
+	}
+	if host != "" {
+		a.bans[banKey{token: token, host: host}] = ban{until, reason}
+	}
+	if addr.IsValid() {
+		a.bans[banKey{token: token, addr: addr}] = ban{until, reason}
+	}
+}
+
+// bannedLocked returns the error for a join of token from host and addr
+// while a ban matches it, else nil.
+func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.Time) error {
+	b, ok := a.bans[banKey{token: token, addr: addr}]
+	if host != "" {
+		if hb, hok := a.bans[banKey{token: token, host: host}]; hok && (!ok || hb.until.After(b.until)) {
+			b, ok = hb, true
+		}
+	}
+	if !ok || !now.Before(b.until) {
+		return nil
+	}
+	why := ""
+	if b.reason != "" {
+		why = " (" + b.reason + ")"
+	}
+	left := b.until.Sub(now).Round(time.Second)
+	return fmt.Errorf("%w: the gateway's admin banned jobs of token %q from this host until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+		control.ErrBanned, token, b.until.UTC().Format(time.RFC3339), left, why)
+}
+
+// ban refuses joins from the token and host of o for d.
+func (g *gateway) ban(o owner, d time.Duration, reason string) time.Time {
+	now := time.Now()
+	until := now.Add(d)
+	g.admit.mu.Lock()
+	defer g.admit.mu.Unlock()
+	g.admit.banLocked(o.Token, o.Job.Hostname, o.Remote.Addr(), until, reason, now)
+	return until
+}
+
+// liveTokens returns the names of the tokens that exist and have not
+// expired at now: a restart restores only their leases.
+func (g *gateway) liveTokens(now time.Time) (map[string]bool, error) {
+	toks, err := g.st.Tokens()
+	if err != nil {
+		return nil, fmt.Errorf("read tokens: %w", err)
+	}
+	live := make(map[string]bool, len(toks))
+	for _, t := range toks {
+		if t.Expires.IsZero() || now.Before(t.Expires) {
+			live[t.Name] = true
+		}
+	}
+	return live, nil
+}
