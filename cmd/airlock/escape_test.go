@@ -12,15 +12,15 @@ import (
 
 func TestHuman(t *testing.T) {
 	for in, want := range map[string]string{
-		"slurm-42":          "slurm-42",
-		"müller":            "müller",
-		"my job.sh":         "my job.sh",
-		"42\x1b[2J":         `"42\x1b[2J"`,
-		"a\nb":              `"a\nb"`,
-		"a\tb":              `"a\tb"`,
-		"txt.\u202eexe":     `"txt.\u202eexe"`,
-		"\xff":              `"\xff"`,
-		"":                  "",
+		"slurm-42":           "slurm-42",
+		"müller":             "müller",
+		"my job.sh":          "my job.sh",
+		"42\x1b[2J":          `"42\x1b[2J"`,
+		"a\nb":               `"a\nb"`,
+		"a\tb":               `"a\tb"`,
+		"txt.\u202eexe":      `"txt.\u202eexe"`,
+		"\xff":               `"\xff"`,
+		"":                   "",
 		"ok\u200bzero-width": `"ok\u200bzero-width"`,
 	} {
 		if got := human(in); got != want {
