@@ -162,6 +162,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.watches.release(ref.ID)
+	// Checked again once the wake channel is held, so that an end of the
+	// lease between the first check and now is not missed.
+	wakeUp := wake.wait()
+	if err := wb.CheckLease(ref); err != nil {
+		s.leaseError(w, r, lim, "watch", remote, err)
+		return
+	}
 	rc := http.NewResponseController(w)
 	// The watch outlives the server's read timeout, whose expiry would
 	// cancel the request: a watch's liveness is its heartbeat instead.
@@ -187,8 +194,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		case <-s.stop:
 			return
 		case <-t.C:
-		case <-wake.wait():
+		case <-wakeUp:
 		}
+		wakeUp = wake.wait()
 		if err := wb.CheckLease(ref); err != nil {
 			s.log.Debug("watch ends: lease gone", "lease", ref.ID, "remote", remote, "err", err)
 			if errors.Is(err, ErrLeaseEnded) {
