@@ -60,6 +60,10 @@ const (
 type gatewayEntry struct {
 	addr string
 	cc   *control.Client
+	// last is the lease this session last held at this gateway, if any:
+	// a join there again proves it (JoinRequest.Replace), should the
+	// gateway still hold it after a failover away and back.
+	last *control.LeaseRef
 }
 
 // session is the client's connection to its current gateway. Its fields
@@ -200,7 +204,9 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 	var errs []error
 	for _, r := range rs {
 		jctx, cancel := context.WithTimeout(ctx, timeout)
-		ls, err := r.gw.cc.Join(jctx, s.req)
+		req := s.req
+		req.Replace = r.gw.last
+		ls, err := r.gw.cc.Join(jctx, req)
 		var ep netip.AddrPort
 		if err == nil {
 			ep, err = resolveEndpoint(jctx, ls.Endpoint, r.gw.addr)
@@ -222,6 +228,7 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 				"bits_per_sec", int64(r.health.RxBitsPerSec+r.health.TxBitsPerSec), "of", s.gatewayList())
 		}
 		s.cur, s.lease, s.endpoint = r.gw, ls, ep
+		r.gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 		s.relMu.Lock()
 		s.rel.cc, s.rel.ref = r.gw.cc, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 		s.relMu.Unlock()
@@ -548,6 +555,7 @@ func (s *session) rejoin(ctx context.Context) error {
 		return err
 	}
 	s.lease, s.endpoint, s.instance = ls, ep, ""
+	s.cur.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 	s.relMu.Lock()
 	s.rel.ref = s.ref()
 	s.relMu.Unlock()
