@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -50,5 +51,20 @@ func TestStatusEscapes(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// TestLogEscapes checks that the gateway's log quotes client text with
+// control characters: a forged log line cannot be injected.
+func TestLogEscapes(t *testing.T) {
+	var b bytes.Buffer
+	log, err := newLogger(&b, "info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("job joined", "job", "42\nlevel=ERROR msg=forged", "host", "cn1\x1b[2J", "err", errors.New("bad\rline"))
+	out := b.String()
+	if strings.Count(out, "\n") != 1 || strings.ContainsAny(out, "\x1b\r") {
+		t.Errorf("log line holds raw control characters: %q", out)
 	}
 }
