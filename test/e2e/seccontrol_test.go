@@ -116,7 +116,7 @@ done`, int(flood/time.Second), gw)
 	})
 
 	t.Run("KeyHijack", func(t *testing.T) {
-		const n = 8
+		const n = 5
 		job := e.startWith(t, runOpts{env: []string{"AIRLOCK_JOB_ID=victim"}}, e.requestLoop(n)...)
 		var key string
 		deadline := time.Now().Add(10 * time.Second)
