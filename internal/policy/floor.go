@@ -13,8 +13,9 @@ package policy
 // nowhere by definition, and tests and examples use them); a few IETF
 // anycast services inside 2001::/23 are globally reachable and stay open;
 // 192.0.0.0/24 is protected as a whole although two of its /32s are
-// globally reachable anycast services (PCP, TURN), because some of it is
-// used on-link and the whole block is the floor.
+// globally reachable anycast services (PCP, TURN): the block is IETF
+// protocol space that sites use on-link (DS-Lite, NAT64 discovery), and
+// jobs have no use for PCP or TURN anycast through a gateway.
 //
 // Addresses that embed an IPv4 address (IPv4-mapped, IPv4-compatible, the
 // NAT64 prefixes 64:ff9b::/96 and 64:ff9b:1::/48, 6to4 2002::/16, Teredo
