@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/airlock-vpn/airlock/test/topology"
@@ -74,15 +76,30 @@ var (
 // tunnel subnet, so that jobs speak IPv6, and dmz routes 64:ff9b::/96 to
 // inet, which answers on the NAT64 forms of floor destinations: a job
 // reaches the NAT64 form of a documentation address but none of the floor
-// ones. Kernel mode forwards IPv4 only (its from_jobs chain drops IPv6),
-// so it has no IPv6 form to test.
+// ones; a config rule that names the NAT64 form of 100.100.0.10 opens it
+// for the jobs of one token only. Kernel mode forwards IPv4 only (its
+// from_jobs chain drops IPv6), so it has no IPv6 form to test.
 func TestFloorNAT64(t *testing.T) {
 	for _, mode := range []string{modeUser, modeUserNetstack} {
 		t.Run(mode, func(t *testing.T) { testFloorNAT64(t, mode) })
 	}
 }
 
+// nat64Named is the NAT64 form of 100.100.0.10 that TestFloorNAT64's
+// config opens for token lab.
+var nat64Named = netip.MustParseAddr("64:ff9b::6464:a")
+
 func testFloorNAT64(t *testing.T, mode string) {
+	u := topology.EnsureUser(t)
+	dir := topology.TempDir(t)
+	if err := os.Chown(dir, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "gateway.toml")
+	if err := os.WriteFile(conf, []byte("version = 1\n[[policy.rule]]\nname = \"lab-nat64\"\naction = \"allow\"\nto = [\""+
+		nat64Named.String()+"\"]\ntokens = [\"lab\"]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var port int
 	e := newEnvHook(t, mode, nil, func(e *env) []string {
 		tp := e.tp
@@ -104,8 +121,9 @@ func testFloorNAT64(t *testing.T, mode string) {
 		}
 		// Jobs get IPv6 addresses; their flows leave from dmz's IPv6
 		// address.
-		return []string{"--subnet", "fd7a:a1::/120", "--egress-addr", dmzAddr6.String()}
+		return []string{"--subnet", "fd7a:a1::/120", "--egress-addr", dmzAddr6.String(), "--config", conf}
 	})
+	lab := e.createToken(t, "lab")
 	open := netip.AddrPortFrom(nat64Open, uint16(port))
 	if code, out, stderr := e.run(t, e.peer, "tcpget", open.String()); code != 0 || out != "hello\n" {
 		t.Fatalf("job to %v (NAT64 of a documentation address): exit %d, %q, want hello%s", open, code, out, e.diag(stderr))
@@ -115,5 +133,13 @@ func testFloorNAT64(t *testing.T, mode string) {
 		if code, out, stderr := e.run(t, e.peer, "tcpget", ap.String()); code == 0 {
 			t.Errorf("job reached %v (%q); want it refused: it embeds a floor address%s", ap, out, e.diag(stderr))
 		}
+	}
+	named := netip.AddrPortFrom(nat64Named, uint16(port))
+	if code, out, stderr := e.runWith(t, runOpts{token: lab}, e.peer, "tcpget", named.String()); code != 0 || out != "hello\n" {
+		t.Errorf("job of token lab to %v (its allow rule names it): exit %d, %q, want hello%s", named, code, out, e.diag(stderr))
+	}
+	other := netip.AddrPortFrom(nat64Floor[0], uint16(port))
+	if code, out, _ := e.runWith(t, runOpts{token: lab}, e.peer, "tcpget", other.String()); code == 0 {
+		t.Errorf("job of token lab reached %v (%q); its rule names only %v", other, out, nat64Named)
 	}
 }
