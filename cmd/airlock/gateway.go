@@ -44,6 +44,8 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.ingress, "ingress-rate", "", "bandwidth of all jobs together, outside → job (default unlimited)")
 	fs.IntVar(&cfg.Limits.Job.MaxFlows, "job-max-flows", 0, "per-job maximum concurrent flows; more are refused at once (default unlimited)")
 	fs.Float64Var(&cfg.Limits.Job.NewFlowsPerSec, "job-new-flows-per-sec", 0, "per-job new flows per second (bursts of the same number); more are refused at once (default unlimited)")
+	fs.IntVar(&cfg.Limits.Job.DNSMaxInflight, "job-dns-max-inflight", 0, "per-job DNS queries to the gateway being answered at once; more are answered REFUSED (default 0: 64)")
+	fs.Float64Var(&cfg.Limits.Job.DNSQueriesPerSec, "job-dns-queries-per-sec", 0, "per-job DNS queries per second to the gateway (bursts of the same number); more are answered REFUSED (default 0: 100)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -164,7 +166,7 @@ func (f limitFlags) parse(c *gateway.LimitsConfig) error {
 		}
 	}
 	if err := c.Job.Validate(); err != nil {
-		return fmt.Errorf("bad --job-max-flows or --job-new-flows-per-sec: %w", err)
+		return fmt.Errorf("bad --job-max-flows, --job-new-flows-per-sec or --job-dns-*: %w", err)
 	}
 	return nil
 }

@@ -199,6 +199,9 @@ type fileJobLimits struct {
 	IngressRate    *string `toml:"ingress_rate"`
 	MaxFlows       *int64  `toml:"max_flows"`
 	NewFlowsPerSec *any    `toml:"new_flows_per_sec"`
+	// DNS limits; 0 or absent: the relay's defaults.
+	DNSMaxInflight   *int64 `toml:"dns_max_inflight"`
+	DNSQueriesPerSec *any   `toml:"dns_queries_per_sec"`
 }
 
 type fileExpose struct {
@@ -354,6 +357,7 @@ func (j fileJobLimits) resolve(base forward.Limits, key string, bad func(string,
 			out.NewFlowsPerSec = v
 		}
 	}
+	j.resolveDNS(&out, key, bad)
 	return out
 }
 

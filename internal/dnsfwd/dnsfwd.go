@@ -2,6 +2,11 @@
 // by relaying them to the gateway host's resolvers, over UDP and TCP. It
 // serves on any net.PacketConn and net.Listener, so the user-mode egress
 // binds it inside its netstack and the kernel mode on a host socket.
+//
+// Every query is admitted against its job's limits (limits.go: concurrent
+// queries and queries per second, per source address; excess answered
+// REFUSED) and reported to the flow table (Config.Flows), which counts it
+// and logs it like a flow, rate-limited per job.
 package dnsfwd
 
 import (
@@ -15,6 +20,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
 const (
@@ -35,6 +42,8 @@ type Config struct {
 	// Debug, if set, reports whether a per-query debug line may be
 	// logged now (callers rate-limit).
 	Debug func() bool
+	// Flows, if set, gets every query (flows.Table.DNS).
+	Flows *flows.Table
 }
 
 // Server relays queries to the upstreams. It is safe for concurrent use.
@@ -46,7 +55,21 @@ type Server struct {
 	udpc     *dns.Client
 	tcpc     *dns.Client
 	done     chan struct{}
+	lim      limiter
 }
+
+// SetJobLimits sets the DNS limits of the job at tunnel address job; a
+// zero Limits restores the defaults. It may be called at any time.
+func (s *Server) SetJobLimits(job netip.Addr, l Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	s.lim.setJob(job, l, time.Now())
+	return nil
+}
+
+// RemoveJob forgets the job's limits and state.
+func (s *Server) RemoveJob(job netip.Addr) { s.lim.remove(job) }
 
 // Start serves DNS on pc (UDP) and ln (TCP), either of which may be nil,
 // and returns once both are serving. The Server owns pc and ln.
@@ -128,20 +151,38 @@ func (s *Server) Close() {
 func (s *Server) serveUDP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.udpc) }
 func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.tcpc) }
 
-// serve relays one query. UDP answers that the upstream truncated are passed
-// through with TC set, so the job's resolver retries over TCP; answers
-// larger than the job's UDP limit are truncated the same way.
+// serve relays one query, if the job's limits admit it (else it answers
+// REFUSED). UDP answers that the upstream truncated are passed through
+// with TC set, so the job's resolver retries over TCP; answers larger than
+// the job's UDP limit are truncated the same way.
 func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg, c *dns.Client) {
-	resp, err := s.exchange(req, c)
-	if s.cfg.Observe != nil {
-		s.cfg.Observe(err != nil)
+	start := time.Now()
+	src := addrPortOf(w.RemoteAddr())
+	verdict := flows.Allowed
+	var resp *dns.Msg
+	switch s.lim.admit(src.Addr(), start) {
+	case overRate:
+		verdict = flows.DNSRate
+	case overInflight:
+		verdict = flows.DNSInflight
 	}
-	if err != nil {
-		if s.cfg.Debug != nil && s.cfg.Debug() {
-			s.cfg.Logger.Debug("dns query failed", "src", w.RemoteAddr().String(), "err", err)
-		}
+	if verdict != flows.Allowed {
 		resp = new(dns.Msg)
-		resp.SetRcode(req, dns.RcodeServerFailure)
+		resp.SetRcode(req, dns.RcodeRefused)
+	} else {
+		var err error
+		resp, err = s.exchange(req, c)
+		s.lim.done(src.Addr())
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(err != nil)
+		}
+		if err != nil {
+			if s.cfg.Debug != nil && s.cfg.Debug() {
+				s.cfg.Logger.Debug("dns query failed", "src", src.String(), "err", err)
+			}
+			resp = new(dns.Msg)
+			resp.SetRcode(req, dns.RcodeServerFailure)
+		}
 	}
 	if c.Net == "udp" {
 		size := dns.MinMsgSize
@@ -151,6 +192,47 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg, c *dns.Client) {
 		resp.Truncate(size)
 	}
 	w.WriteMsg(resp)
+	s.record(w, c, src, req, resp, verdict, start)
+}
+
+// record reports the query to the flow table.
+func (s *Server) record(w dns.ResponseWriter, c *dns.Client, src netip.AddrPort, req, resp *dns.Msg, verdict string, start time.Time) {
+	if s.cfg.Flows == nil {
+		return
+	}
+	q := flows.DNSQuery{Proto: flows.ProtoUDP, Src: src, Dst: addrPortOf(w.LocalAddr()), Verdict: verdict,
+		Start: start, End: time.Now()}
+	if c.Net == "tcp" {
+		q.Proto = flows.ProtoTCP
+	}
+	if len(req.Question) > 0 {
+		q.Info.Name = req.Question[0].Name
+		q.Info.Type = dns.Type(req.Question[0].Qtype).String()
+	}
+	q.Info.Rcode = dns.RcodeToString[resp.Rcode]
+	q.Info.Answers = len(resp.Answer)
+	s.cfg.Flows.DNS(q)
+}
+
+// addrPortOf returns a's address and port (the zero AddrPort if a is
+// neither UDP nor TCP).
+func addrPortOf(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.UDPAddr:
+		return unmapped(a.AddrPort())
+	case *net.TCPAddr:
+		return unmapped(a.AddrPort())
+	}
+	if a == nil {
+		return netip.AddrPort{}
+	}
+	ap, _ := netip.ParseAddrPort(a.String())
+	return ap
+}
+
+// unmapped returns ap with an IPv4-mapped address as IPv4.
+func unmapped(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
 // exchange tries the upstreams in order and returns the first answer.

@@ -289,9 +289,12 @@ type Record struct {
 	EndReason string    `json:"end_reason,omitempty"`
 	// Bulk names the bulk rule the flow matched, if any.
 	Bulk string `json:"bulk,omitempty"`
-	// Suppressed, on a refused flow's record, is how many refusals were
-	// not logged since the previous logged one (rate limit).
+	// Suppressed, on a refused flow's or a DNS query's record, is how
+	// many records of the same kind of this job were not logged since its
+	// previous logged one (rate limit).
 	Suppressed uint64 `json:"suppressed,omitempty"`
+	// DNS, on a DNS query's record, is the query and its answer.
+	DNS *DNSInfo `json:"dns,omitempty"`
 }
 
 // record builds f's Record; end is zero for an active flow.

@@ -20,10 +20,14 @@ const (
 	DefaultICMPIdle = 30 * time.Second
 )
 
-// Rate limit of refused-flow log records.
+// Rate limits of refused-flow log records and of DNS query records, each
+// per job (and one more shared by addresses of no known job), so that one
+// job's flood cannot crowd another job's records out of the log.
 const (
 	refusalLogRate  = 10 // records per second
 	refusalLogBurst = 50
+	dnsLogRate      = 20
+	dnsLogBurst     = 100
 )
 
 // recentLen is how many ended or refused flows Recent remembers.
@@ -111,6 +115,8 @@ func (c *counters) snapshot() Traffic {
 type job struct {
 	ref    JobRef
 	totals counters
+	// logs are the job's own log rate limits.
+	logs   logLimits
 	active int    // open flows, guarded by Table.mu
 	flows  uint64 // flows opened, guarded by Table.mu
 	// rate sampling, guarded by Table.mu
@@ -131,9 +137,10 @@ type Table struct {
 	// bulkTotals[i] aggregates the flows of bulk rule i.
 	bulkTotals []bulkCounters
 
-	refuseLim  *rate.Limiter
-	suppressed atomic.Uint64
-	warnLim    *rate.Limiter
+	// anon limits the records of addresses that are no known job's.
+	anon    logLimits
+	dns     dnsCounters
+	warnLim *rate.Limiter
 
 	// mu guards the maps below and job's guarded fields.
 	mu       sync.Mutex
@@ -163,7 +170,7 @@ func New(cfg Config) *Table {
 		bulk:       cfg.Bulk,
 		idle:       cfg.Idle,
 		bulkTotals: make([]bulkCounters, len(cfg.Bulk)),
-		refuseLim:  rate.NewLimiter(refusalLogRate, refusalLogBurst),
+		anon:       newLogLimits(),
 		warnLim:    rate.NewLimiter(rate.Every(10*time.Second), 1),
 		active:     make(map[uint64]*Flow),
 		jobs:       make(map[netip.Addr]*job),
@@ -177,7 +184,7 @@ func New(cfg Config) *Table {
 func (t *Table) AddJob(addr netip.Addr, ref JobRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jobs[addr.Unmap()] = &job{ref: ref}
+	t.jobs[addr.Unmap()] = &job{ref: ref, logs: newLogLimits()}
 }
 
 // RemoveJob forgets the job at addr. Its active flows stay in the table
@@ -231,30 +238,31 @@ func (t *Table) Open(k Key, dir string) *Flow {
 
 // Refuse records a flow the backend or the policy refused with verdict
 // (BlockExhausted, FlowLimit, NewFlowRate, Denied(rule)): it is counted
-// and logged, at most refusalLogRate records per second (the next logged
-// record says how many were suppressed). It does not allocate when the
-// record is suppressed.
+// and logged, at most refusalLogRate records per second per job (the
+// job's next logged record says how many were suppressed). It does not
+// allocate when the record is suppressed.
 func (t *Table) Refuse(k Key, dir, verdict string) {
 	now := time.Now()
 	jaddr := jobAddr(k, dir)
 	t.mu.Lock()
 	t.verdicts[verdict]++
 	var ref JobRef
+	lim := &t.anon
 	if j := t.jobs[jaddr]; j != nil {
-		ref = j.ref
+		ref, lim = j.ref, &j.logs
 	}
 	t.mu.Unlock()
 	if t.out == nil {
 		return
 	}
-	if !t.refuseLim.AllowN(now, 1) {
-		t.suppressed.Add(1)
+	supp, ok := lim.refusal.allow(now)
+	if !ok {
 		return
 	}
 	r := Record{
 		ID: t.nextID.Add(1), Proto: ProtoName(k.Proto), Src: k.Src.String(), Dst: k.Dst.String(),
 		Direction: dir, JobAddr: jaddr.String(), JobRef: ref, Verdict: verdict,
-		Start: now, End: now, Suppressed: t.suppressed.Swap(0),
+		Start: now, End: now, Suppressed: supp,
 	}
 	if b := matchBulk(t.bulk, k.Proto, outside(k, dir)); b >= 0 {
 		r.Bulk = t.bulk[b].Name
@@ -452,6 +460,12 @@ type Stats struct {
 	Bulk     []BulkStats       `json:"bulk,omitempty"`
 	// LogErrors counts records the flow log could not write.
 	LogErrors uint64 `json:"log_errors"`
+	// DNS counts jobs' DNS queries by result: "answered", "servfail",
+	// DNSRate, DNSInflight.
+	DNS map[string]uint64 `json:"dns,omitempty"`
+	// DNSLogSuppressed counts DNS query records not logged (per-job rate
+	// limit).
+	DNSLogSuppressed uint64 `json:"dns_log_suppressed,omitempty"`
 }
 
 // Stats returns the gateway-wide counts.
@@ -465,6 +479,8 @@ func (t *Table) Stats() Stats {
 	}
 	s.LogErrors = t.logErrs
 	t.mu.Unlock()
+	s.DNS = t.dns.snapshot()
+	s.DNSLogSuppressed = t.dns.suppressed.Load()
 	for i := range t.bulkTotals {
 		b := &t.bulkTotals[i]
 		s.Bulk = append(s.Bulk, BulkStats{Rule: t.bulk[i].Name, Flows: b.flows.Load(), Traffic: b.snapshot()})

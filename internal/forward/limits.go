@@ -24,6 +24,14 @@ type Limits struct {
 	// max(1, ⌈NewFlowsPerSec⌉) may open at once, then NewFlowsPerSec per
 	// second. Excess flows are refused like those over MaxFlows.
 	NewFlowsPerSec float64
+	// DNSMaxInflight caps the job's DNS queries to the gateway's relay
+	// being answered at once, DNSQueriesPerSec how many it may send per
+	// second (bursts of as many); excess queries are answered REFUSED.
+	// Unlike the others, zero means the relay's default (dnsfwd:
+	// DefaultMaxInflight, DefaultPerSec): DNS through the gateway is never
+	// unlimited.
+	DNSMaxInflight   int
+	DNSQueriesPerSec float64
 }
 
 // IsZero reports whether l limits nothing.
@@ -36,6 +44,12 @@ func (l Limits) Validate() error {
 	}
 	if l.NewFlowsPerSec < 0 || math.IsNaN(l.NewFlowsPerSec) || math.IsInf(l.NewFlowsPerSec, 0) {
 		return fmt.Errorf("new flows per second %v: want 0 (unlimited) or a positive number", l.NewFlowsPerSec)
+	}
+	if l.DNSMaxInflight < 0 || l.DNSMaxInflight > 1<<20 {
+		return fmt.Errorf("dns max in-flight %d: want 0 (default) to %d", l.DNSMaxInflight, 1<<20)
+	}
+	if l.DNSQueriesPerSec < 0 || l.DNSQueriesPerSec > 1e6 || math.IsNaN(l.DNSQueriesPerSec) {
+		return fmt.Errorf("dns queries per second %v: want 0 (default) to 1000000", l.DNSQueriesPerSec)
 	}
 	return nil
 }

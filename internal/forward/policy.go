@@ -26,6 +26,7 @@ import (
 // connections, UDP datagrams, ICMP echo requests) per rule name: the
 // policy's rule names and the built-in ones (policy.RuleFloor,
 // policy.RuleHost, policy.RuleLinkLocal, policy.RulePrivate,
+// policy.RuleInternal, policy.RuleMetadata,
 // policy.RuleDefault). Counts never go down, also across SetPolicy calls;
 // rules that never denied anything may be absent. This is the source of
 // the "policy drops by rule" metric.

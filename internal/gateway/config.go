@@ -28,7 +28,7 @@ func loadConfig(c Config) (*config.Config, error) {
 		return cfg, nil
 	}
 	if !c.Limits.IsZero() || len(c.Limits.Tokens) > 0 {
-		return nil, fmt.Errorf("--config %s and the limit flags (--job-egress-rate, --job-ingress-rate, --egress-rate, --ingress-rate, --job-max-flows, --job-new-flows-per-sec, --job-limits-tokens) cannot be combined: set the limits in the file's [limits] section (docs/config.md)", c.ConfigFile)
+		return nil, fmt.Errorf("--config %s and the limit flags (--job-egress-rate, --job-ingress-rate, --egress-rate, --ingress-rate, --job-max-flows, --job-new-flows-per-sec, --job-dns-*, --job-limits-tokens) cannot be combined: set the limits in the file's [limits] section (docs/config.md)", c.ConfigFile)
 	}
 	cfg, err := config.Load(c.ConfigFile)
 	if errors.Is(err, config.ErrAbsent) {

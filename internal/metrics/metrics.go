@@ -145,7 +145,7 @@ type collector struct {
 
 	jobs, flowsActive, portBlocks, portBlocksUsed, start     *prometheus.Desc
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
-	limitDrops, policyDrops                                  *prometheus.Desc
+	limitDrops, policyDrops, dnsQueries, dnsLogSupp          *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -168,12 +168,15 @@ func newCollector(src Source) *collector {
 		logErr:         desc("flow_log_errors_total", "Flow records the flow log could not write."),
 		limitDrops:     desc("limit_drops_total", "What the traffic limits refused or dropped: flow_limit and new_flow_rate count refused flows, bandwidth counts dropped packets (UDP over the rate in user mode, shaper queue drops in kernel mode).", "limit"),
 		policyDrops:    desc("policy_drops_total", "Flows or packets dropped by each policy rule.", "rule"),
+		dnsQueries:     desc("dns_queries_total", "Jobs' DNS queries to the gateway's relay, by result: answered, servfail (no upstream answered), refused:dns-rate and refused:dns-inflight (over the job's DNS limits, answered REFUSED).", "result"),
+		dnsLogSupp:     desc("dns_log_suppressed_total", "DNS query records not written to the flow log because their job was over its log rate."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
-		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops} {
+		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
+		c.dnsQueries, c.dnsLogSupp} {
 		ch <- d
 	}
 }
@@ -215,6 +218,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.bulkBytes, b.BytesIn, b.Rule, "in")
 		}
 		counter(c.logErr, st.LogErrors)
+		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight} {
+			counter(c.dnsQueries, st.DNS[r], r)
+		}
+		counter(c.dnsLogSupp, st.DNSLogSuppressed)
 	}
 	if c.src.Limits != nil {
 		if ls, err := c.src.Limits(); err == nil {

@@ -27,6 +27,9 @@ func TestMetrics(t *testing.T) {
 	f.AddOut(100, 2)
 	f.AddIn(5000, 4)
 	tb.Refuse(flows.Key{Proto: flows.ProtoTCP, Src: netip.AddrPortFrom(job, 4001), Dst: netip.MustParseAddrPort("192.0.2.1:80")}, flows.Egress, flows.FlowLimit)
+	for _, v := range []string{flows.Allowed, flows.DNSRate, flows.DNSRate} {
+		tb.DNS(flows.DNSQuery{Proto: flows.ProtoUDP, Src: netip.AddrPortFrom(job, 5353), Verdict: v, Info: flows.DNSInfo{Rcode: "NOERROR"}})
+	}
 
 	reg := prometheus.NewRegistry()
 	m, err := New(reg, Source{
@@ -70,6 +73,10 @@ func TestMetrics(t *testing.T) {
 		"airlock_port_blocks 156",
 		"airlock_port_blocks_used 1",
 		"airlock_start_time_seconds 1.7e+09",
+		`airlock_dns_queries_total{result="answered"} 1`,
+		`airlock_dns_queries_total{result="refused:dns-rate"} 2`,
+		`airlock_dns_queries_total{result="refused:dns-inflight"} 0`,
+		"airlock_dns_log_suppressed_total 0",
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("metrics lack %q", want)

@@ -1,18 +1,22 @@
 // Package policy decides which of a job's flows may leave the gateway:
 // ordered allow/deny rules on destination prefix, protocol and port range,
 // optionally scoped to join token names, first match wins, then a default
-// verdict; under them, built-in protections of the gateway host, link-local
-// (cloud metadata) and private destinations that only an allow rule naming
-// the range explicitly can lift.
+// verdict; under them, built-in protections of the gateway host and of
+// every non-global destination that leads somewhere internal (link-local,
+// private, shared and reserved space, cloud metadata endpoints, and IPv6
+// addresses that embed such an IPv4 address) that only an allow rule
+// naming the range explicitly can lift. The list and the one function that
+// applies it are in floor.go.
 //
 // # Theory of operation
 //
 // [Policy.Decide] evaluates one new flow ([Flow]) in this order:
 //
 //  1. The floor: loopback, unspecified, multicast and broadcast destinations
-//     are denied whatever the rules say (rule name [RuleFloor]). No backend
-//     can forward them: the kernel drops them as martians, and the user-mode
-//     gateway would reach its own loopback.
+//     and the gateway's tunnel subnet are denied whatever the rules say
+//     (rule name [RuleFloor]; [Builtin]). No backend can forward them: the
+//     kernel drops them as martians, the user-mode gateway would reach its
+//     own loopback, and jobs must not reach each other.
 //  2. The rules, in order; the first that matches decides. A deny rule
 //     matches every destination in its prefixes. An allow rule matches a
 //     protected destination only if it names the protected range
@@ -21,8 +25,9 @@
 //     does not), and for the gateway host's own addresses it is the single
 //     address (/32, /128).
 //  3. If no rule matched: a protected destination is denied by its
-//     built-in rule ([RuleHost], [RuleLinkLocal], [RulePrivate]); any other
-//     gets the default verdict ([RuleDefault]).
+//     built-in rule ([RuleHost], [RuleLinkLocal], [RulePrivate],
+//     [RuleInternal], [RuleMetadata]); any other gets the default verdict
+//     ([RuleDefault]).
 //
 // A Policy is immutable once built and safe for concurrent use. Drop
 // counters live apart from it, in [Counters], keyed by rule name, so that a
@@ -115,25 +120,11 @@ func (r PortRange) Contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
 
 // Names of the built-in rules, as Verdict.Rule and in Counters.
 const (
-	RuleFloor     = "builtin-floor"      // loopback, unspecified, multicast, broadcast, the tunnel address
+	RuleFloor     = "builtin-floor"      // loopback, unspecified, multicast, broadcast, the tunnel subnet
 	RuleHost      = "builtin-host"       // the gateway host's own addresses
-	RuleLinkLocal = "builtin-link-local" // 169.254.0.0/16 (169.254.169.254 metadata), fe80::/10
+	RuleLinkLocal = "builtin-link-local" // 169.254.0.0/16, fe80::/10
 	RulePrivate   = "builtin-private"    // RFC 1918, fc00::/7
 	RuleDefault   = "default"            // no rule matched
-)
-
-// Protected ranges: denied unless an allow rule names them.
-var (
-	LinkLocal = []netip.Prefix{
-		netip.MustParsePrefix("169.254.0.0/16"),
-		netip.MustParsePrefix("fe80::/10"),
-	}
-	Private = []netip.Prefix{
-		netip.MustParsePrefix("10.0.0.0/8"),
-		netip.MustParsePrefix("172.16.0.0/12"),
-		netip.MustParsePrefix("192.168.0.0/16"),
-		netip.MustParsePrefix("fc00::/7"),
-	}
 )
 
 // Rule is one allow or deny rule. The zero value of each match field
@@ -171,8 +162,12 @@ type Flow struct {
 	Dst   netip.Addr
 	// Port is the destination port (0 for ICMP).
 	Port uint16
-	// Host reports that Dst is one of the gateway host's own addresses.
+	// Host reports that Dst (or an IPv4 address it embeds, see Embedded)
+	// is one of the gateway host's own addresses.
 	Host bool
+	// Tunnel is the gateway's tunnel subnet; the floor closes all of it
+	// (the zero Prefix: none).
+	Tunnel netip.Prefix
 }
 
 // Verdict is Decide's answer.
@@ -236,42 +231,13 @@ func ValidateName(n string) error {
 	return nil
 }
 
-// IsFloor reports whether no policy may let a job reach a: loopback,
-// unspecified (and 0.0.0.0/8), multicast, the limited broadcast address.
-func IsFloor(a netip.Addr) bool {
-	a = a.Unmap()
-	return !a.IsValid() || a.IsLoopback() || a.IsUnspecified() || a.Is4() && a.As4()[0] == 0 ||
-		a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255})
-}
-
-// Protected returns the built-in rule that protects a (RuleHost if host,
-// RuleLinkLocal, RulePrivate) and the protected prefix that holds it (for
-// RuleHost the single address), or "" if a is not protected.
-func Protected(a netip.Addr, host bool) (string, netip.Prefix) {
-	a = a.Unmap()
-	if host {
-		return RuleHost, netip.PrefixFrom(a, a.BitLen())
-	}
-	for _, p := range LinkLocal {
-		if p.Contains(a) {
-			return RuleLinkLocal, p
-		}
-	}
-	for _, p := range Private {
-		if p.Contains(a) {
-			return RulePrivate, p
-		}
-	}
-	return "", netip.Prefix{}
-}
-
 // Decide returns the verdict for a new flow. It allocates nothing.
 func (p *Policy) Decide(f Flow) Verdict {
 	dst := f.Dst.Unmap()
-	if IsFloor(dst) {
+	prot, prange := Builtin(dst, f.Tunnel, f.Host)
+	if prot == RuleFloor {
 		return Verdict{Deny, RuleFloor}
 	}
-	prot, prange := Protected(dst, f.Host)
 	for i := range p.Rules {
 		r := &p.Rules[i]
 		if !r.matchesFlow(f) {

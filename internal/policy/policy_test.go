@@ -43,7 +43,7 @@ func TestDecide(t *testing.T) {
 		{"private not for others", Flow{Token: "atlas", Proto: ProtoTCP, Dst: a("10.1.3.4"), Port: 1094}, Verdict{Deny, RulePrivate}},
 		{"private other port", Flow{Token: "cms", Proto: ProtoTCP, Dst: a("10.1.3.4"), Port: 22}, Verdict{Deny, RulePrivate}},
 		{"ula", Flow{Proto: ProtoUDP, Dst: a("fd00::1"), Port: 53}, Verdict{Deny, RulePrivate}},
-		{"metadata", Flow{Proto: ProtoTCP, Dst: a("169.254.169.254"), Port: 80}, Verdict{Deny, RuleLinkLocal}},
+		{"metadata", Flow{Proto: ProtoTCP, Dst: a("169.254.169.254"), Port: 80}, Verdict{Deny, RuleMetadata}},
 		{"metadata for cloud", Flow{Token: "cloud", Proto: ProtoTCP, Dst: a("169.254.169.254"), Port: 80}, Verdict{Allow, "metadata"}},
 		{"link-local v6", Flow{Proto: ProtoICMP, Dst: a("fe80::1")}, Verdict{Deny, RuleLinkLocal}},
 		{"host", Flow{Proto: ProtoTCP, Dst: a("192.0.2.1"), Port: 22, Host: true}, Verdict{Deny, RuleHost}},

@@ -325,6 +325,10 @@ func testAirlock(t *testing.T, mode string) {
 		}
 	})
 
+	// The built-in floor without a config file: shared address space,
+	// its metadata endpoint, 192.0.0.0/24 (floor_test.go).
+	t.Run("Floor", func(t *testing.T) { checkFloorDenied(t, e) })
+
 	t.Run("DirectBlocked", func(t *testing.T) {
 		web := netip.AddrPortFrom(e.tp.INETAddr, uint16(e.httpPort))
 		if e.tp.TCPCheck(t, e.tp.CN, e.u, web) {

@@ -49,6 +49,10 @@ const flowsMaxFlows = 3
 //   - `airlock flows --active` shows a running download, and `airlock kick`
 //     ends its lease: the job's airlock run says so on stderr within a
 //     renew interval and the flow ends.
+//   - a job of that token flooding the gateway's DNS relay past
+//     --job-dns-queries-per-sec is answered REFUSED, counted in the
+//     metrics and logged within its own log budget, while another job's
+//     query resolves and is in the flow log (dns_test.go).
 func TestFlows(t *testing.T) {
 	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) { testFlows(t, mode) })
@@ -65,6 +69,7 @@ func testFlows(t *testing.T, mode string) {
 		return []string{"--renew-interval", flowsRenew.String(), "--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort),
 			"--bulk", fmt.Sprintf("%s/32:%d", bulkAddr, e.httpPort),
 			"--job-max-flows", strconv.Itoa(flowsMaxFlows), "--job-limits-tokens", limitedToken,
+			"--job-dns-queries-per-sec", strconv.Itoa(flowsDNSPerSec), "--job-dns-max-inflight", "2",
 			"--flow-idle-udp", flowsUDPIdle.String()}
 	})
 	logPath := filepath.Join(e.state, gatewayFlowLog)
@@ -216,8 +221,9 @@ func testFlows(t *testing.T, mode string) {
 		}
 	})
 
+	var limited string // the token of limitedToken
 	t.Run("Refused", func(t *testing.T) {
-		limited := e.createToken(t, limitedToken)
+		limited = e.createToken(t, limitedToken)
 		echo := e.tp.Port()
 		p := e.tp.Start(t, e.tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("0.0.0.0:%d", echo))
 		srv := netip.AddrPortFrom(e.tp.INETAddr, uint16(echo))
@@ -267,6 +273,8 @@ func testFlows(t *testing.T, mode string) {
 			}
 		}
 	})
+
+	t.Run("DNSLimits", func(t *testing.T) { checkDNSLimits(t, e, mode, limited, metricsPort) })
 
 	t.Run("UDPIdle", func(t *testing.T) {
 		job := "flows-" + mode + "-udpidle"

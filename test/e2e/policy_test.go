@@ -61,6 +61,12 @@ action = "deny"
 proto = "icmp"
 to = ["%s"]
 
+[[policy.rule]]
+name = "lab-shared"
+action = "allow"
+to = ["100.64.0.0/10", "192.0.0.0/24"]
+tokens = ["lab"]
+
 [[expose]]
 tokens = ["lab"]
 proto = "tcp"
@@ -270,6 +276,24 @@ func testPolicy(t *testing.T, mode string) {
 			}
 		}
 	})
+	t.Run("Floor", func(t *testing.T) {
+		// An allow rule that names 100.64.0.0/10 and 192.0.0.0/24 opens
+		// them for token lab; the metadata endpoint inside needs its own
+		// name, and other tokens stay refused.
+		port := floorDestinations(t, tp)
+		for _, tc := range []struct {
+			tok  string
+			a    netip.Addr
+			want bool
+		}{
+			{lab, sharedAddr, true}, {lab, ietfProtoAddr, true}, {lab, aliMetaAddr, false},
+			{"", sharedAddr, false}, {"", ietfProtoAddr, false},
+		} {
+			if got := get(t, tc.tok, netip.AddrPortFrom(tc.a, uint16(port))); got != tc.want {
+				t.Errorf("%v for token %q: allowed %v, want %v (rule lab-shared names 100.64.0.0/10 and 192.0.0.0/24 for lab)", tc.a, tc.tok, got, tc.want)
+			}
+		}
+	})
 	t.Run("Expose", func(t *testing.T) {
 		code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "8080"}}, "true")
 		if code != 125 || !strings.Contains(stderr, "[[expose]]") {
@@ -331,7 +355,7 @@ func testPolicy(t *testing.T, mode string) {
 		// Good: deny the echo port for new flows.
 		write(policyConfig(denyPort, fmt.Sprintf("\n[[policy.rule]]\nname = \"no-echo\"\naction = \"deny\"\nproto = \"tcp\"\nports = [%d]\n", echo)))
 		code, out, stderr = reload()
-		if code != 0 || !strings.Contains(out, "5 policy rules") {
+		if code != 0 || !strings.Contains(out, "6 policy rules") {
 			t.Fatalf("reload: exit %d, %q%s", code, out, e.diag(stderr))
 		}
 		if check(inet(echo)) {

@@ -34,7 +34,8 @@
 //	    oifname TUN drop                                (nothing unsolicited)
 //	chain from_jobs    the safety floor, then accept
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
-//	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255: goto refuse
+//	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255 (the IPv4 floor of
+//	        policy.Ranges), the tunnel subnet: goto refuse
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
 //	    ct state ! established,related jump egress_policy   (policy_linux.go)
 //	    jump job_limits

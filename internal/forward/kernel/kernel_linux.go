@@ -217,7 +217,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		pc.Close()
 		return nil, privError("kernel egress: dns relay on the tunnel address", err)
 	}
-	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams}, pc, ln); err != nil {
+	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln); err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
 	}
 	if cfg.Flows != nil {
@@ -388,6 +388,9 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 		return
 	}
 	delete(f.jobs, addr)
+	if f.dns != nil {
+		f.dns.RemoveJob(addr)
+	}
 	for _, r := range rules {
 		if err := f.nft.DelRule(r); err != nil {
 			f.log.Error("kernel egress: delete snat rule", "job", addr, "err", err)

@@ -30,6 +30,7 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
@@ -103,6 +104,11 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l forward.Limits) error {
 	}
 	if _, ok := f.jobs[job]; !ok {
 		return fmt.Errorf("kernel egress: set limits of %v: %w", job, forward.ErrUnknownJob)
+	}
+	if f.dns != nil {
+		if err := f.dns.SetJobLimits(job, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+			return fmt.Errorf("kernel egress: %w", err)
+		}
 	}
 	if err := f.setFlowLimitsLocked(job, l); err != nil {
 		return err

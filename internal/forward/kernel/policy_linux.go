@@ -13,6 +13,9 @@ package kernel
 //	      [ip daddr != PROTECTED ...]      (allow rules that do not name
 //	                                        a protected range inside PFX)
 //	      allow: return                     deny: counter goto policy_deny
+//	    per protected IPv4 range of policy.Ranges, most specific first:
+//	    ip daddr 169.254.169.254 counter goto policy_deny     builtin-metadata
+//	    ip daddr 100.64.0.0/10 counter goto policy_deny       builtin-internal
 //	    ip daddr 169.254.0.0/16 counter goto policy_deny      builtin-link-local
 //	    ip daddr 10/8, 172.16/12, 192.168/16 counter goto policy_deny  builtin-private
 //	    counter goto policy_deny                               default (if deny)
@@ -37,12 +40,14 @@ package kernel
 // first, so counts do not go down.
 //
 // IPv6 prefixes are skipped: kernel mode forwards IPv4 only (from_jobs
-// drops everything else).
+// drops everything else), so the IPv6 entries of the built-in list and
+// the embedded-IPv4 forms (NAT64, 6to4, ...) cannot be reached at all.
 
 import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sort"
 	"strings"
 
 	"github.com/google/nftables"
@@ -145,10 +150,8 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 					continue
 				}
 				main := base
-				for _, prot := range protectedV4() {
-					if pf.Bits() < prot.Bits() && pf.Contains(prot.Addr()) {
-						main = cat(main, ip4(false, expr.CmpOpNeq, prot))
-					}
+				for _, prot := range unnamedV4(pf) {
+					main = cat(main, ip4(false, expr.CmpOpNeq, prot))
 				}
 				c.main = append(c.main, policyRule{exprs: cat(main, []expr.Any{verdict(expr.VerdictReturn)})})
 				if pf.Bits() == 32 {
@@ -158,15 +161,8 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 		}
 	}
 	v4 := nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4)
-	for _, pf := range policy.LinkLocal {
-		if pf.Addr().Is4() {
-			c.main = append(c.main, policyRule{tag: policy.RuleLinkLocal, exprs: cat(v4, ip4(false, expr.CmpOpEq, pf), denyTo())})
-		}
-	}
-	for _, pf := range policy.Private {
-		if pf.Addr().Is4() {
-			c.main = append(c.main, policyRule{tag: policy.RulePrivate, exprs: cat(v4, ip4(false, expr.CmpOpEq, pf), denyTo())})
-		}
+	for _, pr := range protectedV4() {
+		c.main = append(c.main, policyRule{tag: pr.Rule, exprs: cat(v4, ip4(false, expr.CmpOpEq, pr.Prefix), denyTo())})
 	}
 	if p.Default == policy.Deny {
 		c.main = append(c.main, policyRule{tag: policy.RuleDefault, exprs: denyTo()})
@@ -175,14 +171,45 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 	return c
 }
 
-// protectedV4 lists the IPv4 ranges that only an explicit allow opens.
-func protectedV4() []netip.Prefix {
+// protectedV4 lists the IPv4 ranges of the built-in list that only an
+// explicit allow opens (policy.Builtin), most specific first, so that the
+// deny rules count a destination under the rule policy.Decide names.
+func protectedV4() []policy.Range {
+	var out []policy.Range
+	for _, r := range policy.Ranges() {
+		if r.Prefix.Addr().Is4() && r.Rule != "" && r.Rule != policy.RuleFloor {
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Prefix.Bits() > out[j].Prefix.Bits() })
+	return out
+}
+
+// unnamedV4 returns the protected IPv4 ranges strictly inside an allow
+// rule's prefix pf, which the rule does not name and so must not open:
+// only the outermost ones (a range inside another of them is excluded
+// with it).
+func unnamedV4(pf netip.Prefix) []netip.Prefix {
+	var in []netip.Prefix
+	for _, r := range protectedV4() {
+		if pf.Bits() < r.Prefix.Bits() && pf.Contains(r.Prefix.Addr()) {
+			in = append(in, r.Prefix)
+		}
+	}
 	var out []netip.Prefix
-	for _, p := range append(append([]netip.Prefix{}, policy.LinkLocal...), policy.Private...) {
-		if p.Addr().Is4() {
+	for _, p := range in {
+		inner := false
+		for _, q := range in {
+			if q.Bits() < p.Bits() && q.Contains(p.Addr()) {
+				inner = true
+				break
+			}
+		}
+		if !inner {
 			out = append(out, p)
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr().Less(out[j].Addr()) })
 	return out
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/nftables/expr"
+
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -28,11 +30,13 @@ func TestCompilePolicy(t *testing.T) {
 		tags[r.tag]++
 	}
 	// no-smtp: 2 port matches; lab: 1 (scoped); web: tcp+udp; host-web: 1;
-	// v6: none; then 1 link-local, 3 private, default.
-	if len(c.main) != 2+1+2+1+1+3+1 {
-		t.Errorf("policy chain: %d rules, want 11", len(c.main))
+	// v6: none; then the 12 protected IPv4 ranges of the built-in list,
+	// default.
+	if len(c.main) != 2+1+2+1+12+1 {
+		t.Errorf("policy chain: %d rules, want 19", len(c.main))
 	}
-	if tags["no-smtp"] != 2 || tags[policy.RuleLinkLocal] != 1 || tags[policy.RulePrivate] != 3 || tags[policy.RuleDefault] != 1 {
+	if tags["no-smtp"] != 2 || tags[policy.RuleLinkLocal] != 1 || tags[policy.RulePrivate] != 3 ||
+		tags[policy.RuleInternal] != 4 || tags[policy.RuleMetadata] != 4 || tags[policy.RuleDefault] != 1 {
 		t.Errorf("counted tags %v", tags)
 	}
 	if s, ok := c.scopes[1]; !ok || s.set.Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
@@ -77,7 +81,9 @@ func TestPolicyRules(t *testing.T) {
 		"tcp dport 25 counter packets 0 bytes 0 goto policy_deny",
 		"tcp dport 465-587 counter packets 0 bytes 0 goto policy_deny",
 		"ip saddr @scope1_1 ip daddr 10.1.0.0/16 return",
-		"udp dport 443 ip daddr != 169.254.0.0/16 ip daddr != 10.0.0.0/8 ip daddr != 172.16.0.0/12 ip daddr != 192.168.0.0/16 return",
+		"udp dport 443 ip daddr != 10.0.0.0/8 ip daddr != 100.64.0.0/10 ip daddr != 168.63.129.16 ip daddr != 169.254.0.0/16 ip daddr != 172.16.0.0/12 ip daddr != 192.0.0.0/24 ip daddr != 192.168.0.0/16 ip daddr != 198.18.0.0/15 ip daddr != 240.0.0.0/4 return",
+		"ip daddr 100.100.100.200 counter packets 0 bytes 0 goto policy_deny",
+		"ip daddr 192.0.0.0/24 counter packets 0 bytes 0 goto policy_deny",
 		"tcp dport 8080 ip daddr 203.0.113.1 accept",
 		"elements = { 100.64.0.2 }",
 	} {
@@ -108,5 +114,60 @@ func TestPolicyRules(t *testing.T) {
 	}
 	if err := f.SetPolicy(&policy.Policy{Rules: []policy.Rule{{Name: "builtin-x"}}}); err == nil {
 		t.Error("SetPolicy accepted a reserved name")
+	}
+}
+
+// TestFloorFromPolicyList checks that kernel mode compiles every IPv4
+// entry of the one built-in list (policy.Ranges): floor entries and the
+// tunnel subnet into from_jobs, protected ones into deny rules tagged with
+// their rule, and an allow rule for 0.0.0.0/0 excludes each of them.
+func TestFloorFromPolicyList(t *testing.T) {
+	floor := map[netip.Prefix]bool{}
+	for _, p := range testRules.floorV4() {
+		floor[p] = true
+	}
+	if !floor[testRules.addr.Masked()] {
+		t.Errorf("floor %v lacks the tunnel subnet %v", testRules.floorV4(), testRules.addr.Masked())
+	}
+	c := testRules.compilePolicy(table(), &policy.Policy{}, 1)
+	denied := map[netip.Prefix]string{}
+	for _, r := range c.main {
+		for _, x := range r.exprs {
+			if cmp, ok := x.(*expr.Cmp); ok && len(cmp.Data) == 4 && cmp.Op == expr.CmpOpEq {
+				a := netip.AddrFrom4([4]byte(cmp.Data))
+				for _, pr := range policy.Ranges() {
+					if pr.Prefix.Addr() == a {
+						denied[pr.Prefix] = r.tag
+					}
+				}
+			}
+		}
+	}
+	excluded := map[netip.Prefix]bool{}
+	for _, p := range unnamedV4(netip.MustParsePrefix("0.0.0.0/0")) {
+		excluded[p] = true
+	}
+	for _, pr := range policy.Ranges() {
+		if !pr.Prefix.Addr().Is4() {
+			continue
+		}
+		switch pr.Rule {
+		case policy.RuleFloor:
+			if !floor[pr.Prefix] {
+				t.Errorf("%v (%s): not in from_jobs' floor", pr.Prefix, pr.Name)
+			}
+		case "":
+		default:
+			if denied[pr.Prefix] != pr.Rule {
+				t.Errorf("%v (%s): denied under %q, want %q", pr.Prefix, pr.Name, denied[pr.Prefix], pr.Rule)
+			}
+			covered := false
+			for p := range excluded {
+				covered = covered || p.Bits() <= pr.Prefix.Bits() && p.Contains(pr.Prefix.Addr())
+			}
+			if !covered {
+				t.Errorf("%v (%s): an allow of 0.0.0.0/0 does not exclude it", pr.Prefix, pr.Name)
+			}
+		}
 	}
 }

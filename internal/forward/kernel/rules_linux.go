@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -40,14 +41,18 @@ const (
 	connlimitInvert = 1
 )
 
-// floor lists destinations no job may reach, whatever the policy: this
-// network, loopback, multicast, broadcast (policy.IsFloor). Link-local
-// and private ranges are the policy's (policy_linux.go).
-var floor = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),
-	netip.MustParsePrefix("127.0.0.0/8"),
-	netip.MustParsePrefix("224.0.0.0/4"),
-	netip.MustParsePrefix("255.255.255.255/32"),
+// floorV4 lists the IPv4 destinations no job may reach, whatever the
+// policy: the floor of policy.Builtin (this network, loopback, multicast,
+// broadcast) from the one list in package policy, and the tunnel subnet.
+// The protected ranges are the policy's (policy_linux.go).
+func (r ruleset) floorV4() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range policy.Prefixes(policy.RuleFloor) {
+		if p.Addr().Is4() {
+			out = append(out, p)
+		}
+	}
+	return append(out, r.addr.Masked())
 }
 
 // ruleset describes the table for one forwarder: everything the rules
@@ -261,7 +266,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 		cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop),
 		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
 	}
-	for _, p := range floor {
+	for _, p := range r.floorV4() {
 		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), refuse))
 	}
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {

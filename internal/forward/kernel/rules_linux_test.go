@@ -126,7 +126,7 @@ func TestJobRules(t *testing.T) {
 func TestFilterRules(t *testing.T) {
 	// Every floor prefix is dropped, and the chain ends with accept.
 	fj := testRules.fromJobsRules()
-	if got, want := len(fj), 2+len(floor)+3+1+1+1; got != want {
+	if got, want := len(fj), 2+len(testRules.floorV4())+3+1+1+1; got != want {
 		t.Errorf("from_jobs rules: got %d, want %d", got, want)
 	}
 	if v, ok := fj[len(fj)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictAccept {

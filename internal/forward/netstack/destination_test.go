@@ -3,52 +3,80 @@ package netstack
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
-func TestAllowedDestination(t *testing.T) {
-	self := gwPrefix.Addr()
+// TestFloor checks checkFlow's built-in floor and protections with no
+// policy: the one list of package policy, with the stack's tunnel subnet
+// and embedded IPv4 addresses.
+func TestFloor(t *testing.T) {
+	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: newDialer().Dial,
+		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+		HostAddrs: func() ([]netip.Addr, error) {
+			return []netip.Addr{netip.MustParseAddr("203.0.113.1")}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	src := netip.AddrPortFrom(jobAddr, 40000)
 	tests := []struct {
-		dst     string
-		port    uint16
-		allowed bool
+		dst  string
+		port uint16
+		rule string // "" allowed
 	}{
-		{"198.51.100.7", 80, true},
-		{"2001:db8::7", 443, true},
-		{"100.64.0.9", 80, true}, // another tunnel address: policy decides later
-		{"100.64.0.1", 53, true}, // DNS on the tunnel address
-		{"100.64.0.1", 22, false},
-		{"::ffff:100.64.0.1", 80, false},
-		{"127.0.0.1", 80, false},
-		{"127.1.2.3", 53, false},
-		{"::1", 80, false},
-		{"::ffff:127.0.0.1", 80, false},
-		{"0.0.0.0", 80, false},
-		{"0.1.2.3", 80, false},
-		{"::", 80, false},
-		{"224.0.0.251", 5353, false},
-		{"239.1.1.1", 1234, false},
-		{"ff02::fb", 5353, false},
-		{"ff01::1", 1, false},
-		{"255.255.255.255", 67, false},
-		{"169.254.169.254", 80, true}, // policy: builtin-link-local
-		{"fe80::1", 80, true},
+		{"198.51.100.7", 80, ""},
+		{"2001:db8::7", 443, ""},
+		{"64:ff9b::808:808", 443, ""},
+		{"100.64.0.9", 80, policy.RuleFloor}, // another job: the tunnel subnet is closed
+		{"100.64.0.1", 22, policy.RuleFloor},
+		{"100.64.0.1", 53, policy.RuleFloor}, // DNS is served by the netstack's endpoint before any flow check
+		{"::ffff:100.64.0.1", 80, policy.RuleFloor},
+		{"127.0.0.1", 80, policy.RuleFloor},
+		{"127.1.2.3", 53, policy.RuleFloor},
+		{"::1", 80, policy.RuleFloor},
+		{"::ffff:127.0.0.1", 80, policy.RuleFloor},
+		{"0.0.0.0", 80, policy.RuleFloor},
+		{"0.1.2.3", 80, policy.RuleFloor},
+		{"::", 80, policy.RuleFloor},
+		{"224.0.0.251", 5353, policy.RuleFloor},
+		{"239.1.1.1", 1234, policy.RuleFloor},
+		{"ff02::fb", 5353, policy.RuleFloor},
+		{"ff01::1", 1, policy.RuleFloor},
+		{"255.255.255.255", 67, policy.RuleFloor},
+		{"64:ff9b::7f00:1", 80, policy.RuleFloor},
+		{"169.254.169.254", 80, policy.RuleMetadata},
+		{"64:ff9b::a9fe:a9fe", 80, policy.RuleMetadata},
+		{"2002:a9fe:a9fe::1", 80, policy.RuleMetadata},
+		{"100.100.100.200", 80, policy.RuleMetadata},
+		{"168.63.129.16", 80, policy.RuleMetadata},
+		{"100.100.1.1", 80, policy.RuleInternal},
+		{"192.0.0.170", 80, policy.RuleInternal},
+		{"64:ff9b::c000:aa", 80, policy.RuleInternal},
+		{"fe80::1", 80, policy.RuleLinkLocal},
+		{"10.1.2.3", 80, policy.RulePrivate},
+		{"203.0.113.1", 80, policy.RuleHost},
+		{"64:ff9b::cb00:7101", 80, policy.RuleHost}, // NAT64 of the host's 203.0.113.1
 	}
 	for _, tt := range tests {
-		err := allowedDestination(self, netip.MustParseAddr(tt.dst), tt.port)
-		if got := err == nil; got != tt.allowed {
-			t.Errorf("allowedDestination(%s, %d): got %v, want allowed %v", tt.dst, tt.port, err, tt.allowed)
+		dst := netip.AddrPortFrom(netip.MustParseAddr(tt.dst), tt.port)
+		err := s.checkFlow(src, policy.ProtoTCP, dst)
+		if tt.rule == "" {
+			if err != nil {
+				t.Errorf("checkFlow(%v): %v, want allowed", dst, err)
+			}
+			continue
 		}
-		if err != nil && !errors.Is(err, ErrDestinationDenied) {
-			t.Errorf("allowedDestination(%s, %d): got %v, want ErrDestinationDenied", tt.dst, tt.port, err)
+		if !errors.Is(err, ErrDestinationDenied) || !strings.Contains(err.Error(), "rule "+tt.rule+")") {
+			t.Errorf("checkFlow(%v): %v, want denied by %s", dst, err, tt.rule)
 		}
-	}
-	if err := allowedDestination(self, netip.Addr{}, 80); err == nil {
-		t.Error("allowedDestination(invalid): got nil, want error")
 	}
 }
 
@@ -147,6 +175,12 @@ func TestDeniedDestinations(t *testing.T) {
 		{header.TCPProtocolNumber, "0.0.0.0:80", false},
 		{header.TCPProtocolNumber, "169.254.169.254:80", true},
 		{header.TCPProtocolNumber, "[fe80::1]:80", true},
+		{header.TCPProtocolNumber, "100.64.0.9:80", true}, // another job
+		{header.TCPProtocolNumber, "100.100.100.200:80", true},
+		{header.TCPProtocolNumber, "192.0.0.170:80", true},
+		{header.TCPProtocolNumber, "[64:ff9b::a9fe:a9fe]:80", true},
+		{header.UDPProtocolNumber, "100.100.100.200:53", false},
+		{header.UDPProtocolNumber, "[64:ff9b::a9fe:a9fe]:53", false},
 		{header.UDPProtocolNumber, "127.0.0.1:53", false},
 		{header.UDPProtocolNumber, "[::ffff:127.0.0.1]:53", false},
 		{header.UDPProtocolNumber, "100.64.0.1:123", false},

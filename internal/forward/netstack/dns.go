@@ -36,5 +36,6 @@ func startDNS(s *Stack) (*dnsfwd.Server, error) {
 			}
 		},
 		Debug: s.flowDebugOn,
+		Flows: s.cfg.Flows,
 	}, pc, ln)
 }

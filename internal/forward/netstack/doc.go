@@ -35,9 +35,11 @@
 // upstream resolvers, tried in order; when all fail the job gets SERVFAIL.
 //
 // Safety: nothing a job sends may reach the gateway host's loopback, the
-// tunnel address itself (other than DNS), or multicast/broadcast addresses;
-// see allowedDestination. gVisor additionally drops packets with loopback
-// source or destination addresses on the NIC.
+// tunnel subnet (other jobs; the tunnel address itself only for DNS and
+// echo, which the netstack answers), or multicast/broadcast addresses: the
+// floor of package policy (policy.Builtin), applied in checkFlow. gVisor
+// additionally drops packets with loopback source or destination addresses
+// on the NIC.
 //
 // Policy (policy.go): on top of that floor, every new TCP connection, UDP
 // flow and ICMP echo flow is decided by the site's policy (SetPolicy, rules

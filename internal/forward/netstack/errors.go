@@ -8,7 +8,8 @@ import (
 )
 
 // ErrDestinationDenied reports a destination no job may reach through the
-// gateway (loopback, the tunnel address, multicast, ...). After Close, Read
+// gateway: the built-in floor or the policy denied it (loopback, the tunnel
+// subnet, multicast, protected ranges, policy rules). After Close, Read
 // and Write return os.ErrClosed, as wireguard-go expects of a tun.Device.
 var ErrDestinationDenied = errors.New("destination denied")
 

@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // FuzzWrite feeds arbitrary bytes to Stack.Write, as a job can: it must not
@@ -18,6 +20,7 @@ func FuzzWrite(f *testing.F) {
 	f.Add(rawPacket(17, job, netip.MustParseAddrPort("100.64.0.1:53"), []byte("\x00\x01\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x01a\x00\x00\x01\x00\x01")))
 	f.Add(rawPacket(17, job, netip.MustParseAddrPort("198.51.100.7:7"), []byte("x")))
 	f.Add(rawPacket(6, netip.MustParseAddrPort("[fd00::2]:1"), netip.MustParseAddrPort("[2001:db8::1]:80"), nil))
+	f.Add(rawPacket(6, netip.MustParseAddrPort("[fd00::2]:1"), netip.MustParseAddrPort("[64:ff9b::a9fe:a9fe]:80"), nil))
 	f.Add([]byte{0x45})
 	f.Add([]byte{0x60, 0, 0, 0, 0, 0, 58, 64})
 	f.Add([]byte{})
@@ -25,7 +28,7 @@ func FuzzWrite(f *testing.F) {
 	denied := make(chan string, 1)
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(address)
-		if err != nil || allowedDestination(gwPrefix.Addr(), ap.Addr(), ap.Port()) != nil {
+		if err != nil || (&policy.Policy{}).Decide(policy.Flow{Proto: policy.ProtoTCP, Dst: ap.Addr(), Port: ap.Port(), Tunnel: gwPrefix.Masked()}).Action != policy.Allow {
 			select {
 			case denied <- address:
 			default:

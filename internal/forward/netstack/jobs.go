@@ -64,6 +64,7 @@ func (s *Stack) RemoveJob(addr netip.Addr) {
 	s.limits.remove(addr.Unmap())
 	s.pings.removeJob(addr.Unmap())
 	s.pol.forget(addr.Unmap())
+	s.dns.RemoveJob(addr)
 }
 
 // dial opens the host socket for a job's flow from src to dst: through the

@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
@@ -232,6 +233,9 @@ func (s *Stack) SetJobLimits(job netip.Addr, l forward.Limits) error {
 	j := s.limits.job(job.Unmap())
 	if j == nil {
 		return forward.ErrUnknownJob
+	}
+	if err := s.dns.SetJobLimits(job, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+		return err
 	}
 	j.apply(time.Now(), l)
 	return nil

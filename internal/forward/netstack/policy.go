@@ -73,25 +73,33 @@ func (s *Stack) PolicyDrops() (map[string]uint64, error) {
 	return s.pol.drops.Snapshot(), nil
 }
 
-// checkFlow decides a job's new flow from src to dst: the fixed floor
-// (allowedDestination: loopback, multicast, the tunnel address but DNS, ...)
-// first, then the policy with the job's token and whether dst is one of
-// the gateway host's own addresses. A denial is counted under its rule and
-// returned as an error wrapping ErrDestinationDenied, and reported to the
-// flow table (src is the job's address and port, or echo id).
+// checkFlow decides a job's new flow from src to dst with the policy
+// (policy.Decide): first the built-in floor (policy.Builtin: loopback,
+// multicast, the tunnel subnet, ...), then the rules, with the job's token,
+// the tunnel subnet and whether dst (or an IPv4 address it embeds) is one
+// of the gateway host's own addresses. A denial is counted under its rule
+// and returned as an error wrapping ErrDestinationDenied, and reported to
+// the flow table (src is the job's address and port, or echo id).
+//
+// DNS to the tunnel address and echo requests to it never get here: the
+// netstack's own endpoints take them first.
 func (s *Stack) checkFlow(srcAP netip.AddrPort, proto policy.Proto, dst netip.AddrPort) error {
 	src := srcAP.Addr()
-	if err := allowedDestination(s.self, dst.Addr(), dst.Port()); err != nil {
-		s.pol.drops.Inc(policy.RuleFloor)
-		s.refuseDenied(proto, srcAP, dst, policy.RuleFloor)
-		return err
+	a := dst.Addr().Unmap()
+	now := time.Now()
+	host := s.host.contains(a, now)
+	if v4, _, n := policy.Embedded(a); !host && n > 0 {
+		for i := 0; i < n; i++ {
+			host = host || s.host.contains(v4[i], now)
+		}
 	}
 	f := policy.Flow{
-		Token: s.pol.token(src.Unmap()),
-		Proto: proto,
-		Dst:   dst.Addr().Unmap(),
-		Port:  dst.Port(),
-		Host:  s.host.contains(dst.Addr(), time.Now()),
+		Token:  s.pol.token(src.Unmap()),
+		Proto:  proto,
+		Dst:    a,
+		Port:   dst.Port(),
+		Host:   host,
+		Tunnel: s.cfg.Addr.Masked(),
 	}
 	v := s.pol.policy().Decide(f)
 	if v.Action == policy.Allow {

@@ -75,7 +75,7 @@ func TestPolicy(t *testing.T) {
 	// Denied UDP is dropped and counted.
 	u := p.jobDialUDP(t, "10.9.9.9:53")
 	u.Write([]byte("q"))
-	want := map[string]uint64{"no-smtp": 2, policy.RulePrivate: 2, policy.RuleHost: 1, policy.RuleLinkLocal: 1}
+	want := map[string]uint64{"no-smtp": 2, policy.RulePrivate: 2, policy.RuleHost: 1, policy.RuleMetadata: 1}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		got, _ := p.s.PolicyDrops()

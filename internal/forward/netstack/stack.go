@@ -54,7 +54,7 @@ type Stats struct {
 	TCPFlows     uint64 // TCP flows forwarded (dial succeeded, handshake done)
 	UDPFlows     uint64 // UDP flows opened
 	DialFailures uint64 // host dials that failed (TCP: the job got a RST; UDP: flow dropped)
-	Denied       uint64 // refused by allowedDestination: TCP SYNs, UDP datagrams
+	Denied       uint64 // refused by the floor or the policy: TCP SYNs, UDP datagrams
 	DNSQueries   uint64 // queries received by the DNS server
 	DNSFailures  uint64 // queries answered with SERVFAIL
 	Dropped      uint64 // packets dropped at Read/Write (malformed, oversized, filtered)

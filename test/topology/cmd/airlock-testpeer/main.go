@@ -33,6 +33,7 @@
 //	                         (see nouserns.go)
 //	offloads-off IF...       turn off tx checksum offload, TSO, GSO and GRO on the interfaces
 //	tcpecho, tcpflows, tcpburst   see flows.go
+//	dnsflood NAME DURATION CONC   see dnsflood.go
 //	rawsyn IFACE DST:PORT WAIT   see rawsyn_linux.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
@@ -82,6 +83,15 @@ func main() {
 	case "udpecho":
 		need(args, 1)
 		err = udpEcho(args[0])
+	case "dnsflood":
+		need(args, 3)
+		var d time.Duration
+		var n int
+		if d, err = time.ParseDuration(args[1]); err == nil {
+			if n, err = strconv.Atoi(args[2]); err == nil {
+				err = dnsFlood(args[0], d, n)
+			}
+		}
 	case "udpclient":
 		need(args, 2)
 		var n int

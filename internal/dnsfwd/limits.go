@@ -1,0 +1,168 @@
+package dnsfwd
+
+// Per-job limits. Every query is admitted against the limits of its
+// source address (a job's tunnel address): at most MaxInflight queries
+// being relayed at once, and a token bucket of PerSec queries per second
+// that holds up to max(PerSec, 1) queries. A query over either is answered
+// REFUSED at once, never relayed. REFUSED rather than dropped: the job's
+// resolver learns at once and moves on (a dropped query is retried after
+// seconds, by every stub resolver, which makes a flooding job's load
+// worse and a well-behaved job hang), and the answer is no larger than
+// the query, to a source WireGuard authenticated, so nothing is amplified.
+//
+// Sources without limits of their own (SetJobLimits) get the defaults.
+// The table of sources is bounded (maxSources); idle entries without own
+// limits are dropped when it fills.
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Defaults of a job's DNS limits.
+const (
+	DefaultMaxInflight = 64
+	DefaultPerSec      = 100
+	// maxSources bounds the table of sources with state.
+	maxSources = 65536
+	// sourceIdle is how long a source without own limits and without
+	// queries in flight keeps its state.
+	sourceIdle = 30 * time.Second
+)
+
+// Limits are one job's DNS limits. A zero field takes its default
+// (DefaultMaxInflight, DefaultPerSec); DNS is never unlimited.
+type Limits struct {
+	// MaxInflight caps the job's queries being relayed at once.
+	MaxInflight int
+	// PerSec caps the job's queries per second, in bursts of as many.
+	PerSec float64
+}
+
+// Validate checks l.
+func (l Limits) Validate() error {
+	if l.MaxInflight < 0 || l.MaxInflight > 1<<20 {
+		return fmt.Errorf("dns max in-flight %d: want 0 (default %d) to %d", l.MaxInflight, DefaultMaxInflight, 1<<20)
+	}
+	if l.PerSec < 0 || l.PerSec > 1e6 || math.IsNaN(l.PerSec) {
+		return fmt.Errorf("dns queries per second %v: want 0 (default %d) to 1000000", l.PerSec, DefaultPerSec)
+	}
+	return nil
+}
+
+func (l Limits) resolved() Limits {
+	if l.MaxInflight == 0 {
+		l.MaxInflight = DefaultMaxInflight
+	}
+	if l.PerSec == 0 {
+		l.PerSec = DefaultPerSec
+	}
+	return l
+}
+
+// source is one source address's state, guarded by limiter.mu.
+type source struct {
+	lim      Limits
+	own      bool // set by SetJobLimits
+	bucket   *rate.Limiter
+	inflight int
+	last     time.Time
+}
+
+// limiter admits queries. It is safe for concurrent use; the zero value
+// is ready.
+type limiter struct {
+	mu      sync.Mutex
+	sources map[netip.Addr]*source
+}
+
+// setJob sets a's limits (zero Limits: the defaults, and the entry may be
+// dropped when idle).
+func (l *limiter) setJob(a netip.Addr, lim Limits, now time.Time) {
+	a = a.Unmap()
+	r := lim.resolved()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sources == nil {
+		l.sources = make(map[netip.Addr]*source)
+	}
+	s := l.sources[a]
+	if s == nil {
+		s = &source{last: now}
+		l.sources[a] = s
+	}
+	s.own = lim != Limits{}
+	if s.bucket == nil || s.lim != r {
+		s.bucket = rate.NewLimiter(rate.Limit(r.PerSec), max(1, int(math.Ceil(r.PerSec))))
+	}
+	s.lim = r
+}
+
+// remove forgets a.
+func (l *limiter) remove(a netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.sources, a.Unmap())
+}
+
+// Admission results.
+const (
+	admitted = iota
+	overRate
+	overInflight
+)
+
+// admit checks a query from a at now; if admitted, the caller must call
+// done(a) when the query is answered.
+func (l *limiter) admit(a netip.Addr, now time.Time) int {
+	a = a.Unmap()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sources == nil {
+		l.sources = make(map[netip.Addr]*source)
+	}
+	s := l.sources[a]
+	if s == nil {
+		if len(l.sources) >= maxSources {
+			l.sweepLocked(now)
+		}
+		if len(l.sources) >= maxSources {
+			return overRate
+		}
+		r := Limits{}.resolved()
+		s = &source{lim: r, bucket: rate.NewLimiter(rate.Limit(r.PerSec), int(math.Ceil(r.PerSec)))}
+		l.sources[a] = s
+	}
+	s.last = now
+	if s.inflight >= s.lim.MaxInflight {
+		return overInflight
+	}
+	if !s.bucket.AllowN(now, 1) {
+		return overRate
+	}
+	s.inflight++
+	return admitted
+}
+
+// done ends an admitted query of a.
+func (l *limiter) done(a netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.sources[a.Unmap()]; s != nil && s.inflight > 0 {
+		s.inflight--
+	}
+}
+
+// sweepLocked drops idle sources without own limits.
+func (l *limiter) sweepLocked(now time.Time) {
+	for a, s := range l.sources {
+		if !s.own && s.inflight == 0 && now.Sub(s.last) > sourceIdle {
+			delete(l.sources, a)
+		}
+	}
+}

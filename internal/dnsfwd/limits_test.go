@@ -1,0 +1,206 @@
+package dnsfwd
+
+import (
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-vpn/airlock/internal/flows"
+)
+
+// slowUpstream answers every query after delay.
+func slowUpstream(t *testing.T, delay time.Duration) netip.AddrPort {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		time.Sleep(delay)
+		m := new(dns.Msg)
+		m.SetReply(r)
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 192.0.2.7")
+		m.Answer = append(m.Answer, rr)
+		w.WriteMsg(m)
+	})
+	srv := &dns.Server{PacketConn: pc, Handler: h}
+	go srv.ActivateAndServe()
+	t.Cleanup(func() { srv.Shutdown() })
+	return netip.MustParseAddrPort(pc.LocalAddr().String())
+}
+
+// query sends one UDP query from local (an address on loopback) to srv and
+// returns the rcode (-1 on no answer).
+func query(t *testing.T, local netip.Addr, srv string, name string) int {
+	c := &dns.Client{Net: "udp", Timeout: 3 * time.Second,
+		Dialer: &net.Dialer{LocalAddr: &net.UDPAddr{IP: local.AsSlice()}}}
+	m := new(dns.Msg)
+	m.SetQuestion(name, dns.TypeA)
+	r, _, err := c.Exchange(m, srv)
+	if err != nil {
+		return -1
+	}
+	return r.Rcode
+}
+
+// TestJobLimits: a job over its queries per second or its concurrent
+// queries gets REFUSED at once, counted and logged as such, while another
+// job (another source address, default limits) is answered.
+func TestJobLimits(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ml := &memLog{}
+	tb := flows.New(flows.Config{Log: ml})
+	flooder, quiet := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	tb.AddJob(flooder, flows.JobRef{Lease: "LF", JobID: "flooder"})
+	tb.AddJob(quiet, flows.JobRef{Lease: "LQ", JobID: "quiet"})
+	s, err := Start(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Upstreams: []netip.AddrPort{slowUpstream(t, 300*time.Millisecond)},
+		Flows:     tb,
+	}, pc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := pc.LocalAddr().String()
+	if err := s.SetJobLimits(flooder, Limits{MaxInflight: 2, PerSec: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetJobLimits(flooder, Limits{MaxInflight: -1}); err == nil {
+		t.Error("SetJobLimits accepted a negative limit")
+	}
+
+	// Concurrency: 8 at once, 2 are relayed (slowly), 6 refused at once.
+	var mu sync.Mutex
+	got := map[int]int{}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc := query(t, flooder, srv, "c.example.")
+			mu.Lock()
+			got[rc]++
+			mu.Unlock()
+		}()
+	}
+	// Meanwhile the quiet job is answered.
+	if rc := query(t, quiet, srv, "q.example."); rc != dns.RcodeSuccess {
+		t.Errorf("quiet job during the flood: rcode %d, want NOERROR", rc)
+	}
+	wg.Wait()
+	if got[dns.RcodeSuccess] != 2 || got[dns.RcodeRefused] != 6 {
+		t.Errorf("8 concurrent queries with max in-flight 2: rcodes %v, want 2 NOERROR, 6 REFUSED", got)
+	}
+
+	// Rate: 10 at once at 5/s (in-flight not binding): the bucket's 5
+	// are relayed, the rest refused at once.
+	if err := s.SetJobLimits(flooder, Limits{MaxInflight: 100, PerSec: 5}); err != nil {
+		t.Fatal(err)
+	}
+	got = map[int]int{}
+	start := time.Now()
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rc := query(t, flooder, srv, "r.example.")
+			mu.Lock()
+			got[rc]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if got[dns.RcodeRefused] < 4 || got[dns.RcodeSuccess] < 5 {
+		t.Errorf("10 queries at once at 5/s: rcodes %v, want 5 (or 6) NOERROR, the rest REFUSED", got)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("10 queries took %v", d)
+	}
+	st := tb.Stats()
+	if st.DNS[flows.DNSInflight] != 6 || st.DNS[flows.DNSRate] < 4 || st.DNS["answered"] < 8 {
+		t.Errorf("DNS counts %v", st.DNS)
+	}
+	var logged, quietLogged int
+	for _, r := range ml.all() {
+		if r.JobID == "flooder" && r.Verdict == flows.DNSInflight && r.DNS != nil && r.DNS.Rcode == "REFUSED" && r.DNS.Name == "c.example." {
+			logged++
+		}
+		if r.JobID == "quiet" && r.Verdict == flows.Allowed && r.DNS != nil && r.DNS.Name == "q.example." && r.DNS.Answers == 1 && r.Proto == "udp" {
+			quietLogged++
+		}
+	}
+	if logged != 6 || quietLogged != 1 {
+		t.Errorf("flow log: %d in-flight refusals of the flooder, %d answered queries of the quiet job; want 6, 1", logged, quietLogged)
+	}
+
+	// Back to the defaults, and forgotten.
+	if err := s.SetJobLimits(flooder, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if rc := query(t, flooder, srv, "d.example."); rc != dns.RcodeSuccess {
+		t.Errorf("after restoring the defaults: rcode %d, want NOERROR", rc)
+	}
+	s.RemoveJob(flooder)
+}
+
+// TestLimiterBucket checks the admission logic with a fake clock.
+func TestLimiterBucket(t *testing.T) {
+	var l limiter
+	a := netip.MustParseAddr("100.64.0.2")
+	now := time.Unix(1000, 0)
+	l.setJob(a, Limits{MaxInflight: 100, PerSec: 2}, now)
+	var res []int
+	for range 3 {
+		r := l.admit(a, now)
+		if r == admitted {
+			l.done(a)
+		}
+		res = append(res, r)
+	}
+	if res[0] != admitted || res[1] != admitted || res[2] != overRate {
+		t.Errorf("3 queries at once at 2/s: %v, want admitted, admitted, over rate", res)
+	}
+	if r := l.admit(a, now.Add(600*time.Millisecond)); r != admitted {
+		t.Errorf("after 0.6 s: %d, want admitted", r)
+	}
+	// Defaults for an unknown source.
+	b := netip.MustParseAddr("100.64.0.3")
+	n := 0
+	for range DefaultPerSec + 10 {
+		if l.admit(b, now) == admitted {
+			l.done(b)
+			n++
+		}
+	}
+	if n != DefaultPerSec {
+		t.Errorf("unknown source: %d admitted at once, want the default %d", n, DefaultPerSec)
+	}
+}
+
+type memLog struct {
+	mu   sync.Mutex
+	recs []flows.Record
+}
+
+func (m *memLog) WriteRecord(r flows.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
+func (m *memLog) all() []flows.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]flows.Record(nil), m.recs...)
+}
