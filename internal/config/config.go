@@ -50,6 +50,8 @@ type Config struct {
 	Exposure *policy.Exposure
 	// Limits are the traffic limits.
 	Limits Limits
+	// Bypass is the site-local bypass (bypass.go).
+	Bypass Bypass
 }
 
 // Limits are the traffic limits of a config.
@@ -168,6 +170,8 @@ type file struct {
 	Policy  filePolicy   `toml:"policy"`
 	Limits  fileLimits   `toml:"limits"`
 	Expose  []fileExpose `toml:"expose"`
+	Bypass  []fileBypass `toml:"bypass"`
+	DNS     fileDNS      `toml:"dns"`
 }
 
 type filePolicy struct {
@@ -309,6 +313,7 @@ func (d *file) validate() (*Config, []keyErr) {
 		r.Tokens = parseTokens(fe.Tokens, key+".tokens", bad)
 		cfg.Exposure.Rules = append(cfg.Exposure.Rules, r)
 	}
+	d.validateBypass(cfg, bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

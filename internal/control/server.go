@@ -240,15 +240,19 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	if !s.admit(w, r, http.MethodPost, remote) {
 		return
 	}
-	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
+	req, err := decodeRenewRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
 		s.failed(w, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
 		return
 	}
+	ref := req.LeaseRef
 	resp, err := s.backend.Renew(r.Context(), ref)
 	if err != nil {
 		s.backendError(w, "renew", remote, err)
 		return
+	}
+	if bb, ok := s.backend.(BypassBackend); ok && len(req.Bypass) > 0 {
+		bb.ReportBypass(ref, req.Bypass)
 	}
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
 	writeJSON(w, http.StatusOK, resp)
