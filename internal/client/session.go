@@ -79,6 +79,9 @@ type session struct {
 	// bypass is the site-local bypass the gateway sent (lease and
 	// watch); its counters go with every renewal.
 	bypass *bypass.Engine
+	// bypassBase are its counters when the current lease began: reports
+	// are per lease.
+	bypassBase []control.BypassCount
 
 	cur      *gatewayEntry
 	lease    control.Lease
@@ -227,6 +230,7 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		}
 		s.cur, s.lease, s.endpoint = r.gw, ls, ep
 		s.setBypass(ls.Bypass)
+		s.bypassBase = s.bypass.Report()
 		s.relMu.Lock()
 		s.rel.cc, s.rel.ref = r.gw.cc, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 		s.relMu.Unlock()
@@ -257,7 +261,7 @@ func (s *session) release(log *slog.Logger) {
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer rcancel()
-	if rep := s.bypass.Report(); len(rep) > 0 {
+	if rep := s.bypassReport(); len(rep) > 0 {
 		// The last counters, so the gateway's totals are complete.
 		if _, err := cc.RenewReport(rctx, control.RenewRequest{LeaseRef: ref, Bypass: rep}); err != nil {
 			log.Debug("final bypass report", "lease", ref.ID, "err", err)
@@ -519,7 +523,7 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := s.cur.cc.RenewReport(rctx, control.RenewRequest{LeaseRef: s.ref(), Bypass: s.bypass.Report()})
+			_, err := s.cur.cc.RenewReport(rctx, control.RenewRequest{LeaseRef: s.ref(), Bypass: s.bypassReport()})
 			cancel()
 			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
 				return err
@@ -560,6 +564,7 @@ func (s *session) rejoin(ctx context.Context) error {
 	}
 	s.lease, s.endpoint, s.instance = ls, ep, ""
 	s.setBypass(ls.Bypass)
+	s.bypassBase = s.bypass.Report()
 	s.relMu.Lock()
 	s.rel.ref = s.ref()
 	s.relMu.Unlock()
@@ -606,4 +611,21 @@ func (s *session) setBypass(b *control.Bypass) {
 	if err := s.bypass.Update(b); err != nil {
 		s.log.Warn("the gateway sent a site-local bypass this client cannot use; the old one stays in force", "err", err)
 	}
+}
+
+// bypassReport returns the bypass counters of the current lease.
+func (s *session) bypassReport() []control.BypassCount {
+	cur := s.bypass.Report()
+	if len(s.bypassBase) == 0 {
+		return cur
+	}
+	base := make(map[string]control.BypassCount, len(s.bypassBase))
+	for _, b := range s.bypassBase {
+		base[b.Rule] = b
+	}
+	for i, c := range cur {
+		b := base[c.Rule]
+		cur[i] = control.BypassCount{Rule: c.Rule, Flows: c.Flows - b.Flows, BytesOut: c.BytesOut - b.BytesOut, BytesIn: c.BytesIn - b.BytesIn}
+	}
+	return cur
 }

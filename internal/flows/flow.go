@@ -289,6 +289,10 @@ type Record struct {
 	EndReason string    `json:"end_reason,omitempty"`
 	// Bulk names the bulk rule the flow matched, if any.
 	Bulk string `json:"bulk,omitempty"`
+	// Bypass, on a Bypassed row, names the bypass entry; Flows is how
+	// many flows the row aggregates.
+	Bypass string `json:"bypass,omitempty"`
+	Flows  uint64 `json:"flows,omitempty"`
 	// Suppressed, on a refused flow's record, is how many refusals were
 	// not logged since the previous logged one (rate limit).
 	Suppressed uint64 `json:"suppressed,omitempty"`

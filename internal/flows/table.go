@@ -116,6 +116,8 @@ type job struct {
 	// rate sampling, guarded by Table.mu
 	lastOut, lastIn uint64
 	rateOut, rateIn float64 // bits per second
+	start           time.Time
+	bypass          jobBypass // guarded by Table.mu (bypass.go)
 }
 
 // Table is the flow table. It is safe for concurrent use; create it with
@@ -144,6 +146,7 @@ type Table struct {
 	opened   uint64            // flows opened since start
 	verdicts map[string]uint64 // flows by verdict (allowed and refusals)
 	logErrs  uint64
+	bypass   map[string]*BypassStats // reported bypass totals by rule (bypass.go)
 }
 
 type bulkCounters struct {
@@ -177,7 +180,7 @@ func New(cfg Config) *Table {
 func (t *Table) AddJob(addr netip.Addr, ref JobRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jobs[addr.Unmap()] = &job{ref: ref}
+	t.jobs[addr.Unmap()] = &job{ref: ref, start: time.Now()}
 }
 
 // RemoveJob forgets the job at addr. Its active flows stay in the table
@@ -415,6 +418,9 @@ type JobStats struct {
 	RateIn      float64 `json:"rate_in_bps"`
 	ActiveFlows int     `json:"active_flows"`
 	Flows       uint64  `json:"flows"`
+	// Bypass is what the job's client reported carrying around the
+	// gateway (site-local bypass), by entry.
+	Bypass []BypassStats `json:"bypass,omitempty"`
 }
 
 // Jobs returns the registered jobs' statistics, by address.
@@ -426,6 +432,7 @@ func (t *Table) Jobs() []JobStats {
 		out = append(out, JobStats{
 			Addr: a, JobRef: j.ref, Traffic: j.totals.snapshot(),
 			RateOut: j.rateOut, RateIn: j.rateIn, ActiveFlows: j.active, Flows: j.flows,
+			Bypass: bypassOfLocked(j),
 		})
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Addr.Less(out[k].Addr) })
@@ -450,6 +457,9 @@ type Stats struct {
 	// Verdicts counts flows by verdict: Allowed and every refusal.
 	Verdicts map[string]uint64 `json:"verdicts"`
 	Bulk     []BulkStats       `json:"bulk,omitempty"`
+	// Bypass counts what jobs' clients reported carrying around the
+	// gateway (site-local bypass), by entry; not in Traffic.
+	Bypass []BypassStats `json:"bypass,omitempty"`
 	// LogErrors counts records the flow log could not write.
 	LogErrors uint64 `json:"log_errors"`
 }
@@ -464,6 +474,7 @@ func (t *Table) Stats() Stats {
 		s.Verdicts[k] = v
 	}
 	s.LogErrors = t.logErrs
+	s.Bypass = t.bypassTotalsLocked()
 	t.mu.Unlock()
 	for i := range t.bulkTotals {
 		b := &t.bulkTotals[i]

@@ -63,6 +63,9 @@ type gateway struct {
 	reloadMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
+	// bypassNotice wakes lease watches when a reload may have changed
+	// the site-local bypass (bypass.go).
+	bypassNotice bypassNotice
 }
 
 // owner is what a lease records about its holder.
@@ -193,6 +196,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Endpoint:         g.advertise,
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
+		Bypass:           g.jobBypass(tok.Name),
 	}, nil
 }
 

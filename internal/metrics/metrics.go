@@ -146,6 +146,7 @@ type collector struct {
 	jobs, flowsActive, portBlocks, portBlocksUsed, start     *prometheus.Desc
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
 	limitDrops, policyDrops                                  *prometheus.Desc
+	bypassFlows, bypassBytes                                 *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -168,12 +169,15 @@ func newCollector(src Source) *collector {
 		logErr:         desc("flow_log_errors_total", "Flow records the flow log could not write."),
 		limitDrops:     desc("limit_drops_total", "What the traffic limits refused or dropped: flow_limit and new_flow_rate count refused flows, bandwidth counts dropped packets (UDP over the rate in user mode, shaper queue drops in kernel mode).", "limit"),
 		policyDrops:    desc("policy_drops_total", "Flows or packets dropped by each policy rule.", "rule"),
+		bypassFlows:    desc("bypass_flows_total", "Flows jobs' clients carried around the gateway (site-local bypass), as they reported them at renewals, by bypass entry.", "rule"),
+		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
-		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops} {
+		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
+		c.bypassFlows, c.bypassBytes} {
 		ch <- d
 	}
 }
@@ -213,6 +217,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.bulkFlows, b.Flows, b.Rule)
 			counter(c.bulkBytes, b.BytesOut, b.Rule, "out")
 			counter(c.bulkBytes, b.BytesIn, b.Rule, "in")
+		}
+		for _, b := range st.Bypass {
+			counter(c.bypassFlows, b.Flows, b.Rule)
+			counter(c.bypassBytes, b.BytesOut, b.Rule, "out")
+			counter(c.bypassBytes, b.BytesIn, b.Rule, "in")
 		}
 		counter(c.logErr, st.LogErrors)
 	}
