@@ -80,7 +80,6 @@ cache_log %s
 cache_effective_user proxy
 coredump_dir %s
 shutdown_lifetime 0 seconds
-dns_v4_first on
 `, SiteAddr, port, SitePrefix, filepath.Join(dir, "squid.pid"), filepath.Join(dir, "access.log"),
 		filepath.Join(dir, "cache.log"), dir)
 	// "cache_dir null" needs a build with it; memory-only is the default
