@@ -34,6 +34,8 @@ type Engine struct {
 	set      atomic.Pointer[Set]
 	counters Counters
 	dialer   net.Dialer
+	// dialHost, if set, replaces dialer.DialContext (tests).
+	dialHost func(ctx context.Context, network, address string) (net.Conn, error)
 
 	// mu guards dev, the netns-mode TUN decorator (nil in the fallback
 	// modes), which Update hands new sets to.
@@ -95,7 +97,11 @@ func (e *Engine) Dial(ctx context.Context, network string, dst netip.AddrPort) (
 	if v := s.Allowed(proto, dst.Addr(), dst.Port(), false); v.Action != policy.Allow {
 		return nil, fmt.Errorf("%s %s (bypass entry %s, policy rule %s): %w", proto, dst, rule, v.Rule, ErrDenied)
 	}
-	c, err := e.dialer.DialContext(ctx, network, dst.String())
+	dial := e.dialer.DialContext
+	if e.dialHost != nil {
+		dial = e.dialHost
+	}
+	c, err := dial(ctx, network, dst.String())
 	if err != nil {
 		return nil, err
 	}
