@@ -28,7 +28,8 @@ const DialTimeout = 10 * time.Second
 
 // Engine is a client's bypass: the Set in force, the counters, and the
 // dialler of bypassed flows. It is safe for concurrent use; create it with
-// NewEngine.
+// NewEngine. A nil *Engine bypasses nothing: Update, Set, Report and Dial
+// work on it.
 type Engine struct {
 	log      *slog.Logger
 	set      atomic.Pointer[Set]
@@ -54,6 +55,9 @@ func NewEngine(log *slog.Logger) *Engine {
 // already open are left alone). A b that does not compile leaves the old
 // one in force.
 func (e *Engine) Update(b *control.Bypass) error {
+	if e == nil {
+		return nil
+	}
 	s, err := Compile(b)
 	if err != nil {
 		return err
@@ -74,10 +78,20 @@ func (e *Engine) Update(b *control.Bypass) error {
 }
 
 // Set returns the set in force.
-func (e *Engine) Set() *Set { return e.set.Load() }
+func (e *Engine) Set() *Set {
+	if e == nil {
+		return nil
+	}
+	return e.set.Load()
+}
 
 // Report returns the counters to send with a renewal.
-func (e *Engine) Report() []control.BypassCount { return e.counters.Snapshot() }
+func (e *Engine) Report() []control.BypassCount {
+	if e == nil {
+		return nil
+	}
+	return e.counters.Snapshot()
+}
 
 // Dial opens a host socket for a job's flow to dst (network "tcp", "tcp4",
 // "tcp6", "udp", "udp4" or "udp6") if an entry bypasses it: ErrNotBypassed
@@ -89,7 +103,7 @@ func (e *Engine) Dial(ctx context.Context, network string, dst netip.AddrPort) (
 	if len(network) >= 3 && network[:3] == "udp" {
 		proto = policy.ProtoUDP
 	}
-	s := e.set.Load()
+	s := e.Set()
 	rule, ok := s.Match(proto, dst.Addr(), dst.Port())
 	if !ok {
 		return nil, ErrNotBypassed
@@ -113,7 +127,7 @@ func (e *Engine) Dial(ctx context.Context, network string, dst netip.AddrPort) (
 // LookupHost resolves a name in a local domain through the site
 // resolvers, from the node. ok is false for other names.
 func (e *Engine) LookupHost(ctx context.Context, name string) (addrs []netip.Addr, ok bool, err error) {
-	s := e.set.Load()
+	s := e.Set()
 	if !s.IsLocal(name) {
 		return nil, false, nil
 	}

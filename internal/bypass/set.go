@@ -206,11 +206,19 @@ func (s *Set) IsEmpty() bool { return s == nil || len(s.prefixes) == 0 && len(s.
 func (s *Set) Rules() []string { return s.names }
 
 // Resolvers returns the site resolvers.
-func (s *Set) Resolvers() []netip.AddrPort { return s.resolvers }
+func (s *Set) Resolvers() []netip.AddrPort {
+	if s == nil {
+		return nil
+	}
+	return s.resolvers
+}
 
 // Covers reports whether dst is in any entry's prefixes (whatever the
 // protocol and port). It does not allocate.
 func (s *Set) Covers(dst netip.Addr) bool {
+	if s == nil {
+		return false
+	}
 	for _, p := range s.prefixes {
 		if p.Contains(dst) {
 			return true
