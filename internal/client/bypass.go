@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,9 @@ func (d bypassDialer) direct(ctx context.Context, network string, dst netip.Addr
 func (d bypassDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	if c, ok, err := d.direct(ctx, "tcp4", dst); ok {
 		return c, err
+	}
+	if dst == netip.AddrPortFrom(d.dns, 53) && len(d.eng.Set().Resolvers()) > 0 {
+		return &splitDNSTCP{d: d, ready: make(chan struct{})}, nil
 	}
 	return d.stackDialer.DialTCP(ctx, dst)
 }
@@ -148,3 +152,123 @@ func (s *splitDNS) RemoteAddr() net.Addr               { return s.tunnel.RemoteA
 func (s *splitDNS) SetDeadline(t time.Time) error      { return s.tunnel.SetDeadline(t) }
 func (s *splitDNS) SetReadDeadline(t time.Time) error  { return s.tunnel.SetReadDeadline(t) }
 func (s *splitDNS) SetWriteDeadline(t time.Time) error { return s.tunnel.SetWriteDeadline(t) }
+
+// splitDNSTCP is a TCP "connection" to the tunnel's DNS server (DNS over
+// TCP, as the preload library asks) that goes to the site resolver from
+// the node instead when its first query is for a local domain. It decides
+// once it holds the first whole query (2-byte length, message).
+type splitDNSTCP struct {
+	d     bypassDialer
+	ready chan struct{} // closed once c is set or failed
+
+	mu     sync.Mutex
+	buf    []byte   // guarded by mu: the first query so far
+	c      net.Conn // set once, before ready closes
+	err    error
+	closed bool
+}
+
+// maxDNSFrame bounds the first query buffered.
+const maxDNSFrame = 2 + 65535
+
+func (s *splitDNSTCP) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	if s.c != nil || s.err != nil {
+		c, err := s.c, s.err
+		s.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		return c.Write(b)
+	}
+	s.buf = append(s.buf, b...)
+	if len(s.buf) < 2 || len(s.buf) < 2+int(binary.BigEndian.Uint16(s.buf)) && len(s.buf) < maxDNSFrame {
+		s.mu.Unlock()
+		return len(b), nil
+	}
+	defer s.mu.Unlock()
+	return len(b), s.decideLocked()
+}
+
+// decideLocked dials the site resolver or the tunnel's DNS server and
+// sends what was buffered.
+func (s *splitDNSTCP) decideLocked() error {
+	defer close(s.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), bypass.DialTimeout)
+	defer cancel()
+	var c net.Conn
+	var err error
+	if len(s.buf) > 2 && s.d.eng.Set().IsLocal(bypass.QueryName(s.buf[2:])) {
+		c, err = (&net.Dialer{}).DialContext(ctx, "tcp", s.d.eng.Set().Resolvers()[0].String())
+	} else {
+		c, err = s.d.stackDialer.DialTCP(ctx, netip.AddrPortFrom(s.d.dns, 53))
+	}
+	if err == nil && s.closed {
+		c.Close()
+		err = net.ErrClosed
+	}
+	if err == nil {
+		_, err = c.Write(s.buf)
+	}
+	s.buf = nil
+	s.c, s.err = c, err
+	return err
+}
+
+func (s *splitDNSTCP) conn() (net.Conn, error) {
+	<-s.ready
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.c, s.err
+}
+
+func (s *splitDNSTCP) Read(b []byte) (int, error) {
+	c, err := s.conn()
+	if err != nil {
+		return 0, err
+	}
+	return c.Read(b)
+}
+
+// CloseWrite sends what was buffered (a short query goes to the tunnel)
+// and half-closes.
+func (s *splitDNSTCP) CloseWrite() error {
+	s.mu.Lock()
+	if s.c == nil && s.err == nil {
+		s.decideLocked()
+	}
+	c, err := s.c, s.err
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+func (s *splitDNSTCP) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.c != nil {
+		return s.c.Close()
+	}
+	if s.err == nil {
+		s.err = net.ErrClosed
+		close(s.ready)
+	}
+	return nil
+}
+
+func (s *splitDNSTCP) LocalAddr() net.Addr { return &net.TCPAddr{} }
+func (s *splitDNSTCP) RemoteAddr() net.Addr {
+	return net.TCPAddrFromAddrPort(netip.AddrPortFrom(s.d.dns, 53))
+}
+func (s *splitDNSTCP) SetDeadline(t time.Time) error      { return nil }
+func (s *splitDNSTCP) SetReadDeadline(t time.Time) error  { return nil }
+func (s *splitDNSTCP) SetWriteDeadline(t time.Time) error { return nil }
