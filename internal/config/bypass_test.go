@@ -86,3 +86,20 @@ func TestParseBypassErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestExampleBypass checks that the example's bypass entry is one the
+// example's policy allows, so that the example bypasses something.
+func TestExampleBypass(t *testing.T) {
+	cfg, err := Load("../../docs/gateway.example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := cfg.Bypass
+	if len(b.Rules) != 1 || b.Rules[0].Name != "cms-xrootd" || len(b.LocalDomains) != 1 || len(b.Resolvers) != 1 {
+		t.Fatalf("bypass = %+v", b)
+	}
+	v := cfg.Policy.Decide(policy.Flow{Token: "cms-pilots", Proto: policy.ProtoTCP, Dst: netip.MustParseAddr("10.20.0.5"), Port: 1094})
+	if v.Action != policy.Allow {
+		t.Errorf("the example's policy denies its own bypass entry: %v", v)
+	}
+}
