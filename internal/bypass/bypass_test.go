@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -242,9 +243,17 @@ func TestDevice(t *testing.T) {
 	defer srv.Shutdown()
 
 	cfg := testConfig(t, pc.LocalAddr().String())
-	var dialled []string
+	var dmu sync.Mutex
+	var dialledList []string
+	dialled := func() []string {
+		dmu.Lock()
+		defer dmu.Unlock()
+		return append([]string(nil), dialledList...)
+	}
 	p := newPair(t, ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
-		dialled = append(dialled, network+" "+address)
+		dmu.Lock()
+		dialledList = append(dialledList, network+" "+address)
+		dmu.Unlock()
 		return net.Dial("tcp", l.Addr().String())
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -268,8 +277,8 @@ func TestDevice(t *testing.T) {
 		t.Fatalf("echo = %q, %v", got, err)
 	}
 	c.Close()
-	if len(dialled) != 1 || dialled[0] != "tcp4 10.20.0.5:80" {
-		t.Errorf("dialled %v, want one tcp4 10.20.0.5:80", dialled)
+	if d := dialled(); len(d) != 1 || d[0] != "tcp4 10.20.0.5:80" {
+		t.Errorf("dialled %v, want one tcp4 10.20.0.5:80", d)
 	}
 	var rep control.BypassCount
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
@@ -289,8 +298,8 @@ func TestDevice(t *testing.T) {
 	if _, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 3128)); err == nil {
 		t.Error("10.20.0.5:3128 (bypass entry, denied by the policy): connected")
 	}
-	if len(dialled) != 1 {
-		t.Errorf("dialled %v after a denied flow", dialled)
+	if d := dialled(); len(d) != 1 {
+		t.Errorf("dialled %v after a denied flow", d)
 	}
 	// Not a bypass destination: the packets go to the gateway.
 	dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -308,8 +317,8 @@ func TestDevice(t *testing.T) {
 	dctx, dcancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	p.job.DialTCP(dctx, netip.AddrPortFrom(siteHost, 80))
 	dcancel()
-	if p.toGW.Load() == before || len(dialled) != 1 {
-		t.Errorf("after the entry was removed: %d packets to the gateway, dialled %v", p.toGW.Load()-before, dialled)
+	if d := dialled(); p.toGW.Load() == before || len(d) != 1 {
+		t.Errorf("after the entry was removed: %d packets to the gateway, dialled %v", p.toGW.Load()-before, d)
 	}
 }
 

@@ -12,11 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // Device is the netns mode's TUN decorator: it diverts the job's packets
@@ -35,9 +37,10 @@ type Device struct {
 	pumpDone  chan struct{}
 	closeOnce sync.Once
 
-	// st is the netstack, created with the first non-empty set.
-	mu sync.Mutex // guards creating st
-	st atomic.Pointer[netstack.Stack]
+	// st is the netstack, created when the first packet is diverted.
+	mu       sync.Mutex // guards creating st and startErr
+	st       atomic.Pointer[netstack.Stack]
+	startErr error
 
 	// Read's scratch, owned by the reading goroutine.
 	div  [][]byte
@@ -62,25 +65,40 @@ func (e *Engine) Wrap(dev tun.Device, job, dns netip.Addr, mtu int) (*Device, er
 	return d, nil
 }
 
-// update hands a new set to the netstack, creating it on first use.
+// update hands a new set to the netstack, if it runs.
 func (d *Device) update(s *Set) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	st := d.st.Load()
-	if st == nil {
-		if s.IsEmpty() {
-			return nil
-		}
-		var err error
-		if st, err = d.start(s); err != nil {
-			return err
-		}
+	if st := d.st.Load(); st != nil {
+		return st.SetPolicy(s.Policy())
 	}
-	return st.SetPolicy(s.Policy())
+	return nil
+}
+
+// stack returns the netstack, starting it on first use (nil if it cannot
+// start).
+func (d *Device) stack() *netstack.Stack {
+	if st := d.st.Load(); st != nil {
+		return st
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st := d.st.Load(); st != nil || d.startErr != nil {
+		return st
+	}
+	st, err := d.start(d.eng.Set())
+	if err != nil {
+		d.startErr = err
+		d.log.Error("site-local bypass unavailable: its flows are dropped", "err", err)
+		return nil
+	}
+	return st
 }
 
 // start creates the netstack and the pump that writes its packets to the
-// job.
+// job. The job's TCP is terminated by the kernel of a private namespace
+// (internal/usernet, as in the user-mode gateway) where this user may
+// create one, else by the netstack.
 func (d *Device) start(s *Set) (*netstack.Stack, error) {
 	ups := s.Resolvers()
 	if len(ups) == 0 {
@@ -88,7 +106,15 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		// still needs an upstream to start.
 		ups = []netip.AddrPort{netip.AddrPortFrom(d.dns, 53)}
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ktcp, err := usernet.Open(ctx, netip.PrefixFrom(d.job, d.job.BitLen()), d.mtu)
+	cancel()
+	if err != nil {
+		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
+		ktcp = nil
+	}
 	st, err := netstack.New(netstack.Config{
+		KernelTCP:    ktcp,
 		Logger:       slog.New(quiet{d.log.Handler()}),
 		Addr:         netip.PrefixFrom(d.dns, d.dns.BitLen()),
 		MTU:          d.mtu,
@@ -103,6 +129,10 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("site-local bypass: %w", err)
+	}
+	if err := st.SetPolicy(s.Policy()); err != nil {
+		st.Close()
+		return nil, err
 	}
 	d.st.Store(st)
 	d.pumpDone = make(chan struct{})
@@ -144,20 +174,20 @@ func (d *Device) pump(st *netstack.Stack) {
 func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 	for {
 		n, err := d.Device.Read(bufs, sizes, off)
-		st := d.st.Load()
-		if n == 0 || st == nil {
+		s := d.eng.Set()
+		if n == 0 || s.IsEmpty() && d.st.Load() == nil {
 			return n, err
 		}
-		n = d.divert(st, d.eng.Set(), bufs, sizes, off, n)
+		n = d.divert(s, bufs, sizes, off, n)
 		if n > 0 || err != nil {
 			return n, err
 		}
 	}
 }
 
-// divert moves the packets bufs[:n] that s bypasses into st and compacts
-// the rest to the front; it returns how many are left.
-func (d *Device) divert(st *netstack.Stack, s *Set, bufs [][]byte, sizes []int, off, n int) int {
+// divert moves the packets bufs[:n] that s bypasses into the netstack and
+// compacts the rest to the front; it returns how many are left.
+func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	if cap(d.mark) < n {
 		d.mark = make([]bool, n)
 	}
@@ -167,13 +197,15 @@ func (d *Device) divert(st *netstack.Stack, s *Set, bufs [][]byte, sizes []int, 
 		pkt := bufs[i][off : off+sizes[i]]
 		mark[i] = d.diverts(s, pkt)
 		if mark[i] {
-			d.div = append(d.div, pkt)
+			d.div = append(d.div, bufs[i][:off+sizes[i]])
 		}
 	}
 	if len(d.div) == 0 {
 		return n
 	}
-	st.Write(d.div, 0) // copies
+	if st := d.stack(); st != nil {
+		st.Write(d.div, off) // copies (the kernel TCP path may write headers before off)
+	}
 	k := 0
 	for i := 0; i < n; i++ {
 		if mark[i] {
