@@ -12,8 +12,13 @@ import (
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
-// BypassBenchEnv, set to a number of repetitions, runs TestBypassBenchmark.
-const BypassBenchEnv = "AIRLOCK_BYPASS_BENCH"
+// BypassBenchEnv, set to a number of repetitions, runs
+// TestBypassBenchmark; BypassBenchRateEnv, if set, caps every link at that
+// tc rate (e.g. 1gbit).
+const (
+	BypassBenchEnv     = "AIRLOCK_BYPASS_BENCH"
+	BypassBenchRateEnv = "AIRLOCK_BYPASS_BENCH_RATE"
+)
 
 // TestBypassBenchmark measures a job's download of a 256 MiB file from an
 // HTTP server on the site network through the site-local bypass (netns
@@ -36,7 +41,11 @@ func TestBypassBenchmark(t *testing.T) {
 	}
 	file := filepath.Join(dir, "gateway.toml")
 	var sitePort, inetPort int
-	e := newEnvHook(t, modeUser, []topology.Option{topology.WithSite()}, func(e *env) []string {
+	topo := []topology.Option{topology.WithSite()}
+	if r := os.Getenv(BypassBenchRateEnv); r != "" {
+		topo = append(topo, topology.WithRate(r))
+	}
+	e := newEnvHook(t, modeUser, topo, func(e *env) []string {
 		sitePort, _ = e.tp.StartHTTPIn(t, e.tp.Site, topology.SiteAddr, map[string]int64{"bench": size})
 		inetPort, _ = e.tp.StartHTTP(t, map[string]int64{"bench": size})
 		conf := fmt.Sprintf("version = 1\n[[policy.rule]]\nname = \"site\"\naction = \"allow\"\nto = [\"%s\"]\n[[bypass]]\nname = \"site-http\"\nto = [\"%s\"]\nproto = \"tcp\"\nports = [%d]\n",
