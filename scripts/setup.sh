@@ -21,6 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# squid is only for the tests, which start their own in a namespace:
+	# do not leave the distribution's service running on port 3128.
+	if [[ " ${missing[*]} " == *" squid "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now squid >/dev/null 2>&1 || true
+	fi
 fi
 
 if ! command -v go >/dev/null; then
