@@ -86,13 +86,16 @@ func TestBypass(t *testing.T) {
 	if tp.TCPCheck(t, tp.DMZ, nil, netip.AddrPortFrom(topology.SiteAddr, uint16(closedPort))) {
 		t.Fatal("the site network answers from dmz: the test would prove nothing")
 	}
-	reload := func(t *testing.T, allow, byp bool) {
+	// reload puts a new config in force; new jobs get it at join, running
+	// ones through their lease watch, which carries it at once: wait
+	// gives that a moment on a loaded machine.
+	reload := func(t *testing.T, allow, byp bool, wait time.Duration) {
 		t.Helper()
 		write(allow, byp)
 		if code, out, stderr := e.admin(t, "gateway", "reload", "--state", e.state); code != 0 {
 			t.Fatalf("airlock gateway reload: exit %d %s %s", code, out, stderr)
 		}
-		time.Sleep(500 * time.Millisecond) // the lease watches carry it to running clients
+		time.Sleep(wait)
 	}
 	viaSquid := fmt.Sprintf("http://%s:%d/small", topology.SiteAddr, originPort)
 	squid := fmt.Sprintf("http://squid.site.test:%d", squidPort)
@@ -102,7 +105,7 @@ func TestBypass(t *testing.T) {
 
 	for _, mode := range []string{"netns", "seccomp", "preload"} {
 		t.Run(mode, func(t *testing.T) {
-			reload(t, true, true)
+			reload(t, true, true, 0)
 			o := runOpts{flags: []string{"--mode", mode}}
 			m0 := e.metrics(t, bypassMetricsPort)
 			st0 := e.status(t)
@@ -197,7 +200,7 @@ func TestBypass(t *testing.T) {
 				t.Fatalf("first download of the running job: %q%s", p.Stdout(), e.diag(p.Stderr()))
 			}
 			drops0 := e.metrics(t, bypassMetricsPort)[`airlock_policy_drops_total{rule="builtin-private"}`]
-			reload(t, false, false)
+			reload(t, false, false, time.Second)
 			if err := os.WriteFile(marker, nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
