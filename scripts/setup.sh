@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3)
+pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 squid)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -21,6 +21,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# squid is only for the tests, which start their own in a namespace:
+	# do not leave the distribution's service running on port 3128.
+	if [[ " ${missing[*]} " == *" squid "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now squid >/dev/null 2>&1 || true
+	fi
 fi
 
 if ! command -v go >/dev/null; then

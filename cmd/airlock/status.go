@@ -80,6 +80,9 @@ func printStatus(w io.Writer, st admin.Status) error {
 	for _, b := range t.Bulk {
 		fmt.Fprintf(w, "bulk:       %s: %d flows, out %s, in %s\n", b.Rule, b.Flows, humanBytes(b.BytesOut), humanBytes(b.BytesIn))
 	}
+	for _, b := range t.Bypass {
+		fmt.Fprintf(w, "bypass:     %s: %d flows, out %s, in %s (reported by jobs' clients, not through the gateway)\n", b.Rule, b.Flows, humanBytes(b.BytesOut), humanBytes(b.BytesIn))
+	}
 	if t.LogErrors > 0 {
 		fmt.Fprintf(w, "flow log:   %d records could not be written: see the gateway's log\n", t.LogErrors)
 	}
@@ -161,6 +164,9 @@ ended or refused ones.`,
 					if state == "" {
 						state = "ended"
 					}
+				}
+				if r.Bypass != "" {
+					state += " bypass"
 				}
 				if r.Bulk != "" {
 					state += " bulk"

@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -170,6 +171,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			Expose:    cfg.Expose,
 		},
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
+		bypass: bypass.NewEngine(log.With("component", "bypass")),
 	}
 	defer sess.closeClients()
 	t0 := time.Now()
@@ -233,8 +235,13 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	} else {
 		log.Debug("cannot hold job namespace open", "err", err)
 	}
-	dev, err := wrapTUN(job.TUN(), ls.MTU)
+	tdev, err := wrapTUN(job.TUN(), ls.MTU)
 	if err != nil {
+		return ExitFailure, err
+	}
+	dev, err := sess.bypass.Wrap(tdev, ls.Address.Addr(), leaseDNS(ls), ls.MTU)
+	if err != nil {
+		tdev.Close()
 		return ExitFailure, err
 	}
 	if err := sess.startTunnel(ctx, dev); err != nil {
@@ -357,4 +364,13 @@ func apiMessage(err error) string {
 		return ae.Message
 	}
 	return err.Error()
+}
+
+// leaseDNS is the job's resolver address: the lease's first DNS server,
+// else the gateway's tunnel address.
+func leaseDNS(ls control.Lease) netip.Addr {
+	if len(ls.DNS) > 0 {
+		return ls.DNS[0]
+	}
+	return ls.Gateway
 }

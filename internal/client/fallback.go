@@ -68,10 +68,8 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	defer func() { svcStop(); svc.Wait() }()
 	exposeInStack(svcCtx, &svc, log, us, ls.Exposed)
 
-	dns := ls.Gateway
-	if len(ls.DNS) > 0 {
-		dns = ls.DNS[0]
-	}
+	dns := leaseDNS(ls)
+	bd := bypassDialer{stackDialer: d, eng: f.sess.bypass, dns: dns}
 	var proxied []string // the job's environment with the proxy variables, once the proxies run
 	for f.plan.current() != "" {
 		m := f.plan.current()
@@ -99,7 +97,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 				continue
 			}
 			if startErr == nil {
-				r := &redirector{d: d, dns: dns, v6: loopback6()}
+				r := &redirector{d: bd, dns: dns, v6: loopback6()}
 				svc.Add(1)
 				go func() {
 					defer svc.Done()
@@ -110,7 +108,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 			}
 		case ModePreload, ModeProxy:
 			if proxied == nil {
-				if proxied, err = f.proxyEnv(svcCtx, &svc, d, dns); err != nil {
+				if proxied, err = f.proxyEnv(svcCtx, &svc, bd, dns); err != nil {
 					return ExitFailure, err
 				}
 			}
@@ -195,7 +193,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 
 // proxyEnv starts the SOCKS5 and HTTP proxies (once) and returns the job's
 // environment with the proxy variables.
-func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d *stackDialer, dns netip.Addr) ([]string, error) {
+func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Dialer, dns netip.Addr) ([]string, error) {
 	secret, err := proxy.NewSecret()
 	if err != nil {
 		return nil, err
@@ -282,7 +280,7 @@ func loopback6() bool {
 
 // redirector is the seccomp mode's answer to a job's connect().
 type redirector struct {
-	d   *stackDialer
+	d   proxy.Dialer
 	dns netip.Addr // DNS queries to any address go here
 	v6  bool       // IPv6 loopback works
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"golang.zx2c4.com/wireguard/tun"
@@ -79,6 +80,12 @@ type session struct {
 	wait      time.Duration
 	failover  time.Duration
 	warnAfter time.Duration // with udp or tcp forced: when to warn about no handshake
+	// bypass is the site-local bypass the gateway sent (lease and
+	// watch); its counters go with every renewal.
+	bypass *bypass.Engine
+	// bypassBase are its counters when the current lease began: reports
+	// are per lease.
+	bypassBase []control.BypassCount
 
 	cur      *gatewayEntry
 	lease    control.Lease
@@ -229,6 +236,8 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		}
 		s.cur, s.lease, s.endpoint = r.gw, ls, ep
 		r.gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+		s.setBypass(ls.Bypass)
+		s.bypassBase = s.bypass.Report()
 		s.relMu.Lock()
 		s.rel.cc, s.rel.ref = r.gw.cc, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 		s.relMu.Unlock()
@@ -259,6 +268,12 @@ func (s *session) release(log *slog.Logger) {
 	}
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer rcancel()
+	if rep := s.bypassReport(); len(rep) > 0 {
+		// The last counters, so the gateway's totals are complete.
+		if _, err := cc.RenewReport(rctx, control.RenewRequest{LeaseRef: ref, Bypass: rep}); err != nil {
+			log.Debug("final bypass report", "lease", ref.ID, "err", err)
+		}
+	}
 	if err := cc.Release(rctx, ref); err != nil {
 		log.Warn("release lease", "lease", ref.ID, "err", err)
 	}
@@ -463,6 +478,9 @@ func jitter(d time.Duration) time.Duration {
 // returns why the watch ended.
 func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *time.Time) error {
 	defer w.Close()
+	if w.First.Bypass != nil {
+		s.setBypass(w.First.Bypass)
+	}
 	restarted := s.instance != "" && w.First.Instance != s.instance
 	s.instance = w.First.Instance
 	streamGone := s.using == TransportTCP && (s.bind.Stream() == nil || s.bind.Stream().Err() != nil)
@@ -482,9 +500,13 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			if _, err := w.Next(); err != nil {
+			ev, err := w.Next()
+			if err != nil {
 				ended <- err
 				return
+			}
+			if ev.Bypass != nil {
+				s.setBypass(ev.Bypass)
 			}
 		}
 	}()
@@ -508,7 +530,7 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := s.cur.cc.Renew(rctx, s.ref())
+			_, err := s.cur.cc.RenewReport(rctx, control.RenewRequest{LeaseRef: s.ref(), Bypass: s.bypassReport()})
 			cancel()
 			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
 				return err
@@ -556,6 +578,8 @@ func (s *session) rejoin(ctx context.Context) error {
 	}
 	s.lease, s.endpoint, s.instance = ls, ep, ""
 	s.cur.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	s.setBypass(ls.Bypass)
+	s.bypassBase = s.bypass.Report()
 	s.relMu.Lock()
 	s.rel.ref = s.ref()
 	s.relMu.Unlock()
@@ -594,4 +618,29 @@ func (s *session) readdress() {
 		dns = s.lease.DNS[0]
 	}
 	s.rd.Set(s.jobAddr, s.lease.Address.Addr(), s.jobDNS, dns)
+}
+
+// setBypass puts the gateway's site-local bypass in force; one that does
+// not compile leaves the old one.
+func (s *session) setBypass(b *control.Bypass) {
+	if err := s.bypass.Update(b); err != nil {
+		s.log.Warn("the gateway sent a site-local bypass this client cannot use; the old one stays in force", "err", err)
+	}
+}
+
+// bypassReport returns the bypass counters of the current lease.
+func (s *session) bypassReport() []control.BypassCount {
+	cur := s.bypass.Report()
+	if len(s.bypassBase) == 0 {
+		return cur
+	}
+	base := make(map[string]control.BypassCount, len(s.bypassBase))
+	for _, b := range s.bypassBase {
+		base[b.Rule] = b
+	}
+	for i, c := range cur {
+		b := base[c.Rule]
+		cur[i] = control.BypassCount{Rule: c.Rule, Flows: c.Flows - b.Flows, BytesOut: c.BytesOut - b.BytesOut, BytesIn: c.BytesIn - b.BytesIn}
+	}
+	return cur
 }

@@ -52,6 +52,8 @@ type Config struct {
 	Limits Limits
 	// Quotas bound each token's leases and joins (quota.go).
 	Quotas Quotas
+	// Bypass is the site-local bypass (bypass.go).
+	Bypass Bypass
 }
 
 // Limits are the traffic limits of a config.
@@ -171,6 +173,8 @@ type file struct {
 	Limits  fileLimits   `toml:"limits"`
 	Expose  []fileExpose `toml:"expose"`
 	Quota   fileQuotas   `toml:"quota"`
+	Bypass  []fileBypass `toml:"bypass"`
+	DNS     fileDNS      `toml:"dns"`
 }
 
 type filePolicy struct {
@@ -317,6 +321,7 @@ func (d *file) validate() (*Config, []keyErr) {
 		r.Tokens = parseTokens(fe.Tokens, key+".tokens", bad)
 		cfg.Exposure.Rules = append(cfg.Exposure.Rules, r)
 	}
+	d.validateBypass(cfg, bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

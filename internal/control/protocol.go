@@ -113,6 +113,8 @@ type Lease struct {
 	// renewed within Expires is freed.
 	RenewInterval Duration  `json:"renew_interval"`
 	Expires       time.Time `json:"expires"`
+	// Bypass is the job's site-local bypass (bypass.go); nil: none.
+	Bypass *Bypass `json:"bypass,omitempty"`
 }
 
 // LeaseRef names a lease in renew and release requests.

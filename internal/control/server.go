@@ -244,15 +244,19 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lim := s.limitOf(remote)
-	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
+	req, err := decodeRenewRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
 		s.leaseFailed(w, r, lim, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
 		return
 	}
+	ref := req.LeaseRef
 	resp, err := s.backend.Renew(r.Context(), ref)
 	if err != nil {
 		s.leaseError(w, r, lim, "renew", remote, err)
 		return
+	}
+	if bb, ok := s.backend.(BypassBackend); ok && len(req.Bypass) > 0 {
+		bb.ReportBypass(ref, req.Bypass)
 	}
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
 	writeJSON(w, http.StatusOK, resp)

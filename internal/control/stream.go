@@ -67,6 +67,9 @@ type WatchEvent struct {
 	// Ended, set in a watch's last event only, says that the gateway
 	// ended the lease on purpose and why (Code is CodeLeaseEnded).
 	Ended *ErrorResponse `json:"ended,omitempty"`
+	// Bypass, when set, is the lease's site-local bypass as of now: in
+	// the first event, and in one sent when a reload changed it.
+	Bypass *Bypass `json:"bypass,omitempty"`
 }
 
 // TunnelBackend is implemented by a Backend that carries WireGuard over
@@ -174,8 +177,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	// cancel the request: a watch's liveness is its heartbeat instead.
 	rc.SetReadDeadline(time.Time{})
 	ev := WatchEvent{Instance: s.backend.Health().Instance, Heartbeat: Duration(s.watchHB)}
-	line, _ := json.Marshal(ev)
-	line = append(line, '\n')
+	heartbeat, _ := json.Marshal(ev)
+	heartbeat = append(heartbeat, '\n')
+	line := heartbeat
+	bypassChanged, withBypass := s.watchBypass(ref, ev)
+	if withBypass != nil {
+		line = withBypass
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	t := time.NewTicker(s.watchHB)
@@ -188,6 +196,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		if err := rc.Flush(); err != nil {
 			return
 		}
+		line = heartbeat
 		select {
 		case <-r.Context().Done():
 			return
@@ -195,6 +204,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-t.C:
 		case <-wakeUp:
+		case <-bypassChanged:
+			if bypassChanged, withBypass = s.watchBypass(ref, ev); withBypass != nil {
+				line = withBypass
+			}
 		}
 		wakeUp = wake.wait()
 		if err := wb.CheckLease(ref); err != nil {
@@ -209,6 +222,29 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// watchBypass returns the watch event line that carries the lease's
+// current bypass (nil if the backend offers none or the lease is gone) and
+// the channel that says when it changes (nil: never).
+func (s *Server) watchBypass(ref LeaseRef, ev WatchEvent) (<-chan struct{}, []byte) {
+	bb, ok := s.backend.(BypassBackend)
+	if !ok {
+		return nil, nil
+	}
+	b, changed, err := bb.LeaseBypass(ref)
+	if err != nil {
+		return nil, nil
+	}
+	if b == nil {
+		b = &Bypass{}
+	}
+	ev.Bypass = b
+	line, err := json.Marshal(ev)
+	if err != nil {
+		return changed, nil
+	}
+	return changed, append(line, '\n')
 }
 
 // maxWatchesPerLease bounds the watches one lease may hold open: a client

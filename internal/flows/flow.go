@@ -289,6 +289,10 @@ type Record struct {
 	EndReason string    `json:"end_reason,omitempty"`
 	// Bulk names the bulk rule the flow matched, if any.
 	Bulk string `json:"bulk,omitempty"`
+	// Bypass, on a Bypassed row, names the bypass entry; Flows is how
+	// many flows the row aggregates.
+	Bypass string `json:"bypass,omitempty"`
+	Flows  uint64 `json:"flows,omitempty"`
 	// Suppressed, on a refused flow's or a DNS query's record, is how
 	// many records of the same kind of this job were not logged since its
 	// previous logged one (rate limit).

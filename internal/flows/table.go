@@ -122,6 +122,8 @@ type job struct {
 	// rate sampling, guarded by Table.mu
 	lastOut, lastIn uint64
 	rateOut, rateIn float64 // bits per second
+	start           time.Time
+	bypass          jobBypass // guarded by Table.mu (bypass.go)
 }
 
 // Table is the flow table. It is safe for concurrent use; create it with
@@ -151,6 +153,7 @@ type Table struct {
 	opened   uint64            // flows opened since start
 	verdicts map[string]uint64 // flows by verdict (allowed and refusals)
 	logErrs  uint64
+	bypass   map[string]*BypassStats // reported bypass totals by rule (bypass.go)
 }
 
 type bulkCounters struct {
@@ -184,7 +187,7 @@ func New(cfg Config) *Table {
 func (t *Table) AddJob(addr netip.Addr, ref JobRef) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jobs[addr.Unmap()] = &job{ref: ref, logs: newLogLimits()}
+	t.jobs[addr.Unmap()] = &job{ref: ref, start: time.Now(), logs: newLogLimits()}
 }
 
 // RemoveJob forgets the job at addr. Its active flows stay in the table
@@ -423,6 +426,9 @@ type JobStats struct {
 	RateIn      float64 `json:"rate_in_bps"`
 	ActiveFlows int     `json:"active_flows"`
 	Flows       uint64  `json:"flows"`
+	// Bypass is what the job's client reported carrying around the
+	// gateway (site-local bypass), by entry.
+	Bypass []BypassStats `json:"bypass,omitempty"`
 }
 
 // Jobs returns the registered jobs' statistics, by address.
@@ -434,6 +440,7 @@ func (t *Table) Jobs() []JobStats {
 		out = append(out, JobStats{
 			Addr: a, JobRef: j.ref, Traffic: j.totals.snapshot(),
 			RateOut: j.rateOut, RateIn: j.rateIn, ActiveFlows: j.active, Flows: j.flows,
+			Bypass: bypassOfLocked(j),
 		})
 	}
 	sort.Slice(out, func(i, k int) bool { return out[i].Addr.Less(out[k].Addr) })
@@ -458,6 +465,9 @@ type Stats struct {
 	// Verdicts counts flows by verdict: Allowed and every refusal.
 	Verdicts map[string]uint64 `json:"verdicts"`
 	Bulk     []BulkStats       `json:"bulk,omitempty"`
+	// Bypass counts what jobs' clients reported carrying around the
+	// gateway (site-local bypass), by entry; not in Traffic.
+	Bypass []BypassStats `json:"bypass,omitempty"`
 	// LogErrors counts records the flow log could not write.
 	LogErrors uint64 `json:"log_errors"`
 	// DNS counts jobs' DNS queries by result: "answered", "servfail",
@@ -478,6 +488,7 @@ func (t *Table) Stats() Stats {
 		s.Verdicts[k] = v
 	}
 	s.LogErrors = t.logErrs
+	s.Bypass = t.bypassTotalsLocked()
 	t.mu.Unlock()
 	s.DNS = t.dns.snapshot()
 	s.DNSLogSuppressed = t.dns.suppressed.Load()

@@ -68,6 +68,9 @@ type gateway struct {
 	// (control.Server.WakeWatches), nil until the server exists.
 	admit       admission
 	wakeWatches func(leaseID string)
+	// bypassNotice wakes lease watches when a reload may have changed
+	// the site-local bypass (bypass.go).
+	bypassNotice bypassNotice
 }
 
 // owner is what a lease records about its holder.
@@ -198,6 +201,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Endpoint:         g.advertise,
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
+		Bypass:           g.jobBypass(tok.Name),
 	}, nil
 }
 

@@ -82,7 +82,8 @@ func (g *gateway) reload() (admin.ReloadResult, error) {
 		return res, err
 	}
 	g.log.Info("config reloaded", "file", res.File, "rules", res.Rules, "default", res.Default,
-		"token_limits", res.TokenLimits, "jobs_relimited", res.Jobs, "expose_rules", res.ExposeRules)
+		"token_limits", res.TokenLimits, "jobs_relimited", res.Jobs, "expose_rules", res.ExposeRules,
+		"bypass", g.conf.Load().Bypass.String())
 	return res, nil
 }
 
@@ -116,6 +117,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		}
 	}
 	g.conf.Store(cfg)
+	g.bypassNotice.changed()
 	if g.limiter != nil {
 		for _, l := range g.leases.Leases() {
 			o, _ := l.Owner.(owner)

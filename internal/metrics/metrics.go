@@ -146,6 +146,7 @@ type collector struct {
 	jobs, flowsActive, portBlocks, portBlocksUsed, start     *prometheus.Desc
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
 	limitDrops, policyDrops, dnsQueries, dnsLogSupp          *prometheus.Desc
+	bypassFlows, bypassBytes                                 *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -170,13 +171,15 @@ func newCollector(src Source) *collector {
 		policyDrops:    desc("policy_drops_total", "Flows or packets dropped by each policy rule.", "rule"),
 		dnsQueries:     desc("dns_queries_total", "Jobs' DNS queries to the gateway's relay, by result: answered, servfail (no upstream answered), refused:dns-rate and refused:dns-inflight (over the job's DNS limits, answered REFUSED).", "result"),
 		dnsLogSupp:     desc("dns_log_suppressed_total", "DNS query records not written to the flow log because their job was over its log rate."),
+		bypassFlows:    desc("bypass_flows_total", "Flows jobs' clients carried around the gateway (site-local bypass), as they reported them at renewals, by bypass entry.", "rule"),
+		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
 		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
-		c.dnsQueries, c.dnsLogSupp} {
+		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes} {
 		ch <- d
 	}
 }
@@ -216,6 +219,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.bulkFlows, b.Flows, b.Rule)
 			counter(c.bulkBytes, b.BytesOut, b.Rule, "out")
 			counter(c.bulkBytes, b.BytesIn, b.Rule, "in")
+		}
+		for _, b := range st.Bypass {
+			counter(c.bypassFlows, b.Flows, b.Rule)
+			counter(c.bypassBytes, b.BytesOut, b.Rule, "out")
+			counter(c.bypassBytes, b.BytesIn, b.Rule, "in")
 		}
 		counter(c.logErr, st.LogErrors)
 		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight} {

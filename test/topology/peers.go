@@ -52,6 +52,12 @@ func (tp *Topology) StartIperf3Server(t testing.TB) int {
 // connections and returns its port and the hex SHA-256 of each file.
 func (tp *Topology) StartHTTP(t testing.TB, files map[string]int64) (port int, sha map[string]string) {
 	t.Helper()
+	return tp.StartHTTPIn(t, tp.INET, tp.INETAddr, files)
+}
+
+// StartHTTPIn is StartHTTP in namespace ns, waiting for it on addr.
+func (tp *Topology) StartHTTPIn(t testing.TB, ns string, addr netip.Addr, files map[string]int64) (port int, sha map[string]string) {
+	t.Helper()
 	dir := TempDir(t)
 	sha = map[string]string{}
 	for name, size := range files {
@@ -62,8 +68,8 @@ func (tp *Topology) StartHTTP(t testing.TB, files map[string]int64) (port int, s
 		sha[name] = sum
 	}
 	port = tp.Port()
-	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "http", dir, fmt.Sprintf("0.0.0.0:%d", port))
-	tp.WaitTCP(t, tp.INET, netip.AddrPortFrom(tp.INETAddr, uint16(port)), p)
+	p := tp.Start(t, ns, nil, BuildPeer(t), "http", dir, fmt.Sprintf("0.0.0.0:%d", port))
+	tp.WaitTCP(t, ns, netip.AddrPortFrom(addr, uint16(port)), p)
 	return port, sha
 }
 
@@ -101,6 +107,12 @@ func writeFile(path string, size int64) (string, error) {
 // server's address.
 func (tp *Topology) StartDNS(t testing.TB, zone map[string]netip.Addr) netip.Addr {
 	t.Helper()
+	return tp.StartDNSIn(t, tp.INET, tp.INETAddr, zone)
+}
+
+// StartDNSIn is StartDNS in namespace ns on addr.
+func (tp *Topology) StartDNSIn(t testing.TB, ns string, addr netip.Addr, zone map[string]netip.Addr) netip.Addr {
+	t.Helper()
 	raw := map[string]string{}
 	for name, a := range zone {
 		raw[name] = a.String()
@@ -113,10 +125,10 @@ func (tp *Topology) StartDNS(t testing.TB, zone map[string]netip.Addr) netip.Add
 	if err := os.WriteFile(zf, b, 0o644); err != nil {
 		t.Fatalf("StartDNS: %v", err)
 	}
-	ap := netip.AddrPortFrom(tp.INETAddr, 53)
-	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "dns", ap.String(), zf)
-	tp.WaitTCP(t, tp.INET, ap, p)
-	return tp.INETAddr
+	ap := netip.AddrPortFrom(addr, 53)
+	p := tp.Start(t, ns, nil, BuildPeer(t), "dns", ap.String(), zf)
+	tp.WaitTCP(t, ns, ap, p)
+	return addr
 }
 
 // StartUDPEcho starts a UDP echo server in inet on all addresses and

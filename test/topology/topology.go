@@ -106,6 +106,9 @@ type Topology struct {
 	// reaches the same outside peers. The impairment relay is on dmz's
 	// link only.
 	DMZ2 string
+	// Site is the site network's namespace, linked to cn only; "" without
+	// WithSite (site.go).
+	Site string
 
 	// Addresses on the two links; see the package comment.
 	CNAddr, DMZAddrCN, DMZAddrINET, INETAddr netip.Addr
@@ -124,6 +127,7 @@ type Topology struct {
 
 type options struct {
 	dmz2   bool
+	site   bool
 	rate   string
 	native bool
 	prefix string
@@ -200,6 +204,10 @@ func New(t testing.TB, opts ...Option) *Topology {
 		tp.DMZ2 = base + "-dmz2"
 		nss = append(nss, tp.DMZ2)
 	}
+	if o.site {
+		tp.Site = base + "-site"
+		nss = append(nss, tp.Site)
+	}
 
 	for _, ns := range nss {
 		ns := ns
@@ -244,6 +252,10 @@ func New(t testing.TB, opts ...Option) *Topology {
 		addr(tp.INET, IfINETToDMZ2, INETAddr2)
 		mustIP(t, "-n", tp.DMZ2, "route", "add", INETPrefix.String(), "via", INETAddr2.String())
 		links = append(links, [][2]string{{tp.CN, IfCNToDMZ2}, {tp.DMZ2, IfDMZToCN}, {tp.DMZ2, IfDMZToINET}, {tp.INET, IfINETToDMZ2}}...)
+	}
+
+	if tp.Site != "" {
+		links = append(links, tp.linkSite(t)...)
 	}
 
 	if o.rate != "" {
@@ -353,6 +365,9 @@ func (tp *Topology) Namespaces() []string {
 	}
 	if tp.DMZ2 != "" {
 		nss = append(nss, tp.DMZ2)
+	}
+	if tp.Site != "" {
+		nss = append(nss, tp.Site)
 	}
 	return nss
 }

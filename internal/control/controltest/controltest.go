@@ -203,6 +203,9 @@ type Options struct {
 	WatchHeartbeat time.Duration
 	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
 	OnJoin func(code string, took time.Duration)
+	// Serve, if set, is the backend the server uses: one that wraps the
+	// Backend to add optional interfaces (control.BypassBackend).
+	Serve control.Backend
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -222,10 +225,14 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 	if err != nil {
 		t.Fatalf("controltest: store: %v", err)
 	}
+	var serve control.Backend = b
+	if opts.Serve != nil {
+		serve = opts.Serve
+	}
 	srv := control.NewServer(control.ServerConfig{
 		Logger:         opts.Logger,
 		Store:          st,
-		Backend:        b,
+		Backend:        serve,
 		Certificate:    cert,
 		FailureLimit:   opts.FailureLimit,
 		FailureBurst:   opts.FailureBurst,

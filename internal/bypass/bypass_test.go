@@ -1,0 +1,396 @@
+package bypass
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/airlock-vpn/airlock/internal/config"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/userstack"
+)
+
+var (
+	jobAddr  = netip.MustParseAddr("100.64.0.2")
+	dnsAddr  = netip.MustParseAddr("100.64.0.1")
+	siteHost = netip.MustParseAddr("10.20.0.5")
+)
+
+// testConfig is a gateway config with one bypass entry for every token
+// (10.20.0.5 TCP 80 and 3128), one for token "cms" only, local domain
+// site.test, and a policy that denies 10.20.0.5:3128.
+func testConfig(t *testing.T, resolver string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("t.toml", []byte(`version = 1
+[[policy.rule]]
+name = "no-3128"
+action = "deny"
+proto = "tcp"
+ports = [3128]
+[[policy.rule]]
+name = "site"
+action = "allow"
+to = ["10.20.0.0/16"]
+[[policy.rule]]
+name = "cms-only"
+action = "allow"
+to = ["10.30.0.0/16"]
+tokens = ["cms"]
+[[bypass]]
+name = "squid"
+to = ["10.20.0.5"]
+proto = "tcp"
+ports = [80, 3128]
+[[bypass]]
+name = "cms-storage"
+to = ["10.30.0.0/16"]
+tokens = ["cms"]
+[dns]
+local_domains = ["site.test"]
+resolvers = ["`+resolver+`"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// wire sends b through JSON as the gateway does.
+func wire(t *testing.T, b *control.Bypass) *control.Bypass {
+	t.Helper()
+	raw, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out control.Bypass
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+func TestSet(t *testing.T) {
+	cfg := testConfig(t, "10.20.0.53")
+	for _, tc := range []struct {
+		tok                  string
+		proto                policy.Proto
+		dst                  string
+		port                 uint16
+		wantRule             string
+		wantMatch, wantAllow bool
+	}{
+		{"other", policy.ProtoTCP, "10.20.0.5", 80, "squid", true, true},
+		{"other", policy.ProtoTCP, "10.20.0.5", 3128, "squid", true, false}, // the policy denies it
+		{"other", policy.ProtoTCP, "10.20.0.5", 81, "", false, true},        // port outside the entry
+		{"other", policy.ProtoUDP, "10.20.0.5", 80, "", false, true},
+		{"other", policy.ProtoTCP, "10.20.0.6", 80, "", false, true},
+		{"other", policy.ProtoTCP, "10.30.0.1", 80, "", false, false}, // cms's entry and allow
+		{"cms", policy.ProtoUDP, "10.30.0.1", 9, "cms-storage", true, true},
+	} {
+		s, err := Compile(wire(t, ForJob(cfg.Bypass, cfg.Policy, tc.tok)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := netip.MustParseAddr(tc.dst)
+		rule, ok := s.Match(tc.proto, dst, tc.port)
+		if ok != tc.wantMatch || rule != tc.wantRule && ok {
+			t.Errorf("token %s: Match(%v %s:%d) = %q, %v; want %q, %v", tc.tok, tc.proto, tc.dst, tc.port, rule, ok, tc.wantRule, tc.wantMatch)
+		}
+		if v := s.Allowed(tc.proto, dst, tc.port, false); (v.Action == policy.Allow) != tc.wantAllow {
+			t.Errorf("token %s: Allowed(%v %s:%d) = %v, want allow %v", tc.tok, tc.proto, tc.dst, tc.port, v, tc.wantAllow)
+		}
+	}
+	s, _ := Compile(wire(t, ForJob(cfg.Bypass, cfg.Policy, "x")))
+	for name, want := range map[string]bool{"a.site.test.": true, "SITE.test": true, "xsite.test": false, "site.test.evil": false, "": false} {
+		if s.IsLocal(name) != want {
+			t.Errorf("IsLocal(%q) = %v, want %v", name, !want, want)
+		}
+	}
+	if ForJob(config.Bypass{}, cfg.Policy, "x") != nil {
+		t.Error("ForJob without bypass entries: want nil")
+	}
+	// Entries never match the floor, whatever the gateway sends.
+	s, err := Compile(&control.Bypass{Rules: []control.Rule{{Name: "lo", To: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}}, Policy: control.Policy{Default: "allow"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Match(policy.ProtoTCP, netip.MustParseAddr("127.0.0.1"), 22); ok {
+		t.Error("a bypass entry matched loopback")
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	for name, b := range map[string]*control.Bypass{
+		"no destinations": {Rules: []control.Rule{{Name: "a"}}, Policy: control.Policy{Default: "allow"}},
+		"action":          {Rules: []control.Rule{{Name: "a", Action: "deny", To: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}, Policy: control.Policy{Default: "allow"}},
+		"bad name":        {Rules: []control.Rule{{Name: "a b", To: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}}, Policy: control.Policy{Default: "allow"}},
+		"unmasked":        {Rules: []control.Rule{{Name: "a", To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/8")}}}, Policy: control.Policy{Default: "allow"}},
+		"port 0":          {Rules: []control.Rule{{Name: "a", To: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, Ports: [][2]uint16{{0, 5}}}}, Policy: control.Policy{Default: "allow"}},
+		"bad default":     {Policy: control.Policy{Default: "maybe"}},
+		"no resolver":     {LocalDomains: []string{"a.b"}, Policy: control.Policy{Default: "allow"}},
+	} {
+		if _, err := Compile(b); err == nil {
+			t.Errorf("%s: compiled", name)
+		}
+	}
+}
+
+func TestQueryName(t *testing.T) {
+	m := new(dns.Msg)
+	m.SetQuestion("Squid.Site.Test.", dns.TypeA)
+	b, _ := m.Pack()
+	if got := QueryName(b); got != "Squid.Site.Test" {
+		t.Errorf("QueryName = %q", got)
+	}
+	m.Response = true
+	b, _ = m.Pack()
+	if got := QueryName(b); got != "" {
+		t.Errorf("QueryName of a response = %q, want empty", got)
+	}
+	for _, bad := range [][]byte{nil, make([]byte, 11), append(b[:12:12], 70, 'a'), append(b[:12:12], 3, 'a')} {
+		if got := QueryName(bad); got != "" {
+			t.Errorf("QueryName(%x) = %q, want empty", bad, got)
+		}
+	}
+}
+
+// pair is a job-side user-space stack whose packets go through a bypass
+// Device; packets the Device does not divert are counted as "sent to the
+// gateway".
+type pair struct {
+	job     *userstack.Stack
+	dev     *Device
+	eng     *Engine
+	toGW    atomic.Int64
+	readErr chan error
+}
+
+func newPair(t *testing.T, b *control.Bypass, dial func(ctx context.Context, network, address string) (net.Conn, error)) *pair {
+	t.Helper()
+	job, err := userstack.New(userstack.Config{Addr: jobAddr, DNS: []netip.Addr{dnsAddr}, MTU: 1420})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pair{job: job, eng: NewEngine(slog.New(slog.DiscardHandler)), readErr: make(chan error, 1)}
+	p.eng.dialHost = dial
+	if err := p.eng.Update(b); err != nil {
+		t.Fatal(err)
+	}
+	if p.dev, err = p.eng.Wrap(job, jobAddr, dnsAddr, 1420); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		bufs := make([][]byte, 64)
+		for i := range bufs {
+			bufs[i] = make([]byte, 65536+16)
+		}
+		sizes := make([]int, 64)
+		for {
+			n, err := p.dev.Read(bufs, sizes, 16)
+			if err != nil {
+				p.readErr <- err
+				return
+			}
+			p.toGW.Add(int64(n))
+		}
+	}()
+	t.Cleanup(func() {
+		p.dev.Close()
+		<-p.readErr
+	})
+	return p
+}
+
+func TestDevice(t *testing.T) {
+	// The "site": a loopback echo server and a loopback DNS server.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 10.20.0.5")
+		m.Answer = append(m.Answer, rr)
+		w.WriteMsg(m)
+	})}
+	go srv.ActivateAndServe()
+	defer srv.Shutdown()
+
+	cfg := testConfig(t, pc.LocalAddr().String())
+	var dmu sync.Mutex
+	var dialledList []string
+	dialled := func() []string {
+		dmu.Lock()
+		defer dmu.Unlock()
+		return append([]string(nil), dialledList...)
+	}
+	p := newPair(t, ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
+		dmu.Lock()
+		dialledList = append(dialledList, network+" "+address)
+		dmu.Unlock()
+		return net.Dial("tcp", l.Addr().String())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// A local name: answered by the site resolver through the bypass.
+	addrs, err := p.job.LookupHost(ctx, "squid.site.test")
+	if err != nil || len(addrs) != 1 || addrs[0] != siteHost {
+		t.Fatalf("LookupHost(squid.site.test) = %v, %v; want %v from the site resolver", addrs, err, siteHost)
+	}
+	// A bypassed destination: echoed by the "site", counted.
+	c, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("hello through the bypass")
+	c.Write(msg)
+	got := make([]byte, len(msg))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+		t.Fatalf("echo = %q, %v", got, err)
+	}
+	c.Close()
+	if d := dialled(); len(d) != 1 || d[0] != "tcp4 10.20.0.5:80" {
+		t.Errorf("dialled %v, want one tcp4 10.20.0.5:80", d)
+	}
+	var rep control.BypassCount
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if r := p.eng.Report(); len(r) == 1 && r[0].BytesIn == uint64(len(msg)) {
+			rep = r[0]
+			break
+		}
+	}
+	if rep != (control.BypassCount{Rule: "squid", Flows: 1, BytesOut: uint64(len(msg)), BytesIn: uint64(len(msg))}) {
+		t.Errorf("report %+v, want squid: 1 flow, %d bytes each way", p.eng.Report(), len(msg))
+	}
+	if n := p.toGW.Load(); n != 0 {
+		t.Errorf("%d packets of bypassed flows went to the gateway", n)
+	}
+
+	// Denied by the gateway's policy: refused, not bypassed, not dialled.
+	if _, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 3128)); err == nil {
+		t.Error("10.20.0.5:3128 (bypass entry, denied by the policy): connected")
+	}
+	if d := dialled(); len(d) != 1 {
+		t.Errorf("dialled %v after a denied flow", d)
+	}
+	// Not a bypass destination: the packets go to the gateway.
+	dctx, dcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	p.job.DialTCP(dctx, netip.AddrPortFrom(siteHost, 81))
+	dcancel()
+	if p.toGW.Load() == 0 {
+		t.Error("a SYN to 10.20.0.5:81 (outside the entry) did not go to the gateway")
+	}
+
+	// A reload that removes the entries: new flows go to the gateway.
+	if err := p.eng.Update(nil); err != nil {
+		t.Fatal(err)
+	}
+	before := p.toGW.Load()
+	dctx, dcancel = context.WithTimeout(ctx, 300*time.Millisecond)
+	p.job.DialTCP(dctx, netip.AddrPortFrom(siteHost, 80))
+	dcancel()
+	if d := dialled(); p.toGW.Load() == before || len(d) != 1 {
+		t.Errorf("after the entry was removed: %d packets to the gateway, dialled %v", p.toGW.Load()-before, d)
+	}
+}
+
+func TestDiverts(t *testing.T) {
+	cfg := testConfig(t, "10.20.0.53")
+	s, err := Compile(ForJob(cfg.Bypass, cfg.Policy, "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Device{job: jobAddr, dns: dnsAddr}
+	pkt := func(src, dst netip.Addr, proto byte, frag uint16, l4 []byte) []byte {
+		b := make([]byte, 20, 20+len(l4))
+		b[0] = 0x45
+		b[6], b[7] = byte(frag>>8), byte(frag)
+		b[9] = proto
+		copy(b[12:16], src.AsSlice())
+		copy(b[16:20], dst.AsSlice())
+		return append(b, l4...)
+	}
+	port := func(p uint16) []byte { return []byte{0x9c, 0x40, byte(p >> 8), byte(p), 0, 0, 0, 0} }
+	q := new(dns.Msg)
+	q.SetQuestion("squid.site.test.", dns.TypeA)
+	local, _ := q.Pack()
+	q.SetQuestion("example.org.", dns.TypeA)
+	outside, _ := q.Pack()
+	other := netip.MustParseAddr("10.20.0.6")
+	for _, tc := range []struct {
+		name string
+		pkt  []byte
+		want bool
+	}{
+		{"tcp to the entry", pkt(jobAddr, siteHost, 6, 0, port(80)), true},
+		{"tcp to an excluded port", pkt(jobAddr, siteHost, 6, 0, port(22)), false},
+		{"udp to a tcp entry", pkt(jobAddr, siteHost, 17, 0, port(80)), false},
+		{"spoofed source", pkt(netip.MustParseAddr("100.64.0.3"), siteHost, 6, 0, port(80)), false},
+		{"another host", pkt(jobAddr, other, 6, 0, port(80)), false},
+		{"fragment to the entry's host", pkt(jobAddr, siteHost, 17, 0x2000, port(22)), true},
+		{"later fragment", pkt(jobAddr, siteHost, 6, 0x0010, nil), true},
+		{"icmp to a tcp entry", pkt(jobAddr, siteHost, 1, 0, []byte{8, 0, 0, 0}), false},
+		{"truncated", pkt(jobAddr, siteHost, 6, 0, []byte{0}), false},
+		{"local dns query", pkt(jobAddr, dnsAddr, 17, 0, append(port(53), local...)), true},
+		{"other dns query", pkt(jobAddr, dnsAddr, 17, 0, append(port(53), outside...)), false},
+		{"local query over tcp", pkt(jobAddr, dnsAddr, 6, 0, append(port(53), local...)), false},
+		{"ipv6", append([]byte{0x60}, make([]byte, 60)...), false},
+	} {
+		if got := d.diverts(s, tc.pkt); got != tc.want {
+			t.Errorf("%s: diverts = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { d.diverts(s, pkt(jobAddr, other, 6, 0, port(80))) }); allocs > 1 {
+		t.Errorf("diverts allocates %v times per non-bypass packet", allocs)
+	}
+}
+
+func TestDialRefusals(t *testing.T) {
+	cfg := testConfig(t, "10.20.0.53")
+	e := NewEngine(slog.New(slog.DiscardHandler))
+	e.dialHost = func(ctx context.Context, network, address string) (net.Conn, error) {
+		t.Errorf("dialled %s %s", network, address)
+		return nil, errors.New("no")
+	}
+	if err := e.Update(ForJob(cfg.Bypass, cfg.Policy, "x")); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := e.Dial(ctx, "tcp4", netip.AddrPortFrom(siteHost, 22)); !errors.Is(err, ErrNotBypassed) {
+		t.Errorf("excluded port: %v, want ErrNotBypassed", err)
+	}
+	if _, err := e.Dial(ctx, "tcp4", netip.AddrPortFrom(siteHost, 3128)); !errors.Is(err, ErrDenied) {
+		t.Errorf("denied by the policy: %v, want ErrDenied", err)
+	}
+	if _, ok, _ := e.LookupHost(ctx, "example.org"); ok {
+		t.Error("LookupHost took a name outside the local domains")
+	}
+}

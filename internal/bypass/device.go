@@ -1,0 +1,328 @@
+package bypass
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/usernet"
+)
+
+// Device is the netns mode's TUN decorator: it diverts the job's packets
+// to bypassed destinations (and its DNS queries for local domains) from
+// the WireGuard device into a netstack in the client, and writes that
+// netstack's packets back to the job. See the package comment.
+//
+// Read is called by one goroutine (wireguard-go's), as for any tun.Device;
+// the other methods are safe for concurrent use.
+type Device struct {
+	tun.Device
+	eng       *Engine
+	log       *slog.Logger
+	job, dns  netip.Addr // the job's address and resolver in its namespace
+	mtu       int
+	pumpDone  chan struct{}
+	closeOnce sync.Once
+
+	// st is the netstack, created when the first packet is diverted.
+	mu       sync.Mutex // guards creating st and startErr
+	st       atomic.Pointer[netstack.Stack]
+	startErr error
+
+	// Read's scratch, owned by the reading goroutine.
+	div  [][]byte
+	mark []bool
+}
+
+// offset is where packets start in the pump's buffers (room for the
+// TUN's virtio-net header).
+const offset = 16
+
+// Wrap returns dev decorated for bypass: job is the job's address, dns its
+// resolver address (the gateway's tunnel address), mtu the tunnel's. The
+// Device closes dev when it is closed.
+func (e *Engine) Wrap(dev tun.Device, job, dns netip.Addr, mtu int) (*Device, error) {
+	d := &Device{Device: dev, eng: e, log: e.log, job: job, dns: dns, mtu: mtu}
+	if err := d.update(e.Set()); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.dev = d
+	e.mu.Unlock()
+	return d, nil
+}
+
+// update hands a new set to the netstack, if it runs.
+func (d *Device) update(s *Set) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st := d.st.Load(); st != nil {
+		return st.SetPolicy(s.Policy())
+	}
+	return nil
+}
+
+// stack returns the netstack, starting it on first use (nil if it cannot
+// start).
+func (d *Device) stack() *netstack.Stack {
+	if st := d.st.Load(); st != nil {
+		return st
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if st := d.st.Load(); st != nil || d.startErr != nil {
+		return st
+	}
+	st, err := d.start(d.eng.Set())
+	if err != nil {
+		d.startErr = err
+		d.log.Error("site-local bypass unavailable: its flows are dropped", "err", err)
+		return nil
+	}
+	return st
+}
+
+// start creates the netstack and the pump that writes its packets to the
+// job. The job's TCP is terminated by the kernel of a private namespace
+// (internal/usernet, as in the user-mode gateway) where this user may
+// create one, else by the netstack.
+func (d *Device) start(s *Set) (*netstack.Stack, error) {
+	ups := s.Resolvers()
+	if len(ups) == 0 {
+		// No local domains (yet): no query is diverted; the netstack
+		// still needs an upstream to start.
+		ups = []netip.AddrPort{netip.AddrPortFrom(d.dns, 53)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ktcp, err := usernet.Open(ctx, netip.PrefixFrom(d.job, d.job.BitLen()), d.mtu)
+	cancel()
+	if err != nil {
+		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
+		ktcp = nil
+	}
+	st, err := netstack.New(netstack.Config{
+		KernelTCP:    ktcp,
+		Logger:       slog.New(quiet{d.log.Handler()}),
+		Addr:         netip.PrefixFrom(d.dns, d.dns.BitLen()),
+		MTU:          d.mtu,
+		DNSUpstreams: ups,
+		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return nil, err
+			}
+			return d.eng.Dial(ctx, network, ap)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("site-local bypass: %w", err)
+	}
+	if err := st.SetPolicy(s.Policy()); err != nil {
+		st.Close()
+		return nil, err
+	}
+	d.st.Store(st)
+	d.pumpDone = make(chan struct{})
+	go d.pump(st)
+	d.log.Debug("site-local bypass stack started", "job", d.job, "dns", d.dns)
+	return st, nil
+}
+
+// pump writes the netstack's packets to the job's TUN until the netstack
+// closes.
+func (d *Device) pump(st *netstack.Stack) {
+	defer close(d.pumpDone)
+	const batch = 64
+	bufs := make([][]byte, batch)
+	for i := range bufs {
+		bufs[i] = make([]byte, offset+65535)
+	}
+	sizes := make([]int, batch)
+	for {
+		n, err := st.Read(bufs, sizes, offset)
+		if err != nil {
+			return
+		}
+		out := bufs[:n]
+		for i := range out {
+			out[i] = out[i][:offset+sizes[i]]
+		}
+		if _, err := d.Device.Write(out, offset); err != nil && !errors.Is(err, os.ErrClosed) {
+			d.log.Debug("bypass: write to the job's tun", "err", err)
+		}
+		for i := range out {
+			out[i] = out[i][:cap(out[i])]
+		}
+	}
+}
+
+// Read implements tun.Device: it reads the job's packets and keeps those
+// it diverts to the netstack out of what it returns.
+func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
+	for {
+		n, err := d.Device.Read(bufs, sizes, off)
+		s := d.eng.Set()
+		if n == 0 || s.IsEmpty() && d.st.Load() == nil {
+			return n, err
+		}
+		n = d.divert(s, bufs, sizes, off, n)
+		if n > 0 || err != nil {
+			return n, err
+		}
+	}
+}
+
+// divert moves the packets bufs[:n] that s bypasses into the netstack and
+// compacts the rest to the front; it returns how many are left.
+func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
+	if cap(d.mark) < n {
+		d.mark = make([]bool, n)
+	}
+	mark := d.mark[:n]
+	d.div = d.div[:0]
+	for i := 0; i < n; i++ {
+		pkt := bufs[i][off : off+sizes[i]]
+		mark[i] = d.diverts(s, pkt)
+		if mark[i] {
+			d.div = append(d.div, bufs[i][:off+sizes[i]])
+		}
+	}
+	if len(d.div) == 0 {
+		return n
+	}
+	if st := d.stack(); st != nil {
+		st.Write(d.div, off) // copies (the kernel TCP path may write headers before off)
+	}
+	k := 0
+	for i := 0; i < n; i++ {
+		if mark[i] {
+			continue
+		}
+		if k != i {
+			copy(bufs[k][off:], bufs[i][off:off+sizes[i]])
+			sizes[k] = sizes[i]
+		}
+		k++
+	}
+	return k
+}
+
+// diverts decides one packet from the job: IPv4 from the job's own
+// address to a destination an entry matches (fragments: any to an entry's
+// prefixes, so that the netstack reassembles them and checks the whole
+// datagram), or a UDP DNS query to the job's resolver for a local name.
+func (d *Device) diverts(s *Set, pkt []byte) bool {
+	if len(pkt) < 20 || pkt[0]>>4 != 4 {
+		return false
+	}
+	ihl := int(pkt[0]&0x0f) * 4
+	if ihl < 20 || len(pkt) < ihl {
+		return false
+	}
+	src := netip.AddrFrom4([4]byte(pkt[12:16]))
+	dst := netip.AddrFrom4([4]byte(pkt[16:20]))
+	if src != d.job {
+		return false
+	}
+	proto := pkt[9]
+	frag := binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // MF or an offset
+	if dst == d.dns {
+		return proto == 17 && !frag && len(pkt) >= ihl+8 &&
+			binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]) == 53 && s.IsLocal(QueryName(pkt[ihl+8:]))
+	}
+	if !s.Covers(dst) {
+		return false
+	}
+	if frag {
+		return proto == 6 || proto == 17
+	}
+	switch proto {
+	case 6, 17:
+		if len(pkt) < ihl+4 {
+			return false
+		}
+		pp := policy.ProtoTCP
+		if proto == 17 {
+			pp = policy.ProtoUDP
+		}
+		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]))
+		return ok
+	case 1:
+		_, ok := s.Match(policy.ProtoICMP, dst, 0)
+		return ok
+	}
+	return false
+}
+
+// QueryName returns the question name of a DNS query message, or "".
+func QueryName(msg []byte) string {
+	if len(msg) < 12 || msg[2]&0x80 != 0 || binary.BigEndian.Uint16(msg[4:6]) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i := 12; i < len(msg); {
+		l := int(msg[i])
+		if l == 0 {
+			return b.String()
+		}
+		if l > 63 || i+1+l > len(msg) || b.Len()+l > 253 {
+			return ""
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.Write(msg[i+1 : i+1+l])
+		i += 1 + l
+	}
+	return ""
+}
+
+// Close implements tun.Device: it stops the netstack (open bypassed flows
+// end) and closes the TUN.
+func (d *Device) Close() error {
+	d.closeOnce.Do(func() {
+		d.mu.Lock()
+		st := d.st.Load()
+		d.mu.Unlock()
+		if st != nil {
+			st.Close()
+			<-d.pumpDone
+		}
+		d.eng.mu.Lock()
+		if d.eng.dev == d {
+			d.eng.dev = nil
+		}
+		d.eng.mu.Unlock()
+	})
+	return d.Device.Close()
+}
+
+// quiet is a slog handler that logs one level lower: the netstack's
+// lifecycle lines are the gateway's Info and Warn, but only Debug in a
+// job's client.
+type quiet struct{ slog.Handler }
+
+func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
+	return q.Handler.Enabled(ctx, l-4)
+}
+
+func (q quiet) Handle(ctx context.Context, r slog.Record) error {
+	r.Level -= 4
+	return q.Handler.Handle(ctx, r)
+}
+
+func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
+func (q quiet) WithGroup(n string) slog.Handler       { return quiet{q.Handler.WithGroup(n)} }
