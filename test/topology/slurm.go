@@ -165,11 +165,17 @@ PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 	s.ctld = s.start(t, "slurmctld", "-D", "-f", s.Conf)
 	s.sd = s.start(t, "slurmd", "-D", "-N", SlurmNode, "-f", s.Conf)
 	t.Cleanup(func() { s.drain(t) })
-	tp.waitFor(t, s.sd, 30*time.Second, func() bool {
-		code, out, _ := s.Run(t, 10*time.Second, nil, "sinfo", "-h", "-N", "-o", "%T")
-		return code == 0 && strings.TrimSpace(out) == "idle"
-	})
-	return s
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, stderr := s.Run(t, 10*time.Second, nil, "sinfo", "-h", "-p", "batch", "-o", "%T")
+		if code == 0 && strings.TrimSpace(out) == "idle" {
+			return s
+		}
+		if ok, _ := s.sd.Exited(); ok || time.Now().After(deadline) {
+			t.Fatalf("StartSlurm: node not idle after 30 s: sinfo: exit %d, %q %s%s", code, out, stderr, s.Logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // start starts a Slurm daemon in cn, as root, in the directory Dir.
@@ -219,10 +225,19 @@ func (s *Slurm) Run(t testing.TB, timeout time.Duration, u *User, name string, a
 
 var jobIDRe = regexp.MustCompile(`^[0-9]+(;[A-Za-z0-9_-]+)?$`)
 
-// Sbatch submits a job as u (sbatch --parsable ARGS) and returns its id.
-func (s *Slurm) Sbatch(t testing.TB, u *User, args ...string) string {
+// Sbatch submits a job as u (sbatch --parsable ARGS) with the extra
+// NAME=VALUE variables env in sbatch's environment, which the job
+// inherits, and returns its id.
+func (s *Slurm) Sbatch(t testing.TB, u *User, env []string, args ...string) string {
 	t.Helper()
-	code, out, stderr := s.Run(t, 30*time.Second, u, "sbatch", append([]string{"--parsable"}, args...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := s.Command(ctx, u, "sbatch", append([]string{"--parsable"}, args...)...)
+	cmd.Env = append(cmd.Env, env...)
+	var o, e syncBuffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	code := ExitCode(cmd.Run())
+	out, stderr := o.String(), e.String()
 	id := strings.TrimSpace(out)
 	if code != 0 || !jobIDRe.MatchString(id) {
 		t.Fatalf("sbatch %s: exit %d, %q, %s%s", strings.Join(args, " "), code, out, stderr, s.Logs())
