@@ -47,6 +47,7 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")
 	return &ffcli.Command{
 		Name:        "gateway",
 		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload|drain --state DIR",
@@ -77,6 +78,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 			}
 			if err := flowf.parse(&cfg); err != nil {
 				return err
+			}
+			if *check {
+				return gatewayCheck(cfg, stdout)
 			}
 			ctx, stop := signalContext()
 			defer stop()
