@@ -48,7 +48,8 @@ func TestPrometheus(t *testing.T) {
 		}
 	})
 
-	e := newEnvMode(t, modeUser, "--metrics", fmt.Sprintf("127.0.0.1:%d", promMetricsPort))
+	// The gateway logs JSON, as a site shipping its logs would run it.
+	e := newEnvMode(t, modeUser, "--metrics", fmt.Sprintf("127.0.0.1:%d", promMetricsPort), "--log-format", "json")
 	dir := topology.TempDir(t)
 	if err := os.Chown(dir, e.u.UID, e.u.GID); err != nil {
 		t.Fatal(err)
@@ -230,4 +231,36 @@ scrape_configs:
 		}
 	})
 	holder.Kill()
+
+	t.Run("JSONLogs", func(t *testing.T) {
+		checkJSONLines(t, "gateway", e.gw.Stderr(), 5)
+		code, _, stderr := e.runWith(t, runOpts{flags: []string{"--log-format", "json", "--log-level", "info"}}, "true")
+		if code != 0 {
+			t.Fatalf("airlock run --log-format json: exit %d%s", code, e.diag(stderr))
+		}
+		checkJSONLines(t, "airlock run", stderr, 1)
+	})
+}
+
+// checkJSONLines checks that every line of a --log-format json log is a
+// JSON object with time, level and msg, except airlock run's one-line
+// notices to the job's user ("airlock: ..."), and that there are at least
+// min records.
+func checkJSONLines(t *testing.T, who, log string, min int) {
+	t.Helper()
+	n := 0
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		if strings.HasPrefix(line, "airlock: ") {
+			continue
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec["time"] == nil || rec["level"] == nil || rec["msg"] == nil {
+			t.Errorf("%s --log-format json: line %q is not a JSON record with time, level and msg (%v)", who, line, err)
+			continue
+		}
+		n++
+	}
+	if n < min {
+		t.Errorf("%s --log-format json: %d records, want at least %d:\n%s", who, n, min, log)
+	}
 }
