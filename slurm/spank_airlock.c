@@ -91,7 +91,9 @@ static int opt_cb(int val, const char *optarg, int remote)
 {
 	(void)val;
 	(void)remote;
-	if (optarg == NULL || optarg[0] == '\0')
+	/* An option given without a value reaches steps started inside an
+	 * allocation (salloc, sbatch) through the environment as "(null)". */
+	if (optarg == NULL || optarg[0] == '\0' || strcmp(optarg, "(null)") == 0)
 		optarg = "auto";
 	if (!valid_mode(optarg) || strlen(optarg) >= MODE_LEN) {
 		slurm_error("airlock: --airlock=%s: want auto, netns, seccomp, preload, proxy, steps or off", optarg);

@@ -350,6 +350,23 @@ func (se *slurmEnv) testSpank(t *testing.T) {
 	if code, out, stderr := se.s.Run(t, 60*time.Second, se.u, "srun", "--airlock=bogus", "true"); code == 0 || !strings.Contains(stderr, "--airlock=bogus") {
 		t.Errorf("srun --airlock=bogus: exit %d, %q %q, want a refusal naming it", code, out, stderr)
 	}
+
+	// salloc --airlock: the allocation's steps run inside.
+	links := "ip -o link show | awk -F': ' '{print $2}' | tr '\\n' ' '"
+	code, out, stderr = se.s.Run(t, 60*time.Second, se.u, "salloc", "--airlock", "srun", "sh", "-c", links)
+	if code != 0 || !strings.Contains(stderr, "airlock: mode") || strings.Contains(out, "dmz0") {
+		t.Errorf("salloc --airlock srun: exit %d, links %q, want the step inside airlock run\n%s", code, out, stderr)
+	}
+	// --airlock=steps: the batch script stays outside (its srun reaches
+	// slurmd), the step it launches runs inside.
+	steps := se.script(t, "steps", "echo \"batch: $("+links+")\"\nsrun sh -c \"echo step: \\$(ip -o link show | awk -F': ' '{print \\$2}' | tr '\\n' ' ')\"")
+	id := se.s.Sbatch(t, se.u, noEnv, "-o", filepath.Join(se.s.Work, "%j.out"), "-e", filepath.Join(se.s.Work, "%j.err"), "--airlock=steps", steps)
+	a := se.s.WaitAccounting(t, id, 60*time.Second)
+	out = se.output(id)
+	if a.State != "COMPLETED" || !regexp.MustCompile(`batch: lo dmz0`).MatchString(out) || !regexp.MustCompile(`airlock: mode`).MatchString(out) ||
+		(strings.Contains(out, "airlock: mode netns") && !strings.Contains(out, "step: lo tun0")) {
+		t.Errorf("sbatch --airlock=steps (job %s): %+v, want the script outside and its step inside\n%s", id, a, out)
+	}
 }
 
 func tail(s string, n int) string {
