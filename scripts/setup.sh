@@ -23,6 +23,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
+	# The tests start munged, slurmctld, slurmd and prometheus themselves,
+	# in their own namespaces; the packages must not start system-wide
+	# copies (nor fail to install when those cannot start). policy-rc.d
+	# is Debian's switch for that.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
