@@ -60,6 +60,9 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer) error {
 func gatewayCheck(cfg gateway.Config, w io.Writer) error {
 	h := preflight.System()
 	rep := preflight.Report{h.StateDir(cfg.StateDir), preflight.Listen(cfg.Listen)}
+	if cfg.ConfigFile != "" {
+		rep = append(rep, preflight.ConfigFile(cfg.ConfigFile))
+	}
 	if cfg.Egress == gateway.EgressKernel {
 		r := preflight.Result{Name: "privileges", Status: preflight.OK, Detail: "running as root"}
 		if h.UID != 0 {

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/config"
 )
 
 // Listen checks that the gateway's ADDR:PORT can be bound for TCP (the
@@ -72,5 +74,19 @@ func (h *Host) StateDir(dir string) Result {
 		}
 		return Result{Name: r.Name, Status: OK, Detail: d}
 	}
+	return r
+}
+
+// ConfigFile checks the gateway's --config file as the gateway would at
+// start: strict decoding and full validation.
+func ConfigFile(path string) Result {
+	r := Result{Name: "config " + path}
+	c, err := config.Load(path)
+	if err != nil {
+		r.Status, r.Detail = Problem, err.Error()
+		r.Fix = "correct the file (docs/config.md, docs/gateway.example.toml); a running gateway keeps its old config on a bad reload"
+		return r
+	}
+	r.Detail = fmt.Sprintf("valid: %d policy rules, default %s", len(c.Policy.Rules), c.Policy.Default)
 	return r
 }

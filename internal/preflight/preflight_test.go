@@ -129,3 +129,24 @@ func TestReport(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+func TestConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.toml")
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(good, []byte("version = 1\n[policy]\ndefault = \"allow\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("version = 1\n[policy]\ndefualt = \"allow\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := ConfigFile(good); got.Status != OK {
+		t.Errorf("good config: %+v", got)
+	}
+	if got := ConfigFile(bad); got.Status != Problem || !strings.Contains(got.Detail, "bad.toml:3") {
+		t.Errorf("bad config: %+v, want a problem naming bad.toml:3", got)
+	}
+	if got := ConfigFile(filepath.Join(dir, "missing.toml")); got.Status != Problem {
+		t.Errorf("missing config: %+v", got)
+	}
+}

@@ -108,10 +108,15 @@ func TestPreflight(t *testing.T) {
 	t.Run("GatewayBrokenHost", func(t *testing.T) {
 		// inet as a gateway host: the listen address is not its own,
 		// ping sockets are off (ping_group_range "1 0"), the egress ports
-		// lie outside the local port range, the state directory is root's.
+		// lie outside the local port range, the state directory is root's,
+		// the config file has a typo.
 		state := topology.TempDir(t)
+		bad := filepath.Join(topology.TempDir(t), "gateway.toml")
+		if err := os.WriteFile(bad, []byte("version = 1\n[policy]\ndefualt = \"deny\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.INET, e.u, e.airlock, "gateway", "--check", "--state", state,
-			"--listen", e.gateway, "--egress-ports", "1000-2000")
+			"--listen", e.gateway, "--egress-ports", "1000-2000", "--config", bad)
 		if code != 1 {
 			t.Errorf("airlock gateway --check on a broken host: exit %d, want 1\n%s%s", code, out, stderr)
 		}
@@ -120,6 +125,7 @@ func TestPreflight(t *testing.T) {
 			`(?m)^PROBLEM listen \S+: TCP: .*assign requested address`,
 			`(?m)^warn    net.ipv4.ping_group_range: 1\s+0 excludes group`,
 			`(?m)^PROBLEM net.ipv4.ip_local_port_range: egress ports 1000-2000 reach outside`,
+			`(?m)^PROBLEM config \S+: \S+gateway.toml:3`,
 		} {
 			if !regexp.MustCompile(re).MatchString(out) {
 				t.Errorf("airlock gateway --check on a broken host: no match for %s\n%s", re, out)
