@@ -151,6 +151,16 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		slurm_error("airlock: plugstack.conf default=%s: want auto, netns, seccomp, preload, proxy, steps or off", def_mode);
 		return -1;
 	}
+	/* Options exist for the commands (srun, sbatch, salloc) and for
+	 * slurmstepd; slurmd and prolog/epilog scripts load the stack too. */
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_REMOTE:
+	case S_CTX_ALLOCATOR:
+		break;
+	default:
+		return 0;
+	}
 	if (spank_option_register(sp, &airlock_opt) != ESPANK_SUCCESS) {
 		slurm_error("airlock: cannot register --airlock");
 		return -1;
