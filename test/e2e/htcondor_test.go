@@ -77,7 +77,7 @@ func TestHTCondorWrapper(t *testing.T) {
 		// The gateway names the job by HTCondor's GlobalJobId.
 		log, _ := os.ReadFile(filepath.Join(e.state, gatewayFlowLog))
 		if !strings.Contains(string(log), `"job_id":"`+globalID+`"`) {
-			t.Errorf("flow log has no flow of job %s:\n%s", globalID, tail(string(log), 2000))
+			t.Errorf("flow log has no flow of job %s:\n%s", globalID, lastChars(string(log), 2000))
 		}
 	})
 	t.Run("ExitStatus", func(t *testing.T) {

@@ -109,7 +109,7 @@ func (se *slurmEnv) testDownload(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("flow log has no flow of job %s:\n%s", ok, tail(string(log), 2000))
+			t.Errorf("flow log has no flow of job %s:\n%s", ok, lastChars(string(log), 2000))
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -369,7 +369,8 @@ func (se *slurmEnv) testSpank(t *testing.T) {
 	}
 }
 
-func tail(s string, n int) string {
+// lastChars returns the last n bytes of s, for failure messages.
+func lastChars(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
