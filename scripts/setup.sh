@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 squid)
+# Batch-system integration tests (test/e2e TestSlurm) and the SPANK plugin
+# (slurm/), and the Prometheus tests: the distribution's Slurm, munge and
+# Prometheus (with promtool).
+pkgs+=(slurmctld slurmd slurm-client munge libslurm-dev prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,6 +23,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
+	# The tests start munged, slurmctld, slurmd and prometheus themselves,
+	# in their own namespaces; the packages must not start system-wide
+	# copies (nor fail to install when those cannot start). policy-rc.d
+	# is Debian's switch for that.
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+	fi
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	# squid is only for the tests, which start their own in a namespace:
@@ -39,4 +52,7 @@ CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe 
 # where airlock finds it.
 make -s -C preload
 cp preload/libairlock-preload.so bin/
-echo "setup: built bin/airlock ($(go version | awk '{print $3}')) and bin/libairlock-preload.so"
+# The Slurm SPANK plugin (docs/slurm.md), against the distribution's headers.
+make -s -C slurm
+cp slurm/spank_airlock.so slurm/airlock-slurm-task bin/
+echo "setup: built bin/airlock ($(go version | awk '{print $3}')), bin/libairlock-preload.so and bin/spank_airlock.so"

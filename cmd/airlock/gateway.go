@@ -49,6 +49,8 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line, env AIRLOCK_GATEWAY_LOG_FORMAT)")
+	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")
 	return &ffcli.Command{
 		Name:        "gateway",
 		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload|drain --state DIR",
@@ -60,7 +62,7 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 			if len(args) > 0 {
 				return fmt.Errorf("gateway: unexpected arguments %q", args)
 			}
-			log, err := newLogger(stderr, *logLevel)
+			log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 			if err != nil {
 				return err
 			}
@@ -79,6 +81,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 			}
 			if err := flowf.parse(&cfg); err != nil {
 				return err
+			}
+			if *check {
+				return gatewayCheck(cfg, stdout)
 			}
 			ctx, stop := signalContext()
 			defer stop()

@@ -113,11 +113,7 @@ AIRLOCK_TOKEN from the environment.`),
 
 // newLogger returns a text logger on w at the named level.
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("bad --log-level %q: want debug, info, warn or error", level)
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return newLoggerFormat(w, level, logFormatText)
 }
 
 // signalContext is cancelled on SIGINT or SIGTERM.

@@ -30,9 +30,11 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
+	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line, env AIRLOCK_LOG_FORMAT)")
+	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
 	return &ffcli.Command{
 		Name:       "run",
-		ShortUsage: "airlock run [flags] -- CMD [ARGS...]",
+		ShortUsage: "airlock run [flags] -- CMD [ARGS...] | airlock run --check [flags]",
 		ShortHelp:  "run CMD with all its traffic carried through the gateway",
 		LongHelp: `Runs CMD in a new unprivileged user+network+mount namespace whose only
 interface is a tunnel to the gateway. CMD keeps your uid; its exit status is
@@ -61,8 +63,9 @@ when its gateway is lost for --failover-after.`,
 		FlagSet: fs,
 		Options: []ff.Option{envOption()},
 		Exec: func(ctx context.Context, args []string) error {
-			log, err := newLogger(stderr, *logLevel)
+			log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 			if err != nil {
+				fmt.Fprintf(stderr, "airlock: %v\n", err)
 				return exitError{client.ExitFailure}
 			}
 			cfg.Logger = log
@@ -72,6 +75,9 @@ when its gateway is lost for --failover-after.`,
 				return exitError{client.ExitFailure}
 			}
 			cfg.Mode = m
+			if *check {
+				return runCheck(ctx, cfg, stderr)
+			}
 			cfg.Args = args
 			cfg.Stderr = stderr
 			code, err := client.Run(ctx, cfg)

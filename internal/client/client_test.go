@@ -25,6 +25,7 @@ func TestJobInfo(t *testing.T) {
 		{map[string]string{"_CONDOR_JOB_AD": "/nonexistent"}, "", ""},
 		{nil, "", ""},
 	}
+	host, _ := os.Hostname()
 	for _, tt := range tests {
 		ji := jobInfo(func(k string) string { return tt.env[k] }, []string{"/usr/bin/python3", "x.py"})
 		if ji.BatchJobID != tt.id || ji.BatchSystem != tt.system {
@@ -32,6 +33,21 @@ func TestJobInfo(t *testing.T) {
 		}
 		if ji.Command != "python3" || ji.UID != os.Getuid() {
 			t.Errorf("env %v: command %q uid %d", tt.env, ji.Command, ji.UID)
+		}
+		if ji.Hostname != host {
+			t.Errorf("env %v: host %q, want %q", tt.env, ji.Hostname, host)
+		}
+	}
+	// Slurm's node name wins over the kernel's host name, for Slurm jobs.
+	for _, tt := range []struct {
+		env  map[string]string
+		host string
+	}{
+		{map[string]string{"SLURM_JOB_ID": "7", "SLURMD_NODENAME": "cn17"}, "cn17"},
+		{map[string]string{"AIRLOCK_JOB_ID": "x", "SLURMD_NODENAME": "cn17"}, host},
+	} {
+		if ji := jobInfo(func(k string) string { return tt.env[k] }, nil); ji.Hostname != tt.host {
+			t.Errorf("env %v: host %q, want %q", tt.env, ji.Hostname, tt.host)
 		}
 	}
 }

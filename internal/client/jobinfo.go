@@ -44,6 +44,13 @@ func rawJobInfo(getenv func(string) string, args []string) control.JobInfo {
 		}
 	}
 	ji.Hostname, _ = os.Hostname()
+	// The batch system's name for the node, where it differs from the
+	// kernel's host name (several slurmd on one host, cloud nodes).
+	if ji.BatchSystem == "slurm" {
+		if v := getenv("SLURMD_NODENAME"); v != "" {
+			ji.Hostname = v
+		}
+	}
 	if u, err := user.LookupId(strconv.Itoa(ji.UID)); err == nil {
 		ji.User = u.Username
 	} else if v := getenv("USER"); v != "" {

@@ -36,6 +36,7 @@ package policy
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
 )
@@ -310,3 +311,7 @@ func (r *Rule) dstPrefix(dst netip.Addr) (netip.Prefix, bool) {
 	}
 	return best, ok
 }
+
+// LogValue makes slog show Action as its String form in every log format
+// (the JSON handler would otherwise print its fields).
+func (a Action) LogValue() slog.Value { return slog.StringValue(a.String()) }

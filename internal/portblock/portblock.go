@@ -7,6 +7,7 @@ package portblock
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -92,3 +93,7 @@ func (p Plan) BlockOf(port uint16) int {
 	}
 	return i
 }
+
+// LogValue makes slog show Range as its String form in every log format
+// (the JSON handler would otherwise print its fields).
+func (r Range) LogValue() slog.Value { return slog.StringValue(r.String()) }

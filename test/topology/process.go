@@ -32,10 +32,16 @@ type Process struct {
 // process's output.
 func (tp *Topology) Start(t testing.TB, ns string, u *User, name string, args ...string) *Process {
 	t.Helper()
-	cmd := tp.Command(context.Background(), ns, u, name, args...)
+	return startProcess(t, tp.Command(context.Background(), ns, u, name, args...), ns+": "+name+" "+strings.Join(args, " "))
+}
+
+// startProcess starts cmd (its own process group) in the background like
+// Start, naming it name in messages.
+func startProcess(t testing.TB, cmd *exec.Cmd, name string) *Process {
+	t.Helper()
 	p := &Process{
 		Cmd:  cmd,
-		Name: ns + ": " + name + " " + strings.Join(args, " "),
+		Name: name,
 		out:  &syncBuffer{},
 		err:  &syncBuffer{},
 		done: make(chan struct{}),

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// TestHTCondorWrapper runs htcondor/airlock-condor-wrapper the way
+// condor_starter runs a USER_JOB_WRAPPER: as the job's user, in the job's
+// scratch directory, with a clean environment holding the _CONDOR_*
+// variables, the job ad in $_CONDOR_JOB_AD and the executable and its
+// arguments as the wrapper's arguments. (HTCondor itself is not packaged
+// for Debian 12.)
+func TestHTCondorWrapper(t *testing.T) {
+	e := newEnv(t)
+	root, err := topology.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(root, "htcondor", "airlock-condor-wrapper"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := topology.TempDir(t)
+	wrapper := filepath.Join(dir, "airlock-condor-wrapper")
+	if err := os.WriteFile(wrapper, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The site's join settings, readable by jobs.
+	envFile := filepath.Join(dir, "condor.env")
+	if err := os.WriteFile(envFile, []byte(fmt.Sprintf("# airlock for HTCondor jobs\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\nAIRLOCK_TOKEN=%s\n", e.gateway, e.pin, e.token)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The job's executable, as HTCondor transfers it into the scratch
+	// directory.
+	job := fmt.Sprintf("#!/bin/sh\necho \"args: $*\"\ncurl -sS --max-time 30 http://%s:%d/small | sha256sum\nexit ${EXIT:-0}\n", zoneName, e.httpPort)
+
+	starter := func(t *testing.T, n int, ad string, env ...string) (code int, stdout, stderr, errFile string) {
+		t.Helper()
+		scratch := filepath.Join(dir, fmt.Sprintf("dir_%d", n))
+		if err := os.Mkdir(scratch, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(scratch, e.u.UID, e.u.GID); err != nil {
+			t.Fatal(err)
+		}
+		for name, content := range map[string]string{".job.ad": ad, ".machine.ad": "Name = \"slot1@cn\"\n", "condor_exec.exe": job} {
+			if err := os.WriteFile(filepath.Join(scratch, name), []byte(content), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errPath := filepath.Join(scratch, ".wrapper_error")
+		argv := append([]string{"-i", "-C", scratch,
+			"PATH=" + filepath.Dir(e.airlock) + ":/usr/bin:/bin", "HOME=" + scratch,
+			"_CONDOR_SCRATCH_DIR=" + scratch, "_CONDOR_SLOT=slot1",
+			"_CONDOR_JOB_AD=" + filepath.Join(scratch, ".job.ad"), "_CONDOR_MACHINE_AD=" + filepath.Join(scratch, ".machine.ad"),
+			"_CONDOR_WRAPPER_ERROR_FILE=" + errPath, "AIRLOCK_ENV_FILE=" + envFile}, env...)
+		argv = append(argv, wrapper, filepath.Join(scratch, "condor_exec.exe"), "alpha", "two words")
+		code, stdout, stderr = e.tp.Run(t, 60*time.Second, e.tp.CN, e.u, "env", argv...)
+		b, _ := os.ReadFile(errPath)
+		return code, stdout, stderr, string(b)
+	}
+	const globalID = "schedd.example.org#12.0#1700000000"
+	ad := fmt.Sprintf("ClusterId = 12\nProcId = 0\nGlobalJobId = %q\nOwner = %q\n", globalID, e.u.Name)
+
+	t.Run("JobThroughAirlock", func(t *testing.T) {
+		code, out, stderr, _ := starter(t, 1, ad)
+		if code != 0 || !strings.Contains(out, "args: alpha two words") || !strings.Contains(out, e.sha["small"]) || !strings.Contains(stderr, "airlock: mode") {
+			t.Fatalf("wrapper: exit %d, stdout %q, want the arguments and the download through airlock%s", code, out, e.diag(stderr))
+		}
+		// The gateway names the job by HTCondor's GlobalJobId.
+		log, _ := os.ReadFile(filepath.Join(e.state, gatewayFlowLog))
+		if !strings.Contains(string(log), `"job_id":"`+globalID+`"`) {
+			t.Errorf("flow log has no flow of job %s:\n%s", globalID, lastChars(string(log), 2000))
+		}
+	})
+	t.Run("ExitStatus", func(t *testing.T) {
+		if code, out, stderr, _ := starter(t, 2, ad, "EXIT=3"); code != 3 {
+			t.Errorf("wrapper with a job exiting 3: exit %d, %q%s", code, out, e.diag(stderr))
+		}
+	})
+	t.Run("OptOut", func(t *testing.T) {
+		code, out, stderr, _ := starter(t, 3, ad+"AirlockMode = \"off\"\n")
+		if strings.Contains(stderr, "airlock: mode") || strings.Contains(out, e.sha["small"]) || !strings.Contains(out, "args: alpha two words") {
+			t.Errorf("AirlockMode = \"off\": exit %d, %q, %q: want the job run directly, without network", code, out, stderr)
+		}
+	})
+	t.Run("HoldReason", func(t *testing.T) {
+		code, _, stderr, errFile := starter(t, 4, ad, "AIRLOCK_ENV_FILE=/nonexistent")
+		if code == 0 || !strings.Contains(errFile, "AIRLOCK_GATEWAY, AIRLOCK_PIN and AIRLOCK_TOKEN must be set") {
+			t.Errorf("without join settings: exit %d, error file %q, stderr %q: want a failure and the reason in _CONDOR_WRAPPER_ERROR_FILE", code, errFile, stderr)
+		}
+		code, _, _, errFile = starter(t, 5, ad+"AirlockMode = \"bogus\"\n")
+		if code == 0 || !strings.Contains(errFile, `AirlockMode = "bogus"`) {
+			t.Errorf("AirlockMode = \"bogus\": exit %d, error file %q", code, errFile)
+		}
+	})
+}
