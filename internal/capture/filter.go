@@ -35,7 +35,7 @@ const (
 	nAnd = iota
 	nOr
 	nNot
-	nProto  // proto: 0 ip, 4 ip (v4), 6 ip6, else IP protocol number
+	nProto  // proto: famIPv4, famIPv6, or an IP protocol number
 	nNet    // dir, prefix
 	nPort   // dir, lo, hi
 	nRemote // rules: the packet's remote end matches one of them
@@ -136,11 +136,9 @@ func (n *node) match(p *packet) bool {
 		return !n.a.match(p)
 	case nProto:
 		switch n.proto {
-		case 0:
-			return true
-		case 4:
+		case famIPv4:
 			return p.src.Is4()
-		case 6:
+		case famIPv6:
 			return p.src.Is6()
 		case protoICMP:
 			return p.proto == protoICMP || p.proto == protoICMPv6
@@ -325,7 +323,14 @@ func (p *parser) unary() (*node, error) {
 	return p.primitive()
 }
 
-var protoNames = map[string]uint8{"ip": 4, "ip6": 6, "tcp": protoTCP, "udp": protoUDP, "icmp": protoICMP, "icmp6": protoICMP}
+// Pseudo protocol numbers of nProto for "ip" and "ip6" (IANA's 254 and
+// 255 never appear in the filter's packets).
+const (
+	famIPv4 = 254
+	famIPv6 = 255
+)
+
+var protoNames = map[string]uint8{"ip": famIPv4, "ip6": famIPv6, "tcp": protoTCP, "udp": protoUDP, "icmp": protoICMP, "icmp6": protoICMP}
 
 func (p *parser) primitive() (*node, error) {
 	t := p.next()
