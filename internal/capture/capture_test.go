@@ -305,7 +305,10 @@ func TestFeedFIFO(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); RunFeed(ctx, testLogger(t), dev, FeedConfig{TapConfig: TapConfig{Name: "ids", Buffer: 64 << 10}, To: fifo}) }()
+	go func() {
+		defer wg.Done()
+		RunFeed(ctx, testLogger(t), dev, FeedConfig{TapConfig: TapConfig{Name: "ids", Buffer: 64 << 10}, To: fifo})
+	}()
 	defer func() { cancel(); wg.Wait() }()
 	pkt := ipv4("100.64.0.2", "192.0.2.10", protoTCP, 40000, 80, 1000)
 	dev.Write([][]byte{pkt}, 0) // no reader yet: not captured
@@ -358,7 +361,10 @@ func TestFeedFileMode(t *testing.T) {
 	dev := NewDevice(&nopTUN{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); RunFeed(ctx, testLogger(t), dev, FeedConfig{TapConfig: TapConfig{Name: "f"}, To: path}) }()
+	go func() {
+		defer close(done)
+		RunFeed(ctx, testLogger(t), dev, FeedConfig{TapConfig: TapConfig{Name: "f"}, To: path})
+	}()
 	waitFor(t, func() bool { return dev.taps.Load() != nil }, "the feed to attach")
 	dev.Write([][]byte{ipv4("100.64.0.2", "192.0.2.10", protoUDP, 1, 2, 10)}, 0)
 	waitFor(t, func() bool { fi, err := os.Stat(path); return err == nil && fi.Size() > globalHeaderLen }, "the record in the file")
