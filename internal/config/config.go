@@ -50,6 +50,8 @@ type Config struct {
 	Exposure *policy.Exposure
 	// Limits are the traffic limits.
 	Limits Limits
+	// Capture are the standing capture feeds (capture.go).
+	Capture []Capture
 }
 
 // Limits are the traffic limits of a config.
@@ -164,10 +166,11 @@ func decodeError(name string, err error) error {
 
 // file is the document as written.
 type file struct {
-	Version *int64       `toml:"version"`
-	Policy  filePolicy   `toml:"policy"`
-	Limits  fileLimits   `toml:"limits"`
-	Expose  []fileExpose `toml:"expose"`
+	Version *int64        `toml:"version"`
+	Policy  filePolicy    `toml:"policy"`
+	Limits  fileLimits    `toml:"limits"`
+	Expose  []fileExpose  `toml:"expose"`
+	Capture []fileCapture `toml:"capture"`
 }
 
 type filePolicy struct {
@@ -309,6 +312,7 @@ func (d *file) validate() (*Config, []keyErr) {
 		r.Tokens = parseTokens(fe.Tokens, key+".tokens", bad)
 		cfg.Exposure.Rules = append(cfg.Exposure.Rules, r)
 	}
+	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)
