@@ -11,6 +11,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -46,6 +47,13 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Float64Var(&cfg.Limits.Job.NewFlowsPerSec, "job-new-flows-per-sec", 0, "per-job new flows per second (bursts of the same number); more are refused at once (default unlimited)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
+	fs.Func("capture", "write every job's decrypted packets as a pcap stream to this file (created 0600), named pipe or tap:NAME (repeatable; docs/capture.md)", func(s string) error {
+		if err := capture.ValidateTo(s); err != nil {
+			return err
+		}
+		cfg.Capture = append(cfg.Capture, s)
+		return nil
+	})
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	return &ffcli.Command{
 		Name:        "gateway",

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
@@ -63,6 +64,10 @@ type gateway struct {
 	reloadMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
+	// capture copies jobs' packets to the capture feeds and live
+	// captures (capture.go).
+	capture *capture.Device
+	feeds   feedSet
 }
 
 // owner is what a lease records about its holder.

@@ -116,6 +116,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		}
 	}
 	g.conf.Store(cfg)
+	g.setFeeds(g.feedsOf(cfg))
 	if g.limiter != nil {
 		for _, l := range g.leases.Leases() {
 			o, _ := l.Owner.(owner)
