@@ -20,6 +20,8 @@ import (
 //   - a [[capture]] feed into a named pipe, read by tshark, holds a job's
 //     HTTP request with the right Host and path and the job's tunnel
 //     address as source;
+//   - a feed to a TAP device (made by the admin, owned by the gateway's
+//     user) shows the same to tshark -i on that device;
 //   - airlock capture JOB -w FILE FILTER, started while the job runs,
 //     ends with the job's lease and its file (0600) holds the same;
 //   - a --capture feed into a named pipe that a reader holds open but
@@ -59,7 +61,18 @@ func testCapture(t *testing.T, mode string) {
 		if err := os.Chown(dir, uid, gid); err != nil {
 			t.Fatal(err)
 		}
-		doc := fmt.Sprintf("version = 1\n[[capture]]\nname = \"ids\"\nto = %q\ntokens = [\"e2e\"]\nfilter = \"tcp port %d\"\n", idsPipe, e.httpPort)
+		// A TAP device for the third feed, as an admin would make it.
+		tapUser := "0"
+		if e.gwUser != nil {
+			tapUser = strconv.Itoa(e.gwUser.UID)
+		}
+		for _, args := range [][]string{{"tuntap", "add", "ids0", "mode", "tap", "user", tapUser}, {"link", "set", "ids0", "up"}} {
+			if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ, nil, "ip", args...); code != 0 {
+				t.Fatalf("ip %s in dmz: exit %d %s %s", strings.Join(args, " "), code, out, stderr)
+			}
+		}
+		doc := fmt.Sprintf("version = 1\n[[capture]]\nname = \"ids\"\nto = %q\ntokens = [\"e2e\"]\nfilter = \"tcp port %d\"\n"+
+			"[[capture]]\nname = \"tap\"\nto = \"tap:ids0\"\nfilter = \"tcp port %d\"\n", idsPipe, e.httpPort, e.httpPort)
 		if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -104,6 +117,30 @@ func testCapture(t *testing.T, mode string) {
 			if time.Now().After(deadline) {
 				t.Fatalf("tshark on the feed's pipe did not show GET /small with Host %s from %s within 30 s; its output: %q, stderr %q%s",
 					host, src, ts.Stdout(), ts.Stderr(), e.diag(""))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+
+	t.Run("FeedToTAP", func(t *testing.T) {
+		if m := e.metrics(t, metricsPort); m[`airlock_capture_attached{capture="tap"}`] != 1 {
+			t.Fatalf("the feed to tap:ids0 is not attached%s", e.diag(""))
+		}
+		args := append([]string{"-i", "ids0"}, tsharkArgs("")[2:]...)
+		ts := e.tp.Start(t, e.tp.DMZ, nil, "tshark", args...)
+		defer ts.Kill()
+		deadline := time.Now().Add(20 * time.Second)
+		for !strings.Contains(ts.Stderr(), "Capturing on") {
+			if time.Now().After(deadline) {
+				t.Fatalf("tshark -i ids0 did not start capturing within 20 s: %s", ts.Describe())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		out := e.mustRun(t, "sh", "-c", "ip -o -4 addr show dev tun0; curl -sS --max-time 30 -o /dev/null "+url)
+		src := jobAddr(t, out, "")
+		for !findRequest(ts.Stdout(), src) {
+			if time.Now().After(deadline) {
+				t.Fatalf("tshark on ids0 did not show GET /small with Host %s from %s: %s", host, src, ts.Describe())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
