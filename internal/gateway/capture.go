@@ -77,7 +77,13 @@ func (g *gateway) setFeeds(list []config.Capture) {
 		want[c.Name] = c
 	}
 	for name, rf := range g.feeds.running {
-		if c, ok := want[name]; ok && c.Equal(rf.c) && g.feeds.ctx.Err() == nil {
+		ended := false
+		select {
+		case <-rf.done: // failed: a reload starts it again
+			ended = true
+		default:
+		}
+		if c, ok := want[name]; ok && c.Equal(rf.c) && !ended && g.feeds.ctx.Err() == nil {
 			delete(want, name)
 			continue
 		}
