@@ -427,3 +427,39 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSnaplenEthernet: an Ethernet capture's snaplen counts the IP
+// packet; the header comes on top.
+func TestSnaplenEthernet(t *testing.T) {
+	dev := NewDevice(&nopTUN{})
+	tap := dev.NewTap(TapConfig{Name: "eth", Snaplen: 4, Link: LinkEthernet})
+	dev.Attach(tap)
+	pkt := ipv4("100.64.0.2", "192.0.2.1", protoUDP, 1, 2, 3)
+	dev.Write([][]byte{pkt}, 0)
+	dev.Detach(tap)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	tap.Serve(ctx, &out, nil)
+	link, snaplen, recs := readPcap(t, out.Bytes())
+	if link != LinkEthernet || snaplen != ethHeaderLen+4 {
+		t.Errorf("header: link %d snaplen %d, want %d and %d", link, snaplen, LinkEthernet, ethHeaderLen+4)
+	}
+	if len(recs) != 1 || recs[0].capLen != ethHeaderLen+4 || recs[0].origLen != ethHeaderLen+len(pkt) ||
+		!bytes.Equal(recs[0].data[ethHeaderLen:], pkt[:4]) || binary.BigEndian.Uint16(recs[0].data[12:]) != 0x0800 {
+		t.Fatalf("records: got %+v, want one Ethernet frame (IPv4) with the packet's first 4 bytes", recs)
+	}
+}
+
+// TestEndWithJobsGone: a live capture of a job that left before it was
+// attached ends at once.
+func TestEndWithJobsGone(t *testing.T) {
+	dev := NewDevice(&nopTUN{})
+	tap := dev.NewTap(TapConfig{Name: "live", Jobs: []string{"gone"}, EndWithJobs: true})
+	dev.Attach(tap)
+	select {
+	case <-tap.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done not closed for a capture whose job is gone")
+	}
+}

@@ -95,6 +95,9 @@ func (d *Device) Attach(t *Tap) {
 			}
 		}
 		t.jobs.Store(&set)
+		if len(set) == 0 && t.cfg.EndWithJobs {
+			t.end() // the jobs left before the tap came
+		}
 	}
 	if slices.Contains(d.attached, t) {
 		return

@@ -22,8 +22,8 @@ type TapConfig struct {
 	// or whose batch job id, lease id or tunnel address is one of Jobs.
 	// Both empty select every job.
 	Tokens, Jobs []string
-	// Snaplen is the longest prefix of a packet kept; 0 means
-	// DefaultSnaplen.
+	// Snaplen is the longest prefix of an IP packet kept (an Ethernet
+	// capture adds its 14-byte header); 0 means DefaultSnaplen.
 	Snaplen int
 	// Buffer is the ring's size in bytes; 0 means DefaultBuffer.
 	Buffer int
@@ -99,7 +99,7 @@ func (t *Tap) add(bufs [][]byte, sizes []int, offset int, out bool, ts time.Time
 			h = hdr[:]
 			origLen += ethHeaderLen
 		}
-		data := b[:min(len(b), t.cfg.Snaplen-(len(h)-recordHeaderLen))]
+		data := b[:min(len(b), t.cfg.Snaplen)]
 		capLen := len(h) - recordHeaderLen + len(data)
 		putRecordHeader(h, ts, capLen, origLen)
 		if len(h)+len(data) > t.ring.freeLocked() {
@@ -129,7 +129,11 @@ type Writer interface {
 // after every write. A write blocked in w is not interrupted by ctx: close
 // what w writes to.
 func (t *Tap) Serve(ctx context.Context, w Writer, flush func()) error {
-	if _, err := w.Write(GlobalHeader(t.cfg.Snaplen, t.cfg.Link)); err != nil {
+	snaplen := t.cfg.Snaplen
+	if t.cfg.Link == LinkEthernet {
+		snaplen += ethHeaderLen
+	}
+	if _, err := w.Write(GlobalHeader(snaplen, t.cfg.Link)); err != nil {
 		return err
 	}
 	if flush != nil {
