@@ -24,6 +24,7 @@ import (
 //     user) shows the same to tshark -i on that device;
 //   - airlock capture JOB -w FILE FILTER, started while the job runs,
 //     ends with the job's lease and its file (0600) holds the same;
+//   - another local user cannot start a capture;
 //   - a --capture feed into a named pipe that a reader holds open but
 //     never reads drops packets (airlock_capture_dropped_packets_total
 //     moves) and does not slow a job's 100 MiB download (best of two
@@ -186,6 +187,16 @@ func testCapture(t *testing.T, mode string) {
 		code, _, stderr = e.admin(t, "capture", "--state", e.state, "no-such-job", "-w", file)
 		if code == 0 || !strings.Contains(stderr, "no live lease") {
 			t.Errorf("airlock capture of an unknown job: exit %d, %q, want a failure naming no live lease", code, stderr)
+		}
+	})
+
+	t.Run("OnlyTheGatewayUser", func(t *testing.T) {
+		// Another local user cannot reach the admin socket (0600 in the
+		// 0700 state directory), so cannot capture.
+		nobody := &topology.User{Name: "nobody", UID: 65534, GID: 65534}
+		code, _, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, nobody, e.airlock, "capture", "--state", e.state, "capture-live")
+		if code == 0 || !strings.Contains(stderr, "permission denied") {
+			t.Errorf("airlock capture as nobody: exit %d, %q, want a failure naming permission denied", code, stderr)
 		}
 	})
 
