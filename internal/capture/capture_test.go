@@ -172,18 +172,18 @@ func TestRingBounded(t *testing.T) {
 	if !put(60) || put(41) || !put(40) || put(1) {
 		t.Fatal("ring: want 60 and 40 bytes to fit in 100 and 41 or 1 more not")
 	}
-	buf := make([]byte, 70)
-	if n := q.take(buf); n != 70 {
-		t.Fatalf("take: got %d bytes, want 70", n)
+	if a, b := q.peek(); len(a) != 100 || len(b) != 0 {
+		t.Fatalf("peek: got %d+%d bytes, want 100+0", len(a), len(b))
 	}
+	q.release(70)
 	if !put(50) { // wraps around
-		t.Fatal("ring: want 50 bytes to fit after taking 70")
+		t.Fatal("ring: want 50 bytes to fit after releasing 70")
 	}
-	out := make([]byte, 200)
-	n := q.take(out)
+	a, b := q.peek()
+	got := append(append([]byte(nil), a...), b...)
 	want := append(bytes.Repeat([]byte{40}, 30), bytes.Repeat([]byte{50}, 50)...)
-	if !bytes.Equal(out[:n], want) {
-		t.Fatalf("take after wrap: got %v, want %v", out[:n], want)
+	if !bytes.Equal(got, want) || len(b) != 50 {
+		t.Fatalf("peek after wrap: got %v (second part %d bytes), want %v split 30+50", got, len(b), want)
 	}
 }
 
@@ -286,8 +286,8 @@ func TestAllocs(t *testing.T) {
 	tap := dev.NewTap(TapConfig{Name: "a", Filter: f, Buffer: 256 << 10})
 	dev.Attach(tap)
 	defer dev.Detach(tap)
-	drain := make([]byte, 1<<20)
-	if n := testing.AllocsPerRun(100, func() { run(); tap.ring.take(drain) }); n != 0 {
+	drain := func() { a, b := tap.ring.peek(); tap.ring.release(len(a) + len(b)) }
+	if n := testing.AllocsPerRun(100, func() { run(); drain() }); n != 0 {
 		t.Errorf("with a capture: got %v allocations per batch, want 0", n)
 	}
 }

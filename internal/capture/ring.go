@@ -3,7 +3,7 @@ package capture
 import "sync"
 
 // ring is a bounded byte FIFO of whole pcap records: many writers (the
-// data path) put records whole or not at all, one reader takes bytes. It
+// data path) put records whole or not at all, one reader peeks at the queued bytes and releases them once written. It
 // never blocks a writer and never grows. Safe for concurrent use.
 type ring struct {
 	// wake has room for one value: a put that made the ring non-empty
@@ -55,17 +55,27 @@ func (q *ring) signal() {
 	}
 }
 
-// take moves up to len(dst) bytes out of the ring into dst and returns
-// how many.
-func (q *ring) take(dst []byte) int {
+// peek returns the queued bytes, in order, as up to two slices of the
+// ring itself, without removing them: writers only write into the free
+// part, so the one reader may use them without the lock until it calls
+// release.
+func (q *ring) peek() (a, b []byte) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	n := min(len(dst), q.n)
-	c := copy(dst[:n], q.buf[q.r:min(len(q.buf), q.r+n)])
-	copy(dst[c:n], q.buf)
+	end := q.r + q.n
+	if end <= len(q.buf) {
+		return q.buf[q.r:end], nil
+	}
+	return q.buf[q.r:], q.buf[:end-len(q.buf)]
+}
+
+// release removes the first n queued bytes (n at most what peek
+// returned).
+func (q *ring) release(n int) {
+	q.mu.Lock()
 	q.r = (q.r + n) % len(q.buf)
 	q.n -= n
-	return n
+	q.mu.Unlock()
 }
 
 // reset empties the ring.

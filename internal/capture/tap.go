@@ -139,29 +139,30 @@ func (t *Tap) Serve(ctx context.Context, w Writer, flush func()) error {
 	if flush != nil {
 		flush()
 	}
-	buf := make([]byte, min(len(t.ring.buf), 256<<10))
+	// Write straight from the ring: no copy, and the data path only
+	// waits for the lock, never for the writes.
 	for {
-		n := t.ring.take(buf)
-		if n == 0 {
+		a, b := t.ring.peek()
+		if len(a) == 0 {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-t.done:
-				for {
-					n := t.ring.take(buf)
-					if n == 0 {
-						return nil
-					}
-					if _, err := w.Write(buf[:n]); err != nil {
-						return err
-					}
+				if a, _ := t.ring.peek(); len(a) == 0 {
+					return nil
 				}
 			case <-t.ring.wake:
 			}
 			continue
 		}
-		if _, err := w.Write(buf[:n]); err != nil {
-			return err
+		for _, p := range [][]byte{a, b} {
+			if len(p) == 0 {
+				continue
+			}
+			if _, err := w.Write(p); err != nil {
+				return err
+			}
+			t.ring.release(len(p))
 		}
 		if flush != nil {
 			flush()
