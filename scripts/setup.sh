@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 squid)
+pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 squid tshark)
 # Batch-system integration tests (test/e2e TestSlurm) and the SPANK plugin
 # (slurm/), and the Prometheus tests: the distribution's Slurm, munge and
 # Prometheus (with promtool).
@@ -32,6 +32,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 		chmod 0755 /usr/sbin/policy-rc.d
 		trap 'rm -f /usr/sbin/policy-rc.d' EXIT
 	fi
+	# tshark (the capture tests' pcap consumer) asks whether non-root users
+	# may capture; answer no without a prompt.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	# squid is only for the tests, which start their own in a namespace:

@@ -11,6 +11,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -48,6 +49,13 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Float64Var(&cfg.Limits.Job.DNSQueriesPerSec, "job-dns-queries-per-sec", 0, "per-job DNS queries per second to the gateway (bursts of the same number); more are answered REFUSED (default 0: 100)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
+	fs.Func("capture", "write every job's decrypted packets as a pcap stream to this file (created 0600), named pipe or tap:NAME (repeatable; docs/capture.md)", func(s string) error {
+		if err := capture.ValidateTo(s); err != nil {
+			return err
+		}
+		cfg.Capture = append(cfg.Capture, s)
+		return nil
+	})
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line, env AIRLOCK_GATEWAY_LOG_FORMAT)")
 	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")

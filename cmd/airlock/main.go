@@ -84,6 +84,7 @@ gateway in the site's DMZ, with no root on the compute node.
   airlock token create --state DIR     make a join token (admin)
   airlock status --state DIR           the running gateway's jobs and traffic (admin)
   airlock flows --state DIR            its flows; airlock kick ends a job's lease
+  airlock capture --state DIR JOB      a job's packets as pcap (admin)
   airlock run -- CMD [ARGS...]         run a job through the gateway
 
 Jobs read AIRLOCK_GATEWAY, AIRLOCK_PIN (both in the gateway's join.env) and
@@ -97,6 +98,7 @@ AIRLOCK_TOKEN from the environment.`),
 			newStatusCmd(stdout, stderr),
 			newFlowsCmd(stdout, stderr),
 			newKickCmd(stdout, stderr),
+			newCaptureCmd(stdout, stderr),
 			{
 				Name:       "version",
 				ShortUsage: "airlock version",

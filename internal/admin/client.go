@@ -143,6 +143,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		}
 		return nil
 	}
+	return responseError(method, path, resp)
+}
+
+// responseError turns a non-2xx answer into an error.
+func responseError(method, path string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var eb errorBody
 	if json.Unmarshal(b, &eb) != nil || eb.Message == "" {

@@ -14,6 +14,7 @@
 //	GET    /v1/status          → Status               (SetGateway)
 //	GET    /v1/flows?job=ID&active=true → FlowList    (SetGateway)
 //	POST   /v1/kick            {"job","reason"} → KickResult (SetGateway)
+//	GET    /v1/capture?job=ID&filter=F → pcap stream (CaptureHandler)
 package admin
 
 import (

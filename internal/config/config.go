@@ -54,6 +54,8 @@ type Config struct {
 	Quotas Quotas
 	// Bypass is the site-local bypass (bypass.go).
 	Bypass Bypass
+	// Capture are the standing capture feeds (capture.go).
+	Capture []Capture
 }
 
 // Limits are the traffic limits of a config.
@@ -168,13 +170,14 @@ func decodeError(name string, err error) error {
 
 // file is the document as written.
 type file struct {
-	Version *int64       `toml:"version"`
-	Policy  filePolicy   `toml:"policy"`
-	Limits  fileLimits   `toml:"limits"`
-	Expose  []fileExpose `toml:"expose"`
-	Quota   fileQuotas   `toml:"quota"`
-	Bypass  []fileBypass `toml:"bypass"`
-	DNS     fileDNS      `toml:"dns"`
+	Version *int64        `toml:"version"`
+	Policy  filePolicy    `toml:"policy"`
+	Limits  fileLimits    `toml:"limits"`
+	Expose  []fileExpose  `toml:"expose"`
+	Quota   fileQuotas    `toml:"quota"`
+	Bypass  []fileBypass  `toml:"bypass"`
+	DNS     fileDNS       `toml:"dns"`
+	Capture []fileCapture `toml:"capture"`
 }
 
 type filePolicy struct {
@@ -322,6 +325,7 @@ func (d *file) validate() (*Config, []keyErr) {
 		cfg.Exposure.Rules = append(cfg.Exposure.Rules, r)
 	}
 	d.validateBypass(cfg, bad)
+	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

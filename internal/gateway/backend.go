@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
@@ -71,6 +72,10 @@ type gateway struct {
 	// bypassNotice wakes lease watches when a reload may have changed
 	// the site-local bypass (bypass.go).
 	bypassNotice bypassNotice
+	// capture copies jobs' packets to the capture feeds and live
+	// captures (capture.go).
+	capture *capture.Device
+	feeds   feedSet
 }
 
 // owner is what a lease records about its holder.

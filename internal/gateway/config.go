@@ -118,6 +118,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 	}
 	g.conf.Store(cfg)
 	g.bypassNotice.changed()
+	g.setFeeds(g.feedsOf(cfg))
 	if g.limiter != nil {
 		for _, l := range g.leases.Leases() {
 			o, _ := l.Owner.(owner)

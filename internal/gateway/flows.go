@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"path/filepath"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/lease"
 )
@@ -83,6 +84,9 @@ func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
 	if g.flows != nil {
 		g.flows.AddJob(l.Addr, flows.JobRef{Lease: l.ID, JobID: jobID, Token: token})
 	}
+	if g.capture != nil {
+		g.capture.AddJob(l.Addr, capture.JobRef{Lease: l.ID, JobID: jobID, Token: token})
+	}
 }
 
 // untrackJob ends and closes the flows of the job at addr still open (its
@@ -91,5 +95,8 @@ func (g *gateway) untrackJob(addr netip.Addr) {
 	if g.flows != nil {
 		g.flows.CloseJob(addr, flows.EndJob)
 		g.flows.RemoveJob(addr)
+	}
+	if g.capture != nil {
+		g.capture.RemoveJob(addr)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
@@ -109,6 +110,10 @@ type Config struct {
 	// policy, limits and exposure rules; it is validated before anything
 	// is opened and reloaded on Reload and the admin socket's reload.
 	ConfigFile string
+	// Capture are destinations (file, named pipe or tap:NAME) of
+	// capture feeds of every job's packets (--capture), next to the
+	// config file's [[capture]] feeds.
+	Capture []string
 	// Reload, if set, makes the gateway reload ConfigFile on every value
 	// received (the command wires it to SIGHUP).
 	Reload <-chan struct{}
@@ -254,7 +259,9 @@ func Run(ctx context.Context, cfg Config) error {
 		dev.Close()
 		return err
 	}
-	wg, err := tunnel.NewGateway(log, dev, bind, wgKey, uint16(port))
+	// Both egress modes' packets pass here: the capture feeds' tap.
+	capdev := capture.NewDevice(dev)
+	wg, err := tunnel.NewGateway(log, capdev, bind, wgKey, uint16(port))
 	if err != nil {
 		dev.Close()
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
@@ -284,6 +291,7 @@ func Run(ctx context.Context, cfg Config) error {
 		flows:      tb,
 		started:    time.Now(),
 		tr:         tr,
+		capture:    capdev,
 	}
 	g.conf.Store(conf)
 	mx, err := g.newMetrics()
@@ -311,6 +319,9 @@ func Run(ctx context.Context, cfg Config) error {
 	g.registerDrain(adm)
 	adm.SetGateway(g)
 	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
+	if err := g.openCapture(mx.registry, adm); err != nil {
+		return err
+	}
 	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
 	if err != nil {
 		return err
@@ -364,6 +375,11 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}()
 	}
+	wgrp.Add(1)
+	go func() {
+		defer wgrp.Done()
+		g.runFeeds(expireCtx)
+	}()
 	if cfg.Reload != nil {
 		wgrp.Add(1)
 		go func() {

@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
@@ -21,7 +23,10 @@ import (
 // itself and acknowledges what it receives. It measures the gateway's
 // packet path alone.
 type rawFlow struct {
-	s        *Stack
+	s *Stack
+	// dev is s behind the capture decorator, as the gateway runs it;
+	// Write and Read go through it.
+	dev      *capture.Device
 	src, dst netip.AddrPort
 	mss      int
 
@@ -81,6 +86,7 @@ func newRawFlow(tb testing.TB, serve func(net.Conn)) *rawFlow {
 	}
 	f := &rawFlow{
 		s:      s,
+		dev:    capture.NewDevice(s),
 		src:    netip.AddrPortFrom(jobAddr, 40000),
 		dst:    netip.MustParseAddrPort("198.51.100.7:80"),
 		mss:    rawMSS,
@@ -165,7 +171,7 @@ func (f *rawFlow) build(b []byte, flags header.TCPFlags, seq, ack uint32, opts [
 }
 
 func (f *rawFlow) write(bufs ...[]byte) {
-	if _, err := f.s.Write(bufs, 0); err != nil {
+	if _, err := f.dev.Write(bufs, 0); err != nil {
 		f.mu.Lock()
 		f.err = err
 		f.mu.Unlock()
@@ -220,7 +226,7 @@ func (f *rawFlow) readLoop(done chan<- struct{}) {
 	}
 	sizes := make([]int, len(bufs))
 	for {
-		n, err := f.s.Read(bufs, sizes, 0)
+		n, err := f.dev.Read(bufs, sizes, 0)
 		if err != nil {
 			f.mu.Lock()
 			f.err = err
@@ -326,9 +332,10 @@ func BenchmarkPacketPathDown(b *testing.B) {
 
 // TestPacketPathAllocs checks the per-packet allocations of the job→host
 // hot path: a Write of rawBatch data segments to an established flow,
-// through GRO, TCP, the relay to the host socket, and the ACKs read back.
-// The whole process's allocations count, so this includes the relay and the
-// test's own reader.
+// through the capture decorator (no capture attached, then one capturing
+// every packet), GRO, TCP, the relay to the host socket, and the ACKs read
+// back. The whole process's allocations count, so this includes the relay
+// and the test's own reader.
 func TestPacketPathAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("bulk transfer")
@@ -336,7 +343,20 @@ func TestPacketPathAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates; allocation counts need a normal build")
 	}
+	t.Run("no capture", func(t *testing.T) { testPacketPathAllocs(t, false) })
+	t.Run("capture", func(t *testing.T) { testPacketPathAllocs(t, true) })
+}
+
+func testPacketPathAllocs(t *testing.T, capturing bool) {
 	f := newRawFlow(t, discard)
+	if capturing {
+		tap := f.dev.NewTap(capture.TapConfig{Name: "test"})
+		f.dev.Attach(tap)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); tap.Serve(ctx, io.Discard, nil) }()
+		t.Cleanup(func() { cancel(); <-done; f.dev.Detach(tap) })
+	}
 	// A GC empties the sync.Pools that gVisor's buffers come from, and
 	// refilling them is a cost per GC, not per packet: keep GC out of the
 	// measurement.

@@ -1,0 +1,144 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/capture"
+)
+
+// CapturePath is the admin endpoint of a live capture: GET with the query
+// job (batch job id, lease id or tunnel address), filter (capture.Filter
+// syntax), snaplen and buffer (bytes); the answer is a pcap stream
+// (application/vnd.tcpdump.pcap) until the client goes away or the job's
+// lease ends.
+const CapturePath = "/v1/capture"
+
+// CaptureRequest is a live capture's parameters.
+type CaptureRequest struct {
+	Job    string
+	Filter string
+	// Snaplen and Buffer: 0 means the capture package's defaults.
+	Snaplen, Buffer int
+}
+
+// Capturer starts live captures; the gateway implements it.
+type Capturer interface {
+	// StartCapture attaches a tap for req's job and returns it and a
+	// function that detaches it; the error wraps ErrNoSuchJob if no live
+	// lease matches, ErrBadCapture if the request is invalid.
+	StartCapture(req CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error)
+}
+
+// ErrBadCapture is a live capture request the gateway cannot serve as
+// asked.
+var ErrBadCapture = errors.New("bad capture request")
+
+// maxCaptureBuffer bounds a live capture's buffer.
+const maxCaptureBuffer = 256 << 20
+
+// CaptureHandler serves CapturePath with c.
+func CaptureHandler(log *slog.Logger, c Capturer) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		req := CaptureRequest{Job: q.Get("job"), Filter: q.Get("filter")}
+		bad := func(msg string) {
+			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
+		}
+		if req.Job == "" || len(req.Job) > 128 {
+			bad("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
+			return
+		}
+		for _, p := range []struct {
+			name string
+			dst  *int
+			max  int
+		}{{"snaplen", &req.Snaplen, capture.DefaultSnaplen}, {"buffer", &req.Buffer, maxCaptureBuffer}} {
+			if v := q.Get(p.name); v != "" {
+				n, err := strconv.Atoi(v)
+				if err != nil || n < 0 || n > p.max {
+					bad(fmt.Sprintf("capture: bad %s %q: want 0-%d", p.name, v, p.max))
+					return
+				}
+				*p.dst = n
+			}
+		}
+		f, err := capture.ParseFilter(req.Filter)
+		if err != nil {
+			bad("capture: " + err.Error())
+			return
+		}
+		tap, stop, err := c.StartCapture(req, f)
+		switch {
+		case errors.Is(err, ErrNoSuchJob):
+			writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+			return
+		case errors.Is(err, ErrBadCapture):
+			bad(err.Error())
+			return
+		case err != nil:
+			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+			return
+		}
+		defer stop()
+		start := time.Now()
+		log.Info("live capture started", "job", req.Job, "filter", req.Filter)
+		w.Header().Set("Content-Type", "application/vnd.tcpdump.pcap")
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		err = tap.Serve(r.Context(), w, func() { _ = rc.Flush() })
+		log.Info("live capture ended", "job", req.Job, "filter", req.Filter, "duration", time.Since(start).Round(time.Millisecond), "why", captureEnd(err))
+	})
+}
+
+// captureEnd says why a live capture ended.
+func captureEnd(err error) string {
+	switch {
+	case err == nil:
+		return "the job's lease ended"
+	case errors.Is(err, context.Canceled):
+		return "the admin stopped it"
+	}
+	return err.Error()
+}
+
+// Capture starts a live capture and returns its pcap stream; closing it
+// ends the capture. The error wraps ErrNoSuchJob if no live lease matches
+// req.Job.
+func (c *Client) Capture(ctx context.Context, req CaptureRequest) (io.ReadCloser, error) {
+	v := url.Values{"job": {req.Job}}
+	if req.Filter != "" {
+		v.Set("filter", req.Filter)
+	}
+	if req.Snaplen != 0 {
+		v.Set("snaplen", strconv.Itoa(req.Snaplen))
+	}
+	if req.Buffer != 0 {
+		v.Set("buffer", strconv.Itoa(req.Buffer))
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://airlock"+CapturePath+"?"+v.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(hr)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("admin socket %s: %w", c.path, ErrNoGateway)
+		}
+		return nil, fmt.Errorf("admin socket %s: %w", c.path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		return nil, fmt.Errorf("capture %s: %w", req.Job, responseError(http.MethodGet, CapturePath, resp))
+	}
+	return resp.Body, nil
+}
