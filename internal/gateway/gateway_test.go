@@ -64,8 +64,10 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		StateDir:      state,
 		Listen:        "127.0.0.1:0",
-		RenewInterval: 200 * time.Millisecond,
-		LeaseTTL:      600 * time.Millisecond,
+		// Long enough that a lease outlives a loaded machine's pauses
+		// (the harness does not renew); TestJoinErrors shortens it.
+		RenewInterval: 2 * time.Second,
+		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		Ready:         func(i Info) { ready <- i },
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -300,7 +302,7 @@ func TestInProcessUDP(t *testing.T) {
 // TestJoinErrors covers a bad token, a bad pin and a lease that expires
 // because its client stopped renewing.
 func TestJoinErrors(t *testing.T) {
-	g := startGateway(t)
+	g := startGatewayWith(t, func(c *Config) { c.RenewInterval, c.LeaseTTL = 200*time.Millisecond, 600*time.Millisecond })
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
