@@ -275,7 +275,7 @@ func (b *bencher) notMeasured(cfg, link, reason string) {
 func (b *bencher) servers(t *testing.T, tg *target, logs logDir) {
 	tp := tg.st.tp()
 	tg.port = tp.Port()
-	d := startDaemon(t, tp, logs, "iperf3-server", tp.INET, nil, "", "iperf3", "-s", "-4", "-p", strconv.Itoa(tg.port))
+	d := startDaemon(t, tp, logs, "iperf3-server", tp.INET, nil, "", "iperf3", "-s", "-4", "--forceflush", "-p", strconv.Itoa(tg.port))
 	tg.srvPID = d.pid()
 	tg.rrPort = tp.Port()
 	r := startDaemon(t, tp, logs, "rr-server", tp.INET, nil, "", b.rr, "serve", "-listen", fmt.Sprintf("%s:%d", tp.INETAddr, tg.rrPort))
