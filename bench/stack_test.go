@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -647,7 +648,7 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *top
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
 	if dtls {
-		args = append(args[:2], args[3:]...)
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-dtls" })
 	}
 	oc := startDaemon(t, tp, logs, "openconnect", tp.CN, u, ocPassword+"\n", "env", args...)
 	c := &ocClient{ns: ns, oc: oc, pid: oc.pid(), nsPID: nsPID}
@@ -786,14 +787,14 @@ func natRules(src, oif string) string {
 // or tunnel port), for udpCounter.
 func udpCounterRules(port int) string {
 	return fmt.Sprintf(`table ip benchcount {
-	counter udp { }
+	counter udpbytes { }
 	chain in {
 		type filter hook input priority 0;
-		udp dport %d counter name "udp"
+		udp dport %d counter name "udpbytes"
 	}
 	chain out {
 		type filter hook output priority 0;
-		udp sport %d counter name "udp"
+		udp sport %d counter name "udpbytes"
 	}
 }
 `, port, port)
@@ -801,7 +802,7 @@ func udpCounterRules(port int) string {
 
 // udpCounter reads the byte count of udpCounterRules' counter in dmz.
 func udpCounter(tp *topology.Topology) (int64, error) {
-	cmd := tp.Command(context.Background(), tp.DMZ, nil, "nft", "list", "counter", "ip", "benchcount", "udp")
+	cmd := tp.Command(context.Background(), tp.DMZ, nil, "nft", "list", "counter", "ip", "benchcount", "udpbytes")
 	out, err := cmd.Output()
 	if err != nil {
 		return 0, fmt.Errorf("nft list counter: %v", err)
