@@ -150,7 +150,9 @@ func TestBench(t *testing.T) {
 		writeStartup(t, out, startup)
 	}
 	if b.gaveUp > 0 {
-		t.Errorf("LOAD GATE GAVE UP on %d points: the machine was busy; they are flagged in the TSV, rerun on a quiet machine", b.gaveUp)
+		// Loud, but not a failure: the rows are flagged in the TSV and in
+		// every table bench/report makes from it.
+		t.Logf("LOAD GATE GAVE UP on %d points: the machine was busy; they are flagged in the TSV and the tables; rerun on a quiet machine", b.gaveUp)
 	}
 }
 
