@@ -65,6 +65,7 @@ var (
 	flagMaxLoad  = flag.Float64("bench.maxload", 0.25, "load gate: most busy cores per core in the 3 s before a point")
 	flagRetries  = flag.Int("bench.retries", 5, "load gate: waits of 20 s before a point runs anyway, flagged")
 	flagMode     = flag.String("bench.mode", record.ModeFull, "full, quick or smoke: written into every row; bench/report quotes only full")
+	flagFault    = flag.String("bench.fault", "", "fault injection to test the bench itself: dtls-to-tcp (ocserv-dtls's client stays on TCP; the run must fail loudly)")
 	flagOut      = flag.String("bench.out", "", "run directory for logs, meta.tsv and start-up (default results/STAMP)")
 	flagTSV      = flag.String("bench.tsv", "", "throughput TSV (default results/STAMP.tsv; latency rows go to …-latency.tsv)")
 	flagShim     = flag.String("bench.shim", "", "path of the built fakeroot.so (ocserv-slirp needs it)")
@@ -95,6 +96,11 @@ func TestBench(t *testing.T) {
 		}
 	}
 	commit := writeMeta(t, out)
+	t.Cleanup(func() {
+		if wgBuild.path != "" {
+			_ = os.RemoveAll(filepath.Dir(wgBuild.path))
+		}
+	})
 	topology.EnsureUser(t)
 	topology.PrepareTUN(t)
 	topology.BuildAirlock(t)

@@ -155,14 +155,14 @@ func newWireguardGo(t *testing.T, tp *topology.Topology, logs logDir) (stack, er
 	}
 	s := &hostStack{topo: tp, udpPort: wgPort, proto: "wireguard-go"}
 	for _, end := range []struct {
-		ns, ifname, addr, conf string
+		tag, ns, ifname, addr, conf string
 		routes                 []string
 		pid                    *int
 	}{
-		{tp.DMZ, ifName("wgd", tp), "10.210.0.1/24",
+		{"wireguard-go-server", tp.DMZ, ifName("wgd", tp), "10.210.0.1/24",
 			fmt.Sprintf("[Interface]\nPrivateKey = %s\nListenPort = %d\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.210.0.2/32\n", srvPriv, wgPort, cliPub),
 			nil, &s.srv},
-		{tp.CN, ifName("wgc", tp), "10.210.0.2/24",
+		{"wireguard-go-client", tp.CN, ifName("wgc", tp), "10.210.0.2/24",
 			fmt.Sprintf("[Interface]\nPrivateKey = %s\n\n[Peer]\nPublicKey = %s\nEndpoint = %s:%d\nAllowedIPs = 10.210.0.0/24, %s\n", cliPriv, srvPub, tp.DMZAddrCN, wgPort, topology.INETPrefix),
 			[]string{topology.INETPrefix.String()}, &s.cli},
 	} {
@@ -170,7 +170,7 @@ func newWireguardGo(t *testing.T, tp *topology.Topology, logs logDir) (stack, er
 		if err := os.WriteFile(conf, []byte(end.conf), 0o600); err != nil {
 			return nil, err
 		}
-		d := startDaemon(t, tp, logs, "wireguard-go-"+end.ns, end.ns, nil, "", "env", "WG_PROCESS_FOREGROUND=1", bin, "-f", end.ifname)
+		d := startDaemon(t, tp, logs, end.tag, end.ns, nil, "", "env", "WG_PROCESS_FOREGROUND=1", bin, "-f", end.ifname)
 		*end.pid = d.pid()
 		sock := "/var/run/wireguard/" + end.ifname + ".sock"
 		t.Cleanup(func() { _ = os.Remove(sock) })

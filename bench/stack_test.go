@@ -647,6 +647,12 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *top
 	}
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
+	if *flagFault == "dtls-to-tcp" && dtls {
+		// Fault injection, to prove the DTLS check: the client stays on
+		// TLS over TCP although the configuration is meant to be DTLS.
+		t.Logf("fault dtls-to-tcp: openconnect keeps --no-dtls")
+		dtls = false
+	}
 	if dtls {
 		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-dtls" })
 	}
