@@ -156,8 +156,8 @@ func newWireguardGo(t *testing.T, tp *topology.Topology, logs logDir) (stack, er
 	s := &hostStack{topo: tp, udpPort: wgPort, proto: "wireguard-go"}
 	for _, end := range []struct {
 		tag, ns, ifname, addr, conf string
-		routes                 []string
-		pid                    *int
+		routes                      []string
+		pid                         *int
 	}{
 		{"wireguard-go-server", tp.DMZ, ifName("wgd", tp), "10.210.0.1/24",
 			fmt.Sprintf("[Interface]\nPrivateKey = %s\nListenPort = %d\n\n[Peer]\nPublicKey = %s\nAllowedIPs = 10.210.0.2/32\n", srvPriv, wgPort, cliPub),
