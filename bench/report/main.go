@@ -392,6 +392,9 @@ func (r *report) latencyTable() string {
 			}
 			continue
 		}
+		if strings.Contains(x.Note, "LOAD GATE GAVE UP") {
+			notes = append(notes, fmt.Sprintf("%s %s %s %s rep %d: counted, but the load gate gave up (%.2f busy cores before)", x.Config, x.Link, x.Probe, x.Bulk, x.Rep, x.BusyBefore))
+		}
 		k := key{x.Config, x.Link, x.Bulk, x.Probe}
 		if m[k] == nil {
 			keys = append(keys, k)
@@ -442,7 +445,7 @@ func (r *report) latencyTable() string {
 			cell("tcp-rr", false), cell("tcp-rr", true), cell("ping", false), cell("ping", true), bs, ns)
 	}
 	if len(notes) > 0 {
-		b.WriteString("\nLatency rows not counted:\n\n")
+		b.WriteString("\nLatency rows not counted or flagged:\n\n")
 		for _, n := range notes {
 			b.WriteString("- " + escape(n) + "\n")
 		}
