@@ -385,6 +385,7 @@ func (r *report) latencyTable() string {
 	m := map[key][]record.Latency{}
 	var keys []key
 	var notes []string
+	gate := &flagged{}
 	for _, x := range r.lat {
 		if !x.Valid() {
 			if x.Note != "" {
@@ -393,7 +394,7 @@ func (r *report) latencyTable() string {
 			continue
 		}
 		if strings.Contains(x.Note, "LOAD GATE GAVE UP") {
-			notes = append(notes, fmt.Sprintf("%s %s %s %s rep %d: counted, but the load gate gave up (%.2f busy cores before)", x.Config, x.Link, x.Probe, x.Bulk, x.Rep, x.BusyBefore))
+			gate.add(x.Config, x.BusyBefore)
 		}
 		k := key{x.Config, x.Link, x.Bulk, x.Probe}
 		if m[k] == nil {
@@ -444,6 +445,7 @@ func (r *report) latencyTable() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rk.c, rk.l, rk.bulk,
 			cell("tcp-rr", false), cell("tcp-rr", true), cell("ping", false), cell("ping", true), bs, ns)
 	}
+	notes = append(notes, gate.lines("latency rows")...)
 	if len(notes) > 0 {
 		b.WriteString("\nLatency rows not counted or flagged:\n\n")
 		for _, n := range notes {
@@ -453,9 +455,36 @@ func (r *report) latencyTable() string {
 	return b.String()
 }
 
-// problems lists rows not measured, discarded, or flagged.
+// flagged counts, per configuration, the rows the load gate let through
+// after giving up, and the busy cores before them.
+type flagged struct {
+	order []string
+	busy  map[string][]float64
+}
+
+func (f *flagged) add(config string, busy float64) {
+	if f.busy == nil {
+		f.busy = map[string][]float64{}
+	}
+	if _, ok := f.busy[config]; !ok {
+		f.order = append(f.order, config)
+	}
+	f.busy[config] = append(f.busy[config], busy)
+}
+
+func (f *flagged) lines(what string) []string {
+	var out []string
+	for _, c := range f.order {
+		lo, hi := record.Range(f.busy[c])
+		out = append(out, fmt.Sprintf("%s: %d %s counted although the load gate gave up (%.2f–%.2f busy cores before)", c, len(f.busy[c]), what, lo, hi))
+	}
+	return out
+}
+
+// problems lists rows not measured or discarded, and counts the flagged.
 func (r *report) problems() string {
 	var b strings.Builder
+	gate := &flagged{}
 	for _, x := range r.rows {
 		switch {
 		case strings.HasPrefix(x.Note, "not measured"):
@@ -463,8 +492,11 @@ func (r *report) problems() string {
 		case !x.Kept || x.Mbps <= 0 || x.NativeMbps <= 0:
 			fmt.Fprintf(&b, "- %s %s P%d %s rep %d: not counted: %s\n", x.Config, x.Link, x.Streams, x.Dir, x.Rep, escape(x.Note))
 		case strings.Contains(x.Note, "LOAD GATE GAVE UP"):
-			fmt.Fprintf(&b, "- %s %s P%d %s rep %d: counted, but the load gate gave up (%.2f busy cores before)\n", x.Config, x.Link, x.Streams, x.Dir, x.Rep, x.BusyBefore)
+			gate.add(x.Config, x.BusyBefore)
 		}
+	}
+	for _, l := range gate.lines("points") {
+		b.WriteString("- " + l + "\n")
 	}
 	if b.Len() == 0 {
 		return ""
