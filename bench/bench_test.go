@@ -15,8 +15,9 @@ package bench
 // The load gate: before every point the machine's busy cores are sampled
 // for three seconds from /proc/stat (our own daemons are idle then). Above
 // -bench.maxload per core the point is not run (it would be discarded),
-// the gate waits and tries again, at most -bench.retries times; then it
-// runs the point anyway and says so loudly in the row's note and the log.
+// the gate waits and tries again, at most -bench.retries times and at most
+// -bench.wait-budget in the whole run; then it runs the point anyway and
+// says so loudly in the row's note and the log.
 // The 1-minute load average is recorded before and after every point, but
 // does not gate: it still carries the previous point's own load for a
 // minute.
@@ -64,6 +65,7 @@ var (
 	flagWarmup   = flag.Int("bench.warmup", 3, "seconds of the discarded warm-up run each way per configuration (0: none)")
 	flagMaxLoad  = flag.Float64("bench.maxload", 0.25, "load gate: most busy cores per core in the 3 s before a point")
 	flagRetries  = flag.Int("bench.retries", 5, "load gate: waits of 20 s before a point runs anyway, flagged")
+	flagWaitMax  = flag.Duration("bench.wait-budget", 30*time.Minute, "load gate: total waiting allowed in a run; after it every busy point runs at once, flagged")
 	flagMode     = flag.String("bench.mode", record.ModeFull, "full, quick or smoke: written into every row; bench/report quotes only full")
 	flagFault    = flag.String("bench.fault", "", "fault injection to test the bench itself: dtls-to-tcp (ocserv-dtls's client stays on TCP; the run must fail loudly)")
 	flagOut      = flag.String("bench.out", "", "run directory for logs, meta.tsv and start-up (default results/STAMP)")
@@ -166,8 +168,9 @@ func TestBench(t *testing.T) {
 type bencher struct {
 	mode, commit, out string
 	rows, lat         *record.Writer
-	rr                string // the rr probe binary
-	gaveUp            int    // points run although the load gate gave up
+	rr                string        // the rr probe binary
+	gaveUp            int           // points run although the load gate gave up
+	waited            time.Duration // by the load gate, in total
 }
 
 // target is a configuration's topology with its servers in inet.
@@ -311,14 +314,16 @@ func (b *bencher) gate(t *testing.T, tg *target, what string) (load1, busy, idle
 		if busy <= limit {
 			return load1, busy, idle, retries, false
 		}
-		if retries >= *flagRetries {
+		if retries >= *flagRetries || b.waited >= *flagWaitMax {
 			b.gaveUp++
-			t.Logf("LOAD GATE GAVE UP: %s: %.2f busy cores before the point (limit %.2f) after %d waits; running it anyway, flagged", what, busy, limit, retries)
+			t.Logf("LOAD GATE GAVE UP: %s: %.2f busy cores before the point (limit %.2f) after %d waits (%v waited in this run, budget %v); running it anyway, flagged",
+				what, busy, limit, retries, b.waited, *flagWaitMax)
 			return load1, busy, idle, retries, true
 		}
 		retries++
 		t.Logf("load gate: %s: %.2f busy cores (limit %.2f), load average %.2f; waiting 20 s (%d/%d)", what, busy, limit, load1, retries, *flagRetries)
 		time.Sleep(20 * time.Second)
+		b.waited += 20 * time.Second
 	}
 }
 
@@ -525,8 +530,8 @@ func writeMeta(t *testing.T, out string) string {
 	fmt.Fprintf(&b, "host tcp_congestion_control\t%s\n", strings.TrimSpace(string(hostCC)))
 	fmt.Fprintf(&b, "date\t%s\nmode\t%s\ncommit\t%s\nairlock\t%s\nkernel\t%s\ncpu\t%s\ncores\t%d\n",
 		now(), *flagMode, strings.TrimSpace(string(commit)), bin, strings.TrimSpace(string(kernel)), cpu, runtime.NumCPU())
-	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\ncc\t%s\nlatency\t%s\nlatency links\t%s\nwarmup\t%d\nmaxload per core\t%g\nretries\t%d\n",
-		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN, *flagCC, *flagLatency, *flagLatLinks, *flagWarmup, *flagMaxLoad, *flagRetries)
+	fmt.Fprintf(&b, "duration\t%d\nreps\t%d\nstreams\t%s\nconfigs\t%s\nlinks\t%s\nwan\t%s\ncc\t%s\nlatency\t%s\nlatency links\t%s\nwarmup\t%d\nmaxload per core\t%g\nretries\t%d\nwait budget\t%v\n",
+		*flagDuration, *flagReps, *flagStreams, *flagConfigs, *flagLinks, *flagWAN, *flagCC, *flagLatency, *flagLatLinks, *flagWarmup, *flagMaxLoad, *flagRetries, *flagWaitMax)
 	fmt.Fprintf(&b, "wireguard-go module\t%s\n", strings.TrimSpace(string(wg)))
 	for _, v := range []string{"iperf3", "ocserv", "openconnect", "ocproxy", "proxychains4", "slirp4netns", "openvpn", "wireguard-tools", "iputils-ping"} {
 		ver, _ := exec.Command("dpkg-query", "-W", "-f=${Version}", v).Output()
