@@ -3,8 +3,10 @@ package bench
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // clockTicks is USER_HZ, the unit of the times in /proc/PID/stat (100 on
@@ -94,4 +96,62 @@ func findDescendant(root int, name string) int {
 		queue = append(queue, children(p)...)
 	}
 	return 0
+}
+
+// cpuTimes is the machine-wide line "cpu" of /proc/stat, in ticks.
+type cpuTimes struct{ busy, total float64 }
+
+func cpuStat() cpuTimes {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	var c cpuTimes
+	for i, s := range f[1:] {
+		v, _ := strconv.ParseFloat(s, 64)
+		if i >= 8 { // guest and guest_nice are included in user and nice
+			break
+		}
+		c.total += v
+		if i != 3 && i != 4 { // idle, iowait
+			c.busy += v
+		}
+	}
+	return c
+}
+
+// busyCores returns how many cores were busy on average between before
+// and c.
+func (c cpuTimes) busyCores(before cpuTimes) float64 {
+	dt := c.total - before.total
+	if dt <= 0 {
+		return 0
+	}
+	return (c.busy - before.busy) / dt * float64(runtime.NumCPU())
+}
+
+// busyCores samples the machine's busy cores over window.
+func busyCores(window time.Duration) float64 {
+	c0 := cpuStat()
+	time.Sleep(window)
+	return cpuStat().busyCores(c0)
+}
+
+// loadAvg1 returns the 1-minute load average (-1 if unreadable).
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return -1
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
 }

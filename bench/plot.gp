@@ -1,7 +1,8 @@
 # bench/plot.gp: throughput vs parallel streams, one panel per link setting
-# (columns) and direction (rows), one line per configuration; medians from
-# summary.tsv. Called by run.sh:
-#   gnuplot -e "summary='DIR/summary.tsv'; outdir='DIR'" bench/plot.gp
+# (columns) and direction (rows), one line per configuration; medians with
+# the range over repetitions as error bars, from the summary TSV that
+# bench/report writes next to a run's TSV. Called by bench/report -plots:
+#   gnuplot -e "summary='STAMP-summary.tsv'; outdir='DIR'" bench/plot.gp
 # Writes DIR/benchmarks-throughput.png (Gbit/s) and DIR/benchmarks-ratio.png
 # (ratio to the interleaved native run).
 
@@ -17,12 +18,13 @@ set logscale x 2
 set xtics ("1" 1, "2" 2, "10" 10, "20" 20)
 set xrange [0.8:25]
 
-configs = "native airlock airlock-netstack airlock-kernel airlock-seccomp airlock-preload ocserv ocserv-slirp ocserv-ocproxy slirp"
-colors = "#000000 #d62728 #e377c2 #ff7f0e #17becf #8c564b #1f77b4 #9467bd #bcbd22 #2ca02c"
+configs = "native airlock airlock-kernel ocserv ocserv-dtls wireguard-go openvpn airlock-netstack airlock-seccomp airlock-preload ocserv-slirp ocserv-ocproxy slirp airlock-tcp"
+colors = "#000000 #d62728 #ff7f0e #1f77b4 #17becf #2ca02c #9467bd #e377c2 #8c564b #7f7f7f #bcbd22 #aec7e8 #98df8a #ff9896"
 cfg(i) = word(configs, i)
 
 # Column numbers in summary.tsv.
 C_CONFIG = 1; C_LINK = 2; C_DIR = 3; C_STREAMS = 4; C_GBPS = 5; C_RATIO = 7
+C_GBPS_MIN = 8; C_GBPS_MAX = 9; C_RATIO_MIN = 10; C_RATIO_MAX = 11
 
 sel(c, l, d, col) = (strcol(C_CONFIG) eq c && strcol(C_LINK) eq l && strcol(C_DIR) eq d) ? column(col) : NaN
 
@@ -35,15 +37,15 @@ do for [what in "throughput ratio"] {
 			if (what eq "throughput") {
 				set ylabel "Gbit/s"
 				if (l eq "uncapped") { set logscale y; set yrange [0.1:*] } else { unset logscale y; set yrange [0:1.05] }
-				col = C_GBPS
+				col = C_GBPS; lo = C_GBPS_MIN; hi = C_GBPS_MAX
 			} else {
 				unset logscale y
 				set ylabel "ratio to native"
 				if (l eq "uncapped") { set yrange [0:*] } else { set yrange [0:1.2] }
-				col = C_RATIO
+				col = C_RATIO; lo = C_RATIO_MIN; hi = C_RATIO_MAX
 			}
-			plot for [i=1:words(configs)] summary using (sel(cfg(i), l, d, C_STREAMS)):(sel(cfg(i), l, d, col)) \
-				with linespoints lw 2 pt 7 lc rgb word(colors, i) title cfg(i)
+			plot for [i=1:words(configs)] summary using (sel(cfg(i), l, d, C_STREAMS)):(sel(cfg(i), l, d, col)):(sel(cfg(i), l, d, lo)):(sel(cfg(i), l, d, hi)) \
+				with yerrorlines lw 2 pt 7 lc rgb word(colors, i) title cfg(i)
 		}
 	}
 	unset multiplot

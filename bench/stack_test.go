@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
@@ -14,10 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,59 +25,86 @@ import (
 // stack is one configuration, set up on its own topology.
 type stack interface {
 	tp() *topology.Topology
-	// job returns the argv that runs args as the test user inside the
+	// job returns the argv that runs argv as the test user inside the
 	// job's network; it is run in cn.
-	job(args ...string) []string
+	job(argv ...string) []string
+	// netnsPID is a process whose network namespace is the job's, for
+	// probes run as root (ping): 0 means cn's own namespace, -1 that the
+	// job has no network namespace of its own (the fallback modes).
+	netnsPID() int
+	// second returns the job argv wrapper of a second job on the same
+	// client host, for the bulk transfer of the latency test: a second
+	// `airlock run` or a second openconnect session; for tunnels that the
+	// host's routing carries (wireguard-go, OpenVPN, native) the same
+	// network, since every job on the host shares them.
+	second(t *testing.T, logs logDir) (func(argv ...string) []string, error)
+	// check is called after every measured point with the bytes iperf3
+	// moved; it fails if the configuration did not carry them as it
+	// claims (ocserv-dtls: over UDP).
+	check(bytes int64) error
 	// gatewayRoots and clientRoots are the PIDs of the process trees whose
 	// CPU time is charged to the gateway and the client (empty: n/a).
 	gatewayRoots() []int
 	clientRoots() []int
 }
 
-// newStack builds the topology for cfg and sets the configuration up on it.
-func newStack(t *testing.T, cfg string, opts []topology.Option) (stack, error) {
+// newStack builds the topology for cfg and sets the configuration up on
+// it; its daemons write their output to files in logs.
+func newStack(t *testing.T, cfg string, opts []topology.Option, logs logDir) (stack, error) {
 	switch cfg {
 	case "native":
 		return &nativeStack{topo: topology.New(t, append(opts, topology.WithNativeRouting())...)}, nil
 	case "airlock":
-		return newAirlock(t, topology.New(t, opts...), "user", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, "user", "--transport", "udp")
 	case "airlock-kernel":
-		return newAirlock(t, topology.New(t, opts...), "kernel", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, "kernel", "--transport", "udp")
 	case "airlock-netstack":
-		return newAirlock(t, topology.New(t, opts...), "user-netstack", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, "user-netstack", "--transport", "udp")
 	case "airlock-tcp":
 		// Airlock (user mode) forced onto its TCP/TLS transport.
-		return newAirlock(t, topology.New(t, opts...), "user", "--transport", "tcp")
+		return newAirlock(t, topology.New(t, opts...), logs, "user", "--transport", "tcp")
 	case "airlock-seccomp":
-		return newAirlockFallback(t, topology.New(t, opts...), "seccomp")
+		return newAirlockFallback(t, topology.New(t, opts...), logs, "seccomp")
 	case "airlock-preload":
-		return newAirlockFallback(t, topology.New(t, opts...), "preload")
+		return newAirlockFallback(t, topology.New(t, opts...), logs, "preload")
 	case "ocserv":
-		return newOcserv(t, topology.New(t, opts...), false, false)
+		return newOcserv(t, topology.New(t, opts...), logs, false, false)
 	case "ocserv-dtls":
-		return newOcserv(t, topology.New(t, opts...), false, true)
+		return newOcserv(t, topology.New(t, opts...), logs, false, true)
 	case "ocserv-ocproxy":
-		return newOcproxy(t, topology.New(t, opts...))
+		return newOcproxy(t, topology.New(t, opts...), logs)
 	case "ocserv-slirp":
-		return newOcserv(t, topology.New(t, opts...), true, false)
+		return newOcserv(t, topology.New(t, opts...), logs, true, false)
 	case "slirp":
-		return newSlirp(t, topology.New(t, append(opts, topology.WithNativeRouting())...))
+		return newSlirp(t, topology.New(t, append(opts, topology.WithNativeRouting())...), logs)
+	case "wireguard-go":
+		return newWireguardGo(t, topology.New(t, opts...), logs)
+	case "openvpn":
+		return newOpenVPN(t, topology.New(t, opts...), logs)
 	}
 	return nil, fmt.Errorf("unknown configuration %q", cfg)
 }
+
+// sameJob is stack.second for tunnels every job on the host shares.
+func sameJob(s stack) (func(argv ...string) []string, error) { return s.job, nil }
 
 // nativeStack is plain routing through dmz: the job runs directly in cn.
 type nativeStack struct{ topo *topology.Topology }
 
 func (s *nativeStack) tp() *topology.Topology      { return s.topo }
-func (s *nativeStack) job(args ...string) []string { return append([]string{"iperf3"}, args...) }
-func (s *nativeStack) gatewayRoots() []int         { return nil }
-func (s *nativeStack) clientRoots() []int          { return nil }
+func (s *nativeStack) job(argv ...string) []string { return argv }
+func (s *nativeStack) netnsPID() int               { return 0 }
+func (s *nativeStack) second(*testing.T, logDir) (func(argv ...string) []string, error) {
+	return sameJob(s)
+}
+func (s *nativeStack) check(int64) error   { return nil }
+func (s *nativeStack) gatewayRoots() []int { return nil }
+func (s *nativeStack) clientRoots() []int  { return nil }
 
-// nsJob runs args inside the user and network namespace of pid, keeping
+// nsJob runs argv inside the user and network namespace of pid, keeping
 // the caller's credentials (the namespace maps them).
-func nsJob(pid int, args ...string) []string {
-	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-U", "-n", "--preserve-credentials", "--", "iperf3"}, args...)
+func nsJob(pid int, argv ...string) []string {
+	return append([]string{"nsenter", "-t", strconv.Itoa(pid), "-U", "-n", "--preserve-credentials", "--"}, argv...)
 }
 
 // airlockStack is the Airlock gateway in dmz (user mode: unprivileged,
@@ -92,18 +117,36 @@ type airlockStack struct {
 	topo       *topology.Topology
 	gw, client int
 	jobPID     int
+	runArgs    []string // airlock run … (without "-- sleep")
 }
 
 func (s *airlockStack) tp() *topology.Topology      { return s.topo }
-func (s *airlockStack) job(args ...string) []string { return nsJob(s.jobPID, args...) }
-func (s *airlockStack) gatewayRoots() []int         { return []int{s.gw} }
-func (s *airlockStack) clientRoots() []int          { return []int{s.client} }
+func (s *airlockStack) job(argv ...string) []string { return nsJob(s.jobPID, argv...) }
+func (s *airlockStack) netnsPID() int               { return s.jobPID }
+func (s *airlockStack) check(int64) error           { return nil }
+
+// second starts a second `airlock run -- sleep` (its own lease and
+// tunnel) and returns its job wrapper.
+func (s *airlockStack) second(t *testing.T, logs logDir) (func(argv ...string) []string, error) {
+	u := topology.EnsureUser(t)
+	p := startDaemon(t, s.topo, logs, "airlock-run-2", s.topo.CN, u, "", topology.BuildAirlock(t), append(s.runArgs, "--", "sleep", "100000")...)
+	var pid int
+	if err := waitUntil(20*time.Second, p, func() bool {
+		pid = findDescendant(p.pid(), "sleep")
+		return pid != 0 && tcpCheckIn(t, s.topo, nsJobPeer(t, pid))
+	}); err != nil {
+		return nil, fmt.Errorf("second airlock run: %v: %s", err, p.describe())
+	}
+	return func(argv ...string) []string { return nsJob(pid, argv...) }, nil
+}
+func (s *airlockStack) gatewayRoots() []int { return []int{s.gw} }
+func (s *airlockStack) clientRoots() []int  { return []int{s.client} }
 
 // airlockGateway starts the gateway in dmz in egress mode "user" (as the
 // test user) or "kernel" (as root, --egress kernel --egress-addr dmz's inet
 // address, as test/e2e does) and returns its process, the join values and
 // a token.
-func airlockGateway(t *testing.T, tp *topology.Topology, mode string) (gw *topology.Process, gateway, pin, token string, err error) {
+func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, mode string) (gw *daemon, gateway, pin, token string, err error) {
 	u := topology.EnsureUser(t)
 	bin := topology.BuildAirlock(t)
 	tp.SetResolvConf(tp.DMZ, tp.INETAddr)
@@ -126,7 +169,12 @@ func airlockGateway(t *testing.T, tp *topology.Topology, mode string) (gw *topol
 	default:
 		return nil, "", "", "", fmt.Errorf("unknown egress mode %q", mode)
 	}
-	gw = tp.Start(t, tp.DMZ, u, bin, args...)
+	// Ping sockets for the user-mode gateway's ICMP echo relay (the
+	// latency test's ping), as test/e2e does.
+	if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647"); code != 0 {
+		return nil, "", "", "", fmt.Errorf("ping_group_range: %s", stderr)
+	}
+	gw = startDaemon(t, tp, logs, "airlock-gateway", tp.DMZ, u, "", bin, args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		vals := readEnv(filepath.Join(state, "join.env"))
@@ -134,8 +182,8 @@ func airlockGateway(t *testing.T, tp *topology.Topology, mode string) (gw *topol
 			gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
 			break
 		}
-		if ok, _ := gw.Exited(); ok || time.Now().After(deadline) {
-			return nil, "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.Describe())
+		if ok, _ := gw.exitedCode(); ok || time.Now().After(deadline) {
+			return nil, "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.describe())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -159,21 +207,21 @@ func readEnv(path string) map[string]string {
 
 // newAirlock starts the gateway in egress mode mode and a job; runFlags
 // go to airlock run (e.g. --transport tcp).
-func newAirlock(t *testing.T, tp *topology.Topology, mode string, runFlags ...string) (stack, error) {
+func newAirlock(t *testing.T, tp *topology.Topology, logs logDir, mode string, runFlags ...string) (stack, error) {
 	u := topology.EnsureUser(t)
-	gw, gateway, pin, token, err := airlockGateway(t, tp, mode)
+	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, mode)
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"run", "--gateway", gateway, "--pin", pin, "--token", token}, runFlags...)
-	args = append(args, "--", "sleep", "100000")
-	p := tp.Start(t, tp.CN, u, topology.BuildAirlock(t), args...)
-	s := &airlockStack{topo: tp, gw: gw.Cmd.Process.Pid, client: p.Cmd.Process.Pid}
+	runArgs := append([]string{"run", "--gateway", gateway, "--pin", pin, "--token", token}, runFlags...)
+	args := append(append([]string{}, runArgs...), "--", "sleep", "100000")
+	p := startDaemon(t, tp, logs, "airlock-run", tp.CN, u, "", topology.BuildAirlock(t), args...)
+	s := &airlockStack{topo: tp, gw: gw.pid(), client: p.pid(), runArgs: runArgs}
 	if err := waitUntil(20*time.Second, p, func() bool {
 		s.jobPID = findDescendant(s.client, "sleep")
 		return s.jobPID != 0 && tcpCheckIn(t, tp, nsJobPeer(t, s.jobPID))
 	}); err != nil {
-		return nil, fmt.Errorf("airlock run: %v: %s", err, p.Describe())
+		return nil, fmt.Errorf("airlock run: %v: %s", err, p.describe())
 	}
 	return s, nil
 }
@@ -191,20 +239,25 @@ type airlockFallbackStack struct {
 }
 
 func (s *airlockFallbackStack) tp() *topology.Topology { return s.topo }
-func (s *airlockFallbackStack) job(args ...string) []string {
-	return append(append(append([]string{}, s.argv...), "iperf3"), args...)
+func (s *airlockFallbackStack) job(argv ...string) []string {
+	return append(append([]string{}, s.argv...), argv...)
+}
+func (s *airlockFallbackStack) netnsPID() int     { return -1 }
+func (s *airlockFallbackStack) check(int64) error { return nil }
+func (s *airlockFallbackStack) second(*testing.T, logDir) (func(argv ...string) []string, error) {
+	return sameJob(s) // every run is its own client already
 }
 func (s *airlockFallbackStack) gatewayRoots() []int { return []int{s.gw} }
 func (s *airlockFallbackStack) clientRoots() []int  { return nil }
 
-func newAirlockFallback(t *testing.T, tp *topology.Topology, mode string) (stack, error) {
+func newAirlockFallback(t *testing.T, tp *topology.Topology, logs logDir, mode string) (stack, error) {
 	u := topology.EnsureUser(t)
-	gw, gateway, pin, token, err := airlockGateway(t, tp, "user")
+	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, "user")
 	if err != nil {
 		return nil, err
 	}
 	topology.BuildPreload(t) // next to the airlock binary
-	s := &airlockFallbackStack{topo: tp, gw: gw.Cmd.Process.Pid,
+	s := &airlockFallbackStack{topo: tp, gw: gw.pid(),
 		argv: []string{topology.BuildAirlock(t), "run", "--gateway", gateway, "--pin", pin, "--token", token, "--mode", mode, "--"}}
 	argv := append(append([]string{}, s.argv...), "true")
 	if code, out, stderr := tp.Run(t, 30*time.Second, tp.CN, u, argv[0], argv[1:]...); code != 0 || !strings.Contains(stderr, "airlock: mode "+mode) {
@@ -238,11 +291,11 @@ func tcpCheckIn(t *testing.T, tp *topology.Topology, peer func(args ...string) [
 
 // waitUntil polls ready every 50 ms until it returns true, p exits, or
 // timeout passes.
-func waitUntil(timeout time.Duration, p *topology.Process, ready func() bool) error {
+func waitUntil(timeout time.Duration, p *daemon, ready func() bool) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		if p != nil {
-			if ok, code := p.Exited(); ok {
+			if ok, code := p.exitedCode(); ok {
 				return fmt.Errorf("exited %d before ready", code)
 			}
 		}
@@ -267,24 +320,29 @@ type slirpStack struct {
 }
 
 func (s *slirpStack) tp() *topology.Topology      { return s.topo }
-func (s *slirpStack) job(args ...string) []string { return nsJob(s.jobPID, args...) }
-func (s *slirpStack) gatewayRoots() []int         { return []int{s.slirpPID} }
-func (s *slirpStack) clientRoots() []int          { return nil }
+func (s *slirpStack) job(argv ...string) []string { return nsJob(s.jobPID, argv...) }
+func (s *slirpStack) netnsPID() int               { return s.jobPID }
+func (s *slirpStack) check(int64) error           { return nil }
+func (s *slirpStack) second(*testing.T, logDir) (func(argv ...string) []string, error) {
+	return sameJob(s)
+}
+func (s *slirpStack) gatewayRoots() []int { return []int{s.slirpPID} }
+func (s *slirpStack) clientRoots() []int  { return nil }
 
 // slirpMTU is the MTU slirp4netns gives its tap (Podman's default; the
 // slirp4netns default of 1500 is slower).
 const slirpMTU = "65520"
 
-func newSlirp(t *testing.T, tp *topology.Topology) (stack, error) {
+func newSlirp(t *testing.T, tp *topology.Topology, logs logDir) (stack, error) {
 	u := topology.EnsureUser(t)
-	ns := tp.Start(t, tp.CN, u, "unshare", "-U", "-r", "-n", "sleep", "100000")
-	pid := ns.Cmd.Process.Pid
+	ns := startDaemon(t, tp, logs, "job-ns", tp.CN, u, "", "unshare", "-U", "-r", "-n", "sleep", "100000")
+	pid := ns.pid()
 	time.Sleep(100 * time.Millisecond)
-	sl := tp.Start(t, tp.CN, u, "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
+	sl := startDaemon(t, tp, logs, "slirp4netns", tp.CN, u, "", "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
 		"--userns-path=/proc/"+strconv.Itoa(pid)+"/ns/user", strconv.Itoa(pid), "tap0")
-	s := &slirpStack{topo: tp, jobPID: pid, slirpPID: sl.Cmd.Process.Pid}
+	s := &slirpStack{topo: tp, jobPID: pid, slirpPID: sl.pid()}
 	if err := waitUntil(20*time.Second, sl, func() bool { return tcpCheckIn(t, tp, nsJobPeer(t, pid)) }); err != nil {
-		return nil, fmt.Errorf("slirp4netns: %v: %s", err, sl.Describe())
+		return nil, fmt.Errorf("slirp4netns: %v: %s", err, sl.describe())
 	}
 	return s, nil
 }
@@ -303,12 +361,54 @@ type ocservStack struct {
 	peer    string
 	srvAddr string
 	pin     string
+	dtls    bool
+	// udpSeen is the byte count of dmz's UDP counters (ocserv's DTLS
+	// port, both ways) at the last check.
+	udpSeen int64
 }
 
 func (s *ocservStack) tp() *topology.Topology      { return s.topo }
-func (s *ocservStack) job(args ...string) []string { return nsJob(s.nsPID, args...) }
-func (s *ocservStack) gatewayRoots() []int         { return s.gw }
-func (s *ocservStack) clientRoots() []int          { return []int{s.client} }
+func (s *ocservStack) job(argv ...string) []string { return nsJob(s.nsPID, argv...) }
+func (s *ocservStack) netnsPID() int               { return s.nsPID }
+
+// second connects a second vpnns + openconnect session to the same ocserv.
+func (s *ocservStack) second(t *testing.T, logs logDir) (func(argv ...string) []string, error) {
+	u := topology.EnsureUser(t)
+	home := filepath.Join(topology.TempDir(t), "home2")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Chown(home, u.UID, u.GID); err != nil {
+		return nil, err
+	}
+	c, err := connectOpenconnect(t, s.topo, logs, u, home, s.srvAddr, s.pin, s.dtls, 30*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("second openconnect session: %w", err)
+	}
+	return func(argv ...string) []string { return nsJob(c.nsPID, argv...) }, nil
+}
+
+// check fails a DTLS configuration whose data did not go over UDP: the
+// UDP bytes through ocserv's port (dmz's nftables counters, both
+// directions, DTLS overhead included) must be at least half the bytes
+// iperf3 moved, or openconnect has fallen back to TLS over TCP.
+func (s *ocservStack) check(bytes int64) error {
+	if !s.dtls {
+		return nil
+	}
+	n, err := udpCounter(s.topo)
+	if err != nil {
+		return fmt.Errorf("DTLS check: %w", err)
+	}
+	d := n - s.udpSeen
+	s.udpSeen = n
+	if d*2 < bytes {
+		return fmt.Errorf("DTLS FELL BACK TO TCP: %d bytes over UDP port %d for %d bytes of iperf3 data", d, ocPort, bytes)
+	}
+	return nil
+}
+func (s *ocservStack) gatewayRoots() []int { return s.gw }
+func (s *ocservStack) clientRoots() []int  { return []int{s.client} }
 
 const (
 	ocPort     = 4443
@@ -348,7 +448,10 @@ func ocservConfig(dir, network string, dtls bool) (conf, pin string, err error) 
 	if err := os.WriteFile(passwd, []byte(ocUser+":*:"+strings.TrimSpace(string(hash))+"\n"), 0o644); err != nil {
 		return "", "", err
 	}
-	// No udp-port: no DTLS, the data channel is TLS over TCP.
+	// No udp-port: no DTLS, the data channel is TLS over TCP. The TLS
+	// priorities stop at TLS 1.2 and dtls-legacy is on, as ocserv's users
+	// configure it for openconnect 9 (with TLS 1.3 openconnect 9.01 does
+	// not bring DTLS up); the TCP configuration uses the same priorities.
 	udp := ""
 	if dtls {
 		udp = fmt.Sprintf("udp-port = %d\n", ocPort)
@@ -367,7 +470,8 @@ keepalive = 32400
 dpd = 90
 mobile-dpd = 1800
 try-mtu-discovery = false
-tls-priorities = "NORMAL:%%SERVER_PRECEDENCE:%%COMPAT:-VERS-SSL3.0"
+tls-priorities = "NORMAL:%%SERVER_PRECEDENCE:%%COMPAT:-VERS-SSL3.0:-VERS-TLS1.3"
+dtls-legacy = true
 auth-timeout = 240
 cookie-timeout = 300
 deny-roaming = false
@@ -392,19 +496,19 @@ cisco-client-compat = true
 // with slirp unprivileged behind slirp4netns) and openconnect with vpnns in
 // cn; with dtls the data channel is DTLS over UDP (ocserv's udp-port, no
 // --no-dtls), else TLS over TCP.
-func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, error) {
+func newOcserv(t *testing.T, tp *topology.Topology, logs logDir, slirp, dtls bool) (stack, error) {
 	u := topology.EnsureUser(t)
 	dir := topology.TempDir(t)
-	s := &ocservStack{topo: tp, peer: topology.BuildPeer(t), srvAddr: fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)}
+	s := &ocservStack{topo: tp, peer: topology.BuildPeer(t), srvAddr: fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort), dtls: dtls}
 	var err error
-	var ocservProc *topology.Process
+	var ocservProc *daemon
 	if !slirp {
-		if ocservProc, s.pin, err = startOcservRoot(t, tp, dir, s.srvAddr, dtls); err != nil {
+		if ocservProc, s.pin, err = startOcservRoot(t, tp, logs, dir, s.srvAddr, dtls); err != nil {
 			return nil, err
 		}
-		s.gw = []int{ocservProc.Cmd.Process.Pid}
+		s.gw = []int{ocservProc.pid()}
 	} else {
-		if s.gw, s.pin, err = startOcservSlirp(t, tp, u, dir); err != nil {
+		if s.gw, s.pin, err = startOcservSlirp(t, tp, logs, u, dir); err != nil {
 			return nil, err
 		}
 	}
@@ -415,10 +519,10 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, er
 	if err := os.Chown(s.home, u.UID, u.GID); err != nil {
 		return nil, err
 	}
-	c, err := connectOpenconnect(t, tp, u, s.home, s.srvAddr, s.pin, dtls, 30*time.Second)
+	c, err := connectOpenconnect(t, tp, logs, u, s.home, s.srvAddr, s.pin, dtls, 30*time.Second)
 	if err != nil {
 		if ocservProc != nil {
-			err = fmt.Errorf("%w\n--- ocserv ---\n%s", err, ocservProc.Describe())
+			err = fmt.Errorf("%w\n--- ocserv ---\n%s", err, ocservProc.describe())
 		}
 		return nil, err
 	}
@@ -428,7 +532,7 @@ func newOcserv(t *testing.T, tp *topology.Topology, slirp, dtls bool) (stack, er
 
 // startOcservRoot starts ocserv in dmz as root with kernel forwarding and
 // masquerade to inet0, listening on srvAddr, and returns it and its pin.
-func startOcservRoot(t *testing.T, tp *topology.Topology, dir, srvAddr string, dtls bool) (*topology.Process, string, error) {
+func startOcservRoot(t *testing.T, tp *topology.Topology, logs logDir, dir, srvAddr string, dtls bool) (*daemon, string, error) {
 	conf, pin, err := ocservConfig(dir, "10.200.0.0", dtls)
 	if err != nil {
 		return nil, "", err
@@ -438,15 +542,15 @@ func startOcservRoot(t *testing.T, tp *topology.Topology, dir, srvAddr string, d
 		return nil, "", fmt.Errorf("ip_forward: %s", stderr)
 	}
 	rules := filepath.Join(dir, "nat.nft")
-	if err := os.WriteFile(rules, []byte(natRules("10.200.0.0/24", "inet0")), 0o644); err != nil {
+	if err := os.WriteFile(rules, []byte(natRules("10.200.0.0/24", "inet0")+udpCounterRules(ocPort)), 0o644); err != nil {
 		return nil, "", err
 	}
 	if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "nft", "-f", rules); code != 0 {
 		return nil, "", fmt.Errorf("nft: %s", stderr)
 	}
-	p := tp.Start(t, tp.DMZ, nil, "ocserv", "-f", "-c", conf)
+	p := startDaemon(t, tp, logs, "ocserv", tp.DMZ, nil, "", "ocserv", "-f", "-c", conf)
 	if err := waitUntil(10*time.Second, p, func() bool { return tp.TCPCheck(t, tp.CN, nil, parseAP(srvAddr)) }); err != nil {
-		return nil, "", fmt.Errorf("ocserv: %v: %s", err, p.Describe())
+		return nil, "", fmt.Errorf("ocserv: %v: %s", err, p.describe())
 	}
 	return p, pin, nil
 }
@@ -464,17 +568,22 @@ type ocproxyStack struct {
 }
 
 func (s *ocproxyStack) tp() *topology.Topology { return s.topo }
-func (s *ocproxyStack) job(args ...string) []string {
-	return append([]string{"proxychains4", "-q", "-f", s.conf, "iperf3"}, args...)
+func (s *ocproxyStack) job(argv ...string) []string {
+	return append([]string{"proxychains4", "-q", "-f", s.conf}, argv...)
+}
+func (s *ocproxyStack) netnsPID() int     { return -1 }
+func (s *ocproxyStack) check(int64) error { return nil }
+func (s *ocproxyStack) second(*testing.T, logDir) (func(argv ...string) []string, error) {
+	return sameJob(s)
 }
 func (s *ocproxyStack) gatewayRoots() []int { return s.gw }
 func (s *ocproxyStack) clientRoots() []int  { return []int{s.client} }
 
-func newOcproxy(t *testing.T, tp *topology.Topology) (stack, error) {
+func newOcproxy(t *testing.T, tp *topology.Topology, logs logDir) (stack, error) {
 	u := topology.EnsureUser(t)
 	dir := topology.TempDir(t)
 	srvAddr := fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)
-	p, pin, err := startOcservRoot(t, tp, dir, srvAddr, false)
+	p, pin, err := startOcservRoot(t, tp, logs, dir, srvAddr, false)
 	if err != nil {
 		return nil, err
 	}
@@ -490,10 +599,10 @@ func newOcproxy(t *testing.T, tp *topology.Topology) (stack, error) {
 	if err := os.Chown(home, u.UID, u.GID); err != nil {
 		return nil, err
 	}
-	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
+	oc := startDaemon(t, tp, logs, "openconnect", tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun",
 		"--script", fmt.Sprintf("ocproxy -D %d -k 30", port), "https://"+srvAddr+"/")
-	s := &ocproxyStack{topo: tp, gw: []int{p.Cmd.Process.Pid}, client: oc.pid(), conf: conf}
+	s := &ocproxyStack{topo: tp, gw: []int{p.pid()}, client: oc.pid(), conf: conf}
 	// ocproxy listens once openconnect has the tunnel up.
 	deadline := time.Now().Add(30 * time.Second)
 	for !tp.TCPCheck(t, tp.CN, u, netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(port))) {
@@ -509,9 +618,9 @@ func parseAP(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
 
 // ocClient is one vpnns namespace with openconnect attached to it.
 type ocClient struct {
-	ns  *topology.Process // vpnns -- sleep (the namespace holder)
-	oc  *bgProcess        // openconnect
-	pid int               // openconnect's PID
+	ns  *daemon // vpnns -- sleep (the namespace holder)
+	oc  *daemon // openconnect
+	pid int     // openconnect's PID
 	// nsPID is the PID vpnns wrote to vpnns.pid, whose namespaces are the
 	// job's. Jobs enter them with nsenter rather than a second vpnns --,
 	// which races with the watcher and may build a new namespace.
@@ -524,8 +633,8 @@ type ocClient struct {
 //
 // With dtls it leaves DTLS on and waits until openconnect reports the DTLS
 // channel established, so that the data goes over UDP.
-func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string, dtls bool, timeout time.Duration) (*ocClient, error) {
-	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sleep", "100000")
+func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *topology.User, home, server, pin string, dtls bool, timeout time.Duration) (*ocClient, error) {
+	ns := startDaemon(t, tp, logs, "vpnns", tp.CN, u, "", "env", "HOME="+home, "vpnns", "--", "sleep", "100000")
 	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
 	var nsPID int
 	if err := waitUntil(10*time.Second, ns, func() bool {
@@ -534,14 +643,20 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, h
 		nsPID, _ = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil && nsPID > 0
 	}); err != nil {
-		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.Describe())
+		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.describe())
 	}
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
-	if dtls {
-		args = append(args[:2], args[3:]...)
+	if *flagFault == "dtls-to-tcp" && dtls {
+		// Fault injection, to prove the DTLS check: the client stays on
+		// TLS over TCP although the configuration is meant to be DTLS.
+		t.Logf("fault dtls-to-tcp: openconnect keeps --no-dtls")
+		dtls = false
 	}
-	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", args...)
+	if dtls {
+		args = slices.DeleteFunc(args, func(a string) bool { return a == "--no-dtls" })
+	}
+	oc := startDaemon(t, tp, logs, "openconnect", tp.CN, u, ocPassword+"\n", "env", args...)
 	c := &ocClient{ns: ns, oc: oc, pid: oc.pid(), nsPID: nsPID}
 	peer := nsJobPeer(t, nsPID)
 	if err := waitUntil(timeout, ns, func() bool {
@@ -554,7 +669,7 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, h
 	}
 	if dtls {
 		if err := waitUntil(10*time.Second, ns, func() bool {
-			return strings.Contains(oc.output(), "Established DTLS connection")
+			return oc.contains("Established DTLS connection")
 		}); err != nil {
 			return nil, fmt.Errorf("openconnect: DTLS not established: %v\n--- openconnect output ---\n%s", err, oc.output())
 		}
@@ -562,68 +677,11 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, u *topology.User, h
 	return c, nil
 }
 
-// bgProcess is a background command with stdin, killed (its process
-// group) at cleanup.
-type bgProcess struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	buf  bytes.Buffer // guarded by mu
-	done chan struct{}
-}
-
-func (b *bgProcess) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *bgProcess) output() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := b.buf.String()
-	if len(s) > 6000 {
-		s = "…" + s[len(s)-6000:]
-	}
-	return s
-}
-
-func (b *bgProcess) pid() int { return b.cmd.Process.Pid }
-
-func (b *bgProcess) exited() bool {
-	select {
-	case <-b.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (b *bgProcess) kill() {
-	_ = syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-	}
-}
-
-func startBG(t *testing.T, tp *topology.Topology, ns string, u *topology.User, stdin string, name string, args ...string) *bgProcess {
-	cmd := tp.Command(context.Background(), ns, u, name, args...)
-	b := &bgProcess{cmd: cmd, done: make(chan struct{})}
-	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Stdout, cmd.Stderr = b, b
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { _ = cmd.Wait(); close(b.done) }()
-	t.Cleanup(b.kill)
-	return b
-}
-
 // startOcservSlirp starts ocserv as the test user in a new user+net
 // namespace in dmz, connected to dmz only through slirp4netns, with the
 // fakeroot shim preloaded; slirp4netns forwards dmz's port ocPort to it.
 // It returns the PIDs of ocserv's tree and of slirp4netns, and the pin.
-func startOcservSlirp(t *testing.T, tp *topology.Topology, u *topology.User, dir string) ([]int, string, error) {
+func startOcservSlirp(t *testing.T, tp *topology.Topology, logs logDir, u *topology.User, dir string) ([]int, string, error) {
 	if *flagShim == "" {
 		return nil, "", errors.New("no fakeroot shim (-bench.shim); run bench/run.sh")
 	}
@@ -646,17 +704,17 @@ exec env LD_PRELOAD=%s ocserv -f -c %s`, filepath.Join(dir, "nat.nft"), shim, co
 	if err := os.WriteFile(filepath.Join(dir, "nat.nft"), []byte(natRules("10.201.0.0/24", "tap0")), 0o644); err != nil {
 		return nil, "", err
 	}
-	p := tp.Start(t, tp.DMZ, u, "unshare", "-U", "-r", "-n", "sh", "-c", script)
-	pid := p.Cmd.Process.Pid
+	p := startDaemon(t, tp, logs, "ocserv-userns", tp.DMZ, u, "", "unshare", "-U", "-r", "-n", "sh", "-c", script)
+	pid := p.pid()
 	time.Sleep(100 * time.Millisecond)
 	api := filepath.Join(dir, "slirp.sock")
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, "", err
 	}
-	sl := tp.Start(t, tp.DMZ, u, "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
+	sl := startDaemon(t, tp, logs, "slirp4netns", tp.DMZ, u, "", "slirp4netns", "--configure", "--mtu", slirpMTU, "--disable-host-loopback",
 		"--api-socket", api, "--userns-path=/proc/"+strconv.Itoa(pid)+"/ns/user", strconv.Itoa(pid), "tap0")
 	if err := waitUntil(10*time.Second, sl, func() bool { _, err := os.Stat(api); return err == nil }); err != nil {
-		return nil, "", fmt.Errorf("slirp4netns: %v: %s", err, sl.Describe())
+		return nil, "", fmt.Errorf("slirp4netns: %v: %s", err, sl.describe())
 	}
 	req := fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"%s","host_port":%d,"guest_port":%d}}`, tp.DMZAddrCN, ocPort, ocPort)
 	if err := slirpAPI(api, req); err != nil {
@@ -665,9 +723,9 @@ exec env LD_PRELOAD=%s ocserv -f -c %s`, filepath.Join(dir, "nat.nft"), shim, co
 	if err := waitUntil(15*time.Second, p, func() bool {
 		return tp.TCPCheck(t, tp.CN, nil, parseAP(fmt.Sprintf("%s:%d", tp.DMZAddrCN, ocPort)))
 	}); err != nil {
-		return nil, "", fmt.Errorf("ocserv in userns: %v: %s\n%s", err, p.Describe(), sl.Describe())
+		return nil, "", fmt.Errorf("ocserv in userns: %v: %s\n%s", err, p.describe(), sl.describe())
 	}
-	return []int{pid, sl.Cmd.Process.Pid}, pin, nil
+	return []int{pid, sl.pid()}, pin, nil
 }
 
 func slirpAPI(sock, req string) error {
@@ -695,10 +753,10 @@ func slirpAPI(sock, req string) error {
 // measurement: the namespace's first process is a shell loop that probes
 // inet every 5 ms and exits 0 on the first answer, so the caller's clock
 // stops when the tunnel first carries a connection.
-func connectOpenconnectFast(t *testing.T, tp *topology.Topology, u *topology.User, home, server, pin string) (*ocClient, error) {
+func connectOpenconnectFast(t *testing.T, tp *topology.Topology, logs logDir, u *topology.User, home, server, pin string) (*ocClient, error) {
 	probe := fmt.Sprintf(`i=0; while :; do case "$(%s tcpcheck %s:9 2>&1)" in *refused*) exit 0;; esac; i=$((i+1)); [ $i -gt 4000 ] && exit 1; sleep 0.005; done`,
 		topology.BuildPeer(t), tp.INETAddr)
-	ns := tp.Start(t, tp.CN, u, "env", "HOME="+home, "vpnns", "--", "sh", "-c", probe)
+	ns := startDaemon(t, tp, logs, "vpnns-probe", tp.CN, u, "", "env", "HOME="+home, "vpnns", "--", "sh", "-c", probe)
 	pidFile := filepath.Join(home, ".vpnns-default", "vpnns.pid")
 	for i := 0; ; i++ {
 		_, err1 := os.Stat(pidFile)
@@ -706,16 +764,16 @@ func connectOpenconnectFast(t *testing.T, tp *topology.Topology, u *topology.Use
 		if err1 == nil && err2 == nil {
 			break
 		}
-		if ok, _ := ns.Exited(); ok || i > 5000 {
-			return nil, fmt.Errorf("vpnns did not start: %s", ns.Describe())
+		if ok, _ := ns.exitedCode(); ok || i > 5000 {
+			return nil, fmt.Errorf("vpnns did not start: %s", ns.describe())
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	oc := startBG(t, tp, tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
+	oc := startDaemon(t, tp, logs, "openconnect", tp.CN, u, ocPassword+"\n", "env", "HOME="+home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://"+server+"/")
-	code, err := ns.Wait(60 * time.Second)
+	code, err := ns.wait(60 * time.Second)
 	if err != nil || code != 0 {
-		return nil, fmt.Errorf("probe in vpnns: exit %d, %v: %s\n--- openconnect ---\n%s", code, err, ns.Describe(), oc.output())
+		return nil, fmt.Errorf("probe in vpnns: exit %d, %v: %s\n--- openconnect ---\n%s", code, err, ns.describe(), oc.output())
 	}
 	return &ocClient{ns: ns, oc: oc, pid: oc.pid()}, nil
 }
@@ -729,4 +787,37 @@ func natRules(src, oif string) string {
 	}
 }
 `, src, oif)
+}
+
+// udpCounterRules counts, in dmz, the UDP bytes to and from port (a DTLS
+// or tunnel port), for udpCounter.
+func udpCounterRules(port int) string {
+	return fmt.Sprintf(`table ip benchcount {
+	counter udpbytes { }
+	chain in {
+		type filter hook input priority 0;
+		udp dport %d counter name "udpbytes"
+	}
+	chain out {
+		type filter hook output priority 0;
+		udp sport %d counter name "udpbytes"
+	}
+}
+`, port, port)
+}
+
+// udpCounter reads the byte count of udpCounterRules' counter in dmz.
+func udpCounter(tp *topology.Topology) (int64, error) {
+	cmd := tp.Command(context.Background(), tp.DMZ, nil, "nft", "list", "counter", "ip", "benchcount", "udpbytes")
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, fmt.Errorf("nft list counter: %v", err)
+	}
+	f := strings.Fields(string(out))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "bytes" {
+			return strconv.ParseInt(f[i+1], 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("nft list counter: no bytes in %q", out)
 }
