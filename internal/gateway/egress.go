@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 
@@ -34,11 +35,17 @@ var DefaultKernelPorts = portblock.Range{Lo: 20000, Hi: 59999}
 // egress is the resolved egress configuration.
 type egress struct {
 	mode string
-	// public is the address jobs' flows leave from: the egress address in
-	// kernel mode; in user mode the configured one or the unspecified
-	// address, meaning every address of the host.
+	// public is the address jobs' flows leave from and their exposed
+	// ports listen on: --egress-addr, else the preferred source of the
+	// host's default route. Only in user mode on a host without a default
+	// route is it the unspecified address: flows then leave from the
+	// kernel's choice per destination and jobs cannot expose ports.
 	public netip.Addr
-	plan   portblock.Plan
+	// publicFrom says where public came from (for the start-up log):
+	// "--egress-addr" or "default route"; publicErr why there is none.
+	publicFrom string
+	publicErr  error
+	plan       portblock.Plan
 }
 
 // egressEnv is what planEgress needs from the host; tests replace it.
@@ -77,21 +84,29 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 				"widen it (sysctl -w net.ipv4.ip_local_port_range=\"%d %d\") or choose --egress-ports inside %s",
 				r, host, min(r.Lo, host.Lo), max(r.Hi, host.Hi), host)
 		}
-		e.public = netip.IPv4Unspecified()
-		if c.EgressAddr.IsValid() {
-			e.public = c.EgressAddr.Unmap()
+		e.public, e.publicFrom = c.EgressAddr.Unmap(), "--egress-addr"
+		if !e.public.IsValid() {
+			a, err := env.defaultSource()
+			if err != nil {
+				e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
+			} else {
+				e.public, e.publicFrom = a, "default route"
+			}
+		}
+		if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
+			return egress{}, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
 		}
 	case EgressKernel:
 		if r == (portblock.Range{}) {
 			r = DefaultKernelPorts
 		}
-		e.public = c.EgressAddr.Unmap()
+		e.public, e.publicFrom = c.EgressAddr.Unmap(), "--egress-addr"
 		if !e.public.IsValid() {
 			a, err := env.defaultSource()
 			if err != nil {
 				return egress{}, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
 			}
-			e.public = a
+			e.public, e.publicFrom = a, "default route"
 		}
 		if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
 			return egress{}, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
@@ -153,4 +168,16 @@ func isHostAddr(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// logPublic logs the egress address at start: where it came from, or why
+// there is none and what that costs.
+func (e egress) logPublic(log *slog.Logger) {
+	if e.publicFrom != "" {
+		log.Info("egress address: jobs' flows leave from it and their exposed ports listen on it",
+			"egress_addr", e.public, "from", e.publicFrom)
+		return
+	}
+	log.Warn("no egress address: this host has no IPv4 default route with a source address; jobs' flows leave from the kernel's choice "+
+		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
 }

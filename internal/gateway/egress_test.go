@@ -37,9 +37,11 @@ func TestPlanEgress(t *testing.T) {
 		blocks  int
 		wantErr string // substring; "" means success
 	}{
-		{name: "user default", cfg: Config{}, env: env, mode: EgressUser, public: netip.IPv4Unspecified(), ports: host, blocks: host.Len() / 256},
+		{name: "user default", cfg: Config{}, env: env, mode: EgressUser, public: src, ports: host, blocks: host.Len() / 256},
+		{name: "user no route", cfg: Config{}, env: noRoute, mode: EgressUser, public: netip.IPv4Unspecified(), ports: host, blocks: host.Len() / 256},
+		{name: "user loopback", cfg: Config{EgressAddr: netip.MustParseAddr("127.0.0.1")}, env: env, wantErr: "unicast"},
 		{name: "user inside", cfg: Config{EgressPorts: portblock.Range{Lo: 40000, Hi: 40999}, BlockSize: 100}, env: env,
-			mode: EgressUser, public: netip.IPv4Unspecified(), ports: portblock.Range{Lo: 40000, Hi: 40999}, blocks: 10},
+			mode: EgressUser, public: src, ports: portblock.Range{Lo: 40000, Hi: 40999}, blocks: 10},
 		{name: "user with address", cfg: Config{Egress: EgressUser, EgressAddr: pub}, env: env, mode: EgressUser, public: pub, ports: host, blocks: host.Len() / 256},
 		{name: "user wider than host", cfg: Config{EgressPorts: portblock.Range{Lo: 20000, Hi: 59999}}, env: env,
 			wantErr: "not inside this host's ephemeral range 32768-60999"},

@@ -81,7 +81,11 @@ func openFlows(cfg Config) (*flows.Table, func() error, error) {
 // trackJob attributes the flows of the job at l.Addr in the flow table.
 func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
 	if g.flows != nil {
-		g.flows.AddJob(l.Addr, flows.JobRef{Lease: l.ID, JobID: jobID, Token: token})
+		ref := flows.JobRef{Lease: l.ID, JobID: jobID, Token: token}
+		if !g.egress.public.IsUnspecified() {
+			ref.PublicAddr = g.egress.public
+		}
+		g.flows.AddJob(l.Addr, ref)
 	}
 }
 

@@ -212,6 +212,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	eg.logPublic(log)
 	tb, closeFlowLog, err := openFlows(cfg)
 	if err != nil {
 		return err
@@ -278,7 +279,7 @@ func Run(ctx context.Context, cfg Config) error {
 		egress:     eg,
 		jobs:       jobs,
 		exposer:    exposer,
-		exposeAddr: exposeAddr(eg, log),
+		exposeAddr: exposeAddr(eg),
 		limiter:    limiter,
 		policer:    policer,
 		flows:      tb,
@@ -489,6 +490,9 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 		UDPIdleTimeout: cfg.Flows.idle().UDP,
 	}
 	if !eg.public.IsUnspecified() {
+		if eg.publicFrom == "--egress-addr" && !isHostAddr(eg.public) {
+			return nil, fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' sockets and exposed ports on it", eg.public)
+		}
 		ns.EgressAddr = eg.public
 	}
 	kns, err := openKernelTCP(cfg)
