@@ -70,7 +70,10 @@ func newStatusCmd(stdout, stderr io.Writer) *ffcli.Command {
 func printStatus(w io.Writer, st admin.Status) error {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise)
-	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Range, st.PortBlocks.Size)
+	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use, %d free (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Free, st.PortBlocks.Range, st.PortBlocks.Size)
+	if c := st.Capacity; c.Jobs > 0 {
+		fmt.Fprintf(w, "capacity:   %d concurrent jobs, bound by %s (%s)\n", c.Jobs, c.Bound, c.Hint)
+	}
 	if st.Draining {
 		fmt.Fprintf(w, "draining:   new joins refused, running jobs continue (airlock gateway drain --undo ends it)\n")
 	}

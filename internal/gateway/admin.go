@@ -23,6 +23,7 @@ func (g *gateway) Status() admin.Status {
 		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: p.Blocks()},
 		Jobs:       []admin.JobStatus{},
 		Draining:   g.tr.draining.Load(),
+		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
 	}
 	byAddr := map[string]flows.JobStats{}
 	if g.flows != nil {
@@ -48,6 +49,7 @@ func (g *gateway) Status() admin.Status {
 		}
 		st.Jobs = append(st.Jobs, j)
 	}
+	st.PortBlocks.Free = st.PortBlocks.Total - st.PortBlocks.Used
 	return st
 }
 

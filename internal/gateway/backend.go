@@ -63,6 +63,9 @@ type gateway struct {
 	reloadMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
+	// capacity is how many jobs the gateway holds and what bounds it
+	// (capacity.go).
+	capacity capacity
 }
 
 // owner is what a lease records about its holder.
@@ -90,7 +93,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
 		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
-		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased", control.ErrNoAddress, g.cfg.Subnet)
+		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) {
 		p := g.egress.plan

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/metrics"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -105,6 +106,10 @@ type Config struct {
 	// Registry, if set, is where the metrics register (tests read it);
 	// nil means a fresh registry.
 	Registry *prometheus.Registry
+	// ExposePorts, without ConfigFile, are the ports jobs of every token
+	// may expose (--expose-ports, ParseExposePorts); nil or empty means
+	// none. A config file's [[expose]] rules take its place.
+	ExposePorts *policy.Exposure
 	// ConfigFile, if set, is the config file (package config) with the
 	// policy, limits and exposure rules; it is validated before anything
 	// is opened and reloaded on Reload and the admin socket's reload.
@@ -287,6 +292,8 @@ func Run(ctx context.Context, cfg Config) error {
 		tr:         tr,
 	}
 	g.conf.Store(conf)
+	g.capacity = planCapacity(eg.plan.Blocks(), cfg.Subnet, openFilesLimit())
+	g.capacity.log(log)
 	mx, err := g.newMetrics()
 	if err != nil {
 		return err

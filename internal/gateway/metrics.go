@@ -49,6 +49,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err != nil {
 		return gatewayMetrics{}, err
 	}
+	if err := g.registerCapacityMetrics(reg); err != nil {
+		return gatewayMetrics{}, err
+	}
 	if g.policer != nil {
 		m.SetPolicy(policerDrops{g.policer})
 	}

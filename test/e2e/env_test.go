@@ -141,7 +141,13 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	case modeUserNetstack:
 		e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
 	}
-	e.gwArgs = append(e.gwArgs, hook(e)...)
+	extra := hook(e)
+	if !hasFlag(extra, "--config") && !hasFlag(extra, "--expose-ports") {
+		// Jobs expose nothing unless the admin names the ports; the
+		// tests' jobs serve on 8080.
+		e.gwArgs = append(e.gwArgs, "--expose-ports", "8080")
+	}
+	e.gwArgs = append(e.gwArgs, extra...)
 	e.startGateway(t)
 	if want := fmt.Sprintf("egress_addr=%s from=\"default route\"", e.tp.DMZAddrINET); !hasFlag(e.gwArgs, "--egress-addr") && !strings.Contains(e.gw.Stderr(), want) {
 		t.Errorf("gateway log lacks %q: the egress address must be found from the default route and logged%s", want, e.diag(""))

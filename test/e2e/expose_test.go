@@ -78,6 +78,10 @@ func checkExpose(t *testing.T, e *env) {
 	if code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "8080/sctp"}}, "true"); code == 0 || !strings.Contains(stderr, "sctp") {
 		t.Errorf("--expose 8080/sctp: exit %d, want a failure that names the bad protocol: %q", code, stderr)
 	}
+	// Only the ports the admin named (--expose-ports 8080) can be exposed.
+	if code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "9090"}}, "true"); code == 0 || !strings.Contains(stderr, "9090") {
+		t.Errorf("--expose 9090 (not allowed by the gateway): exit %d, want a refusal naming the port: %q", code, stderr)
+	}
 	a := e.startExposed(t, "a", "--expose", "8080", "--expose", "8080/udp")
 	b := e.startExposed(t, "b", "--expose", "8080")
 	if !a.udp.IsValid() {
