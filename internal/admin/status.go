@@ -57,6 +57,9 @@ type PortBlocks struct {
 	Total int    `json:"total"`
 	Used  int    `json:"used"`
 	Free  int    `json:"free"`
+	// Addrs is the number of egress addresses the blocks are drawn from
+	// (Total is Addrs × the blocks of Range).
+	Addrs int `json:"addrs"`
 }
 
 // JobStatus is one job with a live lease.

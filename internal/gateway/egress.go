@@ -46,6 +46,13 @@ type egress struct {
 	publicFrom string
 	publicErr  error
 	plan       portblock.Plan
+	// pool is the egress pool: plan on every public address (public
+	// first); without a public address (user mode, no default route) one
+	// unspecified address.
+	pool portblock.Pool
+	// explicit means the blocks lie outside the host's ephemeral range
+	// (user mode): sockets bind to their port themselves.
+	explicit bool
 }
 
 // egressEnv is what planEgress needs from the host; tests replace it.
@@ -70,6 +77,16 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		size = DefaultBlockSize
 	}
 	r := c.EgressPorts
+	addrs := c.EgressAddrs
+	if len(addrs) == 0 && c.EgressAddr.IsValid() {
+		addrs = []netip.Addr{c.EgressAddr}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+		if !addrs[i].Is4() || addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
+			return egress{}, fmt.Errorf("--egress-addr %s: want unicast IPv4 addresses of this host", a)
+		}
+	}
 	switch e.mode {
 	case EgressUser:
 		host, err := env.hostRange()
@@ -79,12 +96,14 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		if r == (portblock.Range{}) {
 			r = host
 		} else if r.Lo < host.Lo || r.Hi > host.Hi {
-			return egress{}, fmt.Errorf("--egress-ports %s is not inside this host's ephemeral range %s (net.ipv4.ip_local_port_range): "+
-				"user mode keeps each job's source ports in its block with IP_LOCAL_PORT_RANGE, which can only narrow the host's range; "+
-				"widen it (sysctl -w net.ipv4.ip_local_port_range=\"%d %d\") or choose --egress-ports inside %s",
-				r, host, min(r.Lo, host.Lo), max(r.Hi, host.Hi), host)
+			// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
+			// the host's range: bind explicitly (portblock.Dialer).
+			e.explicit = true
 		}
-		e.public, e.publicFrom = c.EgressAddr.Unmap(), "--egress-addr"
+		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+		if len(addrs) > 0 {
+			e.public = addrs[0]
+		}
 		if !e.public.IsValid() {
 			a, err := env.defaultSource()
 			if err != nil {
@@ -100,7 +119,10 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		if r == (portblock.Range{}) {
 			r = DefaultKernelPorts
 		}
-		e.public, e.publicFrom = c.EgressAddr.Unmap(), "--egress-addr"
+		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+		if len(addrs) > 0 {
+			e.public = addrs[0]
+		}
 		if !e.public.IsValid() {
 			a, err := env.defaultSource()
 			if err != nil {
@@ -119,6 +141,10 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		return egress{}, fmt.Errorf("--block-size: %w", err)
 	}
 	e.plan = plan
+	if len(addrs) == 0 {
+		addrs = []netip.Addr{e.public}
+	}
+	e.pool = portblock.Pool{Addrs: addrs, Plan: plan}
 	return e, nil
 }
 
@@ -173,9 +199,14 @@ func isHostAddr(a netip.Addr) bool {
 // logPublic logs the egress address at start: where it came from, or why
 // there is none and what that costs.
 func (e egress) logPublic(log *slog.Logger) {
+	if e.explicit {
+		log.Warn("--egress-ports lies outside this host's ephemeral range (net.ipv4.ip_local_port_range): jobs' sockets bind to a port of their block "+
+			"themselves, which costs a few bind attempts per connection as a block fills (docs/benchmarks.md, \"Scale\"); widen the sysctl to avoid it",
+			"egress_ports", e.plan.Range)
+	}
 	if e.publicFrom != "" {
 		log.Info("egress address: jobs' flows leave from it and their exposed ports listen on it",
-			"egress_addr", e.public, "from", e.publicFrom)
+			"egress_addr", e.public, "from", e.publicFrom, "pool", len(e.pool.Addrs), "blocks", e.pool.Blocks())
 		return
 	}
 	log.Warn("no egress address: this host has no IPv4 default route with a source address; jobs' flows leave from the kernel's choice "+

@@ -82,8 +82,8 @@ func openFlows(cfg Config) (*flows.Table, func() error, error) {
 func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
 	if g.flows != nil {
 		ref := flows.JobRef{Lease: l.ID, JobID: jobID, Token: token}
-		if !g.egress.public.IsUnspecified() {
-			ref.PublicAddr = g.egress.public
+		if a := g.blockAddr(l); a.IsValid() && !a.IsUnspecified() {
+			ref.PublicAddr = a
 		}
 		g.flows.AddJob(l.Addr, ref)
 	}

@@ -85,6 +85,9 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	if mod != nil {
 		mod(&cfg)
 	}
+	if cfg.ConfigFile != "" {
+		cfg.ExposePorts = nil // the file's [[expose]] rules decide
+	}
 	go func() { done <- Run(ctx, cfg) }()
 	select {
 	case info := <-ready:

@@ -33,10 +33,10 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		Flows: g.flows,
 		PortBlocks: func() (int, int) {
 			used := 0
-			if g.egress.plan.Blocks() > 0 {
+			if g.egress.pool.Blocks() > 0 {
 				used = g.leases.Len()
 			}
-			return used, g.egress.plan.Blocks()
+			return used, g.egress.pool.Blocks()
 		},
 		Start: g.started,
 	}

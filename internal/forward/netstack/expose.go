@@ -3,7 +3,8 @@ package netstack
 // Inbound exposure (`airlock run --expose`) in user mode.
 //
 // Theory of operation: for every exposure the Stack opens a host socket on
-// the public port of EgressAddr, the address the gateway announces, and on
+// the public port of the job's egress address (Exposure.PublicAddr, else
+// EgressAddr), the address the gateway announces, and on
 // no other address of the host (never its loopback or management
 // addresses; without EgressAddr, Expose fails), as the gateway's user; nothing is done by the kernel on the
 // jobs' behalf. TCP: each accepted connection is carried into the netstack
@@ -159,11 +160,15 @@ type exposure struct {
 
 // openExposure opens the host socket of x on EgressAddr.
 func (s *Stack) openExposure(job netip.Addr, x forward.Exposure) (*exposure, error) {
-	if !s.cfg.EgressAddr.IsValid() || s.cfg.EgressAddr.IsUnspecified() {
+	at := s.cfg.EgressAddr
+	if x.PublicAddr.IsValid() {
+		at = x.PublicAddr
+	}
+	if !at.IsValid() || at.IsUnspecified() {
 		return nil, fmt.Errorf("expose %s/%d of job %s: no egress address to listen on (set --egress-addr)", x.Proto, x.JobPort, job)
 	}
 	network := x.Proto
-	ap := netip.AddrPortFrom(s.cfg.EgressAddr, x.PublicPort)
+	ap := netip.AddrPortFrom(at, x.PublicPort)
 	e := &exposure{s: s, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
 	e.listenAddr = ap.String()
 	var err error
