@@ -149,6 +149,7 @@ func (g *Gen) Start(ctx context.Context) Report {
 			defer wg.Done()
 			if err := j.start(ctx); err != nil {
 				g.countErr(err)
+				j.abandon()
 				return
 			}
 			j.ok = true
@@ -288,6 +289,23 @@ func (j *job) start(ctx context.Context) error {
 		j.echoLat = time.Since(t)
 	}
 	return nil
+}
+
+// abandon releases the lease of a job that failed after its join and
+// stops its device, so that its lease does not linger until it expires.
+func (j *job) abandon() {
+	if j.wg != nil {
+		j.wg.Close()
+	}
+	if j.cc == nil {
+		return
+	}
+	if j.lease.ID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.Timeout)
+		_ = j.cc.Release(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret})
+		cancel()
+	}
+	j.cc.Close()
 }
 
 // run keeps the lease: watch, renewals, periodic echoes; like
