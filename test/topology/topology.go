@@ -346,6 +346,21 @@ func (tp *Topology) AddINETAddr(t testing.TB) netip.Addr {
 	return a
 }
 
+// AddDMZAddrs adds n more addresses from 203.0.113.0/24 (from
+// 203.0.113.101 up) to dmz's outside link, for an egress address pool,
+// and returns them.
+func (tp *Topology) AddDMZAddrs(t testing.TB, n int) []netip.Addr {
+	t.Helper()
+	var out []netip.Addr
+	a := netip.MustParseAddr("203.0.113.101")
+	for i := 0; i < n; i++ {
+		mustIP(t, "-n", tp.DMZ, "addr", "add", a.String()+"/24", "dev", IfDMZToINET)
+		out = append(out, a)
+		a = a.Next()
+	}
+	return out
+}
+
 // Port returns a TCP/UDP port number not yet handed out by this topology,
 // for a server to listen on.
 func (tp *Topology) Port() int { return int(tp.nextPort.Add(1)) }
