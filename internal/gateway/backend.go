@@ -98,8 +98,8 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) {
 		p := g.egress.plan
-		g.log.Error("join refused: every egress port block is in use; widen --egress-ports or lower --block-size",
-			"blocks", p.Blocks(), "egress_ports", p.Range, "block_size", p.Size)
+		g.log.Error("join refused: every egress port block is in use; widen --egress-ports, lower --block-size or add --egress-addr addresses",
+			"blocks", g.egress.pool.Blocks(), "egress_addrs", len(g.egress.pool.Addrs), "egress_ports", p.Range, "block_size", p.Size)
 		return control.Lease{}, fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size, or add addresses to --egress-addr (%d now)",
 			control.ErrNoAddress, g.egress.pool.Blocks(), p.Range, len(g.egress.pool.Addrs))
 	}
