@@ -10,7 +10,7 @@ set datafile separator "\t"
 set multiplot layout 1,2 title "one user-mode gateway, jobs from airlock-testpeer jobs (shared 2-core VM; load average in the labels)"
 set grid
 set key left top
-set xlabel "jobs started (storm: 2,000 in 10 s; ramp: 50 per second)"
+set xlabel "jobs started (1,000 and 2,000: within 10 s; 4,000 and more: 50 per second)"
 set ylabel "seconds"
 set logscale y
 plot data using 1:($3/1000) with linespoints title "join p50", \
