@@ -95,6 +95,9 @@ func printStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range st.Jobs {
 		who := orDash(j.User) + "@" + orDash(j.Host)
+		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
+			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
 			orDash(j.JobID), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
 			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,
