@@ -69,10 +69,6 @@ type Config struct {
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
 	LeaseTTL      time.Duration
-	// ControlIdleTimeout closes clients' kept-alive control connections
-	// idle for longer (their lease watches are not idle); zero means
-	// control.DefaultIdleTimeout.
-	ControlIdleTimeout time.Duration
 	// History is how long ended leases stay in the attribution history.
 	History time.Duration
 	// DNSUpstreams override the host's resolvers for jobs' DNS.
@@ -321,7 +317,6 @@ func Run(ctx context.Context, cfg Config) error {
 		Backend:     g,
 		Certificate: cert,
 		OnJoin:      mx.metrics.ObserveJoin,
-		IdleTimeout: cfg.ControlIdleTimeout,
 	})
 	adm := admin.NewServer(log.With("component", "admin"), st)
 	g.registerDrain(adm)
