@@ -67,3 +67,21 @@ func TestEgressPool(t *testing.T) {
 		})
 	}
 }
+
+// TestEgressPortsOutsideRange: a user-mode gateway whose --egress-ports
+// lie outside dmz's net.ipv4.ip_local_port_range (where the kernel would
+// ignore a socket's IP_LOCAL_PORT_RANGE) starts, says that it binds
+// explicitly, and two jobs' connections still leave from their own blocks
+// (whois maps every port seen outside to its job).
+func TestEgressPortsOutsideRange(t *testing.T) {
+	e := newEnvMode(t, modeUser, "--egress-ports", "2000-2511", "--block-size", "256")
+	if !strings.Contains(e.gw.Stderr(), "lies outside this host's ephemeral range") {
+		t.Errorf("gateway log lacks the explicit-binding warning%s", e.diag(""))
+	}
+	seen, _ := checkPortBlocks(t, e)
+	for p := range seen {
+		if p < 2000 || p > 2511 {
+			t.Errorf("source port %d outside --egress-ports 2000-2511", p)
+		}
+	}
+}
