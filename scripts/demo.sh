@@ -6,7 +6,8 @@
 #
 #   cn   (compute node: 198.51.100.2, no route out)
 #    |
-#   dmz  (gateway host: 198.51.100.1 / 203.0.113.1, no forwarding)
+#   dmz  (gateway host: inside 198.51.100.1, outside 203.0.113.1 with the
+#    |   default route; no forwarding; the gateway listens inside only)
 #    |
 #   inet (outside: 203.0.113.2, HTTP + DNS + iperf3 servers)
 #
@@ -60,6 +61,9 @@ ip -n "$CN" addr add 198.51.100.2/24 dev cn0 && ip -n "$CN" link set cn0 up
 ip -n "$DMZ" addr add 198.51.100.1/24 dev dmz0 && ip -n "$DMZ" link set dmz0 up
 ip -n "$DMZ" addr add 203.0.113.1/24 dev dmz1 && ip -n "$DMZ" link set dmz1 up
 ip -n "$INET" addr add 203.0.113.2/24 dev inet0 && ip -n "$INET" link set inet0 up
+# Two-homed like a real DMZ host: the default route leads outside, so the
+# gateway finds its public (egress) address, 203.0.113.1, by itself.
+ip -n "$DMZ" route add default via 203.0.113.2
 
 step "starting outside servers in $INET: HTTP :8080, DNS :53 (zone demo.test), iperf3 :5201"
 mkdir -p "$work/www"
@@ -121,7 +125,7 @@ for mode in seccomp preload; do
 done
 
 step "gateway log"
-grep -E 'egress started|gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220
+grep -E 'egress address|egress started|gateway ready|job joined|job left' "$work/gateway.log" | cut -c1-220
 
 step "attribution: which job held a source port seen outside? (airlock whois, from the state db alone)"
 port=$(grep -o 'ports=[0-9]*' "$work/gateway.log" | head -1 | cut -d= -f2)

@@ -32,8 +32,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
 	fs.StringVar(&cfg.Egress, "egress", gateway.EgressUser, "egress mode: user (unprivileged, user-space stack) or kernel (root or CAP_NET_ADMIN: kernel TUN, ip_forward, nftables SNAT)")
 	fs.StringVar(&cfg.TCPStack, "tcp-stack", gateway.TCPStackAuto, "user mode: what terminates jobs' IPv4 TCP: kernel (the host kernel's TCP in a private user namespace; needs unprivileged user namespaces and /dev/net/tun), netstack (gVisor, user space), or auto (kernel where possible)")
-	egressAddr := fs.String("egress-addr", "", "public IPv4 address jobs' connections leave from (kernel: SNAT target, default the default route's source; user: recorded for whois, default every host address)")
-	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default and maximum net.ipv4.ip_local_port_range; kernel: default 20000-59999)")
+	egressAddr := fs.String("egress-addr", "", "public IPv4 address(es) jobs' connections leave from and exposed ports listen on: one address, several comma-separated, or a prefix (an egress pool: blocks from every address × --egress-ports) (default: the source address of the default route)")
+	exposePorts := fs.String("expose-ports", "", "without --config: job ports any job may expose (airlock run --expose), comma-separated PORT[-PORT][/tcp|/udp]; default none")
+	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default net.ipv4.ip_local_port_range, outside it sockets bind explicitly; kernel: default 20000-59999)")
 	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
 	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "config file (TOML, docs/config.md): egress policy, per-token limits, who may expose ports; reloaded on SIGHUP and by airlock gateway reload. Cannot be combined with the limit flags below")
@@ -84,6 +85,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 			if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
 				return err
 			}
+			if cfg.ExposePorts, err = gateway.ParseExposePorts(*exposePorts); err != nil {
+				return err
+			}
 			if err := lf.parse(&cfg.Limits); err != nil {
 				return err
 			}
@@ -112,11 +116,14 @@ func parseEgress(cfg *gateway.Config, addr, ports string) error {
 		return fmt.Errorf("bad --egress %q: want %s or %s", cfg.Egress, gateway.EgressUser, gateway.EgressKernel)
 	}
 	if addr != "" {
-		a, err := netip.ParseAddr(addr)
+		as, err := portblock.ParseAddrs(addr)
 		if err != nil {
-			return fmt.Errorf("bad --egress-addr %q: want an IP address", addr)
+			return fmt.Errorf("bad --egress-addr %q: %w; want IP addresses or a prefix, comma-separated", addr, err)
 		}
-		cfg.EgressAddr = a
+		cfg.EgressAddr = as[0]
+		if len(as) > 1 {
+			cfg.EgressAddrs = as
+		}
 	}
 	if ports != "" {
 		r, err := portblock.ParseRange(ports)

@@ -70,7 +70,10 @@ func newStatusCmd(stdout, stderr io.Writer) *ffcli.Command {
 func printStatus(w io.Writer, st admin.Status) error {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise)
-	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Range, st.PortBlocks.Size)
+	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use, %d free (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Free, st.PortBlocks.Range, st.PortBlocks.Size)
+	if c := st.Capacity; c.Jobs > 0 {
+		fmt.Fprintf(w, "capacity:   %d concurrent jobs, bound by %s (%s)\n", c.Jobs, c.Bound, c.Hint)
+	}
 	if st.Draining {
 		fmt.Fprintf(w, "draining:   new joins refused, running jobs continue (airlock gateway drain --undo ends it)\n")
 	}
@@ -95,6 +98,9 @@ func printStatus(w io.Writer, st admin.Status) error {
 	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range st.Jobs {
 		who := orDash(j.User) + "@" + orDash(j.Host)
+		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
+			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
 			orDash(j.JobID), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
 			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,

@@ -37,6 +37,17 @@ type Status struct {
 	// Draining is true while the gateway refuses new joins (airlock
 	// gateway drain).
 	Draining bool `json:"draining"`
+	// Capacity is how many concurrent jobs the gateway can hold and what
+	// bounds it.
+	Capacity Capacity `json:"capacity"`
+}
+
+// Capacity is the gateway's capacity in jobs and its bound, e.g. 110
+// jobs, bound by "egress port blocks", widened by Hint.
+type Capacity struct {
+	Jobs  int    `json:"jobs"`
+	Bound string `json:"bound"`
+	Hint  string `json:"hint"`
 }
 
 // PortBlocks describes the egress port-block plan and its use.
@@ -45,6 +56,10 @@ type PortBlocks struct {
 	Size  int    `json:"size"`
 	Total int    `json:"total"`
 	Used  int    `json:"used"`
+	Free  int    `json:"free"`
+	// Addrs is the number of egress addresses the blocks are drawn from
+	// (Total is Addrs × the blocks of Range).
+	Addrs int `json:"addrs"`
 }
 
 // JobStatus is one job with a live lease.

@@ -132,6 +132,10 @@ type JobRef struct {
 	JobID string `json:"job_id,omitempty"`
 	// Token is the name of the token the job joined with.
 	Token string `json:"token,omitempty"`
+	// PublicAddr is the gateway's egress address the job's flows leave
+	// from (and its exposed ports listen on); with the job's port block
+	// in the lease history it attributes what the outside saw.
+	PublicAddr netip.Addr `json:"public_addr,omitzero"`
 }
 
 // Flow is one tracked flow. Its counters may be updated from any goroutine

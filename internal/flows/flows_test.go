@@ -395,3 +395,22 @@ func TestCloseJob(t *testing.T) {
 		t.Fatalf("records: %+v", recs)
 	}
 }
+
+// TestRecordPublicAddr: a job's egress address reaches every record of its
+// flows, in the flow log's JSON as public_addr.
+func TestRecordPublicAddr(t *testing.T) {
+	ml := &memLog{}
+	tb := New(Config{Log: ml, Idle: DefaultTimeouts()})
+	pub := netip.MustParseAddr("203.0.113.7")
+	tb.AddJob(jobA, JobRef{Lease: "L1", PublicAddr: pub})
+	tb.Open(key(ProtoUDP, netip.AddrPortFrom(jobA, 40000), out1), Egress).End(EndClosed)
+	ml.mu.Lock()
+	defer ml.mu.Unlock()
+	if len(ml.recs) != 1 || ml.recs[0].PublicAddr != pub {
+		t.Fatalf("records %+v, want one with public address %v", ml.recs, pub)
+	}
+	b, err := json.Marshal(ml.recs[0])
+	if err != nil || !strings.Contains(string(b), `"public_addr":"203.0.113.7"`) {
+		t.Errorf("record JSON %s (%v), want public_addr", b, err)
+	}
+}

@@ -26,12 +26,14 @@ type Forwarder interface {
 }
 
 // Jobs is implemented by forwarders that keep per-job egress state: each
-// job's tunnel address and the port block its outside connections must use
-// (an invalid, zero Block means the job has none). The gateway calls AddJob
-// before the job's WireGuard peer is admitted and RemoveJob after it is
-// removed. AddJob for an address already added replaces its block.
+// job's tunnel address, the public address its outside connections leave
+// from (egress; the zero Addr means the backend's configured egress
+// address) and the port block they must use (an invalid, zero Block means
+// the job has none). The gateway calls AddJob before the job's WireGuard
+// peer is admitted and RemoveJob after it is removed. AddJob for an
+// address already added replaces its egress address and block.
 type Jobs interface {
-	AddJob(addr netip.Addr, block portblock.Range) error
+	AddJob(addr, egress netip.Addr, block portblock.Range) error
 	RemoveJob(addr netip.Addr)
 }
 
@@ -43,6 +45,9 @@ type Exposure struct {
 	Proto      string
 	JobPort    uint16
 	PublicPort uint16
+	// PublicAddr is the public address the mapping listens on: the job's
+	// egress address; the zero Addr means the backend's configured one.
+	PublicAddr netip.Addr
 }
 
 // Exposer is implemented by forwarders that can carry inbound connections

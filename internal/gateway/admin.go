@@ -19,12 +19,14 @@ var _ admin.Gateway = (*gateway)(nil)
 func (g *gateway) Status() admin.Status {
 	now := time.Now()
 	p := g.egress.plan
+	total := g.egress.pool.Blocks()
 	st := admin.Status{
 		Mode: g.egress.mode, Started: g.started, UptimeSeconds: now.Sub(g.started).Seconds(),
 		Advertise: g.advertise, EgressAddr: g.egress.public,
-		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: p.Blocks()},
+		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(g.egress.pool.Addrs)},
 		Jobs:       []admin.JobStatus{},
 		Draining:   g.tr.draining.Load(),
+		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
 	}
 	byAddr := map[string]flows.JobStats{}
 	if g.flows != nil {
@@ -46,10 +48,12 @@ func (g *gateway) Status() admin.Status {
 		}
 		if b := g.block(l); b != (portblock.Range{}) {
 			j.Ports = b.String()
+			j.PublicAddr = g.blockAddr(l)
 			st.PortBlocks.Used++
 		}
 		st.Jobs = append(st.Jobs, j)
 	}
+	st.PortBlocks.Free = st.PortBlocks.Total - st.PortBlocks.Used
 	return st
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,6 +77,9 @@ type gateway struct {
 	// captures (capture.go).
 	capture *capture.Device
 	feeds   feedSet
+	// capacity is how many jobs the gateway holds and what bounds it
+	// (capacity.go).
+	capacity capacity
 }
 
 // owner is what a lease records about its holder.
@@ -103,20 +107,20 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
 		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
-		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased", control.ErrNoAddress, g.cfg.Subnet)
+		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) {
 		p := g.egress.plan
-		g.log.Error("join refused: every egress port block is in use; widen --egress-ports or lower --block-size",
-			"blocks", p.Blocks(), "egress_ports", p.Range, "block_size", p.Size)
-		return control.Lease{}, fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size",
-			control.ErrNoAddress, p.Blocks(), p.Range)
+		g.log.Error("join refused: every egress port block is in use; widen --egress-ports, lower --block-size or add --egress-addr addresses",
+			"blocks", g.egress.pool.Blocks(), "egress_addrs", len(g.egress.pool.Addrs), "egress_ports", p.Range, "block_size", p.Size)
+		return control.Lease{}, fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size, or add addresses to --egress-addr (%d now)",
+			control.ErrNoAddress, g.egress.pool.Blocks(), p.Range, len(g.egress.pool.Addrs))
 	}
 	if err != nil {
 		return control.Lease{}, err
 	}
-	block := g.block(l)
-	exposures, err := g.planExposures(block, req.Expose)
+	block, pubAddr := g.block(l), g.blockAddr(l)
+	exposures, err := g.planExposures(l, req.Expose)
 	if err == nil {
 		err = g.exposureAllowed(tok.Name, exposures)
 	}
@@ -126,7 +130,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
 	}
 	if g.jobs != nil {
-		if err := g.jobs.AddJob(l.Addr, block); err != nil {
+		if err := g.jobs.AddJob(l.Addr, pubAddr, block); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
 			g.jobs.RemoveJob(l.Addr)
 			g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
@@ -166,7 +170,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Resume: resumeState(l, pub, req.Expose),
 	}
 	if block != (portblock.Range{}) {
-		rec.PublicAddr, rec.PortLo, rec.PortHi = g.egress.public, block.Lo, block.Hi
+		rec.PublicAddr, rec.PortLo, rec.PortHi = pubAddr, block.Lo, block.Hi
 	}
 	for _, x := range exposed {
 		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
@@ -258,10 +262,21 @@ func (g *gateway) expireLoop(ctx context.Context) {
 // block returns the port range of l's block, or the zero Range if it has
 // none.
 func (g *gateway) block(l lease.Lease) portblock.Range {
-	if l.Block < 0 || l.Block >= g.egress.plan.Blocks() {
+	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
 		return portblock.Range{}
 	}
-	return g.egress.plan.Block(l.Block)
+	_, r := g.egress.pool.Block(l.Block)
+	return r
+}
+
+// blockAddr returns the public address of l's block: the address of the
+// egress pool its flows leave from, or, without a block, the first.
+func (g *gateway) blockAddr(l lease.Lease) netip.Addr {
+	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
+		return g.egress.public
+	}
+	a, _ := g.egress.pool.Block(l.Block)
+	return a
 }
 
 // removeJob drops l's per-job state in the egress backend: its exposures
@@ -307,14 +322,19 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 
 // planExposures checks a join's --expose request and picks the public
 // ports.
-func (g *gateway) planExposures(block portblock.Range, reqs []control.Port) ([]forward.Exposure, error) {
+func (g *gateway) planExposures(l lease.Lease, reqs []control.Port) ([]forward.Exposure, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
-	if g.exposer == nil || !g.exposeAddr.IsValid() {
+	at := g.blockAddr(l)
+	if g.exposer == nil || !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
 		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
 	}
-	return allocExposures(block, reqs)
+	ex, err := allocExposures(g.block(l), reqs)
+	for i := range ex {
+		ex[i].PublicAddr = at
+	}
+	return ex, err
 }
 
 // exposedList describes exposures as the lease announces them.
@@ -323,7 +343,7 @@ func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
 	for _, x := range ex {
 		out = append(out, control.Exposed{
 			Port:       control.Port{Proto: x.Proto, Port: x.JobPort},
-			PublicAddr: g.exposeAddr,
+			PublicAddr: cmp.Or(x.PublicAddr, g.exposeAddr),
 			PublicPort: x.PublicPort,
 		})
 	}

@@ -25,7 +25,15 @@ func loadConfig(c Config) (*config.Config, error) {
 	if c.ConfigFile == "" {
 		cfg := config.Default()
 		cfg.Limits = c.Limits.toConfig()
+		// No exposure unless --expose-ports names it.
+		cfg.Exposure = &policy.Exposure{}
+		if c.ExposePorts != nil {
+			cfg.Exposure = c.ExposePorts
+		}
 		return cfg, nil
+	}
+	if c.ExposePorts != nil && len(c.ExposePorts.Rules) > 0 {
+		return nil, fmt.Errorf("--config %s and --expose-ports cannot be combined: name the ports in the file's [[expose]] rules (docs/config.md)", c.ConfigFile)
 	}
 	if !c.Limits.IsZero() || len(c.Limits.Tokens) > 0 {
 		return nil, fmt.Errorf("--config %s and the limit flags (--job-egress-rate, --job-ingress-rate, --egress-rate, --ingress-rate, --job-max-flows, --job-new-flows-per-sec, --job-dns-*, --job-limits-tokens) cannot be combined: set the limits in the file's [limits] section (docs/config.md)", c.ConfigFile)

@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 
@@ -34,11 +35,24 @@ var DefaultKernelPorts = portblock.Range{Lo: 20000, Hi: 59999}
 // egress is the resolved egress configuration.
 type egress struct {
 	mode string
-	// public is the address jobs' flows leave from: the egress address in
-	// kernel mode; in user mode the configured one or the unspecified
-	// address, meaning every address of the host.
+	// public is the address jobs' flows leave from and their exposed
+	// ports listen on: --egress-addr, else the preferred source of the
+	// host's default route. Only in user mode on a host without a default
+	// route is it the unspecified address: flows then leave from the
+	// kernel's choice per destination and jobs cannot expose ports.
 	public netip.Addr
-	plan   portblock.Plan
+	// publicFrom says where public came from (for the start-up log):
+	// "--egress-addr" or "default route"; publicErr why there is none.
+	publicFrom string
+	publicErr  error
+	plan       portblock.Plan
+	// pool is the egress pool: plan on every public address (public
+	// first); without a public address (user mode, no default route) one
+	// unspecified address.
+	pool portblock.Pool
+	// explicit means the blocks lie outside the host's ephemeral range
+	// (user mode): sockets bind to their port themselves.
+	explicit bool
 }
 
 // egressEnv is what planEgress needs from the host; tests replace it.
@@ -63,6 +77,16 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		size = DefaultBlockSize
 	}
 	r := c.EgressPorts
+	addrs := c.EgressAddrs
+	if len(addrs) == 0 && c.EgressAddr.IsValid() {
+		addrs = []netip.Addr{c.EgressAddr}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+		if !addrs[i].Is4() || addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
+			return egress{}, fmt.Errorf("--egress-addr %s: want unicast IPv4 addresses of this host", a)
+		}
+	}
 	switch e.mode {
 	case EgressUser:
 		host, err := env.hostRange()
@@ -72,26 +96,39 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		if r == (portblock.Range{}) {
 			r = host
 		} else if r.Lo < host.Lo || r.Hi > host.Hi {
-			return egress{}, fmt.Errorf("--egress-ports %s is not inside this host's ephemeral range %s (net.ipv4.ip_local_port_range): "+
-				"user mode keeps each job's source ports in its block with IP_LOCAL_PORT_RANGE, which can only narrow the host's range; "+
-				"widen it (sysctl -w net.ipv4.ip_local_port_range=\"%d %d\") or choose --egress-ports inside %s",
-				r, host, min(r.Lo, host.Lo), max(r.Hi, host.Hi), host)
+			// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
+			// the host's range: bind explicitly (portblock.Dialer).
+			e.explicit = true
 		}
-		e.public = netip.IPv4Unspecified()
-		if c.EgressAddr.IsValid() {
-			e.public = c.EgressAddr.Unmap()
+		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+		if len(addrs) > 0 {
+			e.public = addrs[0]
+		}
+		if !e.public.IsValid() {
+			a, err := env.defaultSource()
+			if err != nil {
+				e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
+			} else {
+				e.public, e.publicFrom = a, "default route"
+			}
+		}
+		if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
+			return egress{}, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
 		}
 	case EgressKernel:
 		if r == (portblock.Range{}) {
 			r = DefaultKernelPorts
 		}
-		e.public = c.EgressAddr.Unmap()
+		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+		if len(addrs) > 0 {
+			e.public = addrs[0]
+		}
 		if !e.public.IsValid() {
 			a, err := env.defaultSource()
 			if err != nil {
 				return egress{}, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
 			}
-			e.public = a
+			e.public, e.publicFrom = a, "default route"
 		}
 		if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
 			return egress{}, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
@@ -104,6 +141,10 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		return egress{}, fmt.Errorf("--block-size: %w", err)
 	}
 	e.plan = plan
+	if len(addrs) == 0 {
+		addrs = []netip.Addr{e.public}
+	}
+	e.pool = portblock.Pool{Addrs: addrs, Plan: plan}
 	return e, nil
 }
 
@@ -153,4 +194,21 @@ func isHostAddr(a netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// logPublic logs the egress address at start: where it came from, or why
+// there is none and what that costs.
+func (e egress) logPublic(log *slog.Logger) {
+	if e.explicit {
+		log.Warn("--egress-ports lies outside this host's ephemeral range (net.ipv4.ip_local_port_range): jobs' sockets bind to a port of their block "+
+			"themselves, which costs a few bind attempts per connection as a block fills (docs/benchmarks.md, \"Scale\"); widen the sysctl to avoid it",
+			"egress_ports", e.plan.Range)
+	}
+	if e.publicFrom != "" {
+		log.Info("egress address: jobs' flows leave from it and their exposed ports listen on it",
+			"egress_addr", e.public, "from", e.publicFrom, "pool", len(e.pool.Addrs), "blocks", e.pool.Blocks())
+		return
+	}
+	log.Warn("no egress address: this host has no IPv4 default route with a source address; jobs' flows leave from the kernel's choice "+
+		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
 }

@@ -28,23 +28,29 @@ func TestPlanEgress(t *testing.T) {
 	noRoute.defaultSource = func() (netip.Addr, error) { return netip.Addr{}, errors.New("no default route") }
 	pub := netip.MustParseAddr("203.0.113.1")
 	for _, tt := range []struct {
-		name    string
-		cfg     Config
-		env     egressEnv
-		mode    string
-		public  netip.Addr
-		ports   portblock.Range
-		blocks  int
-		wantErr string // substring; "" means success
+		name     string
+		cfg      Config
+		env      egressEnv
+		mode     string
+		public   netip.Addr
+		ports    portblock.Range
+		blocks   int
+		explicit bool
+		wantErr  string // substring; "" means success
 	}{
-		{name: "user default", cfg: Config{}, env: env, mode: EgressUser, public: netip.IPv4Unspecified(), ports: host, blocks: host.Len() / 256},
+		{name: "user default", cfg: Config{}, env: env, mode: EgressUser, public: src, ports: host, blocks: host.Len() / 256},
+		{name: "user no route", cfg: Config{}, env: noRoute, mode: EgressUser, public: netip.IPv4Unspecified(), ports: host, blocks: host.Len() / 256},
+		{name: "user loopback", cfg: Config{EgressAddr: netip.MustParseAddr("127.0.0.1")}, env: env, wantErr: "unicast"},
 		{name: "user inside", cfg: Config{EgressPorts: portblock.Range{Lo: 40000, Hi: 40999}, BlockSize: 100}, env: env,
-			mode: EgressUser, public: netip.IPv4Unspecified(), ports: portblock.Range{Lo: 40000, Hi: 40999}, blocks: 10},
+			mode: EgressUser, public: src, ports: portblock.Range{Lo: 40000, Hi: 40999}, blocks: 10},
 		{name: "user with address", cfg: Config{Egress: EgressUser, EgressAddr: pub}, env: env, mode: EgressUser, public: pub, ports: host, blocks: host.Len() / 256},
 		{name: "user wider than host", cfg: Config{EgressPorts: portblock.Range{Lo: 20000, Hi: 59999}}, env: env,
-			wantErr: "not inside this host's ephemeral range 32768-60999"},
-		{name: "user wider explains", cfg: Config{EgressPorts: portblock.Range{Lo: 20000, Hi: 59999}}, env: env,
-			wantErr: `sysctl -w net.ipv4.ip_local_port_range="20000 60999"`},
+			mode: EgressUser, public: src, ports: portblock.Range{Lo: 20000, Hi: 59999}, blocks: 156, explicit: true},
+		{name: "user pool", cfg: Config{EgressAddrs: []netip.Addr{pub, pub.Next()}, BlockSize: 1000}, env: env,
+			mode: EgressUser, public: pub, ports: host, blocks: 2 * (host.Len() / 1000)},
+		{name: "kernel pool", cfg: Config{Egress: EgressKernel, EgressAddrs: []netip.Addr{pub, pub.Next(), pub.Next().Next()}}, env: env,
+			mode: EgressKernel, public: pub, ports: DefaultKernelPorts, blocks: 3 * 156},
+		{name: "pool with loopback", cfg: Config{EgressAddrs: []netip.Addr{pub, netip.MustParseAddr("127.0.0.2")}}, env: env, wantErr: "unicast"},
 		{name: "user block too big", cfg: Config{EgressPorts: portblock.Range{Lo: 40000, Hi: 40099}, BlockSize: 101}, env: env, wantErr: "--block-size"},
 		{name: "kernel default", cfg: Config{Egress: EgressKernel, EgressAddr: pub}, env: env,
 			mode: EgressKernel, public: pub, ports: DefaultKernelPorts, blocks: 156},
@@ -67,9 +73,9 @@ func TestPlanEgress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.mode != tt.mode || got.public != tt.public || got.plan.Range != tt.ports || got.plan.Blocks() != tt.blocks {
-				t.Errorf("got mode %s public %v ports %v blocks %d, want %s %v %v %d",
-					got.mode, got.public, got.plan.Range, got.plan.Blocks(), tt.mode, tt.public, tt.ports, tt.blocks)
+			if got.mode != tt.mode || got.public != tt.public || got.plan.Range != tt.ports || got.pool.Blocks() != tt.blocks || got.explicit != tt.explicit {
+				t.Errorf("got mode %s public %v ports %v blocks %d explicit %v, want %s %v %v %d %v",
+					got.mode, got.public, got.plan.Range, got.pool.Blocks(), got.explicit, tt.mode, tt.public, tt.ports, tt.blocks, tt.explicit)
 			}
 		})
 	}
@@ -134,14 +140,18 @@ func TestPortBlocks(t *testing.T) {
 		priv, _ := tunnel.GenerateKey()
 		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: job}})
 	}
+	wantPub, err := defaultRouteSource()
+	if err != nil {
+		wantPub = netip.IPv4Unspecified()
+	}
 	var leases []control.Lease
 	for _, job := range []string{"job-1", "job-2"} {
 		ls, err := join(job)
 		if err != nil {
 			t.Fatalf("join %s: %v", job, err)
 		}
-		if ls.PublicAddr != netip.IPv4Unspecified() {
-			t.Errorf("%s: public addr %v, want 0.0.0.0 (every host address)", job, ls.PublicAddr)
+		if ls.PublicAddr != wantPub {
+			t.Errorf("%s: public addr %v, want %v (the default route's source)", job, ls.PublicAddr, wantPub)
 		}
 		if ls.Ports[1]-ls.Ports[0] != 255 || ls.Ports[0] < ports.Lo || ls.Ports[1] > ports.Hi {
 			t.Errorf("%s: ports %v, want a 256-port block of %v", job, ls.Ports, ports)
@@ -171,7 +181,7 @@ func TestPortBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	recs, err := st.Whois(netip.MustParseAddr("203.0.113.1"), leases[1].Ports[0]+7, during)
+	recs, err := st.Whois(wantPub, leases[1].Ports[0]+7, during)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/netip"
 
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -52,39 +50,15 @@ func allocExposures(block portblock.Range, reqs []control.Port) ([]forward.Expos
 	return out, nil
 }
 
-// exposeAddr returns the public address announced for jobs' exposed ports:
-// the egress address if there is one, else (user mode on every address) the
-// host's first global unicast IPv4 address, else its first global unicast
-// IPv6 address. It returns the zero Addr if the host has none.
-func exposeAddr(eg egress, log *slog.Logger) netip.Addr {
-	if !eg.public.IsUnspecified() {
-		return eg.public
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		log.Warn("cannot list host addresses; jobs cannot expose ports (set --egress-addr)", "err", err)
+// exposeAddr returns the public address announced for jobs' exposed ports,
+// which is also the only address their listeners bind to: the egress
+// address. Without one (user mode on a host without a default route and
+// without --egress-addr) it returns the zero Addr and jobs cannot expose
+// ports: a listener on every address of the host would also answer on its
+// loopback and management addresses, where nothing is announced.
+func exposeAddr(eg egress) netip.Addr {
+	if !eg.public.IsValid() || eg.public.IsUnspecified() {
 		return netip.Addr{}
 	}
-	var v6 netip.Addr
-	for _, ia := range addrs {
-		n, ok := ia.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		a, ok := netip.AddrFromSlice(n.IP)
-		if !ok || !a.Unmap().IsGlobalUnicast() {
-			continue
-		}
-		a = a.Unmap()
-		if a.Is4() {
-			return a
-		}
-		if !v6.IsValid() {
-			v6 = a
-		}
-	}
-	if !v6.IsValid() {
-		log.Warn("this host has no global unicast address; jobs cannot expose ports (set --egress-addr)")
-	}
-	return v6
+	return eg.public
 }

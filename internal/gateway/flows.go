@@ -82,7 +82,11 @@ func openFlows(cfg Config) (*flows.Table, func() error, error) {
 // trackJob attributes the flows of the job at l.Addr in the flow table.
 func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
 	if g.flows != nil {
-		g.flows.AddJob(l.Addr, flows.JobRef{Lease: l.ID, JobID: jobID, Token: token})
+		ref := flows.JobRef{Lease: l.ID, JobID: jobID, Token: token}
+		if a := g.blockAddr(l); a.IsValid() && !a.IsUnspecified() {
+			ref.PublicAddr = a
+		}
+		g.flows.AddJob(l.Addr, ref)
 	}
 	if g.capture != nil {
 		g.capture.AddJob(l.Addr, capture.JobRef{Lease: l.ID, JobID: jobID, Token: token})

@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/metrics"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -80,6 +81,10 @@ type Config struct {
 	// default route); in user mode it is recorded in the lease history
 	// (default: unspecified, meaning every address of the host).
 	EgressAddr netip.Addr
+	// EgressAddrs, if set, is an egress pool (--egress-addr with several
+	// addresses or a prefix): port blocks are drawn from every (address,
+	// EgressPorts) pair, and EgressAddr is ignored.
+	EgressAddrs []netip.Addr
 	// EgressPorts is the range split into per-job port blocks; zero means
 	// the host's ip_local_port_range in user mode (a wider range is
 	// refused) and DefaultKernelPorts in kernel mode.
@@ -106,6 +111,10 @@ type Config struct {
 	// Registry, if set, is where the metrics register (tests read it);
 	// nil means a fresh registry.
 	Registry *prometheus.Registry
+	// ExposePorts, without ConfigFile, are the ports jobs of every token
+	// may expose (--expose-ports, ParseExposePorts); nil or empty means
+	// none. A config file's [[expose]] rules take its place.
+	ExposePorts *policy.Exposure
 	// ConfigFile, if set, is the config file (package config) with the
 	// policy, limits and exposure rules; it is validated before anything
 	// is opened and reloaded on Reload and the admin socket's reload.
@@ -217,12 +226,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	eg.logPublic(log)
 	tb, closeFlowLog, err := openFlows(cfg)
 	if err != nil {
 		return err
 	}
 	defer closeFlowLog()
-	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.plan.Blocks())
+	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.pool.Blocks())
 	if err != nil {
 		return err
 	}
@@ -285,7 +295,7 @@ func Run(ctx context.Context, cfg Config) error {
 		egress:     eg,
 		jobs:       jobs,
 		exposer:    exposer,
-		exposeAddr: exposeAddr(eg, log),
+		exposeAddr: exposeAddr(eg),
 		limiter:    limiter,
 		policer:    policer,
 		flows:      tb,
@@ -294,6 +304,8 @@ func Run(ctx context.Context, cfg Config) error {
 		capture:    capdev,
 	}
 	g.conf.Store(conf)
+	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
+	g.capacity.log(log)
 	mx, err := g.newMetrics()
 	if err != nil {
 		return err
@@ -403,7 +415,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "blocks", eg.plan.Blocks(), "per_job_blocks", jobs != nil,
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(), "per_job_blocks", jobs != nil,
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
 		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
@@ -506,8 +518,14 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 		UDPIdleTimeout: cfg.Flows.idle().UDP,
 	}
 	if !eg.public.IsUnspecified() {
+		for _, a := range eg.pool.Addrs {
+			if eg.publicFrom == "--egress-addr" && !isHostAddr(a) {
+				return nil, fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' sockets and exposed ports on it", a)
+			}
+		}
 		ns.EgressAddr = eg.public
 	}
+	ns.ExplicitPorts = eg.explicit
 	kns, err := openKernelTCP(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)

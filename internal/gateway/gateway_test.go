@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
@@ -70,6 +71,7 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		Ready:         func(i Info) { ready <- i },
+		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			for _, r := range remotes {
 				if r.job == address {
@@ -84,6 +86,9 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	}
 	if mod != nil {
 		mod(&cfg)
+	}
+	if cfg.ConfigFile != "" {
+		cfg.ExposePorts = nil // the file's [[expose]] rules decide
 	}
 	go func() { done <- Run(ctx, cfg) }()
 	select {

@@ -14,21 +14,22 @@ const handshakeTimeout = 30 * time.Second
 
 // handshakePoll is how often pending first handshakes are looked up while
 // there are any. WireGuard records the handshake's time itself, so the
-// poll delays the observation, not the measurement.
-const handshakePoll = 250 * time.Millisecond
+// poll delays the observation, not the measurement. A look-up reads every
+// peer of the device under its configuration lock, which joins need too:
+// it runs on this tick only, never once per join (that made a join storm
+// quadratic).
+const handshakePoll = 500 * time.Millisecond
 
 // handshakeWatch holds the joins whose first WireGuard handshake has not
 // been seen yet. It is safe for concurrent use; the zero value is empty.
 type handshakeWatch struct {
 	mu      sync.Mutex
 	pending map[tunnel.Key]time.Time // peer → when its lease was granted
-	wake    chan struct{}
 }
 
 func (h *handshakeWatch) init() {
 	if h.pending == nil {
 		h.pending = make(map[tunnel.Key]time.Time)
-		h.wake = make(chan struct{}, 1)
 	}
 }
 
@@ -38,10 +39,6 @@ func (h *handshakeWatch) add(pub tunnel.Key, at time.Time) {
 	h.init()
 	h.pending[pub] = at
 	h.mu.Unlock()
-	select {
-	case h.wake <- struct{}{}:
-	default:
-	}
 }
 
 // forget stops waiting for pub (its lease ended without a peer).
@@ -55,17 +52,12 @@ func (h *handshakeWatch) forget(pub tunnel.Key) {
 // join (airlock_wireguard_first_handshake_seconds), and counts joins
 // without one within handshakeTimeout, until ctx is done.
 func (g *gateway) handshakeLoop(ctx context.Context) {
-	g.handshakes.mu.Lock()
-	g.handshakes.init()
-	wake := g.handshakes.wake
-	g.handshakes.mu.Unlock()
 	t := time.NewTicker(handshakePoll)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-wake:
 		case <-t.C:
 		}
 		g.handshakes.mu.Lock()

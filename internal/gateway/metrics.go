@@ -33,10 +33,10 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		Flows: g.flows,
 		PortBlocks: func() (int, int) {
 			used := 0
-			if g.egress.plan.Blocks() > 0 {
+			if g.egress.pool.Blocks() > 0 {
 				used = g.leases.Len()
 			}
-			return used, g.egress.plan.Blocks()
+			return used, g.egress.pool.Blocks()
 		},
 		Start: g.started,
 	}
@@ -47,6 +47,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
+		return gatewayMetrics{}, err
+	}
+	if err := g.registerCapacityMetrics(reg); err != nil {
 		return gatewayMetrics{}, err
 	}
 	if g.policer != nil {

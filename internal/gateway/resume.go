@@ -85,9 +85,9 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
 	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command}, Token: r.Token, Remote: remote}
-	block := g.block(l)
-	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi) {
-		return fmt.Errorf("port block %d is now %v, was %d-%d (--egress-ports or --block-size changed)", rs.Block, block, r.PortLo, r.PortHi)
+	block, pubAddr := g.block(l), g.blockAddr(l)
+	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi || (r.PublicAddr.IsValid() && pubAddr != r.PublicAddr)) {
+		return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, r.PublicAddr, r.PortLo, r.PortHi)
 	}
 	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
 		return err
@@ -107,7 +107,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 	}
 	var exposures []forward.Exposure
 	if len(expose) > 0 {
-		if exposures, err = g.planExposures(block, expose); err == nil {
+		if exposures, err = g.planExposures(l, expose); err == nil {
 			err = g.exposureAllowed(r.Token, exposures)
 		}
 		if err != nil {
@@ -116,7 +116,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		}
 	}
 	if g.jobs != nil {
-		if err := g.jobs.AddJob(l.Addr, block); err != nil {
+		if err := g.jobs.AddJob(l.Addr, pubAddr, block); err != nil {
 			undo()
 			return fmt.Errorf("add job to egress: %w", err)
 		}

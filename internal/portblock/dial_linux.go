@@ -92,11 +92,16 @@ func (d *Dialer) dialExplicit(ctx context.Context, network, address string) (net
 	for i := 0; i < n; i++ {
 		port := int(d.Block.Lo) + (start+i)%n
 		nd := d.Base
-		// SO_REUSEADDR lets a port in TIME_WAIT, or one used towards
+		// TCP: SO_REUSEADDR lets a port in TIME_WAIT, or one used towards
 		// another destination, be bound again; connect still refuses a
 		// duplicate 4-tuple (EADDRNOTAVAIL), and then the next port is
-		// tried.
-		nd.Control = reuseAddr
+		// tried. UDP: no SO_REUSEADDR, since connect would not refuse a
+		// duplicate and two flows would share one port (the replies go
+		// to one of them): a UDP port serves one flow at a time.
+		nd.Control = nil
+		if network == "tcp" || network == "tcp4" || network == "tcp6" {
+			nd.Control = reuseAddr
+		}
 		nd.LocalAddr = d.local(network, port)
 		c, err := nd.DialContext(ctx, network, address)
 		if err == nil {

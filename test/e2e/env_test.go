@@ -132,16 +132,26 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	e.state = filepath.Join(base, "state")
 	listen := netip.AddrPortFrom(e.tp.DMZAddrCN, gatewayPort).String()
 	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
-	// Both modes leave from (and expose ports on) dmz's inet address.
-	e.gwArgs = append(e.gwArgs, "--egress-addr", e.tp.DMZAddrINET.String())
+	// Both modes leave from (and expose ports on) dmz's inet address,
+	// which the gateway finds by itself: the source of dmz's default
+	// route (no --egress-addr).
 	switch mode {
 	case modeKernel:
 		e.gwArgs = append(e.gwArgs, "--egress", "kernel")
 	case modeUserNetstack:
 		e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
 	}
-	e.gwArgs = append(e.gwArgs, hook(e)...)
+	extra := hook(e)
+	if !hasFlag(extra, "--config") && !hasFlag(extra, "--expose-ports") {
+		// Jobs expose nothing unless the admin names the ports; the
+		// tests' jobs serve on 8080.
+		e.gwArgs = append(e.gwArgs, "--expose-ports", "8080")
+	}
+	e.gwArgs = append(e.gwArgs, extra...)
 	e.startGateway(t)
+	if want := fmt.Sprintf("egress_addr=%s from=\"default route\"", e.tp.DMZAddrINET); !hasFlag(e.gwArgs, "--egress-addr") && !strings.Contains(e.gw.Stderr(), want) {
+		t.Errorf("gateway log lacks %q: the egress address must be found from the default route and logged%s", want, e.diag(""))
+	}
 	if e.gateway != listen {
 		t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
 	}
@@ -150,6 +160,16 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	}
 	e.token = e.createToken(t, "e2e")
 	return e
+}
+
+// hasFlag reports whether args contain flag.
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // startGateway starts the gateway (again) on the env's state directory and

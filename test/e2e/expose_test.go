@@ -23,7 +23,7 @@ type exposedJob struct {
 // its port 8080, exposed with flags, and waits until it reports ready.
 func (e *env) startExposed(t *testing.T, name string, flags ...string) exposedJob {
 	t.Helper()
-	p := e.startWith(t, runOpts{flags: flags}, e.peer, "jobserve", "8080", "25", name)
+	p := e.startWith(t, runOpts{flags: flags, env: []string{"AIRLOCK_JOB_ID=expose-" + name}}, e.peer, "jobserve", "8080", "25", name)
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(p.Stdout(), "ready\n") {
 		if ok, code := p.Exited(); ok || time.Now().After(deadline) {
@@ -78,6 +78,10 @@ func checkExpose(t *testing.T, e *env) {
 	if code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "8080/sctp"}}, "true"); code == 0 || !strings.Contains(stderr, "sctp") {
 		t.Errorf("--expose 8080/sctp: exit %d, want a failure that names the bad protocol: %q", code, stderr)
 	}
+	// Only the ports the admin named (--expose-ports 8080) can be exposed.
+	if code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "9090"}}, "true"); code == 0 || !strings.Contains(stderr, "9090") {
+		t.Errorf("--expose 9090 (not allowed by the gateway): exit %d, want a refusal naming the port: %q", code, stderr)
+	}
 	a := e.startExposed(t, "a", "--expose", "8080", "--expose", "8080/udp")
 	b := e.startExposed(t, "b", "--expose", "8080")
 	if !a.udp.IsValid() {
@@ -92,6 +96,24 @@ func checkExpose(t *testing.T, e *env) {
 	}
 	if code, out, _ := e.inetGet(t, "tcpget", b.tcp); code != 0 || out != "hello from b\n" {
 		t.Errorf("tcp to job b's public port %v: exit %d, %q, want hello from b%s", b.tcp, code, out, e.diag(b.p.Stderr()))
+	}
+	// The exposure listens only where it is announced, the gateway's
+	// outside address: not on its inside address (from cn), nor on its
+	// loopback (from dmz itself).
+	for _, probe := range []struct {
+		ns string
+		ap netip.AddrPort
+	}{
+		{e.tp.CN, netip.AddrPortFrom(e.tp.DMZAddrCN, a.tcp.Port())},
+		{e.tp.DMZ, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), a.tcp.Port())},
+	} {
+		if code, out, _ := e.tp.Run(t, 15*time.Second, probe.ns, nil, e.peer, "tcpget", probe.ap.String()); code == 0 || strings.Contains(out, "hello") {
+			t.Errorf("job a's exposure answered at %v (from %s): exit %d, %q; want it only at the announced %v", probe.ap, probe.ns, code, out, a.tcp)
+		}
+	}
+	// whois with the announced outside address and a time names the job.
+	if recs := e.whois(t, a.tcp, time.Now()); len(recs) != 1 || recs[0].JobID != "expose-a" || recs[0].PublicAddr != e.tp.DMZAddrINET {
+		t.Errorf("whois %v now: got %+v, want exactly job expose-a with public address %v", a.tcp, recs, e.tp.DMZAddrINET)
 	}
 	// Ports that are not exposed: in b's block (below its exposure) and in
 	// a's own block (below its two exposures).

@@ -11,7 +11,10 @@
 // cn knows only its link; inet knows only its link; dmz knows both but does
 // not forward (ip_forward is 0 in a new namespace), so cn cannot reach inet
 // unless something in dmz (the Airlock gateway) re-originates its traffic
-// from 203.0.113.1. WithNativeRouting turns the topology into a plain
+// from 203.0.113.1. dmz is two-homed like a real DMZ host: its default
+// route leads to the outside (via inet's 203.0.113.2), so 203.0.113.1 is
+// the address it would pick for the world, while the gateway listens on
+// its inside address 198.51.100.1. WithNativeRouting turns the topology into a plain
 // routed path for baseline measurements.
 //
 // WithSecondDMZ adds a second gateway host, dmz2, linked to cn (cn's dmz2
@@ -242,6 +245,8 @@ func New(t testing.TB, opts ...Option) *Topology {
 	addr(tp.DMZ, IfDMZToCN, tp.DMZAddrCN)
 	addr(tp.DMZ, IfDMZToINET, tp.DMZAddrINET)
 	addr(tp.INET, IfINETToDMZ, tp.INETAddr)
+	// The outside is dmz's default route (see the package comment).
+	mustIP(t, "-n", tp.DMZ, "route", "add", "default", "via", tp.INETAddr.String())
 	links := [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}}
 	if tp.DMZ2 != "" {
 		mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ2, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ2)
@@ -251,6 +256,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 		addr(tp.DMZ2, IfDMZToINET, DMZ2AddrINET)
 		addr(tp.INET, IfINETToDMZ2, INETAddr2)
 		mustIP(t, "-n", tp.DMZ2, "route", "add", INETPrefix.String(), "via", INETAddr2.String())
+		mustIP(t, "-n", tp.DMZ2, "route", "add", "default", "via", INETAddr2.String())
 		links = append(links, [][2]string{{tp.CN, IfCNToDMZ2}, {tp.DMZ2, IfDMZToCN}, {tp.DMZ2, IfDMZToINET}, {tp.INET, IfINETToDMZ2}}...)
 	}
 
@@ -350,6 +356,21 @@ func (tp *Topology) AddINETAddr(t testing.TB) netip.Addr {
 	mustIP(t, "-n", tp.INET, "addr", "add", a.String()+"/24", "dev", IfINETToDMZ)
 	tp.extra = append(tp.extra, a)
 	return a
+}
+
+// AddDMZAddrs adds n more addresses from 203.0.113.0/24 (from
+// 203.0.113.101 up) to dmz's outside link, for an egress address pool,
+// and returns them.
+func (tp *Topology) AddDMZAddrs(t testing.TB, n int) []netip.Addr {
+	t.Helper()
+	var out []netip.Addr
+	a := netip.MustParseAddr("203.0.113.101")
+	for i := 0; i < n; i++ {
+		mustIP(t, "-n", tp.DMZ, "addr", "add", a.String()+"/24", "dev", IfDMZToINET)
+		out = append(out, a)
+		a = a.Next()
+	}
+	return out
 }
 
 // Port returns a TCP/UDP port number not yet handed out by this topology,

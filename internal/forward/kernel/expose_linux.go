@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -59,7 +60,7 @@ func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	f.exposed[job] = mine
 	for _, x := range ex {
 		f.log.Info("kernel egress: exposed", "job", job, "proto", x.Proto, "job_port", x.JobPort,
-			"public", netip.AddrPortFrom(f.rules.egress, x.PublicPort))
+			"public", netip.AddrPortFrom(cmp.Or(x.PublicAddr, f.rules.egress), x.PublicPort))
 	}
 	return nil
 }

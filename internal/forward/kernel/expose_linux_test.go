@@ -38,7 +38,7 @@ func TestExpose(t *testing.T) {
 	f := newTestForwarder(t)
 	defer f.Close()
 	job := netip.MustParseAddr("100.64.0.2")
-	if err := f.AddJob(job, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
 		t.Fatal(err)
 	}
 	ex := []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20255}, {Proto: "udp", JobPort: 53, PublicPort: 20254}}

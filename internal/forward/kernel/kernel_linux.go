@@ -338,9 +338,12 @@ func (f *Forwarder) program(oldIPForward string) error {
 // AddJob source-NATs the traffic of the job at addr to the egress address
 // and, for TCP and UDP, to the ports of block. Adding an address again
 // replaces its rules.
-func (f *Forwarder) AddJob(addr netip.Addr, block portblock.Range) error {
+func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error {
 	if !addr.Is4() || !f.rules.addr.Contains(addr) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
+	}
+	if egress.IsValid() && (!egress.Is4() || egress.IsUnspecified()) {
+		return fmt.Errorf("kernel egress: job %v: egress address %v: want a unicast IPv4 address", addr, egress)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -351,7 +354,7 @@ func (f *Forwarder) AddJob(addr netip.Addr, block portblock.Range) error {
 	post, _, _, _, _, _, _ := chains(t)
 	old := f.jobs[addr]
 	tag := jobTag(addr)
-	for _, e := range f.rules.jobRules(addr, block) {
+	for _, e := range f.rules.jobRules(addr, egress, block) {
 		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
 	}
 	for _, r := range old {

@@ -201,7 +201,7 @@ func TestLifecycle(t *testing.T) {
 
 	job := netip.MustParseAddr("100.64.0.2")
 	block := portblock.Range{Lo: 20000, Hi: 20255}
-	if err := f.AddJob(job, block); err != nil {
+	if err := f.AddJob(job, netip.Addr{}, block); err != nil {
 		t.Fatalf("AddJob: %v", err)
 	}
 	if got := jobRuleCount(t, job); got != 3 {
@@ -233,7 +233,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 	// Re-adding replaces the block.
-	if err := f.AddJob(job, portblock.Range{Lo: 20256, Hi: 20511}); err != nil {
+	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20256, Hi: 20511}); err != nil {
 		t.Fatalf("AddJob again: %v", err)
 	}
 	if got := jobRuleCount(t, job); got != 3 {
@@ -243,10 +243,10 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("second AddJob did not replace the block:\n%s", out)
 	}
 	other := netip.MustParseAddr("100.64.0.3")
-	if err := f.AddJob(other, portblock.Range{Lo: 30000, Hi: 30255}); err != nil {
+	if err := f.AddJob(other, netip.Addr{}, portblock.Range{Lo: 30000, Hi: 30255}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.AddJob(netip.MustParseAddr("10.0.0.1"), block); err == nil {
+	if err := f.AddJob(netip.MustParseAddr("10.0.0.1"), netip.Addr{}, block); err == nil {
 		t.Error("AddJob accepted an address outside the tunnel subnet")
 	}
 	f.RemoveJob(job)
@@ -273,7 +273,7 @@ func TestLifecycle(t *testing.T) {
 	if got := sysctl(t); got != "0" {
 		t.Errorf("ip_forward after Close: got %s, want 0 (restored)", got)
 	}
-	if err := f.AddJob(other, block); err == nil {
+	if err := f.AddJob(other, netip.Addr{}, block); err == nil {
 		t.Error("AddJob after Close succeeded")
 	}
 }
@@ -295,7 +295,7 @@ func TestStaleTable(t *testing.T) {
 	c.AddChain(post)
 	c.AddChain(state)
 	stale := netip.MustParseAddr("100.64.0.9")
-	for _, e := range testRules.jobRules(stale, portblock.Range{Lo: 40000, Hi: 40255}) {
+	for _, e := range testRules.jobRules(stale, netip.Addr{}, portblock.Range{Lo: 40000, Hi: 40255}) {
 		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: e, UserData: jobTag(stale)})
 	}
 	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag("0")})
@@ -330,7 +330,7 @@ func TestTUNBusy(t *testing.T) {
 	setupNetns(t, "0")
 	f := newTestForwarder(t)
 	defer f.Close()
-	if err := f.AddJob(netip.MustParseAddr("100.64.0.2"), portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(netip.MustParseAddr("100.64.0.2"), netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Addr: tunnelAddr, EgressAddr: egressAddr,

@@ -35,7 +35,7 @@ func New(Config) (*Forwarder, error) {
 }
 
 // AddJob implements forward.Jobs.
-func (*Forwarder) AddJob(netip.Addr, portblock.Range) error {
+func (*Forwarder) AddJob(netip.Addr, netip.Addr, portblock.Range) error {
 	return errors.New("kernel egress needs Linux")
 }
 

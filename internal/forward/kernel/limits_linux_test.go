@@ -140,7 +140,7 @@ func TestLimitsProgramming(t *testing.T) {
 	if err := f.SetJobLimits(job, forward.Limits{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := f.AddJob(job, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
 		t.Fatal(err)
 	}
 	// Flow limits alone set up no shaping.

@@ -60,7 +60,7 @@ func TestPolicyRules(t *testing.T) {
 	defer f.Close()
 	job, other := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
 	for _, j := range []netip.Addr{job, other} {
-		if err := f.AddJob(j, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+		if err := f.AddJob(j, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
 			t.Fatal(err)
 		}
 	}

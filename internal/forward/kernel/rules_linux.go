@@ -305,9 +305,13 @@ func (r ruleset) toHostRules() [][]expr.Any {
 	}
 }
 
-// snat returns `snat ip to EGRESS[:LO-HI]`.
-func (r ruleset) snat(block portblock.Range) []expr.Any {
-	a := r.egress.As4()
+// snat returns `snat ip to EGRESS[:LO-HI]`; a zero egress means the
+// ruleset's.
+func (r ruleset) snat(egress netip.Addr, block portblock.Range) []expr.Any {
+	if !egress.IsValid() {
+		egress = r.egress
+	}
+	a := egress.As4()
 	e := []expr.Any{&expr.Immediate{Register: 1, Data: a[:]}}
 	n := &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}
 	if block.Len() > 0 && block.Lo != 0 {
@@ -320,14 +324,15 @@ func (r ruleset) snat(block portblock.Range) []expr.Any {
 }
 
 // jobRules are the postrouting NAT rules of the job at addr: TCP and UDP to
-// the job's port block, everything else (ICMP echo) to the address alone.
-// A zero block maps TCP and UDP to the address alone too.
-func (r ruleset) jobRules(addr netip.Addr, block portblock.Range) [][]expr.Any {
+// the job's egress address (zero: the ruleset's) and port block, everything
+// else (ICMP echo) to the address alone. A zero block maps TCP and UDP to
+// the address alone too.
+func (r ruleset) jobRules(addr, egress netip.Addr, block portblock.Range) [][]expr.Any {
 	match := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), oifname(expr.CmpOpNeq, r.tun))
 	return [][]expr.Any{
-		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(block)),
-		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(block)),
-		cat(match, r.snat(portblock.Range{})),
+		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(egress, block)),
+		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(egress, block)),
+		cat(match, r.snat(egress, portblock.Range{})),
 	}
 }
 
@@ -350,10 +355,14 @@ func (r ruleset) exposeRules(addr netip.Addr, ex []forward.Exposure) ([][]expr.A
 			return nil, fmt.Errorf("kernel egress: expose %d/%s at port %d: port 0", x.JobPort, x.Proto, x.PublicPort)
 		}
 		job := addr.As4()
+		at := r.egress
+		if x.PublicAddr.IsValid() {
+			at = x.PublicAddr
+		}
 		rules = append(rules, cat(
 			nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
 			iifname(expr.CmpOpNeq, r.tun),
-			ip4(false, expr.CmpOpEq, netip.PrefixFrom(r.egress, 32)),
+			ip4(false, expr.CmpOpEq, netip.PrefixFrom(at, 32)),
 			l4proto(proto), dport(x.PublicPort),
 			[]expr.Any{
 				&expr.Immediate{Register: 1, Data: job[:]},

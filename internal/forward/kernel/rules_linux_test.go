@@ -72,7 +72,7 @@ func l4Of(rule []expr.Any) (byte, bool) {
 func TestJobRules(t *testing.T) {
 	job := netip.MustParseAddr("100.64.0.7")
 	block := portblock.Range{Lo: 20256, Hi: 20511}
-	rules := testRules.jobRules(job, block)
+	rules := testRules.jobRules(job, netip.Addr{}, block)
 	if got, want := len(rules), 3; got != want {
 		t.Fatalf("job rules: got %d, want %d", got, want)
 	}
@@ -116,7 +116,7 @@ func TestJobRules(t *testing.T) {
 		}
 	}
 	// No block: address-only SNAT for every protocol.
-	for i, r := range testRules.jobRules(job, portblock.Range{}) {
+	for i, r := range testRules.jobRules(job, netip.Addr{}, portblock.Range{}) {
 		if nat, _ := natOf(t, r); nat.RegProtoMin != 0 {
 			t.Errorf("no block, rule %d: has a port range", i)
 		}

@@ -78,6 +78,14 @@ type Config struct {
 	// invalid means the kernel's choice per destination.
 	EgressAddr netip.Addr
 
+	// ExplicitPorts makes jobs' sockets bind to a port of the job's block
+	// themselves (trying the block's ports from a random start until one
+	// is free) instead of letting the kernel pick one with
+	// IP_LOCAL_PORT_RANGE. The gateway sets it when the blocks lie
+	// outside net.ipv4.ip_local_port_range, where the kernel ignores a
+	// socket's range.
+	ExplicitPorts bool
+
 	// ListenPing, if non-nil, replaces the host's ICMPv4 "ping" sockets
 	// (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)) that relay jobs' echo
 	// requests. Each call opens one socket: WriteTo(msg, *net.UDPAddr)

@@ -3,8 +3,10 @@ package netstack
 // Inbound exposure (`airlock run --expose`) in user mode.
 //
 // Theory of operation: for every exposure the Stack opens a host socket on
-// the public port (on EgressAddr if configured, else on every address of
-// the host), as the gateway's user; nothing is done by the kernel on the
+// the public port of the job's egress address (Exposure.PublicAddr, else
+// EgressAddr), the address the gateway announces, and on
+// no other address of the host (never its loopback or management
+// addresses; without EgressAddr, Expose fails), as the gateway's user; nothing is done by the kernel on the
 // jobs' behalf. TCP: each accepted connection is carried into the netstack
 // with a gonet dial to JOB:PORT; if the job refuses or does not answer
 // within exposeDialTimeout the outside client gets a reset. Data is copied
@@ -156,20 +158,19 @@ type exposure struct {
 	flows map[netip.AddrPort]*exposeFlow
 }
 
-// openExposure opens the host socket of x.
+// openExposure opens the host socket of x on EgressAddr.
 func (s *Stack) openExposure(job netip.Addr, x forward.Exposure) (*exposure, error) {
-	host := netip.IPv6Unspecified()
+	at := s.cfg.EgressAddr
+	if x.PublicAddr.IsValid() {
+		at = x.PublicAddr
+	}
+	if !at.IsValid() || at.IsUnspecified() {
+		return nil, fmt.Errorf("expose %s/%d of job %s: no egress address to listen on (set --egress-addr)", x.Proto, x.JobPort, job)
+	}
 	network := x.Proto
-	if s.cfg.EgressAddr.IsValid() {
-		host = s.cfg.EgressAddr
-	}
-	ap := netip.AddrPortFrom(host, x.PublicPort)
+	ap := netip.AddrPortFrom(at, x.PublicPort)
 	e := &exposure{s: s, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
-	if !s.cfg.EgressAddr.IsValid() {
-		e.listenAddr = fmt.Sprintf(":%d", x.PublicPort)
-	} else {
-		e.listenAddr = ap.String()
-	}
+	e.listenAddr = ap.String()
 	var err error
 	if x.Proto == "tcp" {
 		e.ln, err = net.ListenTCP(network, net.TCPAddrFromAddrPort(ap))

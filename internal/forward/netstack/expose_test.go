@@ -195,3 +195,20 @@ func TestExpose(t *testing.T) {
 		t.Error("Expose after Close: got no error")
 	}
 }
+
+// TestExposeNeedsEgressAddr: without an egress address there is nowhere
+// announced to listen, and Expose refuses rather than listening on every
+// address of the host (loopback and management addresses included).
+func TestExposeNeedsEgressAddr(t *testing.T) {
+	checkGoroutines(t)
+	p := newPair(t, Config{})
+	port := freePort(t, "tcp")
+	err := p.s.Expose(jobAddr, []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: port}})
+	if err == nil || !strings.Contains(err.Error(), "egress address") {
+		t.Fatalf("Expose without an egress address: got %v, want an error naming the egress address", err)
+	}
+	if c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String(), time.Second); err == nil {
+		c.Close()
+		t.Errorf("something listens on 127.0.0.1:%d after a refused Expose", port)
+	}
+}

@@ -81,7 +81,7 @@ func TestFlowAccounting(t *testing.T) {
 	p := newPair(t, Config{Flows: tb, UDPIdleTimeout: 200 * time.Millisecond})
 	p.dial.route("198.51.100.7:80", srv)
 	p.dial.route("198.51.100.7:53", pc.LocalAddr().String())
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "42", Token: "tok"})
@@ -184,7 +184,7 @@ func TestFlowDenied(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "9"})

@@ -15,20 +15,27 @@ import (
 
 var _ forward.Jobs = (*Stack)(nil)
 
-// jobTable maps each job's tunnel address to its egress port block. It is
-// safe for concurrent use; the zero value is an empty table.
-type jobTable struct {
-	mu     sync.RWMutex
-	blocks map[netip.Addr]portblock.Range
+// jobEgress is where a job's outside connections leave from: its egress
+// address (zero: the Stack's EgressAddr) and port block.
+type jobEgress struct {
+	addr  netip.Addr
+	block portblock.Range
 }
 
-func (t *jobTable) set(a netip.Addr, r portblock.Range) {
+// jobTable maps each job's tunnel address to its egress address and port
+// block. It is safe for concurrent use; the zero value is an empty table.
+type jobTable struct {
+	mu     sync.RWMutex
+	blocks map[netip.Addr]jobEgress
+}
+
+func (t *jobTable) set(a netip.Addr, e jobEgress) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.blocks == nil {
-		t.blocks = make(map[netip.Addr]portblock.Range)
+		t.blocks = make(map[netip.Addr]jobEgress)
 	}
-	t.blocks[a] = r
+	t.blocks[a] = e
 }
 
 func (t *jobTable) remove(a netip.Addr) {
@@ -37,20 +44,27 @@ func (t *jobTable) remove(a netip.Addr) {
 	delete(t.blocks, a)
 }
 
-func (t *jobTable) lookup(a netip.Addr) (portblock.Range, bool) {
+func (t *jobTable) lookup(a netip.Addr) (jobEgress, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	r, ok := t.blocks[a]
-	return r, ok
+	e, ok := t.blocks[a]
+	return e, ok
 }
 
 // AddJob implements forward.Jobs: from now on the outside connections of the
-// job at addr leave from ports of block (a zero block: any port).
-func (s *Stack) AddJob(addr netip.Addr, block portblock.Range) error {
+// job at addr leave from egress (zero: EgressAddr) and ports of block (a
+// zero block: any port).
+func (s *Stack) AddJob(addr, egress netip.Addr, block portblock.Range) error {
 	if block != (portblock.Range{}) && block.Lo > block.Hi {
 		return fmt.Errorf("add job %s: bad port block %s", addr, block)
 	}
-	s.jobs.set(addr.Unmap(), block)
+	if egress.IsValid() && egress.IsMulticast() {
+		return fmt.Errorf("add job %s: bad egress address %s", addr, egress)
+	}
+	if egress.IsValid() && egress.IsUnspecified() {
+		egress = netip.Addr{} // the kernel's choice per destination
+	}
+	s.jobs.set(addr.Unmap(), jobEgress{addr: egress.Unmap(), block: block})
 	s.limits.add(addr.Unmap())
 	return nil
 }
@@ -76,14 +90,19 @@ func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst ne
 		return s.cfg.Dial(ctx, network, dst.String())
 	}
 	base := net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	block, ok := s.jobs.lookup(src)
+	je, ok := s.jobs.lookup(src)
+	from := s.cfg.EgressAddr
+	if je.addr.IsValid() {
+		from = je.addr
+	}
+	block := je.block
 	if !ok || block == (portblock.Range{}) {
-		if s.cfg.EgressAddr.IsValid() {
-			base.LocalAddr = localAddr(network, s.cfg.EgressAddr, 0)
+		if from.IsValid() {
+			base.LocalAddr = localAddr(network, from, 0)
 		}
 		return base.DialContext(ctx, network, dst.String())
 	}
-	d := portblock.Dialer{Block: block, Base: base, LocalIP: s.cfg.EgressAddr}
+	d := portblock.Dialer{Block: block, Base: base, LocalIP: from, Explicit: s.cfg.ExplicitPorts}
 	c, err := d.DialContext(ctx, network, dst.String())
 	if errors.Is(err, portblock.ErrExhausted) {
 		s.stats.blockExhausted.Add(1)

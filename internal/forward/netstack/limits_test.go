@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -137,7 +138,7 @@ func testTCPShaped(t *testing.T, stackName string) {
 	})
 	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:80", srv)
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.s.SetJobLimits(jobAddr, forward.Limits{EgressBitsPerSec: rate, IngressBitsPerSec: rate}); err != nil {
@@ -196,7 +197,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 2}); err != nil {
@@ -299,7 +300,7 @@ func TestUDPShaped(t *testing.T) {
 	defer pc.Close()
 	p := newPair(t, Config{})
 	p.dial.route("198.51.100.7:9", pc.LocalAddr().String())
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	// 800 kbit/s = 100 kB/s; the burst is one 64 KiB chunk.

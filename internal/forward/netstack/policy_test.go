@@ -31,7 +31,7 @@ func TestPolicy(t *testing.T) {
 	if err := p.s.SetPolicy(pol); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.AddJob(jobAddr, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(dst string) error {

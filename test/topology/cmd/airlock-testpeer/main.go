@@ -35,6 +35,8 @@
 //	tcpecho, tcpflows, tcpburst   see flows.go
 //	dnsflood NAME DURATION CONC   see dnsflood.go
 //	rawsyn IFACE DST:PORT WAIT   see rawsyn_linux.go
+//	jobs -gateway G -pin P -token T -n N [-over D] [-hold D] [-echo ADDR]   N simulated jobs in
+//	                         this process (test/loadgen), JSON reports on stdout; see jobs.go
 //	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
@@ -74,6 +76,8 @@ func main() {
 		return
 	}
 	switch os.Args[1] {
+	case "jobs":
+		err = runJobs(args)
 	case "http":
 		need(args, 2)
 		err = serveHTTP(args[0], args[1])

@@ -1,0 +1,110 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/loadgen"
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// scaleJobs is how many simulated jobs TestScale runs; the gateway gets
+// exactly that many port blocks, so that it is full.
+const scaleJobs = 200
+
+// TestScale runs scaleJobs simulated jobs (airlock-testpeer jobs, one
+// process in cn: real joins, WireGuard handshakes, watches, renewals and a
+// UDP echo through each tunnel) against a user-mode gateway with exactly
+// scaleJobs port blocks: every job joins and its traffic flows; status
+// shows the blocks all used and the capacity bound; the next job is
+// refused with a message that names the bound and the flag that widens it;
+// the jobs' renewals succeed while they idle. The large measurements are
+// in bench/ (docs/benchmarks.md, "Scale").
+func TestScale(t *testing.T) {
+	const block = 16
+	lo := 40000
+	ports := fmt.Sprintf("%d-%d", lo, lo+scaleJobs*block-1)
+	e := newEnvMode(t, modeUser, "--egress-ports", ports, "--block-size", strconv.Itoa(block), "--renew-interval", "2s")
+	capLine := fmt.Sprintf("capacity: %d concurrent jobs, bound by egress port blocks", scaleJobs)
+	if !strings.Contains(e.gw.Stderr(), capLine) {
+		t.Errorf("gateway start-up log lacks %q%s", capLine, e.diag(""))
+	}
+	echo := netip.AddrPortFrom(e.tp.INETAddr, uint16(e.udpPort))
+	start := time.Now()
+	gen := e.tp.Start(t, e.tp.CN, nil, e.peer, "jobs", "-gateway", e.gateway, "-pin", e.pin, "-token", e.token,
+		"-n", strconv.Itoa(scaleJobs), "-over", "5s", "-hold", "5m", "-echo", echo.String(), "-echo-every", "3s")
+	first := waitReport(t, gen, "start", 90*time.Second)
+	t.Logf("%d jobs started in %.1f s: join p50 %.0f ms p99 %.0f ms max %.0f ms; handshake p50 %.0f ms p99 %.0f ms; first echo p50 %.0f ms p99 %.0f ms",
+		first.OK, first.Seconds, first.Join.P50, first.Join.P99, first.Join.Max, first.Handshake.P50, first.Handshake.P99, first.Echo.P50, first.Echo.P99)
+	if first.OK != scaleJobs || first.Failed != 0 {
+		t.Fatalf("%d of %d jobs started, %d failed: %v", first.OK, scaleJobs, first.Failed, first.Errors)
+	}
+
+	code, out, stderr := e.admin(t, "status", "--state", e.state)
+	for _, want := range []string{
+		fmt.Sprintf("port blocks %d of %d in use, 0 free", scaleJobs, scaleJobs),
+		"capacity:   " + strconv.Itoa(scaleJobs) + " concurrent jobs, bound by egress port blocks",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("airlock status: exit %d, lacks %q:\n%s%s", code, want, firstLines(out, 6), e.diag(stderr))
+		}
+	}
+	// One more job: refused, naming the bound and the flags.
+	code, _, stderr = e.runWith(t, runOpts{timeout: 40 * time.Second}, "true")
+	if code != 125 || !strings.Contains(stderr, "port blocks") || !strings.Contains(stderr, "--egress-ports") {
+		t.Errorf("job %d on a full gateway: exit %d, want 125 with a message naming the port blocks and --egress-ports: %q", scaleJobs+1, code, stderr)
+	}
+
+	// Idle a few renew intervals, echoing every 3 s, then stop.
+	time.Sleep(7 * time.Second)
+	if err := gen.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	end := waitReport(t, gen, "end", 60*time.Second)
+	t.Logf("after %v: %d echoes ok, %d failed, %d renew errors, %d watch errors", time.Since(start).Round(time.Second),
+		end.EchoOK, end.EchoFail, end.RenewErrors, end.WatchErrors)
+	if end.RenewErrors != 0 || end.WatchErrors != 0 {
+		t.Errorf("idle jobs: %d renew errors, %d watch errors; want none", end.RenewErrors, end.WatchErrors)
+	}
+	if end.EchoOK < scaleJobs || end.EchoFail != 0 {
+		t.Errorf("idle jobs' echoes: %d ok, %d failed; want at least %d ok and none failed", end.EchoOK, end.EchoFail, scaleJobs)
+	}
+}
+
+// waitReport waits for the load generator's report of phase on its
+// stdout.
+func waitReport(t *testing.T, p *topology.Process, phase string, timeout time.Duration) loadgen.Report {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, code := p.Exited()
+		for _, l := range strings.Split(p.Stdout(), "\n") {
+			var r loadgen.Report
+			if json.Unmarshal([]byte(l), &r) == nil && r.Phase == phase {
+				return r
+			}
+		}
+		if ok || time.Now().After(deadline) {
+			t.Fatalf("load generator: no %q report (exited %v, %d): %s\n%s", phase, ok, code, p.Stdout(), tailString(p.Stderr(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func firstLines(s string, n int) string {
+	l := strings.SplitN(s, "\n", n+1)
+	return strings.Join(l[:min(n, len(l))], "\n")
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}

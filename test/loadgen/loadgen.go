@@ -1,0 +1,565 @@
+// Package loadgen runs many Airlock jobs' client sides in one process, to
+// load a gateway the way thousands of `airlock run` processes would,
+// without one namespace or process per job (`airlock-testpeer jobs`,
+// bench/ scale measurements, test/e2e's scale test).
+//
+// # Theory of operation
+//
+// Every simulated job is a real client of the gateway: its own
+// control.Client (its own pinned TLS connection), a join with the token
+// and a fresh WireGuard key, a real wireguard-go device with its own UDP
+// socket doing the real handshake with the gateway, a lease watch and
+// renewals on the lease's interval, exactly as internal/client's session
+// does them (a watch that ends is reopened with backoff; a new gateway
+// instance means a restarted gateway, and the job re-handshakes at once).
+// What is not real is the job's side of the device: a channel TUN
+// (chanTUN) instead of a kernel TUN in a namespace. Through it the job
+// sends hand-made IPv4/UDP datagrams to an outside UDP echo server and
+// waits for the echo: traffic through the tunnel, the gateway's egress,
+// its port blocks and flow table.
+//
+// Latencies are measured per job: join (the control API's answer),
+// handshake (device up until the gateway's handshake response arrives,
+// seen by a conn.Bind wrapper, hsBind) and first echo. Gen.Probe measures
+// how long until every job's traffic flows again (after a gateway
+// restart).
+package loadgen
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Config configures a Gen.
+type Config struct {
+	Logger *slog.Logger
+	// Gateway is HOST:PORT of the control API, Pin its fingerprint, Token
+	// a join token.
+	Gateway, Pin, Token string
+	// N is the number of jobs; they start evenly spread over Over (0:
+	// all at once).
+	N    int
+	Over time.Duration
+	// Echo, if valid, is a UDP echo server outside; every job sends a
+	// datagram through its tunnel and waits for the echo after joining and
+	// then every EchoEvery (0: only once).
+	Echo      netip.AddrPort
+	EchoEvery time.Duration
+	// Timeout bounds each control request, handshake and echo (default
+	// 10 s).
+	Timeout time.Duration
+	// JobPrefix names the jobs' batch job ids (PREFIX-N; default
+	// "load").
+	JobPrefix string
+}
+
+// Gen is a set of running simulated jobs. Its methods are safe for
+// concurrent use.
+type Gen struct {
+	cfg  Config
+	log  *slog.Logger
+	jobs []*job
+
+	// errMu guards errs: error text → count, for the report.
+	errMu sync.Mutex
+	errs  map[string]int
+}
+
+// job is one simulated job.
+type job struct {
+	g     *Gen
+	i     int
+	cc    *control.Client
+	priv  tunnel.Key
+	lease control.Lease
+	ep    netip.AddrPort
+	wg    *tunnel.Client
+	tun   *chanTUN
+	bind  *hsBind
+	sport uint16
+
+	started                 time.Time
+	joinLat, hsLat, echoLat time.Duration
+	ok                      bool
+
+	echoMu   sync.Mutex // one echo at a time per job
+	seq      atomic.Uint32
+	echoOK   atomic.Uint64
+	echoFail atomic.Uint64
+	renewErr atomic.Uint64
+	watchErr atomic.Uint64
+	restarts atomic.Uint64
+}
+
+// New checks cfg and returns a Gen with no jobs running yet.
+func New(cfg Config) (*Gen, error) {
+	if cfg.N < 1 {
+		return nil, fmt.Errorf("loadgen: %d jobs", cfg.N)
+	}
+	if cfg.Logger == nil {
+		return nil, errors.New("loadgen: no logger")
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	if cfg.JobPrefix == "" {
+		cfg.JobPrefix = "load"
+	}
+	return &Gen{cfg: cfg, log: cfg.Logger, errs: map[string]int{}}, nil
+}
+
+// Start starts the jobs, spread over cfg.Over, and returns once every job
+// has joined, done its handshake and (with Echo) its first echo, or
+// failed. Jobs keep renewing and watching until ctx ends; Close releases
+// them. The report describes the start.
+func (g *Gen) Start(ctx context.Context) Report {
+	g.jobs = make([]*job, g.cfg.N)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range g.jobs {
+		j := &job{g: g, i: i, sport: uint16(20000 + i%40000)}
+		g.jobs[i] = j
+		if g.cfg.Over > 0 && g.cfg.N > 1 {
+			at := t0.Add(g.cfg.Over * time.Duration(i) / time.Duration(g.cfg.N))
+			if d := time.Until(at); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				}
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := j.start(ctx); err != nil {
+				g.countErr(err)
+				j.abandon()
+				return
+			}
+			j.ok = true
+			go j.run(ctx)
+		}()
+	}
+	wg.Wait()
+	r := g.report("start")
+	r.Seconds = time.Since(t0).Seconds()
+	return r
+}
+
+// Probe makes every running job send echoes (every 200 ms, each waiting
+// up to 1 s) until one comes back, for at most limit, and reports how long
+// each took from the call: after a gateway restart, how long until every
+// job's traffic flows again.
+func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
+	t0 := time.Now()
+	lat := make([]time.Duration, 0, len(g.jobs))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := 0
+	for _, j := range g.jobs {
+		if !j.ok {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Since(t0) < limit && ctx.Err() == nil {
+				if err := j.echo(ctx, time.Second); err == nil {
+					mu.Lock()
+					lat = append(lat, time.Since(t0))
+					mu.Unlock()
+					return
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			mu.Lock()
+			failed++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r := Report{Phase: "probe", Jobs: len(lat) + failed, OK: len(lat), Failed: failed, Echo: summarize(lat), Seconds: time.Since(t0).Seconds()}
+	return r
+}
+
+// Snapshot reports the running jobs' counters so far.
+func (g *Gen) Snapshot() Report { return g.report("snapshot") }
+
+// Close releases every lease and stops every device.
+func (g *Gen) Close() {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for _, j := range g.jobs {
+		if j == nil || !j.ok {
+			if j != nil && j.wg != nil {
+				j.wg.Close()
+			}
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
+			_ = j.cc.Release(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret})
+			cancel()
+			j.wg.Close()
+			j.cc.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+func (g *Gen) countErr(err error) {
+	g.errMu.Lock()
+	defer g.errMu.Unlock()
+	msg := err.Error()
+	if len(msg) > 160 {
+		msg = msg[:160]
+	}
+	g.errs[msg]++
+}
+
+// start joins, brings the device up, waits for the handshake and the first
+// echo.
+func (j *job) start(ctx context.Context) error {
+	g := j.g
+	j.started = time.Now()
+	cc, err := control.NewClient(g.cfg.Gateway, g.cfg.Pin, g.cfg.Timeout)
+	if err != nil {
+		return fmt.Errorf("control client: %w", err)
+	}
+	j.cc = cc
+	if j.priv, err = tunnel.GenerateKey(); err != nil {
+		return err
+	}
+	jctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	j.lease, err = cc.Join(jctx, control.JoinRequest{
+		Token: g.cfg.Token, PublicKey: j.priv.PublicKey().String(),
+		Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"},
+	})
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	j.joinLat = time.Since(j.started)
+	if j.ep, err = endpoint(j.lease.Endpoint, g.cfg.Gateway); err != nil {
+		return err
+	}
+	gwKey, err := tunnel.ParseKey(j.lease.GatewayPublicKey)
+	if err != nil {
+		return fmt.Errorf("gateway key: %w", err)
+	}
+	j.tun = newChanTUN(j.lease.MTU)
+	j.bind = &hsBind{Bind: conn.NewStdNetBind(), got: make(chan struct{})}
+	up := time.Now()
+	j.wg, err = tunnel.NewClient(g.log, j.tun, j.bind, j.priv, gwKey, j.ep)
+	if err != nil {
+		return fmt.Errorf("wireguard: %w", err)
+	}
+	select {
+	case <-j.bind.got:
+		j.hsLat = time.Since(up)
+	case <-time.After(g.cfg.Timeout):
+		return errors.New("no wireguard handshake")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if g.cfg.Echo.IsValid() {
+		t := time.Now()
+		if err := j.echo(ctx, g.cfg.Timeout); err != nil {
+			return err
+		}
+		j.echoLat = time.Since(t)
+	}
+	return nil
+}
+
+// abandon releases the lease of a job that failed after its join and
+// stops its device, so that its lease does not linger until it expires.
+func (j *job) abandon() {
+	if j.wg != nil {
+		j.wg.Close()
+	}
+	if j.cc == nil {
+		return
+	}
+	if j.lease.ID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.Timeout)
+		_ = j.cc.Release(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret})
+		cancel()
+	}
+	j.cc.Close()
+}
+
+// run keeps the lease: watch, renewals, periodic echoes; like
+// internal/client's session, a watch that ends is reopened with backoff,
+// and a new gateway instance makes the job re-handshake.
+func (j *job) run(ctx context.Context) {
+	g := j.g
+	ref := control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret}
+	every := time.Duration(j.lease.RenewInterval)
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	renew := time.NewTicker(every)
+	defer renew.Stop()
+	var echo <-chan time.Time
+	var echoTimer *time.Timer
+	if g.cfg.Echo.IsValid() && g.cfg.EchoEvery > 0 {
+		// Spread the jobs' echoes over the interval.
+		echoTimer = time.NewTimer(time.Duration(rand.Int64N(int64(g.cfg.EchoEvery))))
+		defer echoTimer.Stop()
+		echo = echoTimer.C
+	}
+	instance := ""
+	ended := make(chan error, 1)
+	var w *control.Watch
+	openWatch := func() {
+		backoff := 250 * time.Millisecond
+		for ctx.Err() == nil {
+			// The watch lives as long as ctx; Watch bounds its first
+			// event by the client's timeout itself.
+			var err error
+			w, err = j.cc.Watch(ctx, ref)
+			if err == nil {
+				break
+			}
+			j.watchErr.Add(1)
+			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
+				g.countErr(fmt.Errorf("watch: %w", err))
+				return
+			}
+			time.Sleep(backoff + time.Duration(rand.Int64N(int64(backoff/5))))
+			backoff = min(2*backoff, 2*time.Second)
+		}
+		if w == nil {
+			return
+		}
+		if instance != "" && w.First.Instance != instance {
+			j.restarts.Add(1)
+			gwKey, _ := tunnel.ParseKey(j.lease.GatewayPublicKey)
+			if err := j.wg.SetGateway(gwKey, j.ep); err != nil {
+				g.countErr(fmt.Errorf("re-handshake: %w", err))
+			}
+		}
+		instance = w.First.Instance
+		go func(w *control.Watch) {
+			for {
+				if _, err := w.Next(); err != nil {
+					w.Close()
+					ended <- err
+					return
+				}
+			}
+		}(w)
+	}
+	openWatch()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ended:
+			j.watchErr.Add(1)
+			openWatch()
+		case <-renew.C:
+			rctx, cancel := context.WithTimeout(ctx, every/2)
+			_, err := j.cc.Renew(rctx, ref)
+			cancel()
+			if err != nil {
+				j.renewErr.Add(1)
+			}
+		case <-echo:
+			echoTimer.Reset(g.cfg.EchoEvery)
+			if err := j.echo(ctx, g.cfg.Timeout); err != nil {
+				j.echoFail.Add(1)
+			} else {
+				j.echoOK.Add(1)
+			}
+		}
+	}
+}
+
+// echo sends one datagram to the echo server through the tunnel and waits
+// up to timeout for it to come back.
+func (j *job) echo(ctx context.Context, timeout time.Duration) error {
+	j.echoMu.Lock()
+	defer j.echoMu.Unlock()
+	seq := j.seq.Add(1)
+	payload := []byte(fmt.Sprintf("%s-%d-%d", j.g.cfg.JobPrefix, j.i, seq))
+	pkt := udpPacket(j.lease.Address.Addr(), j.sport, j.g.cfg.Echo, payload)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case j.tun.out <- pkt:
+	case <-t.C:
+		return errors.New("echo: tunnel does not take the datagram")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for {
+		select {
+		case p := <-j.tun.in:
+			if got, ok := udpPayload(p, j.g.cfg.Echo, j.sport); ok && string(got) == string(payload) {
+				return nil
+			}
+		case <-t.C:
+			return errors.New("echo: no answer")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// endpoint resolves the lease's WireGuard endpoint; an unspecified or
+// missing host means the control API's host.
+func endpoint(ep, controlAddr string) (netip.AddrPort, error) {
+	host, port, err := net.SplitHostPort(ep)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("bad endpoint %q: %w", ep, err)
+	}
+	if a, err := netip.ParseAddr(host); host == "" || (err == nil && a.IsUnspecified()) {
+		host, _, _ = net.SplitHostPort(controlAddr)
+	}
+	return netip.ParseAddrPort(net.JoinHostPort(host, port))
+}
+
+// Report summarizes a phase.
+type Report struct {
+	Phase string `json:"phase"`
+	// Jobs started, OK the ones that worked, Failed the others.
+	Jobs, OK, Failed int
+	// Seconds is how long the phase took.
+	Seconds float64 `json:"seconds"`
+	// Latencies of the jobs that got that far.
+	Join      Summary `json:"join"`
+	Handshake Summary `json:"handshake"`
+	Echo      Summary `json:"echo"`
+	// Counters of running jobs.
+	EchoOK, EchoFail, RenewErrors, WatchErrors, Restarts uint64
+	// Errors counts failures by message.
+	Errors map[string]int `json:"errors,omitempty"`
+}
+
+// Summary is a latency distribution in milliseconds.
+type Summary struct {
+	N                  int
+	P50, P90, P99, Max float64
+}
+
+func summarize(d []time.Duration) Summary {
+	if len(d) == 0 {
+		return Summary{}
+	}
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	q := func(p float64) float64 {
+		i := int(p*float64(len(s))+0.5) - 1
+		i = min(max(i, 0), len(s)-1)
+		return float64(s[i].Microseconds()) / 1000
+	}
+	return Summary{N: len(s), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: float64(s[len(s)-1].Microseconds()) / 1000}
+}
+
+func (g *Gen) report(phase string) Report {
+	r := Report{Phase: phase, Jobs: len(g.jobs)}
+	var join, hs, echo []time.Duration
+	for _, j := range g.jobs {
+		if j == nil {
+			continue
+		}
+		if j.ok {
+			r.OK++
+		} else {
+			r.Failed++
+		}
+		if j.joinLat > 0 {
+			join = append(join, j.joinLat)
+		}
+		if j.hsLat > 0 {
+			hs = append(hs, j.hsLat)
+		}
+		if j.echoLat > 0 {
+			echo = append(echo, j.echoLat)
+		}
+		r.EchoOK += j.echoOK.Load()
+		r.EchoFail += j.echoFail.Load()
+		r.RenewErrors += j.renewErr.Load()
+		r.WatchErrors += j.watchErr.Load()
+		r.Restarts += j.restarts.Load()
+	}
+	r.Join, r.Handshake, r.Echo = summarize(join), summarize(hs), summarize(echo)
+	g.errMu.Lock()
+	if len(g.errs) > 0 {
+		r.Errors = make(map[string]int, len(g.errs))
+		for k, v := range g.errs {
+			r.Errors[k] = v
+		}
+	}
+	g.errMu.Unlock()
+	return r
+}
+
+// udpPacket builds an IPv4/UDP datagram (UDP checksum 0: none, allowed
+// over IPv4).
+func udpPacket(src netip.Addr, sport uint16, dst netip.AddrPort, payload []byte) []byte {
+	p := make([]byte, 28+len(payload))
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	p[8] = 64
+	p[9] = 17
+	s4, d4 := src.As4(), dst.Addr().As4()
+	copy(p[12:16], s4[:])
+	copy(p[16:20], d4[:])
+	binary.BigEndian.PutUint16(p[10:], ipChecksum(p[:20]))
+	binary.BigEndian.PutUint16(p[20:], sport)
+	binary.BigEndian.PutUint16(p[22:], dst.Port())
+	binary.BigEndian.PutUint16(p[24:], uint16(8+len(payload)))
+	copy(p[28:], payload)
+	return p
+}
+
+// udpPayload returns the payload of p if it is an IPv4/UDP datagram from
+// src to port dport.
+func udpPayload(p []byte, src netip.AddrPort, dport uint16) ([]byte, bool) {
+	if len(p) < 28 || p[0]>>4 != 4 || p[9] != 17 {
+		return nil, false
+	}
+	ihl := int(p[0]&0x0f) * 4
+	if len(p) < ihl+8 {
+		return nil, false
+	}
+	s, _ := netip.AddrFromSlice(p[12:16])
+	u := p[ihl:]
+	if s != src.Addr() || binary.BigEndian.Uint16(u[0:]) != src.Port() || binary.BigEndian.Uint16(u[2:]) != dport {
+		return nil, false
+	}
+	return u[8:], true
+}
+
+func ipChecksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
