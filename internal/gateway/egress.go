@@ -83,8 +83,13 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	}
 	for i, a := range addrs {
 		addrs[i] = a.Unmap()
-		if !addrs[i].Is4() || addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
-			return egress{}, fmt.Errorf("--egress-addr %s: want unicast IPv4 addresses of this host", a)
+		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
+			return egress{}, fmt.Errorf("--egress-addr %s: want unicast addresses of this host", a)
+		}
+		// A pool is of IPv4 addresses; one IPv6 address is user mode's
+		// source for jobs' IPv6 flows (kernel mode checks below).
+		if !addrs[i].Is4() && len(addrs) > 1 {
+			return egress{}, fmt.Errorf("--egress-addr %s: an egress pool takes unicast IPv4 addresses of this host", a)
 		}
 	}
 	switch e.mode {

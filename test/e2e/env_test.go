@@ -149,7 +149,10 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	}
 	e.gwArgs = append(e.gwArgs, extra...)
 	e.startGateway(t)
-	if want := fmt.Sprintf("egress_addr=%s from=\"default route\"", e.tp.DMZAddrINET); !hasFlag(e.gwArgs, "--egress-addr") && !strings.Contains(e.gw.Stderr(), want) {
+	// The line in either log format (text, or --log-format json).
+	want := fmt.Sprintf("egress_addr=%s from=\"default route\"", e.tp.DMZAddrINET)
+	wantJSON := fmt.Sprintf(`"egress_addr":"%s","from":"default route"`, e.tp.DMZAddrINET)
+	if log := e.gw.Stderr(); !hasFlag(e.gwArgs, "--egress-addr") && !strings.Contains(log, want) && !strings.Contains(log, wantJSON) {
 		t.Errorf("gateway log lacks %q: the egress address must be found from the default route and logged%s", want, e.diag(""))
 	}
 	if e.gateway != listen {
