@@ -3,8 +3,12 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/netip"
 	"os"
+
+	"golang.org/x/time/rate"
 )
 
 // Peers decides which local sockets may use a job's proxies and relays.
@@ -62,4 +66,41 @@ func defaultPeers(p Peers) Peers {
 		return p
 	}
 	return OwnerUID(uint32(os.Getuid()))
+}
+
+// checkTCPPeer checks an accepted loopback connection with p (nil: the
+// default).
+func checkTCPPeer(p Peers, c net.Conn) error {
+	peer, err1 := netip.ParseAddrPort(c.RemoteAddr().String())
+	local, err2 := netip.ParseAddrPort(c.LocalAddr().String())
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("%w: connection %v → %v", ErrForeignPeer, c.RemoteAddr(), c.LocalAddr())
+	}
+	return defaultPeers(p).TCP(peer, local)
+}
+
+// peerListener is a listener that closes, at once, the connections Peers
+// does not admit.
+type peerListener struct {
+	net.Listener
+	peers Peers
+	log   *slog.Logger
+	limit *rate.Limiter
+}
+
+func (l *peerListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkTCPPeer(l.peers, c); err != nil {
+			c.Close()
+			if l.limit.Allow() {
+				l.log.Warn("proxy: refused a connection of another user", "err", err)
+			}
+			continue
+		}
+		return c, nil
+	}
 }
