@@ -63,7 +63,7 @@ func FuzzParseUDPDatagram(f *testing.F) {
 		switch b[3] {
 		case atypIPv4, atypIPv6:
 			again := appendUDPHeader(nil, netip.AddrPortFrom(a.ip, a.port))
-			mapped := b[3] == atypIPv6 && a.ip.Is4() // ::ffff:a.b.c.d is read as IPv4
+			mapped := b[3] == atypIPv6 && a.ip.Is4()         // ::ffff:a.b.c.d is read as IPv4
 			if !mapped && !bytes.Equal(hdr[2:], again[2:]) { // RSV is ignored
 				t.Fatalf("header %x encodes back as %x", hdr, again)
 			}
