@@ -45,6 +45,9 @@ type fallback struct {
 // user-space TCP/IP stack on the job's WireGuard device as its way out.
 func runFallback(ctx context.Context, f fallback) (int, error) {
 	log := f.cfg.Logger
+	if err := hideFromJob(); err != nil {
+		return ExitFailure, err
+	}
 	ls := f.lease
 	addr := ls.Address.Addr()
 	us, err := userstack.New(userstack.Config{Addr: addr, DNS: ls.DNS, MTU: ls.MTU})
