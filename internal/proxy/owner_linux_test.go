@@ -36,6 +36,13 @@ func TestSocketOwner(t *testing.T) {
 		if uid, err := SocketOwner("tcp", sv, cl); err != nil || uid != me {
 			t.Errorf("tcp server side %v: uid %d, %v; want %d", sv, uid, err, me)
 		}
+		any := netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+		if sv.Addr().Is6() {
+			any = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
+		}
+		if uid, err := SocketOwner("tcp", sv, any); err != nil || uid != me {
+			t.Errorf("tcp listener %v: uid %d, %v; want %d", sv, uid, err, me)
+		}
 		if _, err := SocketOwner("tcp", netip.AddrPortFrom(cl.Addr(), cl.Port()+1), sv); err == nil {
 			t.Errorf("tcp: found a socket that does not exist")
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,4 +104,32 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		}
 		return c, nil
 	}
+}
+
+// DialOwned connects to the loopback TCP service at dst (an exposed port's
+// target) only if its socket is one Peers admits (nil: this process's
+// uid): the listening socket is checked before connecting, so another
+// user's service never sees the connection, and the accepted socket again
+// after, before any byte is sent.
+func DialOwned(ctx context.Context, p Peers, dst netip.AddrPort) (net.Conn, error) {
+	p = defaultPeers(p)
+	any := netip.AddrPortFrom(netip.IPv4Unspecified(), 0)
+	if dst.Addr().Is6() {
+		any = netip.AddrPortFrom(netip.IPv6Unspecified(), 0)
+	}
+	if err := p.TCP(dst, any); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", dst.String())
+	if err != nil {
+		return nil, err
+	}
+	peer, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	local, _ := netip.ParseAddrPort(c.LocalAddr().String())
+	if err := p.TCP(peer, local); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
