@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3)
+pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 procps)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
