@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -59,28 +60,52 @@ func TestResolveToken(t *testing.T) {
 	}
 }
 
-// TestHideFromJob checks, in a child process, that after hideFromJob a
-// process of the same uid cannot read this process's environment (where
-// AIRLOCK_TOKEN may be). As root the check is meaningless (root reads
-// everything), so the child drops to the harness's test uid if it can.
+// TestHideFromJob checks, in a child process running as an unprivileged
+// user, that after hideFromJob a process of the same uid cannot read the
+// child's environment (where AIRLOCK_TOKEN may be), and that it can
+// without (so the check is not blind).
 func TestHideFromJob(t *testing.T) {
-	if os.Getenv("AIRLOCK_TEST_HIDE") == "1" {
-		if err := hideFromJob(); err != nil {
-			t.Fatal(err)
+	if mode := os.Getenv("AIRLOCK_TEST_HIDE"); mode != "" {
+		if mode == "hide" {
+			if err := hideFromJob(); err != nil {
+				t.Fatal(err)
+			}
 		}
-		out, err := exec.Command("sh", "-c", "cat /proc/$PPID/environ").CombinedOutput()
-		if err == nil || strings.Contains(string(out), "AIRLOCK_TOKEN") {
-			t.Fatalf("a child of the same uid read airlock's environment: %v %q", err, out)
+		out, err := exec.Command("/bin/sh", "-c", "cat /proc/$PPID/environ").CombinedOutput()
+		readable := err == nil && strings.Contains(string(out), "AIRLOCK_TOKEN=alk1_test")
+		if readable != (mode == "show") {
+			t.Fatalf("mode %s: a process of the same uid read the environment: %v (%v)", mode, readable, err)
 		}
 		return
 	}
-	if os.Getuid() == 0 {
-		t.Skip("root reads every process's environment; the end-to-end test (TestJobSecrets) runs as an unprivileged user")
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run the child as another user (root reads every environment)")
 	}
+	// The test binary, where an unprivileged user can run it.
+	dir, err := os.MkdirTemp("", "airlock-hide-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
 	self, _ := os.Executable()
-	cmd := exec.Command(self, "-test.run=^TestHideFromJob$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "AIRLOCK_TEST_HIDE=1", "AIRLOCK_TOKEN=alk1_test")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "client.test")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"show", "hide"} {
+		cmd := exec.Command(bin, "-test.run=^TestHideFromJob$", "-test.count=1")
+		cmd.Dir = dir
+		cmd.Env = []string{"AIRLOCK_TEST_HIDE=" + mode, "AIRLOCK_TOKEN=alk1_test", "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s: %v\n%s", mode, err, out)
+		}
 	}
 }
