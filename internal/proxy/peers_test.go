@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -187,4 +188,47 @@ except socket.timeout:
 		t.Fatalf("DialOwned to our own listener: %v", err)
 	}
 	c.Close()
+}
+
+// TestSOCKSUDPRelayForeignSource: the preload library's relay command
+// names the job's UDP socket as the relay's only source; a socket of
+// another user is refused (the job must not aim a relay at a neighbour's
+// socket).
+func TestSOCKSUDPRelayForeignSource(t *testing.T) {
+	const bound = `
+import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+time.sleep(5)
+`
+	_, udpEcho := echoServers(t)
+	addr, secret := startSOCKS(t)
+	cmd, out := asNobody(t, bound)
+	var port string
+	for i := 0; i < 50 && port == ""; i++ {
+		time.Sleep(100 * time.Millisecond)
+		port, _, _ = strings.Cut(out.String(), "\n")
+	}
+	theirs := netip.MustParseAddrPort("127.0.0.1:" + strings.TrimSpace(port))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	msg := append([]byte{5, 1, 2, 1, 3, 'j', 'o', 'b', byte(len(secret))}, secret...)
+	msg = appendAddr(append(msg, 5, CmdUDPRelay, 0), udpEcho)
+	msg = appendAddr(msg, theirs)
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	rep := make([]byte, 6)
+	if _, err := io.ReadFull(c, rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep[4] != 5 || rep[5] == repOK {
+		t.Errorf("relay for another user's socket %v: reply %v, want a failure", theirs, rep)
+	}
+	cmd.Process.Kill()
 }
