@@ -1,6 +1,6 @@
 # Airlock: the two commands are `make demo` and `make test`; each does its own
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
-.PHONY: all setup build test demo vet clean
+.PHONY: all setup build test demo vet clean fuzz
 
 all: build
 
@@ -17,6 +17,14 @@ test: setup
 	# -p 1: the end-to-end packages load both cores with iperf3; unit tests
 	# with timing bounds must not share the machine with them.
 	go test -p 1 -count=1 -timeout 30m ./...
+
+# Every fuzzer of outside input, FUZZTIME each (default 60s); see
+# docs/fuzzing.md. FUZZ=REGEX picks some, FUZZFLAGS='-parallel 1' etc.
+FUZZTIME ?= 60s
+FUZZ ?= .
+FUZZFLAGS ?=
+fuzz: setup
+	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' FUZZFLAGS='$(FUZZFLAGS)' ./scripts/fuzz.sh
 
 demo: setup
 	./scripts/demo.sh

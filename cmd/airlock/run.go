@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -21,7 +22,8 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	var cfg client.Config
 	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT, or several comma-separated: the least loaded is joined, the others take over when it is lost (env AIRLOCK_GATEWAY)")
 	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated (env AIRLOCK_PIN)")
-	fs.StringVar(&cfg.Token, "token", "", "join token (env AIRLOCK_TOKEN)")
+	fs.StringVar(&cfg.Token, "token", "", "join token; discouraged on the command line, where every user of the node sees it (ps): use --token-file or AIRLOCK_TOKEN (env AIRLOCK_TOKEN)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the join token, read once at start (env AIRLOCK_TOKEN_FILE)")
 	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
 	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp (env AIRLOCK_TRANSPORT)")
 	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
@@ -44,6 +46,12 @@ With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
 address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
 udp), and airlock prints it on stderr.
+
+The join token is best given in a file (--token-file, AIRLOCK_TOKEN_FILE) or
+in AIRLOCK_TOKEN, never as --token, which every user of the node can read
+in ps. The job's environment never holds AIRLOCK_TOKEN or
+AIRLOCK_TOKEN_FILE, and airlock's own memory and environment are closed to
+the job; the token file itself stays readable by the job's user.
 
 Where user namespaces or /dev/net/tun are unavailable, --mode auto (the
 default) falls back, in this order, to: seccomp (connect() of every process
@@ -69,6 +77,10 @@ when its gateway is lost for --failover-after.`,
 				return exitError{client.ExitFailure}
 			}
 			cfg.Logger = log
+			// A token that is not AIRLOCK_TOKEN's came from --token.
+			if cfg.Token != "" && os.Getenv("AIRLOCK_TOKEN") != cfg.Token {
+				fmt.Fprintln(stderr, "airlock: warning: --token on the command line is visible to every user of this node (ps); use --token-file PATH or AIRLOCK_TOKEN")
+			}
 			m, err := client.ParseMode(*mode)
 			if err != nil {
 				fmt.Fprintf(stderr, "airlock: %v\n", err)

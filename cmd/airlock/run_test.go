@@ -13,3 +13,22 @@ func TestRunModeFlag(t *testing.T) {
 		t.Errorf("--mode socks: exit %d, stderr %q; want 125 and the valid modes", code, stderr.String())
 	}
 }
+
+func TestRunTokenFlags(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	// A bad --mode stops airlock before it joins: only the flags count.
+	run([]string{"run", "--gateway", "gw.example:8443", "--pin", "sha256:00", "--token", "t", "--mode", "x", "--", "true"}, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "--token on the command line is visible to every user") {
+		t.Errorf("--token: stderr %q, want a warning", stderr.String())
+	}
+	stderr.Reset()
+	run([]string{"run", "--gateway", "gw.example:8443", "--pin", "sha256:00", "--token-file", "/nonexistent", "--mode", "x", "--", "true"}, &stdout, &stderr)
+	if strings.Contains(stderr.String(), "warning") || strings.Contains(stderr.String(), "flag provided but not defined") {
+		t.Errorf("--token-file: stderr %q, want no warning", stderr.String())
+	}
+	stderr.Reset()
+	run([]string{"run", "--help"}, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "-token-file") || !strings.Contains(stderr.String(), "discouraged") {
+		t.Errorf("help lacks --token-file or the warning about --token:\n%s", stderr.String())
+	}
+}

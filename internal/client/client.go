@@ -54,6 +54,9 @@ type Config struct {
 	Pin string
 	// Token is the join token.
 	Token string
+	// TokenFile, if set, names a file holding the join token (instead of
+	// Token), so that the token is on no command line.
+	TokenFile string
 	// Args is the job's command line.
 	Args []string
 	// Getenv reads the environment for job metadata; nil means os.Getenv.
@@ -98,9 +101,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if cfg.Pin == "" {
 		return ExitFailure, errors.New("no gateway fingerprint: set --pin or AIRLOCK_PIN (from the admin's join.env)")
 	}
-	if cfg.Token == "" {
-		return ExitFailure, errors.New("no join token: set --token or AIRLOCK_TOKEN (the admin makes one with 'airlock token create')")
+	tok, err := resolveToken(cfg)
+	if err != nil {
+		return ExitFailure, err
 	}
+	cfg.Token = tok
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
@@ -185,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		log.Debug("released", "since_start", time.Since(t0))
 	}()
 
-	jobEnv, err := exposedEnv(os.Environ(), cfg.Expose, ls.Exposed)
+	jobEnv, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
 	if err != nil {
 		return ExitFailure, err
 	}
@@ -255,6 +260,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
+	}
+	if err := hideFromJob(); err != nil {
+		return ExitFailure, err
 	}
 	close(preJob)
 	if err := job.Run(); err != nil {

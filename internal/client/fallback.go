@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
@@ -45,6 +47,9 @@ type fallback struct {
 // user-space TCP/IP stack on the job's WireGuard device as its way out.
 func runFallback(ctx context.Context, f fallback) (int, error) {
 	log := f.cfg.Logger
+	if err := hideFromJob(); err != nil {
+		return ExitFailure, err
+	}
 	ls := f.lease
 	addr := ls.Address.Addr()
 	us, err := userstack.New(userstack.Config{Addr: addr, DNS: ls.DNS, MTU: ls.MTU})
@@ -318,8 +323,11 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 // exposeInStack carries the job's exposed TCP ports: connections the
 // gateway sends to the job's tunnel address arrive in the user-space stack
 // and are passed on to the same port on the host's loopback, where the job
-// listens. Exposed UDP ports are not carried in the fallback modes.
+// listens — if the listener there is the job's (its uid's): another
+// user's loopback service is never reached. Exposed UDP ports are not
+// carried in the fallback modes.
 func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, us *userstack.Stack, exposed []control.Exposed) {
+	refusals := rate.NewLimiter(rate.Every(time.Second), 3)
 	for _, x := range exposed {
 		if x.Proto != control.ProtoTCP {
 			log.Warn("exposed UDP ports are not carried without a network namespace", "port", x.Port.Port)
@@ -330,7 +338,7 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 			log.Warn("cannot carry exposed port", "port", x.Port.Port, "err", err)
 			continue
 		}
-		local := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), x.Port.Port).String()
+		local := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), x.Port.Port)
 		svc.Add(1)
 		go func() {
 			defer svc.Done()
@@ -341,8 +349,15 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 					return
 				}
 				go func() {
-					lc, err := net.DialTimeout("tcp", local, 5*time.Second)
+					// Loopback is every local user's: only the job's own
+					// listener may receive what comes in for the job.
+					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+					lc, err := proxy.DialOwned(dctx, nil, local)
+					cancel()
 					if err != nil {
+						if errors.Is(err, proxy.ErrForeignPeer) && refusals.Allow() {
+							log.Warn("exposed port: the listener on loopback is not the job's; connection refused", "port", x.Port.Port, "err", err)
+						}
 						c.Close()
 						return
 					}

@@ -25,6 +25,9 @@ import (
 type HTTP struct {
 	Dialer Dialer
 	Secret string
+	// Peers admits the local sockets that may connect; nil means
+	// OwnerUID of this process's uid (the job's).
+	Peers  Peers
 	Logger *slog.Logger
 
 	once      sync.Once
@@ -81,7 +84,7 @@ func (h *HTTP) Serve(ctx context.Context, l net.Listener) error {
 		<-ctx.Done()
 		srv.Close()
 	}()
-	err := srv.Serve(l)
+	err := srv.Serve(&peerListener{Listener: l, peers: h.Peers, log: h.Logger, limit: h.logLimit})
 	h.transport.CloseIdleConnections()
 	if errors.Is(err, http.ErrServerClosed) || isClosed(err) {
 		return nil

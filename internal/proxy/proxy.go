@@ -17,9 +17,13 @@
 //   - [PipeTCP], [PipeUDP]: a loopback socket whose other end is relayed to
 //     a tunnel connection, for the seccomp mode to inject into the job.
 //
-// The secret keeps other users of the node out: loopback ports are open to
-// every local user, the job's environment (which carries the secret in the
-// proxy URLs) is readable only by the job's own user.
+// Two locks keep other users of the node out, since loopback ports are
+// open to every local user: the secret, which only the job's environment
+// holds (in the proxy URLs; readable only by the job's own user), and
+// [Peers], which admits only sockets owned by the job's uid as the kernel
+// reports it ([SocketOwner]) — for connections to the proxies, for the
+// datagrams of a UDP association, which carry no secret, and for
+// [DialOwned], the way to an exposed port's loopback listener.
 package proxy
 
 import (

@@ -55,6 +55,10 @@ type SOCKS struct {
 	Dialer Dialer
 	// Secret is the password every client must present (any username).
 	Secret string
+	// Peers admits the local sockets that may use the proxy: its
+	// connections and the datagrams of its UDP associations and relays.
+	// Nil means OwnerUID of this process's uid (the job's).
+	Peers  Peers
 	Logger *slog.Logger
 
 	logLimit *rate.Limiter
@@ -68,6 +72,7 @@ func (s *SOCKS) init() {
 // Serve accepts connections on l until it is closed; it returns nil then.
 func (s *SOCKS) Serve(ctx context.Context, l net.Listener) error {
 	s.init()
+	l = &peerListener{Listener: l, peers: s.Peers, log: s.Logger, limit: s.logLimit}
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -337,11 +342,14 @@ func loopbackFor(c net.Conn) netip.Addr {
 }
 
 // associate serves UDP ASSOCIATE: datagrams with the RFC 1928 header from
-// the client's address go to their destination through one tunnel socket;
-// answers come back with the header naming their source. The association
-// ends when the TCP connection closes. If the request names the client's
-// UDP port (as RFC 1928 lets it), only that port may use the association;
-// otherwise the first datagram from the client's host claims it.
+// the client go to their destination through the association's own
+// tunnel sockets; answers come back with the header naming their source.
+// The association ends when the TCP connection closes. Its relay socket is
+// its own, and only one socket of the job may use it: the first whose
+// datagram comes from the client's host, from the port the request named
+// (if it named one, as RFC 1928 lets it), and from a socket that Peers
+// admits (the kernel names its owner: another user on the node cannot
+// claim the association, even by sending first).
 func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req socksAddr) error {
 	client, _ := netip.ParseAddrPort(c.RemoteAddr().String())
 	lc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loopbackFor(c), 0)))
@@ -357,12 +365,10 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 	_ = c.SetDeadline(time.Time{})
 	actx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	peers := defaultPeers(s.Peers)
 
 	var mu sync.Mutex
-	var peer netip.AddrPort // the client's UDP address, announced or learned from its first datagram
-	if req.port != 0 {
-		peer = netip.AddrPortFrom(client.Addr().Unmap(), req.port)
-	}
+	var peer netip.AddrPort // the client's UDP socket, once one has been admitted
 	tunnels := map[bool]net.PacketConn{}
 	defer func() {
 		mu.Lock()
@@ -382,8 +388,7 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 			if err != nil {
 				continue
 			}
-			out := appendAddr(make([]byte, 0, n+22), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
-			out = append([]byte{0, 0, 0}, out...)
+			out := appendUDPHeader(make([]byte, 0, n+22), netip.AddrPortFrom(src.Addr().Unmap(), src.Port()))
 			out = append(out, buf[:n]...)
 			mu.Lock()
 			p := peer
@@ -399,6 +404,7 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 		cancel()
 		lc.Close()
 	}()
+	refused := 0
 	buf := make([]byte, 65536)
 	for {
 		n, from, err := lc.ReadFromUDPAddrPort(buf)
@@ -406,20 +412,27 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 			return nil
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		if from.Addr() != client.Addr().Unmap() {
-			continue // only the client's host may use the association
-		}
 		mu.Lock()
-		if !peer.IsValid() {
-			peer = from
-		}
-		ok := peer == from
+		p := peer
 		mu.Unlock()
-		if !ok || n < 4 || buf[2] != 0 { // fragments are not supported
+		if !p.IsValid() {
+			if from.Addr() != client.Addr().Unmap() || (req.port != 0 && from.Port() != req.port) {
+				continue // only the client's host, and its announced port, may use the association
+			}
+			if err := peers.UDP(from, bnd); err != nil {
+				if refused++; refused <= 3 && s.logLimit.Allow() {
+					s.Logger.Warn("udp associate: refused a datagram of another user", "err", err)
+				}
+				continue
+			}
+			mu.Lock()
+			peer, p = from, from
+			mu.Unlock()
+		}
+		if from != p {
 			continue
 		}
-		r := &sliceReader{b: buf[3:n]}
-		a, err := readAddr(r)
+		a, payload, err := parseUDPDatagram(buf[:n])
 		if err != nil {
 			continue
 		}
@@ -444,8 +457,31 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 			mu.Unlock()
 			go back(pc)
 		}
-		_, _ = pc.WriteTo(r.b, net.UDPAddrFromAddrPort(dst))
+		_, _ = pc.WriteTo(payload, net.UDPAddrFromAddrPort(dst))
 	}
+}
+
+// parseUDPDatagram splits a UDP ASSOCIATE datagram (RFC 1928 section 7:
+// RSV RSV FRAG ATYP DST.ADDR DST.PORT DATA) into its destination and
+// payload. Fragments (FRAG != 0) are not supported.
+func parseUDPDatagram(b []byte) (socksAddr, []byte, error) {
+	if len(b) < 4 {
+		return socksAddr{}, nil, fmt.Errorf("%w: udp datagram of %d bytes", ErrProtocol, len(b))
+	}
+	if b[2] != 0 {
+		return socksAddr{}, nil, fmt.Errorf("%w: udp fragment %d", ErrProtocol, b[2])
+	}
+	r := &sliceReader{b: b[3:]}
+	a, err := readAddr(r)
+	if err != nil {
+		return socksAddr{}, nil, err
+	}
+	return a, r.b, nil
+}
+
+// appendUDPHeader appends the RFC 1928 UDP header naming src.
+func appendUDPHeader(b []byte, src netip.AddrPort) []byte {
+	return appendAddr(append(b, 0, 0, 0), src)
 }
 
 // sliceReader reads from a byte slice and leaves the rest in b.
@@ -481,6 +517,12 @@ func (s *SOCKS) udpRelay(ctx context.Context, c net.Conn, br *bufio.Reader, a, s
 		return err
 	}
 	defer r.Close()
+	// The relay's socket is connected to src, so only src can use it:
+	// src must be the job's.
+	if err := defaultPeers(s.Peers).UDP(netip.AddrPortFrom(src.ip, src.port), r.Addr()); err != nil {
+		_ = writeReply(c, repFailure, netip.AddrPort{})
+		return fmt.Errorf("udp relay: %w", err)
+	}
 	if err := writeReply(c, repOK, r.Addr()); err != nil {
 		return err
 	}

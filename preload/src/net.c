@@ -219,7 +219,9 @@ static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
 	memcpy(&st->r[st->n].dst, dst,
 	       dstlen < sizeof(st->r[st->n].dst) ? dstlen :
 						     sizeof(st->r[st->n].dst));
-	st->r[st->n].dstlen = dstlen;
+	st->r[st->n].dstlen = dstlen < sizeof(st->r[st->n].dst) ?
+				      dstlen :
+				      sizeof(st->r[st->n].dst);
 	st->r[st->n].relay = *relay;
 	st->r[st->n].ctl = ctl;
 	st->n++;
@@ -331,23 +333,21 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 /**
  * unrelay() - Replace a relay's address by the destination it stands for
  * @fd:		Socket that received a datagram
- * @from:	Sender address (in/out); may be NULL
+ * @from:	Sender address (in/out), in a buffer of sizeof(struct
+ *		sockaddr_storage) bytes
  * @fromlen:	Its length (in/out)
  */
-static void unrelay(int fd, struct sockaddr *from, socklen_t *fromlen)
+static void unrelay(int fd, struct sockaddr_storage *from, socklen_t *fromlen)
 {
 	struct al_fdstate *st;
 	struct sockaddr_in f4;
-	socklen_t cap;
 	int i;
 
-	if (!from || !fromlen)
-		return;
 	memset(&f4, 0, sizeof(f4));
 	f4.sin_family = AF_INET;
-	if (from->sa_family == AF_INET && *fromlen >= sizeof(f4)) {
+	if (from->ss_family == AF_INET && *fromlen >= sizeof(f4)) {
 		memcpy(&f4, from, sizeof(f4));
-	} else if (from->sa_family == AF_INET6 &&
+	} else if (from->ss_family == AF_INET6 &&
 		   *fromlen >= sizeof(struct sockaddr_in6) &&
 		   IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)from)->sin6_addr)) {
 		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)from;
@@ -359,18 +359,34 @@ static void unrelay(int fd, struct sockaddr *from, socklen_t *fromlen)
 	}
 	if (ntohl(f4.sin_addr.s_addr) != INADDR_LOOPBACK)
 		return;
-	cap = *fromlen;
 	al_lock();
 	st = al_state(fd, 0);
 	for (i = 0; st && i < st->n; i++) {
 		if (st->r[i].relay.sin_port == f4.sin_port) {
-			memcpy(from, &st->r[i].dst,
-			       st->r[i].dstlen < cap ? st->r[i].dstlen : cap);
+			memcpy(from, &st->r[i].dst, st->r[i].dstlen);
 			*fromlen = st->r[i].dstlen;
 			break;
 		}
 	}
 	al_unlock();
+}
+
+/**
+ * give_addr() - Hand a received address to the caller, as the kernel would
+ * @ss:		The address, complete
+ * @sslen:	Its length
+ * @to:		The caller's buffer
+ * @tolen:	Its size in (@room), the address's full length out
+ * @room:	Size of @to
+ *
+ * The address is truncated to @room; the length reported is the full one,
+ * so the caller can tell (POSIX recvfrom()).
+ */
+static void give_addr(const struct sockaddr_storage *ss, socklen_t sslen,
+		      void *to, socklen_t *tolen, socklen_t room)
+{
+	memcpy(to, ss, sslen < room ? sslen : room);
+	*tolen = sslen;
 }
 
 /**
@@ -382,17 +398,31 @@ static void unrelay(int fd, struct sockaddr *from, socklen_t *fromlen)
  * @from:	Receives the sender, may be NULL
  * @fromlen:	Size of @from in, length of the sender out
  *
+ * The sender is received into a buffer of full size, replaced if it is a
+ * relay, then truncated to the caller's @fromlen.
+ *
  * Return: bytes received, or -1 with errno set
  */
 ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
 		 struct sockaddr *from, socklen_t *fromlen)
 {
+	struct sockaddr_storage ss;
+	socklen_t sslen = sizeof(ss), room;
 	ssize_t n;
 
 	al_ensure();
-	n = al_real_recvfrom(fd, buf, len, flags, from, fromlen);
-	if (n >= 0 && al_active())
-		unrelay(fd, from, fromlen);
+	if (!from || !fromlen || !al_active())
+		return al_real_recvfrom(fd, buf, len, flags, from, fromlen);
+	room = *fromlen;
+	memset(&ss, 0, sizeof(ss));
+	n = al_real_recvfrom(fd, buf, len, flags, (struct sockaddr *)&ss,
+			     &sslen);
+	if (n < 0)
+		return n;
+	if (sslen > sizeof(ss))
+		sslen = sizeof(ss);
+	unrelay(fd, &ss, &sslen);
+	give_addr(&ss, sslen, from, fromlen, room);
 	return n;
 }
 
@@ -402,16 +432,35 @@ ssize_t recvfrom(int fd, void *buf, size_t len, int flags,
  * @msg:	Message; msg_name receives the sender
  * @flags:	recv() flags
  *
+ * As recvfrom(): the sender goes through a buffer of full size.
+ *
  * Return: bytes received, or -1 with errno set
  */
 ssize_t recvmsg(int fd, struct msghdr *msg, int flags)
 {
+	struct sockaddr_storage ss;
+	void *name;
+	socklen_t room;
 	ssize_t n;
 
 	al_ensure();
+	if (!msg || !msg->msg_name || !al_active())
+		return al_real_recvmsg(fd, msg, flags);
+	name = msg->msg_name;
+	room = msg->msg_namelen;
+	memset(&ss, 0, sizeof(ss));
+	msg->msg_name = &ss;
+	msg->msg_namelen = sizeof(ss);
 	n = al_real_recvmsg(fd, msg, flags);
-	if (n >= 0 && al_active() && msg && msg->msg_name)
-		unrelay(fd, msg->msg_name, &msg->msg_namelen);
+	msg->msg_name = name;
+	if (n < 0) {
+		msg->msg_namelen = room;
+		return n;
+	}
+	if (msg->msg_namelen > sizeof(ss))
+		msg->msg_namelen = sizeof(ss);
+	unrelay(fd, &ss, &msg->msg_namelen);
+	give_addr(&ss, msg->msg_namelen, name, &msg->msg_namelen, room);
 	return n;
 }
 

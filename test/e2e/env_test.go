@@ -255,6 +255,7 @@ func (e *env) diag(clientStderr string) string {
 type runOpts struct {
 	gateway, pin, token string   // "" means the env's value
 	viaEnv              bool     // pass them as AIRLOCK_* variables instead of flags
+	tokenFile           string   // pass the token as --token-file FILE instead
 	env                 []string // extra NAME=VALUE variables for airlock run
 	flags               []string // extra airlock run flags (before --)
 	timeout             time.Duration
@@ -277,6 +278,11 @@ func (e *env) command(o runOpts, args ...string) []string {
 	}
 	if o.viaEnv {
 		argv = append(argv, "AIRLOCK_GATEWAY="+gw, "AIRLOCK_PIN="+pin, "AIRLOCK_TOKEN="+tok, e.airlock, "run")
+		argv = append(append(argv, o.flags...), "--")
+		return append(argv, args...)
+	}
+	if o.tokenFile != "" {
+		argv = append(argv, e.airlock, "run", "--gateway", gw, "--pin", pin, "--token-file", o.tokenFile)
 		argv = append(append(argv, o.flags...), "--")
 		return append(argv, args...)
 	}

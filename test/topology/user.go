@@ -28,8 +28,18 @@ type User struct {
 // while creating).
 func EnsureUser(t testing.TB) *User {
 	t.Helper()
+	return EnsureNamedUser(t, TestUserName)
+}
+
+// NeighbourUserName is a second unprivileged system user, for tests of
+// what another user of the node can do to a job.
+const NeighbourUserName = "airlocktest2"
+
+// EnsureNamedUser is EnsureUser for the system user name.
+func EnsureNamedUser(t testing.TB, name string) *User {
+	t.Helper()
 	RequireRoot(t)
-	if u, err := lookupUser(); err == nil {
+	if u, err := lookupNamedUser(name); err == nil {
 		return u
 	}
 	f, err := os.OpenFile("/run/airlock-test-useradd.lock", os.O_CREATE|os.O_RDWR, 0o600)
@@ -41,22 +51,22 @@ func EnsureUser(t testing.TB) *User {
 		t.Fatalf("EnsureUser: flock: %v", err)
 	}
 	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	if u, err := lookupUser(); err == nil {
+	if u, err := lookupNamedUser(name); err == nil {
 		return u
 	}
-	out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", TestUserName).CombinedOutput()
+	out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput()
 	if err != nil {
-		t.Fatalf("EnsureUser: useradd %s: %v: %s", TestUserName, err, out)
+		t.Fatalf("EnsureUser: useradd %s: %v: %s", name, err, out)
 	}
-	u, err := lookupUser()
+	u, err := lookupNamedUser(name)
 	if err != nil {
 		t.Fatalf("EnsureUser: after useradd: %v", err)
 	}
 	return u
 }
 
-func lookupUser() (*User, error) {
-	pw, err := user.Lookup(TestUserName)
+func lookupNamedUser(name string) (*User, error) {
+	pw, err := user.Lookup(name)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,62 @@
+#!/bin/sh
+# Runs every native Go fuzzer of a decoder that takes outside input, one
+# after another, each for FUZZTIME (default 60s), and prints one summary
+# line per fuzzer: name, package, time, executions, result.
+#
+#   FUZZTIME=10m FUZZFLAGS='-parallel 1' nice -n 19 scripts/fuzz.sh
+#
+# FUZZ limits the run to the fuzzers whose names match it (grep -E).
+# Exits non-zero if any fuzzer failed; a failing input is left in the
+# package's testdata/fuzz/NAME/ (commit it as a seed once fixed).
+set -u
+cd "$(dirname "$0")/.."
+FUZZTIME=${FUZZTIME:-60s}
+FUZZFLAGS=${FUZZFLAGS:-}
+FUZZ=${FUZZ:-.}
+LOG=${FUZZLOG:-$(mktemp -d /tmp/airlock-fuzz.XXXXXX)}
+mkdir -p "$LOG"
+
+# package:fuzzer — what each decodes, and who sends it:
+FUZZERS="
+./internal/control:FuzzControlRequest
+./internal/control:FuzzDecodeJoinRequest
+./internal/control:FuzzDecodeLeaseRef
+./internal/tunnel:FuzzFrameReader
+./internal/tunnel:FuzzParseHandshakes
+./internal/config:FuzzParse
+./internal/flows:FuzzParseBulkRule
+./internal/proxy:FuzzReadRequest
+./internal/proxy:FuzzSOCKSConn
+./internal/proxy:FuzzParseUDPDatagram
+./internal/proxy:FuzzHTTPProxy
+./internal/admin:FuzzAdminRequest
+./internal/seccompnotify:FuzzParseSockaddr
+./internal/forward/netstack:FuzzWrite
+"
+# control: the gateway's control port (anyone on the network, then token
+# and lease holders); tunnel: TCP transport frames (lease holders) and the
+# WireGuard UAPI text; config: the site's config file; flows: --bulk
+# rules; proxy: the fallback proxies (local users, then the job);
+# admin: the admin socket (the gateway's user); seccompnotify: a job's
+# connect() arguments; netstack: packets from jobs.
+
+fail=0
+printf '%-22s %-28s %8s %12s %s\n' FUZZER PACKAGE SECONDS EXECS RESULT
+for f in $FUZZERS; do
+	pkg=${f%%:*}
+	name=${f##*:}
+	echo "$name" | grep -Eq -- "$FUZZ" || continue
+	start=$(date +%s)
+	# shellcheck disable=SC2086 # FUZZFLAGS is a list of flags
+	go test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" $FUZZFLAGS "$pkg" >"$LOG/$name.log" 2>&1
+	rc=$?
+	secs=$(($(date +%s) - start))
+	execs=$(grep -o 'execs: [0-9]*' "$LOG/$name.log" | tail -1 | cut -d' ' -f2)
+	result=ok
+	if [ $rc -ne 0 ]; then
+		result="FAIL (see $LOG/$name.log)"
+		fail=1
+	fi
+	printf '%-22s %-28s %8s %12s %s\n' "$name" "$pkg" "$secs" "${execs:-?}" "$result"
+done
+exit $fail
