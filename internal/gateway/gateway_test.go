@@ -62,9 +62,9 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	done := make(chan error, 1)
 	var d net.Dialer
 	cfg := Config{
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		StateDir:      state,
-		Listen:        "127.0.0.1:0",
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		StateDir: state,
+		Listen:   "127.0.0.1:0",
 		// Long enough that a lease outlives a loaded machine's pauses
 		// (the harness does not renew); TestJoinErrors shortens it.
 		RenewInterval: 2 * time.Second,
