@@ -72,7 +72,20 @@ func scaleGateways(t *testing.T, out string) {
 	u := topology.EnsureUser(t)
 	airlock, peer := topology.BuildAirlock(t), topology.BuildPeer(t)
 	topology.PrepareTUN(t)
-	echo := netip.AddrPortFrom(tp.INETAddr, uint16(tp.StartUDPEcho(t)))
+	// The echo server binds inet's address itself: one on 0.0.0.0 would
+	// answer dmz2 and dmz3 from inet's address on their links, which
+	// their gateways' sockets (connected to the address asked) drop.
+	echo := netip.AddrPortFrom(tp.INETAddr, uint16(tp.Port()))
+	ep := tp.Start(t, tp.INET, nil, peer, "udpecho", echo.String())
+	for i := 0; ; i++ {
+		if code, _, _ := tp.Run(t, 5*time.Second, tp.INET, nil, peer, "udpclient", echo.String(), "1"); code == 0 {
+			break
+		}
+		if i == 50 {
+			t.Fatalf("udp echo not answering: %s", ep.Describe())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	base := topology.TempDir(t)
 	if err := os.Chown(base, u.UID, u.GID); err != nil {
 		t.Fatal(err)
@@ -141,7 +154,7 @@ func scaleGateways(t *testing.T, out string) {
 	n := *flagScaleN
 	args := []string{"jobs", "-gateway", strings.Join(addrs, ","), "-pin", strings.Join(pins, ","), "-token", tok,
 		"-n", strconv.Itoa(n), "-over", flagScaleOver.String(), "-hold", "10h", "-echo", echo.String(), "-echo-every", "0",
-		"-timeout", "20s", "-prefix", "gws", "-probe-limit", "5m"}
+		"-timeout", "20s", "-prefix", "gws", "-probe-limit", "2m"}
 	if *flagScaleFailover > 0 {
 		args = append(args, "-failover-after", flagScaleFailover.String())
 	}
@@ -178,6 +191,11 @@ func scaleGateways(t *testing.T, out string) {
 	t.Logf("killed %s with %d jobs: its jobs flowing again through the others: %d of %d, p50 %.0f p99 %.0f max %.0f ms after the kill (failover threshold %v); all jobs: ok %d failed %d; spread after %v; failovers %d; load %.2f",
 		victim.addr, kill.KilledJobs, kill.Recover.N, kill.KilledJobs, kill.Recover.P50, kill.Recover.P99, kill.Recover.Max, failoverOf(*flagScaleFailover),
 		pr.OK, pr.Failed, spreadStr(after.Gateways, addrs), after.Failovers, kill.Load)
+	for _, g := range gws {
+		if w := warnings(g.proc.Stderr()); w != "" {
+			t.Logf("gateway %s warnings: %s", g.addr, tailStr(w, 1500))
+		}
+	}
 	_ = gen.Signal(syscall.SIGTERM)
 	end, _ := genReport(gen, "end", 5*time.Minute)
 	phases = append(phases, gatewaysPhase{Phase: "end", N: r.OK, Load: loadAvg(), Spread: end.Gateways, Report: end})
@@ -185,6 +203,17 @@ func scaleGateways(t *testing.T, out string) {
 	if b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
 		_ = os.WriteFile(filepath.Join(out, "commit"), b, 0o644)
 	}
+}
+
+// warnings returns the WARN and ERROR lines of a gateway's log.
+func warnings(log string) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func failoverOf(d time.Duration) time.Duration {
