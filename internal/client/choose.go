@@ -79,8 +79,12 @@ type Ranked struct {
 // Rank asks every gateway of gws but the one at index skip (-1: none) for
 // its load, in parallel and within healthTimeout, and orders them: fewest
 // jobs first, then least traffic, then the order given. Unreachable and
-// draining gateways are left out (and logged at info). With one gateway
-// and nothing skipped it asks nothing.
+// draining gateways are left out (and logged at info), except when no
+// gateway answered at all: then the ones that did not answer (but did not
+// say they drain) are returned in the order given, with zero Health, for
+// the caller to try, since a gateway too busy to report its load within
+// healthTimeout (a join storm on every gateway) may still take a join.
+// With one gateway and nothing skipped it asks nothing.
 func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Ranked {
 	var rs []Ranked
 	for i := range gws {
@@ -103,16 +107,21 @@ func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Rank
 		}()
 	}
 	wg.Wait()
-	var out []Ranked
+	var out, silent []Ranked
 	for i, r := range rs {
 		switch {
 		case errs[i] != nil:
 			log.Info("gateway not considered: no load report", "gateway", gws[r.Index].Addr, "err", errs[i])
+			silent = append(silent, Ranked{Index: r.Index})
 		case r.Health.Draining:
 			log.Info("gateway not considered: draining", "gateway", gws[r.Index].Addr)
 		default:
 			out = append(out, r)
 		}
+	}
+	if len(out) == 0 && len(silent) > 0 {
+		log.Info("no gateway reported its load; trying them in the order given", "gateways", len(silent))
+		return silent
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i].Health, out[j].Health
