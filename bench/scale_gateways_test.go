@@ -98,6 +98,12 @@ func scaleGateways(t *testing.T, out string) {
 		ns, state, addr, pin string
 		proc                 *topology.Process
 	}
+	// No per-token join quota: the storm is N joins in -scale.over, far
+	// over the default 600 a minute per gateway.
+	conf := filepath.Join(base, "gateway.toml")
+	if err := os.WriteFile(conf, []byte("version = 1\n[quota.job]\njoins_per_minute = 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var gws []*gateway
 	tok := ""
 	for i, h := range hosts {
@@ -108,7 +114,7 @@ func scaleGateways(t *testing.T, out string) {
 		}
 		g := &gateway{ns: h.ns, state: filepath.Join(base, fmt.Sprintf("state-%d", i))}
 		args := []string{"gateway", "--state", g.state, "--listen", netip.AddrPortFrom(h.listen, 8443).String(),
-			"--subnet", fmt.Sprintf("100.%d.0.0/16", 64+i), "--block-size", strconv.Itoa(*flagScaleBlock), "--flow-log", "off"}
+			"--subnet", fmt.Sprintf("100.%d.0.0/16", 64+i), "--block-size", strconv.Itoa(*flagScaleBlock), "--flow-log", "off", "--config", conf}
 		if *flagScaleGwArgs != "" {
 			args = append(args, strings.Fields(*flagScaleGwArgs)...)
 		}
