@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
@@ -81,9 +82,12 @@ type Ranked struct {
 // jobs first, then least traffic, then the order given. Unreachable and
 // draining gateways are left out (and logged at info), except when no
 // gateway answered at all: then the ones that did not answer (but did not
-// say they drain) are returned in the order given, with zero Health, for
+// say they drain) are returned in a random order, with zero Health, for
 // the caller to try, since a gateway too busy to report its load within
-// healthTimeout (a join storm on every gateway) may still take a join.
+// healthTimeout (a join storm on every gateway) may still take a join;
+// random, so that jobs that cannot compare loads still spread (in the
+// order given they all went to the first; docs/benchmarks.md, "Several
+// gateways").
 // With one gateway and nothing skipped it asks nothing.
 func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Ranked {
 	var rs []Ranked
@@ -120,7 +124,8 @@ func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Rank
 		}
 	}
 	if len(out) == 0 && len(silent) > 0 {
-		log.Info("no gateway reported its load; trying them in the order given", "gateways", len(silent))
+		log.Info("no gateway reported its load; trying them in a random order", "gateways", len(silent))
+		rand.Shuffle(len(silent), func(i, j int) { silent[i], silent[j] = silent[j], silent[i] })
 		return silent
 	}
 	sort.SliceStable(out, func(i, j int) bool {

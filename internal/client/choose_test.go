@@ -60,10 +60,22 @@ func TestRank(t *testing.T) {
 		{"least loaded first, draining and silent left out", []Gateway{busy, draining, idle, silent}, -1, []int{2, 0}},
 		{"skip", []Gateway{busy, idle}, 1, []int{0}},
 		{"one gateway: not asked", []Gateway{silent}, -1, []int{0}},
-		{"none answered: the silent ones in order", []Gateway{silent2, draining, silent}, -1, []int{0, 2}},
 	} {
 		if got := idx(Rank(ctx, log, tc.gws, tc.skip)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	// None answered: the silent ones, in a random order (both orders
+	// within a bounded number of tries).
+	seen := map[[2]int]bool{}
+	for i := 0; i < 64 && len(seen) < 2; i++ {
+		got := idx(Rank(ctx, log, []Gateway{silent2, draining, silent}, -1))
+		if len(got) != 2 || (got[0]+got[1] != 2) || got[0] == got[1] {
+			t.Fatalf("none answered: got %v, want 0 and 2 in some order", got)
+		}
+		seen[[2]int{got[0], got[1]}] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("none answered: always the order %v in 64 tries, want both orders", seen)
 	}
 }
