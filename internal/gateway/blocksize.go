@@ -38,6 +38,23 @@ func planMaxBlock(c Config, e egress) (int, error) {
 	return c.MaxBlockSize / size, nil
 }
 
+// warnBlockSizes logs a warning for every token whose block_size the
+// gateway would refuse (above --max-block-size): its jobs that ask for
+// nothing cannot join. At start and on every reload.
+func (g *gateway) warnBlockSizes(q config.Quotas) {
+	maxPorts := g.maxBlocks * g.egress.plan.Size
+	check := func(key string, n int) {
+		if n > maxPorts {
+			g.log.Warn("a token's block_size is above --max-block-size: its jobs that do not ask for fewer ports (airlock run --ports) are refused",
+				"key", key, "block_size", n, "max_block_size", maxPorts)
+		}
+	}
+	check("quota.job.block_size", q.Job.BlockSize)
+	for tok, tq := range q.Tokens {
+		check("quota.token."+tok+".block_size", tq.BlockSize)
+	}
+}
+
 // jobBlocks returns how many base blocks a join gets: the ports it asks
 // for, else its token's block_size, else one block. Asking for more than
 // --max-block-size allows is refused (control.ErrBadRequest) with a

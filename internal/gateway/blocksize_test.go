@@ -1,11 +1,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,10 +74,14 @@ func TestBlockSizePerJob(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("version = 1\n[quota.token.bulk]\nblock_size = 512\n[quota.token.huge]\nblock_size = 2048\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	var logBuf lockedBuffer
 	mod := func(c *Config) {
 		c.EgressPorts, c.BlockSize, c.MaxBlockSize, c.ConfigFile = ports, 256, 1024, conf
 	}
-	g := startGatewayWith(t, mod)
+	g := startGatewayWith(t, func(c *Config) { mod(c); c.Logger = slog.New(slog.NewTextHandler(&logBuf, nil)) })
+	if got := logBuf.String(); !strings.Contains(got, "block_size is above --max-block-size") || !strings.Contains(got, "key=quota.token.huge.block_size") {
+		t.Errorf("start-up log lacks the warning about token huge's block_size 2048:\n%s", got)
+	}
 	tok := newToken(t, g)
 	bulk, _, err := admin.CreateToken(context.Background(), g.state, "bulk", 0)
 	if err != nil {
@@ -162,4 +169,22 @@ func TestBlockSizePerJob(t *testing.T) {
 			}
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use, for a logger.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

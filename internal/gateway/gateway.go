@@ -315,6 +315,7 @@ func Run(ctx context.Context, cfg Config) error {
 		maxBlocks:  maxBlocks,
 	}
 	g.conf.Store(conf)
+	g.warnBlockSizes(conf.Quotas)
 	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
 	g.capacity.log(log)
 	mx, err := g.newMetrics()
