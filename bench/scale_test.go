@@ -16,6 +16,10 @@ package bench
 //     (time from the restart's start);
 //  4. ramp: the jobs are released and larger N (-scale.ramp) are started
 //     in turn until a step fails; what failed and why is recorded.
+//
+// With -scale.gateways 3 it runs instead the several-gateways phase
+// (scale_gateways_test.go): -scale.n jobs spread over three gateways by
+// the clients' least-loaded choice, then one gateway killed.
 
 import (
 	"encoding/json"
@@ -85,6 +89,10 @@ func TestScaleBench(t *testing.T) {
 		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
 			t.Fatalf("setrlimit nofile %d: %v", *flagScaleNoFile, err)
 		}
+	}
+	if *flagScaleGateways > 1 {
+		scaleGateways(t, out)
+		return
 	}
 	var phases []scalePhase
 	save := func() {

@@ -35,7 +35,8 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	egressAddr := fs.String("egress-addr", "", "public IPv4 address(es) jobs' connections leave from and exposed ports listen on: one address, several comma-separated, or a prefix (an egress pool: blocks from every address × --egress-ports) (default: the source address of the default route)")
 	exposePorts := fs.String("expose-ports", "", "without --config: job ports any job may expose (airlock run --expose), comma-separated PORT[-PORT][/tcp|/udp]; default none")
 	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default net.ipv4.ip_local_port_range, outside it sockets bind explicitly; kernel: default 20000-59999)")
-	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block")
+	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block. It is the base block: a job may ask for more (airlock run --ports, or its token's block_size), up to --max-block-size")
+	fs.IntVar(&cfg.MaxBlockSize, "max-block-size", 0, "the most ports one job may ask for (airlock run --ports, a token's block_size), a multiple of --block-size; a job that asks for N gets ⌈N/block-size⌉ consecutive blocks (default 1024 rounded up to whole blocks, at most one address's --egress-ports)")
 	fs.StringVar(&cfg.TUN, "tun", "", "kernel mode: TUN interface name (default airlock0)")
 	fs.StringVar(&cfg.ConfigFile, "config", "", "config file (TOML, docs/config.md): egress policy, per-token limits, who may expose ports; reloaded on SIGHUP and by airlock gateway reload. Cannot be combined with the limit flags below")
 	var lf limitFlags
@@ -134,6 +135,9 @@ func parseEgress(cfg *gateway.Config, addr, ports string) error {
 	}
 	if cfg.BlockSize < 1 {
 		return fmt.Errorf("bad --block-size %d: want at least 1", cfg.BlockSize)
+	}
+	if cfg.MaxBlockSize < 0 {
+		return fmt.Errorf("bad --max-block-size %d: want 0 (the default) or a multiple of --block-size", cfg.MaxBlockSize)
 	}
 	return nil
 }

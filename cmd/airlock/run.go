@@ -29,6 +29,7 @@ func newRunCmd(stderr io.Writer) *ffcli.Command {
 	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
 	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
 	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
+	fs.IntVar(&cfg.Ports, "ports", 0, "how many egress ports the job needs, e.g. 1024 for a data mover with many connections; the gateway grants whole blocks up to its --max-block-size or refuses (default: the gateway's block size; env AIRLOCK_PORTS)")
 	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
@@ -52,6 +53,10 @@ in AIRLOCK_TOKEN, never as --token, which every user of the node can read
 in ps. The job's environment never holds AIRLOCK_TOKEN or
 AIRLOCK_TOKEN_FILE, and airlock's own memory and environment are closed to
 the job; the token file itself stays readable by the job's user.
+
+The job's outside connections leave from AIRLOCK_EGRESS_ADDR with source
+ports in AIRLOCK_EGRESS_PORTS=LO-HI (the gateway's block size, or at least
+--ports N if given; the gateway's admin sets the limit).
 
 Where user namespaces or /dev/net/tun are unavailable, --mode auto (the
 default) falls back, in this order, to: seccomp (connect() of every process

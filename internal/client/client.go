@@ -66,6 +66,9 @@ type Config struct {
 	// Expose lists the job's ports to make reachable from outside through
 	// the gateway's public address (--expose).
 	Expose []control.Port
+	// Ports, if not zero, is how many egress ports the job asks for
+	// (--ports); the gateway grants at least that many or refuses.
+	Ports int
 	// Stderr receives airlock's own messages to the user (the mode line,
 	// the exposed addresses); nil means os.Stderr.
 	Stderr io.Writer
@@ -116,6 +119,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		cfg.Stderr = os.Stderr
 	}
 	if err := checkExpose(cfg.Expose); err != nil {
+		return ExitFailure, err
+	}
+	if err := checkPorts(cfg.Ports); err != nil {
 		return ExitFailure, err
 	}
 	switch cfg.Transport {
@@ -174,6 +180,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			PublicKey: priv.PublicKey().String(),
 			Job:       jobInfo(cfg.Getenv, cfg.Args),
 			Expose:    cfg.Expose,
+			Ports:     cfg.Ports,
 		},
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
 		bypass: bypass.NewEngine(log.With("component", "bypass")),
@@ -191,6 +198,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}()
 
 	jobEnv, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
+	if err == nil {
+		jobEnv, err = portsEnv(jobEnv, cfg.Ports, ls)
+	}
 	if err != nil {
 		return ExitFailure, err
 	}

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -105,46 +104,15 @@ type session struct {
 	}
 }
 
-// parseGateways splits the comma-separated gateway and pin lists: one pin
-// per gateway in the same order, or one pin shared by all.
+// parseGateways is ParseGateways for a session.
 func parseGateways(gateways, pins string, timeout time.Duration) ([]*gatewayEntry, error) {
-	var addrs, ps []string
-	for _, a := range strings.Split(gateways, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			addrs = append(addrs, a)
-		}
+	gws, err := ParseGateways(gateways, pins, timeout)
+	if err != nil {
+		return nil, err
 	}
-	for _, p := range strings.Split(pins, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			ps = append(ps, p)
-		}
-	}
-	if len(addrs) == 0 {
-		return nil, errors.New("no gateway: set --gateway or AIRLOCK_GATEWAY (from the admin's join.env)")
-	}
-	if len(ps) != 1 && len(ps) != len(addrs) {
-		return nil, fmt.Errorf("%d pins for %d gateways: give one pin per gateway, in the same order, or one pin for all (--pin/AIRLOCK_PIN)", len(ps), len(addrs))
-	}
-	seen := map[string]bool{}
-	var out []*gatewayEntry
-	for i, a := range addrs {
-		if seen[a] {
-			return nil, fmt.Errorf("gateway %s given twice", a)
-		}
-		seen[a] = true
-		pin := ps[0]
-		if len(ps) > 1 {
-			pin = ps[i]
-		}
-		p, err := control.ParsePin(pin)
-		if err != nil {
-			return nil, fmt.Errorf("bad --pin/AIRLOCK_PIN for %s: %w", a, err)
-		}
-		cc, err := control.NewClient(a, p, timeout)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, &gatewayEntry{addr: a, cc: cc})
+	out := make([]*gatewayEntry, len(gws))
+	for i, g := range gws {
+		out[i] = &gatewayEntry{addr: g.Addr, cc: g.CC}
 	}
 	return out, nil
 }
@@ -153,51 +121,22 @@ func parseGateways(gateways, pins string, timeout time.Duration) ([]*gatewayEntr
 type ranked struct {
 	gw     *gatewayEntry
 	health control.Health
-	err    error
 }
 
-// rank asks every gateway but skip for its load and orders them: reachable
-// and not draining first, then fewest jobs, then least traffic, then the
-// order given. Draining and unreachable ones are left out.
+// rank is Rank over the session's gateways.
 func (s *session) rank(ctx context.Context, skip *gatewayEntry) []ranked {
-	var rs []ranked
-	for _, g := range s.gws {
-		if g != skip {
-			rs = append(rs, ranked{gw: g})
+	gws := make([]Gateway, len(s.gws))
+	si := -1
+	for i, g := range s.gws {
+		gws[i] = Gateway{Addr: g.addr, CC: g.cc}
+		if g == skip {
+			si = i
 		}
 	}
-	if len(rs) <= 1 && skip == nil {
-		return rs // one gateway: no need to ask
-	}
-	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for i := range rs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rs[i].health, rs[i].err = rs[i].gw.cc.Health(ctx)
-		}()
-	}
-	wg.Wait()
 	var out []ranked
-	for _, r := range rs {
-		switch {
-		case r.err != nil:
-			s.log.Info("gateway not considered: no load report", "gateway", r.gw.addr, "err", r.err)
-		case r.health.Draining:
-			s.log.Info("gateway not considered: draining", "gateway", r.gw.addr)
-		default:
-			out = append(out, r)
-		}
+	for _, r := range Rank(ctx, s.log, gws, si) {
+		out = append(out, ranked{gw: s.gws[r.Index], health: r.Health})
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i].health, out[j].health
-		if a.Jobs != b.Jobs {
-			return a.Jobs < b.Jobs
-		}
-		return a.RxBitsPerSec+a.TxBitsPerSec < b.RxBitsPerSec+b.TxBitsPerSec
-	})
 	return out
 }
 

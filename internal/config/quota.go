@@ -15,6 +15,10 @@ type Quota struct {
 	MaxLeases int
 	// JoinsPerMinute is how many joins a minute, in bursts of as many.
 	JoinsPerMinute int
+	// BlockSize is how many egress ports a job gets when its join asks
+	// for none (`airlock run --ports`); 0 means the gateway's
+	// --block-size. The gateway's --max-block-size bounds it.
+	BlockSize int
 }
 
 // DefaultJoinsPerMinute is [quota.job] joins_per_minute when not set.
@@ -52,6 +56,7 @@ type fileQuotas struct {
 type fileQuota struct {
 	MaxLeases      *int64 `toml:"max_leases"`
 	JoinsPerMinute *int64 `toml:"joins_per_minute"`
+	BlockSize      *int64 `toml:"block_size"`
 }
 
 // resolve turns the [quota] section into Quotas on top of the defaults.
@@ -92,6 +97,13 @@ func (f fileQuota) resolve(base Quota, key string, bad func(string, string, ...a
 			bad(key+".joins_per_minute", "%d: want 0 (unlimited) to 1000000", *f.JoinsPerMinute)
 		} else {
 			out.JoinsPerMinute = int(*f.JoinsPerMinute)
+		}
+	}
+	if f.BlockSize != nil {
+		if *f.BlockSize < 0 || *f.BlockSize > 65535 {
+			bad(key+".block_size", "%d: want 0 (the gateway's --block-size) to 65535 ports", *f.BlockSize)
+		} else {
+			out.BlockSize = int(*f.BlockSize)
 		}
 	}
 	return out

@@ -32,6 +32,9 @@ func TestDecodeJoinRequest(t *testing.T) {
 		{"bad utf-8 batch system", "{\"token\":\"a\",\"public_key\":\"" + testKey + "\",\"job\":{\"batch_system\":\"\xff\"}}", "job.batch_system"},
 		{"long job id", `{"token":"a","public_key":"` + testKey + `","job":{"batch_job_id":"` + strings.Repeat("9", MaxBatchJobID+1) + `"}}`, "longer than the limit of 128"},
 		{"negative uid", `{"token":"a","public_key":"` + testKey + `","job":{"uid":-1}}`, "job.uid"},
+		{"ports", `{"token":"a","public_key":"` + testKey + `","ports":1024}`, ""},
+		{"negative ports", `{"token":"a","public_key":"` + testKey + `","ports":-1}`, "ports: -1"},
+		{"too many ports", `{"token":"a","public_key":"` + testKey + `","ports":65536}`, "ports: 65536"},
 		{"replace without secret", `{"token":"a","public_key":"` + testKey + `","replace":{"id":"x"}}`, "replace: missing"},
 	}
 	for _, tc := range tests {

@@ -50,6 +50,12 @@ type JoinRequest struct {
 	// Expose lists the job's ports that the gateway should make reachable
 	// from outside on its public address (`airlock run --expose`).
 	Expose []Port `json:"expose,omitempty"`
+	// Ports, if not zero, is how many egress ports the job asks for
+	// (`airlock run --ports`): the gateway grants at least that many, up
+	// to its --max-block-size, or refuses the join. Zero leaves the size
+	// to the gateway (its token's block_size, else --block-size). A
+	// gateway older than this field refuses a join that sets it.
+	Ports int `json:"ports,omitempty"`
 	// Replace, if set, names the live lease that this join replaces and
 	// proves the joiner holds it. A join whose public key already holds a
 	// live lease is refused (CodeKeyInUse) without it, so that knowing a

@@ -430,6 +430,9 @@ func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	if len(req.Expose) > maxExpose {
 		return JoinRequest{}, fmt.Errorf("expose: %d ports, more than %d", len(req.Expose), maxExpose)
 	}
+	if req.Ports < 0 || req.Ports > 65535 {
+		return JoinRequest{}, fmt.Errorf("ports: %d, want 0 to 65535", req.Ports)
+	}
 	if req.Replace != nil && (req.Replace.ID == "" || req.Replace.Secret == "") {
 		return JoinRequest{}, errors.New("replace: missing lease id or secret")
 	}

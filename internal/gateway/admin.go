@@ -49,7 +49,7 @@ func (g *gateway) Status() admin.Status {
 		if b := g.block(l); b != (portblock.Range{}) {
 			j.Ports = b.String()
 			j.PublicAddr = g.blockAddr(l)
-			st.PortBlocks.Used++
+			st.PortBlocks.Used += max(l.Blocks, 1)
 		}
 		st.Jobs = append(st.Jobs, j)
 	}

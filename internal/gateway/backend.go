@@ -80,6 +80,9 @@ type gateway struct {
 	// capacity is how many jobs the gateway holds and what bounds it
 	// (capacity.go).
 	capacity capacity
+	// maxBlocks is the most port blocks one job may hold
+	// (--max-block-size, blocksize.go).
+	maxBlocks int
 }
 
 // owner is what a lease records about its holder.
@@ -108,6 +111,13 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if errors.Is(err, lease.ErrNoAddress) {
 		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
 		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
+	}
+	if errors.Is(err, lease.ErrNoPortBlock) && l.Blocks > 1 {
+		p := g.egress.plan
+		g.log.Warn("join refused: no run of free port blocks as long as the job asks for", "blocks", l.Blocks, "block_size", p.Size,
+			"used", g.leases.BlocksUsed(), "total", g.egress.pool.Blocks())
+		return control.Lease{}, fmt.Errorf("%w: no %d consecutive free port blocks (%d ports) on one egress address; run the job with fewer --ports, or ask the admin to widen --egress-ports or add --egress-addr addresses",
+			control.ErrNoAddress, l.Blocks, l.Blocks*p.Size)
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) {
 		p := g.egress.plan
@@ -265,7 +275,7 @@ func (g *gateway) block(l lease.Lease) portblock.Range {
 	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
 		return portblock.Range{}
 	}
-	_, r := g.egress.pool.Block(l.Block)
+	_, r := g.egress.pool.Run(l.Block, l.Blocks)
 	return r
 }
 

@@ -125,6 +125,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		}
 	}
 	g.conf.Store(cfg)
+	g.warnBlockSizes(cfg.Quotas)
 	g.bypassNotice.changed()
 	g.setFeeds(g.feedsOf(cfg))
 	if g.limiter != nil {

@@ -90,7 +90,11 @@ type Config struct {
 	// refused) and DefaultKernelPorts in kernel mode.
 	EgressPorts portblock.Range
 	// BlockSize is the number of ports per job; 0 means DefaultBlockSize.
+	// It is the base block: a job may ask for more (blocksize.go).
 	BlockSize int
+	// MaxBlockSize is the most ports one job may ask for, a multiple of
+	// BlockSize; 0 means DefaultMaxBlockSize (rounded to whole blocks).
+	MaxBlockSize int
 	// TUN names kernel mode's TUN device; "" means kernel.DefaultName.
 	TUN string
 	// TCPStack chooses what terminates jobs' IPv4 TCP in user mode:
@@ -232,7 +236,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer closeFlowLog()
-	leases, err := lease.New(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.pool.Blocks())
+	maxBlocks, err := planMaxBlock(cfg, eg)
+	if err != nil {
+		return err
+	}
+	// A job's blocks are consecutive port blocks of one address: pool
+	// blocks len(Addrs) apart (portblock.Pool.Run).
+	leases, err := lease.NewStride(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs)))
 	if err != nil {
 		return err
 	}
@@ -302,8 +312,10 @@ func Run(ctx context.Context, cfg Config) error {
 		started:    time.Now(),
 		tr:         tr,
 		capture:    capdev,
+		maxBlocks:  maxBlocks,
 	}
 	g.conf.Store(conf)
+	g.warnBlockSizes(conf.Quotas)
 	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
 	g.capacity.log(log)
 	mx, err := g.newMetrics()
@@ -415,7 +427,7 @@ func Run(ctx context.Context, cfg Config) error {
 		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(), "per_job_blocks", jobs != nil,
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(), "per_job_blocks", jobs != nil,
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
 		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),

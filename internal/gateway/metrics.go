@@ -32,11 +32,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		Jobs:  g.leases.Len,
 		Flows: g.flows,
 		PortBlocks: func() (int, int) {
-			used := 0
-			if g.egress.pool.Blocks() > 0 {
-				used = g.leases.Len()
-			}
-			return used, g.egress.pool.Blocks()
+			return g.leases.BlocksUsed(), g.egress.pool.Blocks()
 		},
 		Start: g.started,
 	}

@@ -94,7 +94,15 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in a minute, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
 			control.ErrQuota, tok.Name, q.JoinsPerMinute, q.JoinsPerMinute, tok.Name)
 	}
-	return g.leases.Allocate(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now)
+	n, err := g.jobBlocks(req.Ports, tok.Name, q)
+	if err != nil {
+		return lease.Lease{}, "", nil, err
+	}
+	l, secret, replaced, err := g.leases.AllocateRun(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now, n)
+	if err != nil {
+		l.Blocks = n // for the refusal's message
+	}
+	return l, secret, replaced, err
 }
 
 // ownsLease reports whether ref names l with its secret.

@@ -15,7 +15,8 @@ import (
 
 // Lease persistence: a join records, with the lease's history entry, what a
 // restart needs to take the lease back (store.ResumeState: the secret's
-// hash, the job's WireGuard key, the block index and the expose request).
+// hash, the job's WireGuard key, the block index and count, and the expose
+// request).
 // Stopping the gateway leaves live leases open in the history; the next
 // start restores each one with a fresh TTL (the client could not renew
 // while the gateway was down), re-admits its WireGuard peer, port block,
@@ -28,6 +29,9 @@ import (
 func resumeState(l lease.Lease, pub tunnel.Key, expose []control.Port) *store.ResumeState {
 	h := l.SecretHash()
 	r := &store.ResumeState{SecretHash: h[:], PublicKey: pub.String(), Block: l.Block}
+	if l.Blocks > 1 {
+		r.Blocks = l.Blocks
+	}
 	for _, p := range expose {
 		r.Expose = append(r.Expose, p.String())
 	}
@@ -80,11 +84,17 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		return fmt.Errorf("bad secret hash")
 	}
 	l := lease.Lease{
-		ID: r.ID, Addr: r.TunnelAddr, Block: rs.Block, PublicKey: pub,
+		ID: r.ID, Addr: r.TunnelAddr, Block: rs.Block, Blocks: rs.Blocks, PublicKey: pub,
 		Start: r.Start, Expires: now.Add(g.leases.TTL()),
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
 	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command}, Token: r.Token, Remote: remote}
+	if rs.Block >= 0 && rs.Blocks == 0 {
+		l.Blocks = 1
+	}
+	if rs.Block >= 0 && l.Block+(l.Blocks-1)*len(g.egress.pool.Addrs) >= g.egress.pool.Blocks() {
+		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", rs.Block, l.Blocks, g.egress.pool.Blocks())
+	}
 	block, pubAddr := g.block(l), g.blockAddr(l)
 	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi || (r.PublicAddr.IsValid() && pubAddr != r.PublicAddr)) {
 		return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, r.PublicAddr, r.PortLo, r.PortHi)

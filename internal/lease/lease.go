@@ -31,9 +31,12 @@ type Lease struct {
 	ID string
 	// Addr is the job's tunnel address.
 	Addr netip.Addr
-	// Block is the index of the job's egress port block, or -1 when the
-	// Manager hands out no blocks.
+	// Block is the index of the job's (first) egress port block, or -1
+	// when the Manager hands out no blocks.
 	Block int
+	// Blocks is how many blocks the job holds: Block, Block+stride, …,
+	// Block+(Blocks-1)×stride (runs.go). 0 means 1 when Block >= 0.
+	Blocks int
 	// PublicKey is the job's WireGuard public key (opaque here).
 	PublicKey [32]byte
 	// Owner carries whatever the caller attaches: job metadata, token name.
@@ -52,6 +55,7 @@ type Manager struct {
 	ttl     time.Duration
 
 	blocks int // number of port blocks; 0 means none
+	stride int // distance between the blocks of one run (runs.go)
 
 	mu        sync.Mutex
 	byID      map[string]*Lease
@@ -68,6 +72,13 @@ type Manager struct {
 // gets one of that many egress port blocks, and joins fail with
 // ErrNoPortBlock when all are taken.
 func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, blocks int) (*Manager, error) {
+	return NewStride(prefix, gateway, ttl, blocks, 1)
+}
+
+// NewStride is New for blocks that jobs may hold several of (AllocateRun):
+// the blocks of one run are stride apart, and a run never extends past the
+// last block.
+func NewStride(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, blocks, stride int) (*Manager, error) {
 	prefix = prefix.Masked()
 	if !prefix.Contains(gateway) {
 		return nil, fmt.Errorf("lease manager: gateway %s outside subnet %s", gateway, prefix)
@@ -81,6 +92,9 @@ func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, blocks int)
 	if blocks < 0 {
 		return nil, fmt.Errorf("lease manager: %d port blocks", blocks)
 	}
+	if stride < 1 {
+		return nil, fmt.Errorf("lease manager: block stride %d", stride)
+	}
 	return &Manager{
 		prefix:  prefix,
 		gateway: gateway,
@@ -91,6 +105,7 @@ func New(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, blocks int)
 		byBlock: make(map[int]*Lease),
 		next:    prefix.Addr().Next(),
 		blocks:  blocks,
+		stride:  stride,
 	}, nil
 }
 
@@ -121,6 +136,16 @@ func lastAddr(p netip.Prefix) netip.Addr {
 // caller can undo its side effects). The secret is returned once; only its
 // hash is kept.
 func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, secret string, replaced *Lease, err error) {
+	return m.AllocateRun(pub, owner, now, 1)
+}
+
+// AllocateRun is Allocate for a job that holds n port blocks (a run,
+// runs.go); without port blocks n is ignored. It fails with
+// ErrNoPortBlock when no run of n free blocks exists.
+func (m *Manager) AllocateRun(pub [32]byte, owner any, now time.Time, n int) (l Lease, secret string, replaced *Lease, err error) {
+	if n < 1 {
+		return Lease{}, "", nil, fmt.Errorf("lease manager: a run of %d port blocks", n)
+	}
 	id, err := randomString(12)
 	if err != nil {
 		return Lease{}, "", nil, err
@@ -140,16 +165,18 @@ func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, sec
 	if !ok {
 		return Lease{}, "", replaced, ErrNoAddress
 	}
-	block := -1
+	block, blocks := -1, 0
 	if m.blocks > 0 {
-		if block, ok = m.findFreeBlockLocked(); !ok {
+		if block, ok = m.findFreeRunLocked(n); !ok {
 			return Lease{}, "", replaced, ErrNoPortBlock
 		}
+		blocks = n
 	}
 	nl := &Lease{
 		ID:         id,
 		Addr:       addr,
 		Block:      block,
+		Blocks:     blocks,
 		PublicKey:  pub,
 		Owner:      owner,
 		Start:      now,
@@ -159,24 +186,8 @@ func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, sec
 	m.byID[id] = nl
 	m.byAddr[addr] = nl
 	m.byKey[pub] = nl
-	if block >= 0 {
-		m.byBlock[block] = nl
-	}
+	m.holdRunLocked(nl)
 	return *nl, secret, replaced, nil
-}
-
-// findFreeBlockLocked is findFreeLocked for port blocks: the search starts
-// after the last block handed out, so a freed block is reused as late as
-// possible.
-func (m *Manager) findFreeBlockLocked() (int, bool) {
-	for i := 0; i < m.blocks; i++ {
-		b := (m.nextBlock + i) % m.blocks
-		if m.byBlock[b] == nil {
-			m.nextBlock = (b + 1) % m.blocks
-			return b, true
-		}
-	}
-	return -1, false
 }
 
 // findFreeLocked walks the subnet from m.next, wrapping once, so that a freed
@@ -245,8 +256,10 @@ func (m *Manager) Release(id, secret string) (Lease, error) {
 func (m *Manager) removeLocked(l *Lease) {
 	delete(m.byID, l.ID)
 	delete(m.byAddr, l.Addr)
-	if l.Block >= 0 && m.byBlock[l.Block] == l {
-		delete(m.byBlock, l.Block)
+	for _, b := range m.run(*l) {
+		if m.byBlock[b] == l {
+			delete(m.byBlock, b)
+		}
 	}
 	if m.byKey[l.PublicKey] == l {
 		delete(m.byKey, l.PublicKey)
@@ -336,23 +349,24 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
 	switch {
 	case !m.usable(l.Addr):
 		return fmt.Errorf("restore lease %s: address %s not usable in %s", l.ID, l.Addr, m.prefix)
-	case l.Block >= m.blocks || (m.blocks > 0 && l.Block < 0) || (m.blocks == 0 && l.Block >= 0):
-		return fmt.Errorf("restore lease %s: port block %d does not exist (%d blocks)", l.ID, l.Block, m.blocks)
+	case !m.runExistsLocked(l):
+		return fmt.Errorf("restore lease %s: port blocks %d (%d of them, %d apart) do not exist (%d blocks)", l.ID, l.Block, l.Blocks, m.stride, m.blocks)
 	case m.byID[l.ID] != nil || m.byAddr[l.Addr] != nil || m.byKey[l.PublicKey] != nil:
 		return fmt.Errorf("restore lease %s: id, address or key already leased", l.ID)
-	case l.Block >= 0 && m.byBlock[l.Block] != nil:
+	case !m.runFreeLocked(l.Block, max(l.Blocks, 1)):
 		return fmt.Errorf("restore lease %s: port block %d already leased", l.ID, l.Block)
 	}
 	nl := l
 	nl.secretHash = secretHash
+	if nl.Block >= 0 && nl.Blocks == 0 {
+		nl.Blocks = 1
+	}
 	m.byID[nl.ID] = &nl
 	m.byAddr[nl.Addr] = &nl
 	m.byKey[nl.PublicKey] = &nl
-	if nl.Block >= 0 {
-		m.byBlock[nl.Block] = &nl
-		if nl.Block >= m.nextBlock {
-			m.nextBlock = (nl.Block + 1) % m.blocks
-		}
+	m.holdRunLocked(&nl)
+	if nl.Block >= 0 && nl.Block >= m.nextBlock {
+		m.nextBlock = (nl.Block + 1) % m.blocks
 	}
 	if m.next.Less(nl.Addr.Next()) {
 		m.next = nl.Addr.Next()

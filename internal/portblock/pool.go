@@ -35,6 +35,27 @@ func (p Pool) Block(i int) (netip.Addr, Range) {
 	return p.Addrs[i%n], p.Plan.Block(i / n)
 }
 
+// Run returns the address and ports of the n blocks i, i+len(Addrs), …,
+// i+(n-1)×len(Addrs): n consecutive port blocks of one address, as one
+// range (internal/lease hands such runs to jobs that ask for more ports
+// than a block). The caller keeps the run inside the pool; n < 1 means 1.
+func (p Pool) Run(i, n int) (netip.Addr, Range) {
+	a, r := p.Block(i)
+	if n > 1 {
+		r.Hi = uint16(int(r.Lo) + n*p.Plan.Size - 1)
+	}
+	return a, r
+}
+
+// BlocksFor returns how many blocks hold ports ports: ⌈ports/Plan.Size⌉,
+// at least 1.
+func (p Pool) BlocksFor(ports int) int {
+	if p.Plan.Size == 0 || ports <= p.Plan.Size {
+		return 1
+	}
+	return (ports + p.Plan.Size - 1) / p.Plan.Size
+}
+
 // BlockOf returns the index of the block holding (addr, port), or -1.
 func (p Pool) BlockOf(addr netip.Addr, port uint16) int {
 	b := p.Plan.BlockOf(port)

@@ -78,3 +78,40 @@ func TestPool(t *testing.T) {
 		t.Error("zero Pool has blocks")
 	}
 }
+
+// TestPoolRun: a run of n blocks from pool block i is n consecutive port
+// blocks of i's address, and every port of it maps back (BlockOf) to one
+// of the run's blocks.
+func TestPoolRun(t *testing.T) {
+	a1, a2 := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.113.2")
+	plan, err := NewPlan(Range{20000, 21023}, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Pool{Addrs: []netip.Addr{a1, a2}, Plan: plan}
+	for _, tt := range []struct {
+		i, n     int
+		addr     netip.Addr
+		lo, hi   uint16
+		wantRuns []int
+	}{
+		{i: 0, n: 1, addr: a1, lo: 20000, hi: 20255, wantRuns: []int{0}},
+		{i: 1, n: 4, addr: a2, lo: 20000, hi: 21023, wantRuns: []int{1, 3, 5, 7}},
+		{i: 2, n: 2, addr: a1, lo: 20256, hi: 20767, wantRuns: []int{2, 4}},
+	} {
+		addr, r := p.Run(tt.i, tt.n)
+		if addr != tt.addr || r != (Range{tt.lo, tt.hi}) {
+			t.Errorf("Run(%d, %d) = %v %v, want %v %d-%d", tt.i, tt.n, addr, r, tt.addr, tt.lo, tt.hi)
+		}
+		for port := int(r.Lo); port <= int(r.Hi); port++ {
+			if b := p.BlockOf(addr, uint16(port)); b != tt.wantRuns[(port-int(r.Lo))/256] {
+				t.Fatalf("BlockOf(%v, %d) = %d, want %d", addr, port, b, tt.wantRuns[(port-int(r.Lo))/256])
+			}
+		}
+	}
+	for ports, want := range map[int]int{0: 1, 64: 1, 256: 1, 257: 2, 1024: 4, 1025: 5} {
+		if got := p.BlocksFor(ports); got != want {
+			t.Errorf("BlocksFor(%d) = %d, want %d", ports, got, want)
+		}
+	}
+}

@@ -73,6 +73,9 @@ type ResumeState struct {
 	PublicKey string `json:"public_key"`
 	// Block is the index of the job's port block, -1 for none.
 	Block int `json:"block"`
+	// Blocks is how many port blocks the job holds from Block on
+	// (internal/lease runs); 0 means 1.
+	Blocks int `json:"blocks,omitempty"`
 	// Expose is the join's expose request, as PROTO/PORT.
 	Expose []string `json:"expose,omitempty"`
 }

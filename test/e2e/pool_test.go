@@ -14,6 +14,8 @@ import (
 // the same time leave from different addresses (consecutive blocks
 // alternate them), every connection comes from its job's address and
 // block, and whois with the (address, port) seen outside names the job.
+// A job asking for 1,024 ports gets them as one range of one address, and
+// one asking for more than the limit is refused (checkJobPorts).
 func TestEgressPool(t *testing.T) {
 	for _, mode := range []string{modeUser, modeKernel} {
 		t.Run(mode, func(t *testing.T) {
@@ -64,6 +66,9 @@ func TestEgressPool(t *testing.T) {
 			if !strings.Contains(e.gw.Stderr(), "pool=2") {
 				t.Errorf("gateway start-up log lacks pool=2%s", e.diag(""))
 			}
+			// Per-job block size on a pool: a run of blocks stays on one
+			// address (blocksize_test.go).
+			checkJobPorts(t, e, pool)
 		})
 	}
 }

@@ -23,6 +23,15 @@
 // seen by a conn.Bind wrapper, hsBind) and first echo. Gen.Probe measures
 // how long until every job's traffic flows again (after a gateway
 // restart).
+//
+// Several gateways (Config.Gateway "a:8443,b:8443,c:8443"): every job
+// joins the least loaded one with internal/client's own choice
+// (client.Rank: the gateways' load reports, fewest jobs first), and, like
+// airlock run's session, a job whose watch has failed for FailoverAfter
+// joins the least loaded other gateway and re-handshakes there. Reports
+// give the spread of jobs over the gateways, and Probe the latencies per
+// gateway the jobs were on when it began (after one was killed: how long
+// until its jobs' traffic flows through the others).
 package loadgen
 
 import (
@@ -36,12 +45,14 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.zx2c4.com/wireguard/conn"
 
+	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
@@ -49,9 +60,14 @@ import (
 // Config configures a Gen.
 type Config struct {
 	Logger *slog.Logger
-	// Gateway is HOST:PORT of the control API, Pin its fingerprint, Token
-	// a join token.
+	// Gateway is HOST:PORT of the control API, or several separated by
+	// commas; Pin its fingerprint, or one per gateway (as airlock run's
+	// --gateway and --pin); Token a join token valid on all of them.
 	Gateway, Pin, Token string
+	// FailoverAfter is how long a job's gateway may be lost before the
+	// job moves to another (several gateways); 0 means airlock run's
+	// default, client.DefaultFailoverAfter.
+	FailoverAfter time.Duration
 	// N is the number of jobs; they start evenly spread over Over (0:
 	// all at once).
 	N    int
@@ -83,12 +99,18 @@ type Gen struct {
 
 // job is one simulated job.
 type job struct {
-	g     *Gen
-	i     int
-	cc    *control.Client
-	priv  tunnel.Key
+	g    *Gen
+	i    int
+	gws  []client.Gateway // each with this job's own control client
+	priv tunnel.Key
+
+	// mu guards the current gateway, lease and endpoint, which a
+	// failover replaces.
+	mu    sync.Mutex
+	cur   int
 	lease control.Lease
 	ep    netip.AddrPort
+
 	wg    *tunnel.Client
 	tun   *chanTUN
 	bind  *hsBind
@@ -105,6 +127,15 @@ type job struct {
 	renewErr atomic.Uint64
 	watchErr atomic.Uint64
 	restarts atomic.Uint64
+	moves    atomic.Uint64 // failovers to another gateway
+}
+
+// current returns the job's gateway (its index), control client, lease
+// and WireGuard endpoint.
+func (j *job) current() (int, *control.Client, control.Lease, netip.AddrPort) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.cur, j.gws[j.cur].CC, j.lease, j.ep
 }
 
 // New checks cfg and returns a Gen with no jobs running yet.
@@ -120,6 +151,9 @@ func New(cfg Config) (*Gen, error) {
 	}
 	if cfg.JobPrefix == "" {
 		cfg.JobPrefix = "load"
+	}
+	if cfg.FailoverAfter == 0 {
+		cfg.FailoverAfter = client.DefaultFailoverAfter
 	}
 	return &Gen{cfg: cfg, log: cfg.Logger, errs: map[string]int{}}, nil
 }
@@ -169,6 +203,7 @@ func (g *Gen) Start(ctx context.Context) Report {
 func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
 	t0 := time.Now()
 	lat := make([]time.Duration, 0, len(g.jobs))
+	byGW := map[string][]time.Duration{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	failed := 0
@@ -176,13 +211,17 @@ func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
 		if !j.ok {
 			continue
 		}
+		cur, _, _, _ := j.current()
+		gw := j.gws[cur].Addr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for time.Since(t0) < limit && ctx.Err() == nil {
 				if err := j.echo(ctx, time.Second); err == nil {
+					d := time.Since(t0)
 					mu.Lock()
-					lat = append(lat, time.Since(t0))
+					lat = append(lat, d)
+					byGW[gw] = append(byGW[gw], d)
 					mu.Unlock()
 					return
 				}
@@ -195,6 +234,13 @@ func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
 	}
 	wg.Wait()
 	r := Report{Phase: "probe", Jobs: len(lat) + failed, OK: len(lat), Failed: failed, Echo: summarize(lat), Seconds: time.Since(t0).Seconds()}
+	if g.multi() {
+		r.ProbeByGateway = map[string]Summary{}
+		for gw, d := range byGW {
+			r.ProbeByGateway[gw] = summarize(d)
+		}
+		r.Gateways = g.spread()
+	}
 	return r
 }
 
@@ -217,10 +263,11 @@ func (g *Gen) Close() {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
-			_ = j.cc.Release(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret})
+			_, cc, ls, _ := j.current()
+			_ = cc.Release(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret})
 			cancel()
 			j.wg.Close()
-			j.cc.Close()
+			j.closeClients()
 		}()
 	}
 	wg.Wait()
@@ -236,32 +283,67 @@ func (g *Gen) countErr(err error) {
 	g.errs[msg]++
 }
 
+// closeClients closes the job's control clients.
+func (j *job) closeClients() {
+	for _, gw := range j.gws {
+		gw.CC.Close()
+	}
+}
+
+// join joins the least loaded gateway but skip (an index, -1 for none),
+// trying the others in order when one refuses, as airlock run's session
+// does (client.Rank), and makes it the job's current gateway.
+func (j *job) join(ctx context.Context, skip int) error {
+	g := j.g
+	rs := client.Rank(ctx, g.log, j.gws, skip)
+	if len(rs) == 0 {
+		return errors.New("join: no gateway to join: every gateway is unreachable or draining")
+	}
+	var errs []error
+	for _, r := range rs {
+		jctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+		gw := j.gws[r.Index]
+		ls, err := gw.CC.Join(jctx, control.JoinRequest{
+			Token: g.cfg.Token, PublicKey: j.priv.PublicKey().String(),
+			Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"},
+		})
+		cancel()
+		var ep netip.AddrPort
+		if err == nil {
+			ep, err = endpoint(ls.Endpoint, gw.Addr)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			errs = append(errs, err)
+			continue
+		}
+		j.mu.Lock()
+		j.cur, j.lease, j.ep = r.Index, ls, ep
+		j.mu.Unlock()
+		return nil
+	}
+	return fmt.Errorf("join: %w", errors.Join(errs...))
+}
+
 // start joins, brings the device up, waits for the handshake and the first
 // echo.
 func (j *job) start(ctx context.Context) error {
 	g := j.g
 	j.started = time.Now()
-	cc, err := control.NewClient(g.cfg.Gateway, g.cfg.Pin, g.cfg.Timeout)
+	gws, err := client.ParseGateways(g.cfg.Gateway, g.cfg.Pin, g.cfg.Timeout)
 	if err != nil {
 		return fmt.Errorf("control client: %w", err)
 	}
-	j.cc = cc
+	j.gws = gws
 	if j.priv, err = tunnel.GenerateKey(); err != nil {
 		return err
 	}
-	jctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-	defer cancel()
-	j.lease, err = cc.Join(jctx, control.JoinRequest{
-		Token: g.cfg.Token, PublicKey: j.priv.PublicKey().String(),
-		Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"},
-	})
-	if err != nil {
-		return fmt.Errorf("join: %w", err)
-	}
-	j.joinLat = time.Since(j.started)
-	if j.ep, err = endpoint(j.lease.Endpoint, g.cfg.Gateway); err != nil {
+	if err := j.join(ctx, -1); err != nil {
 		return err
 	}
+	j.joinLat = time.Since(j.started)
 	gwKey, err := tunnel.ParseKey(j.lease.GatewayPublicKey)
 	if err != nil {
 		return fmt.Errorf("gateway key: %w", err)
@@ -297,29 +379,24 @@ func (j *job) abandon() {
 	if j.wg != nil {
 		j.wg.Close()
 	}
-	if j.cc == nil {
+	if len(j.gws) == 0 {
 		return
 	}
-	if j.lease.ID != "" {
+	if _, cc, ls, _ := j.current(); ls.ID != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.Timeout)
-		_ = j.cc.Release(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret})
+		_ = cc.Release(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret})
 		cancel()
 	}
-	j.cc.Close()
+	j.closeClients()
 }
 
 // run keeps the lease: watch, renewals, periodic echoes; like
-// internal/client's session, a watch that ends is reopened with backoff,
-// and a new gateway instance makes the job re-handshake.
+// internal/client's session, a watch that ends is reopened with backoff
+// (250 ms doubling to 2 s), a new gateway instance or a reconnection after
+// a loss makes the job re-handshake, and with several gateways a gateway
+// lost for FailoverAfter is left for the least loaded other one.
 func (j *job) run(ctx context.Context) {
 	g := j.g
-	ref := control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret}
-	every := time.Duration(j.lease.RenewInterval)
-	if every <= 0 {
-		every = 30 * time.Second
-	}
-	renew := time.NewTicker(every)
-	defer renew.Stop()
 	var echo <-chan time.Time
 	var echoTimer *time.Timer
 	if g.cfg.Echo.IsValid() && g.cfg.EchoEvery > 0 {
@@ -329,59 +406,95 @@ func (j *job) run(ctx context.Context) {
 		echo = echoTimer.C
 	}
 	instance := ""
-	ended := make(chan error, 1)
-	var w *control.Watch
-	openWatch := func() {
-		backoff := 250 * time.Millisecond
-		for ctx.Err() == nil {
-			// The watch lives as long as ctx; Watch bounds its first
-			// event by the client's timeout itself.
-			var err error
-			w, err = j.cc.Watch(ctx, ref)
-			if err == nil {
-				break
-			}
-			j.watchErr.Add(1)
-			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
-				g.countErr(fmt.Errorf("watch: %w", err))
-				return
-			}
-			time.Sleep(backoff + time.Duration(rand.Int64N(int64(backoff/5))))
-			backoff = min(2*backoff, 2*time.Second)
-		}
-		if w == nil {
-			return
-		}
-		if instance != "" && w.First.Instance != instance {
-			j.restarts.Add(1)
-			gwKey, _ := tunnel.ParseKey(j.lease.GatewayPublicKey)
-			if err := j.wg.SetGateway(gwKey, j.ep); err != nil {
-				g.countErr(fmt.Errorf("re-handshake: %w", err))
-			}
-		}
-		instance = w.First.Instance
-		go func(w *control.Watch) {
-			for {
-				if _, err := w.Next(); err != nil {
-					w.Close()
-					ended <- err
-					return
+	var lostSince time.Time
+	backoff := 250 * time.Millisecond
+	for ctx.Err() == nil {
+		_, cc, ls, ep := j.current()
+		ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+		w, err := cc.Watch(ctx, ref)
+		var lastHeard time.Time
+		if err == nil {
+			if (instance != "" && w.First.Instance != instance) || !lostSince.IsZero() {
+				if instance != "" && w.First.Instance != instance {
+					j.restarts.Add(1)
+				}
+				gwKey, _ := tunnel.ParseKey(ls.GatewayPublicKey)
+				if err := j.wg.SetGateway(gwKey, ep); err != nil {
+					g.countErr(fmt.Errorf("re-handshake: %w", err))
 				}
 			}
-		}(w)
+			instance, lostSince, backoff = w.First.Instance, time.Time{}, 250*time.Millisecond
+			err = j.connected(ctx, cc, ls, w, echo, echoTimer)
+			lastHeard = w.LastEvent()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
+			g.countErr(fmt.Errorf("watch: %w", err))
+			return
+		}
+		j.watchErr.Add(1)
+		if lostSince.IsZero() {
+			lostSince = time.Now()
+			if errors.Is(err, control.ErrWatchSilent) && !lastHeard.IsZero() {
+				lostSince = lastHeard
+			}
+		}
+		if len(j.gws) > 1 && time.Since(lostSince) >= g.cfg.FailoverAfter {
+			if err := j.failover(ctx); err == nil {
+				instance, lostSince = "", time.Time{}
+				continue
+			} else {
+				g.countErr(fmt.Errorf("failover: %w", err))
+			}
+		}
+		t := time.NewTimer(backoff - backoff/5 + time.Duration(rand.Int64N(int64(2*backoff/5)+1)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	openWatch()
+}
+
+// connected renews the lease and sends the periodic echoes while the
+// watch w is open, and returns why it ended.
+func (j *job) connected(ctx context.Context, cc *control.Client, ls control.Lease, w *control.Watch, echo <-chan time.Time, echoTimer *time.Timer) error {
+	g := j.g
+	defer w.Close()
+	ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	every := time.Duration(ls.RenewInterval)
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	renew := time.NewTicker(every)
+	defer renew.Stop()
+	ended := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := w.Next(); err != nil {
+				ended <- err
+				return
+			}
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
-			return
-		case <-ended:
-			j.watchErr.Add(1)
-			openWatch()
+			return ctx.Err()
+		case err := <-ended:
+			return err
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := j.cc.Renew(rctx, ref)
+			_, err := cc.Renew(rctx, ref)
 			cancel()
+			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
+				j.renewErr.Add(1)
+				return err
+			}
 			if err != nil {
 				j.renewErr.Add(1)
 			}
@@ -396,6 +509,28 @@ func (j *job) run(ctx context.Context) {
 	}
 }
 
+// failover moves the job to the least loaded other gateway: a new lease
+// there and a new WireGuard peer. The lost gateway's lease is not
+// released (it cannot be reached; it expires there), as in airlock run.
+func (j *job) failover(ctx context.Context) error {
+	old, _, _, _ := j.current()
+	j.echoMu.Lock() // no echo from the old lease's address meanwhile
+	defer j.echoMu.Unlock()
+	if err := j.join(ctx, old); err != nil {
+		return err
+	}
+	_, _, ls, ep := j.current()
+	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
+	if err != nil {
+		return fmt.Errorf("gateway key: %w", err)
+	}
+	if err := j.wg.SetGateway(gwKey, ep); err != nil {
+		return err
+	}
+	j.moves.Add(1)
+	return nil
+}
+
 // echo sends one datagram to the echo server through the tunnel and waits
 // up to timeout for it to come back.
 func (j *job) echo(ctx context.Context, timeout time.Duration) error {
@@ -403,7 +538,8 @@ func (j *job) echo(ctx context.Context, timeout time.Duration) error {
 	defer j.echoMu.Unlock()
 	seq := j.seq.Add(1)
 	payload := []byte(fmt.Sprintf("%s-%d-%d", j.g.cfg.JobPrefix, j.i, seq))
-	pkt := udpPacket(j.lease.Address.Addr(), j.sport, j.g.cfg.Echo, payload)
+	_, _, ls, _ := j.current()
+	pkt := udpPacket(ls.Address.Addr(), j.sport, j.g.cfg.Echo, payload)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -451,8 +587,15 @@ type Report struct {
 	Join      Summary `json:"join"`
 	Handshake Summary `json:"handshake"`
 	Echo      Summary `json:"echo"`
-	// Counters of running jobs.
-	EchoOK, EchoFail, RenewErrors, WatchErrors, Restarts uint64
+	// Counters of running jobs; Failovers counts moves to another
+	// gateway.
+	EchoOK, EchoFail, RenewErrors, WatchErrors, Restarts, Failovers uint64
+	// Gateways is the spread with several gateways: running jobs per
+	// gateway (its address as given) at the report.
+	Gateways map[string]int `json:"gateways,omitempty"`
+	// ProbeByGateway are a probe's latencies by the gateway each job was
+	// on when the probe began (several gateways).
+	ProbeByGateway map[string]Summary `json:"probe_by_gateway,omitempty"`
 	// Errors counts failures by message.
 	Errors map[string]int `json:"errors,omitempty"`
 }
@@ -475,6 +618,21 @@ func summarize(d []time.Duration) Summary {
 		return float64(s[i].Microseconds()) / 1000
 	}
 	return Summary{N: len(s), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: float64(s[len(s)-1].Microseconds()) / 1000}
+}
+
+// multi reports whether the jobs are given several gateways.
+func (g *Gen) multi() bool { return strings.Contains(g.cfg.Gateway, ",") }
+
+// spread counts the running jobs by their current gateway.
+func (g *Gen) spread() map[string]int {
+	out := map[string]int{}
+	for _, j := range g.jobs {
+		if j != nil && j.ok && len(j.gws) > 0 {
+			cur, _, _, _ := j.current()
+			out[j.gws[cur].Addr]++
+		}
+	}
+	return out
 }
 
 func (g *Gen) report(phase string) Report {
@@ -503,6 +661,10 @@ func (g *Gen) report(phase string) Report {
 		r.RenewErrors += j.renewErr.Load()
 		r.WatchErrors += j.watchErr.Load()
 		r.Restarts += j.restarts.Load()
+		r.Failovers += j.moves.Load()
+	}
+	if g.multi() {
+		r.Gateways = g.spread()
 	}
 	r.Join, r.Handshake, r.Echo = summarize(join), summarize(hs), summarize(echo)
 	g.errMu.Lock()

@@ -21,6 +21,8 @@
 // 198.51.101.2 ── dmz2's cn0 198.51.101.1) and to inet (dmz2's inet0
 // 203.0.114.1 ── inet's dmz2 203.0.114.2), with a route to inet's
 // 203.0.113.0/24 through inet, for tests with several gateways.
+// WithThirdDMZ adds dmz3 the same way (198.51.102.0/24, 203.0.115.0/24)
+// next to dmz2.
 //
 // WithImpairment puts a fourth namespace, wan, in the middle of the cn–dmz
 // link: cn's dmz0 is paired with wan's cn0, wan's dmz0 with dmz's cn0, and
@@ -77,6 +79,12 @@ var (
 	DMZ2AddrCN   = netip.MustParseAddr("198.51.101.1")
 	DMZ2AddrINET = netip.MustParseAddr("203.0.114.1")
 	INETAddr2    = netip.MustParseAddr("203.0.114.2")
+
+	// The third gateway host's links (WithThirdDMZ).
+	CNAddr3      = netip.MustParseAddr("198.51.102.2")
+	DMZ3AddrCN   = netip.MustParseAddr("198.51.102.1")
+	DMZ3AddrINET = netip.MustParseAddr("203.0.115.1")
+	INETAddr3    = netip.MustParseAddr("203.0.115.2")
 )
 
 // Interface names inside the namespaces. Names are per namespace, so they
@@ -90,6 +98,8 @@ const (
 	IfWANToDMZ   = "dmz0"  // in wan (WithImpairment)
 	IfCNToDMZ2   = "dmz2"  // in cn (WithSecondDMZ)
 	IfINETToDMZ2 = "dmz2"  // in inet (WithSecondDMZ)
+	IfCNToDMZ3   = "dmz3"  // in cn (WithThirdDMZ)
+	IfINETToDMZ3 = "dmz3"  // in inet (WithThirdDMZ)
 )
 
 // Topology is one cn/dmz/inet instance. Fields are read-only after New.
@@ -109,6 +119,9 @@ type Topology struct {
 	// reaches the same outside peers. The impairment relay is on dmz's
 	// link only.
 	DMZ2 string
+	// DMZ3 is a third gateway host like DMZ2 (DMZ3AddrCN, DMZ3AddrINET);
+	// "" without WithThirdDMZ.
+	DMZ3 string
 	// Site is the site network's namespace, linked to cn only; "" without
 	// WithSite (site.go).
 	Site string
@@ -130,6 +143,7 @@ type Topology struct {
 
 type options struct {
 	dmz2   bool
+	dmz3   bool
 	site   bool
 	rate   string
 	native bool
@@ -174,6 +188,10 @@ func WithCongestionControl(cc string) Option { return func(o *options) { o.cc = 
 // tests with several gateways.
 func WithSecondDMZ() Option { return func(o *options) { o.dmz2 = true } }
 
+// WithThirdDMZ adds a second and a third gateway host, DMZ2 and DMZ3 (see
+// Topology.DMZ3), for measurements with three gateways.
+func WithThirdDMZ() Option { return func(o *options) { o.dmz2, o.dmz3 = true, true } }
+
 // WithPrefix sets the prefix of the namespace names (default "al").
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
@@ -206,6 +224,10 @@ func New(t testing.TB, opts ...Option) *Topology {
 	if o.dmz2 {
 		tp.DMZ2 = base + "-dmz2"
 		nss = append(nss, tp.DMZ2)
+	}
+	if o.dmz3 {
+		tp.DMZ3 = base + "-dmz3"
+		nss = append(nss, tp.DMZ3)
 	}
 	if o.site {
 		tp.Site = base + "-site"
@@ -248,16 +270,23 @@ func New(t testing.TB, opts ...Option) *Topology {
 	// The outside is dmz's default route (see the package comment).
 	mustIP(t, "-n", tp.DMZ, "route", "add", "default", "via", tp.INETAddr.String())
 	links := [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}}
+	// Extra gateway hosts: links to cn and inet, the outside through inet.
+	extraDMZ := func(ns, ifCN, ifINET string, cnAddr, dmzCN, dmzINET, inetAddr netip.Addr) {
+		mustIP(t, "-n", tp.CN, "link", "add", ifCN, "type", "veth", "peer", "name", IfDMZToCN, "netns", ns)
+		mustIP(t, "-n", ns, "link", "add", IfDMZToINET, "type", "veth", "peer", "name", ifINET, "netns", tp.INET)
+		addr(tp.CN, ifCN, cnAddr)
+		addr(ns, IfDMZToCN, dmzCN)
+		addr(ns, IfDMZToINET, dmzINET)
+		addr(tp.INET, ifINET, inetAddr)
+		mustIP(t, "-n", ns, "route", "add", INETPrefix.String(), "via", inetAddr.String())
+		mustIP(t, "-n", ns, "route", "add", "default", "via", inetAddr.String())
+		links = append(links, [][2]string{{tp.CN, ifCN}, {ns, IfDMZToCN}, {ns, IfDMZToINET}, {tp.INET, ifINET}}...)
+	}
 	if tp.DMZ2 != "" {
-		mustIP(t, "-n", tp.CN, "link", "add", IfCNToDMZ2, "type", "veth", "peer", "name", IfDMZToCN, "netns", tp.DMZ2)
-		mustIP(t, "-n", tp.DMZ2, "link", "add", IfDMZToINET, "type", "veth", "peer", "name", IfINETToDMZ2, "netns", tp.INET)
-		addr(tp.CN, IfCNToDMZ2, CNAddr2)
-		addr(tp.DMZ2, IfDMZToCN, DMZ2AddrCN)
-		addr(tp.DMZ2, IfDMZToINET, DMZ2AddrINET)
-		addr(tp.INET, IfINETToDMZ2, INETAddr2)
-		mustIP(t, "-n", tp.DMZ2, "route", "add", INETPrefix.String(), "via", INETAddr2.String())
-		mustIP(t, "-n", tp.DMZ2, "route", "add", "default", "via", INETAddr2.String())
-		links = append(links, [][2]string{{tp.CN, IfCNToDMZ2}, {tp.DMZ2, IfDMZToCN}, {tp.DMZ2, IfDMZToINET}, {tp.INET, IfINETToDMZ2}}...)
+		extraDMZ(tp.DMZ2, IfCNToDMZ2, IfINETToDMZ2, CNAddr2, DMZ2AddrCN, DMZ2AddrINET, INETAddr2)
+	}
+	if tp.DMZ3 != "" {
+		extraDMZ(tp.DMZ3, IfCNToDMZ3, IfINETToDMZ3, CNAddr3, DMZ3AddrCN, DMZ3AddrINET, INETAddr3)
 	}
 
 	if tp.Site != "" {
@@ -377,8 +406,8 @@ func (tp *Topology) AddDMZAddrs(t testing.TB, n int) []netip.Addr {
 // for a server to listen on.
 func (tp *Topology) Port() int { return int(tp.nextPort.Add(1)) }
 
-// Namespaces returns the namespace names: cn, dmz, inet, and wan and dmz2
-// if the topology has them.
+// Namespaces returns the namespace names: cn, dmz, inet, and wan, dmz2
+// and dmz3 if the topology has them.
 func (tp *Topology) Namespaces() []string {
 	nss := []string{tp.CN, tp.DMZ, tp.INET}
 	if tp.WAN != "" {
@@ -386,6 +415,9 @@ func (tp *Topology) Namespaces() []string {
 	}
 	if tp.DMZ2 != "" {
 		nss = append(nss, tp.DMZ2)
+	}
+	if tp.DMZ3 != "" {
+		nss = append(nss, tp.DMZ3)
 	}
 	if tp.Site != "" {
 		nss = append(nss, tp.Site)

@@ -182,3 +182,32 @@ func TestSecondDMZ(t *testing.T) {
 		t.Errorf("namespace %s left behind", name)
 	}
 }
+
+// TestThirdDMZ checks the third gateway host like TestSecondDMZ: it
+// reaches inet's peers, cn reaches it, and it goes away at cleanup.
+func TestThirdDMZ(t *testing.T) {
+	t.Parallel()
+	var name string
+	t.Run("build", func(t *testing.T) {
+		tp := topology.New(t, topology.WithThirdDMZ())
+		name = tp.DMZ3
+		port, _ := tp.StartHTTP(t, map[string]int64{"f": 1024})
+		web := netip.AddrPortFrom(tp.INETAddr, uint16(port))
+		for _, ns := range []string{tp.DMZ2, tp.DMZ3} {
+			if !tp.TCPCheck(t, ns, nil, web) {
+				t.Errorf("%s cannot reach inet %v", ns, web)
+			}
+		}
+		lst := netip.AddrPortFrom(topology.DMZ3AddrCN, uint16(tp.Port()))
+		tp.StartTCPListener(t, tp.DMZ3, lst)
+		if !tp.TCPCheck(t, tp.CN, nil, lst) {
+			t.Errorf("cn cannot reach dmz3 %v", lst)
+		}
+		if len(tp.Namespaces()) != 5 {
+			t.Errorf("namespaces %v, want cn, dmz, inet, dmz2, dmz3", tp.Namespaces())
+		}
+	})
+	if _, err := topology.NetnsInode(name); err == nil {
+		t.Errorf("namespace %s left behind", name)
+	}
+}

@@ -26,8 +26,9 @@ import (
 // SIGTERM, after releasing every lease.
 func runJobs(args []string) error {
 	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	gw := fs.String("gateway", os.Getenv("AIRLOCK_GATEWAY"), "gateway HOST:PORT")
-	pin := fs.String("pin", os.Getenv("AIRLOCK_PIN"), "gateway fingerprint")
+	gw := fs.String("gateway", os.Getenv("AIRLOCK_GATEWAY"), "gateway HOST:PORT, or several comma-separated: each job joins the least loaded and fails over like airlock run")
+	pin := fs.String("pin", os.Getenv("AIRLOCK_PIN"), "gateway fingerprint, or one per gateway comma-separated")
+	failover := fs.Duration("failover-after", 0, "with several gateways: how long a job's gateway may be lost before it moves (default: airlock run's)")
 	token := fs.String("token", os.Getenv("AIRLOCK_TOKEN"), "join token")
 	n := fs.Int("n", 100, "number of jobs")
 	over := fs.Duration("over", 0, "spread the jobs' starts over this long")
@@ -49,7 +50,7 @@ func runJobs(args []string) error {
 	cfg := loadgen.Config{
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
 		Gateway: *gw, Pin: *pin, Token: *token, N: *n, Over: *over,
-		EchoEvery: *every, Timeout: *timeout, JobPrefix: *prefix,
+		EchoEvery: *every, Timeout: *timeout, JobPrefix: *prefix, FailoverAfter: *failover,
 	}
 	if *echo != "" {
 		ap, err := netip.ParseAddrPort(*echo)
