@@ -57,7 +57,16 @@ func checkFoundation(t *testing.T, e *env) {
 		want := e.tp.INETAddr.String()
 		for _, proto := range []string{"+notcp", "+tcp"} {
 			out := e.mustRun(t, "dig", "+short", proto, "+time=2", "+tries=3", zoneName)
-			if strings.TrimSpace(out) != want {
+			// A query lost on the 1 % path is retried (+tries): dig then
+			// prints ";; communications error …" before the answer. The
+			// answer is what must arrive.
+			var answer []string
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				if !strings.HasPrefix(l, ";;") {
+					answer = append(answer, l)
+				}
+			}
+			if strings.Join(answer, "\n") != want {
 				t.Errorf("dig +short %s %s = %q, want %s", proto, zoneName, out, want)
 			}
 		}

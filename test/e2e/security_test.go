@@ -25,7 +25,9 @@ for f in /proc/[0-9]*/environ; do tr '\0' '\n' <"$f" 2>/dev/null; echo; done; ec
 // proxies, its UDP association or its exposed ports, while the job's own
 // traffic flows.
 func TestClientSecurity(t *testing.T) {
-	e := newEnv(t)
+	// The neighbour check exposes 8080 and 8081 (exposure is off by
+	// default).
+	e := newEnvMode(t, modeUser, "--expose-ports", "8080-8081")
 	topology.BuildPreload(t)
 	dir := topology.TempDir(t)
 	tokFile := filepath.Join(dir, "token")
