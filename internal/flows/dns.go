@@ -59,11 +59,7 @@ func (t *Table) DNS(q DNSQuery) {
 	}
 	t.dns.add(result)
 	t.mu.Lock()
-	var ref JobRef
-	lim := &t.anon
-	if j := t.jobs[jaddr]; j != nil {
-		ref, lim = j.ref, &j.logs
-	}
+	ref, lim := t.logsOfLocked(jaddr)
 	t.mu.Unlock()
 	if t.out == nil {
 		return

@@ -239,6 +239,15 @@ func (t *Table) Open(k Key, dir string) *Flow {
 	return f
 }
 
+// logsOfLocked returns the job at jaddr and its log budgets; an address
+// that is no known job's shares the anonymous budgets. t.mu must be held.
+func (t *Table) logsOfLocked(jaddr netip.Addr) (JobRef, *logLimits) {
+	if j := t.jobs[jaddr]; j != nil {
+		return j.ref, &j.logs
+	}
+	return JobRef{}, &t.anon
+}
+
 // Refuse records a flow the backend or the policy refused with verdict
 // (BlockExhausted, FlowLimit, NewFlowRate, Denied(rule)): it is counted
 // and logged, at most refusalLogRate records per second per job (the
@@ -249,11 +258,7 @@ func (t *Table) Refuse(k Key, dir, verdict string) {
 	jaddr := jobAddr(k, dir)
 	t.mu.Lock()
 	t.verdicts[verdict]++
-	var ref JobRef
-	lim := &t.anon
-	if j := t.jobs[jaddr]; j != nil {
-		ref, lim = j.ref, &j.logs
-	}
+	ref, lim := t.logsOfLocked(jaddr)
 	t.mu.Unlock()
 	if t.out == nil {
 		return
