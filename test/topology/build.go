@@ -195,16 +195,9 @@ func BuildPreload(t testing.TB) string {
 	}
 	b := getBuild(PreloadLibrary)
 	b.once.Do(func() {
-		root, err := ModuleRoot()
+		root, err := makeIn("preload", "")
 		if err != nil {
 			b.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join(root, "preload"))
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("make -C preload: %v\n%s", err, msg)
 			return
 		}
 		b.path, b.err = installFile(filepath.Join(root, "preload", PreloadLibrary), PreloadLibrary, 0o644)
@@ -213,4 +206,22 @@ func BuildPreload(t testing.TB) string {
 		t.Fatalf("build %s: %v", PreloadLibrary, b.err)
 	}
 	return b.path
+}
+
+// makeIn runs make -s in the module's directory dir (at most 2 minutes) and
+// returns the module root; hint, if set, says what the build needs.
+func makeIn(dir, hint string) (string, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if msg, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join(root, dir)).CombinedOutput(); err != nil {
+		if hint != "" {
+			hint = " (" + hint + ")"
+		}
+		return "", fmt.Errorf("make -C %s%s: %v\n%s", dir, hint, err, msg)
+	}
+	return root, nil
 }

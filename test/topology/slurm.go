@@ -361,15 +361,9 @@ func BuildSpank(t testing.TB) (plugin, wrapper string) {
 	t.Helper()
 	b := getBuild(SpankPlugin)
 	b.once.Do(func() {
-		root, err := ModuleRoot()
+		root, err := makeIn("slurm", "needs libslurm-dev")
 		if err != nil {
 			b.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if msg, err := exec.CommandContext(ctx, "make", "-s", "-C", filepath.Join(root, "slurm")).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("make -C slurm (needs libslurm-dev): %v\n%s", err, msg)
 			return
 		}
 		if _, err := installFile(filepath.Join(root, "slurm", SpankWrapper), SpankWrapper, 0o755); err != nil {
