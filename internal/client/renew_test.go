@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -160,4 +161,37 @@ func countOf(s []string, v string) int {
 		}
 	}
 	return n
+}
+
+// TestJoinWaitsOutRateLimit checks that a join refused because the node's
+// address is rate-limited (a neighbour's failed joins) is retried after
+// the gateway's Retry-After instead of failing the job at start.
+func TestJoinWaitsOutRateLimit(t *testing.T) {
+	b := &controltest.Backend{}
+	g := controltest.Start(t, b, controltest.Options{FailureLimit: 1, FailureBurst: 1})
+	gws, err := parseGateways(g.Addr, g.Pin, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, _ := tunnel.GenerateKey()
+	ctx := context.Background()
+	// The neighbour: bad-token joins from the same address until limited.
+	limited := false
+	for i := 0; i < 5 && !limited; i++ {
+		_, err := gws[0].cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey().String()})
+		limited = errors.Is(err, control.ErrRateLimited)
+	}
+	if !limited {
+		t.Fatal("the bad joins were never rate-limited: the test cannot show the wait")
+	}
+	s := &session{
+		log: slog.New(slog.DiscardHandler), gws: gws, priv: priv,
+		req: control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey().String()},
+	}
+	start := time.Now()
+	if err := s.join(ctx, nil, 5*time.Second); err != nil {
+		t.Fatalf("join from a rate-limited address: %v, want it to wait and succeed", err)
+	}
+	t.Logf("joined after %v", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(s.closeClients)
 }

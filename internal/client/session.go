@@ -149,15 +149,15 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 	}
 	var errs []error
 	for _, r := range rs {
-		jctx, cancel := context.WithTimeout(ctx, timeout)
 		req := s.req
 		req.Replace = r.gw.last
-		ls, err := r.gw.cc.Join(jctx, req)
+		ls, err := s.joinOne(ctx, r.gw, req, timeout)
 		var ep netip.AddrPort
 		if err == nil {
+			jctx, cancel := context.WithTimeout(ctx, timeout)
 			ep, err = resolveEndpoint(jctx, ls.Endpoint, r.gw.addr)
+			cancel()
 		}
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
@@ -183,6 +183,39 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		return nil
 	}
 	return fmt.Errorf("no gateway took the job: %w", errors.Join(errs...))
+}
+
+// rateLimitBudget bounds how long joinOne waits out a gateway's rate
+// limit on this node's address (which a neighbour's failed requests can
+// trigger) before it gives the refusal to the caller.
+const rateLimitBudget = 30 * time.Second
+
+// joinOne joins gw, each attempt within timeout. A 429 (the gateway limits
+// failed requests from this node's address) is waited out for the
+// Retry-After the gateway names (1–5 s), for at most rateLimitBudget in
+// all, with a warning; every other error returns at once.
+func (s *session) joinOne(ctx context.Context, gw *gatewayEntry, req control.JoinRequest, timeout time.Duration) (control.Lease, error) {
+	deadline := time.Now().Add(rateLimitBudget)
+	for {
+		jctx, cancel := context.WithTimeout(ctx, timeout)
+		ls, err := gw.cc.Join(jctx, req)
+		cancel()
+		var ae *control.APIError
+		if err == nil || !errors.Is(err, control.ErrRateLimited) || !errors.As(err, &ae) {
+			return ls, err
+		}
+		wait := min(max(ae.RetryAfter, time.Second), 5*time.Second)
+		if time.Now().Add(wait).After(deadline) {
+			return ls, err
+		}
+		s.log.Warn("the gateway rate-limits joins from this node's address (failed requests from it, maybe another process's); retrying",
+			"gateway", gw.addr, "in", wait)
+		select {
+		case <-ctx.Done():
+			return ls, context.Cause(ctx)
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (s *session) gatewayList() string {
