@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"testing"
@@ -361,6 +362,12 @@ func testPacketPathAllocs(t *testing.T, capturing bool) {
 	// refilling them is a cost per GC, not per packet: keep GC out of the
 	// measurement.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	// One P: gVisor's buffers come from sync.Pools, whose caches are per
+	// P; with several, a buffer put back on one P and wanted on another is
+	// a pool miss, an allocation that depends on where the scheduler ran
+	// each goroutine (this test failed on a quiet 2-core machine that way),
+	// not on the path.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for range 3000 { // warm pools and buffers up
 		if f.sendBatch() == 0 {
 			t.Fatalf("flow failed: %v", f.err)
