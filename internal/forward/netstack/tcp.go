@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -78,7 +77,7 @@ func (s *Stack) handleTCP(r *tcp.ForwarderRequest) {
 	ep.SetSockOpt(&idle)
 	intvl := tcpip.KeepaliveIntervalOption(keepaliveInterval)
 	ep.SetSockOpt(&intvl)
-	s.serveTCP(gonet.NewTCPConn(&wq, ep), out, src, dst, lim, tcpSegments(ep))
+	s.serveTCP(newJobConn(&wq, ep), out, src, dst, lim, tcpSegments(ep))
 }
 
 // openTCP decides on a job's new TCP flow from src to dst: destination
