@@ -396,3 +396,16 @@ func TestDialRefusals(t *testing.T) {
 		t.Error("LookupHost took a name outside the local domains")
 	}
 }
+
+// TestCompileEmpty checks that the lease watch's empty bypass ("none",
+// with a zero policy) compiles to a set that bypasses nothing, instead of
+// being refused for its empty policy default.
+func TestCompileEmpty(t *testing.T) {
+	s, err := Compile(&control.Bypass{})
+	if err != nil {
+		t.Fatalf("Compile(empty bypass): %v, want no error", err)
+	}
+	if !s.IsEmpty() {
+		t.Errorf("Compile(empty bypass) is not empty: %v", s.Rules())
+	}
+}

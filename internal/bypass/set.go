@@ -116,7 +116,9 @@ const maxRules = 1024
 // gives an empty Set.
 func Compile(b *control.Bypass) (*Set, error) {
 	s := &Set{entries: &policy.Policy{Default: policy.Deny}, gateway: &policy.Policy{}}
-	if b == nil {
+	// The zero bypass is how the lease watch says "none".
+	if b == nil || (len(b.Rules) == 0 && len(b.LocalDomains) == 0 && len(b.Resolvers) == 0 &&
+		b.Policy.Default == "" && len(b.Policy.Rules) == 0) {
 		return s, nil
 	}
 	if len(b.Rules) > maxRules || len(b.Policy.Rules) > maxRules || len(b.LocalDomains) > maxRules || len(b.Resolvers) > 16 {
