@@ -81,16 +81,7 @@ func (d *file) validateBypass(cfg *Config, bad func(string, string, ...any)) {
 			}
 			r.To = append(r.To, p)
 		}
-		p, err := policy.ParseProto(fb.Proto)
-		if err != nil {
-			bad(key+".proto", "%v", err)
-		}
-		r.Proto = p
-		r.Ports = parsePorts(fb.Ports, key+".ports", bad)
-		if len(r.Ports) > 0 && r.Proto == policy.ProtoICMP {
-			bad(key+".ports", "ports with proto = \"icmp\": ICMP has no ports")
-		}
-		r.Tokens = parseTokens(fb.Tokens, key+".tokens", bad)
+		parseMatch(&r, fb.Proto, fb.Ports, fb.Tokens, key, bad)
 		cfg.Bypass.Rules = append(cfg.Bypass.Rules, r)
 	}
 

@@ -276,16 +276,7 @@ func (d *file) validate() (*Config, []keyErr) {
 			}
 			r.To = append(r.To, p)
 		}
-		p, err := policy.ParseProto(fr.Proto)
-		if err != nil {
-			bad(key+".proto", "%v", err)
-		}
-		r.Proto = p
-		r.Ports = parsePorts(fr.Ports, key+".ports", bad)
-		if len(r.Ports) > 0 && r.Proto == policy.ProtoICMP {
-			bad(key+".ports", "ports with proto = \"icmp\": ICMP has no ports")
-		}
-		r.Tokens = parseTokens(fr.Tokens, key+".tokens", bad)
+		parseMatch(&r, fr.Proto, fr.Ports, fr.Tokens, key, bad)
 		cfg.Policy.Rules = append(cfg.Policy.Rules, r)
 	}
 
@@ -402,6 +393,21 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q has host bits set: did you mean %s?", s, p.Masked())
 	}
 	return p, nil
+}
+
+// parseMatch parses the protocol, ports and tokens that policy rules and
+// bypass entries share into r, under key.
+func parseMatch(r *policy.Rule, proto string, ports []any, tokens []string, key string, bad func(string, string, ...any)) {
+	p, err := policy.ParseProto(proto)
+	if err != nil {
+		bad(key+".proto", "%v", err)
+	}
+	r.Proto = p
+	r.Ports = parsePorts(ports, key+".ports", bad)
+	if len(r.Ports) > 0 && r.Proto == policy.ProtoICMP {
+		bad(key+".ports", "ports with proto = \"icmp\": ICMP has no ports")
+	}
+	r.Tokens = parseTokens(tokens, key+".tokens", bad)
 }
 
 // parsePorts reads a list of ports: numbers, "N" or "LO-HI".
