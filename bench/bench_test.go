@@ -338,9 +338,14 @@ func (b *bencher) point(t *testing.T, tg, native *target, u *topology.User, link
 		r.Note = fmt.Sprintf("LOAD GATE GAVE UP: %.2f busy cores before; ", r.BusyBefore)
 	}
 	gw, cli := tg.st.gatewayRoots(), tg.st.clientRoots()
+	prof := startPerf(t, what, gw, cli)
+	if prof != nil {
+		r.Note += "profiled with perf; "
+	}
 	g0, c0, s0, m0 := treesCPU(gw), treesCPU(cli), procCPU(tg.srvPID), cpuStat()
 	res, icpu, err := runIperf(t, tg.st.tp(), u, tg.st.job(iperfArgs(tg, n, dir, *flagDuration)...), *flagDuration)
 	g1, c1, s1, m1 := treesCPU(gw), treesCPU(cli), procCPU(tg.srvPID), cpuStat()
+	stopPerf(t, prof)
 	r.BusyDuring = m1.busyCores(m0)
 	if err == nil {
 		err = tg.st.check(res.bytes)
