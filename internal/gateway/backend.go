@@ -30,6 +30,7 @@ type gateway struct {
 	cfg       Config
 	leases    *lease.Manager
 	wg        *tunnel.Gateway
+	wgPriv    tunnel.Key
 	wgPub     tunnel.Key
 	gwAddr    netip.Addr
 	advertise string
@@ -76,6 +77,9 @@ type gateway struct {
 	// maxBlocks is the most port blocks one job may hold
 	// (--max-block-size, blocksize.go).
 	maxBlocks int
+	// res are the listeners and servers open made for serve, and what
+	// close undoes (run.go).
+	res resources
 }
 
 // owner is what a lease records about its holder.
