@@ -477,20 +477,11 @@ func AdmitIP(p []byte) (tcpip.NetworkProtocolNumber, bool) {
 // copyPacket copies pkt into dst and sets *size, without allocating. It
 // returns false if pkt does not fit.
 func copyPacket(dst []byte, pkt *stack.PacketBuffer, size *int) bool {
-	if pkt.Size() > len(dst) {
+	n := pkt.Size()
+	if n > len(dst) {
 		return false
 	}
-	vl, off := pkt.AsViewList()
-	n := 0
-	for v := vl.Front(); v != nil; v = v.Next() {
-		b := v.AsSlice()
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		n += copy(dst[n:], b[off:])
-		off = 0
-	}
+	copyRange(dst[:n], pkt, 0)
 	*size = n
 	return true
 }
