@@ -241,9 +241,7 @@ func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
 		return err
 	}
-	if g.capture != nil {
-		g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
-	}
+	g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
 	return nil
 }
 
@@ -319,9 +317,7 @@ func (g *gateway) removeJob(l lease.Lease) {
 	g.closeStream(l)
 	g.handshakes.forget(l.PublicKey)
 	g.backend.RemoveJob(l.Addr)
-	if g.capture != nil {
-		g.capture.RemoveJob(l.Addr)
-	}
+	g.capture.RemoveJob(l.Addr)
 }
 
 // recordEnd closes l's entry in the lease history.
