@@ -31,7 +31,7 @@ package kernel
 //
 // Refusals happen inside nftables, which reports counts only (the block,
 // flow and new-flow-rate limit rules' counters, and the policy rules',
-// PolicyDrops): they are added to the flow table's verdict counts with
+// Stats.PolicyDrops): they are added to the flow table's verdict counts with
 // CountRefused, without per-flow records.
 
 import (

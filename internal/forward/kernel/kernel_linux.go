@@ -103,7 +103,7 @@ type Forwarder struct {
 	limitRules map[netip.Addr][]*nftables.Rule
 	// tc shapes bandwidth; nil until a bandwidth limit is first set.
 	tc *tcShaper
-	// tokens holds each job's token name (SetJobToken), for the scope
+	// tokens holds each job's token name (AddJob, setJobToken), for the scope
 	// sets of token-scoped policy rules.
 	tokens map[netip.Addr]string
 	// policy is the policy in force; policyGen numbers its scope sets;

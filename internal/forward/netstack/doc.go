@@ -43,10 +43,10 @@
 //
 // Policy (policy.go): on top of that floor, every new TCP connection, UDP
 // flow and ICMP echo flow is decided by the site's policy (SetPolicy, rules
-// of package policy, with the job's token from SetJobToken and whether the
+// of package policy, with the job's token from AddJob and whether the
 // destination is one of the host's own addresses) before anything is
 // dialled: a denied SYN gets a RST, denied datagrams and echo requests are
-// dropped, and each denial is counted under its rule (PolicyDrops).
+// dropped, and each denial is counted under its rule (Stats.PolicyDrops).
 //
 // ICMP echo: the netstack answers echo requests to the tunnel address.
 // IPv4 echo requests to other destinations never enter the netstack (it

@@ -6,7 +6,7 @@ package netstack
 // the public port of the job's egress address (Exposure.PublicAddr, else
 // EgressAddr), the address the gateway announces, and on
 // no other address of the host (never its loopback or management
-// addresses; without EgressAddr, Expose fails), as the gateway's user; nothing is done by the kernel on the
+// addresses; without EgressAddr, AddJob with exposures fails), as the gateway's user; nothing is done by the kernel on the
 // jobs' behalf. TCP: each accepted connection is carried into the netstack
 // with a gonet dial to JOB:PORT; if the job refuses or does not answer
 // within exposeDialTimeout the outside client gets a reset. Data is copied
