@@ -28,10 +28,10 @@ package kernel
 //	chain policy_deny   tcp: reject with tcp reset; else drop
 //
 // Deny rules carry a counter and the user data "airlock policy NAME", so
-// policyDrops (Stats.PolicyDrops) sums them by rule name. Token-scoped rules match the source
-// against a set per rule (scopeG_I, generation G, rule I) holding the
-// addresses of the jobs whose token the rule names; AddJob (setJobToken) and
-// RemoveJob add and delete elements.
+// policyDrops (Stats.PolicyDrops) sums them by rule name. Token-scoped
+// rules match the source against a set per rule (scopeG_I, generation G,
+// rule I) holding the addresses of the jobs whose token the rule names;
+// AddJob (setJobToken) and RemoveJob add and delete elements.
 //
 // SetPolicy replaces both chains' rules and the scope sets in one netlink
 // batch, which nf_tables applies as one transaction: packets see the old
