@@ -2,8 +2,6 @@ package kernel
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"net/netip"
 	"testing"
 
@@ -24,17 +22,7 @@ func TestAddJobAllOrNothing(t *testing.T) {
 	}
 	setupNetns(t, "0")
 	tb := flows.New(flows.Config{})
-	f, err := New(Config{
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Addr:         tunnelAddr,
-		EgressAddr:   egressAddr,
-		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
-		BlockSize:    256,
-		Flows:        tb,
-	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	f := newTestForwarderFlows(t, tb)
 	defer f.Close()
 	addr := netip.MustParseAddr("100.64.0.2")
 	job := forward.Job{

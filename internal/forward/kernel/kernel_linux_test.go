@@ -17,6 +17,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -98,12 +99,19 @@ func mustLink(t *testing.T, name string) netlink.Link {
 
 func newTestForwarder(t *testing.T) *Forwarder {
 	t.Helper()
+	return newTestForwarderFlows(t, nil)
+}
+
+// newTestForwarderFlows is newTestForwarder recording flows in tb.
+func newTestForwarderFlows(t *testing.T, tb *flows.Table) *Forwarder {
+	t.Helper()
 	f, err := New(Config{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Addr:         tunnelAddr,
 		EgressAddr:   egressAddr,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
 		BlockSize:    256,
+		Flows:        tb,
 	})
 	if err != nil {
 		t.Fatalf("New: %v", err)
