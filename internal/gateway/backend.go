@@ -100,7 +100,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
-	l, secret, err := g.lease(req, tok, remote, pub)
+	l, secret, err := g.newLease(req, tok, remote, pub)
 	if err != nil {
 		return control.Lease{}, err
 	}
@@ -176,10 +176,10 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}, nil
 }
 
-// lease allocates the lease of a join (allocate: admission, quotas, the
+// newLease allocates the lease of a join (allocate: admission, quotas, the
 // address and port blocks) and ends the lease it replaces. Its errors are
 // the ones the client sees.
-func (g *gateway) lease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key) (lease.Lease, string, error) {
+func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key) (lease.Lease, string, error) {
 	l, secret, replaced, err := g.allocate(req, tok, remote, pub, time.Now())
 	if replaced != nil {
 		g.removePeer(replaced.PublicKey)
