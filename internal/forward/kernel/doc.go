@@ -41,7 +41,8 @@
 //	    jump job_limits
 //	    ct state new add @conns { ip saddr . ip daddr . tcp/udp dport
 //	        ct count over BLOCK } counter goto refuse   (block exhausted for
-//	        that destination: refuse now instead of SNAT dropping it)
+//	        that destination: refuse now instead of SNAT dropping it;
+//	        counted in Stats, logged every 2 s by refusalLoop)
 //	    accept
 //	chain input        filter, hook input, priority filter (0), policy accept
 //	    iifname TUN jump to_host
@@ -54,7 +55,7 @@
 //	chain job_limits   per job with flow limits (SetJobLimits), tagged:
 //	    ip saddr JOB ct state new ct count over N goto over_flows
 //	    ip saddr JOB ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
-//	chain over_flows, over_rate   counter goto refuse (read by LimitStats)
+//	chain over_flows, over_rate   counter goto refuse (read by Stats)
 //	chain egress_policy, host_policy, policy_deny   the compiled egress policy
 //	                   (see policy_linux.go)
 //	chain refuse       tcp: reject with tcp reset; else reject (icmpx port
@@ -72,9 +73,11 @@
 // job's conntrack entries are flushed with them, so a later job at the same
 // tunnel address never inherits the previous job's mappings (and ports).
 //
-// Exposure (`airlock run --expose`): Expose adds a job's DNAT rules after
-// AddJob, Unexpose deletes them (and the conntrack entries whose reply
-// source is the job) before RemoveJob. The public port is one of the job's
+// Exposure (`airlock run --expose`): AddJob adds a job's DNAT rules
+// (expose) after its NAT, token and limit rules, RemoveJob deletes them
+// (unexpose, with the conntrack entries whose reply source is the job)
+// first. AddJob is all or nothing (forward.Backend): if any part fails,
+// what it added so far is removed (removeJobLocked, backend_linux.go). The public port is one of the job's
 // own block, so the job's SNAT may in principle pick it as a source port
 // too; conntrack keeps the tuples unique, so both work.
 //

@@ -4,16 +4,16 @@
 //
 // # Theory of operation
 //
-// A [Stack] is a [forward.Forwarder] (a wireguard-go tun.Device). The
+// A [Stack] is a [forward.Backend] (a wireguard-go tun.Device). The
 // WireGuard device writes decrypted job packets with Write; they are injected
 // into one gVisor NIC backed by a packet-queue link endpoint. The NIC is
 // promiscuous (it accepts packets for any destination, i.e. the job's real
 // destination) and spoofing (it may send from any source, i.e. answer as that
 // destination). Default IPv4 and IPv6 routes point at the NIC. Packets the
 // stack emits are queued on the link endpoint and handed to the WireGuard
-// device by Read. The link endpoint (link.go) coalesces each Write batch
-// with GRO and lets the stack's TCP emit large segments that Read splits
-// into MTU-sized packets (GSO); neither allocates per packet.
+// device by Read. The link endpoint (internal/stacklink) coalesces each
+// Write batch with GRO and lets the stack's TCP emit large segments that
+// Read splits into MTU-sized packets (GSO); neither allocates per packet.
 //
 // TCP: the stack's TCP forwarder hands each new SYN to handleTCP in its own
 // goroutine. The flow is checked by checkFlow (floor and policy); then the real
@@ -43,10 +43,10 @@
 //
 // Policy (policy.go): on top of that floor, every new TCP connection, UDP
 // flow and ICMP echo flow is decided by the site's policy (SetPolicy, rules
-// of package policy, with the job's token from SetJobToken and whether the
+// of package policy, with the job's token from AddJob and whether the
 // destination is one of the host's own addresses) before anything is
 // dialled: a denied SYN gets a RST, denied datagrams and echo requests are
-// dropped, and each denial is counted under its rule (PolicyDrops).
+// dropped, and each denial is counted under its rule (Stats.PolicyDrops).
 //
 // ICMP echo: the netstack answers echo requests to the tunnel address.
 // IPv4 echo requests to other destinations never enter the netstack (it
