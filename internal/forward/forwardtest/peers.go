@@ -1,0 +1,167 @@
+package forwardtest
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Ports of the outside peer's servers.
+const (
+	echoPort   = 7    // TCP and UDP echo
+	closedPort = 9    // nothing listens (TCP refused)
+	dnsPort    = 53   // DNS
+	sinkPort   = 9000 // a second TCP and UDP echo port
+)
+
+// DNSName is the name the outside DNS server answers, with DNSAnswer.
+const DNSName = "suite.example."
+
+// DNSAnswer is DNSName's A record.
+var DNSAnswer = netip.MustParseAddr("192.0.2.77")
+
+// peers are the outside servers: a TCP echo server that also records
+// each connection's remote address, a UDP echo server that records each
+// datagram's source, and a DNS server.
+type peers struct {
+	mu      sync.Mutex
+	tcpSrcs []netip.AddrPort
+	udpSrcs []netip.AddrPort
+}
+
+func (p *peers) tcpSources() []netip.AddrPort {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]netip.AddrPort(nil), p.tcpSrcs...)
+}
+
+func (p *peers) udpSources() []netip.AddrPort {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]netip.AddrPort(nil), p.udpSrcs...)
+}
+
+// startPeers opens the outside servers on PeerAddr and PrivatePeerAddr;
+// they stop in t.Cleanup.
+func startPeers(t *testing.T, o *Outside) *peers {
+	t.Helper()
+	p := &peers{}
+	var closers []io.Closer
+	var wg sync.WaitGroup
+	err := o.Do(func() error {
+		for _, ap := range []netip.AddrPort{
+			netip.AddrPortFrom(PeerAddr, echoPort), netip.AddrPortFrom(PeerAddr, sinkPort), netip.AddrPortFrom(PrivatePeerAddr, echoPort),
+		} {
+			ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
+			if err != nil {
+				return err
+			}
+			closers = append(closers, ln)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.serveTCPEcho(ln, &wg)
+			}()
+			uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(ap))
+			if err != nil {
+				return err
+			}
+			closers = append(closers, uc)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.serveUDPEcho(uc)
+			}()
+		}
+		pc, err := net.ListenPacket("udp", netip.AddrPortFrom(PeerAddr, dnsPort).String())
+		if err != nil {
+			return err
+		}
+		srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(serveDNS)}
+		closers = append(closers, closerFunc(srv.Shutdown))
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srv.ActivateAndServe()
+		}()
+		<-started
+		return nil
+	})
+	t.Cleanup(func() {
+		for _, c := range closers {
+			c.Close()
+		}
+		wg.Wait()
+	})
+	if err != nil {
+		t.Fatalf("outside peers: %v", err)
+	}
+	return p
+}
+
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
+
+// serveTCPEcho echoes each connection's bytes until the client's EOF, then
+// half-closes its side, so the client sees its half-close carried through.
+func (p *peers) serveTCPEcho(ln *net.TCPListener, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.tcpSrcs = append(p.tcpSrcs, c.RemoteAddr().(*net.TCPAddr).AddrPort())
+		p.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			io.Copy(c, c)
+			c.CloseWrite()
+			// Wait for the client to close its side too.
+			io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+func (p *peers) serveUDPEcho(c *net.UDPConn) {
+	buf := make([]byte, 65536)
+	for {
+		n, from, err := c.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			continue
+		}
+		p.mu.Lock()
+		p.udpSrcs = append(p.udpSrcs, from)
+		p.mu.Unlock()
+		c.WriteToUDPAddrPort(buf[:n], from)
+	}
+}
+
+func serveDNS(w dns.ResponseWriter, q *dns.Msg) {
+	m := new(dns.Msg)
+	m.SetReply(q)
+	if len(q.Question) == 1 && q.Question[0].Name == DNSName && q.Question[0].Qtype == dns.TypeA {
+		m.Answer = []dns.RR{&dns.A{
+			Hdr: dns.RR_Header{Name: DNSName, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+			A:   DNSAnswer.AsSlice(),
+		}}
+	} else {
+		m.Rcode = dns.RcodeNameError
+	}
+	w.WriteMsg(m)
+}
