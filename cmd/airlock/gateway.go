@@ -12,8 +12,8 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -178,7 +178,7 @@ func (f limitFlags) parse(c *gateway.LimitsConfig) error {
 		{"--egress-rate", f.egress, &c.GlobalEgressBitsPerSec},
 		{"--ingress-rate", f.ingress, &c.GlobalIngressBitsPerSec},
 	} {
-		v, err := forward.ParseRate(r.val)
+		v, err := limits.ParseRate(r.val)
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.flag, err)
 		}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -60,7 +60,7 @@ func TestLimitFlags(t *testing.T) {
 	}{
 		{f: limitFlags{jobIngress: "fast"}, want: "--job-ingress-rate"},
 		{f: limitFlags{ingress: "10 parsecs"}, want: "--ingress-rate"},
-		{c: gateway.LimitsConfig{Job: forward.Limits{MaxFlows: -2}}, want: "--job-max-flows"},
+		{c: gateway.LimitsConfig{Job: limits.Job{MaxFlows: -2}}, want: "--job-max-flows"},
 	} {
 		if err := tt.f.parse(&tt.c); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%+v: got %v, want an error naming %s", tt.f, err, tt.want)

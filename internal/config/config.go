@@ -26,7 +26,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
@@ -64,14 +64,14 @@ type Limits struct {
 	// unlimited).
 	EgressBitsPerSec, IngressBitsPerSec uint64
 	// Job are the limits of jobs whose token has no entry in Tokens.
-	Job forward.Limits
+	Job limits.Job
 	// Tokens are the complete limits of the jobs of each token name.
-	Tokens map[string]forward.Limits
+	Tokens map[string]limits.Job
 }
 
 // ForToken returns the limits of a job that joined with the token named
 // tok.
-func (l Limits) ForToken(tok string) forward.Limits {
+func (l Limits) ForToken(tok string) limits.Job {
 	if t, ok := l.Tokens[tok]; ok {
 		return t
 	}
@@ -283,9 +283,9 @@ func (d *file) validate() (*Config, []keyErr) {
 	l := &cfg.Limits
 	l.EgressBitsPerSec = parseRate(d.Limits.EgressRate, "limits.egress_rate", bad)
 	l.IngressBitsPerSec = parseRate(d.Limits.IngressRate, "limits.ingress_rate", bad)
-	l.Job = d.Limits.Job.resolve(forward.Limits{}, "limits.job", bad)
+	l.Job = d.Limits.Job.resolve(limits.Job{}, "limits.job", bad)
 	if len(d.Limits.Token) > 0 {
-		l.Tokens = make(map[string]forward.Limits, len(d.Limits.Token))
+		l.Tokens = make(map[string]limits.Job, len(d.Limits.Token))
 		toks := make([]string, 0, len(d.Limits.Token))
 		for t := range d.Limits.Token {
 			toks = append(toks, t)
@@ -326,7 +326,7 @@ func (d *file) validate() (*Config, []keyErr) {
 }
 
 // resolve applies the set fields of j on top of base.
-func (j fileJobLimits) resolve(base forward.Limits, key string, bad func(string, string, ...any)) forward.Limits {
+func (j fileJobLimits) resolve(base limits.Job, key string, bad func(string, string, ...any)) limits.Job {
 	out := base
 	if j.EgressRate != nil {
 		out.EgressBitsPerSec = parseRate(*j.EgressRate, key+".egress_rate", bad)
@@ -365,7 +365,7 @@ func parseRate(s, key string, bad func(string, string, ...any)) uint64 {
 	if s == "unlimited" {
 		return 0
 	}
-	v, err := forward.ParseRate(s)
+	v, err := limits.ParseRate(s)
 	if err != nil {
 		bad(key, "%v (or \"unlimited\")", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -20,10 +20,10 @@ func TestExampleFile(t *testing.T) {
 	if len(cfg.Policy.Rules) != 3 || cfg.Policy.Rules[1].Name != "cms-storage" {
 		t.Errorf("rules = %+v", cfg.Policy.Rules)
 	}
-	if got := cfg.Limits.ForToken("cms-pilots"); got != (forward.Limits{EgressBitsPerSec: 5e9, MaxFlows: 1024, NewFlowsPerSec: 100}) {
+	if got := cfg.Limits.ForToken("cms-pilots"); got != (limits.Job{EgressBitsPerSec: 5e9, MaxFlows: 1024, NewFlowsPerSec: 100}) {
 		t.Errorf("cms-pilots limits = %+v", got)
 	}
-	if got := cfg.Limits.ForToken("other"); got != (forward.Limits{EgressBitsPerSec: 1e9, IngressBitsPerSec: 2e9, MaxFlows: 1024, NewFlowsPerSec: 100}) {
+	if got := cfg.Limits.ForToken("other"); got != (limits.Job{EgressBitsPerSec: 1e9, IngressBitsPerSec: 2e9, MaxFlows: 1024, NewFlowsPerSec: 100}) {
 		t.Errorf("default limits = %+v", got)
 	}
 	if cfg.Limits.EgressBitsPerSec != 10e9 {
@@ -69,7 +69,7 @@ max_flows = 0
 		len(r.Ports) != 2 || r.Ports[1] != (policy.PortRange{Lo: 5000, Hi: 5010}) {
 		t.Errorf("rule 1 = %+v", r)
 	}
-	if got := cfg.Limits.ForToken("a.b"); got != (forward.Limits{NewFlowsPerSec: 0.5}) {
+	if got := cfg.Limits.ForToken("a.b"); got != (limits.Job{NewFlowsPerSec: 0.5}) {
 		t.Errorf("a.b limits = %+v, want the job default with max_flows lifted", got)
 	}
 	if len(cfg.Exposure.Rules) != 0 || cfg.Exposure.Allowed("x", policy.ProtoTCP, 80) {

@@ -3,13 +3,13 @@ package config
 import (
 	"math"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 // resolveDNS applies the DNS keys of j (dns_max_inflight,
 // dns_queries_per_sec) on top of out. DNS through the gateway is never
 // unlimited: 0 means the relay's default, "unlimited" is an error.
-func (j fileJobLimits) resolveDNS(out *forward.Limits, key string, bad func(string, string, ...any)) {
+func (j fileJobLimits) resolveDNS(out *limits.Job, key string, bad func(string, string, ...any)) {
 	if j.DNSMaxInflight != nil {
 		if v := *j.DNSMaxInflight; v < 0 || v > 1<<20 {
 			bad(key+".dns_max_inflight", "%d: want 0 (the default, 64) to %d", v, 1<<20)

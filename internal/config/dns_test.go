@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 func TestParseDNSLimits(t *testing.T) {
@@ -19,10 +19,10 @@ dns_queries_per_sec = 500.5
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Limits.ForToken("x"); got != (forward.Limits{DNSMaxInflight: 16, DNSQueriesPerSec: 20}) {
+	if got := cfg.Limits.ForToken("x"); got != (limits.Job{DNSMaxInflight: 16, DNSQueriesPerSec: 20}) {
 		t.Errorf("job limits %+v", got)
 	}
-	if got := cfg.Limits.ForToken("crawler"); got != (forward.Limits{DNSMaxInflight: 16, DNSQueriesPerSec: 500.5}) {
+	if got := cfg.Limits.ForToken("crawler"); got != (limits.Job{DNSMaxInflight: 16, DNSQueriesPerSec: 500.5}) {
 		t.Errorf("crawler limits %+v", got)
 	}
 	for _, tc := range []struct{ doc, want string }{

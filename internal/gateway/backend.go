@@ -38,15 +38,11 @@ type gateway struct {
 	st *store.Store
 	// egress is the egress mode, public address and port-block plan.
 	egress egress
-	// jobs is the forwarder's per-job state, nil if it keeps none.
-	jobs forward.Jobs
-	// exposer carries inbound connections to jobs, nil if the forwarder
-	// cannot; exposeAddr is the public address announced for them.
-	exposer    forward.Exposer
+	// backend is the egress backend: jobs' packets, egress, policy,
+	// limits and exposures. exposeAddr is the public address announced
+	// for exposures (the zero Addr: none can be exposed).
+	backend    forward.Backend
 	exposeAddr netip.Addr
-	// limiter enforces jobs' limits, nil if the forwarder cannot (and
-	// none are configured).
-	limiter forward.Limiter
 	// flows is the flow table (flows.go); started is when Run began;
 	// kicks remembers leases an admin ended (admin.go).
 	flows   *flows.Table
@@ -56,9 +52,6 @@ type gateway struct {
 	// for their first WireGuard handshake (handshake.go).
 	metrics    *metrics.Metrics
 	handshakes handshakeWatch
-	// policer enforces the egress policy, nil if the forwarder cannot
-	// (and the policy is the built-in default).
-	policer forward.Policer
 	// conf is the config in force (config file or flags); reload
 	// replaces it, serialised by reloadMu.
 	conf     atomic.Pointer[config.Config]
@@ -92,7 +85,10 @@ type owner struct {
 	Remote netip.AddrPort
 }
 
-func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (control.Lease, error) {
+// Join admits a job: lease → egress backend (AddJob) → lease history →
+// WireGuard peer. If a step fails, one deferred rollback undoes the steps
+// before it: nothing of the job remains.
+func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
 	pub, err := tunnel.ParseKey(req.PublicKey)
 	if err != nil {
 		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
@@ -100,78 +96,34 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
-	now := time.Now()
-	l, secret, replaced, err := g.allocate(req, tok, remote, pub, now)
-	if replaced != nil {
-		g.removePeer(replaced.PublicKey)
-		g.removeJob(*replaced)
-		g.recordEnd(*replaced, "replaced")
-		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
-	}
-	if errors.Is(err, lease.ErrNoAddress) {
-		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
-		return control.Lease{}, fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
-	}
-	if errors.Is(err, lease.ErrNoPortBlock) && l.Blocks > 1 {
-		p := g.egress.plan
-		g.log.Warn("join refused: no run of free port blocks as long as the job asks for", "blocks", l.Blocks, "block_size", p.Size,
-			"used", g.leases.BlocksUsed(), "total", g.egress.pool.Blocks())
-		return control.Lease{}, fmt.Errorf("%w: no %d consecutive free port blocks (%d ports) on one egress address; run the job with fewer --ports, or ask the admin to widen --egress-ports or add --egress-addr addresses",
-			control.ErrNoAddress, l.Blocks, l.Blocks*p.Size)
-	}
-	if errors.Is(err, lease.ErrNoPortBlock) {
-		p := g.egress.plan
-		g.log.Error("join refused: every egress port block is in use; widen --egress-ports, lower --block-size or add --egress-addr addresses",
-			"blocks", g.egress.pool.Blocks(), "egress_addrs", len(g.egress.pool.Addrs), "egress_ports", p.Range, "block_size", p.Size)
-		return control.Lease{}, fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size, or add addresses to --egress-addr (%d now)",
-			control.ErrNoAddress, g.egress.pool.Blocks(), p.Range, len(g.egress.pool.Addrs))
-	}
+	l, secret, err := g.lease(req, tok, remote, pub)
 	if err != nil {
 		return control.Lease{}, err
 	}
-	block, pubAddr := g.block(l), g.blockAddr(l)
-	exposures, err := g.planExposures(l, req.Expose)
-	if err == nil {
-		err = g.exposureAllowed(tok.Name, exposures)
-	}
-	if err != nil {
+	var added, recorded bool
+	defer func() {
+		if err == nil {
+			return
+		}
 		_, _ = g.leases.Release(l.ID, secret)
+		if added {
+			g.removeJob(l)
+		}
+		if recorded {
+			g.recordEnd(l, "wireguard peer failed")
+		}
+	}()
+	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
+	if err != nil {
 		g.log.Warn("join refused: bad --expose request", "addr", l.Addr, "expose", req.Expose, "err", err)
 		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
 	}
-	if g.jobs != nil {
-		if err := g.jobs.AddJob(l.Addr, pubAddr, block); err != nil {
-			_, _ = g.leases.Release(l.ID, secret)
-			g.jobs.RemoveJob(l.Addr)
-			g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
-			return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
-		}
+	if err = g.addJob(job); err != nil {
+		g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
+		return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 	}
-	g.trackJob(l, req.Job.BatchJobID, tok.Name)
-	if g.policer != nil {
-		if err := g.policer.SetJobToken(l.Addr, tok.Name); err != nil {
-			_, _ = g.leases.Release(l.ID, secret)
-			g.removeJob(l)
-			g.log.Error("join refused: egress backend cannot scope the policy to the job's token", "addr", l.Addr, "err", err)
-			return control.Lease{}, fmt.Errorf("set the job's policy scope: %w", err)
-		}
-	}
-	limits, err := g.applyLimits(l.Addr, tok)
-	if err != nil {
-		_, _ = g.leases.Release(l.ID, secret)
-		g.removeJob(l)
-		g.log.Error("join refused: egress backend cannot set the job's limits", "addr", l.Addr, "err", err)
-		return control.Lease{}, err
-	}
-	if len(exposures) > 0 {
-		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
-			_, _ = g.leases.Release(l.ID, secret)
-			g.removeJob(l)
-			g.log.Error("join refused: cannot expose the job's ports", "addr", l.Addr, "err", err)
-			return control.Lease{}, fmt.Errorf("expose ports: %w", err)
-		}
-	}
-	exposed := g.exposedList(exposures)
+	added = true
+	exposed := g.exposedList(job.Exposures)
 	// Fail closed: a job the history cannot attribute does not get in.
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
@@ -179,32 +131,28 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Token: tok.Name, Remote: remote.String(), TunnelAddr: l.Addr, Start: l.Start,
 		Resume: resumeState(l, pub, req.Expose),
 	}
-	if block != (portblock.Range{}) {
-		rec.PublicAddr, rec.PortLo, rec.PortHi = pubAddr, block.Lo, block.Hi
+	if job.Block != (portblock.Range{}) {
+		rec.PublicAddr, rec.PortLo, rec.PortHi = job.Egress, job.Block.Lo, job.Block.Hi
 	}
 	for _, x := range exposed {
 		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
 	}
-	if err := g.st.RecordLeaseStart(rec); err != nil {
-		_, _ = g.leases.Release(l.ID, secret)
-		g.removeJob(l)
+	if err = g.st.RecordLeaseStart(rec); err != nil {
 		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
 		return control.Lease{}, err
 	}
+	recorded = true
 	g.handshakes.add(pub, time.Now())
-	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
-		_, _ = g.leases.Release(l.ID, secret)
-		g.removeJob(l)
-		g.recordEnd(l, "wireguard peer failed")
+	if err = g.wg.AddPeer(pub, l.Addr); err != nil {
 		return control.Lease{}, err
 	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
-		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block, "exposed", rec.Exposed,
-		"limits", !limits.IsZero())
+		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", job.Block, "exposed", rec.Exposed,
+		"limits", !job.Limits.IsZero())
 	var ports [2]uint16
-	if block != (portblock.Range{}) {
-		ports = [2]uint16{block.Lo, block.Hi}
+	if job.Block != (portblock.Range{}) {
+		ports = [2]uint16{job.Block.Lo, job.Block.Hi}
 	}
 	return control.Lease{
 		PublicAddr:       rec.PublicAddr,
@@ -222,6 +170,77 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
 	}, nil
+}
+
+// lease allocates the lease of a join (allocate: admission, quotas, the
+// address and port blocks) and ends the lease it replaces. Its errors are
+// the ones the client sees.
+func (g *gateway) lease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key) (lease.Lease, string, error) {
+	l, secret, replaced, err := g.allocate(req, tok, remote, pub, time.Now())
+	if replaced != nil {
+		g.removePeer(replaced.PublicKey)
+		g.removeJob(*replaced)
+		g.recordEnd(*replaced, "replaced")
+		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
+	}
+	if errors.Is(err, lease.ErrNoAddress) {
+		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
+		return l, "", fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
+	}
+	if errors.Is(err, lease.ErrNoPortBlock) && l.Blocks > 1 {
+		p := g.egress.plan
+		g.log.Warn("join refused: no run of free port blocks as long as the job asks for", "blocks", l.Blocks, "block_size", p.Size,
+			"used", g.leases.BlocksUsed(), "total", g.egress.pool.Blocks())
+		return l, "", fmt.Errorf("%w: no %d consecutive free port blocks (%d ports) on one egress address; run the job with fewer --ports, or ask the admin to widen --egress-ports or add --egress-addr addresses",
+			control.ErrNoAddress, l.Blocks, l.Blocks*p.Size)
+	}
+	if errors.Is(err, lease.ErrNoPortBlock) {
+		p := g.egress.plan
+		g.log.Error("join refused: every egress port block is in use; widen --egress-ports, lower --block-size or add --egress-addr addresses",
+			"blocks", g.egress.pool.Blocks(), "egress_addrs", len(g.egress.pool.Addrs), "egress_ports", p.Range, "block_size", p.Size)
+		return l, "", fmt.Errorf("%w: all %d port blocks of %s are in use; widen --egress-ports or lower --block-size, or add addresses to --egress-addr (%d now)",
+			control.ErrNoAddress, g.egress.pool.Blocks(), p.Range, len(g.egress.pool.Addrs))
+	}
+	return l, secret, err
+}
+
+// jobOf is the egress backend's view of lease l of the job jobID, which
+// joined with the token named token and asked to expose ports expose: its
+// address, egress address, port block, token, flow attribution, the
+// limits of the config in force (the one place that decides a job's
+// limits) and its exposures, checked against the config.
+func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
+	ex, err := g.planExposures(l, expose)
+	if err == nil {
+		err = g.exposureAllowed(token, ex)
+	}
+	if err != nil {
+		return forward.Job{}, err
+	}
+	j := forward.Job{
+		Addr:      l.Addr,
+		Egress:    g.blockAddr(l),
+		Block:     g.block(l),
+		Token:     token,
+		Ref:       flows.JobRef{Lease: l.ID, JobID: jobID, Token: token},
+		Limits:    g.conf.Load().Limits.ForToken(token),
+		Exposures: ex,
+	}
+	if j.Egress.IsValid() && !j.Egress.IsUnspecified() {
+		j.Ref.PublicAddr = j.Egress
+	}
+	return j, nil
+}
+
+// addJob admits j to the egress backend and the capture feeds.
+func (g *gateway) addJob(j forward.Job) error {
+	if err := g.backend.AddJob(j); err != nil {
+		return err
+	}
+	if g.capture != nil {
+		g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
+	}
+	return nil
 }
 
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
@@ -289,18 +308,16 @@ func (g *gateway) blockAddr(l lease.Lease) netip.Addr {
 	return a
 }
 
-// removeJob drops l's per-job state in the egress backend: its exposures
-// first, then its port block.
+// removeJob drops l's per-job state: its lease watch, its handshake
+// watch, the egress backend's state (exposures, port block, limits, flows)
+// and its capture attribution.
 func (g *gateway) removeJob(l lease.Lease) {
 	g.closeStream(l)
 	g.handshakes.forget(l.PublicKey)
-	if g.exposer != nil {
-		g.exposer.Unexpose(l.Addr)
+	g.backend.RemoveJob(l.Addr)
+	if g.capture != nil {
+		g.capture.RemoveJob(l.Addr)
 	}
-	if g.jobs != nil {
-		g.jobs.RemoveJob(l.Addr)
-	}
-	g.untrackJob(l.Addr)
 }
 
 // recordEnd closes l's entry in the lease history.
@@ -337,7 +354,7 @@ func (g *gateway) planExposures(l lease.Lease, reqs []control.Port) ([]forward.E
 		return nil, nil
 	}
 	at := g.blockAddr(l)
-	if g.exposer == nil || !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
+	if !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
 		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
 	}
 	ex, err := allocExposures(g.block(l), reqs)
@@ -358,40 +375,4 @@ func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
 		})
 	}
 	return out
-}
-
-// refusalCounter is implemented by egress backends that refuse flows of
-// exhausted port blocks outside the gateway process (kernel mode's
-// nftables limit) and can only report a count.
-type refusalCounter interface {
-	BlockRefusals() (uint64, error)
-}
-
-// refusalPoll is how often refusalLoop reads the count.
-const refusalPoll = 2 * time.Second
-
-// refusalLoop logs when the backend has refused new flows because a job's
-// port block had no port left for the destination: at most one line per
-// poll, with the number refused since the last one.
-func (g *gateway) refusalLoop(ctx context.Context, rc refusalCounter) {
-	t := time.NewTicker(refusalPoll)
-	defer t.Stop()
-	var last uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		n, err := rc.BlockRefusals()
-		if err != nil {
-			g.log.Debug("read port block refusals", "err", err)
-			continue
-		}
-		if n > last {
-			g.log.Warn("port block exhausted: new flows refused because a job already uses every port of its block towards that destination",
-				"refused", n-last, "total", n, "block_size", g.egress.plan.Size)
-			last = n
-		}
-	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -53,28 +54,11 @@ func (c LimitsConfig) toConfig() config.Limits {
 		l.Job = c.Job
 		return l
 	}
-	l.Tokens = make(map[string]forward.Limits, len(c.Tokens))
+	l.Tokens = make(map[string]limits.Job, len(c.Tokens))
 	for _, t := range c.Tokens {
 		l.Tokens[t] = c.Job
 	}
 	return l
-}
-
-// applyPolicy hands cfg's policy to the backend; a backend that cannot
-// enforce policy (none today) is only acceptable with the built-in
-// defaults.
-func applyPolicy(dev forward.Forwarder, cfg *config.Config) (forward.Policer, error) {
-	p, ok := dev.(forward.Policer)
-	if !ok {
-		if len(cfg.Policy.Rules) > 0 || cfg.Policy.Default == policy.Deny {
-			return nil, errors.New("the egress backend cannot enforce policy rules")
-		}
-		return nil, nil
-	}
-	if err := p.SetPolicy(cfg.Policy); err != nil {
-		return nil, fmt.Errorf("set policy: %w", err)
-	}
-	return p, nil
 }
 
 // reload loads the config file again and puts it in force: the policy
@@ -104,43 +88,30 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		return admin.ReloadResult{}, err
 	}
 	old := g.conf.Load()
-	if g.limiter == nil && !cfg.Limits.IsZero() {
-		return admin.ReloadResult{}, errors.New("the egress backend cannot enforce rate or flow limits")
-	}
-	if g.policer == nil {
-		if len(cfg.Policy.Rules) > 0 || cfg.Policy.Default == policy.Deny {
-			return admin.ReloadResult{}, errors.New("the egress backend cannot enforce policy rules")
-		}
-	} else if err := g.policer.SetPolicy(cfg.Policy); err != nil {
+	if err := g.backend.SetPolicy(cfg.Policy); err != nil {
 		return admin.ReloadResult{}, fmt.Errorf("apply the new policy: %w", err)
 	}
 	res := admin.ReloadResult{File: cfg.Path, Rules: len(cfg.Policy.Rules), Default: cfg.Policy.Default.String(),
 		TokenLimits: len(cfg.Limits.Tokens), ExposeRules: len(cfg.Exposure.Rules)}
-	if g.limiter != nil {
-		if err := g.limiter.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
-			if g.policer != nil {
-				_ = g.policer.SetPolicy(old.Policy)
-			}
-			return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
-		}
+	if err := g.backend.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
+		_ = g.backend.SetPolicy(old.Policy)
+		return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
 	}
 	g.conf.Store(cfg)
 	g.warnBlockSizes(cfg.Quotas)
 	g.bypassNotice.changed()
 	g.setFeeds(g.feedsOf(cfg))
-	if g.limiter != nil {
-		for _, l := range g.leases.Leases() {
-			o, _ := l.Owner.(owner)
-			lim := cfg.Limits.ForToken(o.Token)
-			if lim == old.Limits.ForToken(o.Token) {
-				continue
-			}
-			if err := g.limiter.SetJobLimits(l.Addr, lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
-				g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "addr", l.Addr, "err", err)
-				continue
-			}
-			res.Jobs++
+	for _, l := range g.leases.Leases() {
+		o, _ := l.Owner.(owner)
+		lim := cfg.Limits.ForToken(o.Token)
+		if lim == old.Limits.ForToken(o.Token) {
+			continue
 		}
+		if err := g.backend.SetJobLimits(l.Addr, lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
+			g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "addr", l.Addr, "err", err)
+			continue
+		}
+		res.Jobs++
 	}
 	return res, nil
 }

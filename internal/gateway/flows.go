@@ -2,12 +2,9 @@ package gateway
 
 import (
 	"fmt"
-	"net/netip"
 	"path/filepath"
 
-	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/lease"
 )
 
 // FlowLogFile is the flow log's default name inside the state directory.
@@ -77,30 +74,4 @@ func openFlows(cfg Config) (*flows.Table, func() error, error) {
 		Idle:   fc.idle(),
 	})
 	return tb, closeLog, nil
-}
-
-// trackJob attributes the flows of the job at l.Addr in the flow table.
-func (g *gateway) trackJob(l lease.Lease, jobID, token string) {
-	if g.flows != nil {
-		ref := flows.JobRef{Lease: l.ID, JobID: jobID, Token: token}
-		if a := g.blockAddr(l); a.IsValid() && !a.IsUnspecified() {
-			ref.PublicAddr = a
-		}
-		g.flows.AddJob(l.Addr, ref)
-	}
-	if g.capture != nil {
-		g.capture.AddJob(l.Addr, capture.JobRef{Lease: l.ID, JobID: jobID, Token: token})
-	}
-}
-
-// untrackJob ends and closes the flows of the job at addr still open (its
-// lease ended) and forgets the job in the flow table.
-func (g *gateway) untrackJob(addr netip.Addr) {
-	if g.flows != nil {
-		g.flows.CloseJob(addr, flows.EndJob)
-		g.flows.RemoveJob(addr)
-	}
-	if g.capture != nil {
-		g.capture.RemoveJob(addr)
-	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -261,15 +262,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	jobs, _ := dev.(forward.Jobs)
-	exposer, _ := dev.(forward.Exposer)
-	limiter, err := setupLimits(conf.Limits, dev)
-	if err != nil {
-		dev.Close()
-		return err
-	}
-	policer, err := applyPolicy(dev, conf)
-	if err != nil {
+	if err := setBackend(dev, conf); err != nil {
 		dev.Close()
 		return err
 	}
@@ -303,11 +296,8 @@ func Run(ctx context.Context, cfg Config) error {
 		advertise:  advertise,
 		st:         st,
 		egress:     eg,
-		jobs:       jobs,
-		exposer:    exposer,
+		backend:    dev,
 		exposeAddr: exposeAddr(eg),
-		limiter:    limiter,
-		policer:    policer,
 		flows:      tb,
 		started:    time.Now(),
 		tr:         tr,
@@ -411,13 +401,6 @@ func Run(ctx context.Context, cfg Config) error {
 			g.reloadLoop(expireCtx, cfg.Reload)
 		}()
 	}
-	if rc, ok := dev.(refusalCounter); ok {
-		wgrp.Add(1)
-		go func() {
-			defer wgrp.Done()
-			g.refusalLoop(expireCtx, rc)
-		}()
-	}
 
 	info := Info{Advertise: advertise, Fingerprint: fp, Control: ln.Addr(), UDPPort: wg.Port(), Gateway: gwAddr}
 	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {
@@ -427,11 +410,11 @@ func Run(ctx context.Context, cfg Config) error {
 		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(), "per_job_blocks", jobs != nil,
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
-		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
+		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),
 		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
-		"egress_rate", forward.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", forward.FormatRate(conf.Limits.IngressBitsPerSec),
+		"egress_rate", limits.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", limits.FormatRate(conf.Limits.IngressBitsPerSec),
 		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
 	if cfg.Ready != nil {
 		cfg.Ready(info)
@@ -498,7 +481,7 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 }
 
 // newForwarder makes the egress backend of eg.mode.
-func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (forward.Forwarder, error) {
+func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (forward.Backend, error) {
 	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
 	if eg.mode == EgressKernel {
 		if !isHostAddr(eg.public) {

@@ -2,11 +2,10 @@ package gateway
 
 import (
 	"fmt"
-	"net/netip"
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 // LimitsConfig are the traffic limits of the gateway's flags: the same
@@ -16,7 +15,7 @@ import (
 // combined.
 type LimitsConfig struct {
 	// Job is applied to every job at join.
-	Job forward.Limits
+	Job limits.Job
 	// Tokens, if not empty, restricts Job to jobs that joined with a token
 	// of one of these names; other jobs are unlimited.
 	Tokens []string
@@ -30,35 +29,17 @@ func (c LimitsConfig) IsZero() bool {
 	return c.Job.IsZero() && c.GlobalEgressBitsPerSec == 0 && c.GlobalIngressBitsPerSec == 0
 }
 
-// setupLimits checks that the backend can enforce the configured limits
-// and sets the global ones.
-func setupLimits(c config.Limits, dev forward.Forwarder) (forward.Limiter, error) {
-	if err := c.Job.Validate(); err != nil {
-		return nil, fmt.Errorf("job limits: %w", err)
+// setBackend puts the policy and global limits of cfg in force in the
+// egress backend, after checking the job limits no backend could enforce.
+func setBackend(b forward.Backend, cfg *config.Config) error {
+	if err := cfg.Limits.Job.Validate(); err != nil {
+		return fmt.Errorf("job limits: %w", err)
 	}
-	lim, ok := dev.(forward.Limiter)
-	if !ok {
-		if c.IsZero() {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("the egress backend cannot enforce rate or flow limits")
+	if err := b.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
+		return fmt.Errorf("set global limits: %w", err)
 	}
-	if err := lim.SetGlobalLimits(c.EgressBitsPerSec, c.IngressBitsPerSec); err != nil {
-		return nil, fmt.Errorf("set global limits: %w", err)
+	if err := b.SetPolicy(cfg.Policy); err != nil {
+		return fmt.Errorf("set policy: %w", err)
 	}
-	return lim, nil
-}
-
-// applyLimits sets the limits of the job at addr, which joined with tok,
-// from the config in force: the one place that decides a job's limits.
-// Jobs without limits are left alone.
-func (g *gateway) applyLimits(addr netip.Addr, tok store.Token) (forward.Limits, error) {
-	l := g.conf.Load().Limits.ForToken(tok.Name)
-	if g.limiter == nil || l.IsZero() {
-		return l, nil
-	}
-	if err := g.limiter.SetJobLimits(addr, l); err != nil {
-		return l, fmt.Errorf("set limits of job %s: %w", addr, err)
-	}
-	return l, nil
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/metrics"
 )
 
@@ -36,10 +37,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		},
 		Start: g.started,
 	}
-	if g.limiter != nil {
-		src.Limits = g.limiter.LimitStats
-	} else {
-		src.Limits = func() (forward.LimitStats, error) { return forward.LimitStats{}, nil }
+	src.Limits = func() (limits.Stats, error) {
+		st, err := g.backend.Stats()
+		return st.Limits, err
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
@@ -48,9 +48,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err := g.registerCapacityMetrics(reg); err != nil {
 		return gatewayMetrics{}, err
 	}
-	if g.policer != nil {
-		m.SetPolicy(policerDrops{g.policer})
-	}
+	m.SetPolicy(policyDrops{g.backend})
 	gm := gatewayMetrics{metrics: m, registry: reg}
 	if g.cfg.Metrics != "" {
 		if gm.listener, err = metrics.Listen(g.cfg.Metrics, g.cfg.MetricsPublic); err != nil {
@@ -61,17 +59,17 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	return gm, nil
 }
 
-// policerDrops adapts the egress backend's policy drop counters to the
+// policyDrops adapts the egress backend's policy drop counters to the
 // metrics' RuleDropCounter.
-type policerDrops struct{ p forward.Policer }
+type policyDrops struct{ b forward.Backend }
 
-func (d policerDrops) RuleDrops() []metrics.RuleDrops {
-	m, err := d.p.PolicyDrops()
+func (d policyDrops) RuleDrops() []metrics.RuleDrops {
+	st, err := d.b.Stats()
 	if err != nil {
 		return nil
 	}
-	out := make([]metrics.RuleDrops, 0, len(m))
-	for rule, n := range m {
+	out := make([]metrics.RuleDrops, 0, len(st.PolicyDrops))
+	for rule, n := range st.PolicyDrops {
 		out = append(out, metrics.RuleDrops{Rule: rule, Drops: n})
 	}
 	return out

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -71,7 +70,9 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 	return restored, closed, nil
 }
 
-func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
+// restore takes back lease r of the previous run: lease → egress backend
+// (AddJob) → WireGuard peer, with one deferred rollback like Join.
+func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	rs := r.Resume
 	if rs == nil {
 		return fmt.Errorf("no resume state (recorded by an older version)")
@@ -99,57 +100,36 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi || (r.PublicAddr.IsValid() && pubAddr != r.PublicAddr)) {
 		return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, r.PublicAddr, r.PortLo, r.PortHi)
 	}
-	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
-		return err
-	}
-	undo := func() {
-		_, _ = g.leases.Remove(l.ID)
-		g.removeJob(l)
-	}
 	var expose []control.Port
 	for _, s := range rs.Expose {
 		p, err := control.ParsePort(s)
 		if err != nil {
-			undo()
 			return fmt.Errorf("expose %q: %w", s, err)
 		}
 		expose = append(expose, p)
 	}
-	var exposures []forward.Exposure
-	if len(expose) > 0 {
-		if exposures, err = g.planExposures(l, expose); err == nil {
-			err = g.exposureAllowed(r.Token, exposures)
-		}
-		if err != nil {
-			undo()
-			return err
-		}
-	}
-	if g.jobs != nil {
-		if err := g.jobs.AddJob(l.Addr, pubAddr, block); err != nil {
-			undo()
-			return fmt.Errorf("add job to egress: %w", err)
-		}
-	}
-	g.trackJob(l, r.JobID, r.Token)
-	if g.policer != nil {
-		if err := g.policer.SetJobToken(l.Addr, r.Token); err != nil {
-			undo()
-			return fmt.Errorf("set the job's policy scope: %w", err)
-		}
-	}
-	if _, err := g.applyLimits(l.Addr, store.Token{Name: r.Token}); err != nil {
-		undo()
+	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
 		return err
 	}
-	if len(exposures) > 0 {
-		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
-			undo()
-			return fmt.Errorf("expose ports: %w", err)
+	added := false
+	defer func() {
+		if err == nil {
+			return
 		}
+		_, _ = g.leases.Remove(l.ID)
+		if added {
+			g.removeJob(l)
+		}
+	}()
+	job, err := g.jobOf(l, r.JobID, r.Token, expose)
+	if err != nil {
+		return err
 	}
-	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
-		undo()
+	if err = g.addJob(job); err != nil {
+		return fmt.Errorf("add job to egress: %w", err)
+	}
+	added = true
+	if err = g.wg.AddPeer(pub, l.Addr); err != nil {
 		return err
 	}
 	g.log.Info("lease restored", "lease", l.ID, "addr", l.Addr, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)

@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 // Namespace prefixes every series name.
@@ -54,7 +54,7 @@ type Source struct {
 	// Flows is the flow table.
 	Flows *flows.Table
 	// Limits returns the egress backend's limit counters.
-	Limits func() (forward.LimitStats, error)
+	Limits func() (limits.Stats, error)
 	// PortBlocks returns the port blocks in use and in total.
 	PortBlocks func() (used, total int)
 	// Start is when the gateway started.

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 type fakePolicy []RuleDrops
@@ -35,7 +35,7 @@ func TestMetrics(t *testing.T) {
 	m, err := New(reg, Source{
 		Jobs:       func() int { return 1 },
 		Flows:      tb,
-		Limits:     func() (forward.LimitStats, error) { return forward.LimitStats{FlowsRefused: 1, Dropped: 7}, nil },
+		Limits:     func() (limits.Stats, error) { return limits.Stats{FlowsRefused: 1, Dropped: 7}, nil },
 		PortBlocks: func() (int, int) { return 1, 156 },
 		Start:      time.Unix(1700000000, 0),
 	})

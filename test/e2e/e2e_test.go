@@ -403,9 +403,6 @@ func testAirlock(t *testing.T, mode string) {
 	seen := map[uint16]string{}
 	var seenAt time.Time
 	t.Run("PortBlocks", func(t *testing.T) {
-		if isUserMode(mode) && !netstackKeepsBlocks() {
-			t.Skip("user-mode netstack does not implement forward.Jobs yet: source ports are not kept in the job's block")
-		}
 		seen, seenAt = checkPortBlocks(t, e)
 	})
 

@@ -11,18 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
-
-// netstackKeepsBlocks reports whether user-mode egress keeps jobs' source
-// ports in their blocks (the netstack implements forward.Jobs).
-func netstackKeepsBlocks() bool {
-	_, ok := any((*netstack.Stack)(nil)).(forward.Jobs)
-	return ok
-}
 
 // checkPortBlocks runs two concurrent jobs that each open connections to a
 // server in inet recording source ports: every port of a job falls in that

@@ -3,7 +3,6 @@ package kernel
 import (
 	"bytes"
 	"cmp"
-	"errors"
 	"fmt"
 	"net/netip"
 
@@ -14,13 +13,13 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
-// Expose implements forward.Exposer: for each exposure a prerouting DNAT
+// expose adds, for each exposure a prerouting DNAT
 // rule sends TCP or UDP that arrives (not from the TUN) for the egress
 // address on the public port to the job's address and port; the forward
 // chain lets destination-NATed connections into the TUN (`ct status dnat`),
 // and their replies are established. Exposing a job again replaces its
 // rules.
-func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
+func (f *Forwarder) expose(job netip.Addr, ex []forward.Exposure) error {
 	if !job.Is4() || !f.rules.addr.Contains(job) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", job, f.rules.addr.Masked())
 	}
@@ -31,7 +30,7 @@ func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	t := table()
 	pre := preChain(t)
@@ -65,9 +64,9 @@ func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	return nil
 }
 
-// Unexpose implements forward.Exposer: it deletes the job's DNAT rules
+// unexpose deletes the job's DNAT rules
 // and the conntrack entries of the connections they carried.
-func (f *Forwarder) Unexpose(job netip.Addr) {
+func (f *Forwarder) unexpose(job netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rules, ok := f.exposed[job]

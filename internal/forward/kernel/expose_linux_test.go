@@ -38,11 +38,11 @@ func TestExpose(t *testing.T) {
 	f := newTestForwarder(t)
 	defer f.Close()
 	job := netip.MustParseAddr("100.64.0.2")
-	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
 		t.Fatal(err)
 	}
 	ex := []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20255}, {Proto: "udp", JobPort: 53, PublicPort: 20254}}
-	if err := f.Expose(job, ex); err != nil {
+	if err := f.expose(job, ex); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}
 	out := nftList(t)
@@ -56,20 +56,20 @@ func TestExpose(t *testing.T) {
 		}
 	}
 	// Exposing again replaces.
-	if err := f.Expose(job, ex[:1]); err != nil {
+	if err := f.expose(job, ex[:1]); err != nil {
 		t.Fatalf("Expose again: %v", err)
 	}
 	if out := nftList(t); out != "" && (strings.Contains(out, "dport 20254") || !strings.Contains(out, "dport 20255")) {
 		t.Errorf("second Expose did not replace the rules:\n%s", out)
 	}
-	if err := f.Expose(netip.MustParseAddr("10.0.0.1"), ex); err == nil {
+	if err := f.expose(netip.MustParseAddr("10.0.0.1"), ex); err == nil {
 		t.Error("Expose accepted an address outside the tunnel subnet")
 	}
-	f.Unexpose(job)
+	f.unexpose(job)
 	if out := nftList(t); out != "" && strings.Contains(out, "dnat ip to") {
 		t.Errorf("dnat rules after Unexpose:\n%s", out)
 	}
-	f.Unexpose(job) // twice is harmless
+	f.unexpose(job) // twice is harmless
 	if got := jobRuleCount(t, job); got != 3 {
 		t.Errorf("snat rules after Unexpose: got %d, want 3 (untouched)", got)
 	}

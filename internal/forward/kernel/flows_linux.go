@@ -229,14 +229,14 @@ func (a *accountant) endJob(addr netip.Addr) {
 // table's verdict counts.
 func (a *accountant) countRefusals() {
 	got := map[string]uint64{}
-	if n, err := a.fw.BlockRefusals(); err == nil {
+	if n, err := a.fw.blockRefusals(); err == nil {
 		got[flows.BlockExhausted] = n
 	}
-	if ls, err := a.fw.LimitStats(); err == nil {
+	if ls, err := a.fw.limitStats(); err == nil {
 		got[flows.FlowLimit] = ls.FlowsRefused
 		got[flows.NewFlowRate] = ls.RateRefused
 	}
-	if pd, err := a.fw.PolicyDrops(); err == nil {
+	if pd, err := a.fw.policyDrops(); err == nil {
 		for rule, n := range pd {
 			got[flows.Denied(rule)] = n
 		}

@@ -68,7 +68,7 @@ type Config struct {
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
 // forwards, with per-job SNAT into the job's port block. It implements
-// forward.Forwarder (Read, Write, ... are the TUN's) and forward.Jobs. It is
+// forward.Backend (Read, Write, ... are the TUN's; backend.go). It is
 // safe for concurrent use.
 type Forwarder struct {
 	tun.Device
@@ -82,6 +82,16 @@ type Forwarder struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	// jobMu serialises AddJob and RemoveJob (backend_linux.go), so that
+	// each is all or nothing towards the other.
+	jobMu sync.Mutex
+	// flows is Config.Flows: AddJob registers jobs in it.
+	flows *flows.Table
+	// blockSize is Config.BlockSize, for the refusal log; stopRefusals
+	// stops refusalLoop and waits for it.
+	blockSize    int
+	stopRefusals func()
 
 	mu     sync.Mutex
 	nft    *nftables.Conn
@@ -112,11 +122,7 @@ type Forwarder struct {
 	oldCTAcct string // nf_conntrack_acct to restore at Close, "" for none
 }
 
-var (
-	_ forward.Forwarder = (*Forwarder)(nil)
-	_ forward.Jobs      = (*Forwarder)(nil)
-	_ forward.Exposer   = (*Forwarder)(nil)
-)
+var _ forward.Backend = (*Forwarder)(nil)
 
 // privError turns a permission error into a sentence that names the fix.
 func privError(op string, err error) error {
@@ -149,6 +155,8 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		tokens:        make(map[netip.Addr]string),
 		policyCarried: make(map[string]uint64),
 		tunName:       cfg.Name,
+		flows:         cfg.Flows,
+		blockSize:     cfg.BlockSize,
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
@@ -234,6 +242,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 			f.acct.run(ctx)
 		}()
 	}
+	f.startRefusalLog()
 	f.log.Info("kernel egress ready", "tun", cfg.Name, "addr", cfg.Addr, "mtu", cfg.MTU,
 		"egress_addr", cfg.EgressAddr, "table", "inet "+TableName, "dns_upstreams", upstreams)
 	return f, nil
@@ -335,10 +344,10 @@ func (f *Forwarder) program(oldIPForward string) error {
 	return nil
 }
 
-// AddJob source-NATs the traffic of the job at addr to the egress address
+// addJob source-NATs the traffic of the job at addr to the egress address
 // and, for TCP and UDP, to the ports of block. Adding an address again
 // replaces its rules.
-func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error {
+func (f *Forwarder) addJob(addr, egress netip.Addr, block portblock.Range) error {
 	if !addr.Is4() || !f.rules.addr.Contains(addr) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
 	}
@@ -348,7 +357,7 @@ func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	t := table()
 	post, _, _, _, _, _, _ := chains(t)
@@ -381,9 +390,9 @@ func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error
 	return nil
 }
 
-// RemoveJob deletes the job's NAT rules, its limits and its conntrack
+// removeJob deletes the job's NAT rules, its limits and its conntrack
 // entries.
-func (f *Forwarder) RemoveJob(addr netip.Addr) {
+func (f *Forwarder) removeJob(addr netip.Addr) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	rules, ok := f.jobs[addr]
@@ -443,6 +452,9 @@ func (f *Forwarder) Close() error {
 
 func (f *Forwarder) teardown() error {
 	var errs []error
+	if f.stopRefusals != nil {
+		f.stopRefusals()
+	}
 	if f.dns != nil {
 		f.dns.Close()
 	}
@@ -521,13 +533,13 @@ func isBlockLimit(e []expr.Any) bool {
 	return false
 }
 
-// BlockRefusals returns how many new flows the per-destination block limit
+// blockRefusals returns how many new flows the per-destination block limit
 // has refused since the table was made (the counters of its rules).
-func (f *Forwarder) BlockRefusals() (uint64, error) {
+func (f *Forwarder) blockRefusals() (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return 0, errors.New("kernel egress: closed")
+		return 0, errClosed
 	}
 	t := table()
 	_, _, fromJobs, _, _, _, _ := chains(t)

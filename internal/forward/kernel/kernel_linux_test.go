@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -201,7 +203,7 @@ func TestLifecycle(t *testing.T) {
 
 	job := netip.MustParseAddr("100.64.0.2")
 	block := portblock.Range{Lo: 20000, Hi: 20255}
-	if err := f.AddJob(job, netip.Addr{}, block); err != nil {
+	if err := f.AddJob(forward.Job{Addr: job, Block: block}); err != nil {
 		t.Fatalf("AddJob: %v", err)
 	}
 	if got := jobRuleCount(t, job); got != 3 {
@@ -232,21 +234,21 @@ func TestLifecycle(t *testing.T) {
 			}
 		}
 	}
-	// Re-adding replaces the block.
-	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20256, Hi: 20511}); err != nil {
-		t.Fatalf("AddJob again: %v", err)
+	// Adding the address again fails and leaves the job as it was.
+	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20256, Hi: 20511}}); !errors.Is(err, forward.ErrJobExists) {
+		t.Fatalf("AddJob again: got %v, want ErrJobExists", err)
 	}
 	if got := jobRuleCount(t, job); got != 3 {
 		t.Errorf("rules for %v after a second AddJob: got %d, want 3", job, got)
 	}
-	if out := nftList(t); out != "" && (strings.Contains(out, ":20000-20255") || !strings.Contains(out, ":20256-20511")) {
-		t.Errorf("second AddJob did not replace the block:\n%s", out)
+	if out := nftList(t); out != "" && (!strings.Contains(out, ":20000-20255") || strings.Contains(out, ":20256-20511")) {
+		t.Errorf("second AddJob changed the block:\n%s", out)
 	}
 	other := netip.MustParseAddr("100.64.0.3")
-	if err := f.AddJob(other, netip.Addr{}, portblock.Range{Lo: 30000, Hi: 30255}); err != nil {
+	if err := f.AddJob(forward.Job{Addr: other, Block: portblock.Range{Lo: 30000, Hi: 30255}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.AddJob(netip.MustParseAddr("10.0.0.1"), netip.Addr{}, block); err == nil {
+	if err := f.AddJob(forward.Job{Addr: netip.MustParseAddr("10.0.0.1"), Block: block}); err == nil {
 		t.Error("AddJob accepted an address outside the tunnel subnet")
 	}
 	f.RemoveJob(job)
@@ -273,7 +275,7 @@ func TestLifecycle(t *testing.T) {
 	if got := sysctl(t); got != "0" {
 		t.Errorf("ip_forward after Close: got %s, want 0 (restored)", got)
 	}
-	if err := f.AddJob(other, netip.Addr{}, block); err == nil {
+	if err := f.AddJob(forward.Job{Addr: other, Block: block}); err == nil {
 		t.Error("AddJob after Close succeeded")
 	}
 }
@@ -330,7 +332,7 @@ func TestTUNBusy(t *testing.T) {
 	setupNetns(t, "0")
 	f := newTestForwarder(t)
 	defer f.Close()
-	if err := f.AddJob(netip.MustParseAddr("100.64.0.2"), netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(forward.Job{Addr: netip.MustParseAddr("100.64.0.2"), Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Addr: tunnelAddr, EgressAddr: egressAddr,

@@ -4,6 +4,7 @@ package kernel
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/netip"
 
@@ -11,7 +12,8 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/limits"
+	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // Config configures a Forwarder; see the Linux documentation.
@@ -34,21 +36,26 @@ func New(Config) (*Forwarder, error) {
 	return nil, errors.New("kernel egress needs Linux; use --egress user")
 }
 
-// AddJob implements forward.Jobs.
-func (*Forwarder) AddJob(netip.Addr, netip.Addr, portblock.Range) error {
-	return errors.New("kernel egress needs Linux")
-}
+var _ forward.Backend = (*Forwarder)(nil)
 
-// RemoveJob implements forward.Jobs.
+// errNotLinux is what every method returns: New never makes a Forwarder
+// outside Linux.
+var errNotLinux = fmt.Errorf("kernel egress needs Linux: %w", forward.ErrNotSupported)
+
+// AddJob implements forward.Backend.
+func (*Forwarder) AddJob(forward.Job) error { return errNotLinux }
+
+// RemoveJob implements forward.Backend.
 func (*Forwarder) RemoveJob(netip.Addr) {}
 
-// Expose implements forward.Exposer.
-func (*Forwarder) Expose(netip.Addr, []forward.Exposure) error {
-	return errors.New("kernel egress needs Linux")
-}
+// SetJobLimits implements forward.Backend.
+func (*Forwarder) SetJobLimits(netip.Addr, limits.Job) error { return errNotLinux }
 
-// Unexpose implements forward.Exposer.
-func (*Forwarder) Unexpose(netip.Addr) {}
+// SetPolicy implements forward.Backend.
+func (*Forwarder) SetPolicy(*policy.Policy) error { return errNotLinux }
 
-// BlockRefusals reports nothing: kernel egress is Linux-only.
-func (*Forwarder) BlockRefusals() (uint64, error) { return 0, errors.New("kernel egress needs Linux") }
+// SetGlobalLimits implements forward.Backend.
+func (*Forwarder) SetGlobalLimits(uint64, uint64) error { return errNotLinux }
+
+// Stats implements forward.Backend.
+func (*Forwarder) Stats() (forward.Stats, error) { return forward.Stats{}, errNotLinux }

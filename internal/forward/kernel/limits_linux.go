@@ -21,7 +21,6 @@ package kernel
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math"
 	"net/netip"
@@ -32,9 +31,8 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
-
-var _ forward.Limiter = (*Forwarder)(nil)
 
 // Names of the limit chains and tags.
 const (
@@ -72,7 +70,7 @@ func newFlowsLimit(perSec float64) (rate uint64, unit expr.LimitTime, burst uint
 
 // jobLimitRules are the flow limit rules of the job at addr (none for a
 // job without flow limits).
-func (r ruleset) jobLimitRules(addr netip.Addr, l forward.Limits) [][]expr.Any {
+func (r ruleset) jobLimitRules(addr netip.Addr, l limits.Job) [][]expr.Any {
 	match := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), ctState(expr.CtStateBitNEW))
 	var rules [][]expr.Any
 	if l.MaxFlows > 0 {
@@ -91,16 +89,16 @@ func (r ruleset) jobLimitRules(addr netip.Addr, l forward.Limits) [][]expr.Any {
 	return rules
 }
 
-// SetJobLimits implements forward.Limiter: it replaces the job's flow
+// SetJobLimits implements forward.Backend: it replaces the job's flow
 // limit rules and its tc classes.
-func (f *Forwarder) SetJobLimits(job netip.Addr, l forward.Limits) error {
+func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("kernel egress: %w", err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	if _, ok := f.jobs[job]; !ok {
 		return fmt.Errorf("kernel egress: set limits of %v: %w", job, forward.ErrUnknownJob)
@@ -123,7 +121,7 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l forward.Limits) error {
 }
 
 // setFlowLimitsLocked replaces the job's rules in job_limits.
-func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l forward.Limits) error {
+func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l limits.Job) error {
 	t := table()
 	limits, _, _ := limitChains(t)
 	old := f.limitRules[job]
@@ -192,12 +190,12 @@ func (f *Forwarder) ensureShaperLocked() error {
 	return nil
 }
 
-// SetGlobalLimits implements forward.Limiter.
+// SetGlobalLimits implements forward.Backend.
 func (f *Forwarder) SetGlobalLimits(egressBitsPerSec, ingressBitsPerSec uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	if egressBitsPerSec == 0 && ingressBitsPerSec == 0 && f.tc == nil {
 		return nil
@@ -208,15 +206,15 @@ func (f *Forwarder) SetGlobalLimits(egressBitsPerSec, ingressBitsPerSec uint64) 
 	return f.tc.setGlobal(egressBitsPerSec, ingressBitsPerSec)
 }
 
-// LimitStats implements forward.Limiter: the counters of the over_flows
+// limitStats returns the limits' counters (Stats.Limits): the counters of the over_flows
 // and over_rate chains and the shapers' queue drops.
-func (f *Forwarder) LimitStats() (forward.LimitStats, error) {
+func (f *Forwarder) limitStats() (limits.Stats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return forward.LimitStats{}, errors.New("kernel egress: closed")
+		return limits.Stats{}, errClosed
 	}
-	var st forward.LimitStats
+	var st limits.Stats
 	t := table()
 	_, overFlows, overRate := limitChains(t)
 	for _, c := range []struct {

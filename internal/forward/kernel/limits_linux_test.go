@@ -12,15 +12,16 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func TestJobLimitRules(t *testing.T) {
 	job := netip.MustParseAddr("100.64.0.9")
-	if got := testRules.jobLimitRules(job, forward.Limits{EgressBitsPerSec: 1e6}); len(got) != 0 {
+	if got := testRules.jobLimitRules(job, limits.Job{EgressBitsPerSec: 1e6}); len(got) != 0 {
 		t.Errorf("bandwidth only: got %d flow rules, want 0", len(got))
 	}
-	rules := testRules.jobLimitRules(job, forward.Limits{MaxFlows: 7, NewFlowsPerSec: 2.4})
+	rules := testRules.jobLimitRules(job, limits.Job{MaxFlows: 7, NewFlowsPerSec: 2.4})
 	if len(rules) != 2 {
 		t.Fatalf("got %d rules, want 2", len(rules))
 	}
@@ -137,14 +138,14 @@ func TestLimitsProgramming(t *testing.T) {
 		t.Fatalf("stale %s still there after New", ifb)
 	}
 	job := netip.MustParseAddr("100.64.0.9")
-	if err := f.SetJobLimits(job, forward.Limits{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := f.SetJobLimits(job, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := f.AddJob(job, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
 		t.Fatal(err)
 	}
 	// Flow limits alone set up no shaping.
-	if err := f.SetJobLimits(job, forward.Limits{MaxFlows: 4, NewFlowsPerSec: 10}); err != nil {
+	if err := f.SetJobLimits(job, limits.Job{MaxFlows: 4, NewFlowsPerSec: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limitRuleCount(t, job); got != 2 {
@@ -153,7 +154,7 @@ func TestLimitsProgramming(t *testing.T) {
 	if _, err := netlink.LinkByName(ifb); err == nil {
 		t.Errorf("%s exists without a bandwidth limit", ifb)
 	}
-	if err := f.SetJobLimits(job, forward.Limits{EgressBitsPerSec: 100e6, IngressBitsPerSec: 50e6, MaxFlows: 4}); err != nil {
+	if err := f.SetJobLimits(job, limits.Job{EgressBitsPerSec: 100e6, IngressBitsPerSec: 50e6, MaxFlows: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limitRuleCount(t, job); got != 1 {
@@ -191,7 +192,7 @@ func TestLimitsProgramming(t *testing.T) {
 		t.Errorf("ifb after a 20 Mbit/s global limit: root ceil %d, job ceil %d; want %d", cs[rootMinor].Ceil, cs[firstJobMinor].Ceil, uint64(20e6/8))
 	}
 	// Dropping the egress limit removes that class only.
-	if err := f.SetJobLimits(job, forward.Limits{IngressBitsPerSec: 50e6}); err != nil {
+	if err := f.SetJobLimits(job, limits.Job{IngressBitsPerSec: 50e6}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := htbClasses(t, ifb)[firstJobMinor]; ok || u32Count(t, ifb) != 0 {
@@ -200,8 +201,8 @@ func TestLimitsProgramming(t *testing.T) {
 	if _, ok := htbClasses(t, DefaultName)[firstJobMinor]; !ok {
 		t.Errorf("%s lost the job's ingress class", DefaultName)
 	}
-	st, err := f.LimitStats()
-	if err != nil || st != (forward.LimitStats{}) {
+	st, err := f.limitStats()
+	if err != nil || st != (limits.Stats{}) {
 		t.Errorf("LimitStats without traffic: %+v %v", st, err)
 	}
 	f.RemoveJob(job)

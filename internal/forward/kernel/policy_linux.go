@@ -44,7 +44,6 @@ package kernel
 // the embedded-IPv4 forms (NAT64, 6to4, ...) cannot be reached at all.
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -58,8 +57,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
-
-var _ forward.Policer = (*Forwarder)(nil)
 
 // Names of the policy chains and tags.
 const (
@@ -292,7 +289,7 @@ func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) erro
 	return nil
 }
 
-// SetPolicy implements forward.Policer: it replaces the policy chains'
+// SetPolicy implements forward.Backend: it replaces the policy chains'
 // rules and scope sets atomically.
 func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	if p == nil {
@@ -304,7 +301,7 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	t := table()
 	counts, err := f.policyCountsLocked()
@@ -338,13 +335,13 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	return nil
 }
 
-// SetJobToken implements forward.Policer: it adds the job to the scope sets
+// setJobToken adds the job to the scope sets
 // of the rules that name its token.
-func (f *Forwarder) SetJobToken(job netip.Addr, token string) error {
+func (f *Forwarder) setJobToken(job netip.Addr, token string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return errors.New("kernel egress: closed")
+		return errClosed
 	}
 	if _, ok := f.jobs[job]; !ok {
 		return fmt.Errorf("kernel egress: set token of %v: %w", job, forward.ErrUnknownJob)
@@ -426,13 +423,13 @@ func (f *Forwarder) policyCountsLocked() (map[string]uint64, error) {
 	return out, nil
 }
 
-// PolicyDrops implements forward.Policer, from the rules' nftables
+// policyDrops returns the denials per rule (Stats.PolicyDrops), from the rules' nftables
 // counters.
-func (f *Forwarder) PolicyDrops() (map[string]uint64, error) {
+func (f *Forwarder) policyDrops() (map[string]uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return nil, errors.New("kernel egress: closed")
+		return nil, errClosed
 	}
 	return f.policyCountsLocked()
 }

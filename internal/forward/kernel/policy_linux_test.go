@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/nftables/expr"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -60,17 +61,17 @@ func TestPolicyRules(t *testing.T) {
 	defer f.Close()
 	job, other := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
 	for _, j := range []netip.Addr{job, other} {
-		if err := f.AddJob(j, netip.Addr{}, portblock.Range{Lo: 20000, Hi: 20255}); err != nil {
+		if err := f.AddJob(forward.Job{Addr: j, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.SetJobToken(job, "lab"); err != nil {
+	if err := f.setJobToken(job, "lab"); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.SetPolicy(testPolicy()); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	if err := f.SetJobToken(other, "other"); err != nil {
+	if err := f.setJobToken(other, "other"); err != nil {
 		t.Fatal(err)
 	}
 	out := nftList(t)
@@ -108,7 +109,7 @@ func TestPolicyRules(t *testing.T) {
 	if out = nftList(t); !strings.Contains(out, "elements = { 100.64.0.2 }") {
 		t.Errorf("removed job still in a scope set:\n%s", out)
 	}
-	drops, err := f.PolicyDrops()
+	drops, err := f.policyDrops()
 	if err != nil || len(drops) != 0 && drops["no-smtp"] != 0 {
 		t.Errorf("PolicyDrops = %v, %v; want no drops yet", drops, err)
 	}

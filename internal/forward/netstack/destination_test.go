@@ -223,7 +223,7 @@ func TestDeniedDestinations(t *testing.T) {
 	if calls := d.Calls(); len(calls) != 0 {
 		t.Errorf("dial hook called for denied destinations: %q", calls)
 	}
-	if st := s.Stats(); st.TCPFlows+st.UDPFlows != 0 {
+	if st := s.Counters(); st.TCPFlows+st.UDPFlows != 0 {
 		t.Errorf("flows opened: %+v", st)
 	}
 }

@@ -137,7 +137,7 @@ func TestDNSUpstreamDown(t *testing.T) {
 			t.Errorf("%s: SERVFAIL took %v", network, d)
 		}
 	}
-	if st := p.s.Stats(); st.DNSFailures != 2 {
+	if st := p.s.Counters(); st.DNSFailures != 2 {
 		t.Errorf("DNSFailures: got %d, want 2", st.DNSFailures)
 	}
 }

@@ -4,7 +4,7 @@
 //
 // # Theory of operation
 //
-// A [Stack] is a [forward.Forwarder] (a wireguard-go tun.Device). The
+// A [Stack] is a [forward.Backend] (a wireguard-go tun.Device). The
 // WireGuard device writes decrypted job packets with Write; they are injected
 // into one gVisor NIC backed by a packet-queue link endpoint. The NIC is
 // promiscuous (it accepts packets for any destination, i.e. the job's real

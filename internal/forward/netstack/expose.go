@@ -52,8 +52,6 @@ const (
 	maxExposeUDPFlows = 256
 )
 
-var _ forward.Exposer = (*Stack)(nil)
-
 // exposeTable holds the exposures of one Stack's jobs. It is safe for
 // concurrent use.
 type exposeTable struct {
@@ -81,17 +79,17 @@ func (t *exposeTable) Close() error {
 	return nil
 }
 
-// Expose implements forward.Exposer: it opens a host listener for every
+// expose opens a host listener for every
 // exposure of the job at addr and carries what arrives into the netstack
 // to the job's port. The job's previous exposures are closed first.
-func (s *Stack) Expose(job netip.Addr, ex []forward.Exposure) error {
+func (s *Stack) expose(job netip.Addr, ex []forward.Exposure) error {
 	job = job.Unmap()
 	for _, x := range ex {
-		if (x.Proto != "tcp" && x.Proto != "udp") || x.JobPort == 0 || x.PublicPort == 0 {
-			return fmt.Errorf("expose %d/%s at port %d: want tcp or udp and ports 1-65535", x.JobPort, x.Proto, x.PublicPort)
+		if err := checkExposure(x); err != nil {
+			return err
 		}
 	}
-	s.Unexpose(job)
+	s.unexpose(job)
 	var opened []*exposure
 	for _, x := range ex {
 		e, err := s.openExposure(job, x)
@@ -123,9 +121,17 @@ func (s *Stack) Expose(job netip.Addr, ex []forward.Exposure) error {
 	return nil
 }
 
-// Unexpose implements forward.Exposer: it closes the job's listeners and
+// checkExposure rejects an exposure no listener can be opened for.
+func checkExposure(x forward.Exposure) error {
+	if (x.Proto != "tcp" && x.Proto != "udp") || x.JobPort == 0 || x.PublicPort == 0 {
+		return fmt.Errorf("expose %d/%s at port %d: want tcp or udp and ports 1-65535", x.JobPort, x.Proto, x.PublicPort)
+	}
+	return nil
+}
+
+// unexpose closes the job's listeners and
 // the connections and flows they carried.
-func (s *Stack) Unexpose(job netip.Addr) {
+func (s *Stack) unexpose(job netip.Addr) {
 	t := s.exposed
 	t.mu.Lock()
 	ex := t.jobs[job.Unmap()]

@@ -84,7 +84,7 @@ func TestExpose(t *testing.T) {
 		{Proto: "udp", JobPort: 5353, PublicPort: udpPub},
 		{Proto: "tcp", JobPort: 9999, PublicPort: closedPub}, // nothing listens in the job
 	}
-	if err := p.s.Expose(jobAddr, ex); err != nil {
+	if err := p.s.expose(jobAddr, ex); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}
 
@@ -158,7 +158,7 @@ func TestExpose(t *testing.T) {
 	}
 
 	// Exposing twice replaces; a busy public port fails and leaves nothing.
-	if err := p.s.Expose(jobAddr, ex[:1]); err != nil {
+	if err := p.s.expose(jobAddr, ex[:1]); err != nil {
 		t.Fatalf("Expose again: %v", err)
 	}
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -168,7 +168,7 @@ func TestExpose(t *testing.T) {
 	defer busy.Close()
 	bad := []forward.Exposure{{Proto: "tcp", JobPort: 1, PublicPort: freePort(t, "tcp")},
 		{Proto: "tcp", JobPort: 2, PublicPort: uint16(busy.Addr().(*net.TCPAddr).Port)}}
-	if err := p.s.Expose(jobAddr, bad); err == nil {
+	if err := p.s.expose(jobAddr, bad); err == nil {
 		t.Error("Expose on a busy port: got no error")
 	}
 	if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), bad[0].PublicPort).String(), time.Second); err == nil {
@@ -176,14 +176,14 @@ func TestExpose(t *testing.T) {
 		t.Error("after a failed Expose the first listener is still open")
 	}
 
-	p.s.Expose(jobAddr, ex[:1])
-	p.s.Unexpose(jobAddr)
+	p.s.expose(jobAddr, ex[:1])
+	p.s.unexpose(jobAddr)
 	if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), tcpPub).String(), time.Second); err == nil {
 		c.Close()
 		t.Error("after Unexpose the public port still accepts")
 	}
 	// Stack.Close closes listeners left exposed.
-	if err := p.s.Expose(jobAddr, ex[:2]); err != nil {
+	if err := p.s.expose(jobAddr, ex[:2]); err != nil {
 		t.Fatal(err)
 	}
 	p.s.Close()
@@ -191,7 +191,7 @@ func TestExpose(t *testing.T) {
 		c.Close()
 		t.Error("after Close the public port still accepts")
 	}
-	if err := p.s.Expose(jobAddr, ex[:1]); err == nil {
+	if err := p.s.expose(jobAddr, ex[:1]); err == nil {
 		t.Error("Expose after Close: got no error")
 	}
 }
@@ -203,7 +203,7 @@ func TestExposeNeedsEgressAddr(t *testing.T) {
 	checkGoroutines(t)
 	p := newPair(t, Config{})
 	port := freePort(t, "tcp")
-	err := p.s.Expose(jobAddr, []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: port}})
+	err := p.s.expose(jobAddr, []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: port}})
 	if err == nil || !strings.Contains(err.Error(), "egress address") {
 		t.Fatalf("Expose without an egress address: got %v, want an error naming the egress address", err)
 	}

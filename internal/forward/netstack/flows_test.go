@@ -12,8 +12,8 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
-	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // recLog collects flow records.
@@ -81,7 +81,7 @@ func TestFlowAccounting(t *testing.T) {
 	p := newPair(t, Config{Flows: tb, UDPIdleTimeout: 200 * time.Millisecond})
 	p.dial.route("198.51.100.7:80", srv)
 	p.dial.route("198.51.100.7:53", pc.LocalAddr().String())
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
 	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "42", Token: "tok"})
@@ -155,7 +155,7 @@ func TestFlowAccounting(t *testing.T) {
 	}
 
 	// A refused flow is recorded with its verdict.
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 1}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 1}); err != nil {
 		t.Fatal(err)
 	}
 	c1, err := p.jobDialTCP(ctx, "198.51.100.7:80")
@@ -184,7 +184,7 @@ func TestFlowDenied(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
 	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "9"})

@@ -9,11 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
-
-var _ forward.Jobs = (*Stack)(nil)
 
 // jobEgress is where a job's outside connections leave from: its egress
 // address (zero: the Stack's EgressAddr) and port block.
@@ -51,10 +48,10 @@ func (t *jobTable) lookup(a netip.Addr) (jobEgress, bool) {
 	return e, ok
 }
 
-// AddJob implements forward.Jobs: from now on the outside connections of the
-// job at addr leave from egress (zero: EgressAddr) and ports of block (a
-// zero block: any port).
-func (s *Stack) AddJob(addr, egress netip.Addr, block portblock.Range) error {
+// addJob makes the outside connections of the job at addr leave from egress
+// (zero: EgressAddr) and ports of block (a zero block: any port) from now
+// on (AddJob, backend.go).
+func (s *Stack) addJob(addr, egress netip.Addr, block portblock.Range) error {
 	if block != (portblock.Range{}) && block.Lo > block.Hi {
 		return fmt.Errorf("add job %s: bad port block %s", addr, block)
 	}
@@ -69,11 +66,11 @@ func (s *Stack) AddJob(addr, egress netip.Addr, block portblock.Range) error {
 	return nil
 }
 
-// RemoveJob implements forward.Jobs. The job's ICMP echo flows are closed;
-// its TCP and UDP flows already open keep running until they end (the
-// WireGuard peer is gone, so they end soon), still under the job's
-// bandwidth limits. Its limits and token are forgotten.
-func (s *Stack) RemoveJob(addr netip.Addr) {
+// removeJob forgets the job's egress, limits, token and DNS state and
+// closes its ICMP echo flows; its TCP and UDP flows already open keep
+// running until they end (RemoveJob, backend.go, ends them), still under
+// the job's bandwidth limits.
+func (s *Stack) removeJob(addr netip.Addr) {
 	s.jobs.remove(addr.Unmap())
 	s.limits.remove(addr.Unmap())
 	s.pings.removeJob(addr.Unmap())

@@ -32,9 +32,8 @@ import (
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
-
-var _ forward.Limiter = (*Stack)(nil)
 
 const (
 	// maxChunk is the most bytes a shaped direction relays per bucket
@@ -150,7 +149,7 @@ type jobLimits struct {
 }
 
 // apply sets l.
-func (j *jobLimits) apply(now time.Time, l forward.Limits) {
+func (j *jobLimits) apply(now time.Time, l limits.Job) {
 	j.egress.setBits(now, l.EgressBitsPerSec)
 	j.ingress.setBits(now, l.IngressBitsPerSec)
 	j.newFlows.set(now, l.NewFlowsPerSec, math.Max(1, math.Ceil(l.NewFlowsPerSec)))
@@ -223,10 +222,10 @@ func (t *limitTable) job(a netip.Addr) *jobLimits {
 	return t.jobs[a]
 }
 
-// SetJobLimits implements forward.Limiter. Bandwidth limits apply to the
+// SetJobLimits implements forward.Backend. Bandwidth limits apply to the
 // job's open flows too; flow limits to its next flows (flows already open
 // count towards MaxFlows, none is closed).
-func (s *Stack) SetJobLimits(job netip.Addr, l forward.Limits) error {
+func (s *Stack) SetJobLimits(job netip.Addr, l limits.Job) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
@@ -241,7 +240,7 @@ func (s *Stack) SetJobLimits(job netip.Addr, l forward.Limits) error {
 	return nil
 }
 
-// SetGlobalLimits implements forward.Limiter.
+// SetGlobalLimits implements forward.Backend.
 func (s *Stack) SetGlobalLimits(egressBitsPerSec, ingressBitsPerSec uint64) error {
 	now := time.Now()
 	s.limits.globalEgress.setBits(now, egressBitsPerSec)
@@ -249,14 +248,14 @@ func (s *Stack) SetGlobalLimits(egressBitsPerSec, ingressBitsPerSec uint64) erro
 	return nil
 }
 
-// LimitStats implements forward.Limiter. Dropped counts UDP datagrams
+// limitStats returns the limits' counters (Stats.Limits). Dropped counts UDP datagrams
 // over a bandwidth limit; TCP is slowed, never dropped.
-func (s *Stack) LimitStats() (forward.LimitStats, error) {
-	return forward.LimitStats{
+func (s *Stack) limitStats() limits.Stats {
+	return limits.Stats{
 		FlowsRefused: s.limits.flowsRefused.Load(),
 		RateRefused:  s.limits.rateRefused.Load(),
 		Dropped:      s.limits.dropped.Load(),
-	}, nil
+	}
 }
 
 // admitFlow applies the flow limits of the job at src to a new flow of

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
 func TestBucketTake(t *testing.T) {
@@ -85,7 +84,7 @@ func TestBucketAllow(t *testing.T) {
 func TestJobLimitsAdmit(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	var j jobLimits
-	j.apply(t0, forward.Limits{MaxFlows: 2})
+	j.apply(t0, limits.Job{MaxFlows: 2})
 	if a, b, c := j.admit(t0), j.admit(t0), j.admit(t0); a != admitted || b != admitted || c != tooManyFlows {
 		t.Fatalf("max 2 flows: got %v %v %v, want admitted admitted tooManyFlows", a, b, c)
 	}
@@ -96,7 +95,7 @@ func TestJobLimitsAdmit(t *testing.T) {
 	j.release()
 	j.release()
 
-	j.apply(t0, forward.Limits{NewFlowsPerSec: 2.5}) // burst 3
+	j.apply(t0, limits.Job{NewFlowsPerSec: 2.5}) // burst 3
 	var ok, fast int
 	for range 10 {
 		switch j.admit(t0) {
@@ -138,10 +137,10 @@ func testTCPShaped(t *testing.T, stackName string) {
 	})
 	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:80", srv)
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{EgressBitsPerSec: rate, IngressBitsPerSec: rate}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{EgressBitsPerSec: rate, IngressBitsPerSec: rate}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -194,13 +193,13 @@ func testFlowLimits(t *testing.T, stackName string) {
 	})
 	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:7", srv)
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{MaxFlows: 2}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 2}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -253,7 +252,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Lifting the limit lets more in.
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{}); err != nil {
 		t.Fatal(err)
 	}
 	c, err = p.jobDialTCP(ctx, "198.51.100.7:7")
@@ -264,7 +263,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 
 	// New flows per second: 2/s with 3 connections open, 6 more at once:
 	// 2 pass (the burst), 4 are refused.
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{NewFlowsPerSec: 2}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{NewFlowsPerSec: 2}); err != nil {
 		t.Fatal(err)
 	}
 	var ok, refused int
@@ -281,7 +280,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 	if ok < 2 || ok > 3 || refused < 3 {
 		t.Errorf("6 connections at 2 new flows/s: %d ok, %d refused; want 2 (or 3) ok", ok, refused)
 	}
-	st, _ := p.s.LimitStats()
+	st := p.s.limitStats()
 	// The slot of a closed connection frees when its relay ends, so the
 	// retries above may have been refused too.
 	if st.FlowsRefused < 1 || st.RateRefused != uint64(refused) {
@@ -300,11 +299,11 @@ func TestUDPShaped(t *testing.T) {
 	defer pc.Close()
 	p := newPair(t, Config{})
 	p.dial.route("198.51.100.7:9", pc.LocalAddr().String())
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
 	// 800 kbit/s = 100 kB/s; the burst is one 64 KiB chunk.
-	if err := p.s.SetJobLimits(jobAddr, forward.Limits{EgressBitsPerSec: 800e3}); err != nil {
+	if err := p.s.SetJobLimits(jobAddr, limits.Job{EgressBitsPerSec: 800e3}); err != nil {
 		t.Fatal(err)
 	}
 	c := p.jobDialUDP(t, "198.51.100.7:9")
@@ -325,7 +324,7 @@ func TestUDPShaped(t *testing.T) {
 	// At most the burst (65 datagrams) plus what the rate allows while
 	// sending.
 	max := 66 + int(time.Since(start).Seconds()*100)
-	st, _ := p.s.LimitStats()
+	st := p.s.limitStats()
 	t.Logf("200 datagrams of 1000 bytes at 800 kbit/s: %d arrived, %d dropped", got, st.Dropped)
 	if got == 0 || got > max || st.Dropped == 0 {
 		t.Errorf("arrived %d (want 1..%d), dropped %d (want > 0)", got, max, st.Dropped)

@@ -262,7 +262,7 @@ func TestPingRelay(t *testing.T) {
 	if n := fp.openCount(); n != 2 {
 		t.Errorf("open ping sockets: got %d, want 2 (one per job echo flow)", n)
 	}
-	if st := s.Stats(); st.Denied != 0 || st.Dropped != 0 {
+	if st := s.Counters(); st.Denied != 0 || st.Dropped != 0 {
 		t.Errorf("stats: got denied %d dropped %d, want 0, 0", st.Denied, st.Dropped)
 	}
 
@@ -290,7 +290,7 @@ func TestPingDenied(t *testing.T) {
 	if r, ok := readReply(t, s, 300*time.Millisecond); ok {
 		t.Errorf("got reply %+v to a denied destination", r)
 	}
-	if st := s.Stats(); st.Denied != uint64(len(denied)) {
+	if st := s.Counters(); st.Denied != uint64(len(denied)) {
 		t.Errorf("Denied: got %d, want %d", st.Denied, len(denied))
 	}
 	fp.mu.Lock()
@@ -333,7 +333,7 @@ func TestPingFlowsPerJobCapped(t *testing.T) {
 	if n := fp.openCount(); n != maxPingFlowsPerJob {
 		t.Errorf("open ping sockets: got %d, want %d", n, maxPingFlowsPerJob)
 	}
-	if st := s.Stats(); st.Dropped != 4 {
+	if st := s.Counters(); st.Dropped != 4 {
 		t.Errorf("Dropped: got %d, want 4", st.Dropped)
 	}
 }

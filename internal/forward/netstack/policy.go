@@ -7,11 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
-
-var _ forward.Policer = (*Stack)(nil)
 
 // policyState is the Stack's egress policy, its jobs' token names and the
 // drop counters. It is safe for concurrent use; the zero value enforces the
@@ -45,7 +42,7 @@ func (p *policyState) forget(job netip.Addr) {
 	delete(p.tokens, job)
 }
 
-// SetPolicy implements forward.Policer.
+// SetPolicy implements forward.Backend.
 func (s *Stack) SetPolicy(p *policy.Policy) error {
 	if p == nil {
 		p = zeroPolicy
@@ -57,8 +54,8 @@ func (s *Stack) SetPolicy(p *policy.Policy) error {
 	return nil
 }
 
-// SetJobToken implements forward.Policer.
-func (s *Stack) SetJobToken(job netip.Addr, token string) error {
+// setJobToken scopes the policy of the job at job to token's rules.
+func (s *Stack) setJobToken(job netip.Addr, token string) error {
 	s.pol.mu.Lock()
 	defer s.pol.mu.Unlock()
 	if s.pol.tokens == nil {
@@ -68,9 +65,9 @@ func (s *Stack) SetJobToken(job netip.Addr, token string) error {
 	return nil
 }
 
-// PolicyDrops implements forward.Policer.
-func (s *Stack) PolicyDrops() (map[string]uint64, error) {
-	return s.pol.drops.Snapshot(), nil
+// policyDrops returns the denials per rule (Stats.PolicyDrops).
+func (s *Stack) policyDrops() map[string]uint64 {
+	return s.pol.drops.Snapshot()
 }
 
 // checkFlow decides a job's new flow from src to dst with the policy

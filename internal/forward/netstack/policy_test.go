@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
-	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPolicy checks that the user-mode forwarder enforces the policy before
@@ -31,7 +31,7 @@ func TestPolicy(t *testing.T) {
 	if err := p.s.SetPolicy(pol); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.AddJob(jobAddr, netip.Addr{}, portblock.Range{}); err != nil {
+	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(dst string) error {
@@ -60,7 +60,7 @@ func TestPolicy(t *testing.T) {
 		{"lab", "192.0.2.1:22", false},    // builtin-host
 		{"lab", "169.254.169.254:80", false},
 	} {
-		if err := p.s.SetJobToken(jobAddr, tc.token); err != nil {
+		if err := p.s.setJobToken(jobAddr, tc.token); err != nil {
 			t.Fatal(err)
 		}
 		if err := dial(tc.dst); (err == nil) != tc.ok {
@@ -78,7 +78,7 @@ func TestPolicy(t *testing.T) {
 	want := map[string]uint64{"no-smtp": 2, policy.RulePrivate: 2, policy.RuleHost: 1, policy.RuleMetadata: 1}
 	deadline := time.Now().Add(2 * time.Second)
 	for {
-		got, _ := p.s.PolicyDrops()
+		got := p.s.policyDrops()
 		ok := true
 		for k, v := range want {
 			if got[k] != v {
@@ -100,7 +100,7 @@ func TestPolicy(t *testing.T) {
 	if err := dial("198.51.100.7:80"); err == nil {
 		t.Error("default deny: dial allowed")
 	}
-	got, _ := p.s.PolicyDrops()
+	got := p.s.policyDrops()
 	if got[policy.RuleDefault] != 1 || got["no-smtp"] != 2 {
 		t.Errorf("after reload: PolicyDrops = %v", got)
 	}

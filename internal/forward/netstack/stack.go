@@ -47,10 +47,11 @@ const (
 	flowLogBurst = 50
 )
 
-var _ forward.Forwarder = (*Stack)(nil)
+var _ forward.Backend = (*Stack)(nil)
 
-// Stats are a Stack's cumulative counters.
-type Stats struct {
+// Counters are a Stack's cumulative counters of its own, beyond the
+// contract's Stats.
+type Counters struct {
 	TCPFlows     uint64 // TCP flows forwarded (dial succeeded, handshake done)
 	UDPFlows     uint64 // UDP flows opened
 	DialFailures uint64 // host dials that failed (TCP: the job got a RST; UDP: flow dropped)
@@ -66,7 +67,7 @@ type Stats struct {
 	KernelTCPFlows uint64
 }
 
-// counters are the atomic backing of Stats.
+// counters are the atomic backing of Counters.
 type counters struct {
 	tcpFlows, udpFlows, dialFailures, denied atomic.Uint64
 	dnsQueries, dnsFailures, dropped         atomic.Uint64
@@ -88,6 +89,9 @@ type Stack struct {
 	stats   counters
 	dns     *dnsfwd.Server
 	host    hostAddrs
+	// jobMu serialises AddJob and RemoveJob (backend.go), so that each
+	// is all or nothing towards the other.
+	jobMu   sync.Mutex
 	jobs    jobTable
 	limits  limitTable   // jobs' and global limits (limits.go)
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
@@ -397,9 +401,9 @@ func copyPacket(dst []byte, pkt *stack.PacketBuffer, size *int) bool {
 	return true
 }
 
-// Stats returns a snapshot of the counters.
-func (s *Stack) Stats() Stats {
-	return Stats{
+// Counters returns a snapshot of the counters.
+func (s *Stack) Counters() Counters {
+	return Counters{
 		TCPFlows:     s.stats.tcpFlows.Load(),
 		UDPFlows:     s.stats.udpFlows.Load(),
 		DialFailures: s.stats.dialFailures.Load(),
@@ -437,7 +441,7 @@ func (s *Stack) Close() error {
 		s.ep.Close()
 		s.ns.Wait()
 		close(s.events)
-		st := s.Stats()
+		st := s.Counters()
 		s.log.Info("netstack egress stopped", "tcp_flows", st.TCPFlows, "udp_flows", st.UDPFlows,
 			"dial_failures", st.DialFailures, "denied", st.Denied)
 	})

@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
-var _ forward.Forwarder = (*Stack)(nil)
+var _ forward.Backend = (*Stack)(nil)
 
 func TestTCPBulkBothWays(t *testing.T) {
 	for _, name := range tcpStacks {
@@ -92,7 +92,7 @@ func testTCPBulkBothWays(t *testing.T, stackName string) {
 	if stackName == "kernel" {
 		wantKernel = 1
 	}
-	if st := p.s.Stats(); st.TCPFlows != 1 || st.KernelTCPFlows != wantKernel {
+	if st := p.s.Counters(); st.TCPFlows != 1 || st.KernelTCPFlows != wantKernel {
 		t.Errorf("TCPFlows, KernelTCPFlows: got %d, %d, want 1, %d", st.TCPFlows, st.KernelTCPFlows, wantKernel)
 	}
 }
@@ -163,7 +163,7 @@ func testTCPRefused(t *testing.T, stackName string) {
 	if !isRefused(err) {
 		t.Errorf("job dial error: got %v, want connection refused", err)
 	}
-	if st := p.s.Stats(); st.DialFailures != 1 || st.TCPFlows != 0 {
+	if st := p.s.Counters(); st.DialFailures != 1 || st.TCPFlows != 0 {
 		t.Errorf("stats: got %+v, want 1 dial failure and no flows", st)
 	}
 }
@@ -191,7 +191,7 @@ func testTCPToTunnelAddressRefused(t *testing.T, stackName string) {
 	if calls := p.dial.Calls(); len(calls) != 0 {
 		t.Errorf("dial hook called: %q", calls)
 	}
-	if st := p.s.Stats(); st.Denied != 1 {
+	if st := p.s.Counters(); st.Denied != 1 {
 		t.Errorf("Denied: got %d, want 1", st.Denied)
 	}
 }
@@ -241,13 +241,13 @@ func TestUDPEcho(t *testing.T) {
 	for i := range 100 {
 		echo(i)
 	}
-	if st := p.s.Stats(); st.UDPFlows != 1 {
+	if st := p.s.Counters(); st.UDPFlows != 1 {
 		t.Errorf("UDPFlows: got %d, want 1", st.UDPFlows)
 	}
 	// After the idle timeout the flow is gone; the next datagram opens a new one.
 	time.Sleep(700 * time.Millisecond)
 	echo(100)
-	if st := p.s.Stats(); st.UDPFlows != 2 {
+	if st := p.s.Counters(); st.UDPFlows != 2 {
 		t.Errorf("UDPFlows after idle timeout: got %d, want 2", st.UDPFlows)
 	}
 }

@@ -1,4 +1,4 @@
-package forward
+package limits
 
 import (
 	"testing"
@@ -58,13 +58,13 @@ func TestFormatRate(t *testing.T) {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	if err := (Limits{MaxFlows: -1}).Validate(); err == nil {
+	if err := (Job{MaxFlows: -1}).Validate(); err == nil {
 		t.Error("MaxFlows -1: want an error")
 	}
-	if err := (Limits{NewFlowsPerSec: -1}).Validate(); err == nil {
+	if err := (Job{NewFlowsPerSec: -1}).Validate(); err == nil {
 		t.Error("NewFlowsPerSec -1: want an error")
 	}
-	if err := (Limits{EgressBitsPerSec: 1e6, MaxFlows: 10, NewFlowsPerSec: 0.5}).Validate(); err != nil {
+	if err := (Job{EgressBitsPerSec: 1e6, MaxFlows: 10, NewFlowsPerSec: 0.5}).Validate(); err != nil {
 		t.Errorf("valid limits: %v", err)
 	}
 }

@@ -1,16 +1,18 @@
-package forward
+// Package limits holds the traffic limits of jobs as the config states them
+// and the egress backends enforce them: per-job bandwidth, flow and DNS
+// limits, their counters, and the parsing and formatting of bandwidths. It
+// imports nothing of airlock, so that config and the backends share it.
+package limits
 
 import (
-	"errors"
 	"fmt"
 	"math"
-	"net/netip"
 	"strconv"
 	"strings"
 )
 
-// Limits are one job's traffic limits. A zero field means unlimited.
-type Limits struct {
+// Job are one job's traffic limits. A zero field means unlimited.
+type Job struct {
 	// EgressBitsPerSec caps the job's traffic to the outside (job →
 	// outside), in bits per second of IP payload as the backend counts it.
 	EgressBitsPerSec uint64
@@ -35,10 +37,10 @@ type Limits struct {
 }
 
 // IsZero reports whether l limits nothing.
-func (l Limits) IsZero() bool { return l == Limits{} }
+func (l Job) IsZero() bool { return l == Job{} }
 
 // Validate checks l for values no backend can enforce.
-func (l Limits) Validate() error {
+func (l Job) Validate() error {
 	if l.MaxFlows < 0 {
 		return fmt.Errorf("max flows %d: want 0 (unlimited) or more", l.MaxFlows)
 	}
@@ -54,9 +56,9 @@ func (l Limits) Validate() error {
 	return nil
 }
 
-// LimitStats are a limiter's cumulative counts of what its limits refused
-// or dropped, for metrics.
-type LimitStats struct {
+// Stats are an egress backend's cumulative counts of what its limits
+// refused or dropped, for metrics.
+type Stats struct {
 	// FlowsRefused counts new flows refused because the job had MaxFlows
 	// flows open.
 	FlowsRefused uint64
@@ -67,24 +69,6 @@ type LimitStats struct {
 	// (TCP recovers from those; they are how a queue tells TCP to slow).
 	Dropped uint64
 }
-
-// Limiter is implemented by forwarders that enforce traffic limits. Both
-// methods may be called at any time and from any goroutine; they take
-// effect for flows already open as well as new ones (flow limits: for new
-// flows only).
-//
-// SetJobLimits sets the limits of a job that AddJob added (a zero Limits
-// removes them); they end with RemoveJob. SetGlobalLimits caps all jobs
-// together per direction, in bits per second (0: unlimited), in addition
-// to each job's own limits. LimitStats returns cumulative counts.
-type Limiter interface {
-	SetJobLimits(job netip.Addr, l Limits) error
-	SetGlobalLimits(egressBitsPerSec, ingressBitsPerSec uint64) error
-	LimitStats() (LimitStats, error)
-}
-
-// ErrUnknownJob is returned by SetJobLimits for a job AddJob did not add.
-var ErrUnknownJob = errors.New("unknown job")
 
 // ParseRate parses a bandwidth such as "100mbit", "1gbit", "2.5Gbit",
 // "500kbit", "800000" (bits per second) or "10MB" (bytes: 8×): an optional
