@@ -20,7 +20,7 @@ func TestConformance(t *testing.T) {
 			if !forwardtest.Isolate(t) {
 				return
 			}
-			forwardtest.Run(t, forwardtest.Options{New: func(t *testing.T, env forwardtest.Env) forward.Backend {
+			forwardtest.Run(t, forwardtest.Options{IPv6Floor: true, New: func(t *testing.T, env forwardtest.Env) forward.Backend {
 				return newConformanceStack(t, name, env)
 			}})
 		})
