@@ -18,6 +18,8 @@ const (
 	closedPort = 9    // nothing listens (TCP refused)
 	dnsPort    = 53   // DNS
 	sinkPort   = 9000 // a second TCP and UDP echo port
+	speakPort  = 10   // TCP: sends speakLen bytes, half-closes, counts what it receives
+	speakLen   = 64 << 10
 )
 
 // DNSName is the name the outside DNS server answers, with DNSAnswer.
@@ -33,6 +35,14 @@ type peers struct {
 	mu      sync.Mutex
 	tcpSrcs []netip.AddrPort
 	udpSrcs []netip.AddrPort
+	// heard are the byte counts speakPort received, per connection.
+	heard []int64
+}
+
+func (p *peers) heardCounts() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]int64(nil), p.heard...)
 }
 
 func (p *peers) tcpSources() []netip.AddrPort {
@@ -79,20 +89,39 @@ func startPeers(t *testing.T, o *Outside) *peers {
 				p.serveUDPEcho(uc)
 			}()
 		}
+		sl, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(PeerAddr, speakPort)))
+		if err != nil {
+			return err
+		}
+		closers = append(closers, sl)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.serveSpeakFirst(sl, &wg)
+		}()
 		pc, err := net.ListenPacket("udp", netip.AddrPortFrom(PeerAddr, dnsPort).String())
 		if err != nil {
 			return err
 		}
-		srv := &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(serveDNS)}
-		closers = append(closers, closerFunc(srv.Shutdown))
-		started := make(chan struct{})
-		srv.NotifyStartedFunc = func() { close(started) }
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			srv.ActivateAndServe()
-		}()
-		<-started
+		tl, err := net.Listen("tcp", netip.AddrPortFrom(PeerAddr, dnsPort).String())
+		if err != nil {
+			pc.Close()
+			return err
+		}
+		for _, srv := range []*dns.Server{
+			{PacketConn: pc, Handler: dns.HandlerFunc(serveDNS)},
+			{Listener: tl, Handler: dns.HandlerFunc(serveDNS)},
+		} {
+			closers = append(closers, closerFunc(srv.Shutdown))
+			started := make(chan struct{})
+			srv.NotifyStartedFunc = func() { close(started) }
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srv.ActivateAndServe()
+			}()
+			<-started
+		}
 		return nil
 	})
 	t.Cleanup(func() {
@@ -131,6 +160,35 @@ func (p *peers) serveTCPEcho(ln *net.TCPListener, wg *sync.WaitGroup) {
 			c.CloseWrite()
 			// Wait for the client to close its side too.
 			io.Copy(io.Discard, c)
+		}()
+	}
+}
+
+// serveSpeakFirst sends speakLen bytes on each connection and half-closes
+// at once, then counts the bytes it receives until the client's EOF: the
+// outside's half-close carried to the job while the job still sends.
+func (p *peers) serveSpeakFirst(ln *net.TCPListener, wg *sync.WaitGroup) {
+	for {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := c.Write(make([]byte, speakLen)); err != nil {
+				return
+			}
+			c.CloseWrite()
+			n, err := io.Copy(io.Discard, c)
+			if err != nil {
+				n = -1
+			}
+			p.mu.Lock()
+			p.heard = append(p.heard, n)
+			p.mu.Unlock()
 		}()
 	}
 }

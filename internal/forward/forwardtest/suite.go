@@ -163,6 +163,23 @@ func (s *suite) job(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
 	return st, spec
 }
 
+// job6 is job with an IPv6 address on the job's stack even where the
+// backend gives the job none, so that IPv6 flows are sent.
+func (s *suite) job6(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
+	t.Helper()
+	spec = s.nextSpec(spec)
+	if err := s.b.AddJob(spec); err != nil {
+		t.Fatalf("AddJob %s: %v", spec.Addr, err)
+	}
+	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
+	addr6 := spec.Addr6
+	if !addr6.IsValid() {
+		a := spec.Addr.As4()
+		addr6 = netip.AddrFrom16([16]byte{0xfd, 0x00, 0x0a, 0x1c, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
+	}
+	return s.jobs.addJob(t, s.env.Tunnel, spec.Addr, addr6), spec
+}
+
 // nextSpec fills in a fresh address and block.
 func (s *suite) nextSpec(spec forward.Job) forward.Job {
 	s.mu.Lock()
@@ -226,6 +243,33 @@ func (s *suite) testTCP(t *testing.T) {
 		}
 	}
 	inBlock(t, "tcp", newSources(s.peers.tcpSources(), before), EgressAddr, spec.Block)
+
+	// The outside half-closes first; the job still sends after its EOF.
+	heard := len(s.peers.heardCounts())
+	c, err := j.DialTCP(ctxT(t, 10*time.Second), peer(speakPort))
+	if err != nil {
+		t.Fatalf("dial %s: %v", peer(speakPort), err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || len(got) != speakLen {
+		t.Fatalf("read until the outside's half-close: %d bytes, %v; want %d and EOF", len(got), err, speakLen)
+	}
+	const reply = 32 << 10
+	if _, err := c.Write(make([]byte, reply)); err != nil {
+		t.Fatalf("write after the outside's half-close: %v", err)
+	}
+	if err := c.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for len(s.peers.heardCounts()) == heard && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if h := s.peers.heardCounts()[heard:]; len(h) != 1 || h[0] != reply {
+		t.Errorf("the outside received %v after its half-close, want [%d]", h, reply)
+	}
 }
 
 // echoTCP sends n bytes to the echo server at dst, half-closes, and
@@ -389,7 +433,15 @@ func (s *suite) testDNS(t *testing.T) {
 	}
 	defer c.Close()
 	if err := lookupA(c, DNSName, DNSAnswer); err != nil {
-		t.Error(err)
+		t.Errorf("udp: %v", err)
+	}
+	tc, err := j.DialTCP(ctxT(t, 5*time.Second), netip.AddrPortFrom(s.env.Tunnel.Addr(), 53))
+	if err != nil {
+		t.Fatalf("dns over tcp: %v", err)
+	}
+	defer tc.Close()
+	if err := lookupA(tc, DNSName, DNSAnswer); err != nil {
+		t.Errorf("tcp: %v", err)
 	}
 }
 
@@ -548,18 +600,7 @@ func (s *suite) floorCases() []floorCase {
 }
 
 func (s *suite) testFloor(t *testing.T) {
-	spec := s.nextSpec(forward.Job{})
-	if err := s.b.AddJob(spec); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
-	// The job stack has an IPv6 address even where the backend gives the
-	// job none, so that its IPv6 rows are sent.
-	addr6 := spec.Addr6
-	if !addr6.IsValid() {
-		addr6 = netip.MustParseAddr("fd00:a1c::f1")
-	}
-	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, addr6)
+	j, _ := s.job6(t, forward.Job{})
 	for _, c := range s.floorCases() {
 		t.Run(c.dst.String(), func(t *testing.T) {
 			dst := netip.AddrPortFrom(c.dst, 80)
@@ -610,6 +651,12 @@ func (s *suite) testRules(t *testing.T) {
 		t.Errorf("token blue to %s: %v", PrivatePeerAddr, err)
 	}
 	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(PrivatePeerAddr, echoPort), policy.RulePrivate)
+	if s.o.IPv6 || s.o.IPv6Floor {
+		// An IPv4 allow rule does not open the address's NAT64 form.
+		blue6, _ := s.job6(t, forward.Job{Token: "blue"})
+		nat64 := netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: 10, 13: 99, 14: 0, 15: 2})
+		s.expectDenied(t, blue6, "tcp", netip.AddrPortFrom(nat64, echoPort), policy.RulePrivate)
+	}
 	// Deny rules by protocol and port, counted by name.
 	s.expectDenied(t, plain, "tcp", peer(closedPort), "no-discard")
 	s.expectDenied(t, plain, "udp", peer(echoPort), "no-echo-udp")
@@ -668,6 +715,22 @@ func (s *suite) testLimits(t *testing.T) {
 		t.Errorf("third flow under MaxFlows 3: %v", err)
 	} else {
 		held = append(held, c)
+	}
+	// New flows per second: one at once, the next refused.
+	k, _ := s.job(t, forward.Job{Limits: limits.Job{NewFlowsPerSec: 0.2}})
+	if c, err := k.DialTCP(ctx, peer(echoPort)); err != nil {
+		t.Errorf("first flow under 0.2 new flows/s: %v", err)
+	} else {
+		held = append(held, c)
+	}
+	before, _ = s.b.Stats()
+	refusedFast(t, k, peer(echoPort))
+	after, err = s.b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Limits.RateRefused <= before.Limits.RateRefused {
+		t.Errorf("RateRefused: %d before, %d after, want more", before.Limits.RateRefused, after.Limits.RateRefused)
 	}
 	if err := s.b.SetJobLimits(netip.MustParseAddr("100.64.200.200"), limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits of an unknown job: %v, want ErrUnknownJob", err)
