@@ -879,17 +879,55 @@ func (s *suite) testAccounting(t *testing.T) {
 		per += 28 // IPv4 and UDP headers
 	}
 	want := count * per
+	s.waitFlow(t, j, "udp", src, func(r flows.Record) bool {
+		return r.BytesOut == want && r.BytesIn == want && r.PacketsOut == count && r.PacketsIn == count
+	}, fmt.Sprintf("%d bytes and %d packets each way", want, count))
+
+	// TCP: the stream's bytes each way (IP bytes: with 40 to 60 bytes of
+	// headers per packet).
+	const n = 20000
+	tc, err := j.DialTCP(ctxT(t, 5*time.Second), peer(echoPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tsrc := tc.LocalAddr().String()
+	tc.Write(bytes.Repeat([]byte{'y'}, n))
+	tc.CloseWrite()
+	tc.SetDeadline(time.Now().Add(5 * time.Second))
+	if got, err := io.ReadAll(tc); err != nil || len(got) != n {
+		t.Fatalf("tcp echo: %d bytes, %v", len(got), err)
+	}
+	tc.Close()
+	exact := func(bytes, pkts uint64) bool {
+		if !s.o.IPBytes {
+			return bytes == n
+		}
+		return bytes >= n+40*pkts && bytes <= n+60*pkts
+	}
+	s.waitFlow(t, j, "tcp", tsrc, func(r flows.Record) bool {
+		return exact(r.BytesOut, r.PacketsOut) && exact(r.BytesIn, r.PacketsIn)
+	}, fmt.Sprintf("%d stream bytes each way", n))
+}
+
+// waitFlow waits up to 4 s for job j's flow from src (active or ended)
+// to satisfy ok.
+func (s *suite) waitFlow(t *testing.T, j *JobStack, proto, src string, ok func(flows.Record) bool, want string) {
+	t.Helper()
 	deadline := time.Now().Add(4 * time.Second)
-	var last []flows.Record
 	for {
-		last = s.env.Flows.Active(flows.Filter{Job: j.Addr.String()})
-		for _, r := range last {
-			if r.Proto == "udp" && r.Src == src && r.BytesOut == want && r.BytesIn == want && r.PacketsOut == count && r.PacketsIn == count {
-				return
+		var seen []flows.Record
+		fl := flows.Filter{Job: j.Addr.String()}
+		for _, r := range append(s.env.Flows.Active(fl), s.env.Flows.Recent(fl)...) {
+			if r.Proto == proto && r.Src == src {
+				if ok(r) {
+					return
+				}
+				seen = append(seen, r)
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("udp flow %s: want %d bytes and %d packets each way; flows: %+v", src, want, count, last)
+			t.Errorf("%s flow %s: want %s; records: %+v", proto, src, want, seen)
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
