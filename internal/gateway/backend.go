@@ -30,6 +30,7 @@ type gateway struct {
 	cfg       Config
 	leases    *lease.Manager
 	wg        *tunnel.Gateway
+	wgPriv    tunnel.Key
 	wgPub     tunnel.Key
 	gwAddr    netip.Addr
 	advertise string
@@ -76,6 +77,9 @@ type gateway struct {
 	// maxBlocks is the most port blocks one job may hold
 	// (--max-block-size, blocksize.go).
 	maxBlocks int
+	// res are the listeners and servers open made for serve, and what
+	// close undoes (run.go).
+	res resources
 }
 
 // owner is what a lease records about its holder.
@@ -237,9 +241,7 @@ func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
 		return err
 	}
-	if g.capture != nil {
-		g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
-	}
+	g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
 	return nil
 }
 
@@ -315,9 +317,7 @@ func (g *gateway) removeJob(l lease.Lease) {
 	g.closeStream(l)
 	g.handshakes.forget(l.PublicKey)
 	g.backend.RemoveJob(l.Addr)
-	if g.capture != nil {
-		g.capture.RemoveJob(l.Addr)
-	}
+	g.capture.RemoveJob(l.Addr)
 }
 
 // recordEnd closes l's entry in the lease history.

@@ -1,5 +1,5 @@
 // Package gateway assembles `airlock gateway`: the state directory and
-// identity, the control API, the WireGuard device, the egress forwarder, the
+// identity, the control API, the WireGuard device, the egress backend, the
 // lease manager and the admin socket, and runs them until cancelled.
 package gateway
 
@@ -9,31 +9,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.zx2c4.com/wireguard/conn"
 
-	"github.com/airlock-vpn/airlock/internal/admin"
-	"github.com/airlock-vpn/airlock/internal/capture"
-	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
-	"github.com/airlock-vpn/airlock/internal/lease"
-	"github.com/airlock-vpn/airlock/internal/limits"
-	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
-	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -180,266 +167,6 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("gateway: lease ttl %v must exceed renew interval %v", c.LeaseTTL, c.RenewInterval)
 	}
 	return nil
-}
-
-// Run starts the gateway and serves until ctx is cancelled or a component
-// fails. It returns nil after a clean shutdown.
-func Run(ctx context.Context, cfg Config) error {
-	if err := cfg.setDefaults(); err != nil {
-		return err
-	}
-	log := cfg.Logger
-	conf, err := loadConfig(cfg)
-	if err != nil {
-		return err
-	}
-	if err := ensureStateDir(cfg.StateDir, log); err != nil {
-		return err
-	}
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("parse --listen %q: %w", cfg.Listen, err)
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil {
-		return fmt.Errorf("parse --listen port %q: %w", portStr, err)
-	}
-	gwAddr := cfg.Subnet.Addr().Next()
-	if !cfg.Subnet.Contains(gwAddr) {
-		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
-	}
-
-	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
-	if err != nil {
-		return err
-	}
-	advertise := cfg.Advertise
-	cert, fp, created, err := control.LoadOrCreateIdentity(cfg.StateDir, certHosts(host, advertise))
-	if err != nil {
-		return fmt.Errorf("tls identity: %w", err)
-	}
-	if created {
-		log.Info("created gateway identity", "dir", cfg.StateDir, "pin", fp)
-	}
-	st, err := store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	eg, err := planEgress(cfg, hostEgressEnv)
-	if err != nil {
-		return err
-	}
-	eg.logPublic(log)
-	tb, closeFlowLog, err := openFlows(cfg)
-	if err != nil {
-		return err
-	}
-	defer closeFlowLog()
-	maxBlocks, err := planMaxBlock(cfg, eg)
-	if err != nil {
-		return err
-	}
-	// A job's blocks are consecutive port blocks of one address: pool
-	// blocks len(Addrs) apart (portblock.Pool.Run).
-	leases, err := lease.NewStride(cfg.Subnet, gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs)))
-	if err != nil {
-		return err
-	}
-
-	// TCP first: if the port is 0 the kernel picks one and UDP follows it.
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
-	}
-	defer ln.Close()
-	if port == 0 {
-		port = uint64(ln.Addr().(*net.TCPAddr).Port)
-	}
-
-	dev, err := newForwarder(cfg, eg, gwAddr, tb)
-	if err != nil {
-		return err
-	}
-	if err := setBackend(dev, conf); err != nil {
-		dev.Close()
-		return err
-	}
-	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
-	tr, err := newTransportState(bind)
-	if err != nil {
-		dev.Close()
-		return err
-	}
-	// Both egress modes' packets pass here: the capture feeds' tap.
-	capdev := capture.NewDevice(dev)
-	wg, err := tunnel.NewGateway(log, capdev, bind, wgKey, uint16(port))
-	if err != nil {
-		dev.Close()
-		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
-	}
-	defer wg.Close()
-
-	if advertise == "" {
-		advertise = deriveAdvertise(host, int(port))
-		log.Info("advertising derived address; set --advertise if clients must dial another", "advertise", advertise)
-	}
-
-	g := &gateway{
-		log:        log,
-		cfg:        cfg,
-		leases:     leases,
-		wg:         wg,
-		wgPub:      wgKey.PublicKey(),
-		gwAddr:     gwAddr,
-		advertise:  advertise,
-		st:         st,
-		egress:     eg,
-		backend:    dev,
-		exposeAddr: exposeAddr(eg),
-		flows:      tb,
-		started:    time.Now(),
-		tr:         tr,
-		capture:    capdev,
-		maxBlocks:  maxBlocks,
-	}
-	g.conf.Store(conf)
-	g.warnBlockSizes(conf.Quotas)
-	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
-	g.capacity.log(log)
-	mx, err := g.newMetrics()
-	if err != nil {
-		return err
-	}
-	g.metrics = mx.metrics
-	if err := g.registerTransportMetrics(mx.registry); err != nil {
-		return err
-	}
-	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
-		return err
-	} else if n > 0 || closed > 0 {
-		log.Info("leases of the previous run", "restored", n, "closed", closed)
-	}
-	srv := control.NewServer(control.ServerConfig{
-		Logger:      log.With("component", "control"),
-		Store:       st,
-		Backend:     g,
-		Certificate: cert,
-		OnJoin:      mx.metrics.ObserveJoin,
-	})
-	g.wakeWatches = srv.WakeWatches
-	adm := admin.NewServer(log.With("component", "admin"), st)
-	g.registerDrain(adm)
-	adm.SetGateway(g)
-	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
-	if err := g.openCapture(mx.registry, adm); err != nil {
-		return err
-	}
-	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
-	if err != nil {
-		return err
-	}
-	defer admLn.Close()
-
-	errc := make(chan error, 4)
-	var wgrp sync.WaitGroup
-	wgrp.Add(4)
-	go func() {
-		defer wgrp.Done()
-		if err := srv.Serve(ln); err != nil {
-			errc <- fmt.Errorf("control api: %w", err)
-		}
-	}()
-	go func() {
-		defer wgrp.Done()
-		if err := adm.ServeListener(admLn); err != nil {
-			errc <- fmt.Errorf("admin socket: %w", err)
-		}
-	}()
-	expireCtx, stopExpire := context.WithCancel(ctx)
-	go func() {
-		defer wgrp.Done()
-		g.expireLoop(expireCtx)
-	}()
-	go func() {
-		defer wgrp.Done()
-		g.pruneLoop(expireCtx, cfg.History)
-	}()
-	wgrp.Add(1)
-	go func() {
-		defer wgrp.Done()
-		g.loadLoop(expireCtx)
-	}()
-	wgrp.Add(2)
-	go func() {
-		defer wgrp.Done()
-		tb.Run(expireCtx)
-	}()
-	go func() {
-		defer wgrp.Done()
-		g.handshakeLoop(expireCtx)
-	}()
-	if mx.listener != nil {
-		wgrp.Add(1)
-		go func() {
-			defer wgrp.Done()
-			if err := metrics.Serve(expireCtx, mx.listener, mx.registry); err != nil {
-				errc <- err
-			}
-		}()
-	}
-	wgrp.Add(1)
-	go func() {
-		defer wgrp.Done()
-		g.runFeeds(expireCtx)
-	}()
-	if cfg.Reload != nil {
-		wgrp.Add(1)
-		go func() {
-			defer wgrp.Done()
-			g.reloadLoop(expireCtx, cfg.Reload)
-		}()
-	}
-
-	info := Info{Advertise: advertise, Fingerprint: fp, Control: ln.Addr(), UDPPort: wg.Port(), Gateway: gwAddr}
-	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {
-		log.Error("cannot write join.env", "err", err)
-	}
-	log.Info("gateway ready",
-		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
-		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
-		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
-		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),
-		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
-		"egress_rate", limits.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", limits.FormatRate(conf.Limits.IngressBitsPerSec),
-		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
-	if cfg.Ready != nil {
-		cfg.Ready(info)
-	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-		log.Info("gateway stopping", "reason", context.Cause(ctx))
-	case runErr = <-errc:
-		log.Error("gateway failed", "err", runErr)
-	}
-	stopExpire()
-	shutCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(shutCtx)
-	_ = adm.Close()
-	wgrp.Wait()
-	// Live leases stay open in the history: the next start restores them
-	// (resume.go).
-	for _, l := range leases.Leases() {
-		wg.RemovePeer(l.PublicKey)
-		g.removeJob(l)
-	}
-	return runErr
 }
 
 // TCPStack values.

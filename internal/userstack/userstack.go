@@ -6,9 +6,9 @@
 // gateway applies the job's policy, limits and port block as for a netns
 // job.
 //
-// It uses the gateway's link endpoint (internal/forward/netstack.Link: GRO
-// inbound, GSO outbound, batched reads) and the gateway's TCP tuning (SACK,
-// buffer auto-tuning up to 8 MiB, cubic).
+// It uses the same link endpoint (internal/stacklink.Link: GRO inbound, GSO
+// outbound, batched reads) and TCP tuning (stacklink.TuneTCP: SACK, buffer
+// auto-tuning up to 8 MiB, cubic) as the gateway's user-mode egress.
 package userstack
 
 import (
@@ -29,21 +29,14 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
-	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+	"github.com/airlock-vpn/airlock/internal/stacklink"
 )
 
 const (
 	nicID     = 1
 	batchSize = 64
 	queueLen  = 1024
-
-	tcpBufMin     = 4 << 10
-	tcpBufDefault = 1 << 20
-	tcpBufMax     = 8 << 20
 
 	// dnsTimeout bounds one DNS exchange; dnsTries is how often a query
 	// is sent over UDP before giving up.
@@ -67,7 +60,7 @@ type Config struct {
 type Stack struct {
 	cfg    Config
 	ns     *stack.Stack
-	link   *netstack.Link
+	link   *stacklink.Link
 	events chan tun.Event
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -83,16 +76,14 @@ func New(cfg Config) (*Stack, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stack{
 		cfg:    cfg,
-		link:   netstack.NewLink(uint32(cfg.MTU), queueLen),
+		link:   stacklink.New(uint32(cfg.MTU), queueLen, nil),
 		events: make(chan tun.Event, 1),
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	s.ns = stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
-		HandleLocal:        true,
-	})
+	opts := stacklink.StackOptions()
+	opts.HandleLocal = true
+	s.ns = stack.New(opts)
 	if err := s.setup(); err != nil {
 		s.Close()
 		return nil, err
@@ -106,25 +97,10 @@ func tcpipErr(what string, err tcpip.Error) error {
 }
 
 func (s *Stack) setup() error {
-	opts := []struct {
-		what string
-		opt  tcpip.SettableTransportProtocolOption
-	}{
-		{"enable tcp sack", func() *tcpip.TCPSACKEnabled { v := tcpip.TCPSACKEnabled(true); return &v }()},
-		{"set tcp receive buffer range", &tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpBufMin, Default: tcpBufDefault, Max: tcpBufMax}},
-		{"set tcp send buffer range", &tcpip.TCPSendBufferSizeRangeOption{Min: tcpBufMin, Default: tcpBufDefault, Max: tcpBufMax}},
-		{"enable tcp receive buffer auto-tuning", func() *tcpip.TCPModerateReceiveBufferOption {
-			v := tcpip.TCPModerateReceiveBufferOption(true)
-			return &v
-		}()},
-		{"set tcp congestion control", func() *tcpip.CongestionControlOption { v := tcpip.CongestionControlOption("cubic"); return &v }()},
+	if err := stacklink.TuneTCP(s.ns); err != nil {
+		return fmt.Errorf("user-space stack: %w", err)
 	}
-	for _, o := range opts {
-		if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, o.opt); err != nil {
-			return tcpipErr(o.what, err)
-		}
-	}
-	if err := s.ns.CreateNIC(nicID, s.link.Endpoint()); err != nil {
+	if err := s.ns.CreateNIC(nicID, s.link); err != nil {
 		return tcpipErr("create nic", err)
 	}
 	pa := tcpip.ProtocolAddress{
@@ -183,7 +159,7 @@ func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 	if s.ctx.Err() != nil {
 		return 0, os.ErrClosed
 	}
-	s.link.Inject(bufs, offset)
+	s.link.Inject(bufs, offset, stacklink.AdmitIP)
 	return len(bufs), nil
 }
 

@@ -11,9 +11,9 @@
 // destination) and spoofing (it may send from any source, i.e. answer as that
 // destination). Default IPv4 and IPv6 routes point at the NIC. Packets the
 // stack emits are queued on the link endpoint and handed to the WireGuard
-// device by Read. The link endpoint (link.go) coalesces each Write batch
-// with GRO and lets the stack's TCP emit large segments that Read splits
-// into MTU-sized packets (GSO); neither allocates per packet.
+// device by Read. The link endpoint (internal/stacklink) coalesces each
+// Write batch with GRO and lets the stack's TCP emit large segments that
+// Read splits into MTU-sized packets (GSO); neither allocates per packet.
 //
 // TCP: the stack's TCP forwarder hands each new SYN to handleTCP in its own
 // goroutine. The flow is checked by checkFlow (floor and policy); then the real

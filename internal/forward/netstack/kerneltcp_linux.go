@@ -188,7 +188,7 @@ func (k *kernelTCP) write(bufs [][]byte, offset int) {
 		}
 	}
 	if len(b.rest) > 0 {
-		if refused := k.s.ep.inject(b.rest, offset, k.s.admit); refused > 0 {
+		if refused := k.s.ep.Inject(b.rest, offset, k.s.admit); refused > 0 {
 			k.s.stats.dropped.Add(uint64(refused))
 		}
 	}
@@ -309,7 +309,7 @@ func (k *kernelTCP) reset(syn []byte) {
 	})
 	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), header.TCPMinimumSize)
 	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
-	if !k.s.ep.deliver(b) {
+	if !k.s.ep.Deliver(b) {
 		k.s.stats.dropped.Add(1)
 	}
 }
@@ -368,7 +368,7 @@ func (k *kernelTCP) acceptLoop() {
 func (k *kernelTCP) read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	for {
 		k.blocked.Store(true)
-		if n := k.s.ep.tryRead(bufs, sizes, offset); n > 0 {
+		if n := k.s.ep.TryRead(bufs, sizes, offset); n > 0 {
 			k.blocked.Store(false)
 			return n, nil
 		}

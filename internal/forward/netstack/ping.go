@@ -241,7 +241,7 @@ func (t *pingTable) receive(f *pingFlow) {
 		}
 		f.last.Store(time.Now().UnixNano())
 		pkt := buildEchoReply(buf[:header.IPv4MinimumSize+n], peer.Unmap().As4(), job, f.key.id)
-		if !t.s.ep.deliver(pkt) {
+		if !t.s.ep.Deliver(pkt) {
 			t.s.stats.dropped.Add(1)
 		} else {
 			f.fl.AddIn(uint64(n), 1)

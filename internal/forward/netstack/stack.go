@@ -17,12 +17,12 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
-	"gvisor.dev/gvisor/pkg/tcpip/transport/icmp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/stacklink"
 )
 
 const (
@@ -35,12 +35,6 @@ const (
 
 	// batchSize is the most packets Read returns and Write is offered.
 	batchSize = 64
-
-	// TCP buffer ranges; receive buffers auto-tune up to the maximum.
-	tcpBufMin     = 4 << 10
-	tcpRecvBufDef = 1 << 20
-	tcpSendBufDef = 1 << 20
-	tcpBufMax     = 8 << 20
 
 	// flowLogRate and flowLogBurst limit per-flow Debug logs.
 	flowLogRate  = 20 // per second
@@ -81,7 +75,7 @@ type Stack struct {
 	cfg     Config
 	log     *slog.Logger
 	self    netip.Addr
-	ep      *linkEndpoint
+	ep      *stacklink.Link
 	admit   func([]byte) (tcpip.NetworkProtocolNumber, bool) // s.admitPacket, bound once
 	ns      *stack.Stack
 	events  chan tun.Event
@@ -143,7 +137,7 @@ func New(cfg Config) (*Stack, error) {
 		flows:   make(map[io.Closer]struct{}),
 		host:    hostAddrs{list: cfg.HostAddrs},
 	}
-	s.ep = newLinkEndpoint(uint32(cfg.MTU), queueLen, func() { s.stats.dropped.Add(1) })
+	s.ep = stacklink.New(uint32(cfg.MTU), queueLen, func() { s.stats.dropped.Add(1) })
 	s.admit = s.admitPacket
 	if cfg.KernelTCP != nil {
 		if s.ktcp, err = newKernelTCP(s, cfg.KernelTCP); err != nil {
@@ -151,12 +145,9 @@ func New(cfg Config) (*Stack, error) {
 			cfg.KernelTCP.Close()
 			return nil, err
 		}
-		s.ep.notify = s.ktcp.notify
+		s.ep.SetNotify(s.ktcp.notify)
 	}
-	s.ns = stack.New(stack.Options{
-		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
-		TransportProtocols: []stack.TransportProtocolFactory{tcp.NewProtocol, udp.NewProtocol, icmp.NewProtocol4, icmp.NewProtocol6},
-	})
+	s.ns = stack.New(stacklink.StackOptions())
 	if err := s.setupStack(); err != nil {
 		s.closeKernelTCP()
 		cancel()
@@ -190,25 +181,8 @@ func New(cfg Config) (*Stack, error) {
 // setupStack configures protocols, the NIC, its address, routes and the
 // TCP and UDP forwarders.
 func (s *Stack) setupStack() error {
-	sack := tcpip.TCPSACKEnabled(true)
-	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &sack); err != nil {
-		return tcpipError("enable tcp sack", err)
-	}
-	rcv := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcpBufMin, Default: tcpRecvBufDef, Max: tcpBufMax}
-	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &rcv); err != nil {
-		return tcpipError("set tcp receive buffer range", err)
-	}
-	snd := tcpip.TCPSendBufferSizeRangeOption{Min: tcpBufMin, Default: tcpSendBufDef, Max: tcpBufMax}
-	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &snd); err != nil {
-		return tcpipError("set tcp send buffer range", err)
-	}
-	moderate := tcpip.TCPModerateReceiveBufferOption(true)
-	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &moderate); err != nil {
-		return tcpipError("enable tcp receive buffer auto-tuning", err)
-	}
-	cc := tcpip.CongestionControlOption("cubic")
-	if err := s.ns.SetTransportProtocolOption(tcp.ProtocolNumber, &cc); err != nil {
-		return tcpipError("set tcp congestion control", err)
+	if err := stacklink.TuneTCP(s.ns); err != nil {
+		return err
 	}
 
 	if err := s.ns.CreateNIC(nicID, s.ep); err != nil {
@@ -300,7 +274,7 @@ func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 		s.ktcp.write(bufs, offset)
 		return len(bufs), nil
 	}
-	if refused := s.ep.inject(bufs, offset, s.admit); refused > 0 {
+	if refused := s.ep.Inject(bufs, offset, s.admit); refused > 0 {
 		s.stats.dropped.Add(uint64(refused))
 	}
 	return len(bufs), nil
@@ -373,32 +347,11 @@ func (s *Stack) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if s.ktcp != nil {
 		return s.ktcp.read(bufs, sizes, offset)
 	}
-	n, ok := s.ep.read(s.ctx, bufs, sizes, offset)
+	n, ok := s.ep.Read(s.ctx, bufs, sizes, offset)
 	if !ok {
 		return 0, os.ErrClosed
 	}
 	return n, nil
-}
-
-// copyPacket copies pkt into dst and sets *size, without allocating. It
-// returns false if pkt does not fit.
-func copyPacket(dst []byte, pkt *stack.PacketBuffer, size *int) bool {
-	if pkt.Size() > len(dst) {
-		return false
-	}
-	vl, off := pkt.AsViewList()
-	n := 0
-	for v := vl.Front(); v != nil; v = v.Next() {
-		b := v.AsSlice()
-		if off >= len(b) {
-			off -= len(b)
-			continue
-		}
-		n += copy(dst[n:], b[off:])
-		off = 0
-	}
-	*size = n
-	return true
 }
 
 // Counters returns a snapshot of the counters.

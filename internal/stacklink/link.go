@@ -1,16 +1,20 @@
-package netstack
-
-// Theory of operation: the link endpoint.
+// Package stacklink connects a gVisor netstack to a WireGuard device, for
+// both of airlock's user-space stacks: the gateway's user-mode egress
+// (internal/forward/netstack) and airlock run's client-side stack in the
+// fallback modes (internal/userstack). It holds the link endpoint (Link)
+// and the stack options both use (StackOptions, TuneTCP).
 //
-// The Stack's NIC is backed by linkEndpoint, which replaces gVisor's channel
-// endpoint for throughput:
+// # Theory of operation: the link endpoint
 //
-// Inbound (WireGuard → netstack): Write wraps each decrypted packet of a
+// The NIC is backed by Link, which replaces gVisor's channel endpoint for
+// throughput:
+//
+// Inbound (WireGuard → netstack): Inject wraps each decrypted packet of a
 // batch in a PacketBuffer and feeds it to a GRO engine (gvisor
 // pkg/tcpip/stack/gro), which coalesces consecutive in-order segments of a
-// TCP flow into one large segment; the batch is flushed when Write returns,
-// so GRO never holds a packet between calls. The netstack then runs TCP
-// once per coalesced segment instead of once per packet.
+// TCP flow into one large segment; the batch is flushed when Inject
+// returns, so GRO never holds a packet between calls. The netstack then
+// runs TCP once per coalesced segment instead of once per packet.
 //
 // Outbound (netstack → WireGuard): the endpoint advertises host GSO, so the
 // netstack's TCP sends segments of up to gsoMaxSize bytes with a partial
@@ -20,6 +24,7 @@ package netstack
 // lengths, sequence numbers, flags and full checksums, written straight
 // into the device's buffers. A segment that does not fit the remaining
 // buffers is continued by the next Read.
+package stacklink
 
 import (
 	"context"
@@ -29,6 +34,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
+	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/stack/gro"
 )
@@ -44,13 +51,13 @@ const (
 )
 
 var (
-	_ stack.LinkEndpoint = (*linkEndpoint)(nil)
-	_ stack.GSOEndpoint  = (*linkEndpoint)(nil)
+	_ stack.LinkEndpoint = (*Link)(nil)
+	_ stack.GSOEndpoint  = (*Link)(nil)
 )
 
-// linkEndpoint is the NIC's link endpoint; see the theory of operation
-// above. It is safe for concurrent use. Create it with newLinkEndpoint.
-type linkEndpoint struct {
+// Link is a NIC's link endpoint; see the theory of operation above. It is
+// safe for concurrent use. Create it with New.
+type Link struct {
 	mtu   uint32
 	limit int // most packets queued outbound; more are dropped
 
@@ -82,13 +89,19 @@ type linkEndpoint struct {
 	// or they did not fit a buffer.
 	dropped func()
 
-	// notify, if set before use, is called after packets were queued
-	// outbound (kernel TCP: it wakes a read blocked elsewhere).
+	// notify, if set before use (SetNotify), is called after packets
+	// were queued outbound.
 	notify func()
 }
 
-func newLinkEndpoint(mtu uint32, limit int, dropped func()) *linkEndpoint {
-	e := &linkEndpoint{
+// New returns a link of MTU mtu that queues at most limit outbound
+// packets; dropped, if not nil, is called for every outbound packet
+// dropped because the queue was full or it did not fit a buffer.
+func New(mtu uint32, limit int, dropped func()) *Link {
+	if dropped == nil {
+		dropped = func() {}
+	}
+	e := &Link{
 		mtu:     mtu,
 		limit:   limit,
 		ready:   make(chan struct{}, 1),
@@ -104,12 +117,12 @@ func newLinkEndpoint(mtu uint32, limit int, dropped func()) *linkEndpoint {
 	return e
 }
 
-// inject delivers the inbound packets bufs[i][offset:] that admit accepts
+// Inject delivers the inbound packets bufs[i][offset:] that admit accepts
 // to the netstack, through GRO, and returns how many admit refused. admit
 // keeps a packet out with ok false: with protocol 0 it refused it, with any
 // other protocol it took the packet over itself (ICMP echo relay). The
 // buffers are copied and not retained.
-func (e *linkEndpoint) inject(bufs [][]byte, offset int, admit func([]byte) (tcpip.NetworkProtocolNumber, bool)) (refused int) {
+func (e *Link) Inject(bufs [][]byte, offset int, admit func([]byte) (tcpip.NetworkProtocolNumber, bool)) (refused int) {
 	e.dmu.RLock()
 	d := e.dispatcher
 	e.dmu.RUnlock()
@@ -146,7 +159,7 @@ func (e *linkEndpoint) inject(bufs [][]byte, offset int, admit func([]byte) (tcp
 
 // WritePackets implements stack.LinkWriter: it queues outbound packets for
 // read, dropping what does not fit the queue.
-func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
+func (e *Link) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -176,9 +189,9 @@ func (e *linkEndpoint) WritePackets(pkts stack.PacketBufferList) (int, tcpip.Err
 	return n, nil
 }
 
-// deliver queues the raw IP packet p (copied) for read, as if the netstack
+// Deliver queues the raw IP packet p (copied) for Read, as if the netstack
 // had sent it. It reports false if the queue is full or closed.
-func (e *linkEndpoint) deliver(p []byte) bool {
+func (e *Link) Deliver(p []byte) bool {
 	pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(p)})
 	defer pkt.DecRef()
 	var l stack.PacketBufferList
@@ -187,11 +200,11 @@ func (e *linkEndpoint) deliver(p []byte) bool {
 	return err == nil && n == 1
 }
 
-// read blocks until at least one packet is queued, then writes up to
+// Read blocks until at least one packet is queued, then writes up to
 // len(bufs) IP packets into bufs[i][offset:] and their lengths into
 // sizes[i], splitting GSO segments. It returns ok false once ctx is done
 // or the endpoint is closed.
-func (e *linkEndpoint) read(ctx context.Context, bufs [][]byte, sizes []int, offset int) (int, bool) {
+func (e *Link) Read(ctx context.Context, bufs [][]byte, sizes []int, offset int) (int, bool) {
 	e.rmu.Lock()
 	defer e.rmu.Unlock()
 	for {
@@ -208,7 +221,7 @@ func (e *linkEndpoint) read(ctx context.Context, bufs [][]byte, sizes []int, off
 
 // fillLocked writes packets of the reader's batch into bufs and returns
 // how many. e.rmu must be held.
-func (e *linkEndpoint) fillLocked(bufs [][]byte, sizes []int, offset int) int {
+func (e *Link) fillLocked(bufs [][]byte, sizes []int, offset int) int {
 	n := 0
 	for n < len(bufs) && e.rqi < len(e.rq) {
 		pkt := e.rq[e.rqi]
@@ -225,9 +238,9 @@ func (e *linkEndpoint) fillLocked(bufs [][]byte, sizes []int, offset int) int {
 	return n
 }
 
-// tryRead is read without blocking: it returns 0 if no packet is queued
+// TryRead is Read without blocking: it returns 0 if no packet is queued
 // (or the endpoint is closed).
-func (e *linkEndpoint) tryRead(bufs [][]byte, sizes []int, offset int) int {
+func (e *Link) TryRead(bufs [][]byte, sizes []int, offset int) int {
 	e.rmu.Lock()
 	defer e.rmu.Unlock()
 	for {
@@ -249,7 +262,7 @@ func (e *linkEndpoint) tryRead(bufs [][]byte, sizes []int, offset int) int {
 
 // takeLocked waits for queued packets and moves them to the reader's
 // batch. e.rmu must be held and the batch consumed.
-func (e *linkEndpoint) takeLocked(ctx context.Context) bool {
+func (e *Link) takeLocked(ctx context.Context) bool {
 	e.rq, e.rqi = e.rq[:0], 0
 	for {
 		e.mu.Lock()
@@ -273,7 +286,7 @@ func (e *linkEndpoint) takeLocked(ctx context.Context) bool {
 
 // emit writes pkt, from segment e.seg on, into bufs. It returns how many
 // buffers it filled and whether pkt is finished.
-func (e *linkEndpoint) emit(pkt *stack.PacketBuffer, bufs [][]byte, sizes []int, offset int) (int, bool) {
+func (e *Link) emit(pkt *stack.PacketBuffer, bufs [][]byte, sizes []int, offset int) (int, bool) {
 	gso := pkt.GSOOptions
 	if gso.Type != stack.GSOTCPv4 && gso.Type != stack.GSOTCPv6 {
 		if !copyPacket(bufs[0][offset:], pkt, &sizes[0]) {
@@ -364,8 +377,9 @@ func copyRange(dst []byte, pkt *stack.PacketBuffer, off int) {
 	}
 }
 
-// close drops queued packets and wakes readers.
-func (e *linkEndpoint) close() {
+// Close implements stack.NetworkLinkEndpoint: it drops queued packets and
+// wakes readers; pending and later Reads return ok false.
+func (e *Link) Close() {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
@@ -384,64 +398,90 @@ func (e *linkEndpoint) close() {
 	}
 }
 
+// SetNotify makes the link call f after it has queued outbound packets (so
+// that a reader blocked elsewhere than in Read can wake). It must be called
+// before the link is used.
+func (e *Link) SetNotify(f func()) { e.notify = f }
+
 // Attach implements stack.NetworkLinkEndpoint.
-func (e *linkEndpoint) Attach(d stack.NetworkDispatcher) {
+func (e *Link) Attach(d stack.NetworkDispatcher) {
 	e.dmu.Lock()
 	e.dispatcher = d
 	e.dmu.Unlock()
 }
 
 // IsAttached implements stack.NetworkLinkEndpoint.
-func (e *linkEndpoint) IsAttached() bool {
+func (e *Link) IsAttached() bool {
 	e.dmu.RLock()
 	defer e.dmu.RUnlock()
 	return e.dispatcher != nil
 }
 
 // MTU implements stack.NetworkLinkEndpoint.
-func (e *linkEndpoint) MTU() uint32 { return e.mtu }
+func (e *Link) MTU() uint32 { return e.mtu }
 
 // SetMTU implements stack.NetworkLinkEndpoint; the MTU is fixed.
-func (e *linkEndpoint) SetMTU(uint32) {}
+func (e *Link) SetMTU(uint32) {}
 
 // MaxHeaderLength implements stack.NetworkLinkEndpoint: no link header.
-func (*linkEndpoint) MaxHeaderLength() uint16 { return 0 }
+func (*Link) MaxHeaderLength() uint16 { return 0 }
 
 // LinkAddress implements stack.NetworkLinkEndpoint: none.
-func (*linkEndpoint) LinkAddress() tcpip.LinkAddress { return "" }
+func (*Link) LinkAddress() tcpip.LinkAddress { return "" }
 
 // SetLinkAddress implements stack.NetworkLinkEndpoint; ignored.
-func (*linkEndpoint) SetLinkAddress(tcpip.LinkAddress) {}
+func (*Link) SetLinkAddress(tcpip.LinkAddress) {}
 
 // Capabilities implements stack.NetworkLinkEndpoint. Inbound packets skip
 // checksum verification: WireGuard has authenticated every byte from the
 // job's own stack, so a checksum could only catch the job's own bugs, and
 // the netstack's GRO would otherwise verify each packet once more.
-// Outbound checksums are computed (by the stack, or by read for TCP).
-func (*linkEndpoint) Capabilities() stack.LinkEndpointCapabilities {
+// Outbound checksums are computed (by the stack, or by Read for TCP).
+func (*Link) Capabilities() stack.LinkEndpointCapabilities {
 	return stack.CapabilityRXChecksumOffload
 }
 
 // GSOMaxSize implements stack.GSOEndpoint.
-func (*linkEndpoint) GSOMaxSize() uint32 { return gsoMaxSize }
+func (*Link) GSOMaxSize() uint32 { return gsoMaxSize }
 
 // SupportedGSO implements stack.GSOEndpoint: Read splits segments.
-func (*linkEndpoint) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
+func (*Link) SupportedGSO() stack.SupportedGSO { return stack.HostGSOSupported }
 
 // Wait implements stack.NetworkLinkEndpoint.
-func (*linkEndpoint) Wait() {}
+func (*Link) Wait() {}
 
 // ARPHardwareType implements stack.NetworkLinkEndpoint.
-func (*linkEndpoint) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
+func (*Link) ARPHardwareType() header.ARPHardwareType { return header.ARPHardwareNone }
 
 // AddHeader implements stack.NetworkLinkEndpoint: no link header.
-func (*linkEndpoint) AddHeader(*stack.PacketBuffer) {}
+func (*Link) AddHeader(*stack.PacketBuffer) {}
 
 // ParseHeader implements stack.NetworkLinkEndpoint: no link header.
-func (*linkEndpoint) ParseHeader(*stack.PacketBuffer) bool { return true }
-
-// Close implements stack.NetworkLinkEndpoint.
-func (e *linkEndpoint) Close() { e.close() }
+func (*Link) ParseHeader(*stack.PacketBuffer) bool { return true }
 
 // SetOnCloseAction implements stack.NetworkLinkEndpoint.
-func (*linkEndpoint) SetOnCloseAction(func()) {}
+func (*Link) SetOnCloseAction(func()) {}
+
+// AdmitIP is an admit function for Inject that takes IPv4 and IPv6 packets
+// of at least a header's length and refuses others.
+func AdmitIP(p []byte) (tcpip.NetworkProtocolNumber, bool) {
+	switch {
+	case len(p) >= header.IPv4MinimumSize && p[0]>>4 == 4:
+		return ipv4.ProtocolNumber, true
+	case len(p) >= header.IPv6MinimumSize && p[0]>>4 == 6:
+		return ipv6.ProtocolNumber, true
+	}
+	return 0, false
+}
+
+// copyPacket copies pkt into dst and sets *size, without allocating. It
+// returns false if pkt does not fit.
+func copyPacket(dst []byte, pkt *stack.PacketBuffer, size *int) bool {
+	n := pkt.Size()
+	if n > len(dst) {
+		return false
+	}
+	copyRange(dst[:n], pkt, 0)
+	*size = n
+	return true
+}

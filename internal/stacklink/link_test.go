@@ -1,4 +1,4 @@
-package netstack
+package stacklink
 
 import (
 	"bytes"
@@ -62,7 +62,7 @@ func TestGSOSplit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pkt := gsoPacket(tc.v4, payload[:tc.size], tc.mss, header.TCPFlagAck|header.TCPFlagPsh|header.TCPFlagFin)
 			defer pkt.DecRef()
-			e := newLinkEndpoint(1420, 16, func() { t.Error("packet dropped") })
+			e := New(1420, 16, func() { t.Error("packet dropped") })
 			const offset = 16
 			var got []byte
 			var segs [][]byte

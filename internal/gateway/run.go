@@ -1,0 +1,341 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"golang.zx2c4.com/wireguard/conn"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/limits"
+	"github.com/airlock-vpn/airlock/internal/metrics"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
+)
+
+// Run starts the gateway and serves until ctx is cancelled or a component
+// fails. It returns nil after a clean shutdown.
+//
+// The gateway's life: open (the config, the state directory, the egress
+// backend, WireGuard, the leases of the previous run, the control and admin
+// servers) → serve (one errgroup of servers and loops, until ctx ends or
+// one of them fails) → close (what open made, in reverse order; live
+// leases stay open in the history for the next start, resume.go).
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.setDefaults(); err != nil {
+		return err
+	}
+	g, err := open(cfg)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+	return g.serve(ctx)
+}
+
+// resources are what open made for serve and close.
+type resources struct {
+	ln    net.Listener // the control API's TCP listener
+	srv   *control.Server
+	adm   *admin.Server
+	admLn net.Listener
+	mx    gatewayMetrics
+	cert  tls.Certificate
+	// port is --listen's port: the TCP and UDP port, 0 until the TCP
+	// listener has one.
+	port uint16
+	info Info
+	// undo holds what close does, in the order open did it.
+	undo []func()
+}
+
+// onClose makes close call f (after everything opened later).
+func (g *gateway) onClose(f func()) { g.res.undo = append(g.res.undo, f) }
+
+// close undoes open in reverse order.
+func (g *gateway) close() {
+	for i := len(g.res.undo) - 1; i >= 0; i-- {
+		g.res.undo[i]()
+	}
+	g.res.undo = nil
+}
+
+// open makes everything the gateway serves with, phase by phase. On error
+// everything it made is closed.
+func open(cfg Config) (_ *gateway, err error) {
+	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
+	defer func() {
+		if err != nil {
+			g.close()
+		}
+	}()
+	for _, phase := range []func() error{g.openState, g.openEgress, g.openTunnel, g.openServers} {
+		if err := phase(); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// openState loads the config (validated before anything is opened) and
+// opens the state directory: the WireGuard key, the TLS identity and the
+// lease history.
+func (g *gateway) openState() error {
+	cfg := g.cfg
+	conf, err := loadConfig(cfg)
+	if err != nil {
+		return err
+	}
+	g.conf.Store(conf)
+	if err := ensureStateDir(cfg.StateDir, g.log); err != nil {
+		return err
+	}
+	host, port, err := splitListen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	g.gwAddr = cfg.Subnet.Addr().Next()
+	if !cfg.Subnet.Contains(g.gwAddr) {
+		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
+	}
+	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
+	if err != nil {
+		return err
+	}
+	g.wgPriv, g.wgPub = wgKey, wgKey.PublicKey()
+	cert, fp, created, err := control.LoadOrCreateIdentity(cfg.StateDir, certHosts(host, cfg.Advertise))
+	if err != nil {
+		return fmt.Errorf("tls identity: %w", err)
+	}
+	if created {
+		g.log.Info("created gateway identity", "dir", cfg.StateDir, "pin", fp)
+	}
+	g.res.cert, g.res.port = cert, port
+	g.res.info = Info{Fingerprint: fp, Gateway: g.gwAddr}
+	if g.st, err = store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second); err != nil {
+		return err
+	}
+	g.onClose(func() { g.st.Close() })
+	return nil
+}
+
+// splitListen parses --listen: HOST:PORT, PORT 0 for one the kernel picks.
+func splitListen(listen string) (host string, port uint16, err error) {
+	host, portStr, err := net.SplitHostPort(listen)
+	if err != nil {
+		return "", 0, fmt.Errorf("parse --listen %q: %w", listen, err)
+	}
+	p, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("parse --listen port %q: %w", portStr, err)
+	}
+	return host, uint16(p), nil
+}
+
+// openEgress plans the egress (mode, public addresses, port blocks),
+// opens the flow table and log, the lease manager and the egress backend
+// with the config's policy and global limits.
+func (g *gateway) openEgress() error {
+	cfg := g.cfg
+	eg, err := planEgress(cfg, hostEgressEnv)
+	if err != nil {
+		return err
+	}
+	eg.logPublic(g.log)
+	g.egress, g.exposeAddr = eg, exposeAddr(eg)
+	tb, closeFlowLog, err := openFlows(cfg)
+	if err != nil {
+		return err
+	}
+	g.flows = tb
+	g.onClose(func() { closeFlowLog() })
+	if g.maxBlocks, err = planMaxBlock(cfg, eg); err != nil {
+		return err
+	}
+	// A job's blocks are consecutive port blocks of one address: pool
+	// blocks len(Addrs) apart (portblock.Pool.Run).
+	if g.leases, err = lease.NewStride(cfg.Subnet, g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
+		return err
+	}
+	conf := g.conf.Load()
+	g.warnBlockSizes(conf.Quotas)
+	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
+	g.capacity.log(g.log)
+	return nil
+}
+
+// openTunnel opens the control API's TCP listener, the egress backend and
+// the WireGuard device on the UDP port of the same number, with the capture
+// tap between them.
+func (g *gateway) openTunnel() error {
+	cfg, log := g.cfg, g.log
+	// TCP first: if the port is 0 the kernel picks one and UDP follows it.
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
+	}
+	g.res.ln = ln
+	g.onClose(func() { ln.Close() })
+	port := g.res.port
+	if port == 0 {
+		port = uint16(ln.Addr().(*net.TCPAddr).Port)
+	}
+	dev, err := newForwarder(cfg, g.egress, g.gwAddr, g.flows)
+	if err != nil {
+		return err
+	}
+	g.backend = dev
+	g.onClose(func() { dev.Close() })
+	if err := setBackend(dev, g.conf.Load()); err != nil {
+		return err
+	}
+	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
+	if g.tr, err = newTransportState(bind); err != nil {
+		return err
+	}
+	// Both egress modes' packets pass here: the capture feeds' tap.
+	g.capture = capture.NewDevice(dev)
+	g.wg, err = tunnel.NewGateway(log, g.capture, bind, g.wgPriv, port)
+	if err != nil {
+		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
+	}
+	g.onClose(g.wg.Close)
+	g.advertise = cfg.Advertise
+	if g.advertise == "" {
+		host, _, _ := net.SplitHostPort(cfg.Listen)
+		g.advertise = deriveAdvertise(host, int(port))
+		log.Info("advertising derived address; set --advertise if clients must dial another", "advertise", g.advertise)
+	}
+	g.res.info.Advertise, g.res.info.Control, g.res.info.UDPPort = g.advertise, ln.Addr(), g.wg.Port()
+	return nil
+}
+
+// openServers registers the metrics, takes back the leases of the previous
+// run and makes the control server and the admin socket.
+func (g *gateway) openServers() error {
+	log := g.log
+	mx, err := g.newMetrics()
+	if err != nil {
+		return err
+	}
+	g.res.mx, g.metrics = mx, mx.metrics
+	if mx.listener != nil {
+		g.onClose(func() { mx.listener.Close() })
+	}
+	if err := g.registerTransportMetrics(mx.registry); err != nil {
+		return err
+	}
+	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
+		return err
+	} else if n > 0 || closed > 0 {
+		log.Info("leases of the previous run", "restored", n, "closed", closed)
+	}
+	g.res.srv = control.NewServer(control.ServerConfig{
+		Logger:      log.With("component", "control"),
+		Store:       g.st,
+		Backend:     g,
+		Certificate: g.res.cert,
+		OnJoin:      mx.metrics.ObserveJoin,
+	})
+	g.wakeWatches = g.res.srv.WakeWatches
+	adm := admin.NewServer(log.With("component", "admin"), g.st)
+	g.res.adm = adm
+	g.registerDrain(adm)
+	adm.SetGateway(g)
+	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
+	if err := g.openCapture(mx.registry, adm); err != nil {
+		return err
+	}
+	if g.res.admLn, err = admin.Listen(filepath.Join(g.cfg.StateDir, AdminSocketFile)); err != nil {
+		return err
+	}
+	g.onClose(func() { g.res.admLn.Close() })
+	return nil
+}
+
+// serve runs the servers and loops until ctx ends or one of them fails,
+// then stops them all. The jobs of live leases leave the WireGuard device
+// and the egress backend; their leases stay open in the history.
+func (g *gateway) serve(ctx context.Context) error {
+	grp, gctx := errgroup.WithContext(ctx)
+	r := &g.res
+	grp.Go(func() error { return wrapErr("control api", r.srv.Serve(r.ln)) })
+	grp.Go(func() error { return r.adm.ServeListener(r.admLn) })
+	if r.mx.listener != nil {
+		grp.Go(func() error { return metrics.Serve(gctx, r.mx.listener, r.mx.registry) })
+	}
+	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds}
+	if g.cfg.Reload != nil {
+		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
+	}
+	for _, loop := range loops {
+		grp.Go(func() error {
+			loop(gctx)
+			return nil
+		})
+	}
+	grp.Go(func() error {
+		<-gctx.Done()
+		if ctx.Err() != nil {
+			g.log.Info("gateway stopping", "reason", context.Cause(ctx))
+		}
+		shutCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_ = r.srv.Shutdown(shutCtx)
+		_ = r.adm.Close()
+		return nil
+	})
+	g.ready()
+	err := grp.Wait()
+	if err != nil {
+		g.log.Error("gateway failed", "err", err)
+	}
+	for _, l := range g.leases.Leases() {
+		g.wg.RemovePeer(l.PublicKey)
+		g.removeJob(l)
+	}
+	return err
+}
+
+// prune is pruneLoop with the configured retention.
+func (g *gateway) prune(ctx context.Context) { g.pruneLoop(ctx, g.cfg.History) }
+
+// wrapErr prefixes a non-nil err with what failed.
+func wrapErr(what string, err error) error {
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// ready writes join.env, logs how to reach the gateway and calls
+// Config.Ready.
+func (g *gateway) ready() {
+	cfg, eg, conf, info := g.cfg, g.egress, g.conf.Load(), g.res.info
+	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {
+		g.log.Error("cannot write join.env", "err", err)
+	}
+	g.log.Info("gateway ready",
+		"AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Fingerprint,
+		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
+		"subnet", cfg.Subnet, "tunnel_addr", g.gwAddr, "egress", eg.mode, "egress_addr", eg.public,
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
+		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
+		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),
+		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),
+		"egress_rate", limits.FormatRate(conf.Limits.EgressBitsPerSec), "ingress_rate", limits.FormatRate(conf.Limits.IngressBitsPerSec),
+		"hint", "make a join token with: airlock token create --state "+cfg.StateDir)
+	if cfg.Ready != nil {
+		cfg.Ready(info)
+	}
+}
