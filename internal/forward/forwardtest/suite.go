@@ -585,8 +585,11 @@ func (s *suite) floorCases() []floorCase {
 		}
 		add(a, false)
 	}
-	// The tunnel subnet (another job), the gateway's own public address.
+	// The tunnel subnet (another job), the gateway's own public address,
+	// shared address space outside the tunnel subnet, NAT64 discovery.
 	add(netip.MustParseAddr("100.64.7.7"), false)
+	add(netip.MustParseAddr("100.100.0.10"), false)
+	add(netip.MustParseAddr("192.0.0.170"), false)
 	add(EgressAddr, true)
 	// IPv4-embedding IPv6 forms of protected IPv4 addresses.
 	for _, s := range []string{
