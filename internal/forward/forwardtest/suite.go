@@ -139,6 +139,7 @@ func Run(t *testing.T, o Options) {
 		{"Floor", s.testFloor},
 		{"Rules", s.testRules},
 		{"Limits", s.testLimits},
+		{"Bandwidth", s.testBandwidth},
 		{"Exposures", s.testExposures},
 		{"Accounting", s.testAccounting},
 		{"AddJobRollback", s.testAddJobRollback},
@@ -1060,4 +1061,35 @@ func (s *suite) testNotSupported(t *testing.T) {
 	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrJobExists) {
 		t.Errorf("AddJob twice: %v, want ErrJobExists", err)
 	}
+}
+
+// testBandwidth: a job's egress limit and the global ingress limit each
+// slow an echo of bwBytes to about bwBytes*8/bwRate seconds (1.05 s; both
+// backends measured 0.98-1.09 s); the check allows 0.7 of that for the
+// shapers' bursts. Load only makes it slower.
+func (s *suite) testBandwidth(t *testing.T) {
+	const bwRate, bwBytes = 8_000_000, 1 << 20
+	min := time.Duration(float64(bwBytes*8)/bwRate*0.7*1e9) * time.Nanosecond
+	j, spec := s.job(t, forward.Job{Limits: limits.Job{EgressBitsPerSec: bwRate}})
+	timed := func(what string) {
+		t.Helper()
+		start := time.Now()
+		if err := echoTCP(ctxT(t, 15*time.Second), j, peer(echoPort), bwBytes); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		d := time.Since(start)
+		t.Logf("%s: %d bytes echoed in %v", what, bwBytes, d.Round(time.Millisecond))
+		if d < min {
+			t.Errorf("%s: %d bytes echoed in %v, want at least %v at %d bit/s", what, bwBytes, d, min, bwRate)
+		}
+	}
+	timed("job egress limit")
+	if err := s.b.SetJobLimits(spec.Addr, limits.Job{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.b.SetGlobalLimits(0, bwRate); err != nil {
+		t.Fatalf("SetGlobalLimits: %v", err)
+	}
+	defer s.b.SetGlobalLimits(0, 0)
+	timed("global ingress limit")
 }
