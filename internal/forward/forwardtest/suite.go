@@ -815,6 +815,18 @@ func (s *suite) testExposures(t *testing.T) {
 	if udpErr != nil {
 		t.Errorf("udp exposure: %v", udpErr)
 	}
+	// The inbound flows are recorded as the job's.
+	for _, port := range []uint16{8080, 5353} {
+		dst := netip.AddrPortFrom(spec.Addr, port).String()
+		deadline := time.Now().Add(4 * time.Second)
+		for !s.hasFlow(spec.Addr, func(r flows.Record) bool { return r.Direction == flows.Inbound && r.Dst == dst }) {
+			if time.Now().After(deadline) {
+				t.Errorf("no inbound flow to %s in the flow table", dst)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	// After RemoveJob nothing listens.
 	s.b.RemoveJob(spec.Addr)
 	err = s.out.Do(func() error {
@@ -838,6 +850,25 @@ func outsideEcho(network string, addr netip.AddrPort) error {
 	}
 	defer c.Close()
 	msg := []byte("hello from outside")
+	if tc, ok := c.(*net.TCPConn); ok {
+		// Half-close: the job's echo sees EOF, closes, and that
+		// reaches the outside as EOF after the echo.
+		tc.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := tc.Write(msg); err != nil {
+			return err
+		}
+		if err := tc.CloseWrite(); err != nil {
+			return err
+		}
+		got, err := io.ReadAll(tc)
+		if err != nil {
+			return fmt.Errorf("read echo until EOF: %w", err)
+		}
+		if !bytes.Equal(got, msg) {
+			return fmt.Errorf("echo %q, want %q", got, msg)
+		}
+		return nil
+	}
 	buf := make([]byte, 100)
 	for try := 0; try < 3; try++ {
 		if _, err := c.Write(msg); err != nil {
@@ -845,14 +876,11 @@ func outsideEcho(network string, addr netip.AddrPort) error {
 		}
 		c.SetReadDeadline(time.Now().Add(time.Second))
 		var n int
-		if n, err = io.ReadAtLeast(c, buf, len(msg)); err == nil {
+		if n, err = c.Read(buf); err == nil {
 			if !bytes.Equal(buf[:n], msg) {
 				return fmt.Errorf("echo %q, want %q", buf[:n], msg)
 			}
 			return nil
-		}
-		if network == "tcp" {
-			return err
 		}
 	}
 	return err
@@ -911,6 +939,18 @@ func (s *suite) testAccounting(t *testing.T) {
 	s.waitFlow(t, j, "tcp", tsrc, func(r flows.Record) bool {
 		return exact(r.BytesOut, r.PacketsOut) && exact(r.BytesIn, r.PacketsIn)
 	}, fmt.Sprintf("%d stream bytes each way", n))
+}
+
+// hasFlow reports whether job's flows (active or ended) hold one that
+// matches.
+func (s *suite) hasFlow(job netip.Addr, match func(flows.Record) bool) bool {
+	fl := flows.Filter{Job: job.String()}
+	for _, r := range append(s.env.Flows.Active(fl), s.env.Flows.Recent(fl)...) {
+		if match(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFlow waits up to 4 s for job j's flow from src (active or ended)
