@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +107,7 @@ type suite struct {
 // calling test must be Isolate'd. Subtests share one backend; each adds
 // the jobs it needs.
 func Run(t *testing.T, o Options) {
+	checkGoroutines(t)
 	out := NewOutside(t)
 	s := &suite{o: o, out: out}
 	s.peers = startPeers(t, out)
@@ -1132,4 +1134,23 @@ func (s *suite) testBandwidth(t *testing.T) {
 	}
 	defer s.b.SetGlobalLimits(0, 0)
 	timed("global ingress limit")
+}
+
+// checkGoroutines registers a cleanup, to run after all cleanups registered
+// later (the backend's Close among them), that fails the test if the
+// goroutine count does not return to its value now within 3 s.
+func checkGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		deadline := time.Now().Add(3 * time.Second)
+		for runtime.NumGoroutine() > base {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Errorf("goroutines after Close: %d, want <= %d\n%s", runtime.NumGoroutine(), base, buf)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 }
