@@ -36,9 +36,11 @@ import (
 // is in each backend's Config) and reports to it every flow it carries:
 // flows.Table.Open when a flow of a job is forwarded (Src is the job side
 // for flows.Egress, Dst for flows.Inbound), the flow's bytes and packets as
-// they pass, flows.Flow.End with the reason, and flows.Table.Refuse with
-// the verdict (flows.Denied(rule), flows.FlowLimit, flows.NewFlowRate,
-// flows.BlockExhausted, ...) for every new flow it refuses. AddJob
+// they pass, flows.Flow.End with the reason, and every new flow it refuses
+// with the verdict (flows.Denied(rule), flows.FlowLimit,
+// flows.NewFlowRate, flows.BlockExhausted, ...): flows.Table.Refuse per
+// flow, or flows.Table.CountRefused where the refusals happen in the
+// kernel and only their counters can be read. AddJob
 // registers Job.Ref in the table, so the job's flows are attributed;
 // RemoveJob ends the job's open flows (flows.EndJob) and forgets it.
 type Backend interface {
