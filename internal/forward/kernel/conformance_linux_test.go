@@ -18,8 +18,6 @@ func TestConformance(t *testing.T) {
 	}
 	forwardtest.Run(t, forwardtest.Options{
 		IPBytes: true,
-		// Known divergences from the contract, found by the suite.
-		Gaps: []string{forwardtest.GapFloorUncounted, forwardtest.GapTunnelSilent},
 		New: func(t *testing.T, env forwardtest.Env) forward.Backend {
 			f, err := New(Config{
 				Logger:       env.Logger,
