@@ -3,6 +3,7 @@ package forwardtest
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"net/netip"
 	"os"
@@ -55,6 +56,13 @@ func Isolate(t *testing.T) bool {
 	var run []string
 	for _, part := range strings.Split(t.Name(), "/") {
 		run = append(run, "^"+regexp.QuoteMeta(part)+"$")
+	}
+	// Levels of -test.run below the isolated test select its subtests
+	// in the child (e.g. -run TestConformance/kernel/Floor).
+	if f := flag.Lookup("test.run"); f != nil {
+		if levels := strings.Split(f.Value.String(), "/"); len(levels) > len(run) {
+			run = append(run, levels[len(run):]...)
+		}
 	}
 	args := []string{"-test.run=" + strings.Join(run, "/"), "-test.count=1", "-test.timeout=" + isolatedTimeout.String()}
 	if testing.Verbose() {
