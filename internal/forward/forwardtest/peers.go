@@ -37,6 +37,30 @@ type peers struct {
 	udpSrcs []netip.AddrPort
 	// heard are the byte counts speakPort received, per connection.
 	heard []int64
+	// conns are the accepted connections, closed at the end (a job that
+	// left never closes its side).
+	conns []net.Conn
+}
+
+// accepted records c and reports whether the peers still run.
+func (p *peers) accepted(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conns == nil {
+		return false
+	}
+	p.conns = append(p.conns, c)
+	return true
+}
+
+// closeConns closes the accepted connections and refuses new ones.
+func (p *peers) closeConns() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
 }
 
 func (p *peers) heardCounts() []int64 {
@@ -61,7 +85,7 @@ func (p *peers) udpSources() []netip.AddrPort {
 // they stop in t.Cleanup.
 func startPeers(t *testing.T, o *Outside) *peers {
 	t.Helper()
-	p := &peers{}
+	p := &peers{conns: []net.Conn{}}
 	var closers []io.Closer
 	var wg sync.WaitGroup
 	err := o.Do(func() error {
@@ -128,6 +152,7 @@ func startPeers(t *testing.T, o *Outside) *peers {
 		for _, c := range closers {
 			c.Close()
 		}
+		p.closeConns()
 		wg.Wait()
 	})
 	if err != nil {
@@ -151,6 +176,10 @@ func (p *peers) serveTCPEcho(ln *net.TCPListener, wg *sync.WaitGroup) {
 		p.mu.Lock()
 		p.tcpSrcs = append(p.tcpSrcs, c.RemoteAddr().(*net.TCPAddr).AddrPort())
 		p.mu.Unlock()
+		if !p.accepted(c) {
+			c.Close()
+			return
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -171,6 +200,10 @@ func (p *peers) serveSpeakFirst(ln *net.TCPListener, wg *sync.WaitGroup) {
 	for {
 		c, err := ln.AcceptTCP()
 		if err != nil {
+			return
+		}
+		if !p.accepted(c) {
+			c.Close()
 			return
 		}
 		wg.Add(1)

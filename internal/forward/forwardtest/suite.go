@@ -490,6 +490,10 @@ func (s *suite) expectDenied(t *testing.T, j *JobStack, proto string, dst netip.
 	switch {
 	case proto == "tcp":
 		refusedFast(t, j, dst)
+	case proto == "icmp":
+		if err := j.Ping(dst.Addr(), []byte("denied?"), 500*time.Millisecond); err == nil {
+			t.Errorf("ping %s: answered, want dropped", dst.Addr())
+		}
 	case proto == "udp":
 		c, err := j.DialUDP(dst)
 		if err != nil {
@@ -623,6 +627,7 @@ func (s *suite) testRules(t *testing.T) {
 	private := netip.PrefixFrom(PrivatePeerAddr, 32)
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
 		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoUDP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
+		{Name: "no-ping-private", Action: policy.Deny, To: []netip.Prefix{private}, Proto: policy.ProtoICMP},
 		{Name: "blue-private", Action: policy.Allow, To: []netip.Prefix{private}, Tokens: []string{"blue"}},
 		{Name: "no-discard", Action: policy.Deny, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: closedPort, Hi: closedPort}}},
 	}})
@@ -644,6 +649,12 @@ func (s *suite) testRules(t *testing.T) {
 	// Deny rules by protocol and port, counted by name.
 	s.expectDenied(t, plain, "tcp", peer(closedPort), "no-discard")
 	s.expectDenied(t, plain, "udp", peer(echoPort), "no-echo-udp")
+	// ICMP echo: by rule, and by the floor (a protected range).
+	s.expectDenied(t, blue, "icmp", netip.AddrPortFrom(PrivatePeerAddr, 0), "no-ping-private")
+	s.expectDenied(t, plain, "icmp", netip.MustParseAddrPort("10.1.2.3:0"), policy.RulePrivate)
+	if err := plain.Ping(PeerAddr, []byte("allowed"), 3*time.Second); err != nil {
+		t.Errorf("ping %s, allowed by default: %v", PeerAddr, err)
+	}
 	if err := echoTCP(ctx, plain, peer(echoPort), 1000); err != nil {
 		t.Errorf("tcp echo, allowed by default: %v", err)
 	}
@@ -1033,8 +1044,21 @@ func (s *suite) testIsolation(t *testing.T) {
 	if inA != 2 || inB != 2 {
 		t.Errorf("connections per block: %d and %d, want 2 and 2", inA, inB)
 	}
-	// Removing one job leaves the other working.
+	// Removing one job ends its open flows and leaves the other working.
+	held, err := a.DialTCP(ctxT(t, 5*time.Second), peer(echoPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldSrc := held.LocalAddr().String()
+	if _, err := held.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// The flow is in the table before the job goes (kernel mode learns
+	// of flows from conntrack once a second).
+	s.waitFlow(t, a, "tcp", heldSrc, func(flows.Record) bool { return true }, "the held flow")
 	s.b.RemoveJob(specA.Addr)
+	s.waitFlow(t, a, "tcp", heldSrc, func(r flows.Record) bool { return r.EndReason == flows.EndJob }, "end reason "+flows.EndJob)
 	if err := echoTCP(ctxT(t, 5*time.Second), b, peer(echoPort), 1000); err != nil {
 		t.Errorf("job b after job a left: %v", err)
 	}
