@@ -263,3 +263,50 @@ func WriteSysctl(name, value string) error {
 	}
 	return nil
 }
+
+// RunAs runs the tests of the running test binary that match run as the
+// user uid:gid (a copy of the binary in a directory that user can read,
+// removed afterwards) and fails t unless they pass. A test running as root
+// uses it to check that its Isolate'd tests pass without root, too.
+func RunAs(t *testing.T, uid, gid int, run string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "airlock-forwardtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyExe := dir + "/" + "test.bin"
+	if err := os.WriteFile(copyExe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), isolatedTimeout+20*time.Second)
+	defer cancel()
+	// Verbose, so that a skip shows (and fails the check); CI, so that
+	// Isolate fails instead of skipping where it cannot start.
+	args := []string{"-test.run=" + run, "-test.count=1", "-test.timeout=" + isolatedTimeout.String(), "-test.v"}
+	cmd := exec.CommandContext(ctx, copyExe, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "CI=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: false},
+		Pdeathsig:  syscall.SIGKILL,
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil || !bytes.Contains(out, []byte("\nPASS")) && !bytes.HasPrefix(out, []byte("PASS")) || bytes.Contains(out, []byte("--- SKIP")) {
+		t.Fatalf("tests %s as uid %d: %v\n%s", run, uid, err, out)
+	}
+	if testing.Verbose() {
+		t.Logf("as uid %d:\n%s", uid, out)
+	}
+}

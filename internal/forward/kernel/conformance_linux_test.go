@@ -2,11 +2,13 @@ package kernel
 
 import (
 	"net/netip"
+	"os"
 	"strconv"
 	"testing"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/forward/forwardtest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestConformance runs the egress backends' conformance suite against
@@ -43,4 +45,16 @@ func TestConformance(t *testing.T) {
 			return f
 		},
 	})
+}
+
+// TestConformanceUnprivileged runs part of the suite (what needs TUN,
+// nftables, tc and conntrack) as the harness's unprivileged test user when
+// the tests run as root, as in CI, so that kernel mode's suite keeps
+// passing without root.
+func TestConformanceUnprivileged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("not root: TestConformance itself runs unprivileged")
+	}
+	u := topology.EnsureUser(t)
+	forwardtest.RunAs(t, u.UID, u.GID, "^TestConformance$/^(TCP|Ping|DNS|Floor|Limits|Bandwidth|Exposures|Accounting)$")
 }
