@@ -325,9 +325,8 @@ func testAirlock(t *testing.T, mode string) {
 		}
 	})
 
-	// The built-in floor without a config file: shared address space,
-	// its metadata endpoint, 192.0.0.0/24 (floor_test.go).
-	t.Run("Floor", func(t *testing.T) { checkFloorDenied(t, e) })
+	// The built-in floor without a config file is the conformance
+	// suite's (internal/forward/forwardtest, testFloor), in every mode.
 
 	t.Run("DirectBlocked", func(t *testing.T) {
 		web := netip.AddrPortFrom(e.tp.INETAddr, uint16(e.httpPort))

@@ -41,19 +41,6 @@ func floorDestinations(t *testing.T, tp *topology.Topology) int {
 	return port
 }
 
-// checkFloorDenied runs, in the env's mode without a config file, a job
-// against each floor destination: every connection must be refused (the
-// same servers answer dmz, see floorDestinations).
-func checkFloorDenied(t *testing.T, e *env) {
-	port := floorDestinations(t, e.tp)
-	for _, a := range floorAddrs {
-		ap := netip.AddrPortFrom(a, uint16(port))
-		if code, out, stderr := e.run(t, e.peer, "tcpget", ap.String()); code == 0 {
-			t.Errorf("job reached %v (%q) with no config; want it refused by the built-in floor%s", ap, out, e.diag(stderr))
-		}
-	}
-}
-
 // IPv6 on the dmz–inet link for TestFloorNAT64, and the NAT64 forms
 // (64:ff9b::/96) of floor destinations that inet answers on, as if a NAT64
 // gateway sat on that path.

@@ -27,7 +27,7 @@
 //	    iifname != TUN ip daddr EGRESS tcp|udp dport PUBPORT dnat ip to JOB:PORT
 //	chain forward      filter, hook forward, priority filter (0), policy accept
 //	    iif/oif TUN, TCP SYN: tcp option maxseg size set rt mtu
-//	    iifname TUN oifname TUN drop                    (no job-to-job)
+//	    iifname TUN oifname TUN goto floor              (no job-to-job)
 //	    iifname TUN jump from_jobs
 //	    oifname TUN ct state established,related accept
 //	    oifname TUN ct status dnat accept               (exposed ports)
@@ -35,7 +35,7 @@
 //	chain from_jobs    the safety floor, then accept
 //	    not IPv4, or ip saddr outside the tunnel subnet: drop
 //	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255 (the IPv4 floor of
-//	        policy.Ranges), the tunnel subnet: goto refuse
+//	        policy.Ranges): goto floor
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
 //	    ct state ! established,related jump egress_policy   (policy_linux.go)
 //	    jump job_limits
@@ -50,14 +50,17 @@
 //	    ct state established,related accept
 //	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
 //	    ip daddr GW icmp type echo-request accept
+//	    ip daddr (the IPv4 floor): goto floor           (multicast, broadcast)
 //	    jump host_policy                                (explicit allows of host addresses)
-//	    goto refuse
+//	    goto floor                                      (the tunnel address beyond DNS, echo)
 //	chain job_limits   per job with flow limits (SetJobLimits), tagged:
 //	    ip saddr JOB ct state new ct count over N goto over_flows
 //	    ip saddr JOB ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
 //	chain over_flows, over_rate   counter goto refuse (read by Stats)
 //	chain egress_policy, host_policy, policy_deny   the compiled egress policy
 //	                   (see policy_linux.go)
+//	chain floor        counter goto refuse (read by PolicyDrops as
+//	                   policy.RuleFloor, like user mode's floor denials)
 //	chain refuse       tcp: reject with tcp reset; else reject (icmpx port
 //	                   unreachable), so that jobs fail fast, not by timeout
 //	chain state        no hook; one rule whose user data remembers the

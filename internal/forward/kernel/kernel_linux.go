@@ -312,6 +312,8 @@ func (f *Forwarder) program(oldIPForward string) error {
 		}
 	}
 	add(refuse, refuseRules())
+	f.nft.AddChain(floorChain(t))
+	f.nft.AddRule(floorRule(t))
 	limits, overFlows, overRate := limitChains(t)
 	for _, c := range []*nftables.Chain{limits, overFlows, overRate} {
 		f.nft.AddChain(c)

@@ -403,7 +403,7 @@ func (f *Forwarder) policyCountsLocked() (map[string]uint64, error) {
 	}
 	t := table()
 	pol, host, _ := policyChains(t)
-	for _, ch := range []*nftables.Chain{pol, host} {
+	for _, ch := range []*nftables.Chain{pol, host, floorChain(t)} {
 		rules, err := f.nft.GetRules(t, ch)
 		if err != nil {
 			return nil, fmt.Errorf("kernel egress: list %s rules: %w", ch.Name, err)

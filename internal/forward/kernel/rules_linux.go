@@ -238,7 +238,7 @@ func (r ruleset) forwardRules() [][]expr.Any {
 	return [][]expr.Any{
 		cat(iifname(expr.CmpOpEq, r.tun), mssClamp()),
 		cat(oifname(expr.CmpOpEq, r.tun), mssClamp()),
-		cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
+		cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainFloor}}),
 		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctStatus(ipsDstNAT), []expr.Any{verdict(expr.VerdictAccept)}),
@@ -257,6 +257,33 @@ func refuseRules() [][]expr.Any {
 	}
 }
 
+// chainFloor counts what the floor refuses (as policy.RuleFloor in
+// PolicyDrops) and refuses it: a job's flow to the floor's destinations,
+// to another job, or to the gateway's tunnel address beyond DNS and echo.
+const chainFloor = "floor"
+
+// floorChain returns the floor chain.
+func floorChain(t *nftables.Table) *nftables.Chain {
+	return &nftables.Chain{Name: chainFloor, Table: t}
+}
+
+// floorRule is the floor chain's one rule, tagged as a policy rule so
+// that PolicyDrops reads its counter under policy.RuleFloor.
+func floorRule(t *nftables.Table) *nftables.Rule {
+	return &nftables.Rule{Table: t, Chain: floorChain(t), UserData: policyTag(policy.RuleFloor),
+		Exprs: []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}}
+}
+
+// floorRules send the floor's IPv4 destinations to the floor chain.
+func (r ruleset) floorRules() [][]expr.Any {
+	floor := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainFloor}}
+	var rules [][]expr.Any
+	for _, p := range r.floorV4() {
+		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), floor))
+	}
+	return rules
+}
+
 // fromJobsRules are the safety floor for traffic from jobs to the outside,
 // then the jobs' flow limits (limits_linux.go) and the block limit.
 func (r ruleset) fromJobsRules() [][]expr.Any {
@@ -266,9 +293,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 		cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop),
 		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
 	}
-	for _, p := range r.floorV4() {
-		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), refuse))
-	}
+	rules = append(rules, r.floorRules()...)
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
 		rules = append(rules, cat(fibDaddrType(t), refuse))
 	}
@@ -292,7 +317,7 @@ func (r ruleset) toHostRules() [][]expr.Any {
 	gw := netip.PrefixFrom(r.addr.Addr(), 32)
 	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
 	accept := []expr.Any{verdict(expr.VerdictAccept)}
-	return [][]expr.Any{
+	rules := [][]expr.Any{
 		cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept),
 		cat(v4gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
 		cat(v4gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
@@ -300,9 +325,16 @@ func (r ruleset) toHostRules() [][]expr.Any {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
 		}, accept),
-		{jump(chainPolicyHost)},
-		{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}},
 	}
+	// The floor's destinations the host takes in (multicast, broadcast)
+	// are the floor's, not the host's.
+	rules = append(rules, r.floorRules()...)
+	return append(rules,
+		[]expr.Any{jump(chainPolicyHost)},
+		// What host_policy leaves: the tunnel address beyond DNS and
+		// echo, i.e. the floor.
+		[]expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainFloor}},
+	)
 }
 
 // snat returns `snat ip to EGRESS[:LO-HI]`; a zero egress means the

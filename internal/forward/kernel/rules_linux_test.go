@@ -141,20 +141,20 @@ func TestFilterRules(t *testing.T) {
 		t.Errorf("from_jobs rule before the limits is %v, want jump %s", fj[len(fj)-3], chainPolicy)
 	}
 	for _, r := range fj[:len(fj)-3] {
-		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || !(v.Kind == expr.VerdictDrop || v.Kind == expr.VerdictGoto && v.Chain == chainRefuse) {
+		if v, ok := r[len(r)-1].(*expr.Verdict); !ok || !(v.Kind == expr.VerdictDrop || v.Kind == expr.VerdictGoto && (v.Chain == chainRefuse || v.Chain == chainFloor)) {
 			t.Errorf("from_jobs rule %v neither drops nor refuses", r)
 		}
 	}
 	// to_host ends with drop; it accepts only the gateway address.
 	th := testRules.toHostRules()
-	if v, ok := th[len(th)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictGoto || v.Chain != chainRefuse {
-		t.Errorf("to_host ends with %v, want goto refuse", th[len(th)-1])
+	if v, ok := th[len(th)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictGoto || v.Chain != chainFloor {
+		t.Errorf("to_host ends with %v, want goto floor", th[len(th)-1])
 	}
 	gw := testRules.addr.Addr().As4()
 	if v, ok := th[len(th)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicyHost {
 		t.Errorf("to_host rule before the last is %v, want jump %s", th[len(th)-2], chainPolicyHost)
 	}
-	for _, r := range th[1 : len(th)-2] {
+	for _, r := range th[1 : len(th)-2-len(testRules.floorRules())] {
 		found := false
 		for _, e := range r {
 			if c, ok := e.(*expr.Cmp); ok && string(c.Data) == string(gw[:]) {
