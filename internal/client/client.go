@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Exit statuses of `airlock run` for its own failures, following the
@@ -169,7 +170,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 	}()
 
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		return ExitFailure, err
 	}
@@ -177,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		log: log, stderr: cfg.Stderr, gws: gws, priv: priv, warnAfter: HandshakeWarnAfter,
 		req: control.JoinRequest{
 			Token:     cfg.Token,
-			PublicKey: priv.PublicKey().String(),
+			PublicKey: priv.PublicKey(),
 			Job:       jobInfo(cfg.Getenv, cfg.Args),
 			Expose:    cfg.Expose,
 			Ports:     cfg.Ports,

@@ -76,19 +76,6 @@ type RenewRequest struct {
 // maxBypassCounts bounds the counters a renewal may carry.
 const maxBypassCounts = 256
 
-// BypassBackend is implemented by a Backend that offers site-local
-// bypass.
-type BypassBackend interface {
-	// LeaseBypass returns the bypass of the lease ref names (nil: none)
-	// and a channel closed when it may have changed (a reload). Errors
-	// are as for WatchBackend.CheckLease.
-	LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error)
-	// ReportBypass records the client's cumulative counters for the
-	// lease ref names, after a successful renewal of it. counts has at
-	// most 256 entries with distinct, non-empty rule names.
-	ReportBypass(ref LeaseRef, counts []BypassCount)
-}
-
 // decodeRenewRequest reads a RenewRequest and checks its counters.
 func decodeRenewRequest(r io.Reader) (RenewRequest, error) {
 	var req RenewRequest

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // gateway is the control server's Backend: it turns joins into leases and
@@ -30,7 +31,7 @@ type gateway struct {
 	cfg       Config
 	leases    *lease.Manager
 	wg        *tunnel.Gateway
-	wgPub     tunnel.Key
+	wgPub     wgkey.Key
 	gwAddr    netip.Addr
 	advertise string
 	// st keeps the lease history that attributes outside connections to
@@ -93,10 +94,7 @@ type owner struct {
 }
 
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (control.Lease, error) {
-	pub, err := tunnel.ParseKey(req.PublicKey)
-	if err != nil {
-		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
-	}
+	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
@@ -216,7 +214,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Gateway:          g.gwAddr,
 		DNS:              []netip.Addr{g.gwAddr},
 		MTU:              g.cfg.MTU,
-		GatewayPublicKey: g.wgPub.String(),
+		GatewayPublicKey: g.wgPub,
 		Endpoint:         g.advertise,
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,

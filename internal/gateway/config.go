@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
@@ -159,24 +156,6 @@ func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
 			_, _ = g.reload()
 		}
 	}
-}
-
-// handleReload is the admin endpoint POST /v1/reload.
-func (g *gateway) handleReload(w http.ResponseWriter, r *http.Request) {
-	res, err := g.reload()
-	status, body := http.StatusOK, any(res)
-	if err != nil {
-		status = http.StatusBadRequest
-		body = struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		}{admin.CodeBadConfig, err.Error()}
-	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
 }
 
 // exposureAllowed checks a join's --expose request against the config:

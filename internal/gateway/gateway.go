@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -50,7 +49,6 @@ const (
 	WireGuardKeyFile = "wireguard.key"
 	JoinEnvFile      = "join.env"
 	DBFile           = "airlock.db"
-	AdminSocketFile  = "admin.sock"
 )
 
 // Config configures a gateway. The zero value of every field but Logger and
@@ -340,13 +338,11 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	g.wakeWatches = srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), st)
-	g.registerDrain(adm)
 	adm.SetGateway(g)
-	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
-	if err := g.openCapture(mx.registry, adm); err != nil {
+	if err := g.openCapture(mx.registry); err != nil {
 		return err
 	}
-	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, AdminSocketFile))
+	admLn, err := admin.Listen(filepath.Join(cfg.StateDir, admin.SocketName))
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // testGateway runs a gateway on loopback whose outgoing flows to the
@@ -136,13 +137,13 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: "t1"}})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: "t1"}})
 	if err != nil {
 		t.Fatalf("join: %v", err)
 	}
@@ -150,10 +151,7 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gwKey := ls.GatewayPublicKey
 	ep := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), g.info.UDPPort)
 	wg, err := tunnel.NewClient(slog.New(slog.NewTextHandler(io.Discard, nil)), dev, nil, priv, gwKey, ep)
 	if err != nil {
@@ -313,9 +311,9 @@ func TestJoinErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	_, err = cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey().String()})
+	_, err = cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey()})
 	if !errors.Is(err, control.ErrBadToken) {
 		t.Errorf("bad token: got %v, want ErrBadToken", err)
 	}
@@ -330,7 +328,7 @@ func TestJoinErrors(t *testing.T) {
 		t.Errorf("bad pin: got %v, want ErrPinMismatch", err)
 	}
 
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String()})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,9 +394,9 @@ func TestLeaseHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String(),
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey(),
 		Job: control.JobInfo{BatchJobID: "slurm-77", BatchSystem: "slurm", User: "alice", Hostname: "cn042"}})
 	if err != nil {
 		t.Fatal(err)
