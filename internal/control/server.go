@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
 )
 
@@ -434,7 +435,9 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // fields only, a token and a valid WireGuard public key.
 func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	var req JoinRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := decodeJSON(r, &req); errors.Is(err, wgkey.ErrInvalid) {
+		return JoinRequest{}, fmt.Errorf("public_key: not a WireGuard public key: %w", errors.Unwrap(err))
+	} else if err != nil {
 		return JoinRequest{}, err
 	}
 	if req.Token == "" {

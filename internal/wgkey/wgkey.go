@@ -50,17 +50,20 @@ func (k Key) Hex() string { return hex.EncodeToString(k[:]) }
 // IsZero reports whether k is all zeros (no key).
 func (k Key) IsZero() bool { return k == Key{} }
 
+// ErrInvalid is wrapped by the errors of Parse and UnmarshalText.
+var ErrInvalid = errors.New("invalid WireGuard key")
+
 // Parse parses a WireGuard key: standard base64 of 32 bytes, not all zero.
-// The error quotes at most 60 bytes of s.
+// The error wraps ErrInvalid and quotes at most 60 bytes of s.
 func Parse(s string) (Key, error) {
 	var k Key
 	b, err := base64.StdEncoding.Strict().DecodeString(s)
 	if err != nil || len(b) != Len {
-		return Key{}, fmt.Errorf("invalid WireGuard key %q: want %d bytes in standard base64 (44 characters)", truncate(s, 60), Len)
+		return Key{}, fmt.Errorf("%w %q: want %d bytes in standard base64 (44 characters)", ErrInvalid, truncate(s, 60), Len)
 	}
 	copy(k[:], b)
 	if k.IsZero() {
-		return Key{}, errors.New("invalid WireGuard key: all zero")
+		return Key{}, fmt.Errorf("%w: all zero", ErrInvalid)
 	}
 	return k, nil
 }
