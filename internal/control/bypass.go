@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // Site-local bypass on the wire. The gateway's admin lists destinations
@@ -42,8 +44,8 @@ type Rule struct {
 	// Action is "allow" or "deny" in a Policy, empty in Bypass.Rules.
 	Action string         `json:"action,omitempty"`
 	To     []netip.Prefix `json:"to,omitempty"`
-	// Proto is "tcp", "udp", "icmp" or "" (any).
-	Proto string `json:"proto,omitempty"`
+	// Proto is "tcp", "udp", "icmp" or "" (any) on the wire.
+	Proto ipproto.Proto `json:"proto,omitempty"`
 	// Ports are inclusive destination port ranges; none means every port.
 	Ports [][2]uint16 `json:"ports,omitempty"`
 }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -68,14 +69,14 @@ type JoinRequest struct {
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
 type Port struct {
 	// Proto is ProtoTCP or ProtoUDP.
-	Proto string `json:"proto"`
-	Port  uint16 `json:"port"`
+	Proto ipproto.Proto `json:"proto"`
+	Port  uint16        `json:"port"`
 }
 
 // Transport protocols of [Port].
 const (
-	ProtoTCP = "tcp"
-	ProtoUDP = "udp"
+	ProtoTCP = ipproto.TCP
+	ProtoUDP = ipproto.UDP
 )
 
 // Exposed is one inbound mapping granted with a lease: connections to

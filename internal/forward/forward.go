@@ -9,6 +9,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -41,8 +42,8 @@ type Jobs interface {
 // (UDP) that reach the gateway's public address on PublicPort are carried
 // to the job's tunnel address on JobPort.
 type Exposure struct {
-	// Proto is "tcp" or "udp".
-	Proto      string
+	// Proto is ipproto.TCP or ipproto.UDP.
+	Proto      ipproto.Proto
 	JobPort    uint16
 	PublicPort uint16
 	// PublicAddr is the public address the mapping listens on: the job's

@@ -163,11 +163,7 @@ func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
 func (g *gateway) exposureAllowed(token string, reqs []forward.Exposure) error {
 	ex := g.conf.Load().Exposure
 	for _, x := range reqs {
-		proto := policy.ProtoTCP
-		if x.Proto == "udp" {
-			proto = policy.ProtoUDP
-		}
-		if !ex.Allowed(token, proto, x.JobPort) {
+		if !ex.Allowed(token, x.Proto, x.JobPort) {
 			return fmt.Errorf("%w %d/%s: the gateway's config does not allow jobs of token %q to expose it; ask the gateway's admin for an [[expose]] rule (docs/config.md)",
 				errNoExposure, x.JobPort, x.Proto, token)
 		}

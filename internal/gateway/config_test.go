@@ -14,6 +14,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 const policyV1 = `version = 1
@@ -187,11 +188,11 @@ func TestExposureAllowed(t *testing.T) {
 	}
 	g := &gateway{}
 	g.conf.Store(c)
-	ok := []forward.Exposure{{Proto: "tcp", JobPort: 8080}, {Proto: "udp", JobPort: 8999}}
+	ok := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080}, {Proto: ipproto.UDP, JobPort: 8999}}
 	if err := g.exposureAllowed("web", ok); err != nil {
 		t.Errorf("web 8080/tcp 8999/udp: %v", err)
 	}
-	if err := g.exposureAllowed("web", []forward.Exposure{{Proto: "tcp", JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
+	if err := g.exposureAllowed("web", []forward.Exposure{{Proto: ipproto.TCP, JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
 		t.Errorf("web 22/tcp: %v, want refused naming [[expose]]", err)
 	}
 	if err := g.exposureAllowed("other", ok[:1]); err == nil {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -35,7 +36,7 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 	}
 	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Expose: []control.Port{{Proto: "tcp", Port: 8080}}})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Expose: []control.Port{{Proto: ipproto.TCP, Port: 8080}}})
 	if err != nil {
 		t.Fatal(err)
 	}
