@@ -42,20 +42,7 @@ max_flows = 100
 // touching an open connection, and a broken reload keeps the old policy and
 // reports file:line.
 func TestConfigReload(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	ln := echoListener(t)
 	file := filepath.Join(t.TempDir(), "gateway.toml")
 	if err := os.WriteFile(file, []byte(policyV1), 0o600); err != nil {
 		t.Fatal(err)

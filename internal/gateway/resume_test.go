@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -159,20 +158,7 @@ func TestDrain(t *testing.T) {
 // transport only (the client's UDP endpoint goes nowhere): stream upgrade
 // on the control port, gateway bind, netstack, real listener.
 func TestInProcessTCPTransport(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	ln := echoListener(t)
 	g := startGateway(t, remote{job: "198.51.100.7:80", real: ln.Addr().String()})
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
