@@ -1,7 +1,6 @@
 package nsexec
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,18 +30,13 @@ func Init() {
 // childMain runs in the namespace child and returns its exit code if it
 // cannot exec the job.
 func childMain(raw string) int {
-	c, err := reexec.FromEnv(envFD)
+	var cfg childConfig
+	c, err := reexec.FromEnvConfig(envFD, raw, &cfg, stepConfig)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: namespace child: %v\n", err)
 		return 1
 	}
 	defer c.Close() // close-on-exec: the job does not inherit it either
-
-	var cfg childConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		c.Reply(&reexec.StepError{Step: stepConfig, Err: err})
-		return 1
-	}
 	tunFD, err := setupNamespace(cfg)
 	if err != nil {
 		if c.Reply(err) != nil {

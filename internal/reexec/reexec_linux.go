@@ -238,6 +238,23 @@ func FromEnv(envFD string) (*Child, error) {
 	return &Child{fd: fd}, nil
 }
 
+// FromEnvConfig is FromEnv followed by decoding the child's JSON config
+// raw into v. A config that does not decode is sent to the parent as the
+// failure of step, and the error is returned with the Child closed.
+func FromEnvConfig(envFD, raw string, v any, step string) (*Child, error) {
+	c, err := FromEnv(envFD)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal([]byte(raw), v); err != nil {
+		err = &StepError{Step: step, Err: err}
+		c.Reply(err)
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
 // Reply sends the child's one message: success with fds attached if err is
 // nil, else [ReplyFor](err) and no descriptors. The caller still owns fds.
 func (c *Child) Reply(err error, fds ...int) error {

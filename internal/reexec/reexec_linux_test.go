@@ -29,6 +29,13 @@ func TestMain(m *testing.M) {
 
 // child runs one of the test children and returns its exit code.
 func child(mode string) int {
+	if mode == "badconfig" {
+		var v struct{ N int }
+		if _, err := FromEnvConfig(envTestFD, `{"N":"x"}`, &v, "decode test config"); err == nil {
+			return 6
+		}
+		return 1
+	}
 	c, err := FromEnv(envTestFD)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -154,5 +161,14 @@ func TestWaitGoEOF(t *testing.T) {
 	var ee *exec.ExitError
 	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 3 {
 		t.Errorf("child after Close: got %v, want exit status 3 (WaitGo false)", err)
+	}
+}
+
+func TestFromEnvConfigBad(t *testing.T) {
+	_, p := startChild(t, "badconfig")
+	_, err := p.Receive(context.Background())
+	var ce *ChildError
+	if !errors.As(err, &ce) || ce.Reply.Step != "decode test config" {
+		t.Errorf("Receive: got %v, want the failed step %q", err, "decode test config")
 	}
 }

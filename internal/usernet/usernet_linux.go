@@ -175,17 +175,13 @@ func Init() {
 }
 
 func childMain(raw string) int {
-	c, err := reexec.FromEnv(envFD)
+	var cfg childConfig
+	c, err := reexec.FromEnvConfig(envFD, raw, &cfg, stepConfig)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		return 1
 	}
 	defer c.Close()
-	var cfg childConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		c.Reply(&reexec.StepError{Step: stepConfig, Err: err})
-		return 1
-	}
 	tunFD, lnFD, err := setup(cfg)
 	if err != nil {
 		if rerr := c.Reply(err); rerr != nil {
