@@ -22,6 +22,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-vpn/airlock/internal/proxy"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
 
 const staticEnv = "PRELOAD_TEST_GO_DIAL"
@@ -109,40 +110,11 @@ func (o *outside) LookupHost(ctx context.Context, name string) ([]netip.Addr, er
 
 func startOutside(t *testing.T) *outside {
 	o := &outside{}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			o.greeted.Add(1)
-			_, _ = c.Write([]byte("hello from outside"))
-			c.Close()
-		}
-	}()
-	o.greeter = netip.MustParseAddrPort(l.Addr().String())
-
-	u, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { u.Close() })
-	go func() {
-		b := make([]byte, 2048)
-		for {
-			n, a, err := u.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = u.WriteTo(append([]byte("echo "), b[:n]...), a)
-		}
-	}()
-	o.echo = netip.MustParseAddrPort(u.LocalAddr().String())
+	o.greeter = proxytest.TCPServer(t, func(c net.Conn) {
+		o.greeted.Add(1)
+		_, _ = c.Write([]byte("hello from outside"))
+	})
+	o.echo = proxytest.UDPEcho(t, "echo ")
 
 	dl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
