@@ -58,9 +58,6 @@ func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway 
 func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
 	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Info, 1)
-	done := make(chan error, 1)
 	var d net.Dialer
 	cfg := Config{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -71,7 +68,6 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		RenewInterval: 2 * time.Second,
 		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		Ready:         func(i Info) { ready <- i },
 		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			for _, r := range remotes {
@@ -91,35 +87,28 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	if cfg.ConfigFile != "" {
 		cfg.ExposePorts = nil // the file's [[expose]] rules decide
 	}
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case info := <-ready:
-		g := &testGateway{info: info, state: cfg.StateDir}
-		var stop func()
-		var once sync.Once
-		g.stop = func() { once.Do(stop) }
-		stop = func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("gateway run: %v", err)
-				}
-			case <-time.After(5 * time.Second):
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sg, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	g := &testGateway{info: sg.Info, state: cfg.StateDir}
+	var once sync.Once
+	g.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := sg.Stop(ctx); errors.Is(err, context.DeadlineExceeded) {
 				buf := make([]byte, 1<<20)
 				t.Errorf("gateway did not stop within 5s\n%s", buf[:runtime.Stack(buf, true)])
+			} else if err != nil {
+				t.Errorf("gateway run: %v", err)
 			}
-		}
-		t.Cleanup(g.stop)
-		return g
-	case err := <-done:
-		cancel()
-		t.Fatalf("gateway exited before ready: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("gateway not ready within 10s")
+		})
 	}
-	return nil
+	t.Cleanup(g.stop)
+	return g
 }
 
 // testJob is a job whose "namespace" is a user-space stack on the client's
