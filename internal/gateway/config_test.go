@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
 
 const policyV1 = `version = 1
@@ -42,15 +43,15 @@ max_flows = 100
 // touching an open connection, and a broken reload keeps the old policy and
 // reports file:line.
 func TestConfigReload(t *testing.T) {
-	ln := echoListener(t)
+	echoSrv := proxytest.TCPServer(t, proxytest.Echo)
 	file := filepath.Join(t.TempDir(), "gateway.toml")
 	if err := os.WriteFile(file, []byte(policyV1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	reload := make(chan struct{}, 1)
 	g := startGatewayWith(t, func(c *Config) { c.ConfigFile = file; c.Reload = reload },
-		remote{job: "198.51.100.7:80", real: ln.Addr().String()},
-		remote{job: "198.51.100.7:25", real: ln.Addr().String()})
+		remote{job: "198.51.100.7:80", real: echoSrv.String()},
+		remote{job: "198.51.100.7:25", real: echoSrv.String()})
 	j := joinJob(t, g, newToken(t, g))
 
 	dial := func(addr string) (net.Conn, error) {

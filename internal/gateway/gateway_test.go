@@ -151,26 +151,6 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	return j
 }
 
-// echoListener is a TCP echo server on loopback until the test ends.
-func echoListener(t testing.TB) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	return ln
-}
-
 func newToken(t testing.TB, g *testGateway) string {
 	t.Helper()
 	tok, _, err := admin.CreateToken(context.Background(), g.state, "", 0)

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -158,8 +159,8 @@ func TestDrain(t *testing.T) {
 // transport only (the client's UDP endpoint goes nowhere): stream upgrade
 // on the control port, gateway bind, netstack, real listener.
 func TestInProcessTCPTransport(t *testing.T) {
-	ln := echoListener(t)
-	g := startGateway(t, remote{job: "198.51.100.7:80", real: ln.Addr().String()})
+	echo := proxytest.TCPServer(t, proxytest.Echo)
+	g := startGateway(t, remote{job: "198.51.100.7:80", real: echo.String()})
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
