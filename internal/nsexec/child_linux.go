@@ -20,23 +20,14 @@ import (
 // started by [Start], Init sets up the namespace, waits for [Job.Run], and
 // execs the job's command; it never returns. Otherwise it returns at once.
 func Init() {
-	raw, ok := os.LookupEnv(envConfig)
-	if !ok {
-		return
-	}
-	os.Exit(childMain(raw))
+	var cfg childConfig
+	reexec.Main("namespace child", envConfig, envFD, &cfg, stepConfig,
+		func(c *reexec.Child) int { return childMain(c, cfg) })
 }
 
 // childMain runs in the namespace child and returns its exit code if it
-// cannot exec the job.
-func childMain(raw string) int {
-	var cfg childConfig
-	c, err := reexec.FromEnvConfig(envFD, raw, &cfg, stepConfig)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: namespace child: %v\n", err)
-		return 1
-	}
-	defer c.Close() // close-on-exec: the job does not inherit it either
+// cannot exec the job. c is close-on-exec: the job does not inherit it.
+func childMain(c *reexec.Child, cfg childConfig) int {
 	tunFD, err := setupNamespace(cfg)
 	if err != nil {
 		if c.Reply(err) != nil {

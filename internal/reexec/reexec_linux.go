@@ -238,6 +238,28 @@ func FromEnv(envFD string) (*Child, error) {
 	return &Child{fd: fd}, nil
 }
 
+// Main makes this process the helper child that the environment variable
+// envConfig selects, if it is set: it gets the socket and decodes the
+// config (the JSON value of envConfig) into cfg as FromEnvConfig does,
+// runs main and exits with its code. A child that cannot get either says
+// so on stderr ("airlock: NAME: ...") and exits 1. In any other process
+// Main returns at once. Call it first thing in the binary's main, through
+// the caller's Init.
+func Main(name, envConfig, envFD string, cfg any, step string, main func(*Child) int) {
+	raw, ok := os.LookupEnv(envConfig)
+	if !ok {
+		return
+	}
+	c, err := FromEnvConfig(envFD, raw, cfg, step)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: %s: %v\n", name, err)
+		os.Exit(1)
+	}
+	code := main(c)
+	c.Close()
+	os.Exit(code)
+}
+
 // FromEnvConfig is FromEnv followed by decoding the child's JSON config
 // raw into v. A config that does not decode is sent to the parent as the
 // failure of step, and the error is returned with the Child closed.

@@ -167,21 +167,12 @@ func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error)
 // exits; otherwise it returns at once.
 func Init() {
 	initCalled.Store(true)
-	raw, ok := os.LookupEnv(envConfig)
-	if !ok {
-		return
-	}
-	os.Exit(childMain(raw))
+	var cfg childConfig
+	reexec.Main("private namespace child", envConfig, envFD, &cfg, stepConfig,
+		func(c *reexec.Child) int { return childMain(c, cfg) })
 }
 
-func childMain(raw string) int {
-	var cfg childConfig
-	c, err := reexec.FromEnvConfig(envFD, raw, &cfg, stepConfig)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
-		return 1
-	}
-	defer c.Close()
+func childMain(c *reexec.Child, cfg childConfig) int {
 	tunFD, lnFD, err := setup(cfg)
 	if err != nil {
 		if rerr := c.Reply(err); rerr != nil {
