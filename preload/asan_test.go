@@ -2,16 +2,12 @@ package preload_test
 
 import (
 	"context"
-	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/airlock-vpn/airlock/internal/proxy"
 )
 
 // TestShortAddressBuffers runs test/shortaddr.c, a program that asks
@@ -25,42 +21,27 @@ func TestShortAddressBuffers(t *testing.T) {
 	if err != nil || !filepath.IsAbs(strings.TrimSpace(string(asan))) {
 		t.Fatalf("cc has no AddressSanitizer runtime (%v %q): install libasan (gcc)", err, asan)
 	}
+	lib := buildLib(t, "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer")
 	dir := t.TempDir()
-	lib := filepath.Join(dir, "libairlock-preload.so")
-	srcs, _ := filepath.Glob("src/*.c")
 	cc := func(args ...string) {
 		t.Helper()
 		if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
 			t.Fatalf("cc %s: %v\n%s", strings.Join(args, " "), err, b)
 		}
 	}
-	cc(append(append([]string{"-std=gnu11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O1", "-g",
-		"-fsanitize=address", "-fno-omit-frame-pointer", "-fPIC", "-shared", "-o", lib}, srcs...), "-ldl", "-lpthread")...)
 	prog := filepath.Join(dir, "shortaddr")
 	cc("-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
 		"-o", prog, "test/shortaddr.c")
 
 	o := startOutside(t)
-	secret, err := proxy.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); l.Close(); <-done })
+	socks, secret := serveSOCKS(t, o)
 
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer rcancel()
 	cmd := exec.CommandContext(rctx, prog, "192.0.2.10", "7")
 	// The sanitizer's runtime must come first in the library list.
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+strings.TrimSpace(string(asan))+" "+lib,
-		"AIRLOCK_SOCKS="+l.Addr().String(), "AIRLOCK_SOCKS_SECRET="+secret, "AIRLOCK_DNS=192.0.2.53",
+		"AIRLOCK_SOCKS="+socks, "AIRLOCK_SOCKS_SECRET="+secret, "AIRLOCK_DNS=192.0.2.53",
 		"ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:exitcode=99")
 	out, err := cmd.CombinedOutput()
 	if err != nil || strings.Contains(string(out), "FAIL") || strings.Contains(string(out), "AddressSanitizer") {

@@ -22,6 +22,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-vpn/airlock/internal/proxy"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
 
 const staticEnv = "PRELOAD_TEST_GO_DIAL"
@@ -44,18 +45,39 @@ func TestMain(m *testing.M) {
 
 // buildLib compiles the library with -Werror on top of the Makefile's
 // warning flags.
-func buildLib(t *testing.T) string {
+func buildLib(t *testing.T, flags ...string) string {
 	t.Helper()
+	if flags == nil {
+		flags = []string{"-O2", "-Wl,-z,defs"}
+	}
 	out := filepath.Join(t.TempDir(), "libairlock-preload.so")
 	srcs, _ := filepath.Glob("src/*.c")
-	args := append([]string{"-std=gnu11", "-Wall", "-Wextra", "-pedantic", "-Werror", "-O2", "-fPIC", "-shared",
-		"-Wl,-z,defs", "-o", out}, srcs...)
-	args = append(args, "-ldl", "-lpthread")
-	cmd := exec.Command("cc", args...)
-	if b, err := cmd.CombinedOutput(); err != nil {
+	args := append(append([]string{"-std=gnu11", "-Wall", "-Wextra", "-pedantic", "-Werror"}, flags...), "-fPIC", "-shared", "-o", out)
+	args = append(append(args, srcs...), "-ldl", "-lpthread")
+	if b, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("cc %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 	return out
+}
+
+// serveSOCKS runs the library's SOCKS5 proxy on loopback, leading to o,
+// until the test ends, and returns its address and secret.
+func serveSOCKS(t *testing.T, o *outside) (addr, secret string) {
+	t.Helper()
+	secret, err := proxy.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Serve(ctx, l) }()
+	t.Cleanup(func() { cancel(); l.Close(); <-done })
+	return l.Addr().String(), secret
 }
 
 // outside is what the fake tunnel leads to: every TCP destination reaches
@@ -88,40 +110,11 @@ func (o *outside) LookupHost(ctx context.Context, name string) ([]netip.Addr, er
 
 func startOutside(t *testing.T) *outside {
 	o := &outside{}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			o.greeted.Add(1)
-			_, _ = c.Write([]byte("hello from outside"))
-			c.Close()
-		}
-	}()
-	o.greeter = netip.MustParseAddrPort(l.Addr().String())
-
-	u, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { u.Close() })
-	go func() {
-		b := make([]byte, 2048)
-		for {
-			n, a, err := u.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = u.WriteTo(append([]byte("echo "), b[:n]...), a)
-		}
-	}()
-	o.echo = netip.MustParseAddrPort(u.LocalAddr().String())
+	o.greeter = proxytest.TCPServer(t, func(c net.Conn) {
+		o.greeted.Add(1)
+		_, _ = c.Write([]byte("hello from outside"))
+	})
+	o.echo = proxytest.UDPEcho(t, "echo ")
 
 	dl, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -178,26 +171,14 @@ print("localhost", socket.gethostbyname("localhost"))
 func TestPreload(t *testing.T) {
 	lib := buildLib(t)
 	o := startOutside(t)
-	secret, err := proxy.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); l.Close(); <-done })
+	socks, secret := serveSOCKS(t, o)
 
 	dir := t.TempDir()
 	py := filepath.Join(dir, "job.py")
 	if err := os.WriteFile(py, []byte(script), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(), "LD_PRELOAD="+lib, "AIRLOCK_SOCKS="+l.Addr().String(),
+	env := append(os.Environ(), "LD_PRELOAD="+lib, "AIRLOCK_SOCKS="+socks,
 		"AIRLOCK_SOCKS_SECRET="+secret, "AIRLOCK_DNS=192.0.2.53")
 	run := func(t *testing.T, env []string, name string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

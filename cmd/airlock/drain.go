@@ -10,7 +10,6 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
-	"github.com/airlock-vpn/airlock/internal/gateway"
 )
 
 // newDrainCmd is `airlock gateway drain`.
@@ -43,8 +42,8 @@ Draining lasts until --undo or the gateway restarts.`,
 				return err
 			}
 			defer c.Close()
-			var resp gateway.DrainResponse
-			if err := c.Do(ctx, "POST", gateway.PathDrain, gateway.DrainRequest{Drain: !*undo}, &resp); err != nil {
+			resp, err := c.Drain(ctx, !*undo)
+			if err != nil {
 				return fmt.Errorf("gateway drain: %w", err)
 			}
 			if resp.Draining {

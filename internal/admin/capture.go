@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -31,14 +30,6 @@ type CaptureRequest struct {
 	Snaplen, Buffer int
 }
 
-// Capturer starts live captures; the gateway implements it.
-type Capturer interface {
-	// StartCapture attaches a tap for req's job and returns it and a
-	// function that detaches it; the error wraps ErrNoSuchJob if no live
-	// lease matches, ErrBadCapture if the request is invalid.
-	StartCapture(req CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error)
-}
-
 // ErrBadCapture is a live capture request the gateway cannot serve as
 // asked.
 var ErrBadCapture = errors.New("bad capture request")
@@ -46,58 +37,65 @@ var ErrBadCapture = errors.New("bad capture request")
 // maxCaptureBuffer bounds a live capture's buffer.
 const maxCaptureBuffer = 256 << 20
 
-// CaptureHandler serves CapturePath with c.
-func CaptureHandler(log *slog.Logger, c Capturer) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		req := CaptureRequest{Job: q.Get("job"), Filter: q.Get("filter")}
-		bad := func(msg string) {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
-		}
-		if req.Job == "" || len(req.Job) > 128 {
-			bad("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
-			return
-		}
-		for _, p := range []struct {
-			name string
-			dst  *int
-			max  int
-		}{{"snaplen", &req.Snaplen, capture.DefaultSnaplen}, {"buffer", &req.Buffer, maxCaptureBuffer}} {
-			if v := q.Get(p.name); v != "" {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 0 || n > p.max {
-					bad(fmt.Sprintf("capture: bad %s %q: want 0-%d", p.name, v, p.max))
-					return
-				}
-				*p.dst = n
+// handleCapture serves CapturePath with g.
+func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway) {
+	q := r.URL.Query()
+	req := CaptureRequest{Job: q.Get("job"), Filter: q.Get("filter")}
+	bad := func(msg string) {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
+	}
+	if req.Job == "" || len(req.Job) > 128 {
+		bad("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
+		return
+	}
+	for _, p := range []struct {
+		name string
+		dst  *int
+		max  int
+	}{{"snaplen", &req.Snaplen, capture.DefaultSnaplen}, {"buffer", &req.Buffer, maxCaptureBuffer}} {
+		if v := q.Get(p.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > p.max {
+				bad(fmt.Sprintf("capture: bad %s %q: want 0-%d", p.name, v, p.max))
+				return
 			}
+			*p.dst = n
 		}
-		f, err := capture.ParseFilter(req.Filter)
-		if err != nil {
-			bad("capture: " + err.Error())
-			return
+	}
+	f, err := capture.ParseFilter(req.Filter)
+	if err != nil {
+		bad("capture: " + err.Error())
+		return
+	}
+	var tap *capture.Tap
+	var stop func()
+	ls, err := leasesOf(g, req.Job)
+	if err == nil {
+		ids := make([]string, len(ls))
+		for i, l := range ls {
+			ids[i] = l.ID
 		}
-		tap, stop, err := c.StartCapture(req, f)
-		switch {
-		case errors.Is(err, ErrNoSuchJob):
-			writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
-			return
-		case errors.Is(err, ErrBadCapture):
-			bad(err.Error())
-			return
-		case err != nil:
-			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
-			return
-		}
-		defer stop()
-		start := time.Now()
-		log.Info("live capture started", "job", req.Job, "filter", req.Filter)
-		w.Header().Set("Content-Type", "application/vnd.tcpdump.pcap")
-		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		err = tap.Serve(r.Context(), w, func() { _ = rc.Flush() })
-		log.Info("live capture ended", "job", req.Job, "filter", req.Filter, "duration", time.Since(start).Round(time.Millisecond), "why", captureEnd(err))
-	})
+		tap, stop, err = g.StartCapture(ids, req, f)
+	}
+	switch {
+	case errors.Is(err, ErrNoSuchJob):
+		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		return
+	case errors.Is(err, ErrBadCapture):
+		bad(err.Error())
+		return
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+		return
+	}
+	defer stop()
+	start := time.Now()
+	s.log.Info("live capture started", "job", req.Job, "filter", req.Filter)
+	w.Header().Set("Content-Type", "application/vnd.tcpdump.pcap")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	err = tap.Serve(r.Context(), w, func() { _ = rc.Flush() })
+	s.log.Info("live capture ended", "job", req.Job, "filter", req.Filter, "duration", time.Since(start).Round(time.Millisecond), "why", captureEnd(err))
 }
 
 // captureEnd says why a live capture ended.

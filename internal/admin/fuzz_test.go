@@ -4,14 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
@@ -23,14 +26,23 @@ func (g *fuzzGateway) Status() Status { return Status{Mode: "user", Jobs: []JobS
 func (g *fuzzGateway) Flows(f flows.Filter, activeOnly bool) FlowList {
 	return FlowList{Active: []flows.Record{}}
 }
-func (g *fuzzGateway) Kick(req KickRequest) (KickResult, error) {
-	if req.Job != "4242" {
-		return KickResult{}, ErrNoSuchJob
-	}
-	g.kicked = append(g.kicked, req.Job)
-	return KickResult{Kicked: []KickedLease{}}, nil
+func (g *fuzzGateway) Leases() []LiveLease {
+	return []LiveLease{{ID: "l1", Addr: netip.MustParseAddr("100.64.0.2"), JobID: "4242", Token: "other"}}
 }
-func (g *fuzzGateway) EndTokenLeases(name, reason string) []KickedLease { return nil }
+func (g *fuzzGateway) EndLease(id, by, reason, why string) (KickedLease, bool) {
+	g.kicked = append(g.kicked, id)
+	return KickedLease{Lease: id}, true
+}
+func (g *fuzzGateway) Ban(l LiveLease, d time.Duration, reason string) time.Time {
+	return time.Now().Add(d)
+}
+func (g *fuzzGateway) SetDraining(on bool) bool { return false }
+func (g *fuzzGateway) Reload() (ReloadResult, error) {
+	return ReloadResult{}, errors.New("no config file")
+}
+func (g *fuzzGateway) StartCapture(ids []string, req CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error) {
+	return nil, nil, ErrBadCapture
+}
 
 // FuzzAdminRequest sends an arbitrary HTTP request (whatever net/http
 // parses) to the admin API: tokens, whois, status, flows, kick.
@@ -57,6 +69,9 @@ func FuzzAdminRequest(f *testing.F) {
 		"GET /v1/status HTTP/1.1\r\nHost: a\r\n\r\n",
 		"GET /v1/flows?job=4242&active=true HTTP/1.1\r\nHost: a\r\n\r\n",
 		"POST /v1/kick HTTP/1.1\r\nHost: a\r\nContent-Length: 33\r\n\r\n{\"job\":\"4242\",\"reason\":\"abuse\"}",
+		"POST /v1/drain HTTP/1.1\r\nHost: a\r\nContent-Length: 14\r\n\r\n{\"drain\":true}",
+		"POST /v1/reload HTTP/1.1\r\nHost: a\r\n\r\n",
+		"GET /v1/capture?job=4242&filter=tcp HTTP/1.1\r\nHost: a\r\n\r\n",
 	} {
 		f.Add([]byte(s))
 	}

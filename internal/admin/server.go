@@ -13,8 +13,14 @@
 //	GET    /v1/whois?addr=IP&port=N&at=RFC3339 → [store.LeaseRecord]
 //	GET    /v1/status          → Status               (SetGateway)
 //	GET    /v1/flows?job=ID&active=true → FlowList    (SetGateway)
-//	POST   /v1/kick            {"job","reason"} → KickResult (SetGateway)
-//	GET    /v1/capture?job=ID&filter=F → pcap stream (CaptureHandler)
+//	POST   /v1/kick            {"job","reason","ban"} → KickResult (SetGateway)
+//	POST   /v1/drain           {"drain"} → DrainResponse (SetGateway)
+//	POST   /v1/reload          → ReloadResult         (SetGateway)
+//	GET    /v1/capture?job=ID&filter=F → pcap stream  (SetGateway)
+//
+// The running gateway implements the narrow [Gateway] interface; which
+// lease a job name means, kicks, bans, revocations, drain, reload and
+// capture requests are handled here.
 package admin
 
 import (
@@ -258,13 +264,8 @@ func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res := RevokeResult{Ended: []KickedLease{}}
-	s.mu.Lock()
-	gw := s.gw
-	s.mu.Unlock()
-	if gw != nil {
-		if ended := gw.EndTokenLeases(name, "token "+name+" revoked"); ended != nil {
-			res.Ended = ended
-		}
+	if gw := s.gateway(); gw != nil {
+		res.Ended = s.endTokenLeases(gw, name, "token "+name+" revoked")
 	}
 	s.log.Info("token revoked", "name", name, "leases_ended", len(res.Ended))
 	writeJSON(w, http.StatusOK, res)

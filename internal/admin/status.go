@@ -8,17 +8,10 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 )
-
-// The gateway-state endpoints (registered by SetGateway):
-//
-//	GET  /v1/status                       → Status
-//	GET  /v1/flows?job=ID&active=1        → FlowList
-//	POST /v1/kick {"job","reason","ban"}  → KickResult
 
 // Status is the answer to GET /v1/status.
 type Status struct {
@@ -123,74 +116,6 @@ var ErrAmbiguousJob = errors.New("ambiguous job")
 
 // codeAmbiguousJob is ErrAmbiguousJob's error code.
 const codeAmbiguousJob = "ambiguous_job"
-
-// Gateway is the running gateway as the admin API sees it. Its methods are
-// called concurrently from request goroutines.
-type Gateway interface {
-	Status() Status
-	// Flows returns the flows matching f; recent too unless activeOnly.
-	Flows(f flows.Filter, activeOnly bool) FlowList
-	// Kick ends the lease that req.Job names (see KickRequest);
-	// ErrNoSuchJob if none does, ErrAmbiguousJob if a batch job id names
-	// several, ErrBadRequest-like errors for a bad req.Ban.
-	Kick(req KickRequest) (KickResult, error)
-	// EndTokenLeases ends every live lease of the token named, as a kick
-	// with reason does, and returns them.
-	EndTokenLeases(name, reason string) []KickedLease
-}
-
-// SetGateway registers the status, flows and kick endpoints, answered by g.
-// Call it once, before serving.
-func (s *Server) SetGateway(g Gateway) {
-	s.mu.Lock()
-	s.gw = g
-	s.mu.Unlock()
-	s.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, g.Status())
-	})
-	s.mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
-		q := r.URL.Query()
-		active := false
-		if v := q.Get("active"); v != "" {
-			var err error
-			if active, err = strconv.ParseBool(v); err != nil {
-				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad active %q: want true or false", v)})
-				return
-			}
-		}
-		writeJSON(w, http.StatusOK, g.Flows(flows.Filter{Job: q.Get("job")}, active))
-	})
-	s.mux.HandleFunc("POST /v1/kick", func(w http.ResponseWriter, r *http.Request) {
-		var req KickRequest
-		if err := decodeBody(w, r, &req); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad kick request: " + err.Error()})
-			return
-		}
-		if req.Job == "" {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
-			return
-		}
-		if req.Ban != "" {
-			if d, err := time.ParseDuration(req.Ban); err != nil || d <= 0 {
-				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("kick: bad ban %q: want a positive duration such as 30m or 24h", req.Ban)})
-				return
-			}
-		}
-		res, err := g.Kick(req)
-		switch {
-		case errors.Is(err, ErrNoSuchJob):
-			writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
-		case errors.Is(err, ErrAmbiguousJob):
-			writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
-		case err != nil:
-			s.log.Error("kick failed", "job", req.Job, "err", err)
-			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
-		default:
-			s.log.Info("job kicked by admin", "job", req.Job, "reason", req.Reason, "leases", len(res.Kicked), "ban", req.Ban)
-			writeJSON(w, http.StatusOK, res)
-		}
-	})
-}
 
 // Status asks the gateway for its status.
 func (c *Client) Status(ctx context.Context) (Status, error) {

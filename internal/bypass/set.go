@@ -84,9 +84,7 @@ func encodeRule(r policy.Rule, action bool) control.Rule {
 	if action {
 		c.Action = r.Action.String()
 	}
-	if r.Proto != policy.ProtoAny {
-		c.Proto = r.Proto.String()
-	}
+	c.Proto = r.Proto
 	for _, p := range r.Ports {
 		c.Ports = append(c.Ports, [2]uint16{p.Lo, p.Hi})
 	}
@@ -190,11 +188,7 @@ func decodeRule(c control.Rule, action bool) (policy.Rule, error) {
 		}
 		r.To = append(r.To, netip.PrefixFrom(p.Addr().Unmap(), p.Bits()))
 	}
-	p, err := policy.ParseProto(c.Proto)
-	if err != nil {
-		return r, fmt.Errorf("%q: %w", c.Name, err)
-	}
-	r.Proto = p
+	r.Proto = c.Proto // validated as it was decoded
 	for _, pr := range c.Ports {
 		r.Ports = append(r.Ports, policy.PortRange{Lo: pr[0], Hi: pr[1]})
 	}

@@ -17,10 +17,10 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 
@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Exit statuses of `airlock run` for its own failures, following the
@@ -93,20 +94,62 @@ type Config struct {
 // exit status (128+N when killed by signal N). A non-nil error means airlock
 // itself failed before or around the job; the status is then ExitFailure
 // unless the job ran.
+//
+// Its life: check the config; open (signals, join, the job's environment,
+// the namespace and the tunnel on its TUN, or a fallback mode); serve (the
+// job runs while signals are forwarded and the session is supervised);
+// close, in reverse order of opening, on every path.
 func Run(ctx context.Context, cfg Config) (int, error) {
-	log := cfg.Logger
+	cfg, gws, modes, err := prepare(cfg)
+	if err != nil {
+		return ExitFailure, err
+	}
+	ctx, sig, stop := catchSignals(ctx)
+	defer stop()
+	t0 := time.Now()
+	sess, err := openSession(ctx, cfg, gws, t0)
+	if err != nil {
+		return ExitFailure, err
+	}
+	defer closeSession(sess, t0)
+	jobEnv, err := jobEnvironment(cfg, sess.lease)
+	if err != nil {
+		return ExitFailure, err
+	}
+	if err := ctx.Err(); err != nil {
+		return ExitFailure, context.Cause(ctx)
+	}
+	fb := fallback{cfg: cfg, plan: modes, lease: sess.lease, sess: sess,
+		env: jobEnv, sigc: sig.c, preJob: sig.preJob, t0: t0}
+	if modes.current() != ModeNetns {
+		return runFallback(ctx, fb)
+	}
+	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0)
+	if errors.Is(err, errFallBack) {
+		return runFallback(ctx, fb)
+	}
+	if err != nil {
+		return ExitFailure, err
+	}
+	defer nj.close()
+	return nj.serve(ctx, sig)
+}
+
+// prepare checks cfg, fills in its defaults and finds the gateways and
+// the plan of modes to try.
+func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
 	if len(cfg.Args) == 0 {
-		return ExitFailure, errors.New("no command given: usage: airlock run [flags] -- CMD [ARGS...]")
+		return cfg, nil, nil, errors.New("no command given: usage: airlock run [flags] -- CMD [ARGS...]")
 	}
 	if cfg.Gateway == "" {
-		return ExitFailure, errors.New("no gateway: set --gateway or AIRLOCK_GATEWAY (from the admin's join.env)")
+		return cfg, nil, nil, errors.New("no gateway: set --gateway or AIRLOCK_GATEWAY (from the admin's join.env)")
 	}
 	if cfg.Pin == "" {
-		return ExitFailure, errors.New("no gateway fingerprint: set --pin or AIRLOCK_PIN (from the admin's join.env)")
+		return cfg, nil, nil, errors.New("no gateway fingerprint: set --pin or AIRLOCK_PIN (from the admin's join.env)")
 	}
 	tok, err := resolveToken(cfg)
 	if err != nil {
-		return ExitFailure, err
+		return cfg, nil, nil, err
 	}
 	cfg.Token = tok
 	if cfg.Getenv == nil {
@@ -119,17 +162,17 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		cfg.Stderr = os.Stderr
 	}
 	if err := checkExpose(cfg.Expose); err != nil {
-		return ExitFailure, err
+		return cfg, nil, nil, err
 	}
 	if err := checkPorts(cfg.Ports); err != nil {
-		return ExitFailure, err
+		return cfg, nil, nil, err
 	}
 	switch cfg.Transport {
 	case "":
 		cfg.Transport = TransportAuto
 	case TransportAuto, TransportUDP, TransportTCP:
 	default:
-		return ExitFailure, fmt.Errorf("bad --transport %q: want auto, udp or tcp", cfg.Transport)
+		return cfg, nil, nil, fmt.Errorf("bad --transport %q: want auto, udp or tcp", cfg.Transport)
 	}
 	if cfg.TransportTimeout <= 0 {
 		cfg.TransportTimeout = DefaultTransportTimeout
@@ -139,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	gws, err := parseGateways(cfg.Gateway, cfg.Pin, cfg.JoinTimeout)
 	if err != nil {
-		return ExitFailure, err
+		return cfg, nil, nil, err
 	}
 	if cfg.Mode == "" {
 		cfg.Mode = ModeAuto
@@ -148,18 +191,26 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if modes.current() == ModeNetns {
 		if err := nsexec.Preflight(); err != nil {
 			if err := modes.skip(err); err != nil {
-				return ExitFailure, err
+				return cfg, nil, nil, err
 			}
 		}
 	}
+	return cfg, gws, modes, nil
+}
 
-	// Signals that arrive before the job runs end airlock itself; once the
-	// job runs they are forwarded to it.
+// signals are the signals airlock catches: before the job runs they end
+// airlock itself (the context is cancelled); once preJob is closed they
+// are for the job, read from c.
+type signals struct {
+	c      <-chan os.Signal
+	preJob chan struct{}
+}
+
+// catchSignals starts catching SIGINT, SIGTERM and SIGHUP; stop undoes it.
+func catchSignals(ctx context.Context) (context.Context, signals, func()) {
 	sigc := make(chan os.Signal, 8)
 	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigc)
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	preJob := make(chan struct{})
 	go func() {
 		select {
@@ -168,16 +219,25 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		case <-preJob:
 		}
 	}()
+	return ctx, signals{c: sigc, preJob: preJob}, func() {
+		cancel(nil)
+		signal.Stop(sigc)
+	}
+}
 
-	priv, err := tunnel.GenerateKey()
+// openSession makes the job's WireGuard key and joins the least loaded
+// gateway. The caller closes the session (release, then its clients).
+func openSession(ctx context.Context, cfg Config, gws []*gatewayEntry, t0 time.Time) (*session, error) {
+	log := cfg.Logger
+	priv, err := wgkey.Generate()
 	if err != nil {
-		return ExitFailure, err
+		return nil, err
 	}
 	sess := &session{
 		log: log, stderr: cfg.Stderr, gws: gws, priv: priv, warnAfter: HandshakeWarnAfter,
 		req: control.JoinRequest{
 			Token:     cfg.Token,
-			PublicKey: priv.PublicKey().String(),
+			PublicKey: priv.PublicKey(),
 			Job:       jobInfo(cfg.Getenv, cfg.Args),
 			Expose:    cfg.Expose,
 			Ports:     cfg.Ports,
@@ -185,41 +245,61 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
 		bypass: bypass.NewEngine(log.With("component", "bypass")),
 	}
-	defer sess.closeClients()
-	t0 := time.Now()
 	if err := sess.join(ctx, nil, cfg.JoinTimeout); err != nil {
-		return ExitFailure, err // the control client names the gateway
+		sess.closeClients()
+		return nil, err // the control client names the gateway
 	}
-	ls := sess.lease
-	log.Debug("joined", "lease", ls.ID, "addr", ls.Address, "gateway", sess.cur.addr, "took", time.Since(t0))
-	defer func() {
-		sess.release(log)
-		log.Debug("released", "since_start", time.Since(t0))
-	}()
+	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "took", time.Since(t0))
+	return sess, nil
+}
 
-	jobEnv, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
+// closeSession releases the lease and closes the control clients.
+func closeSession(s *session, t0 time.Time) {
+	s.release(s.log)
+	s.log.Debug("released", "since_start", time.Since(t0))
+	s.closeClients()
+}
+
+// jobEnvironment returns the job's environment (without airlock's
+// credentials, with its exposed addresses and port block) and tells the
+// user where its ports are exposed.
+func jobEnvironment(cfg Config, ls control.Lease) ([]string, error) {
+	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
 	if err == nil {
-		jobEnv, err = portsEnv(jobEnv, cfg.Ports, ls)
+		env, err = portsEnv(env, cfg.Ports, ls)
 	}
 	if err != nil {
-		return ExitFailure, err
+		return nil, err
 	}
 	for _, x := range ls.Exposed {
 		fmt.Fprintf(cfg.Stderr, "airlock: exposed %s/%d at %s\n", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort))
 	}
+	return env, nil
+}
 
-	if err := ctx.Err(); err != nil {
-		return ExitFailure, context.Cause(ctx)
-	}
+// errFallBack is openNetns's answer when the node cannot give the job a
+// namespace and the plan has a fallback mode left.
+var errFallBack = errors.New("no namespace: fall back")
 
-	fb := fallback{cfg: cfg, plan: modes, lease: ls, sess: sess,
-		env: jobEnv, sigc: sigc, preJob: preJob, t0: t0}
-	if modes.current() != ModeNetns {
-		return runFallback(ctx, fb)
-	}
+// netnsJob is a job in its own network namespace with the tunnel on its
+// TUN, between openNetns and close.
+type netnsJob struct {
+	log  *slog.Logger
+	t0   time.Time // when airlock run started
+	sess *session
+	job  *nsexec.Job
+	nsf  *os.File // the job's network namespace, held open until the tunnel is closed
+	wg   bool     // the tunnel runs
+}
+
+// openNetns starts the job's namespace (the job waits for serve) and the
+// tunnel on its TUN. It returns errFallBack if the node cannot make the
+// namespace and another mode is left to try.
+func openNetns(ctx context.Context, cfg Config, sess *session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
+	log, ls := cfg.Logger, sess.lease
 	job, err := nsexec.Start(ctx, nsexec.Config{
 		Args:    cfg.Args,
-		Env:     jobEnv,
+		Env:     env,
 		Address: ls.Address,
 		Gateway: ls.Gateway,
 		MTU:     ls.MTU,
@@ -229,71 +309,109 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		if namespaceUnavailable(err) {
 			if err := modes.skip(err); err != nil {
-				return ExitFailure, err
+				return nil, err
 			}
-			return runFallback(ctx, fb)
+			return nil, errFallBack
 		}
-		return ExitFailure, err
+		return nil, err
 	}
 	fmt.Fprintln(cfg.Stderr, modes.line())
-	defer func() {
-		job.Cleanup()
-		log.Debug("namespace cleaned up", "since_start", time.Since(t0))
-	}()
-
+	nj := &netnsJob{log: log, t0: t0, sess: sess, job: job}
 	// Hold the job's network namespace open until the tunnel is closed:
 	// closing a TUN whose namespace is already being torn down waits for
 	// that teardown; closing it first is quick, and the namespace (with
 	// the TUN, which is persistent) then goes away in the background.
-	if nsf, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", job.Pid())); err == nil {
-		defer nsf.Close()
-	} else {
+	if nj.nsf, err = os.Open(fmt.Sprintf("/proc/%d/ns/net", job.Pid())); err != nil {
 		log.Debug("cannot hold job namespace open", "err", err)
 	}
-	tdev, err := wrapTUN(job.TUN(), ls.MTU)
-	if err != nil {
-		return ExitFailure, err
+	if err := nj.startTunnel(ctx); err != nil {
+		nj.close()
+		return nil, err
 	}
-	dev, err := sess.bypass.Wrap(tdev, ls.Address.Addr(), leaseDNS(ls), ls.MTU)
+	return nj, nil
+}
+
+// startTunnel runs WireGuard, through the bypass decorator, on the TUN.
+func (nj *netnsJob) startTunnel(ctx context.Context) error {
+	ls := nj.sess.lease
+	tdev, err := wrapTUN(nj.job.TUN(), ls.MTU)
+	if err != nil {
+		return err
+	}
+	dev, err := nj.sess.bypass.Wrap(tdev, ls.Address.Addr(), leaseDNS(ls), ls.MTU)
 	if err != nil {
 		tdev.Close()
-		return ExitFailure, err
+		return err
 	}
-	if err := sess.startTunnel(ctx, dev); err != nil {
+	if err := nj.sess.startTunnel(ctx, dev); err != nil {
 		dev.Close()
-		return ExitFailure, err
+		return err
 	}
-	defer func() {
-		sess.wg.Close()
-		log.Debug("tunnel closed", "since_start", time.Since(t0))
-	}()
+	nj.wg = true
+	return nil
+}
 
+// close closes the tunnel, then lets the namespace go and kills whatever
+// is left in it.
+func (nj *netnsJob) close() {
+	t0 := nj.t0
+	if nj.wg {
+		nj.sess.wg.Close()
+		nj.log.Debug("tunnel closed", "since_start", time.Since(t0))
+	}
+	if nj.nsf != nil {
+		nj.nsf.Close()
+	}
+	nj.job.Cleanup()
+	nj.log.Debug("namespace cleaned up", "since_start", time.Since(t0))
+}
+
+// serve runs the job to its end, forwarding signals to it and supervising
+// the session (renewal, reconnect, failover) meanwhile.
+func (nj *netnsJob) serve(ctx context.Context, sig signals) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
 	}
 	if err := hideFromJob(); err != nil {
 		return ExitFailure, err
 	}
-	close(preJob)
-	if err := job.Run(); err != nil {
+	close(sig.preJob)
+	if err := nj.job.Run(); err != nil {
 		return ExitFailure, fmt.Errorf("start job: %w", err)
 	}
-	log.Debug("job started", "pid", job.Pid(), "addr", ls.Address, "gateway", sess.endpoint, "setup", time.Since(t0))
+	nj.log.Debug("job started", "pid", nj.job.Pid(), "addr", nj.sess.lease.Address, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
+	var status int
+	var err error
+	whileJobRuns(nj.log, sig.c, nj.job.Signal, nj.sess, func() {
+		status, err = nj.job.Wait()
+	})
+	nj.log.Debug("job exited", "status", status, "since_start", time.Since(nj.t0))
+	return status, err
+}
 
-	var bg sync.WaitGroup
-	bgCtx, bgStop := context.WithCancel(context.Background())
-	bg.Add(2)
-	go func() { defer bg.Done(); forwardSignals(bgCtx, log, sigc, job) }()
-	go func() { defer bg.Done(); sess.supervise(bgCtx) }()
-
-	status, err := job.Wait()
-	log.Debug("job exited", "status", status, "since_start", time.Since(t0))
-	bgStop()
-	bg.Wait()
-	if err != nil {
-		return status, err
-	}
-	return status, nil
+// whileJobRuns calls wait (which returns when the job has exited) while
+// signals from sigc are forwarded to the job with signal and sess is
+// supervised; both stop before it returns.
+func whileJobRuns(log *slog.Logger, sigc <-chan os.Signal, signal func(os.Signal) error, sess *session, wait func()) {
+	ctx, stop := context.WithCancel(context.Background())
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case s := <-sigc:
+				log.Debug("forwarding signal to job", "signal", s)
+				if err := signal(s); err != nil {
+					log.Debug("forward signal", "signal", s, "err", err)
+				}
+			}
+		}
+	})
+	g.Go(func() error { sess.supervise(ctx); return nil })
+	wait()
+	stop()
+	_ = g.Wait()
 }
 
 // wrapTUN takes over the TUN fd handed out of the job's namespace. The fd
@@ -359,20 +477,6 @@ func resolveEndpoint(ctx context.Context, endpoint, controlAddr string) (netip.A
 		}
 	}
 	return netip.AddrPortFrom(addrs[0], uint16(p)), nil
-}
-
-func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal, job *nsexec.Job) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case s := <-sigc:
-			log.Debug("forwarding signal to job", "signal", s)
-			if err := job.Signal(s); err != nil {
-				log.Debug("forward signal", "signal", s, "err", err)
-			}
-		}
-	}
 }
 
 // apiMessage returns the gateway's own sentence from an API error.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -162,24 +161,8 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	log := f.cfg.Logger
 	close(f.preJob)
 	log.Debug("job started", "pid", cmd.Process.Pid, "mode", f.plan.current(), "setup", time.Since(f.t0))
-	var bg sync.WaitGroup
-	bgCtx, bgStop := context.WithCancel(context.Background())
-	bg.Add(2)
-	go func() {
-		defer bg.Done()
-		for {
-			select {
-			case <-bgCtx.Done():
-				return
-			case s := <-f.sigc:
-				_ = cmd.Process.Signal(s)
-			}
-		}
-	}()
-	go func() { defer bg.Done(); f.sess.supervise(bgCtx) }()
-	err := cmd.Wait()
-	bgStop()
-	bg.Wait()
+	var err error
+	whileJobRuns(log, f.sigc, cmd.Process.Signal, f.sess, func() { err = cmd.Wait() })
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
 	killLeftovers(log, 2*time.Second)
 	if f.http != nil {
@@ -361,27 +344,9 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 						c.Close()
 						return
 					}
-					pipe(c, lc)
+					proxy.Splice(c, lc)
 				}()
 			}
 		}()
 	}
-}
-
-// pipe copies both ways and closes both when both directions are done.
-func pipe(a, b net.Conn) {
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
-			_ = cw.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(a, b)
-	go cp(b, a)
-	<-done
-	<-done
-	a.Close()
-	b.Close()
 }

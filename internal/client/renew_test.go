@@ -15,7 +15,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 type lockedBuf struct {
@@ -43,13 +43,13 @@ func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *sessi
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &session{
 		log: slog.New(slog.DiscardHandler), stderr: stderr, gws: gws, priv: priv,
-		req:       control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey().String()},
+		req:       control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey()},
 		transport: TransportUDP, wait: time.Second, failover: time.Second, warnAfter: 10 * time.Millisecond,
 	}
 	ctx := context.Background()
@@ -173,12 +173,12 @@ func TestJoinWaitsOutRateLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
 	// The neighbour: bad-token joins from the same address until limited.
 	limited := false
 	for i := 0; i < 5 && !limited; i++ {
-		_, err := gws[0].cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey().String()})
+		_, err := gws[0].cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey()})
 		limited = errors.Is(err, control.ErrRateLimited)
 	}
 	if !limited {
@@ -186,7 +186,7 @@ func TestJoinWaitsOutRateLimit(t *testing.T) {
 	}
 	s := &session{
 		log: slog.New(slog.DiscardHandler), gws: gws, priv: priv,
-		req: control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey().String()},
+		req: control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey()},
 	}
 	start := time.Now()
 	if err := s.join(ctx, nil, 5*time.Second); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.zx2c4.com/wireguard/tun"
 )
 
@@ -73,7 +74,7 @@ type session struct {
 	log       *slog.Logger
 	stderr    io.Writer // the user's: loud messages when the lease is gone for good
 	gws       []*gatewayEntry
-	priv      tunnel.Key
+	priv      wgkey.Key
 	req       control.JoinRequest
 	transport string // configured: auto, udp or tcp
 	wait      time.Duration
@@ -261,16 +262,14 @@ func (s *session) closeClients() {
 // startTunnel starts WireGuard on the job's TUN towards the current
 // gateway. With --transport tcp the stream is opened at once.
 func (s *session) startTunnel(ctx context.Context, dev tun.Device) error {
-	gwKey, err := tunnel.ParseKey(s.lease.GatewayPublicKey)
-	if err != nil {
-		return fmt.Errorf("gateway sent a bad wireguard key: %w", err)
-	}
+	gwKey := s.lease.GatewayPublicKey // validated by control.Client.Join
 	s.jobAddr = s.lease.Address.Addr()
 	if len(s.lease.DNS) > 0 {
 		s.jobDNS = s.lease.DNS[0]
 	}
 	s.rd = tunnel.NewReaddress(dev)
 	s.bind = tunnel.NewBind(nil, s.log.With("component", "transport"))
+	var err error
 	s.wg, err = tunnel.NewClient(s.log, s.rd, s.bind, s.priv, gwKey, s.endpoint)
 	if err != nil {
 		return err
@@ -523,11 +522,7 @@ func (s *session) reconnect(ctx context.Context) error {
 			return err
 		}
 	}
-	gwKey, err := tunnel.ParseKey(s.lease.GatewayPublicKey)
-	if err != nil {
-		return fmt.Errorf("gateway sent a bad wireguard key: %w", err)
-	}
-	return s.wg.SetGateway(gwKey, s.endpoint)
+	return s.wg.SetGateway(s.lease.GatewayPublicKey, s.endpoint)
 }
 
 // rejoin joins the current gateway again after it lost the lease.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // Site-local bypass on the wire. The gateway's admin lists destinations
@@ -42,8 +44,8 @@ type Rule struct {
 	// Action is "allow" or "deny" in a Policy, empty in Bypass.Rules.
 	Action string         `json:"action,omitempty"`
 	To     []netip.Prefix `json:"to,omitempty"`
-	// Proto is "tcp", "udp", "icmp" or "" (any).
-	Proto string `json:"proto,omitempty"`
+	// Proto is "tcp", "udp", "icmp" or "" (any) on the wire.
+	Proto ipproto.Proto `json:"proto,omitempty"`
 	// Ports are inclusive destination port ranges; none means every port.
 	Ports [][2]uint16 `json:"ports,omitempty"`
 }
@@ -75,19 +77,6 @@ type RenewRequest struct {
 
 // maxBypassCounts bounds the counters a renewal may carry.
 const maxBypassCounts = 256
-
-// BypassBackend is implemented by a Backend that offers site-local
-// bypass.
-type BypassBackend interface {
-	// LeaseBypass returns the bypass of the lease ref names (nil: none)
-	// and a channel closed when it may have changed (a reload). Errors
-	// are as for WatchBackend.CheckLease.
-	LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error)
-	// ReportBypass records the client's cumulative counters for the
-	// lease ref names, after a successful renewal of it. counts has at
-	// most 256 entries with distinct, non-empty rule names.
-	ReportBypass(ref LeaseRef, counts []BypassCount)
-}
 
 // decodeRenewRequest reads a RenewRequest and checks its counters.
 func decodeRenewRequest(r io.Reader) (RenewRequest, error) {

@@ -90,6 +90,10 @@ func (c *Client) Close() {
 func (c *Client) Join(ctx context.Context, req JoinRequest) (Lease, error) {
 	var lease Lease
 	err := c.do(ctx, "join", http.MethodPost, PathJoin, req, &lease, false)
+	if err == nil && lease.GatewayPublicKey.IsZero() {
+		// A present key was validated as it was decoded.
+		return Lease{}, fmt.Errorf("join at %s: the gateway's lease has no wireguard key", c.gateway)
+	}
 	return lease, err
 }
 

@@ -44,6 +44,9 @@ var (
 	ErrBanned = errors.New("banned")
 	// ErrKeyInUse means a join's public key holds another live lease.
 	ErrKeyInUse = errors.New("public key holds a live lease")
+	// ErrNotSupported is a Backend's answer to an optional service it
+	// does not offer (the TCP transport, site-local bypass).
+	ErrNotSupported = errors.New("not supported by this gateway")
 )
 
 // APIError is an error response from the gateway.

@@ -33,7 +33,7 @@ type fuzzBackend struct{}
 func (fuzzBackend) Join(ctx context.Context, req JoinRequest, tok store.Token, remote netip.AddrPort) (Lease, error) {
 	gw := netip.MustParseAddr("100.64.0.1")
 	return Lease{ID: fuzzLease.ID, Secret: fuzzLease.Secret, Address: netip.MustParsePrefix("100.64.0.2/16"),
-		Gateway: gw, DNS: []netip.Addr{gw}, MTU: 1420, GatewayPublicKey: testKey,
+		Gateway: gw, DNS: []netip.Addr{gw}, MTU: 1420, GatewayPublicKey: testKeyValue,
 		Endpoint: "192.0.2.1:8443", RenewInterval: Duration(time.Minute), Expires: time.Unix(1e9, 0).UTC()}, nil
 }
 
@@ -51,6 +51,10 @@ func (b fuzzBackend) Renew(ctx context.Context, ref LeaseRef) (RenewResponse, er
 func (b fuzzBackend) Release(ctx context.Context, ref LeaseRef) error { return b.check(ref) }
 func (fuzzBackend) Health() Health                                    { return Health{Instance: "fuzz"} }
 func (b fuzzBackend) CheckLease(ref LeaseRef) error                   { return b.check(ref) }
+func (fuzzBackend) ReportBypass(LeaseRef, []BypassCount)              {}
+func (b fuzzBackend) LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error) {
+	return nil, nil, ErrNotSupported
+}
 
 func (b fuzzBackend) Tunnel(ctx context.Context, ref LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
 	if err := b.check(ref); err != nil {

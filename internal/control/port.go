@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // ParsePort parses PORT, PORT/tcp or PORT/udp (protocol case-insensitive,
@@ -13,7 +15,11 @@ func ParsePort(spec string) (Port, error) {
 	num, proto, hasProto := strings.Cut(s, "/")
 	p := Port{Proto: ProtoTCP}
 	if hasProto {
-		p.Proto = strings.ToLower(proto)
+		var err error
+		p.Proto, err = ipproto.Parse(strings.ToLower(proto))
+		if err != nil || proto == "" {
+			p.Proto = ipproto.Any
+		}
 	}
 	if p.Proto != ProtoTCP && p.Proto != ProtoUDP {
 		return Port{}, fmt.Errorf("port %q: protocol %q: want tcp or udp (e.g. 8080/udp)", spec, proto)
@@ -27,7 +33,7 @@ func ParsePort(spec string) (Port, error) {
 }
 
 // String returns PORT/PROTO, e.g. "8080/tcp".
-func (p Port) String() string { return strconv.Itoa(int(p.Port)) + "/" + p.Proto }
+func (p Port) String() string { return strconv.Itoa(int(p.Port)) + "/" + p.Proto.String() }
 
 // Validate checks that p is a port ParsePort could have returned.
 func (p Port) Validate() error {

@@ -11,6 +11,9 @@ package control
 import (
 	"net/netip"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Version is the protocol version carried in every request path.
@@ -44,9 +47,9 @@ type JobInfo struct {
 type JoinRequest struct {
 	Token string `json:"token"`
 	// PublicKey is the client's WireGuard public key, base64 (standard
-	// encoding, 32 bytes).
-	PublicKey string  `json:"public_key"`
-	Job       JobInfo `json:"job"`
+	// encoding, 32 bytes) on the wire, validated as it is decoded.
+	PublicKey wgkey.Key `json:"public_key"`
+	Job       JobInfo   `json:"job"`
 	// Expose lists the job's ports that the gateway should make reachable
 	// from outside on its public address (`airlock run --expose`).
 	Expose []Port `json:"expose,omitempty"`
@@ -66,14 +69,14 @@ type JoinRequest struct {
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
 type Port struct {
 	// Proto is ProtoTCP or ProtoUDP.
-	Proto string `json:"proto"`
-	Port  uint16 `json:"port"`
+	Proto ipproto.Proto `json:"proto"`
+	Port  uint16        `json:"port"`
 }
 
 // Transport protocols of [Port].
 const (
-	ProtoTCP = "tcp"
-	ProtoUDP = "udp"
+	ProtoTCP = ipproto.TCP
+	ProtoUDP = ipproto.UDP
 )
 
 // Exposed is one inbound mapping granted with a lease: connections to
@@ -111,8 +114,9 @@ type Lease struct {
 	Exposed []Exposed `json:"exposed,omitempty"`
 	// MTU of the job's TUN device.
 	MTU int `json:"mtu"`
-	// GatewayPublicKey is the gateway's WireGuard public key, base64.
-	GatewayPublicKey string `json:"gateway_public_key"`
+	// GatewayPublicKey is the gateway's WireGuard public key, base64 on
+	// the wire, validated as it is decoded.
+	GatewayPublicKey wgkey.Key `json:"gateway_public_key"`
 	// Endpoint is the gateway's WireGuard UDP endpoint, HOST:PORT.
 	Endpoint string `json:"endpoint"`
 	// RenewInterval is how often the client must renew; a lease not

@@ -3,7 +3,6 @@ package control
 import (
 	"context"
 	"crypto/tls"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
 )
 
@@ -67,6 +67,26 @@ type Backend interface {
 	// Health reports the gateway's load. It must be cheap and must not
 	// block.
 	Health() Health
+	// CheckLease returns nil while ref names a live lease, else an error
+	// wrapping ErrUnknownLease. It must be cheap; lease watches call it.
+	CheckLease(ref LeaseRef) error
+	// Tunnel carries WireGuard over the control port (the TCP transport):
+	// it checks ref and returns attach, to which the server hands the
+	// upgraded connection (TLS, deadlines cleared); attach owns it.
+	// Errors are as for Renew, or ErrNotSupported for a backend without
+	// the TCP transport.
+	Tunnel(ctx context.Context, ref LeaseRef, remote netip.AddrPort) (attach func(net.Conn), err error)
+	// LeaseBypass returns the site-local bypass of the lease ref names
+	// (nil: none) and a channel closed when it may have changed (a
+	// reload; nil: never). Errors are as for CheckLease, or
+	// ErrNotSupported for a backend without site-local bypass (its
+	// watches then carry no bypass at all).
+	LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error)
+	// ReportBypass records the client's cumulative bypass counters for
+	// the lease ref names, after a successful renewal of it. counts has
+	// at most 256 entries with distinct, non-empty rule names. A backend
+	// without site-local bypass ignores them.
+	ReportBypass(ref LeaseRef, counts []BypassCount)
 }
 
 // ServerConfig configures a [Server]. Logger, Store, Backend and
@@ -255,8 +275,8 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "renew", remote, err)
 		return
 	}
-	if bb, ok := s.backend.(BypassBackend); ok && len(req.Bypass) > 0 {
-		bb.ReportBypass(ref, req.Bypass)
+	if len(req.Bypass) > 0 {
+		s.backend.ReportBypass(ref, req.Bypass)
 	}
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
 	writeJSON(w, http.StatusOK, resp)
@@ -415,14 +435,16 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 // fields only, a token and a valid WireGuard public key.
 func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	var req JoinRequest
-	if err := decodeJSON(r, &req); err != nil {
+	if err := decodeJSON(r, &req); errors.Is(err, wgkey.ErrInvalid) {
+		return JoinRequest{}, fmt.Errorf("public_key: not a WireGuard public key: %w", errors.Unwrap(err))
+	} else if err != nil {
 		return JoinRequest{}, err
 	}
 	if req.Token == "" {
 		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN")
 	}
-	if _, err := ParsePublicKey(req.PublicKey); err != nil {
-		return JoinRequest{}, fmt.Errorf("public_key: %w", err)
+	if req.PublicKey.IsZero() {
+		return JoinRequest{}, errors.New("missing public_key: want the client's WireGuard public key")
 	}
 	if err := req.Job.Validate(); err != nil {
 		return JoinRequest{}, err
@@ -468,21 +490,6 @@ func decodeJSON(r io.Reader, v any) error {
 		return errors.New("bad JSON: data after the object")
 	}
 	return nil
-}
-
-// ParsePublicKey decodes a WireGuard public key: standard base64 of 32
-// bytes, not all zero.
-func ParsePublicKey(s string) ([32]byte, error) {
-	var key [32]byte
-	b, err := base64.StdEncoding.Strict().DecodeString(s)
-	if err != nil || len(b) != len(key) {
-		return key, fmt.Errorf("invalid WireGuard public key %q: want 32 bytes in standard base64 (44 characters)", truncate(s, 60))
-	}
-	copy(key[:], b)
-	if key == [32]byte{} {
-		return key, errors.New("invalid WireGuard public key: all zero")
-	}
-	return key, nil
 }
 
 // codeWriter remembers the error code written through writeError, for

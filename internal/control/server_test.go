@@ -18,10 +18,14 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
 )
 
 const testKey = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA="
+
+// testKeyValue is testKey parsed.
+var testKeyValue, _ = wgkey.Parse(testKey)
 
 func newClient(t *testing.T, gw *controltest.Gateway) *control.Client {
 	t.Helper()
@@ -34,7 +38,7 @@ func newClient(t *testing.T, gw *controltest.Gateway) *control.Client {
 }
 
 func joinReq(token string) control.JoinRequest {
-	return control.JoinRequest{Token: token, PublicKey: testKey, Job: control.JobInfo{BatchJobID: "42", Hostname: "cn1", UID: 1000}}
+	return control.JoinRequest{Token: token, PublicKey: testKeyValue, Job: control.JobInfo{BatchJobID: "42", Hostname: "cn1", UID: 1000}}
 }
 
 func TestJoinRenewRelease(t *testing.T) {

@@ -72,33 +72,12 @@ type WatchEvent struct {
 	Bypass *Bypass `json:"bypass,omitempty"`
 }
 
-// TunnelBackend is implemented by a Backend that carries WireGuard over
-// the control port (the TCP transport).
-type TunnelBackend interface {
-	// Tunnel checks ref and returns attach, to which the server hands the
-	// upgraded connection (TLS, deadlines cleared); attach owns it. Errors
-	// are as for Backend.Renew.
-	Tunnel(ctx context.Context, ref LeaseRef, remote netip.AddrPort) (attach func(net.Conn), err error)
-}
-
-// WatchBackend is implemented by a Backend that serves lease watches.
-type WatchBackend interface {
-	// CheckLease returns nil while ref names a live lease, else an error
-	// wrapping ErrUnknownLease. It must be cheap.
-	CheckLease(ref LeaseRef) error
-}
-
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
 	if !s.checkMethod(w, r, http.MethodGet) {
 		return
 	}
 	lim := s.limitOf(remote)
-	tb, ok := s.backend.(TunnelBackend)
-	if !ok {
-		writeError(w, http.StatusNotFound, CodeBadRequest, "this gateway does not offer the TCP transport; use --transport udp")
-		return
-	}
 	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != TunnelProtocol {
 		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without Upgrade: "+TunnelProtocol, errors.New("no upgrade"))
 		return
@@ -108,7 +87,11 @@ func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without lease id or secret", errors.New("no lease"))
 		return
 	}
-	attach, err := tb.Tunnel(r.Context(), ref, remote)
+	attach, err := s.backend.Tunnel(r.Context(), ref, remote)
+	if errors.Is(err, ErrNotSupported) {
+		writeError(w, http.StatusNotFound, CodeBadRequest, "this gateway does not offer the TCP transport; use --transport udp")
+		return
+	}
 	if err != nil {
 		s.leaseError(w, r, lim, "tunnel", remote, err)
 		return
@@ -142,17 +125,12 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lim := s.limitOf(remote)
-	wb, ok := s.backend.(WatchBackend)
-	if !ok {
-		writeError(w, http.StatusNotFound, CodeBadRequest, "this gateway does not serve lease watches")
-		return
-	}
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
 		s.leaseFailed(w, r, lim, remote, "watch", http.StatusBadRequest, CodeBadRequest, "invalid watch request: "+err.Error(), err)
 		return
 	}
-	if err := wb.CheckLease(ref); err != nil {
+	if err := s.backend.CheckLease(ref); err != nil {
 		s.leaseError(w, r, lim, "watch", remote, err)
 		return
 	}
@@ -168,7 +146,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	// Checked again once the wake channel is held, so that an end of the
 	// lease between the first check and now is not missed.
 	wakeUp := wake.wait()
-	if err := wb.CheckLease(ref); err != nil {
+	if err := s.backend.CheckLease(ref); err != nil {
 		s.leaseError(w, r, lim, "watch", remote, err)
 		return
 	}
@@ -210,7 +188,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		wakeUp = wake.wait()
-		if err := wb.CheckLease(ref); err != nil {
+		if err := s.backend.CheckLease(ref); err != nil {
 			s.log.Debug("watch ends: lease gone", "lease", ref.ID, "remote", remote, "err", err)
 			if errors.Is(err, ErrLeaseEnded) {
 				last, _ := json.Marshal(WatchEvent{Instance: ev.Instance, Heartbeat: ev.Heartbeat,
@@ -228,11 +206,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 // current bypass (nil if the backend offers none or the lease is gone) and
 // the channel that says when it changes (nil: never).
 func (s *Server) watchBypass(ref LeaseRef, ev WatchEvent) (<-chan struct{}, []byte) {
-	bb, ok := s.backend.(BypassBackend)
-	if !ok {
-		return nil, nil
-	}
-	b, changed, err := bb.LeaseBypass(ref)
+	b, changed, err := s.backend.LeaseBypass(ref)
 	if err != nil {
 		return nil, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // BulkRule marks known-good bulk destinations (e.g. the site's xrootd
@@ -104,7 +106,7 @@ func ParseBulkRules(list string) ([]BulkRule, error) {
 }
 
 // Match reports whether a flow of proto with outside end ap matches r.
-func (r BulkRule) Match(proto uint8, ap netip.AddrPort) bool {
+func (r BulkRule) Match(proto ipproto.Proto, ap netip.AddrPort) bool {
 	if !r.Prefix.Contains(ap.Addr().Unmap()) {
 		return false
 	}
@@ -118,7 +120,7 @@ func (r BulkRule) Match(proto uint8, ap netip.AddrPort) bool {
 }
 
 // matchBulk returns the index of the first rule matching, or -1.
-func matchBulk(rules []BulkRule, proto uint8, ap netip.AddrPort) int {
+func matchBulk(rules []BulkRule, proto ipproto.Proto, ap netip.AddrPort) int {
 	for i, r := range rules {
 		if r.Match(proto, ap) {
 			return i

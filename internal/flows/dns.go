@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // DNS query records. The gateway's DNS relay (internal/dnsfwd) reports
@@ -35,7 +37,7 @@ type DNSInfo struct {
 
 // DNSQuery is one query a job sent to the DNS relay.
 type DNSQuery struct {
-	Proto uint8          // ProtoUDP or ProtoTCP
+	Proto ipproto.Proto  // ProtoUDP or ProtoTCP
 	Src   netip.AddrPort // the job's address and port
 	Dst   netip.AddrPort // the relay's (the tunnel address, port 53)
 	// Verdict is Allowed (relayed; Rcode says how it went), DNSRate or
@@ -75,7 +77,7 @@ func (t *Table) DNS(q DNSQuery) {
 	}
 	info := q.Info
 	t.write(Record{
-		ID: t.nextID.Add(1), Proto: ProtoName(q.Proto), Src: q.Src.String(), Dst: q.Dst.String(),
+		ID: t.nextID.Add(1), Proto: q.Proto.String(), Src: q.Src.String(), Dst: q.Dst.String(),
 		Direction: Egress, JobAddr: jaddr.String(), JobRef: ref, Verdict: q.Verdict,
 		Start: q.Start, End: q.End, EndReason: EndClosed, Suppressed: supp, DNS: &info,
 	})

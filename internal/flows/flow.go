@@ -34,49 +34,16 @@ import (
 	"net/netip"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
-// Protocol numbers of [Key.Proto].
+// Protocols of [Key.Proto].
 const (
-	ProtoICMP = 1
-	ProtoTCP  = 6
-	ProtoUDP  = 17
+	ProtoICMP = ipproto.ICMP
+	ProtoTCP  = ipproto.TCP
+	ProtoUDP  = ipproto.UDP
 )
-
-// ProtoName returns "tcp", "udp", "icmp" or the number.
-func ProtoName(p uint8) string {
-	switch p {
-	case ProtoTCP:
-		return "tcp"
-	case ProtoUDP:
-		return "udp"
-	case ProtoICMP:
-		return "icmp"
-	}
-	return itoa(int(p))
-}
-
-func itoa(n int) string {
-	var b [20]byte
-	i := len(b)
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			break
-		}
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
-}
 
 // Flow directions.
 const (
@@ -118,7 +85,7 @@ const (
 // Src is the outside peer and Dst the job's address and (job-side) port.
 // ICMP echo flows carry the echo id as Src's port and 0 as Dst's.
 type Key struct {
-	Proto uint8
+	Proto ipproto.Proto
 	Src   netip.AddrPort
 	Dst   netip.AddrPort
 }
@@ -309,7 +276,7 @@ type Record struct {
 func (f *Flow) record(end time.Time, reason string) Record {
 	bo, bi, po, pi := f.counts()
 	r := Record{
-		ID: f.id, Proto: ProtoName(f.key.Proto), Src: f.key.Src.String(), Dst: f.key.Dst.String(),
+		ID: f.id, Proto: f.key.Proto.String(), Src: f.key.Src.String(), Dst: f.key.Dst.String(),
 		Direction: f.dir, JobAddr: f.jaddr.String(), JobRef: f.job, Verdict: Allowed,
 		BytesOut: bo, BytesIn: bi, PacketsOut: po, PacketsIn: pi,
 		Start: f.start, End: end, EndReason: reason,

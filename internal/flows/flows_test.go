@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 type memLog struct {
@@ -41,7 +43,9 @@ var (
 	xrd  = netip.MustParseAddrPort("198.51.100.7:1094")
 )
 
-func key(proto uint8, src, dst netip.AddrPort) Key { return Key{Proto: proto, Src: src, Dst: dst} }
+func key(proto ipproto.Proto, src, dst netip.AddrPort) Key {
+	return Key{Proto: proto, Src: src, Dst: dst}
+}
 
 func TestFlowLifecycle(t *testing.T) {
 	ml := &memLog{}
@@ -307,7 +311,7 @@ func TestBulkMatch(t *testing.T) {
 	all, _ := ParseBulkRule("198.51.100.0/24")
 	for _, c := range []struct {
 		r     BulkRule
-		proto uint8
+		proto ipproto.Proto
 		ap    string
 		want  bool
 	}{

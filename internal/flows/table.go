@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // Default idle timeouts: a flow without traffic for this long is ended
@@ -47,7 +49,7 @@ func DefaultTimeouts() Timeouts {
 	return Timeouts{TCP: DefaultTCPIdle, UDP: DefaultUDPIdle, ICMP: DefaultICMPIdle}
 }
 
-func (t Timeouts) of(proto uint8) time.Duration {
+func (t Timeouts) of(proto ipproto.Proto) time.Duration {
 	switch proto {
 	case ProtoTCP:
 		return t.TCP
@@ -268,7 +270,7 @@ func (t *Table) Refuse(k Key, dir, verdict string) {
 		return
 	}
 	r := Record{
-		ID: t.nextID.Add(1), Proto: ProtoName(k.Proto), Src: k.Src.String(), Dst: k.Dst.String(),
+		ID: t.nextID.Add(1), Proto: k.Proto.String(), Src: k.Src.String(), Dst: k.Dst.String(),
 		Direction: dir, JobAddr: jaddr.String(), JobRef: ref, Verdict: verdict,
 		Start: now, End: now, Suppressed: supp,
 	}

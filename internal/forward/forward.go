@@ -9,14 +9,18 @@
 // forward/forwardtest.
 package forward
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
+)
 
 // Exposure is one inbound mapping of a job: connections (TCP) or datagrams
 // (UDP) that reach the gateway's public address on PublicPort are carried
 // to the job's tunnel address on JobPort.
 type Exposure struct {
-	// Proto is "tcp" or "udp".
-	Proto      string
+	// Proto is ipproto.TCP or ipproto.UDP.
+	Proto      ipproto.Proto
 	JobPort    uint16
 	PublicPort uint16
 	// PublicAddr is the public address the mapping listens on: the job's

@@ -2,14 +2,12 @@ package gateway
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -69,82 +67,39 @@ func (g *gateway) Flows(f flows.Filter, activeOnly bool) admin.FlowList {
 	return fl
 }
 
-// Kick implements admin.Gateway: it ends the lease whose id or tunnel
-// address is req.Job, else the one lease whose batch job id is req.Job
-// (refusing, with a list, when several claim it: batch job ids come from
-// the clients), as if it had expired, and remembers it so that its
-// client learns why (control.ErrLeaseEnded) at once over its watch and at
-// any later request. With req.Ban, joins from the job's token and host are
-// refused for that long.
-func (g *gateway) Kick(req admin.KickRequest) (admin.KickResult, error) {
-	var res admin.KickResult
-	var byID, byBatch []lease.Lease
-	for _, l := range g.leases.Leases() {
+// Leases implements admin.Gateway.
+func (g *gateway) Leases() []admin.LiveLease {
+	ls := g.leases.Leases()
+	out := make([]admin.LiveLease, 0, len(ls))
+	for _, l := range ls {
 		o, _ := l.Owner.(owner)
-		switch {
-		case l.ID == req.Job || l.Addr.String() == req.Job:
-			byID = append(byID, l)
-		case o.Job.BatchJobID != "" && o.Job.BatchJobID == req.Job:
-			byBatch = append(byBatch, l)
-		}
-	}
-	match := byID
-	if len(match) == 0 {
-		match = byBatch
-	}
-	if len(match) == 0 {
-		return res, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", admin.ErrNoSuchJob, req.Job)
-	}
-	if len(match) > 1 {
-		var list []string
-		for _, l := range match {
-			o, _ := l.Owner.(owner)
-			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
-				l.ID, l.Addr, o.Job.Hostname, o.Job.User, o.Token, l.Start.UTC().Format(time.RFC3339)))
-		}
-		return res, fmt.Errorf("%w: %d live leases claim batch job id %q; kick one by its lease id or tunnel address: %s",
-			admin.ErrAmbiguousJob, len(match), req.Job, strings.Join(list, "; "))
-	}
-	var ban time.Duration
-	if req.Ban != "" {
-		d, err := time.ParseDuration(req.Ban)
-		if err != nil || d <= 0 {
-			return res, fmt.Errorf("bad ban %q: want a positive duration", req.Ban)
-		}
-		ban = d
-	}
-	why := "kicked by admin"
-	if req.Reason != "" {
-		why += ": " + req.Reason
-	}
-	l := match[0]
-	o, _ := l.Owner.(owner)
-	if ban > 0 {
-		res.BannedUntil = g.ban(o, ban, req.Reason)
-	}
-	k, ok := g.endLease(l.ID, "airlock kick", req.Reason, why)
-	if !ok {
-		return res, fmt.Errorf("%w %q: its lease ended meanwhile", admin.ErrNoSuchJob, req.Job)
-	}
-	g.log.Warn("job kicked by admin: lease ended", "lease", l.ID, "addr", l.Addr, "job", o.Job.BatchJobID, "reason", req.Reason, "ban", ban)
-	res.Kicked = append(res.Kicked, k)
-	return res, nil
-}
-
-// EndTokenLeases implements admin.Gateway: it ends every live lease of
-// the token named, as a kick does, when the token is revoked.
-func (g *gateway) EndTokenLeases(name, reason string) []admin.KickedLease {
-	var out []admin.KickedLease
-	for _, l := range g.leases.Leases() {
-		if o, _ := l.Owner.(owner); o.Token != name {
-			continue
-		}
-		if k, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
-			g.log.Warn("token revoked: lease ended", "lease", l.ID, "addr", l.Addr, "token", name)
-			out = append(out, k)
-		}
+		out = append(out, admin.LiveLease{ID: l.ID, Addr: l.Addr, JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
+			User: o.Job.User, Token: o.Token, Start: l.Start})
 	}
 	return out
+}
+
+// Ban implements admin.Gateway: joins from l's token, host and client
+// address are refused for d.
+func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) time.Time {
+	var o owner
+	if ll, ok := g.leases.ByAddr(l.Addr); ok && ll.ID == l.ID {
+		o, _ = ll.Owner.(owner)
+	} else {
+		o = owner{Job: control.JobInfo{Hostname: l.Host}, Token: l.Token}
+	}
+	return g.ban(o, d, reason)
+}
+
+// SetDraining implements admin.Gateway.
+func (g *gateway) SetDraining(on bool) bool { return g.tr.draining.Swap(on) }
+
+// Reload implements admin.Gateway.
+func (g *gateway) Reload() (admin.ReloadResult, error) { return g.reload() }
+
+// EndLease implements admin.Gateway.
+func (g *gateway) EndLease(id, by, reason, why string) (admin.KickedLease, bool) {
+	return g.endLease(id, by, reason, why)
 }
 
 // endLease ends lease id on an admin's order (by: the command), frees it

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // gateway is the control server's Backend: it turns joins into leases and
@@ -30,8 +31,8 @@ type gateway struct {
 	cfg       Config
 	leases    *lease.Manager
 	wg        *tunnel.Gateway
-	wgPriv    tunnel.Key
-	wgPub     tunnel.Key
+	wgPriv    wgkey.Key
+	wgPub     wgkey.Key
 	gwAddr    netip.Addr
 	advertise string
 	// st keeps the lease history that attributes outside connections to
@@ -93,10 +94,7 @@ type owner struct {
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
-	pub, err := tunnel.ParseKey(req.PublicKey)
-	if err != nil {
-		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
-	}
+	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
@@ -168,7 +166,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Gateway:          g.gwAddr,
 		DNS:              []netip.Addr{g.gwAddr},
 		MTU:              g.cfg.MTU,
-		GatewayPublicKey: g.wgPub.String(),
+		GatewayPublicKey: g.wgPub,
 		Endpoint:         g.advertise,
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
@@ -179,7 +177,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 // newLease allocates the lease of a join (allocate: admission, quotas, the
 // address and port blocks) and ends the lease it replaces. Its errors are
 // the ones the client sees.
-func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key) (lease.Lease, string, error) {
+func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key) (lease.Lease, string, error) {
 	l, secret, replaced, err := g.allocate(req, tok, remote, pub, time.Now())
 	if replaced != nil {
 		g.removePeer(replaced.PublicKey)

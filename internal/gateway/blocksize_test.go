@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 func TestPlanMaxBlock(t *testing.T) {
@@ -97,8 +97,8 @@ func TestBlockSizePerJob(t *testing.T) {
 	}
 	defer cc.Close()
 	join := func(cc *control.Client, tok, job string, n int) (control.Lease, error) {
-		priv, _ := tunnel.GenerateKey()
-		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: job}, Ports: n})
+		priv, _ := wgkey.Generate()
+		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: job}, Ports: n})
 	}
 	size := func(ls control.Lease) int { return int(ls.Ports[1]) - int(ls.Ports[0]) + 1 }
 

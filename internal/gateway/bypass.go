@@ -11,7 +11,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
-var _ control.BypassBackend = (*gateway)(nil)
+var _ control.Backend = (*gateway)(nil)
 
 // bypassNotice tells lease watches that the config's bypass may have
 // changed: the channel is closed, and replaced, at every reload. It is
@@ -48,7 +48,7 @@ func (g *gateway) jobBypass(tok string) *control.Bypass {
 	return bypass.ForJob(c.Bypass, c.Policy, tok)
 }
 
-// LeaseBypass implements control.BypassBackend.
+// LeaseBypass implements control.Backend.
 func (g *gateway) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan struct{}, error) {
 	ch := g.bypassNotice.wait()
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
@@ -59,7 +59,7 @@ func (g *gateway) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan str
 	return g.jobBypass(o.Token), ch, nil
 }
 
-// ReportBypass implements control.BypassBackend: the counts of entries
+// ReportBypass implements control.Backend: the counts of entries
 // the job's token has in the config in force go to the flow table
 // (status, metrics, flow log rows marked bypass); others are ignored, so
 // a client cannot invent entries.

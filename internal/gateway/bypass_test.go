@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 const bypassV1 = `version = 1
@@ -47,7 +48,7 @@ func TestGatewayBypass(t *testing.T) {
 	g := startGatewayWith(t, func(c *Config) { c.ConfigFile = file })
 	j := joinJob(t, g, newToken(t, g))
 	b := j.lease.Bypass
-	if b == nil || len(b.Rules) != 1 || b.Rules[0].Name != "squid" || b.Rules[0].Proto != "tcp" ||
+	if b == nil || len(b.Rules) != 1 || b.Rules[0].Name != "squid" || b.Rules[0].Proto != ipproto.TCP ||
 		len(b.LocalDomains) != 1 || len(b.Resolvers) != 1 || len(b.Policy.Rules) != 1 || b.Policy.Rules[0].Name != "site" {
 		t.Fatalf("lease bypass %+v, want squid only and the site rule only (not token other's)", b)
 	}

@@ -30,13 +30,11 @@ type runningFeed struct {
 	done   chan struct{}
 }
 
-// openCapture registers the capture metrics and the live-capture admin
-// endpoint.
-func (g *gateway) openCapture(reg *prometheus.Registry, adm *admin.Server) error {
+// openCapture registers the capture metrics.
+func (g *gateway) openCapture(reg *prometheus.Registry) error {
 	if err := reg.Register(capture.NewCollector(g.capture)); err != nil {
 		return fmt.Errorf("register capture metrics: %w", err)
 	}
-	adm.Handle("GET "+admin.CapturePath, admin.CaptureHandler(g.log.With("component", "capture"), g))
 	return nil
 }
 
@@ -111,22 +109,10 @@ func (g *gateway) setFeeds(list []config.Capture) {
 	}
 }
 
-// StartCapture implements admin.Capturer: a live capture of the leases
-// whose id, tunnel address or batch job id is req.Job, ending with them.
-func (g *gateway) StartCapture(req admin.CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error) {
-	var ids []string
-	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
-		if l.ID == req.Job || l.Addr.String() == req.Job || (o.Job.BatchJobID != "" && o.Job.BatchJobID == req.Job) {
-			ids = append(ids, l.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return nil, nil, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", admin.ErrNoSuchJob, req.Job)
-	}
+// StartCapture implements admin.Gateway: a live capture of leases ids,
+// ending with them.
+func (g *gateway) StartCapture(ids []string, req admin.CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error) {
 	t := g.capture.NewTap(capture.TapConfig{Name: liveCapture, Filter: f, Jobs: ids, Snaplen: req.Snaplen, Buffer: req.Buffer, EndWithJobs: true})
 	g.capture.Attach(t)
 	return t, func() { g.capture.Detach(t) }, nil
 }
-
-var _ admin.Capturer = (*gateway)(nil)

@@ -2,11 +2,8 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"strconv"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
@@ -132,34 +129,12 @@ func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
 	}
 }
 
-// handleReload is the admin endpoint POST /v1/reload.
-func (g *gateway) handleReload(w http.ResponseWriter, r *http.Request) {
-	res, err := g.reload()
-	status, body := http.StatusOK, any(res)
-	if err != nil {
-		status = http.StatusBadRequest
-		body = struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		}{admin.CodeBadConfig, err.Error()}
-	}
-	b, _ := json.Marshal(body)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
 // exposureAllowed checks a join's --expose request against the config:
 // every port must be allowed for the job's token.
 func (g *gateway) exposureAllowed(token string, reqs []forward.Exposure) error {
 	ex := g.conf.Load().Exposure
 	for _, x := range reqs {
-		proto := policy.ProtoTCP
-		if x.Proto == "udp" {
-			proto = policy.ProtoUDP
-		}
-		if !ex.Allowed(token, proto, x.JobPort) {
+		if !ex.Allowed(token, x.Proto, x.JobPort) {
 			return fmt.Errorf("%w %d/%s: the gateway's config does not allow jobs of token %q to expose it; ask the gateway's admin for an [[expose]] rule (docs/config.md)",
 				errNoExposure, x.JobPort, x.Proto, token)
 		}

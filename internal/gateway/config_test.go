@@ -14,6 +14,8 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
 
 const policyV1 = `version = 1
@@ -41,28 +43,15 @@ max_flows = 100
 // touching an open connection, and a broken reload keeps the old policy and
 // reports file:line.
 func TestConfigReload(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
+	echoSrv := proxytest.TCPServer(t, proxytest.Echo)
 	file := filepath.Join(t.TempDir(), "gateway.toml")
 	if err := os.WriteFile(file, []byte(policyV1), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	reload := make(chan struct{}, 1)
 	g := startGatewayWith(t, func(c *Config) { c.ConfigFile = file; c.Reload = reload },
-		remote{job: "198.51.100.7:80", real: ln.Addr().String()},
-		remote{job: "198.51.100.7:25", real: ln.Addr().String()})
+		remote{job: "198.51.100.7:80", real: echoSrv.String()},
+		remote{job: "198.51.100.7:25", real: echoSrv.String()})
 	j := joinJob(t, g, newToken(t, g))
 
 	dial := func(addr string) (net.Conn, error) {
@@ -187,11 +176,11 @@ func TestExposureAllowed(t *testing.T) {
 	}
 	g := &gateway{}
 	g.conf.Store(c)
-	ok := []forward.Exposure{{Proto: "tcp", JobPort: 8080}, {Proto: "udp", JobPort: 8999}}
+	ok := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080}, {Proto: ipproto.UDP, JobPort: 8999}}
 	if err := g.exposureAllowed("web", ok); err != nil {
 		t.Errorf("web 8080/tcp 8999/udp: %v", err)
 	}
-	if err := g.exposureAllowed("web", []forward.Exposure{{Proto: "tcp", JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
+	if err := g.exposureAllowed("web", []forward.Exposure{{Proto: ipproto.TCP, JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
 		t.Errorf("web 22/tcp: %v, want refused naming [[expose]]", err)
 	}
 	if err := g.exposureAllowed("other", ok[:1]); err == nil {

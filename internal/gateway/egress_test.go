@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 func TestPlanEgress(t *testing.T) {
@@ -140,8 +140,8 @@ func TestPortBlocks(t *testing.T) {
 	}
 	defer cc.Close()
 	join := func(job string) (control.Lease, error) {
-		priv, _ := tunnel.GenerateKey()
-		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: job}})
+		priv, _ := wgkey.Generate()
+		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: job}})
 	}
 	wantPub, err := defaultRouteSource()
 	if err != nil {

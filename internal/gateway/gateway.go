@@ -38,7 +38,6 @@ const (
 	WireGuardKeyFile = "wireguard.key"
 	JoinEnvFile      = "join.env"
 	DBFile           = "airlock.db"
-	AdminSocketFile  = "admin.sock"
 )
 
 // Config configures a gateway. The zero value of every field but Logger and

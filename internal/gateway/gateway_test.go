@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // testGateway runs a gateway on loopback whose outgoing flows to the
@@ -57,9 +58,6 @@ func startGatewayAt(t testing.TB, state string, remotes ...remote) *testGateway 
 func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testGateway {
 	t.Helper()
 	state := filepath.Join(t.TempDir(), "state")
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan Info, 1)
-	done := make(chan error, 1)
 	var d net.Dialer
 	cfg := Config{
 		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -70,7 +68,6 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		RenewInterval: 2 * time.Second,
 		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		Ready:         func(i Info) { ready <- i },
 		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			for _, r := range remotes {
@@ -90,35 +87,28 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 	if cfg.ConfigFile != "" {
 		cfg.ExposePorts = nil // the file's [[expose]] rules decide
 	}
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case info := <-ready:
-		g := &testGateway{info: info, state: cfg.StateDir}
-		var stop func()
-		var once sync.Once
-		g.stop = func() { once.Do(stop) }
-		stop = func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("gateway run: %v", err)
-				}
-			case <-time.After(5 * time.Second):
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sg, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	g := &testGateway{info: sg.Info, state: cfg.StateDir}
+	var once sync.Once
+	g.stop = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := sg.Stop(ctx); errors.Is(err, context.DeadlineExceeded) {
 				buf := make([]byte, 1<<20)
 				t.Errorf("gateway did not stop within 5s\n%s", buf[:runtime.Stack(buf, true)])
+			} else if err != nil {
+				t.Errorf("gateway run: %v", err)
 			}
-		}
-		t.Cleanup(g.stop)
-		return g
-	case err := <-done:
-		cancel()
-		t.Fatalf("gateway exited before ready: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("gateway not ready within 10s")
+		})
 	}
-	return nil
+	t.Cleanup(g.stop)
+	return g
 }
 
 // testJob is a job whose "namespace" is a user-space stack on the client's
@@ -136,13 +126,13 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: "t1"}})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: "t1"}})
 	if err != nil {
 		t.Fatalf("join: %v", err)
 	}
@@ -150,10 +140,7 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
+	gwKey := ls.GatewayPublicKey
 	ep := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), g.info.UDPPort)
 	wg, err := tunnel.NewClient(slog.New(slog.NewTextHandler(io.Discard, nil)), dev, nil, priv, gwKey, ep)
 	if err != nil {
@@ -313,9 +300,9 @@ func TestJoinErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	_, err = cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey().String()})
+	_, err = cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey()})
 	if !errors.Is(err, control.ErrBadToken) {
 		t.Errorf("bad token: got %v, want ErrBadToken", err)
 	}
@@ -330,7 +317,7 @@ func TestJoinErrors(t *testing.T) {
 		t.Errorf("bad pin: got %v, want ErrPinMismatch", err)
 	}
 
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String()})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,9 +383,9 @@ func TestLeaseHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String(),
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey(),
 		Job: control.JobInfo{BatchJobID: "slurm-77", BatchSystem: "slurm", User: "alice", Hostname: "cn042"}})
 	if err != nil {
 		t.Fatal(err)

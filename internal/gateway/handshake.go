@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // handshakeTimeout is how long after its join a job's first WireGuard
@@ -24,17 +24,17 @@ const handshakePoll = 500 * time.Millisecond
 // been seen yet. It is safe for concurrent use; the zero value is empty.
 type handshakeWatch struct {
 	mu      sync.Mutex
-	pending map[tunnel.Key]time.Time // peer → when its lease was granted
+	pending map[wgkey.Key]time.Time // peer → when its lease was granted
 }
 
 func (h *handshakeWatch) init() {
 	if h.pending == nil {
-		h.pending = make(map[tunnel.Key]time.Time)
+		h.pending = make(map[wgkey.Key]time.Time)
 	}
 }
 
 // add starts waiting for pub's first handshake after at.
-func (h *handshakeWatch) add(pub tunnel.Key, at time.Time) {
+func (h *handshakeWatch) add(pub wgkey.Key, at time.Time) {
 	h.mu.Lock()
 	h.init()
 	h.pending[pub] = at
@@ -42,7 +42,7 @@ func (h *handshakeWatch) add(pub tunnel.Key, at time.Time) {
 }
 
 // forget stops waiting for pub (its lease ended without a peer).
-func (h *handshakeWatch) forget(pub tunnel.Key) {
+func (h *handshakeWatch) forget(pub wgkey.Key) {
 	h.mu.Lock()
 	delete(h.pending, pub)
 	h.mu.Unlock()
@@ -89,7 +89,7 @@ func (g *gateway) handshakeLoop(ctx context.Context) {
 // removePeer removes a job's WireGuard peer. A job that ends before the
 // handshake loop saw its first handshake (a job shorter than a poll) is
 // measured now, while WireGuard still knows the peer.
-func (g *gateway) removePeer(pub tunnel.Key) {
+func (g *gateway) removePeer(pub wgkey.Key) {
 	g.handshakes.mu.Lock()
 	at, pending := g.handshakes.pending[pub]
 	delete(g.handshakes.pending, pub)

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // hostAddr returns a global unicast IPv4 address of this host, or the zero
@@ -61,11 +62,11 @@ func openGateway(t *testing.T) *gateway {
 // joinRequest is a join with a fresh key that exposes 8080/tcp if the
 // gateway can expose ports.
 func joinRequest(t *testing.T, g *gateway) control.JoinRequest {
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := control.JoinRequest{PublicKey: priv.PublicKey().String(), Job: control.JobInfo{BatchJobID: "rollback"}}
+	req := control.JoinRequest{PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: "rollback"}}
 	if g.exposeAddr.IsValid() {
 		req.Expose = []control.Port{{Proto: control.ProtoTCP, Port: 8080}}
 	}

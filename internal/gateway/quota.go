@@ -14,7 +14,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Join admission, before a lease is allocated: an admin's ban of the
@@ -58,7 +58,7 @@ type ban struct {
 // allocate admits a join and allocates its lease (lease.Manager.Allocate),
 // or returns an error wrapping control.ErrBanned, control.ErrQuota or
 // control.ErrKeyInUse that tells the user what to do.
-func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub tunnel.Key, now time.Time) (lease.Lease, string, *lease.Lease, error) {
+func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key, now time.Time) (lease.Lease, string, *lease.Lease, error) {
 	a := &g.admit
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -9,7 +9,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Lease persistence: a join records, with the lease's history entry, what a
@@ -25,7 +25,7 @@ import (
 // it starts when its lease watch shows a new gateway instance.
 
 // resumeState is what the history keeps of live lease l to restore it.
-func resumeState(l lease.Lease, pub tunnel.Key, expose []control.Port) *store.ResumeState {
+func resumeState(l lease.Lease, pub wgkey.Key, expose []control.Port) *store.ResumeState {
 	h := l.SecretHash()
 	r := &store.ResumeState{SecretHash: h[:], PublicKey: pub.String(), Block: l.Block}
 	if l.Blocks > 1 {
@@ -77,7 +77,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	if rs == nil {
 		return fmt.Errorf("no resume state (recorded by an older version)")
 	}
-	pub, err := tunnel.ParseKey(rs.PublicKey)
+	pub, err := wgkey.Parse(rs.PublicKey)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -16,8 +15,11 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // TestLeaseSurvivesRestart stops the gateway with a live lease and starts
@@ -32,9 +34,9 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx := context.Background()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String(), Expose: []control.Port{{Proto: "tcp", Port: 8080}}})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Expose: []control.Port{{Proto: ipproto.TCP, Port: 8080}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +73,8 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 	}
 	w.Close()
 	// A second join gets another address: the restored one is taken.
-	priv2, _ := tunnel.GenerateKey()
-	ls2, err := cc2.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv2.PublicKey().String()})
+	priv2, _ := wgkey.Generate()
+	ls2, err := cc2.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv2.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,12 +126,12 @@ func TestDrain(t *testing.T) {
 	}
 	defer ac.Close()
 	ctx := context.Background()
-	var resp DrainResponse
-	if err := ac.Do(ctx, "POST", PathDrain, DrainRequest{Drain: true}, &resp); err != nil || !resp.Draining || resp.Jobs != 1 {
+	resp, err := ac.Drain(ctx, true)
+	if err != nil || !resp.Draining || resp.Jobs != 1 {
 		t.Fatalf("drain: %+v, %v", resp, err)
 	}
-	priv, _ := tunnel.GenerateKey()
-	_, err = j.cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String()})
+	priv, _ := wgkey.Generate()
+	_, err = j.cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey()})
 	if !errors.Is(err, control.ErrDraining) {
 		t.Errorf("join while draining: got %v, want ErrDraining", err)
 	}
@@ -145,10 +147,10 @@ func TestDrain(t *testing.T) {
 	if _, err := j.cc.Renew(ctx, control.LeaseRef{ID: j.lease.ID, Secret: j.lease.Secret}); err != nil {
 		t.Errorf("renew while draining: %v", err)
 	}
-	if err := ac.Do(ctx, "POST", PathDrain, DrainRequest{Drain: false}, &resp); err != nil || resp.Draining {
+	if resp, err := ac.Drain(ctx, false); err != nil || resp.Draining {
 		t.Fatalf("undo drain: %+v, %v", resp, err)
 	}
-	if _, err := j.cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey().String()}); err != nil {
+	if _, err := j.cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: priv.PublicKey()}); err != nil {
 		t.Errorf("join after drain ended: %v", err)
 	}
 }
@@ -157,30 +159,17 @@ func TestDrain(t *testing.T) {
 // transport only (the client's UDP endpoint goes nowhere): stream upgrade
 // on the control port, gateway bind, netstack, real listener.
 func TestInProcessTCPTransport(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); io.Copy(c, c) }()
-		}
-	}()
-	g := startGateway(t, remote{job: "198.51.100.7:80", real: ln.Addr().String()})
+	echo := proxytest.TCPServer(t, proxytest.Echo)
+	g := startGateway(t, remote{job: "198.51.100.7:80", real: echo.String()})
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	priv, _ := tunnel.GenerateKey()
+	priv, _ := wgkey.Generate()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey().String()})
+	ls, err := cc.Join(ctx, control.JoinRequest{Token: newToken(t, g), PublicKey: priv.PublicKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +177,7 @@ func TestInProcessTCPTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwKey, _ := tunnel.ParseKey(ls.GatewayPublicKey)
+	gwKey := ls.GatewayPublicKey
 	log := slog.New(slog.DiscardHandler)
 	bind := tunnel.NewBind(nil, log)
 	wg, err := tunnel.NewClient(log, dev, bind, priv, gwKey, netip.MustParseAddrPort("127.0.0.1:9"))

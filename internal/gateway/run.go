@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -250,13 +249,11 @@ func (g *gateway) openServers() error {
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
 	g.res.adm = adm
-	g.registerDrain(adm)
 	adm.SetGateway(g)
-	adm.Handle("POST "+admin.ReloadPath, http.HandlerFunc(g.handleReload))
-	if err := g.openCapture(mx.registry, adm); err != nil {
+	if err := g.openCapture(mx.registry); err != nil {
 		return err
 	}
-	if g.res.admLn, err = admin.Listen(filepath.Join(g.cfg.StateDir, AdminSocketFile)); err != nil {
+	if g.res.admLn, err = admin.Listen(filepath.Join(g.cfg.StateDir, admin.SocketName)); err != nil {
 		return err
 	}
 	g.onClose(func() { g.res.admLn.Close() })

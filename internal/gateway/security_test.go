@@ -11,7 +11,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // secGateway starts an in-process gateway whose leases live long enough
@@ -45,13 +45,13 @@ func namedToken(t *testing.T, g *testGateway, name string) string {
 	return tok
 }
 
-func freshKey(t *testing.T) string {
+func freshKey(t *testing.T) wgkey.Key {
 	t.Helper()
-	k, err := tunnel.GenerateKey()
+	k, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return k.PublicKey().String()
+	return k.PublicKey()
 }
 
 func adminClient(t *testing.T, g *testGateway) *admin.Client {

@@ -10,31 +10,30 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/tunnel"
-
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // loadOrCreateKey reads the gateway's WireGuard private key from path, or
 // makes one (mode 0600) if the file does not exist.
-func loadOrCreateKey(path string) (tunnel.Key, error) {
+func loadOrCreateKey(path string) (wgkey.Key, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
-		k, err := tunnel.ParseKey(strings.TrimSpace(string(b)))
+		k, err := wgkey.Parse(strings.TrimSpace(string(b)))
 		if err != nil {
-			return tunnel.Key{}, fmt.Errorf("wireguard key %s: %w", path, err)
+			return wgkey.Key{}, fmt.Errorf("wireguard key %s: %w", path, err)
 		}
 		return k, nil
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
-		return tunnel.Key{}, fmt.Errorf("read wireguard key: %w", err)
+		return wgkey.Key{}, fmt.Errorf("read wireguard key: %w", err)
 	}
-	k, err := tunnel.GenerateKey()
+	k, err := wgkey.Generate()
 	if err != nil {
-		return tunnel.Key{}, err
+		return wgkey.Key{}, err
 	}
 	if err := store.WriteFileAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
-		return tunnel.Key{}, fmt.Errorf("write wireguard key: %w", err)
+		return wgkey.Key{}, fmt.Errorf("write wireguard key: %w", err)
 	}
 	return k, nil
 }

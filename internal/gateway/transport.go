@@ -4,11 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -79,7 +76,7 @@ func (g *gateway) health() control.Health {
 	}
 }
 
-// Tunnel attaches a client's TCP transport stream (control.TunnelBackend).
+// Tunnel attaches a client's TCP transport stream (control.Backend).
 func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
 	if err != nil {
@@ -106,7 +103,7 @@ func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 	}, nil
 }
 
-// CheckLease reports whether ref names a live lease (control.WatchBackend).
+// CheckLease reports whether ref names a live lease (control.Backend).
 func (g *gateway) CheckLease(ref control.LeaseRef) error {
 	if _, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err != nil {
 		return g.leaseGone(ref.ID, err)
@@ -134,51 +131,6 @@ func (g *gateway) closeStream(l lease.Lease) {
 	if s != nil {
 		s.Close()
 	}
-}
-
-// DrainRequest is the body of the admin API's POST /v1/drain.
-type DrainRequest struct {
-	// Drain true stops new joins; false takes joins again.
-	Drain bool `json:"drain"`
-}
-
-// DrainResponse answers POST /v1/drain.
-type DrainResponse struct {
-	Draining bool `json:"draining"`
-	// Jobs is the number of live leases, which draining leaves alone.
-	Jobs int `json:"jobs"`
-}
-
-// PathDrain is the admin API path of drain.
-const PathDrain = "/v1/drain"
-
-// registerDrain adds POST /v1/drain to the admin API.
-func (g *gateway) registerDrain(adm *admin.Server) {
-	adm.Handle("POST "+PathDrain, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req DrainRequest
-		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			writeAdminJSON(w, http.StatusBadRequest, map[string]string{"code": "bad_request", "message": "drain: want {\"drain\": true|false}: " + err.Error()})
-			return
-		}
-		was := g.tr.draining.Swap(req.Drain)
-		if was != req.Drain {
-			if req.Drain {
-				g.log.Warn("draining: new joins are refused, running jobs continue", "jobs", g.leases.Len())
-			} else {
-				g.log.Info("drain ended: taking new jobs again")
-			}
-		}
-		writeAdminJSON(w, http.StatusOK, DrainResponse{Draining: req.Drain, Jobs: g.leases.Len()})
-	}))
-}
-
-func writeAdminJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
 }
 
 // registerTransportMetrics adds the transport's series to reg (listed in

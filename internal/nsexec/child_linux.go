@@ -1,7 +1,6 @@
 package nsexec
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,91 +8,51 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 // Init must be the first call in main. If this process is a namespace child
 // started by [Start], Init sets up the namespace, waits for [Job.Run], and
 // execs the job's command; it never returns. Otherwise it returns at once.
 func Init() {
-	raw, ok := os.LookupEnv(envConfig)
-	if !ok {
-		return
-	}
-	os.Exit(childMain(raw))
+	var cfg childConfig
+	reexec.Main("namespace child", envConfig, envFD, &cfg, stepConfig,
+		func(c *reexec.Child) int { return childMain(c, cfg) })
 }
 
 // childMain runs in the namespace child and returns its exit code if it
-// cannot exec the job.
-func childMain(raw string) int {
-	fd, err := strconv.Atoi(os.Getenv(envFD))
-	if err != nil || fd < childFD {
-		fmt.Fprintf(os.Stderr, "airlock: namespace child: bad %s=%q\n", envFD, os.Getenv(envFD))
-		return 1
-	}
-	unix.CloseOnExec(fd)
-
-	var cfg childConfig
-	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
-		sendReply(fd, replyFor(&stepError{step: stepConfig, err: err}), -1)
-		return 1
-	}
+// cannot exec the job. c is close-on-exec: the job does not inherit it.
+func childMain(c *reexec.Child, cfg childConfig) int {
 	tunFD, err := setupNamespace(cfg)
 	if err != nil {
-		if sendReply(fd, replyFor(err), -1) != nil {
+		if c.Reply(err) != nil {
 			fmt.Fprintf(os.Stderr, "airlock: namespace child: %v\n", err)
 		}
 		return 1
 	}
-	err = sendReply(fd, setupReply{}, tunFD)
+	err = c.Reply(nil, tunFD)
 	unix.Close(tunFD)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: namespace child: send tun fd: %v\n", err)
 		return 1
 	}
-
 	// Wait for Run. EOF means the parent gave up (Cleanup or exit).
-	var b [1]byte
-	n, err := retryEINTR(func() (int, error) { return unix.Read(fd, b[:]) })
-	unix.Close(fd)
-	if err != nil || n != 1 || b[0] != goByte {
+	if !c.WaitGo() {
 		return 1
 	}
 	return execJob(os.Args[1:])
-}
-
-func retryEINTR(f func() (int, error)) (int, error) {
-	for {
-		n, err := f()
-		if err != unix.EINTR {
-			return n, err
-		}
-	}
-}
-
-// sendReply sends r and, if tunFD >= 0, the TUN fd on the socketpair.
-func sendReply(fd int, r setupReply, tunFD int) error {
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	var oob []byte
-	if tunFD >= 0 {
-		oob = unix.UnixRights(tunFD)
-	}
-	_, err = retryEINTR(func() (int, error) { return 0, unix.Sendmsg(fd, b, oob, nil, 0) })
-	return err
 }
 
 // setupNamespace makes mounts private, creates and configures the TUN and
 // binds resolv.conf. It returns the TUN fd (close-on-exec).
 func setupNamespace(cfg childConfig) (int, error) {
 	if err := unix.Mount("none", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return -1, &stepError{step: stepMounts, err: fmt.Errorf("mount --make-rprivate /: %w", err)}
+		return -1, &reexec.StepError{Step: stepMounts, Err: fmt.Errorf("mount --make-rprivate /: %w", err)}
 	}
 	tunFD, err := createTUN(cfg.TUNName)
 	if err != nil {
@@ -101,7 +60,7 @@ func setupNamespace(cfg childConfig) (int, error) {
 	}
 	if err := configureNetwork(cfg); err != nil {
 		unix.Close(tunFD)
-		return -1, &stepError{step: stepNetwork, err: err}
+		return -1, &reexec.StepError{Step: stepNetwork, Err: err}
 	}
 	if err := allowPingSockets(os.Getgid()); err != nil {
 		// Not fatal: the job runs, only ping(8) fails.
@@ -109,7 +68,7 @@ func setupNamespace(cfg childConfig) (int, error) {
 	}
 	if err := bindResolvConf("/etc/resolv.conf", cfg.DNS); err != nil {
 		unix.Close(tunFD)
-		return -1, &stepError{step: stepResolv, err: err}
+		return -1, &reexec.StepError{Step: stepResolv, Err: err}
 	}
 	return tunFD, nil
 }
@@ -138,17 +97,17 @@ func allowPingSockets(gid int) error {
 func createTUN(name string) (int, error) {
 	fd, err := unix.Open(tunPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, &stepError{step: stepTUN, op: "open", err: &fs.PathError{Op: "open", Path: tunPath, Err: err}}
+		return -1, &reexec.StepError{Step: stepTUN, Op: "open", Err: &fs.PathError{Op: "open", Path: tunPath, Err: err}}
 	}
 	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		unix.Close(fd)
-		return -1, &stepError{step: stepTUN, err: fmt.Errorf("interface name %q: %w", name, err)}
+		return -1, &reexec.StepError{Step: stepTUN, Err: fmt.Errorf("interface name %q: %w", name, err)}
 	}
 	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
 		unix.Close(fd)
-		return -1, &stepError{step: stepTUN, err: fmt.Errorf("ioctl TUNSETIFF %q: %w", name, err)}
+		return -1, &reexec.StepError{Step: stepTUN, Err: fmt.Errorf("ioctl TUNSETIFF %q: %w", name, err)}
 	}
 	return fd, nil
 }

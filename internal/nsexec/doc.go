@@ -5,7 +5,8 @@
 //
 // # Theory of operation
 //
-// [Start] re-executes the current binary (/proc/self/exe) with
+// [Start] re-executes the current binary (/proc/self/exe), through
+// internal/reexec like every helper child of airlock, with
 // CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS. The caller's uid and gid are mapped
 // to themselves, so the job sees its own ids, not root. Because a non-root
 // uid loses its capabilities on execve, the re-executed child is given

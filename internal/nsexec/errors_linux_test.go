@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 func TestPreflightMapping(t *testing.T) {
@@ -48,21 +50,21 @@ func TestSetupErrorMapping(t *testing.T) {
 	f := hostFacts{euid: 1000, maxUserNS: "15000", tunMode: 0o600}
 	for _, tc := range []struct {
 		name  string
-		r     setupReply
+		r     reexec.Reply
 		kind  error
 		errno error
 		want  []string
 	}{
-		{"tun-eacces", setupReply{Step: stepTUN, Op: "open", Err: "open /dev/net/tun: permission denied", Errno: int(unix.EACCES)},
+		{"tun-eacces", reexec.Reply{Step: stepTUN, Op: "open", Err: "open /dev/net/tun: permission denied", Errno: int(unix.EACCES)},
 			ErrTUNPermission, unix.EACCES,
 			[]string{"create tun in job namespace: open /dev/net/tun: permission denied", "mode 0600", "chmod 0666 /dev/net/tun"}},
-		{"tun-enoent", setupReply{Step: stepTUN, Op: "open", Err: "open /dev/net/tun: no such file or directory", Errno: int(unix.ENOENT)},
+		{"tun-enoent", reexec.Reply{Step: stepTUN, Op: "open", Err: "open /dev/net/tun: no such file or directory", Errno: int(unix.ENOENT)},
 			ErrNoTUN, unix.ENOENT, []string{"no /dev/net/tun"}},
-		{"tunsetiff-eperm", setupReply{Step: stepTUN, Err: `ioctl TUNSETIFF "tun0": operation not permitted`, Errno: int(unix.EPERM)},
+		{"tunsetiff-eperm", reexec.Reply{Step: stepTUN, Err: `ioctl TUNSETIFF "tun0": operation not permitted`, Errno: int(unix.EPERM)},
 			ErrUserNamespace, unix.EPERM, []string{"cannot create user namespace", "TUNSETIFF", "kernel.apparmor_restrict_unprivileged_userns"}},
-		{"mount-eperm", setupReply{Step: stepMounts, Err: "mount --make-rprivate /: operation not permitted", Errno: int(unix.EPERM)},
+		{"mount-eperm", reexec.Reply{Step: stepMounts, Err: "mount --make-rprivate /: operation not permitted", Errno: int(unix.EPERM)},
 			ErrUserNamespace, unix.EPERM, []string{"make mounts private", "user.max_user_namespaces"}},
-		{"route-other", setupReply{Step: stepNetwork, Err: "add default route: network is unreachable", Errno: int(unix.ENETUNREACH)},
+		{"route-other", reexec.Reply{Step: stepNetwork, Err: "add default route: network is unreachable", Errno: int(unix.ENETUNREACH)},
 			ErrSetup, unix.ENETUNREACH, []string{"set up job namespace: configure tun in job namespace: add default route: network is unreachable"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

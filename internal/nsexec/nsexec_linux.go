@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 const (
@@ -116,7 +116,7 @@ type Job struct {
 	waitErr error         // set before done is closed
 	cleanup sync.Once
 	mu      sync.Mutex
-	ctl     *net.UnixConn // guarded by mu; nil after Run or Cleanup
+	ctl     *reexec.Parent // guarded by mu; nil after Run or Cleanup
 }
 
 // Start starts the namespace child and waits until it has set up the
@@ -141,36 +141,21 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start job namespace: encode config: %w", err)
 	}
-	ctl, child, err := socketpair()
-	if err != nil {
-		return nil, fmt.Errorf("start job namespace: %w", err)
-	}
-	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       append([]string{childArg0}, cfg.Args...),
-		Env:        append(jobEnv(cfg.Env), envConfig+"="+string(ccfg), envFD+"="+strconv.Itoa(childFD)),
-		Dir:        cfg.Dir,
-		Stdin:      cfg.Stdin,
-		Stdout:     cfg.Stdout,
-		Stderr:     cfg.Stderr,
-		ExtraFiles: []*os.File{child},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWNS,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			// A non-root uid loses its capabilities on execve; these are
-			// the child's (namespace-only) capabilities for setup. The
-			// child clears them before it execs the job.
-			AmbientCaps: []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN},
-			Pdeathsig:   syscall.SIGKILL,
-		},
+		Path:   "/proc/self/exe",
+		Args:   append([]string{childArg0}, cfg.Args...),
+		Env:    append(jobEnv(cfg.Env), envConfig+"="+string(ccfg)),
+		Dir:    cfg.Dir,
+		Stdin:  cfg.Stdin,
+		Stdout: cfg.Stdout,
+		Stderr: cfg.Stderr,
+		// The child clears its ambient capabilities before it execs the
+		// job.
+		SysProcAttr: reexec.IdentityMapped(unix.CLONE_NEWUSER|unix.CLONE_NEWNET|unix.CLONE_NEWNS,
+			unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN),
 	}
-	err = cmd.Start()
-	child.Close()
+	ctl, err := reexec.Start(cmd, envFD)
 	if err != nil {
-		ctl.Close()
 		if isUserNSErrno(err) {
 			return nil, readHostFacts().userNSError(fmt.Errorf("start namespace child: %w", err))
 		}
@@ -186,14 +171,9 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		j.netns = unix.Stat_t{}
 	}
 
-	stop := context.AfterFunc(ctx, func() { ctl.SetReadDeadline(time.Unix(1, 0)) })
-	tun, err := j.receive(ctl)
-	stop()
+	tun, err := j.receive(ctx, ctl)
 	if err != nil {
 		j.Cleanup()
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("start job namespace: %w", context.Cause(ctx))
-		}
 		return nil, err
 	}
 	if statErr != nil {
@@ -207,78 +187,26 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	return j, nil
 }
 
-// socketpair returns the parent's end as a connection and the child's as a
-// file, both close-on-exec (ExtraFiles clears that flag in the child).
-func socketpair() (*net.UnixConn, *os.File, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("socketpair: %w", err)
-	}
-	pf := os.NewFile(uintptr(fds[0]), "nsexec-control")
-	child := os.NewFile(uintptr(fds[1]), "nsexec-child")
-	c, err := net.FileConn(pf)
-	pf.Close()
-	if err != nil {
-		child.Close()
-		return nil, nil, fmt.Errorf("socketpair: %w", err)
-	}
-	return c.(*net.UnixConn), child, nil
-}
-
 // receive reads the child's setup reply and returns the TUN it sent.
-func (j *Job) receive(ctl *net.UnixConn) (*os.File, error) {
-	buf := make([]byte, maxReplyLen)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, err := ctl.ReadMsgUnix(buf, oob) // sets MSG_CMSG_CLOEXEC
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("start job namespace: read namespace child's reply: %w", err)
-	}
-	fds, perr := parseRights(oob[:oobn])
-	if n == 0 && len(fds) == 0 {
-		// EOF: the child died before it could reply.
+func (j *Job) receive(ctx context.Context, ctl *reexec.Parent) (*os.File, error) {
+	files, err := ctl.Receive(ctx, tunPath)
+	var ce *reexec.ChildError
+	switch {
+	case err == nil:
+		return files[0], nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("start job namespace: %w", context.Cause(ctx))
+	case errors.Is(err, reexec.ErrNoReply):
+		// The child died before it could reply.
 		select {
 		case <-j.done:
 		case <-time.After(reapTimeout):
 		}
 		return nil, fmt.Errorf("start job namespace: namespace child exited during setup (%s)", j.exitDescription())
+	case errors.As(err, &ce):
+		return nil, readHostFacts().setupError(ce.Reply)
 	}
-	var r setupReply
-	if err := json.Unmarshal(buf[:n], &r); err != nil {
-		closeAll(fds)
-		return nil, fmt.Errorf("start job namespace: decode namespace child's reply: %w", err)
-	}
-	if r.Step != "" {
-		closeAll(fds)
-		return nil, readHostFacts().setupError(r)
-	}
-	if perr != nil || len(fds) != 1 {
-		closeAll(fds)
-		return nil, fmt.Errorf("start job namespace: namespace child sent %d fds, want 1 (%v)", len(fds), perr)
-	}
-	return os.NewFile(uintptr(fds[0]), tunPath), nil
-}
-
-func parseRights(oob []byte) ([]int, error) {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return nil, fmt.Errorf("parse control message: %w", err)
-	}
-	var fds []int
-	for _, m := range msgs {
-		f, err := unix.ParseUnixRights(&m)
-		if err != nil {
-			closeAll(fds)
-			return nil, fmt.Errorf("parse control message: %w", err)
-		}
-		fds = append(fds, f...)
-	}
-	return fds, nil
-}
-
-func closeAll(fds []int) {
-	for _, fd := range fds {
-		unix.Close(fd)
-	}
+	return nil, fmt.Errorf("start job namespace: namespace child's reply: %w", err)
 }
 
 // reap waits for the child and records its status in shell convention.
@@ -336,7 +264,7 @@ func (j *Job) Run() error {
 	if j.ctl == nil {
 		return errors.New("run job: already running or cleaned up")
 	}
-	_, err := j.ctl.Write([]byte{goByte})
+	err := j.ctl.Go()
 	j.ctl.Close()
 	j.ctl = nil
 	if err != nil {

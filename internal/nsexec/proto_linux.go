@@ -1,13 +1,14 @@
 package nsexec
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 // Environment variables between Start and the namespace child. Everything
@@ -15,12 +16,8 @@ import (
 const (
 	envPrefix = "AIRLOCK_NSEXEC_"
 	envConfig = envPrefix + "CONFIG" // JSON childConfig; its presence selects the child in Init
-	envFD     = envPrefix + "FD"     // number of the socketpair descriptor in the child
-	childFD   = 3                    // first of cmd.ExtraFiles
+	envFD     = envPrefix + "FD"     // names the socketpair descriptor in the child (reexec)
 	childArg0 = "airlock-nsexec"     // argv[0] of the child; argv[1:] is the job's command
-
-	goByte      = 'g'      // parent → child: exec the command
-	maxReplyLen = 64 << 10 // bound on a child's reply message
 )
 
 // Setup steps named in child errors.
@@ -41,53 +38,9 @@ type childConfig struct {
 	DNS     []netip.Addr `json:"dns"`
 }
 
-// setupReply is the child's one message to the parent. An empty Step means
-// success; the TUN fd is then attached with SCM_RIGHTS.
-type setupReply struct {
-	Step  string `json:"step,omitempty"`
-	Op    string `json:"op,omitempty"`    // "open" when opening /dev/net/tun failed
-	Err   string `json:"err,omitempty"`   // error text
-	Errno int    `json:"errno,omitempty"` // innermost errno, 0 if none
-}
-
-// stepError is a setup failure in the child.
-type stepError struct {
-	step string
-	op   string
-	err  error
-}
-
-func (e *stepError) Error() string { return e.step + ": " + e.err.Error() }
-func (e *stepError) Unwrap() error { return e.err }
-
-func replyFor(err error) setupReply {
-	r := setupReply{Step: stepConfig, Err: err.Error()}
-	var se *stepError
-	if errors.As(err, &se) {
-		r.Step, r.Op, r.Err = se.step, se.op, se.err.Error()
-	}
-	var errno syscall.Errno
-	if errors.As(err, &errno) {
-		r.Errno = int(errno)
-	}
-	return r
-}
-
-// childSetupError is the parent's view of a child's setup failure.
-type childSetupError struct{ r setupReply }
-
-func (e *childSetupError) Error() string { return e.r.Step + ": " + e.r.Err }
-
-func (e *childSetupError) Unwrap() error {
-	if e.r.Errno == 0 {
-		return nil
-	}
-	return syscall.Errno(e.r.Errno)
-}
-
 // setupError maps a child's reply to the error Start returns.
-func (f hostFacts) setupError(r setupReply) error {
-	cause := &childSetupError{r}
+func (f hostFacts) setupError(r reexec.Reply) error {
+	cause := &reexec.ChildError{Reply: r}
 	errno := syscall.Errno(r.Errno)
 	switch {
 	case r.Step == stepTUN && r.Op == "open" && (errno == unix.EACCES || errno == unix.EPERM):

@@ -39,6 +39,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // Action is a rule's or the default verdict.
@@ -68,43 +70,19 @@ func ParseAction(s string) (Action, error) {
 	return Allow, fmt.Errorf("action %q: want allow or deny", s)
 }
 
-// Proto is a rule's or a flow's protocol.
-type Proto uint8
+// Proto is a rule's or a flow's protocol: Airlock's one protocol type.
+type Proto = ipproto.Proto
 
 // Protocols. ProtoAny only appears in rules.
 const (
-	ProtoAny Proto = iota
-	ProtoTCP
-	ProtoUDP
-	ProtoICMP // ICMP and ICMPv6 (echo)
+	ProtoAny  = ipproto.Any
+	ProtoTCP  = ipproto.TCP
+	ProtoUDP  = ipproto.UDP
+	ProtoICMP = ipproto.ICMP // ICMP and ICMPv6 (echo)
 )
 
-func (p Proto) String() string {
-	switch p {
-	case ProtoTCP:
-		return "tcp"
-	case ProtoUDP:
-		return "udp"
-	case ProtoICMP:
-		return "icmp"
-	}
-	return "any"
-}
-
 // ParseProto parses "tcp", "udp", "icmp" or "any" ("" is any).
-func ParseProto(s string) (Proto, error) {
-	switch s {
-	case "tcp":
-		return ProtoTCP, nil
-	case "udp":
-		return ProtoUDP, nil
-	case "icmp":
-		return ProtoICMP, nil
-	case "any", "":
-		return ProtoAny, nil
-	}
-	return ProtoAny, fmt.Errorf("protocol %q: want tcp, udp, icmp or any", s)
-}
+func ParseProto(s string) (Proto, error) { return ipproto.Parse(s) }
 
 // PortRange is an inclusive range of ports, Lo <= Hi, Lo >= 1.
 type PortRange struct{ Lo, Hi uint16 }

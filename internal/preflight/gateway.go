@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Timeouts of the network checks.
@@ -60,12 +61,12 @@ func Gateway(ctx context.Context, gw, pin, token string, udpMiss Status) []Resul
 
 // udpCheck joins with token and waits for a WireGuard handshake over UDP.
 func udpCheck(ctx context.Context, c *control.Client, name, token string, udpMiss Status) Result {
-	priv, err := tunnel.GenerateKey()
+	priv, err := wgkey.Generate()
 	if err != nil {
 		return Result{Name: name + " join", Status: Problem, Detail: err.Error()}
 	}
 	host, _ := os.Hostname()
-	lease, err := c.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey().String(),
+	lease, err := c.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey(),
 		Job: control.JobInfo{UID: os.Getuid(), Hostname: host, Command: "airlock-check"}})
 	if err != nil {
 		fix := "check the gateway's log"
@@ -76,11 +77,7 @@ func udpCheck(ctx context.Context, c *control.Client, name, token string, udpMis
 	}
 	defer c.Release(context.WithoutCancel(ctx), control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
 	r := Result{Name: name + " UDP", Status: udpMiss}
-	gwKey, err := tunnel.ParseKey(lease.GatewayPublicKey)
-	if err != nil {
-		r.Status, r.Detail = Problem, fmt.Sprintf("gateway sent a bad key: %v", err)
-		return r
-	}
+	gwKey := lease.GatewayPublicKey // validated by control.Client.Join
 	ep, err := client.ResolveEndpoint(ctx, lease.Endpoint, c.Gateway())
 	if err != nil {
 		r.Status, r.Detail = Problem, err.Error()

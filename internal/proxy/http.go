@@ -189,5 +189,5 @@ func (h *HTTP) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	splice(&bufferedConn{Conn: c, r: brw.Reader}, rc)
+	Splice(&bufferedConn{Conn: c, r: brw.Reader}, rc)
 }

@@ -97,9 +97,11 @@ func resolve(ctx context.Context, d Dialer, host string) (netip.Addr, error) {
 	return addrs[0], nil
 }
 
-// splice copies both ways between a and b with half-close and returns when
-// both directions are done; it closes both.
-func splice(a, b net.Conn) {
+// Splice copies both ways between a and b with half-close (CloseWrite
+// where dst has it, else Close) and returns when both directions are done;
+// it closes both. It is the one copy-both-ways helper of the proxies and
+// the client's exposed ports.
+func Splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	cp := func(dst, src net.Conn) {

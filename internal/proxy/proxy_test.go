@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 	"io"
 	"log/slog"
 	"net"
@@ -47,36 +48,7 @@ var testDialer = hostDialer{names: map[string]netip.Addr{"echo.test": netip.Must
 
 // echoServers starts a TCP and a UDP echo server on loopback.
 func echoServers(t *testing.T) (tcp, udp netip.AddrPort) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	u, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { u.Close() })
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, a, err := u.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			_, _ = u.WriteTo(buf[:n], a)
-		}
-	}()
-	return netip.MustParseAddrPort(l.Addr().String()), netip.MustParseAddrPort(u.LocalAddr().String())
+	return proxytest.TCPServer(t, proxytest.Echo), proxytest.UDPEcho(t, "")
 }
 
 func startSOCKS(t *testing.T) (addr string, secret string) {

@@ -139,7 +139,7 @@ func PipeTCP(remote net.Conn, v6 bool) (*os.File, error) {
 			remote.Close()
 			return nil, fmt.Errorf("loopback connection fd: %w", err)
 		}
-		go splice(a, remote)
+		go Splice(a, remote)
 		return f, nil
 	}
 }

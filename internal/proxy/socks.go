@@ -313,7 +313,7 @@ func (s *SOCKS) connect(ctx context.Context, c net.Conn, br *bufio.Reader, a soc
 	_ = c.SetDeadline(time.Time{})
 	// Bytes the client sent right after the request (optimistic data) sit
 	// in br.
-	splice(&bufferedConn{Conn: c, r: br}, rc)
+	Splice(&bufferedConn{Conn: c, r: br}, rc)
 	return nil
 }
 

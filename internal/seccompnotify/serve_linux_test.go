@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/proxy"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
 
 const jobEnv = "SECCOMPNOTIFY_TEST_JOB"
@@ -103,37 +104,7 @@ func (r *testRedirector) Redirect(ctx context.Context, c Connect) (*os.File, err
 }
 
 func servers(t *testing.T) (netip.AddrPort, netip.AddrPort) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello from tcp"))
-			c.Close()
-		}
-	}()
-	u, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { u.Close() })
-	go func() {
-		b := make([]byte, 100)
-		for {
-			n, a, err := u.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = u.WriteTo(append([]byte("echo "), b[:n]...), a)
-		}
-	}()
-	return netip.MustParseAddrPort(l.Addr().String()), netip.MustParseAddrPort(u.LocalAddr().String())
+	return proxytest.TCPServer(t, proxytest.Greet("hello from tcp")), proxytest.UDPEcho(t, "echo ")
 }
 
 // runJob runs the test binary as a job under the filter with the given

@@ -1,17 +1,18 @@
 package seccompnotify
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 // envFD names the variable that tells a re-executed airlock it is the shim
@@ -55,41 +56,40 @@ func install() (int, error) {
 	return -1, fmt.Errorf("%w: seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER): %v", ErrUnavailable, errno)
 }
 
+// stepInstall names the shim's one setup step in its errors.
+const stepInstall = "install seccomp filter"
+
 // Init turns a process started by [Start] into the shim: it installs the
 // filter, sends the notification fd to the parent and execs the job. In any
 // other process it returns at once. Call it first thing in main.
 func Init() {
-	v := os.Getenv(envFD)
-	if v == "" {
+	if _, ok := os.LookupEnv(envFD); !ok {
 		return
 	}
-	os.Unsetenv(envFD)
-	fd, err := strconv.Atoi(v)
+	c, err := reexec.FromEnv(envFD)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "airlock: seccomp shim: bad %s=%q\n", envFD, v)
+		fmt.Fprintf(os.Stderr, "airlock: seccomp shim: %v\n", err)
 		os.Exit(125)
 	}
-	unix.CloseOnExec(fd)
 	// The filter belongs to this thread, and execve keeps the calling
 	// thread's filter: both must happen on the same thread.
 	runtime.LockOSThread()
 	lfd, err := install()
 	if err != nil {
-		_ = unix.Sendmsg(fd, []byte("error: "+err.Error()), nil, nil, 0)
+		_ = c.Reply(&reexec.StepError{Step: stepInstall, Err: err})
 		os.Exit(125)
 	}
-	if err := unix.Sendmsg(fd, []byte("ok"), unix.UnixRights(lfd), nil, 0); err != nil {
+	if err := c.Reply(nil, lfd); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: seccomp shim: send listener: %v\n", err)
 		os.Exit(125)
 	}
 	unix.Close(lfd)
 	// Wait until the parent holds the listener, so no connect of the job
 	// can find nobody listening (it would fail with ENOSYS).
-	var b [1]byte
-	if n, _ := unix.Read(fd, b[:]); n != 1 {
+	if !c.WaitGo() {
 		os.Exit(125)
 	}
-	unix.Close(fd)
+	c.Close()
 	os.Exit(execJob(os.Args[1:]))
 }
 
@@ -129,60 +129,39 @@ func Start(cmd *exec.Cmd, ready func()) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find own executable: %w", err)
 	}
-	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("socketpair: %w", err)
-	}
-	mine := os.NewFile(uintptr(pair[0]), "seccomp-shim")
-	theirs := os.NewFile(uintptr(pair[1]), "seccomp-shim-child")
-	defer mine.Close()
 	cmd.Path = exe
 	cmd.Args = append([]string{exe}, cmd.Args...)
-	cmd.ExtraFiles = append(cmd.ExtraFiles, theirs)
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
-	}
-	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", envFD, 2+len(cmd.ExtraFiles)))
-	err = cmd.Start()
-	theirs.Close()
+	ctl, err := reexec.Start(cmd, envFD)
 	if err != nil {
 		return nil, fmt.Errorf("start seccomp shim: %w", err)
 	}
+	defer ctl.Close()
 	fail := func(err error) (*os.File, error) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return nil, err
 	}
-	buf := make([]byte, 512)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := unix.Recvmsg(pair[0], buf, oob, 0)
-	if err != nil || n == 0 {
+	files, err := ctl.Receive(context.Background(), "seccomp-listener")
+	var ce *reexec.ChildError
+	switch {
+	case errors.As(err, &ce):
+		return fail(shimError{ce})
+	case err != nil:
 		return fail(fmt.Errorf("seccomp shim exited before reporting (%v)", err))
 	}
-	if msg := string(buf[:n]); msg != "ok" {
-		return fail(shimError(strings.TrimPrefix(msg, "error: ")))
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return fail(fmt.Errorf("seccomp shim: no listener fd (%v)", err))
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		return fail(fmt.Errorf("seccomp shim: no listener fd (%v)", err))
-	}
-	unix.CloseOnExec(fds[0])
 	if ready != nil {
 		ready()
 	}
-	if _, err := unix.Write(pair[0], []byte{1}); err != nil {
-		unix.Close(fds[0])
+	if err := ctl.Go(); err != nil {
+		files[0].Close()
 		return fail(fmt.Errorf("seccomp shim: %w", err))
 	}
-	return os.NewFile(uintptr(fds[0]), "seccomp-listener"), nil
+	return files[0], nil
 }
 
-// shimError is the shim's report that it could not install the filter.
-type shimError string
+// shimError is the shim's report that it could not install the filter:
+// its message is the shim's, and it matches ErrUnavailable and the errno.
+type shimError struct{ ce *reexec.ChildError }
 
-func (e shimError) Error() string { return string(e) }
-func (e shimError) Unwrap() error { return ErrUnavailable }
+func (e shimError) Error() string   { return e.ce.Reply.Err }
+func (e shimError) Unwrap() []error { return []error{ErrUnavailable, e.ce} }

@@ -11,6 +11,8 @@ import (
 
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun/tuntest"
+
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // streamPair connects a client and a gateway WireGuard device only through
@@ -31,11 +33,11 @@ func newStreamPair(t *testing.T) *streamPair {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	p := &streamPair{gwTun: tuntest.NewChannelTUN(), clTun: tuntest.NewChannelTUN()}
-	gwPriv, err := GenerateKey()
+	gwPriv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	clPriv, err := GenerateKey()
+	clPriv, err := wgkey.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}

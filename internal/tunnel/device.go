@@ -12,6 +12,8 @@ import (
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // KeepaliveInterval is the persistent keepalive the client asks for. It keeps
@@ -55,12 +57,12 @@ type Gateway struct {
 
 // NewGateway starts a WireGuard device on dev, listening on UDP port (0 picks
 // one), with private key priv. The device owns dev and closes it on Close.
-func NewGateway(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv Key, port uint16) (*Gateway, error) {
+func NewGateway(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv wgkey.Key, port uint16) (*Gateway, error) {
 	if bind == nil {
 		bind = conn.NewStdNetBind()
 	}
 	d := device.NewDevice(dev, bind, wgLogger(logger))
-	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.hex(), port)
+	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.Hex(), port)
 	if err := d.IpcSet(cfg); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("configure wireguard device on udp port %d: %w", port, err)
@@ -103,9 +105,9 @@ func (g *Gateway) listenPort() (uint16, error) {
 
 // AddPeer admits the peer with public key pub, routing addr (a /32 or /128)
 // to it.
-func (g *Gateway) AddPeer(pub Key, addr netip.Addr) error {
+func (g *Gateway) AddPeer(pub wgkey.Key, addr netip.Addr) error {
 	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nallowed_ip=%s\n",
-		pub.hex(), netip.PrefixFrom(addr, addr.BitLen()))
+		pub.Hex(), netip.PrefixFrom(addr, addr.BitLen()))
 	if err := g.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("add wireguard peer %s: %w", pub, err)
 	}
@@ -113,7 +115,7 @@ func (g *Gateway) AddPeer(pub Key, addr netip.Addr) error {
 }
 
 // RemovePeer removes the peer with public key pub; unknown keys are ignored.
-func (g *Gateway) RemovePeer(pub Key) {
+func (g *Gateway) RemovePeer(pub wgkey.Key) {
 	g.dev.RemovePeer(device.NoisePublicKey(pub))
 }
 
@@ -126,19 +128,19 @@ type Client struct {
 	dev *device.Device
 
 	mu   sync.Mutex
-	peer Key // guarded by mu: the gateway's public key
+	peer wgkey.Key // guarded by mu: the gateway's public key
 }
 
 // NewClient starts a WireGuard device on dev with private key priv and the
 // gateway peer (public key, UDP endpoint). The device owns dev and closes it
 // on Close. The first handshake starts at once.
-func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gateway Key, endpoint netip.AddrPort) (*Client, error) {
+func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gateway wgkey.Key, endpoint netip.AddrPort) (*Client, error) {
 	if bind == nil {
 		bind = conn.NewStdNetBind()
 	}
 	d := device.NewDevice(dev, bind, wgLogger(logger))
 	cfg := fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n",
-		priv.hex(), gateway.hex(), endpoint)
+		priv.Hex(), gateway.Hex(), endpoint)
 	if err := d.IpcSet(cfg); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("configure wireguard device: %w", err)
@@ -149,7 +151,7 @@ func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gatewa
 	}
 	// Setting the keepalive on an up device sends one at once, which starts
 	// the handshake before the job's first packet.
-	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.hex(), int(KeepaliveInterval/time.Second))
+	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.Hex(), int(KeepaliveInterval/time.Second))
 	if err := d.IpcSet(ka); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("configure wireguard keepalive: %w", err)
@@ -161,16 +163,16 @@ func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gatewa
 // handshake state, and starts a handshake at once. Sessions with the old
 // peer and packets queued for it are dropped. The client calls it when the
 // gateway lost its session (a restart) or when it moves to another gateway.
-func (c *Client) SetGateway(gateway Key, endpoint netip.AddrPort) error {
+func (c *Client) SetGateway(gateway wgkey.Key, endpoint netip.AddrPort) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dev.RemovePeer(device.NoisePublicKey(c.peer))
-	cfg := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n", gateway.hex(), endpoint)
+	cfg := fmt.Sprintf("public_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n", gateway.Hex(), endpoint)
 	if err := c.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("configure wireguard peer: %w", err)
 	}
 	c.peer = gateway
-	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.hex(), int(KeepaliveInterval/time.Second))
+	ka := fmt.Sprintf("public_key=%s\npersistent_keepalive_interval=%d\n", gateway.Hex(), int(KeepaliveInterval/time.Second))
 	if err := c.dev.IpcSet(ka); err != nil {
 		return fmt.Errorf("configure wireguard keepalive: %w", err)
 	}

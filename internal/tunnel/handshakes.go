@@ -6,13 +6,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Handshakes returns, for every peer that has completed a handshake, when
 // its last one completed (wireguard-go records the time itself, so the
 // value does not depend on when it is asked). It reads the device's whole
 // configuration: call it at most a few times a second.
-func (g *Gateway) Handshakes() (map[Key]time.Time, error) {
+func (g *Gateway) Handshakes() (map[wgkey.Key]time.Time, error) {
 	s, err := g.dev.IpcGet()
 	if err != nil {
 		return nil, fmt.Errorf("read wireguard peers: %w", err)
@@ -23,9 +25,9 @@ func (g *Gateway) Handshakes() (map[Key]time.Time, error) {
 // parseHandshakes reads the peers' last handshake times from a UAPI "get"
 // answer: public_key=HEX starts a peer, last_handshake_time_sec and _nsec
 // follow it.
-func parseHandshakes(s string) map[Key]time.Time {
-	out := map[Key]time.Time{}
-	var cur Key
+func parseHandshakes(s string) map[wgkey.Key]time.Time {
+	out := map[wgkey.Key]time.Time{}
+	var cur wgkey.Key
 	var have bool
 	var sec, nsec int64
 	flush := func() {

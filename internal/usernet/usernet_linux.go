@@ -29,7 +29,8 @@
 //     every TCP SYN arriving on the TUN to that listener; the accepted
 //     socket's local address is the job's original destination;
 //  4. sends the TUN and listener descriptors to the parent (SCM_RIGHTS) on a
-//     socketpair and exits.
+//     socketpair and exits; or, if a step failed, the step and its errno
+//     (internal/reexec, as for every helper child).
 //
 // The descriptors keep the namespaces alive: a socket holds a reference to
 // its network namespace, which holds its owning user namespace. When the
@@ -49,25 +50,34 @@ import (
 	"os"
 	"os/exec"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
 const (
 	envConfig = "AIRLOCK_USERNET_CONFIG" // JSON childConfig; selects the child in Init
-	childFD   = 3                        // the socketpair, first of ExtraFiles
+	envFD     = "AIRLOCK_USERNET_FD"     // names the socketpair in the child (reexec)
 	childArg0 = "airlock-usernet"
 
 	// TUNName is the TUN's name inside the private namespace.
 	TUNName = "airlock0"
 
-	maxReplyLen = 4 << 10
 	openTimeout = 10 * time.Second
+)
+
+// Setup steps named in the child's errors.
+const (
+	stepConfig   = "decode private namespace config"
+	stepTUN      = "create tun in private namespace"
+	stepLinks    = "configure links in private namespace"
+	stepListener = "open transparent listener"
+	stepTProxy   = "install tproxy rule"
 )
 
 // Namespace is an open private namespace: the TUN that carries the jobs'
@@ -103,12 +113,6 @@ type childConfig struct {
 	MTU    int          `json:"mtu"`
 }
 
-// reply is the child's one message; an empty Err means success, with the
-// TUN and listener descriptors attached in that order.
-type reply struct {
-	Err string `json:"err,omitempty"`
-}
-
 // Open creates the private namespace for jobs in subnet (IPv4) with TUN
 // MTU mtu. It fails where the host forbids unprivileged user namespaces or
 // /dev/net/tun, or the kernel lacks nftables tproxy; the error says which.
@@ -125,79 +129,30 @@ func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error)
 	if err != nil {
 		return nil, fmt.Errorf("open private namespace: %w", err)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open private namespace: socketpair: %w", err)
-	}
-	parent := os.NewFile(uintptr(fds[0]), "usernet-parent")
-	child := os.NewFile(uintptr(fds[1]), "usernet-child")
-	defer parent.Close()
-	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path:       "/proc/self/exe",
-		Args:       []string{childArg0},
-		Env:        []string{envConfig + "=" + string(raw)},
-		Stderr:     os.Stderr,
-		ExtraFiles: []*os.File{child},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
-			UidMappings: []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings: []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-			AmbientCaps: []uintptr{unix.CAP_NET_ADMIN},
-			Pdeathsig:   syscall.SIGKILL,
-		},
+		Path:        "/proc/self/exe",
+		Args:        []string{childArg0},
+		Env:         []string{envConfig + "=" + string(raw)},
+		Stderr:      os.Stderr,
+		SysProcAttr: reexec.IdentityMapped(unix.CLONE_NEWUSER|unix.CLONE_NEWNET, unix.CAP_NET_ADMIN),
 	}
-	err = cmd.Start()
-	child.Close()
+	ctl, err := reexec.Start(cmd, envFD)
 	if err != nil {
 		return nil, fmt.Errorf("open private namespace: start child: %w (unprivileged user namespaces disabled?)", err)
 	}
 	defer cmd.Wait()
-
-	pc, err := net.FileConn(parent)
+	defer ctl.Close()
+	ctx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	files, err := ctl.Receive(ctx, "/dev/net/tun", "usernet-listener")
 	if err != nil {
 		cmd.Process.Kill()
-		return nil, fmt.Errorf("open private namespace: %w", err)
-	}
-	defer pc.Close()
-	uc := pc.(*net.UnixConn)
-	deadline := time.Now().Add(openTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	uc.SetReadDeadline(deadline)
-	buf := make([]byte, maxReplyLen)
-	oob := make([]byte, unix.CmsgSpace(2*4))
-	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
-	if err != nil || n == 0 {
-		cmd.Process.Kill()
-		if err == nil {
+		if errors.Is(err, reexec.ErrNoReply) {
 			err = errors.New("child exited during setup")
 		}
 		return nil, fmt.Errorf("open private namespace: %w", err)
 	}
-	var passed []int
-	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-		for _, m := range msgs {
-			if fds, err := unix.ParseUnixRights(&m); err == nil {
-				passed = append(passed, fds...)
-			}
-		}
-	}
-	var r reply
-	if err := json.Unmarshal(buf[:n], &r); err != nil || r.Err != "" || len(passed) != 2 {
-		for _, fd := range passed {
-			unix.Close(fd)
-		}
-		if err == nil && r.Err == "" {
-			err = fmt.Errorf("child sent %d descriptors, want 2", len(passed))
-		} else if r.Err != "" {
-			err = errors.New(r.Err)
-		}
-		return nil, fmt.Errorf("open private namespace: %w", err)
-	}
-	tunFile := os.NewFile(uintptr(passed[0]), "/dev/net/tun")
-	lf := os.NewFile(uintptr(passed[1]), "usernet-listener")
+	tunFile, lf := files[0], files[1]
 	ln, err := net.FileListener(lf)
 	lf.Close()
 	if err != nil {
@@ -212,33 +167,21 @@ func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error)
 // exits; otherwise it returns at once.
 func Init() {
 	initCalled.Store(true)
-	raw, ok := os.LookupEnv(envConfig)
-	if !ok {
-		return
-	}
-	os.Exit(childMain(raw))
+	var cfg childConfig
+	reexec.Main("private namespace child", envConfig, envFD, &cfg, stepConfig,
+		func(c *reexec.Child) int { return childMain(c, cfg) })
 }
 
-func childMain(raw string) int {
-	unix.CloseOnExec(childFD)
-	var cfg childConfig
-	tunFD, lnFD, err := -1, -1, json.Unmarshal([]byte(raw), &cfg)
-	if err == nil {
-		tunFD, lnFD, err = setup(cfg)
-	}
-	r := reply{}
-	var oob []byte
+func childMain(c *reexec.Child, cfg childConfig) int {
+	tunFD, lnFD, err := setup(cfg)
 	if err != nil {
-		r.Err = err.Error()
-	} else {
-		oob = unix.UnixRights(tunFD, lnFD)
-	}
-	b, _ := json.Marshal(r)
-	if serr := unix.Sendmsg(childFD, b, oob, nil, 0); serr != nil {
-		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", serr)
+		if rerr := c.Reply(err); rerr != nil {
+			fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
+		}
 		return 1
 	}
-	if err != nil {
+	if err := c.Reply(nil, tunFD, lnFD); err != nil {
+		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		return 1
 	}
 	return 0
@@ -248,7 +191,7 @@ func childMain(raw string) int {
 func setup(cfg childConfig) (tunFD, lnFD int, err error) {
 	tunFD, err = createTUN(TUNName)
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, &reexec.StepError{Step: stepTUN, Err: err}
 	}
 	defer func() {
 		if err != nil {
@@ -256,15 +199,15 @@ func setup(cfg childConfig) (tunFD, lnFD int, err error) {
 		}
 	}()
 	if err := configureLinks(cfg); err != nil {
-		return -1, -1, err
+		return -1, -1, &reexec.StepError{Step: stepLinks, Err: err}
 	}
 	lnFD, port, err := transparentListener()
 	if err != nil {
-		return -1, -1, err
+		return -1, -1, &reexec.StepError{Step: stepListener, Err: err}
 	}
 	if err := installTProxy(port); err != nil {
 		unix.Close(lnFD)
-		return -1, -1, err
+		return -1, -1, &reexec.StepError{Step: stepTProxy, Err: err}
 	}
 	return tunFD, lnFD, nil
 }

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -22,37 +23,22 @@ type testGateway struct {
 
 func startGateway(t *testing.T, subnet string) *testGateway {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	g := &testGateway{state: filepath.Join(t.TempDir(), "state")}
-	ready := make(chan gateway.Info, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- gateway.Run(ctx, gateway.Config{
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StateDir: g.state, Listen: "127.0.0.1:0",
-			Subnet: netip.MustParsePrefix(subnet), RenewInterval: time.Second, LeaseTTL: 10 * time.Second,
-			DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-			Ready:        func(in gateway.Info) { ready <- in },
-		})
-	}()
-	select {
-	case g.info = <-ready:
-	case err := <-done:
-		cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sg, err := gateway.Start(ctx, gateway.Config{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StateDir: g.state, Listen: "127.0.0.1:0",
+		Subnet: netip.MustParsePrefix(subnet), RenewInterval: time.Second, LeaseTTL: 10 * time.Second,
+		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
+	})
+	if err != nil {
 		t.Fatalf("gateway %s: %v", subnet, err)
-	case <-time.After(20 * time.Second):
-		cancel()
-		t.Fatalf("gateway %s not ready within 20 s", subnet)
 	}
-	stopped := false
+	g.info = sg.Info
 	g.stop = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sg.Stop(ctx); errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("gateway %s did not stop within 10 s", subnet)
 		}
 	}

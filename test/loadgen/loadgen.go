@@ -55,6 +55,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
 // Config configures a Gen.
@@ -102,7 +103,7 @@ type job struct {
 	g    *Gen
 	i    int
 	gws  []client.Gateway // each with this job's own control client
-	priv tunnel.Key
+	priv wgkey.Key
 
 	// mu guards the current gateway, lease and endpoint, which a
 	// failover replaces.
@@ -304,7 +305,7 @@ func (j *job) join(ctx context.Context, skip int) error {
 		jctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 		gw := j.gws[r.Index]
 		ls, err := gw.CC.Join(jctx, control.JoinRequest{
-			Token: g.cfg.Token, PublicKey: j.priv.PublicKey().String(),
+			Token: g.cfg.Token, PublicKey: j.priv.PublicKey(),
 			Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"},
 		})
 		cancel()
@@ -337,17 +338,14 @@ func (j *job) start(ctx context.Context) error {
 		return fmt.Errorf("control client: %w", err)
 	}
 	j.gws = gws
-	if j.priv, err = tunnel.GenerateKey(); err != nil {
+	if j.priv, err = wgkey.Generate(); err != nil {
 		return err
 	}
 	if err := j.join(ctx, -1); err != nil {
 		return err
 	}
 	j.joinLat = time.Since(j.started)
-	gwKey, err := tunnel.ParseKey(j.lease.GatewayPublicKey)
-	if err != nil {
-		return fmt.Errorf("gateway key: %w", err)
-	}
+	gwKey := j.lease.GatewayPublicKey
 	j.tun = newChanTUN(j.lease.MTU)
 	j.bind = &hsBind{Bind: conn.NewStdNetBind(), got: make(chan struct{})}
 	up := time.Now()
@@ -418,8 +416,7 @@ func (j *job) run(ctx context.Context) {
 				if instance != "" && w.First.Instance != instance {
 					j.restarts.Add(1)
 				}
-				gwKey, _ := tunnel.ParseKey(ls.GatewayPublicKey)
-				if err := j.wg.SetGateway(gwKey, ep); err != nil {
+				if err := j.wg.SetGateway(ls.GatewayPublicKey, ep); err != nil {
 					g.countErr(fmt.Errorf("re-handshake: %w", err))
 				}
 			}
@@ -520,11 +517,7 @@ func (j *job) failover(ctx context.Context) error {
 		return err
 	}
 	_, _, ls, ep := j.current()
-	gwKey, err := tunnel.ParseKey(ls.GatewayPublicKey)
-	if err != nil {
-		return fmt.Errorf("gateway key: %w", err)
-	}
-	if err := j.wg.SetGateway(gwKey, ep); err != nil {
+	if err := j.wg.SetGateway(ls.GatewayPublicKey, ep); err != nil {
 		return err
 	}
 	j.moves.Add(1)

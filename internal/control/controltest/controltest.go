@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
 )
 
@@ -29,7 +30,7 @@ type Backend struct {
 	// TTL is the lease lifetime; zero means one minute.
 	TTL time.Duration
 	// Attach, if set, receives the connections of tunnel upgrades
-	// (control.TunnelBackend); nil closes them.
+	// (control.Backend.Tunnel); nil closes them.
 	Attach func(net.Conn)
 	// Instance is reported in Health.
 	Instance string
@@ -82,7 +83,7 @@ func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Gateway:          gw,
 		DNS:              []netip.Addr{gw},
 		MTU:              1420,
-		GatewayPublicKey: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=",
+		GatewayPublicKey: wgkey.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32},
 		Endpoint:         "127.0.0.1:51820",
 		RenewInterval:    control.Duration(b.ttl() / 3),
 		Expires:          time.Now().Add(b.ttl()).UTC().Truncate(time.Second),
@@ -139,7 +140,7 @@ func (b *Backend) Health() control.Health {
 	return control.Health{Jobs: len(b.leases), Instance: b.Instance}
 }
 
-// Tunnel implements control.TunnelBackend.
+// Tunnel implements control.Backend.
 func (b *Backend) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -153,12 +154,21 @@ func (b *Backend) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 	return attach, nil
 }
 
-// CheckLease implements control.WatchBackend.
+// CheckLease implements control.Backend.
 func (b *Backend) CheckLease(ref control.LeaseRef) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lookupLocked(ref)
 }
+
+// LeaseBypass implements control.Backend: this backend offers no
+// site-local bypass (control.ErrNotSupported).
+func (b *Backend) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan struct{}, error) {
+	return nil, nil, control.ErrNotSupported
+}
+
+// ReportBypass implements control.Backend: it ignores the counters.
+func (b *Backend) ReportBypass(ref control.LeaseRef, counts []control.BypassCount) {}
 
 // SetJoinErr sets JoinErr while the server runs.
 func (b *Backend) SetJoinErr(err error) {
@@ -204,7 +214,7 @@ type Options struct {
 	// OnJoin is passed to the server (control.ServerConfig.OnJoin).
 	OnJoin func(code string, took time.Duration)
 	// Serve, if set, is the backend the server uses: one that wraps the
-	// Backend to add optional interfaces (control.BypassBackend).
+	// Backend to add or change behaviour (e.g. site-local bypass).
 	Serve control.Backend
 }
 

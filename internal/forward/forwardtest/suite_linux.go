@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -735,8 +736,8 @@ func (s *suite) testLimits(t *testing.T) {
 func (s *suite) testExposures(t *testing.T) {
 	spec := s.nextSpec(forward.Job{})
 	spec.Exposures = []forward.Exposure{
-		{Proto: "tcp", JobPort: 8080, PublicPort: spec.Block.Lo},
-		{Proto: "udp", JobPort: 5353, PublicPort: spec.Block.Lo + 1},
+		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: spec.Block.Lo},
+		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: spec.Block.Lo + 1},
 	}
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob with exposures: %v", err)
@@ -964,8 +965,8 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Exposures = []forward.Exposure{
-		{Proto: "tcp", JobPort: 80, PublicPort: spec.Block.Lo},
-		{Proto: "tcp", JobPort: 81, PublicPort: spec.Block.Lo + 1},
+		{Proto: ipproto.TCP, JobPort: 80, PublicPort: spec.Block.Lo},
+		{Proto: ipproto.TCP, JobPort: 81, PublicPort: spec.Block.Lo + 1},
 	}
 	err = s.b.AddJob(spec)
 	taken.Close()
@@ -973,7 +974,7 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 		// Kernel mode: DNAT takes the port before the socket would.
 		// A second exposure the backend cannot take at all instead.
 		s.b.RemoveJob(spec.Addr)
-		spec.Exposures[1].Proto = "sctp"
+		spec.Exposures[1].Proto = ipproto.Proto(132) // sctp
 		if err = s.b.AddJob(spec); err == nil {
 			s.b.RemoveJob(spec.Addr)
 			t.Fatal("AddJob with an sctp exposure: accepted")

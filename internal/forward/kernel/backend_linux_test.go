@@ -7,6 +7,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -32,8 +33,8 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		Ref:    flows.JobRef{Lease: "L", JobID: "42", Token: "lab"},
 		Limits: limits.Job{MaxFlows: 5, NewFlowsPerSec: 10},
 		Exposures: []forward.Exposure{
-			{Proto: "tcp", JobPort: 8080, PublicPort: 20255},
-			{Proto: "sctp", JobPort: 9, PublicPort: 20254},
+			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255},
+			{Proto: ipproto.Proto(132), JobPort: 9, PublicPort: 20254},
 		},
 	}
 	nothingLeft := func(t *testing.T, what string) {

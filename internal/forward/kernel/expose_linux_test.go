@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -18,10 +19,10 @@ func TestExposeRulesValidate(t *testing.T) {
 		ok bool
 	}{
 		{nil, 0, true},
-		{[]forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20255}, {Proto: "udp", JobPort: 53, PublicPort: 20254}}, 2, true},
-		{[]forward.Exposure{{Proto: "sctp", JobPort: 8080, PublicPort: 20255}}, 0, false},
-		{[]forward.Exposure{{Proto: "tcp", JobPort: 0, PublicPort: 20255}}, 0, false},
-		{[]forward.Exposure{{Proto: "tcp", JobPort: 80, PublicPort: 0}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254}}, 2, true},
+		{[]forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 8080, PublicPort: 20255}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 0, PublicPort: 20255}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 80, PublicPort: 0}}, 0, false},
 	} {
 		rules, err := r.exposeRules(job, tc.ex)
 		if (err == nil) != tc.ok || len(rules) != tc.n {
@@ -41,7 +42,7 @@ func TestExpose(t *testing.T) {
 	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
 		t.Fatal(err)
 	}
-	ex := []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20255}, {Proto: "udp", JobPort: 53, PublicPort: 20254}}
+	ex := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254}}
 	if err := f.expose(job, ex); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}

@@ -47,6 +47,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 const (
@@ -100,12 +101,12 @@ func classify(ct *netlink.ConntrackFlow, subnet netip.Prefix, gw netip.Addr) (c 
 			return ctFlow{}, false
 		}
 		c.dir = flows.Egress
-		c.key = flows.Key{Proto: proto, Src: c.origSrc, Dst: c.origDst}
+		c.key = flows.Key{Proto: ipproto.Proto(proto), Src: c.origSrc, Dst: c.origDst}
 		c.bo, c.po, c.bi, c.pi = ct.Forward.Bytes, ct.Forward.Packets, ct.Reverse.Bytes, ct.Reverse.Packets
 	case subnet.Contains(rsrc) && rsrc != gw && !subnet.Contains(osrc):
 		// DNAT to a job: the reply comes from the job's address and port.
 		c.dir = flows.Inbound
-		c.key = flows.Key{Proto: proto, Src: c.origSrc, Dst: netip.AddrPortFrom(rsrc, ct.Reverse.SrcPort)}
+		c.key = flows.Key{Proto: ipproto.Proto(proto), Src: c.origSrc, Dst: netip.AddrPortFrom(rsrc, ct.Reverse.SrcPort)}
 		c.bo, c.po, c.bi, c.pi = ct.Reverse.Bytes, ct.Reverse.Packets, ct.Forward.Bytes, ct.Forward.Packets
 	default:
 		return ctFlow{}, false

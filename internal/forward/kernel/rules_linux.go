@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -376,9 +377,9 @@ func (r ruleset) exposeRules(addr netip.Addr, ex []forward.Exposure) ([][]expr.A
 	for _, x := range ex {
 		var proto byte
 		switch x.Proto {
-		case "tcp":
+		case ipproto.TCP:
 			proto = unix.IPPROTO_TCP
-		case "udp":
+		case ipproto.UDP:
 			proto = unix.IPPROTO_UDP
 		default:
 			return nil, fmt.Errorf("kernel egress: expose %d/%s: want tcp or udp", x.JobPort, x.Proto)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -36,8 +37,8 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		Ref:    flows.JobRef{Lease: "L", JobID: "42", Token: "lab"},
 		Limits: limits.Job{MaxFlows: 5},
 		Exposures: []forward.Exposure{
-			{Proto: "tcp", JobPort: 8080, PublicPort: first},
-			{Proto: "tcp", JobPort: 8081, PublicPort: uint16(taken.Addr().(*net.TCPAddr).Port)},
+			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: first},
+			{Proto: ipproto.TCP, JobPort: 8081, PublicPort: uint16(taken.Addr().(*net.TCPAddr).Port)},
 		},
 	}
 	nothingLeft := func(t *testing.T, what string) {
@@ -80,7 +81,9 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		{"bad limits", func(j *forward.Job) { j.Limits.MaxFlows = -1 }, nil},
 		{"outside the subnet", func(j *forward.Job) { j.Addr = netip.MustParseAddr("10.9.9.9") }, nil},
 		{"gateway's address", func(j *forward.Job) { j.Addr = gwPrefix.Addr() }, nil},
-		{"bad exposure", func(j *forward.Job) { j.Exposures = []forward.Exposure{{Proto: "sctp", JobPort: 1, PublicPort: 1}} }, nil},
+		{"bad exposure", func(j *forward.Job) {
+			j.Exposures = []forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 1, PublicPort: 1}}
+		}, nil},
 	} {
 		j := job
 		j.Exposures = job.Exposures[:1]

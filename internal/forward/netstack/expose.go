@@ -41,6 +41,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 const (
@@ -123,7 +124,7 @@ func (s *Stack) expose(job netip.Addr, ex []forward.Exposure) error {
 
 // checkExposure rejects an exposure no listener can be opened for.
 func checkExposure(x forward.Exposure) error {
-	if (x.Proto != "tcp" && x.Proto != "udp") || x.JobPort == 0 || x.PublicPort == 0 {
+	if (x.Proto != ipproto.TCP && x.Proto != ipproto.UDP) || x.JobPort == 0 || x.PublicPort == 0 {
 		return fmt.Errorf("expose %d/%s at port %d: want tcp or udp and ports 1-65535", x.JobPort, x.Proto, x.PublicPort)
 	}
 	return nil
@@ -173,12 +174,12 @@ func (s *Stack) openExposure(job netip.Addr, x forward.Exposure) (*exposure, err
 	if !at.IsValid() || at.IsUnspecified() {
 		return nil, fmt.Errorf("expose %s/%d of job %s: no egress address to listen on (set --egress-addr)", x.Proto, x.JobPort, job)
 	}
-	network := x.Proto
+	network := x.Proto.String() // "tcp" or "udp", as net wants it
 	ap := netip.AddrPortFrom(at, x.PublicPort)
 	e := &exposure{s: s, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
 	e.listenAddr = ap.String()
 	var err error
-	if x.Proto == "tcp" {
+	if x.Proto == ipproto.TCP {
 		e.ln, err = net.ListenTCP(network, net.TCPAddrFromAddrPort(ap))
 	} else {
 		e.pc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))

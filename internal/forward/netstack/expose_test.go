@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 )
 
 // freePort returns a port that is free on 127.0.0.1 for network.
@@ -80,9 +81,9 @@ func TestExpose(t *testing.T) {
 
 	tcpPub, udpPub, closedPub := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
 	ex := []forward.Exposure{
-		{Proto: "tcp", JobPort: 8080, PublicPort: tcpPub},
-		{Proto: "udp", JobPort: 5353, PublicPort: udpPub},
-		{Proto: "tcp", JobPort: 9999, PublicPort: closedPub}, // nothing listens in the job
+		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: tcpPub},
+		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: udpPub},
+		{Proto: ipproto.TCP, JobPort: 9999, PublicPort: closedPub}, // nothing listens in the job
 	}
 	if err := p.s.expose(jobAddr, ex); err != nil {
 		t.Fatalf("Expose: %v", err)
@@ -166,8 +167,8 @@ func TestExpose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	bad := []forward.Exposure{{Proto: "tcp", JobPort: 1, PublicPort: freePort(t, "tcp")},
-		{Proto: "tcp", JobPort: 2, PublicPort: uint16(busy.Addr().(*net.TCPAddr).Port)}}
+	bad := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 1, PublicPort: freePort(t, "tcp")},
+		{Proto: ipproto.TCP, JobPort: 2, PublicPort: uint16(busy.Addr().(*net.TCPAddr).Port)}}
 	if err := p.s.expose(jobAddr, bad); err == nil {
 		t.Error("Expose on a busy port: got no error")
 	}
@@ -203,7 +204,7 @@ func TestExposeNeedsEgressAddr(t *testing.T) {
 	checkGoroutines(t)
 	p := newPair(t, Config{})
 	port := freePort(t, "tcp")
-	err := p.s.expose(jobAddr, []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: port}})
+	err := p.s.expose(jobAddr, []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: port}})
 	if err == nil || !strings.Contains(err.Error(), "egress address") {
 		t.Fatalf("Expose without an egress address: got %v, want an error naming the egress address", err)
 	}

@@ -32,12 +32,13 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // openFlow starts tracking an admitted flow; nil when the Stack has no flow
 // table (every flows.Flow method accepts nil).
-func (s *Stack) openFlow(proto uint8, src, dst netip.AddrPort, dir string) *flows.Flow {
+func (s *Stack) openFlow(proto ipproto.Proto, src, dst netip.AddrPort, dir string) *flows.Flow {
 	if s.cfg.Flows == nil {
 		return nil
 	}
@@ -45,19 +46,11 @@ func (s *Stack) openFlow(proto uint8, src, dst netip.AddrPort, dir string) *flow
 }
 
 // refuseFlow reports a refused egress flow of the job at src.
-func (s *Stack) refuseFlow(proto uint8, src, dst netip.AddrPort, verdict string) {
+func (s *Stack) refuseFlow(proto ipproto.Proto, src, dst netip.AddrPort, verdict string) {
 	if s.cfg.Flows == nil {
 		return
 	}
 	s.cfg.Flows.Refuse(flows.Key{Proto: proto, Src: src, Dst: dst}, flows.Egress, verdict)
-}
-
-// protoNumber maps admitFlow's protocol names.
-func protoNumber(proto string) uint8 {
-	if proto == "udp" {
-		return flows.ProtoUDP
-	}
-	return flows.ProtoTCP
 }
 
 // tcpSegments returns a function that reads ep's segment counters: from
@@ -98,14 +91,5 @@ func (s *Stack) refuseDenied(proto policy.Proto, src, dst netip.AddrPort, rule s
 	if !ok {
 		v, _ = s.denied.LoadOrStore(rule, flows.Denied(rule))
 	}
-	var p uint8
-	switch proto {
-	case policy.ProtoTCP:
-		p = flows.ProtoTCP
-	case policy.ProtoUDP:
-		p = flows.ProtoUDP
-	case policy.ProtoICMP:
-		p = flows.ProtoICMP
-	}
-	s.cfg.Flows.Refuse(flows.Key{Proto: p, Src: src, Dst: dst}, flows.Egress, v.(string))
+	s.cfg.Flows.Refuse(flows.Key{Proto: proto, Src: src, Dst: dst}, flows.Egress, v.(string))
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
@@ -263,7 +264,7 @@ func (s *Stack) limitStats() limits.Stats {
 // any; the caller must call release on a non-nil result when the flow
 // ends) and whether the flow may open. Refusals are counted and logged,
 // rate-limited.
-func (s *Stack) admitFlow(proto string, src, dst netip.AddrPort) (*jobLimits, bool) {
+func (s *Stack) admitFlow(proto ipproto.Proto, src, dst netip.AddrPort) (*jobLimits, bool) {
 	j := s.limits.job(src.Addr())
 	if j == nil {
 		return nil, true
@@ -274,13 +275,13 @@ func (s *Stack) admitFlow(proto string, src, dst netip.AddrPort) (*jobLimits, bo
 		return j, true
 	case tooManyFlows:
 		s.limits.flowsRefused.Add(1)
-		s.refuseFlow(protoNumber(proto), src, dst, flows.FlowLimit)
+		s.refuseFlow(proto, src, dst, flows.FlowLimit)
 		if s.flowLog.Allow() {
 			s.log.Warn("job's flow limit reached: new flow refused", "job", src.Addr(), "proto", proto, "dst", dst, "max_flows", j.maxFlows.Load())
 		}
 	case tooFast:
 		s.limits.rateRefused.Add(1)
-		s.refuseFlow(protoNumber(proto), src, dst, flows.NewFlowRate)
+		s.refuseFlow(proto, src, dst, flows.NewFlowRate)
 		if s.flowLog.Allow() {
 			s.log.Warn("job opens flows too fast: new flow refused", "job", src.Addr(), "proto", proto, "dst", dst)
 		}

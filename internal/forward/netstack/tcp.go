@@ -93,7 +93,7 @@ func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
 		}
 		return nil, nil, false
 	}
-	lim, ok := s.admitFlow("tcp", src, dst)
+	lim, ok := s.admitFlow(flows.ProtoTCP, src, dst)
 	if !ok {
 		return nil, nil, false
 	}

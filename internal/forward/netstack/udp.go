@@ -37,7 +37,7 @@ func (s *Stack) handleUDP(r *udp.ForwarderRequest) {
 		}
 		return
 	}
-	lim, ok := s.admitFlow("udp", src, dst)
+	lim, ok := s.admitFlow(flows.ProtoUDP, src, dst)
 	if !ok {
 		return
 	}

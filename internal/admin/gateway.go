@@ -1,0 +1,262 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/flows"
+)
+
+// The running gateway's endpoints (registered by SetGateway):
+//
+//	GET  /v1/status                       → Status
+//	GET  /v1/flows?job=ID&active=1        → FlowList
+//	POST /v1/kick {"job","reason","ban"}  → KickResult
+//	POST /v1/drain {"drain"}              → DrainResponse
+//	POST /v1/reload                       → ReloadResult
+//	GET  /v1/capture?job=ID&filter=F      → pcap stream
+
+// Gateway is the running gateway as the admin API sees it: what it knows
+// and the few things an admin may do to it. The admin API's logic (which
+// lease a job name means, bans, revocations, drain, the capture request)
+// lives in this package; the gateway only answers these calls. Its
+// methods are called concurrently from request goroutines.
+type Gateway interface {
+	// Status returns the gateway's status.
+	Status() Status
+	// Flows returns the flows matching f; recent too unless activeOnly.
+	Flows(f flows.Filter, activeOnly bool) FlowList
+	// Leases returns the live leases.
+	Leases() []LiveLease
+	// EndLease ends lease id as if it had expired, on the order of the
+	// admin command by, and records why in the history; its client is
+	// told at once, and at any later request, with reason. It reports
+	// false if the lease ended meanwhile.
+	EndLease(id, by, reason, why string) (KickedLease, bool)
+	// Ban refuses joins from l's token and host (and its client's
+	// address) for d and returns when the ban ends.
+	Ban(l LiveLease, d time.Duration, reason string) time.Time
+	// SetDraining makes the gateway refuse new joins (on) or take them
+	// again, and returns the previous setting.
+	SetDraining(on bool) (was bool)
+	// Reload loads the config file again and puts it in force; on error
+	// the old config stays and the error names file, line and key.
+	Reload() (ReloadResult, error)
+	// StartCapture attaches a live capture tap, selected by f, to the
+	// leases ids (ending with them) and returns it and a function that
+	// detaches it; the error wraps ErrBadCapture if the request is
+	// invalid.
+	StartCapture(ids []string, req CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error)
+}
+
+// LiveLease is a live lease as the admin API matches and reports it. The
+// job's fields come from its client: escape them before printing.
+type LiveLease struct {
+	ID    string
+	Addr  netip.Addr
+	JobID string
+	Host  string
+	User  string
+	Token string
+	Start time.Time
+}
+
+// DrainRequest is the body of POST /v1/drain.
+type DrainRequest struct {
+	// Drain true stops new joins; false takes joins again.
+	Drain bool `json:"drain"`
+}
+
+// DrainResponse answers POST /v1/drain.
+type DrainResponse struct {
+	Draining bool `json:"draining"`
+	// Jobs is the number of live leases, which draining leaves alone.
+	Jobs int `json:"jobs"`
+}
+
+// DrainPath is the admin endpoint of drain.
+const DrainPath = "/v1/drain"
+
+// SetGateway registers the endpoints of the running gateway, answered by
+// g. Call it once, before serving.
+func (s *Server) SetGateway(g Gateway) {
+	s.mu.Lock()
+	s.gw = g
+	s.mu.Unlock()
+	s.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, g.Status())
+	})
+	s.mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		active := false
+		if v := q.Get("active"); v != "" {
+			var err error
+			if active, err = strconv.ParseBool(v); err != nil {
+				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad active %q: want true or false", v)})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, g.Flows(flows.Filter{Job: q.Get("job")}, active))
+	})
+	s.mux.HandleFunc("POST /v1/kick", func(w http.ResponseWriter, r *http.Request) { s.handleKick(w, r, g) })
+	s.mux.HandleFunc("POST "+DrainPath, func(w http.ResponseWriter, r *http.Request) { s.handleDrain(w, r, g) })
+	s.mux.HandleFunc("POST "+ReloadPath, func(w http.ResponseWriter, r *http.Request) {
+		res, err := g.Reload()
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeBadConfig, Message: err.Error()})
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	})
+	s.mux.HandleFunc("GET "+CapturePath, func(w http.ResponseWriter, r *http.Request) { s.handleCapture(w, r, g) })
+}
+
+// gateway returns the running gateway, nil if none is set.
+func (s *Server) gateway() Gateway {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gw
+}
+
+func (s *Server) handleKick(w http.ResponseWriter, r *http.Request, g Gateway) {
+	var req KickRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad kick request: " + err.Error()})
+		return
+	}
+	if req.Job == "" {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
+		return
+	}
+	var ban time.Duration
+	if req.Ban != "" {
+		d, err := time.ParseDuration(req.Ban)
+		if err != nil || d <= 0 {
+			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("kick: bad ban %q: want a positive duration such as 30m or 24h", req.Ban)})
+			return
+		}
+		ban = d
+	}
+	res, err := kick(g, req, ban)
+	switch {
+	case errors.Is(err, ErrNoSuchJob):
+		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+	case errors.Is(err, ErrAmbiguousJob):
+		writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
+	case err != nil:
+		s.log.Error("kick failed", "job", req.Job, "err", err)
+		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+	default:
+		k := res.Kicked[0]
+		s.log.Warn("job kicked by admin: lease ended", "lease", k.Lease, "addr", k.Addr, "job", k.JobID, "reason", req.Reason, "ban", ban)
+		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// kick ends the lease whose id or tunnel address is req.Job, else the one
+// lease whose batch job id is req.Job (refusing, with a list, when several
+// claim it: batch job ids come from the clients). With ban > 0, joins from
+// the job's token and host are refused for that long.
+func kick(g Gateway, req KickRequest, ban time.Duration) (KickResult, error) {
+	var res KickResult
+	match, err := leasesOf(g, req.Job)
+	if err != nil {
+		return res, err
+	}
+	if len(match) > 1 {
+		var list []string
+		for _, l := range match {
+			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
+				l.ID, l.Addr, l.Host, l.User, l.Token, l.Start.UTC().Format(time.RFC3339)))
+		}
+		return res, fmt.Errorf("%w: %d live leases claim batch job id %q; kick one by its lease id or tunnel address: %s",
+			ErrAmbiguousJob, len(match), req.Job, strings.Join(list, "; "))
+	}
+	why := "kicked by admin"
+	if req.Reason != "" {
+		why += ": " + req.Reason
+	}
+	l := match[0]
+	if ban > 0 {
+		res.BannedUntil = g.Ban(l, ban, req.Reason)
+	}
+	k, ok := g.EndLease(l.ID, "airlock kick", req.Reason, why)
+	if !ok {
+		return res, fmt.Errorf("%w %q: its lease ended meanwhile", ErrNoSuchJob, req.Job)
+	}
+	res.Kicked = append(res.Kicked, k)
+	return res, nil
+}
+
+// leasesOf returns the live leases job names: the one whose lease id or
+// tunnel address it is, else all whose batch job id it is; ErrNoSuchJob if
+// none.
+func leasesOf(g Gateway, job string) ([]LiveLease, error) {
+	var byID, byBatch []LiveLease
+	for _, l := range g.Leases() {
+		switch {
+		case l.ID == job || l.Addr.String() == job:
+			byID = append(byID, l)
+		case l.JobID != "" && l.JobID == job:
+			byBatch = append(byBatch, l)
+		}
+	}
+	match := byID
+	if len(match) == 0 {
+		match = byBatch
+	}
+	if len(match) == 0 {
+		return nil, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", ErrNoSuchJob, job)
+	}
+	return match, nil
+}
+
+// endTokenLeases ends every live lease of the token named, as a kick
+// does, when the token is revoked.
+func (s *Server) endTokenLeases(g Gateway, name, reason string) []KickedLease {
+	out := []KickedLease{}
+	for _, l := range g.Leases() {
+		if l.Token != name {
+			continue
+		}
+		if k, ok := g.EndLease(l.ID, "airlock token revoke", reason, reason); ok {
+			s.log.Warn("token revoked: lease ended", "lease", l.ID, "addr", l.Addr, "token", name)
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, g Gateway) {
+	var req DrainRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "drain: want {\"drain\": true|false}: " + err.Error()})
+		return
+	}
+	was := g.SetDraining(req.Drain)
+	jobs := len(g.Leases())
+	if was != req.Drain {
+		if req.Drain {
+			s.log.Warn("draining: new joins are refused, running jobs continue", "jobs", jobs)
+		} else {
+			s.log.Info("drain ended: taking new jobs again")
+		}
+	}
+	writeJSON(w, http.StatusOK, DrainResponse{Draining: req.Drain, Jobs: jobs})
+}
+
+// Drain makes the gateway refuse new joins (on) or take them again.
+func (c *Client) Drain(ctx context.Context, on bool) (DrainResponse, error) {
+	var res DrainResponse
+	if err := c.do(ctx, http.MethodPost, DrainPath, DrainRequest{Drain: on}, &res); err != nil {
+		return DrainResponse{}, err
+	}
+	return res, nil
+}
