@@ -411,9 +411,13 @@ func testAirlock(t *testing.T, mode string) {
 
 	t.Run("Expose", func(t *testing.T) { checkExpose(t, e) })
 
+	var prefix6 netip.Prefix
+	t.Run("IPv6", func(t *testing.T) { prefix6 = checkIPv6(t, e) })
+
 	t.Run("Restart", func(t *testing.T) {
 		checkRestart(t, e, seen, seenAt)
 	})
+	t.Run("IPv6AfterRestart", func(t *testing.T) { checkIPv6AfterRestart(t, e, prefix6) })
 }
 
 // tunAddr extracts the address from `ip -4 -o addr show tun0` output.
