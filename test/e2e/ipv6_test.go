@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -225,5 +227,67 @@ func checkIPv6AfterRestart(t *testing.T, e *env, before netip.Prefix) {
 	ap := netip.AddrPortFrom(topology.INETAddr6, uint16(e.udpPort)).String()
 	if code, out, stderr := e.run(t, e.peer, "udpclient", ap, "10"); code != 0 || strings.TrimSpace(out) != "ok 10" {
 		t.Errorf("udpclient %s after restart: exit %d, %q%s", ap, code, out, e.diag(stderr))
+	}
+}
+
+// TestIPv6OnlyNode: on a compute node with IPv6 only, airlock run reaches
+// the gateway over IPv6 (AIRLOCK_GATEWAY=[2001:db8:100::1]:8443: control,
+// WireGuard) and the job reaches an IPv4-only and an IPv6-only outside host
+// by name, in both user-mode variants.
+func TestIPv6OnlyNode(t *testing.T) {
+	topology.RequireRoot(t)
+	e := &env{
+		tp:      topology.New(t, topology.WithIPv6OnlyCN(), topology.WithSingleStackHosts()),
+		u:       topology.EnsureUser(t),
+		mode:    modeUser,
+		airlock: topology.BuildAirlock(t),
+		peer:    topology.BuildPeer(t),
+	}
+	e.gwUser = e.u
+	topology.PrepareTUN(t)
+	files := map[string]int64{"small": smallSize}
+	port4, sha := e.tp.StartHTTPIn(t, e.tp.V4Host, topology.V4HostAddr, files)
+	port6, _ := e.tp.StartHTTPIn(t, e.tp.V6Host, topology.V6HostAddr, files)
+	e.tp.SetResolvConf(e.tp.DMZ, e.tp.StartNames(t, nil))
+	if code, out, _ := e.tp.Run(t, 5*time.Second, e.tp.CN, nil, "ip", "-4", "-o", "addr", "show", "scope", "global"); code != 0 || strings.TrimSpace(out) != "" {
+		t.Fatalf("cn has IPv4 addresses: %q", out)
+	}
+	base := topology.TempDir(t)
+	if err := os.Chown(base, e.u.UID, e.u.GID); err != nil {
+		t.Fatal(err)
+	}
+	e.state = filepath.Join(base, "state")
+	listen := netip.AddrPortFrom(topology.DMZAddrCN6, gatewayPort).String()
+	for _, mode := range []string{modeUser, modeUserNetstack} {
+		t.Run(mode, func(t *testing.T) {
+			e.mode = mode
+			e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
+			if mode == modeUserNetstack {
+				e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
+			}
+			e.startGateway(t)
+			if e.gateway != listen {
+				t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
+			}
+			if e.token == "" {
+				e.token = e.createToken(t, "e2e6")
+			}
+			for _, tc := range []struct {
+				name string
+				port int
+				want netip.Addr
+			}{{topology.NameV4, port4, topology.V4HostAddr}, {topology.NameV6, port6, topology.V6HostAddr}} {
+				url := fmt.Sprintf("http://%s:%d/small", tc.name, tc.port)
+				out := e.mustRunOpts(t, runOpts{viaEnv: true}, "bash", "-c", "set -e; f=$(mktemp); curl -sS --max-time 30 -o $f -w '%{remote_ip}\\n' "+url+"; sha256sum < $f; rm -f $f")
+				got := strings.Fields(out)
+				if len(got) < 2 || got[0] != tc.want.String() || got[1] != sha["small"] {
+					t.Errorf("curl %s: %q, want remote ip %v and sha256 %s", url, out, tc.want, sha["small"])
+				}
+			}
+			// WireGuard ran over UDP on IPv6, not the TCP fallback.
+			if strings.Contains(e.gw.Stderr(), "job uses the TCP transport") {
+				t.Errorf("a job fell back to the TCP transport: WireGuard over UDP/IPv6 failed%s", e.diag(""))
+			}
+		})
 	}
 }
