@@ -264,6 +264,15 @@ func (g *gateway) lease6(cl *control.Lease, l lease.Lease) {
 	} else if g.v6.egress.IsValid() {
 		cl.PublicAddr6 = g.v6.egress
 	}
+	if cl.PublicAddr6.IsValid() {
+		for _, x := range cl.Exposed {
+			x.PublicAddr = cl.PublicAddr6
+			if g.v6.own.IsValid() {
+				x.PublicPort = x.Port.Port
+			}
+			cl.Exposed6 = append(cl.Exposed6, x)
+		}
+	}
 }
 
 // expose6 adds to ex the IPv6 listeners of the same mappings, on the
