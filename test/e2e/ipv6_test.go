@@ -90,7 +90,13 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 		if got := strings.Fields(out); len(got) == 0 || got[0] != e.sha["small"] {
 			t.Fatalf("sha256 of %s = %q, want %s", url, out, e.sha["small"])
 		}
-		code, out, stderr := e.run(t, "curl", "-sS", "--max-time", "30", "-o", "/dev/null", "-w", "%{remote_ip}", url)
+		// getaddrinfo puts IPv6 first (the job's gai.conf), and curl,
+		// given a head start long enough for a loaded machine, connects
+		// over it (its default 200 ms race may go to IPv4 under load).
+		if out := e.mustRun(t, "getent", "ahosts", zoneDual); !strings.HasPrefix(out, inet6.String()+" ") {
+			t.Errorf("getent ahosts %s = %q, want %v first", zoneDual, out, inet6)
+		}
+		code, out, stderr := e.run(t, "curl", "-sS", "--max-time", "30", "--happy-eyeballs-timeout-ms", "5000", "-o", "/dev/null", "-w", "%{remote_ip}", url)
 		if code != 0 || strings.TrimSpace(out) != inet6.String() {
 			t.Errorf("curl %s: exit %d, remote ip %q, want %v (IPv6 first)%s", url, code, out, inet6, e.diag(stderr))
 		}
