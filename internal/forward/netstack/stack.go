@@ -446,10 +446,17 @@ func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.cancel()
-		s.dns.Close()
+		// The two DNS servers wait out their queries in parallel.
+		var dnsWG sync.WaitGroup
 		if s.dns6 != nil {
-			s.dns6.Close()
+			dnsWG.Add(1)
+			go func() {
+				defer dnsWG.Done()
+				s.dns6.Close()
+			}()
 		}
+		s.dns.Close()
+		dnsWG.Wait()
 		s.closeKernelTCP()
 
 		s.mu.Lock()
