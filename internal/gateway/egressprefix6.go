@@ -33,17 +33,34 @@ func (g *gateway) ownAddr6(l lease.Lease) netip.Addr {
 }
 
 // checkOwnPrefix6 checks, for user mode, the admin's one-time setup for
-// --egress-prefix6: jobs' sockets bind to addresses of the prefix that no
-// interface has (IPV6_FREEBIND, no privilege needed), and the host
-// accepts the replies the site routes to it only if the prefix is a local
-// route (ip -6 route add local PREFIX dev lo, as root). Without that route
-// the gateway does not start; the error says the fix.
+// --egress-prefix6 (CheckLocalPrefix6); the gateway does not start
+// without it.
 func checkOwnPrefix6(log *slog.Logger, p netip.Prefix, probe netip.Addr) error {
-	fix := fmt.Sprintf("ip -6 route add local %s dev lo", p)
-	routes, err := netlink.RouteGet(probe.AsSlice())
-	if err != nil || len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
-		return fmt.Errorf("--egress-prefix6 %s: the prefix is not a local route of this host, so replies to jobs' own addresses would not reach them; as root, once: %s (and have the site route %s to this host)", p, fix, p)
+	if err := CheckLocalPrefix6(p, probe); err != nil {
+		return fmt.Errorf("--egress-prefix6 %s: %w", p, err)
 	}
 	log.Info("--egress-prefix6: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
 	return nil
 }
+
+// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix6,
+// is a local route of this host (probing its address probe; the zero
+// Addr means the prefix's first address): jobs' sockets bind to
+// addresses of the prefix that no interface has (IPV6_FREEBIND, no
+// privilege needed), and the host accepts the replies the site routes to
+// it only through such a route. The error says the fix.
+func CheckLocalPrefix6(p netip.Prefix, probe netip.Addr) error {
+	if !probe.IsValid() {
+		probe = p.Masked().Addr().Next()
+	}
+	routes, err := netlink.RouteGet(probe.AsSlice())
+	if err != nil || len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
+		return fmt.Errorf("the prefix is not a local route of this host, so replies to jobs' own addresses would not reach them; as root, once: ip -6 route add local %s dev lo (and have the site route %s to this host)", p.Masked(), p.Masked())
+	}
+	return nil
+}
+
+// IPv6EgressSource returns the address a user-mode gateway's jobs' IPv6
+// flows leave from without --egress-addr6: the source the host picks for
+// an outside IPv6 destination.
+func IPv6EgressSource() (netip.Addr, error) { return defaultRouteSource6() }

@@ -331,8 +331,19 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	if code == 0 || !strings.Contains(stderr, fix) {
 		t.Errorf("gateway --egress-prefix6 without the local route: exit %d, want a failure that names %q: %s", code, fix, stderr)
 	}
+	// airlock gateway --check says the same.
+	check := func() (int, string) {
+		code, out, stderr := tp.Run(t, 30*time.Second, tp.DMZ, e.gwUser, e.airlock, append(append([]string(nil), args...), "--check")...)
+		return code, out + stderr
+	}
+	if code, out := check(); code == 0 || !strings.Contains(out, fix) {
+		t.Errorf("gateway --check --egress-prefix6 without the local route: exit %d, want 1 naming %q:\n%s", code, fix, out)
+	}
 	// The admin's one-time setup, and the site's route to the prefix.
 	mustCmd(t, "ip", "-n", tp.DMZ, "-6", "route", "add", "local", ownPrefix6.String(), "dev", "lo")
+	if code, out := check(); !strings.Contains(out, "is a local route") {
+		t.Errorf("gateway --check --egress-prefix6 with the local route: exit %d, want an ok line for it:\n%s", code, out)
+	}
 	mustCmd(t, "ip", "-n", tp.INET, "-6", "route", "add", ownPrefix6.String(), "via", topology.DMZAddrINET6.String())
 	e.gwArgs = args
 	e.startGateway(t)
