@@ -42,7 +42,7 @@ func (g *gateway) Status() admin.Status {
 			js = flows.JobStats{Addr: l.Addr, JobRef: flows.JobRef{Lease: l.ID, JobID: o.Job.BatchJobID, Token: o.Token}}
 		}
 		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires,
-			Transport: g.transportOf(l.ID)}
+			Transport: g.transportOf(l.ID), Addr6: l.Addr6}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}

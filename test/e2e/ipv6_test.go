@@ -233,6 +233,19 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 		if code != 0 || !strings.Contains(out, "hello from v6") {
 			t.Errorf("tcpget %v (the exposed port on the gateway's IPv6 address): exit %d, %q%s", ap, code, out, e.diag(""))
 		}
+		// airlock status names the running job's IPv6 address.
+		found := false
+		for _, js := range e.status(t).Jobs {
+			if js.JobID == "expose-v6" {
+				found = true
+				if !js.Addr6.IsValid() || !j.addr.Masked().Contains(js.Addr6) {
+					t.Errorf("airlock status: job expose-v6 has addr6 %v, want one of %v", js.Addr6, j.addr.Masked())
+				}
+			}
+		}
+		if !found {
+			t.Error("airlock status does not list job expose-v6")
+		}
 	})
 	return j.addr
 }
