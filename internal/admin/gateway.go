@@ -59,8 +59,11 @@ type Gateway interface {
 // LiveLease is a live lease as the admin API matches and reports it. The
 // job's fields come from its client: escape them before printing.
 type LiveLease struct {
-	ID    string
-	Addr  netip.Addr
+	ID   string
+	Addr netip.Addr
+	// Addr6 is the job's IPv6 tunnel address; the zero Addr if it has
+	// none.
+	Addr6 netip.Addr
 	JobID string
 	Host  string
 	User  string
@@ -202,7 +205,7 @@ func leasesOf(g Gateway, job string) ([]LiveLease, error) {
 	var byID, byBatch []LiveLease
 	for _, l := range g.Leases() {
 		switch {
-		case l.ID == job || l.Addr.String() == job:
+		case l.ID == job || l.Addr.String() == job || l.Addr6.IsValid() && l.Addr6.String() == job:
 			byID = append(byID, l)
 		case l.JobID != "" && l.JobID == job:
 			byBatch = append(byBatch, l)

@@ -268,6 +268,9 @@ func jobEnvironment(cfg Config, ls control.Lease) ([]string, error) {
 	if err == nil {
 		env, err = portsEnv(env, cfg.Ports, ls)
 	}
+	if err == nil {
+		env, err = exposedEnv6(env, cfg.Expose, ls.Exposed6)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -302,9 +305,12 @@ func openNetns(ctx context.Context, cfg Config, sess *session, modes *plan, env 
 		Env:     env,
 		Address: ls.Address,
 		Gateway: ls.Gateway,
-		MTU:     ls.MTU,
-		DNS:     ls.DNS,
-		Logger:  log,
+		// Address6 and Gateway6 are zero for an IPv4-only lease.
+		Address6: ls.Address6,
+		Gateway6: ls.Gateway6,
+		MTU:      ls.MTU,
+		DNS:      ls.DNS,
+		Logger:   log,
 	})
 	if err != nil {
 		if namespaceUnavailable(err) {
@@ -471,12 +477,7 @@ func resolveEndpoint(ctx context.Context, endpoint, controlAddr string) (netip.A
 	if err != nil || len(addrs) == 0 {
 		return netip.AddrPort{}, fmt.Errorf("resolve gateway endpoint %q: %w", host, err)
 	}
-	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil
-		}
-	}
-	return netip.AddrPortFrom(addrs[0], uint16(p)), nil
+	return pickEndpoint(addrs, uint16(p), routable), nil
 }
 
 // apiMessage returns the gateway's own sentence from an API error.

@@ -110,6 +110,11 @@ type Job struct {
 	// and UDP flows use, on Egress. The zero Range means the job has
 	// none (any port).
 	Block portblock.Range
+	// Block6 is the port block of the job's IPv6 flows on Egress6: the
+	// job's Block when Egress6 is shared by jobs, the zero Range (any
+	// port, no translation) when Egress6 is the job's own address
+	// (--egress-prefix6).
+	Block6 portblock.Range
 	// Token is the name of the token the job joined with, for
 	// token-scoped policy rules; "" matches only rules without tokens.
 	Token string

@@ -40,7 +40,7 @@ func (g *gateway) Status() admin.Status {
 			js = flows.JobStats{Addr: l.Addr, JobRef: flows.JobRef{Lease: l.ID, JobID: o.Job.BatchJobID, Token: o.Token}}
 		}
 		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires,
-			Transport: g.transportOf(l.ID)}
+			Transport: g.transportOf(l.ID), Addr6: l.Addr6}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}
@@ -73,7 +73,7 @@ func (g *gateway) Leases() []admin.LiveLease {
 	out := make([]admin.LiveLease, 0, len(ls))
 	for _, l := range ls {
 		o, _ := l.Owner.(owner)
-		out = append(out, admin.LiveLease{ID: l.ID, Addr: l.Addr, JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
+		out = append(out, admin.LiveLease{ID: l.ID, Addr: l.Addr, Addr6: l.Addr6, JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
 			User: o.Job.User, Token: o.Token, Start: l.Start})
 	}
 	return out

@@ -81,6 +81,8 @@ type gateway struct {
 	// res are the listeners and servers open made for serve, and what
 	// close undoes (run.go).
 	res resources
+	// v6 is the IPv6 side: tunnel prefix, egress (dualstack.go).
+	v6 dualState
 }
 
 // owner is what a lease records about its holder.
@@ -136,6 +138,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if job.Block != (portblock.Range{}) {
 		rec.PublicAddr, rec.PortLo, rec.PortHi = job.Egress, job.Block.Lo, job.Block.Hi
 	}
+	g.record6(&rec, l, job.Block)
 	for _, x := range exposed {
 		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
 	}
@@ -145,10 +148,10 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	recorded = true
 	g.handshakes.add(pub, time.Now())
-	if err = g.wg.AddPeer(pub, l.Addr); err != nil {
+	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		return control.Lease{}, err
 	}
-	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
+	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "addr6", l.Addr6, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", job.Block, "exposed", rec.Exposed,
 		"limits", !job.Limits.IsZero())
@@ -156,7 +159,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if job.Block != (portblock.Range{}) {
 		ports = [2]uint16{job.Block.Lo, job.Block.Hi}
 	}
-	return control.Lease{
+	cl := control.Lease{
 		PublicAddr:       rec.PublicAddr,
 		Ports:            ports,
 		Exposed:          exposed,
@@ -171,7 +174,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
-	}, nil
+	}
+	g.lease6(&cl, l)
+	return cl, nil
 }
 
 // newLease allocates the lease of a join (allocate: admission, quotas, the
@@ -231,6 +236,7 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	if j.Egress.IsValid() && !j.Egress.IsUnspecified() {
 		j.Ref.PublicAddr = j.Egress
 	}
+	g.job6(&j, l)
 	return j, nil
 }
 
@@ -239,7 +245,11 @@ func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
 		return err
 	}
-	g.capture.AddJob(j.Addr, capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token})
+	ref := capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token}
+	g.capture.AddJob(j.Addr, ref)
+	if j.Addr6.IsValid() {
+		g.capture.AddJob(j.Addr6, ref)
+	}
 	return nil
 }
 
@@ -316,6 +326,7 @@ func (g *gateway) removeJob(l lease.Lease) {
 	g.handshakes.forget(l.PublicKey)
 	g.backend.RemoveJob(l.Addr)
 	g.capture.RemoveJob(l.Addr)
+	g.removeJob6(l)
 }
 
 // recordEnd closes l's entry in the lease history.

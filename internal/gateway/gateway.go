@@ -52,7 +52,16 @@ type Config struct {
 	// Subnet holds the tunnel addresses; the gateway takes the first host
 	// address of it.
 	Subnet netip.Prefix
-	MTU    int
+	// Subnet6, NoIPv6, EgressAddr6 and EgressPrefix6 configure IPv6 in
+	// the tunnel (dualstack.go): the IPv6 tunnel prefix (zero: the one
+	// kept in the state dir, else a random ULA /48), IPv6 off, where jobs'
+	// IPv6 flows leave from (zero: the IPv6 default route's source) or a
+	// routed prefix that gives each job its own public IPv6 address.
+	Subnet6       netip.Prefix
+	NoIPv6        bool
+	EgressAddr6   netip.Addr
+	EgressPrefix6 netip.Prefix
+	MTU           int
 	// RenewInterval is how often clients renew; leases expire after
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
@@ -231,6 +240,7 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 	ns := netstack.Config{
 		Logger:       cfg.Logger.With("component", "netstack"),
 		Addr:         addr,
+		Addr6:        tunnel6(cfg, gwAddr),
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,

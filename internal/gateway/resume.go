@@ -111,6 +111,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
 		return err
 	}
+	l = g.leaseAddr6(l)
 	added := false
 	defer func() {
 		if err == nil {
@@ -129,7 +130,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		return fmt.Errorf("add job to egress: %w", err)
 	}
 	added = true
-	if err = g.wg.AddPeer(pub, l.Addr); err != nil {
+	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		return err
 	}
 	g.log.Info("lease restored", "lease", l.ID, "addr", l.Addr, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)

@@ -107,6 +107,9 @@ func (g *gateway) openState() error {
 	if !cfg.Subnet.Contains(g.gwAddr) {
 		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
 	}
+	if g.cfg.Subnet6, err = planSubnet6(cfg, g.log); err != nil {
+		return err
+	}
 	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
 	if err != nil {
 		return err
@@ -195,6 +198,9 @@ func (g *gateway) openTunnel() error {
 	}
 	g.backend = dev
 	g.onClose(func() { dev.Close() })
+	if g.v6, err = setupDualStack(cfg, g.leases, defaultRouteSource6); err != nil {
+		return err
+	}
 	if err := setBackend(dev, g.conf.Load()); err != nil {
 		return err
 	}
@@ -325,7 +331,7 @@ func (g *gateway) ready() {
 	g.log.Info("gateway ready",
 		"AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Fingerprint,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addr", g.gwAddr, "egress", eg.mode, "egress_addr", eg.public,
+		"subnet", cfg.Subnet, "tunnel_addr", g.gwAddr, "tunnel_addr6", g.v6.gw, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),

@@ -105,9 +105,11 @@ func (g *Gateway) listenPort() (uint16, error) {
 
 // AddPeer admits the peer with public key pub, routing addr (a /32 or /128)
 // to it.
-func (g *Gateway) AddPeer(pub wgkey.Key, addr netip.Addr) error {
-	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nallowed_ip=%s\n",
-		pub.Hex(), netip.PrefixFrom(addr, addr.BitLen()))
+func (g *Gateway) AddPeer(pub wgkey.Key, addrs ...netip.Addr) error {
+	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\n", pub.Hex())
+	for _, addr := range addrs {
+		cfg += fmt.Sprintf("allowed_ip=%s\n", netip.PrefixFrom(addr, addr.BitLen()))
+	}
 	if err := g.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("add wireguard peer %s: %w", pub, err)
 	}

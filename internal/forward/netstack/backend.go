@@ -28,9 +28,18 @@ func (s *Stack) AddJob(j forward.Job) error {
 	if err := s.addJob(addr, j.Egress, j.Block); err != nil {
 		return fmt.Errorf("user-mode egress: %w", err)
 	}
-	err := s.setJobToken(addr, j.Token)
+	var err error
+	if j.Addr6.IsValid() {
+		err = s.addJob6(addr, j.Addr6, j.Egress6, j.Block6)
+	}
+	if err == nil {
+		err = s.setJobToken(addr, j.Token)
+	}
 	if err == nil && s.cfg.Flows != nil {
 		s.cfg.Flows.AddJob(addr, j.Ref)
+		if j.Addr6.IsValid() {
+			s.cfg.Flows.AddJobAlias(j.Addr6.Unmap(), addr)
+		}
 	}
 	if err == nil && !j.Limits.IsZero() {
 		err = s.SetJobLimits(addr, j.Limits)
@@ -51,11 +60,11 @@ func (s *Stack) checkJob(j forward.Job) error {
 	if !addr.IsValid() || !s.cfg.Addr.Masked().Contains(addr) || addr == s.self {
 		return fmt.Errorf("job address %v: want a host address of the tunnel subnet %v other than the gateway's", j.Addr, s.cfg.Addr.Masked())
 	}
-	if j.Addr6.IsValid() {
-		return fmt.Errorf("ipv6 tunnel address %v: %w", j.Addr6, forward.ErrNotSupported)
+	if (j.Addr6.IsValid() || j.Egress6.IsValid()) && !s.cfg.Addr6.IsValid() {
+		return fmt.Errorf("ipv6 tunnel address %v, egress %v: this netstack has no IPv6 tunnel address: %w", j.Addr6, j.Egress6, forward.ErrNotSupported)
 	}
-	if j.Egress6.IsValid() {
-		return fmt.Errorf("ipv6 egress address %v: %w", j.Egress6, forward.ErrNotSupported)
+	if j.Egress6.IsValid() && !j.Addr6.IsValid() {
+		return fmt.Errorf("ipv6 egress address %v without an ipv6 tunnel address", j.Egress6)
 	}
 	if err := j.Limits.Validate(); err != nil {
 		return err

@@ -76,6 +76,7 @@ func (s *Stack) removeJob(addr netip.Addr) {
 	s.pings.removeJob(addr.Unmap())
 	s.pol.forget(addr.Unmap())
 	s.dns.RemoveJob(addr)
+	s.removeJob6(addr.Unmap())
 }
 
 // dial opens the host socket for a job's flow from src to dst: through the
@@ -96,6 +97,10 @@ func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst ne
 	if !ok || block == (portblock.Range{}) {
 		if from.IsValid() {
 			base.LocalAddr = localAddr(network, from, 0)
+			if from.Is6() {
+				// A job's own IPv6 address (dualstack.go) is on no interface.
+				base.Control = freebind6
+			}
 		}
 		return base.DialContext(ctx, network, dst.String())
 	}
