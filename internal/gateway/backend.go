@@ -373,10 +373,14 @@ func (g *gateway) planExposures(l lease.Lease, reqs []control.Port) ([]forward.E
 	return ex, err
 }
 
-// exposedList describes exposures as the lease announces them.
+// exposedList describes exposures as the lease announces them in Exposed:
+// the IPv4 listeners (lease6 announces the IPv6 ones, job6 adds them).
 func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
 	var out []control.Exposed
 	for _, x := range ex {
+		if x.PublicAddr.Is6() && !x.PublicAddr.Is4In6() {
+			continue
+		}
 		out = append(out, control.Exposed{
 			Port:       control.Port{Proto: x.Proto, Port: x.JobPort},
 			PublicAddr: cmp.Or(x.PublicAddr, g.exposeAddr),
