@@ -301,7 +301,8 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 		// The host's resolver is out of reach: every DNS query goes to
 		// the tunnel's DNS server, whatever resolv.conf says.
 		dst = netip.AddrPortFrom(r.dns, 53)
-	case a.IsLoopback():
+	case a.IsLoopback(), a.Is6() && a.IsLinkLocalUnicast():
+		// Local; an IPv6 link-local peer is on the node's own link.
 		return nil, nil
 	}
 	v6 := c.Family == syscall.AF_INET6 && r.v6
