@@ -12,6 +12,7 @@
  *   AIRLOCK_SOCKS=127.0.0.1:PORT        local SOCKS5 proxy of airlock run
  *   AIRLOCK_SOCKS_SECRET=HEX            its per-job password
  *   AIRLOCK_DNS=A.B.C.D                 the tunnel's DNS server
+ *   AIRLOCK_IPV6=1                      the tunnel carries IPv6 (optional)
  *
  * The proxy dials through a user-space TCP/IP stack on the job's WireGuard
  * device, so what reaches it leaves through the gateway like traffic of a
@@ -46,6 +47,16 @@
  * /etc/hosts does not know themselves: DNS over TCP, through a SOCKS CONNECT
  * to AIRLOCK_DNS port 53. Connections to port 53 of any address (programs
  * with their own resolver, like dig) are redirected to AIRLOCK_DNS too.
+ * getaddrinfo() asks for AAAA records before A records (AF_UNSPEC) when
+ * AIRLOCK_IPV6=1, for A records only otherwise: the tunnel decides which
+ * families are reachable, not the node's own interfaces (AI_ADDRCONFIG is
+ * not applied to these names).
+ *
+ * IPv6: a connect() or sendto() to an IPv6 destination goes to the proxy
+ * with the address as SOCKS ATYP 4; the program's AF_INET6 socket reaches
+ * the IPv4 loopback proxy and relays through IPv4-mapped addresses. So an
+ * IPv6 socket with IPV6_V6ONLY set cannot be intercepted (its connect()
+ * fails with ENETUNREACH).
  *
  * Children: fork() keeps the library and its state; execve() keeps it as
  * long as the environment keeps LD_PRELOAD and the AIRLOCK_* variables
@@ -91,6 +102,7 @@ static struct sockaddr_in proxy_addr;
 static struct sockaddr_in dns_addr;
 static char secret[256];
 static int active;
+static int ipv6;
 static int debug;
 
 static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -166,6 +178,8 @@ static void al_init(void)
 	NEXT(al_real_res_query, "res_query");
 
 	debug = getenv("AIRLOCK_PRELOAD_DEBUG") != NULL;
+	s = getenv("AIRLOCK_IPV6");
+	ipv6 = s && !strcmp(s, "1");
 	if (parse_hostport(getenv("AIRLOCK_SOCKS"), &proxy_addr) < 0)
 		return;
 	s = getenv("AIRLOCK_SOCKS_SECRET");
@@ -209,6 +223,16 @@ __attribute__((constructor)) static void al_constructor(void)
 int al_active(void)
 {
 	return active;
+}
+
+/**
+ * al_ipv6() - Whether the tunnel carries IPv6 (AIRLOCK_IPV6=1)
+ *
+ * Return: non-zero if the job has an IPv6 tunnel address
+ */
+int al_ipv6(void)
+{
+	return ipv6;
 }
 
 /**

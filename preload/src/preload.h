@@ -66,6 +66,7 @@ extern int (*al_real_res_query)(const char *, int, int, unsigned char *,
 /* Configuration from the environment (preload.c). */
 void al_ensure(void);
 int al_active(void);
+int al_ipv6(void);
 const struct sockaddr_in *al_proxy_addr(void);
 const char *al_secret(void);
 const struct sockaddr_in *al_dns_addr(void);
