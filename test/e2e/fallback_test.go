@@ -324,6 +324,7 @@ func TestFallbackModes(t *testing.T) {
 					}
 				})
 			}
+			t.Run("IPv6", func(t *testing.T) { runFallbackIPv6(t, e, mode, run) }) // fallback6_test.go
 		})
 	}
 }
