@@ -148,6 +148,15 @@ for name, p, msg in (("socks", sport, bytes([5, 1, 2])), ("http", hport, b"GET h
         print(name, "got", d) if d else print(name, "nothing", "closed")
     except (socket.timeout, ConnectionResetError, BrokenPipeError) as e:
         print(name, "nothing", type(e).__name__)
+    # The same ports on IPv6 loopback: nothing of the job's may answer there.
+    try:
+        c = socket.create_connection(("::1", p), timeout=2)
+        c.settimeout(2)
+        c.sendall(msg)
+        d = c.recv(100)
+        print(name + "6", "got", d) if d else print(name + "6", "nothing", "closed")
+    except OSError as e:
+        print(name + "6", "nothing", type(e).__name__)
 `
 
 // checkNeighbourProxies: in proxy mode, another user of the node gets
@@ -183,7 +192,7 @@ func checkNeighbourProxies(t *testing.T, e *env, n *topology.User, dir string) {
 	if code != 0 {
 		t.Fatalf("neighbour probe: exit %d %q %q", code, out, stderr)
 	}
-	for _, want := range []string{"udp nothing", "socks nothing", "http nothing"} {
+	for _, want := range []string{"udp nothing", "socks nothing", "http nothing", "socks6 nothing", "http6 nothing"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("another user got through the job's proxies: %q, want %q", out, want)
 		}
