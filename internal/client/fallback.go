@@ -52,7 +52,9 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	}
 	ls := f.lease
 	addr := ls.Address.Addr()
-	us, err := userstack.New(userstack.Config{Addr: addr, DNS: ls.DNS, MTU: ls.MTU})
+	// Addr6 is zero for an IPv4-only lease: IPv6 destinations then fail
+	// with ENETUNREACH, so that dual-stack programs use IPv4.
+	us, err := userstack.New(userstack.Config{Addr: addr, Addr6: ls.Address6.Addr(), DNS: ls.DNS, MTU: ls.MTU})
 	if err != nil {
 		return ExitFailure, err
 	}
@@ -234,6 +236,10 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		{"AIRLOCK_DNS", dns.String()},
 	} {
 		env = setEnv(env, kv[0], kv[1])
+	}
+	if f.lease.Address6.IsValid() {
+		// The preload library's getaddrinfo returns AAAA records first.
+		env = setEnv(env, "AIRLOCK_IPV6", "1")
 	}
 	return env, nil
 }

@@ -108,7 +108,8 @@ func checkPing(listen func() (net.PacketConn, error)) error {
 	return fmt.Errorf("open ping socket: %w", err)
 }
 
-// pingKey names one job echo flow.
+// pingKey names one job echo flow: the job's address it comes from (IPv4
+// or IPv6) and its echo id.
 type pingKey struct {
 	job netip.Addr
 	id  uint16
@@ -116,8 +117,9 @@ type pingKey struct {
 
 // pingFlow is one job echo flow and its host socket.
 type pingFlow struct {
-	key  pingKey
-	conn net.PacketConn
+	key   pingKey
+	owner netip.Addr // the address that names the job (jobOf: IPv4 for a dual-stack job)
+	conn  net.PacketConn
 	fl   *flows.Flow  // nil without a flow table
 	last atomic.Int64 // unix nanoseconds of the last request or reply
 }
@@ -132,7 +134,7 @@ type pingTable struct {
 	mu     sync.Mutex
 	closed bool
 	flows  map[pingKey]*pingFlow
-	perJob map[netip.Addr]int
+	perJob map[netip.Addr]int // by owner: both families of a job share the cap
 }
 
 func newPingTable(s *Stack) *pingTable {
@@ -225,9 +227,10 @@ func (t *pingTable) send(k pingKey, dst netip.Addr, msg []byte) {
 // nil if the job has too many flows or the socket cannot be opened. dst is
 // the first request's destination, recorded in the flow table.
 func (t *pingTable) flow(k pingKey, dst netip.Addr) *pingFlow {
+	owner := t.s.jobOf(k.job)
 	t.mu.Lock()
 	f, ok := t.flows[k]
-	full := t.perJob[k.job] >= maxPingFlowsPerJob
+	full := t.perJob[owner] >= maxPingFlowsPerJob
 	closed := t.closed
 	t.mu.Unlock()
 	if ok {
@@ -239,6 +242,13 @@ func (t *pingTable) flow(k pingKey, dst netip.Addr) *pingFlow {
 	listen := t.listen
 	if k.job.Is6() {
 		listen = t.listen6
+		if t.s.cfg.ListenPing6 == nil {
+			// A job with its own IPv6 egress address (--egress-prefix6)
+			// pings from it, as its TCP and UDP flows leave from it.
+			if je, ok := t.s.jobs.lookup(k.job); ok && je.addr.Is6() {
+				listen = func() (net.PacketConn, error) { return listenPing6Host(je.addr) }
+			}
+		}
 	}
 	c, err := listen()
 	if err != nil {
@@ -247,16 +257,16 @@ func (t *pingTable) flow(k pingKey, dst netip.Addr) *pingFlow {
 		}
 		return nil
 	}
-	f = &pingFlow{key: k, conn: c}
+	f = &pingFlow{key: k, owner: owner, conn: c}
 	f.last.Store(time.Now().UnixNano())
 	t.mu.Lock()
-	if old, ok := t.flows[k]; ok || t.closed || t.perJob[k.job] >= maxPingFlowsPerJob {
+	if old, ok := t.flows[k]; ok || t.closed || t.perJob[owner] >= maxPingFlowsPerJob {
 		t.mu.Unlock()
 		c.Close()
 		return old // nil unless another Write raced us to it
 	}
 	t.flows[k] = f
-	t.perJob[k.job]++
+	t.perJob[owner]++
 	t.mu.Unlock()
 	f.fl = t.s.openFlow(flows.ProtoICMP, netip.AddrPortFrom(k.job, k.id), netip.AddrPortFrom(dst, 0), flows.Egress)
 	if f.fl != nil {
@@ -372,8 +382,8 @@ func (t *pingTable) drop(f *pingFlow) {
 	t.mu.Lock()
 	if t.flows[f.key] == f {
 		delete(t.flows, f.key)
-		if t.perJob[f.key.job]--; t.perJob[f.key.job] <= 0 {
-			delete(t.perJob, f.key.job)
+		if t.perJob[f.owner]--; t.perJob[f.owner] <= 0 {
+			delete(t.perJob, f.owner)
 		}
 	}
 	t.mu.Unlock()
@@ -386,7 +396,7 @@ func (t *pingTable) removeJob(job netip.Addr) {
 	var fs []*pingFlow
 	t.mu.Lock()
 	for k, f := range t.flows {
-		if k.job == job {
+		if f.owner == job || k.job == job {
 			fs = append(fs, f)
 		}
 	}

@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // fakePings is a Config.ListenPing that behaves like the kernel's ping
@@ -214,7 +216,8 @@ func newPingStack(t *testing.T, fp *fakePings) *Stack {
 	return newPingStack46(t, fp, nil)
 }
 
-// newPingStack46 is newPingStack with fp6's ICMPv6 ping sockets as well.
+// newPingStack46 is newPingStack with fp6's ICMPv6 ping sockets as well,
+// and the IPv6 tunnel address fd00:a1::1/64.
 func newPingStack46(t *testing.T, fp, fp6 *fakePings) *Stack {
 	t.Helper()
 	checkGoroutines(t)
@@ -229,6 +232,7 @@ func newPingStack46(t *testing.T, fp, fp6 *fakePings) *Stack {
 	}
 	if fp6 != nil {
 		cfg.ListenPing6 = fp6.listen
+		cfg.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -595,5 +599,59 @@ func TestPing6HostSocket(t *testing.T) {
 	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(n))
 	if !ip.IsValid(len(pkt)) || checksum.Checksum(ip.Payload(), sum) != 0xffff || header.ICMPv6(ip.Payload()).Ident() != 77 {
 		t.Errorf("built reply %x: want a valid checksum and id 77", pkt)
+	}
+}
+
+// TestPing6DualStackJob: a dual-stack job's ICMPv6 echo flows count
+// against the job's one cap with its ICMPv4 flows, and RemoveJob with the
+// job's IPv4 address closes them.
+func TestPing6DualStackJob(t *testing.T) {
+	fp, fp6 := newFakePings(), newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, fp, fp6)
+	job4, job6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00:a1::2")
+	if err := s.AddJob(job4, netip.Addr{}, portblock.Range{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddJob6(job4, job6, netip.Addr{}, portblock.Range{}); err != nil {
+		t.Fatal(err)
+	}
+	out4, out6 := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2606:4700::7")
+	half := uint16(maxPingFlowsPerJob / 2)
+	for id := range half {
+		write(t, s, echoRequest(job4, out4, id, 1, nil))
+	}
+	for id := range half + 3 {
+		write(t, s, echoRequest6(job6, out6, id, 1, nil))
+	}
+	if n4, n6 := fp.openCount(), fp6.openCount(); n4+n6 != maxPingFlowsPerJob || n4 != int(half) {
+		t.Errorf("open ping sockets: %d ICMPv4 + %d ICMPv6, want %d + %d (one cap per job)", n4, n6, half, maxPingFlowsPerJob-int(half))
+	}
+	if st := s.Stats(); st.Dropped != 3 {
+		t.Errorf("Dropped: got %d, want 3", st.Dropped)
+	}
+	s.RemoveJob(job4)
+	if n4, n6 := fp.openCount(), fp6.openCount(); n4 != 0 || n6 != 0 {
+		t.Errorf("open ping sockets after RemoveJob(%v): %d ICMPv4, %d ICMPv6; want none", job4, n4, n6)
+	}
+}
+
+// TestPing6TunnelAddress: the netstack answers ICMPv6 echo to the
+// gateway's IPv6 tunnel address itself, without a ping socket.
+func TestPing6TunnelAddress(t *testing.T) {
+	fp6 := newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, newFakePings(), fp6)
+	job, gw := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::1")
+	write(t, s, echoRequest6(job, gw, 9, 1, []byte("hello gateway")))
+	r, ok := readReply6(t, s, 5*time.Second)
+	if !ok {
+		t.Fatal("no reply from the IPv6 tunnel address within 5 s")
+	}
+	if want := (echoReply{src: gw, dst: job, id: 9, seq: 1, payload: "hello gateway"}); r != want {
+		t.Errorf("got %+v, want %+v", r, want)
+	}
+	if n := fp6.openCount(); n != 0 {
+		t.Errorf("ICMPv6 ping sockets opened for the tunnel address: %d", n)
 	}
 }
