@@ -120,8 +120,8 @@ type pingFlow struct {
 	key   pingKey
 	owner netip.Addr // the address that names the job (jobOf: IPv4 for a dual-stack job)
 	conn  net.PacketConn
-	fl   *flows.Flow  // nil without a flow table
-	last atomic.Int64 // unix nanoseconds of the last request or reply
+	fl    *flows.Flow  // nil without a flow table
+	last  atomic.Int64 // unix nanoseconds of the last request or reply
 }
 
 // pingTable holds a Stack's echo flows. It is safe for concurrent use; it
