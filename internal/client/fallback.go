@@ -311,7 +311,7 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 		// Local; an IPv6 link-local peer is on the node's own link.
 		return nil, nil
 	}
-	v6 := c.Family == syscall.AF_INET6 && r.v6
+	lo := proxy.LoopbackFor(c.Family, dst.Addr(), r.v6)
 	switch c.Type {
 	case syscall.SOCK_STREAM:
 		dctx, cancel := context.WithTimeout(ctx, proxy.DialTimeout)
@@ -320,9 +320,9 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 		if err != nil {
 			return nil, err
 		}
-		return proxy.PipeTCP(rc, v6)
+		return proxy.PipeTCP(rc, lo)
 	case syscall.SOCK_DGRAM:
-		return proxy.PipeUDP(ctx, r.d, dst, v6)
+		return proxy.PipeUDP(ctx, r.d, dst, lo)
 	}
 	return nil, nil
 }

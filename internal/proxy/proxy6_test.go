@@ -10,13 +10,16 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	xproxy "golang.org/x/net/proxy"
+	"golang.org/x/sys/unix"
 )
 
 // dialer6 is hostDialer with IPv6: names map to address lists (in the
@@ -265,7 +268,7 @@ func TestProxiesIPv6(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := PipeTCP(rc, true)
+		f, err := PipeTCP(rc, Loopback6)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +282,7 @@ func TestProxiesIPv6(t *testing.T) {
 		}
 		roundTrip(t, c, "through an ipv6 tcp pipe")
 		c.Close()
-		f, err = PipeUDP(context.Background(), d, udp6, true)
+		f, err = PipeUDP(context.Background(), d, udp6, Loopback6)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,5 +293,53 @@ func TestProxiesIPv6(t *testing.T) {
 		}
 		defer uc.Close()
 		roundTrip(t, uc, "through an ipv6 udp pipe")
+
+		// An IPv6 socket of the job that asked for an IPv4 peer gets an
+		// IPv6 socket on IPv4-mapped loopback addresses.
+		rc4, err := net.Dial("tcp4", tcp4only.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err = PipeTCP(rc4, LoopbackFor(syscall.AF_INET6, tcp4only.Addr(), true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, p := mappedEnds(t, f); !l || !p {
+			t.Errorf("4-in-6 TCP pipe: own address IPv4-mapped %v, peer %v; want both", l, p)
+		}
+		c4, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		roundTrip(t, c4, "through a 4-in-6 tcp pipe")
+		c4.Close()
+		_, udp4 := echoServers(t)
+		f, err = PipeUDP(context.Background(), d, udp4, Loopback4In6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l, p := mappedEnds(t, f); !l || !p {
+			t.Errorf("4-in-6 UDP pipe: own address IPv4-mapped %v, peer %v; want both", l, p)
+		}
+		u4, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u4.Close()
+		roundTrip(t, u4, "through a 4-in-6 udp pipe")
 	})
+}
+
+// mappedEnds reports whether the socket f is AF_INET6 with an IPv4-mapped
+// address at its own end and at its peer's (as the kernel says: Go's net
+// package would show them unmapped).
+func mappedEnds(t *testing.T, f *os.File) (local, peer bool) {
+	t.Helper()
+	is := func(sa unix.Sockaddr, err error) bool {
+		s6, ok := sa.(*unix.SockaddrInet6)
+		return err == nil && ok && netip.AddrFrom16(s6.Addr).Is4In6()
+	}
+	return is(unix.Getsockname(int(f.Fd()))), is(unix.Getpeername(int(f.Fd())))
 }

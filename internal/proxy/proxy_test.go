@@ -350,7 +350,7 @@ func TestPipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := PipeTCP(rc, false)
+	f, err := PipeTCP(rc, Loopback4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestPipes(t *testing.T) {
 	roundTrip(t, c, "through a tcp pipe")
 	c.Close()
 
-	f, err = PipeUDP(context.Background(), testDialer, udpEcho, false)
+	f, err = PipeUDP(context.Background(), testDialer, udpEcho, Loopback4)
 	if err != nil {
 		t.Fatal(err)
 	}

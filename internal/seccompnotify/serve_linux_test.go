@@ -38,6 +38,9 @@ func testJob(spec string) int {
 	if proto == "mapped" {
 		return testMapped(addr)
 	}
+	if proto == "udp4on6" {
+		return testUDP4On6(addr)
+	}
 	c, err := net.DialTimeout(proto, addr, 5*time.Second)
 	if err != nil {
 		fmt.Println("dial error:", err)
@@ -90,8 +93,46 @@ func testMapped(addr string) int {
 		fmt.Println("getpeername error:", err)
 		return 1
 	}
-	_, six := peer.(*unix.SockaddrInet6)
-	fmt.Printf("mapped v6=%v: %s\n", six, b[:n])
+	p6, six := peer.(*unix.SockaddrInet6)
+	fmt.Printf("mapped v6=%v v4mapped=%v: %s\n", six, six && netip.AddrFrom16(p6.Addr).Is4In6(), b[:n])
+	return 0
+}
+
+// testUDP4On6 does what glibc's getaddrinfo does to sort addresses: it
+// connects an AF_INET6 UDP socket with an AF_INET sockaddr (the IPv4 peer
+// addr) and asks for the socket's own address, which must be IPv4-mapped
+// (glibc asserts it); then it sends one datagram and prints the answer.
+func testUDP4On6(addr string) int {
+	ap := netip.MustParseAddrPort(addr)
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fmt.Println("socket error:", err)
+		return 1
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
+		fmt.Println("dial error:", err)
+		return 1
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		fmt.Println("getsockname error:", err)
+		return 1
+	}
+	s6, six := sa.(*unix.SockaddrInet6)
+	if _, err := unix.Write(fd, []byte("ping")); err != nil {
+		fmt.Println("write error:", err)
+		return 1
+	}
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	b := make([]byte, 100)
+	n, err := unix.Read(fd, b)
+	if err != nil || n < 0 {
+		fmt.Println("read error:", err)
+		return 1
+	}
+	fmt.Printf("udp4on6 v4mapped=%v: %s\n", six && netip.AddrFrom16(s6.Addr).Is4In6(), b[:n])
 	return 0
 }
 
@@ -134,9 +175,9 @@ func (r *testRedirector) Redirect(ctx context.Context, c Connect) (*os.File, err
 		if err != nil {
 			return nil, err
 		}
-		return proxy.PipeTCP(rc, c.Family == syscall.AF_INET6)
+		return proxy.PipeTCP(rc, proxy.LoopbackFor(c.Family, c.Dst.Addr(), true))
 	case syscall.SOCK_DGRAM:
-		return proxy.PipeUDP(ctx, hostDialer{}, r.udp, c.Family == syscall.AF_INET6)
+		return proxy.PipeUDP(ctx, hostDialer{}, r.udp, proxy.LoopbackFor(c.Family, c.Dst.Addr(), true))
 	}
 	return nil, nil
 }
@@ -238,7 +279,11 @@ func TestRedirect(t *testing.T) {
 		{"udp6", "udp [2001:db8::10]:53", []string{self}, "udp udp: echo ping", true, "[2001:db8::10]:53", syscall.AF_INET6},
 		// An IPv4-mapped address on an AF_INET6 socket is seen as the
 		// IPv4 address it maps.
-		{"v4-mapped", "mapped 192.0.2.10:80", []string{self}, "mapped v6=true: hello from tcp", true, "192.0.2.10:80", syscall.AF_INET6},
+		{"v4-mapped", "mapped 192.0.2.10:80", []string{self}, "mapped v6=true v4mapped=true: hello from tcp", true, "192.0.2.10:80", syscall.AF_INET6},
+		// An AF_INET sockaddr on an AF_INET6 UDP socket (glibc's
+		// getaddrinfo does it): the replacement's own address is
+		// IPv4-mapped, as the kernel's would be.
+		{"udp-v4-on-v6-socket", "udp4on6 192.0.2.10:53", []string{self}, "udp4on6 v4mapped=true: echo ping", true, "192.0.2.10:53", syscall.AF_INET6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.family == syscall.AF_INET6 && !v6 {

@@ -2,10 +2,42 @@ package e2e
 
 import (
 	"fmt"
+	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
+
+// fallback6 is what TestFallbackModes adds for IPv6: the single-stack
+// outside hosts, an HTTP server on the IPv6-only one, and a DNS server on
+// inet's IPv6 address (the gateway's upstream) that also serves the
+// IPv6-only host's name.
+type fallback6 struct {
+	v6Port  int    // HTTP on topology.V6HostAddr
+	udpEcho string // path of udpEchoPy (set by TestFallbackModes)
+}
+
+// topology is the option the environment's topology needs.
+func (f *fallback6) topology() []topology.Option {
+	return []topology.Option{topology.WithSingleStackHosts()}
+}
+
+// hook is the environment's gateway hook (newEnvHook): it starts the
+// servers and names the DNS server as the gateway's upstream.
+func (f *fallback6) hook(t *testing.T) func(e *env) []string {
+	return func(e *env) []string {
+		f.v6Port, _ = e.tp.StartHTTPIn(t, e.tp.V6Host, topology.V6HostAddr, map[string]int64{"small": smallSize})
+		dns := e.tp.StartDNSZone(t, e.tp.INET, topology.INETAddr6, map[string][]netip.Addr{
+			zoneName:          {e.tp.INETAddr},
+			topology.NameDual: {e.tp.INETAddr, topology.INETAddr6},
+			topology.NameV6:   {topology.V6HostAddr},
+		})
+		return []string{"--dns-upstream", netip.AddrPortFrom(dns, 53).String()}
+	}
+}
 
 // httpGetPy fetches /small over HTTP/1.0 from a socket of the family
 // argv[1] ("4" or "6") connected to (argv[2], argv[3]) and prints
@@ -29,10 +61,47 @@ print("status", head.split(b"\r\n")[0].decode(), "bytes", len(body))
 
 // runFallbackIPv6 runs the IPv6 subtests of one fallback mode (seccomp,
 // preload or proxy); run runs airlock run --mode mode -- ARGS without user
-// namespaces, as in TestFallbackModes.
-func runFallbackIPv6(t *testing.T, e *env, mode string, run func(t *testing.T, mode string, timeout time.Duration, args ...string) (int, string, string)) {
+// namespaces, as in TestFallbackModes. The job's lease is dual-stack (the
+// gateway's default).
+func runFallbackIPv6(t *testing.T, e *env, f *fallback6, mode string, run func(t *testing.T, mode string, timeout time.Duration, args ...string) (int, string, string)) {
 	inet := e.tp.INETAddr.String()
+	// Programs that honour proxy variables would use them in preload mode
+	// too; --noproxy makes curl test the interception.
+	curl := "curl -sS --max-time 30 -g -w ' %{remote_ip}'"
 	if mode != "proxy" {
+		curl += " --noproxy '*'"
+	}
+	small := e.sha["small"]
+	t.Run("Curl", func(t *testing.T) {
+		for _, tc := range []struct{ name, url string }{
+			// An IPv6 literal (proxy mode: an absolute URI with one).
+			{"literal", fmt.Sprintf("http://[%s]:%d/small", topology.INETAddr6, e.httpPort)},
+			// A name with only an AAAA record: the IPv6-only host.
+			{"v6-only-name", fmt.Sprintf("http://%s:%d/small", topology.NameV6, f.v6Port)},
+			// A dual-stack name.
+			{"dual-stack-name", fmt.Sprintf("http://%s:%d/small", topology.NameDual, e.httpPort)},
+		} {
+			code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; "+curl+" '"+tc.url+"' | (head -c "+strconv.Itoa(smallSize)+" | sha256sum; cat)")
+			if got := strings.Fields(out); code != 0 || len(got) < 3 || got[0] != small {
+				t.Errorf("%s: curl %s: exit %d, %q, want sha256 %s%s", tc.name, tc.url, code, out, small, e.diag(stderr))
+				continue
+			}
+			t.Logf("%s: %s reached from %s", mode, tc.url, strings.Fields(out)[2])
+		}
+	})
+	if mode != "proxy" {
+		t.Run("UDPEcho", func(t *testing.T) {
+			how := map[string]string{"seccomp": "connected", "preload": "direct"}[mode]
+			a6 := topology.INETAddr6.String()
+			code, out, stderr := run(t, mode, runTimeout, "/usr/bin/python3", f.udpEcho, a6, strconv.Itoa(e.udpPort), "50", how)
+			want := "ok 50 " + a6
+			if how == "connected" {
+				want = "ok 50 connected"
+			}
+			if code != 0 || strings.TrimSpace(out) != want {
+				t.Errorf("udp echo to [%s]:%d (%s): exit %d, %q, want %q%s", a6, e.udpPort, how, code, out, want, e.diag(stderr))
+			}
+		})
 		t.Run("V4MappedFromIPv6Socket", func(t *testing.T) {
 			// A dual-stack program's AF_INET6 socket connecting to an
 			// IPv4-mapped address: caught (sockaddr_in6) and carried as
@@ -43,5 +112,19 @@ func runFallbackIPv6(t *testing.T, e *env, mode string, run func(t *testing.T, m
 				t.Errorf("AF_INET6 socket to ::ffff:%s: exit %d, %q, want %q%s", inet, code, out, want, e.diag(stderr))
 			}
 		})
+	}
+}
+
+// runPing6 pings outside hosts over IPv6 from a netns job: inet answers
+// (relayed through the user-mode gateway's ICMPv6 ping sockets); the
+// gateway host's own address does not (the floor).
+func runPing6(t *testing.T, e *env) {
+	code, out, stderr := e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "2", "-W", "5", topology.INETAddr6.String())
+	if code != 0 || !strings.Contains(out, "2 received") || !strings.Contains(out, "from "+topology.INETAddr6.String()) {
+		t.Errorf("ping -6 %s from a netns job: exit %d, %q, want 2 replies from it%s", topology.INETAddr6, code, out, e.diag(stderr))
+	}
+	code, out, _ = e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "1", "-W", "2", topology.DMZAddrINET6.String())
+	if code == 0 || strings.Contains(out, "1 received") {
+		t.Errorf("ping -6 %s (the gateway host's own address) from a netns job: exit %d, %q, want no reply", topology.DMZAddrINET6, code, out)
 	}
 }

@@ -429,8 +429,10 @@ func logPingAvailability(log *slog.Logger, listen, listen6 func() (net.PacketCon
 	switch {
 	case err4 != nil:
 		log.Warn("ping from jobs to outside hosts is unavailable (pings to the gateway's tunnel address still work)", "err", err4, "fix", PingSysctlHint)
+	case errors.Is(err6, syscall.EAFNOSUPPORT):
+		log.Info("ping from jobs to outside hosts relayed through ping sockets (IPv4; this host has no IPv6)")
 	case err6 != nil:
-		log.Warn("ping over IPv6 from jobs to outside hosts is unavailable (IPv4 ping is relayed)", "err", err6)
+		log.Warn("ping over IPv6 from jobs to outside hosts is unavailable (IPv4 ping is relayed through ping sockets)", "err", err6)
 	default:
 		log.Info("ping from jobs to outside hosts relayed through ping sockets (IPv4 and IPv6)")
 	}
