@@ -123,7 +123,7 @@ func runPing6(t *testing.T, e *env) {
 	if code != 0 || !strings.Contains(out, "2 received") || !strings.Contains(out, "from "+topology.INETAddr6.String()) {
 		t.Errorf("ping -6 %s from a netns job: exit %d, %q, want 2 replies from it%s", topology.INETAddr6, code, out, e.diag(stderr))
 	}
-	code, out, _ = e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "1", "-W", "2", topology.DMZAddrINET6.String())
+	code, out, _ = e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "1", "-W", "1", topology.DMZAddrINET6.String())
 	if code == 0 || strings.Contains(out, "1 received") {
 		t.Errorf("ping -6 %s (the gateway host's own address) from a netns job: exit %d, %q, want no reply", topology.DMZAddrINET6, code, out)
 	}
