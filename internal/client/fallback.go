@@ -328,9 +328,9 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 }
 
 // exposeInStack carries the job's exposed TCP ports: connections the
-// gateway sends to the job's tunnel address arrive in the user-space stack
-// and are passed on to the same port on the host's loopback, where the job
-// listens — if the listener there is the job's (its uid's): another
+// gateway sends to the job's tunnel address (either, for a dual-stack
+// lease) arrive in the user-space stack and are passed on to the same
+// port on the host's IPv4 loopback, where the job listens — if the listener there is the job's (its uid's): another
 // user's loopback service is never reached. Exposed UDP ports are not
 // carried in the fallback modes.
 func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, us *userstack.Stack, exposed []control.Exposed) {
@@ -345,33 +345,43 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 			log.Warn("cannot carry exposed port", "port", x.Port.Port, "err", err)
 			continue
 		}
+		listeners := []net.Listener{l}
+		if us.HasIPv6() {
+			if l6, err := us.ListenTCP6(x.Port.Port); err != nil {
+				log.Warn("cannot carry exposed port over IPv6", "port", x.Port.Port, "err", err)
+			} else {
+				listeners = append(listeners, l6)
+			}
+		}
 		local := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), x.Port.Port)
-		svc.Add(1)
-		go func() {
-			defer svc.Done()
-			go func() { <-ctx.Done(); l.Close() }()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					// Loopback is every local user's: only the job's own
-					// listener may receive what comes in for the job.
-					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					lc, err := proxy.DialOwned(dctx, nil, local)
-					cancel()
+		for _, l := range listeners {
+			svc.Add(1)
+			go func() {
+				defer svc.Done()
+				go func() { <-ctx.Done(); l.Close() }()
+				for {
+					c, err := l.Accept()
 					if err != nil {
-						if errors.Is(err, proxy.ErrForeignPeer) && refusals.Allow() {
-							log.Warn("exposed port: the listener on loopback is not the job's; connection refused", "port", x.Port.Port, "err", err)
-						}
-						c.Close()
 						return
 					}
-					pipe(c, lc)
-				}()
-			}
-		}()
+					go func() {
+						// Loopback is every local user's: only the job's own
+						// listener may receive what comes in for the job.
+						dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+						lc, err := proxy.DialOwned(dctx, nil, local)
+						cancel()
+						if err != nil {
+							if errors.Is(err, proxy.ErrForeignPeer) && refusals.Allow() {
+								log.Warn("exposed port: the listener on loopback is not the job's; connection refused", "port", x.Port.Port, "err", err)
+							}
+							c.Close()
+							return
+						}
+						pipe(c, lc)
+					}()
+				}
+			}()
+		}
 	}
 }
 

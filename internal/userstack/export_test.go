@@ -17,7 +17,3 @@ func (s *Stack) dnsListener() (*gonet.UDPConn, error) {
 
 func asDNSError(err error, de **net.DNSError) bool { return errors.As(err, de) }
 
-// ListenTCP6 listens on port of the stack's IPv6 address.
-func (s *Stack) ListenTCP6(port uint16) (*gonet.TCPListener, error) {
-	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr6, port)), proto(s.cfg.Addr6))
-}

@@ -263,6 +263,15 @@ func (s *Stack) ListenTCP(port uint16) (*gonet.TCPListener, error) {
 	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr, port)), proto(s.cfg.Addr))
 }
 
+// ListenTCP6 listens on port of the IPv6 tunnel address (exposed ports
+// reached over IPv6); ErrNoIPv6 without one.
+func (s *Stack) ListenTCP6(port uint16) (*gonet.TCPListener, error) {
+	if !s.HasIPv6() {
+		return nil, ErrNoIPv6
+	}
+	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr6, port)), proto(s.cfg.Addr6))
+}
+
 // LookupHost resolves name through the tunnel's DNS servers and returns
 // its addresses in the order to try them. Without an IPv6 address: the A
 // records, else the AAAA records. With one (dual stack, IPv6 first as

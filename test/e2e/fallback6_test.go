@@ -128,3 +128,17 @@ func runPing6(t *testing.T, e *env) {
 		t.Errorf("ping -6 %s (the gateway host's own address) from a netns job: exit %d, %q, want no reply", topology.DMZAddrINET6, code, out)
 	}
 }
+
+// runExposeIPv6: a seccomp-mode job's exposed port is reached over IPv6
+// too, at the gateway's IPv6 address (a user-mode gateway carries it to
+// the job's IPv4 tunnel address; the client's stack listens on the job's
+// IPv6 tunnel address as well, for gateways that send it there).
+func runExposeIPv6(t *testing.T, e *env) {
+	j := e.startExposed(t, "fallback6", "--mode", "seccomp", "--expose", "8080")
+	defer j.p.Kill()
+	ap := netip.AddrPortFrom(topology.DMZAddrINET6, j.tcp.Port())
+	code, out, _ := e.inetGet(t, "tcpget", ap)
+	if code != 0 || strings.TrimSpace(out) != "hello from fallback6" {
+		t.Errorf("tcpget %v from inet (the exposed port on the gateway's IPv6 address): exit %d, %q, want hello from fallback6%s", ap, code, out, e.diag(j.p.Stderr()))
+	}
+}

@@ -163,7 +163,8 @@ func TestFallbackModes(t *testing.T) {
 			t.Logf("airlock run --mode %s -- true: median %v of 5 (with ip netns exec and setpriv)", mode, ds[2].Round(100*time.Microsecond))
 		}
 	})
-	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) }) // fallback6_test.go
+	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) })         // fallback6_test.go
+	t.Run("ExposeTCPIPv6", func(t *testing.T) { runExposeIPv6(t, e) }) // fallback6_test.go
 	t.Run("NetnsRefused", func(t *testing.T) {
 		code, _, stderr := run(t, "netns", runTimeout, "true")
 		if code != 125 || !strings.Contains(stderr, "user namespace") || !strings.Contains(stderr, "--mode auto") {
