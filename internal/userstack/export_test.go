@@ -16,4 +16,3 @@ func (s *Stack) dnsListener() (*gonet.UDPConn, error) {
 }
 
 func asDNSError(err error, de **net.DNSError) bool { return errors.As(err, de) }
-
