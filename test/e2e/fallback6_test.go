@@ -115,13 +115,21 @@ func runFallbackIPv6(t *testing.T, e *env, f *fallback6, mode string, run func(t
 	}
 }
 
-// runPing6 pings outside hosts over IPv6 from a netns job: inet answers
-// (relayed through the user-mode gateway's ICMPv6 ping sockets); the
-// gateway host's own address does not (the floor).
+// runPing6 pings over IPv6 from a netns job: inet answers (relayed
+// through the user-mode gateway's ICMPv6 ping sockets), so does the
+// gateway's IPv6 tunnel address (its netstack); the gateway host's own
+// address does not (the floor).
 func runPing6(t *testing.T, e *env) {
 	code, out, stderr := e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "2", "-W", "5", topology.INETAddr6.String())
 	if code != 0 || !strings.Contains(out, "2 received") || !strings.Contains(out, "from "+topology.INETAddr6.String()) {
 		t.Errorf("ping -6 %s from a netns job: exit %d, %q, want 2 replies from it%s", topology.INETAddr6, code, out, e.diag(stderr))
+	}
+	// The gateway's IPv6 tunnel address (the job's second resolver)
+	// answers itself.
+	code, out, stderr = e.runWith(t, runOpts{}, "bash", "-c",
+		`gw6=$(awk '$1 == "nameserver" && $2 ~ /:/ {print $2; exit}' /etc/resolv.conf); echo "gw6 $gw6"; ping -6 -n -c 1 -W 2 "$gw6"`)
+	if code != 0 || !strings.Contains(out, "1 received") {
+		t.Errorf("ping -6 to the gateway's IPv6 tunnel address from a netns job: exit %d, %q, want a reply%s", code, out, e.diag(stderr))
 	}
 	code, out, _ = e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "1", "-W", "1", topology.DMZAddrINET6.String())
 	if code == 0 || strings.Contains(out, "1 received") {
