@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -104,6 +105,19 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 			t.Fatalf("sha256 of %s = %q, want %s", url, out, e.sha["big"])
 		}
 		t.Logf("100 MiB by name over IPv6 in %v (%.0f Mbit/s including join)", d.Round(time.Millisecond), float64(bigSize)*8/d.Seconds()/1e6)
+	})
+
+	t.Run("Iperf3BothWays", func(t *testing.T) {
+		port := e.tp.StartIperf3Server(t)
+		for _, reverse := range []bool{false, true} {
+			args := []string{"iperf3", "-6", "-c", inet6.String(), "-p", strconv.Itoa(port), "-t", "1", "--json", "--connect-timeout", "5000"}
+			if reverse {
+				args = append(args, "-R")
+			}
+			code, out, stderr := e.run(t, args...)
+			bps := parseIperf(t, fmt.Sprintf("reverse=%v", reverse), code, out, stderr, e.diag(stderr))
+			t.Logf("%s mode: iperf3 -6 -t 1 reverse=%v: %.0f Mbit/s", e.mode, reverse, bps/1e6)
+		}
 	})
 
 	t.Run("UDPEcho", func(t *testing.T) {
@@ -289,5 +303,76 @@ func TestIPv6OnlyNode(t *testing.T) {
 				t.Errorf("a job fell back to the TCP transport: WireGuard over UDP/IPv6 failed%s", e.diag(""))
 			}
 		})
+	}
+}
+
+// ula6Prefix is a unique-local prefix on inet that TestPolicy's rule
+// lab-ula6 opens for token lab (builtin-private refuses it for others).
+var ula6Prefix = netip.MustParsePrefix("fd99:a1::/64")
+
+// checkPolicyIPv6: in user mode, policy rules judge jobs' IPv6 flows: a
+// port deny rule without addresses, an IPv6 allow rule scoped to a token
+// over builtin-private, and the built-in protection of the gateway host's
+// own IPv6 addresses. get runs tcpget in a job of a token.
+func checkPolicyIPv6(t *testing.T, e *env, get func(*testing.T, string, netip.AddrPort) bool, lab string, okPort, denyPort int) {
+	if e.mode == modeKernel {
+		t.Skip("kernel-mode IPv6 is another backend's")
+	}
+	tp := e.tp
+	ula := ula6Prefix.Addr().Next()
+	mustCmd(t, "ip", "-n", tp.INET, "-6", "addr", "add", ula.String()+"/128", "dev", topology.IfINETToDMZ, "nodad")
+	mustCmd(t, "ip", "-n", tp.DMZ, "-6", "route", "add", ula.String()+"/128", "via", topology.INETAddr6.String())
+	for _, port := range []int{okPort, denyPort} {
+		tp.StartTCPListener(t, tp.INET, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)))
+	}
+	hostPort := tp.Port()
+	tp.StartTCPListener(t, tp.DMZ, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(hostPort)))
+	inet6 := func(port int) netip.AddrPort { return netip.AddrPortFrom(topology.INETAddr6, uint16(port)) }
+	for _, tc := range []struct {
+		tok  string
+		dst  netip.AddrPort
+		want bool
+		why  string
+	}{
+		{"", inet6(okPort), true, "no rule"},
+		{"", inet6(denyPort), false, "the deny rule of its port"},
+		{lab, netip.AddrPortFrom(ula, uint16(okPort)), true, "lab-ula6 for token lab"},
+		{"", netip.AddrPortFrom(ula, uint16(okPort)), false, "builtin-private"},
+		{lab, netip.AddrPortFrom(topology.DMZAddrINET6, uint16(hostPort)), false, "builtin-host"},
+		{lab, netip.AddrPortFrom(topology.DMZAddrCN6, uint16(hostPort)), false, "builtin-host"},
+	} {
+		if got := get(t, tc.tok, tc.dst); got != tc.want {
+			t.Errorf("%v for token %q: allowed %v, want %v (%s)", tc.dst, tc.tok, got, tc.want, tc.why)
+		}
+	}
+}
+
+// checkLimitsIPv6: in user mode a job's IPv6 flows are under its limits:
+// the bandwidth limit (iperf3 over IPv6 to iperfPort for 3 s) and the
+// flow limit (MaxFlows connections over IPv6, the rest refused at once).
+func checkLimitsIPv6(t *testing.T, e *env, limited string, iperfPort int) {
+	if e.mode == modeKernel {
+		t.Skip("kernel-mode IPv6 is another backend's")
+	}
+	args := []string{"iperf3", "-6", "-c", topology.INETAddr6.String(), "-p", strconv.Itoa(iperfPort), "-t", "3", "--json", "--connect-timeout", "5000"}
+	code, out, stderr := e.runWith(t, runOpts{token: limited}, args...)
+	bps := parseIperf(t, "limited job over IPv6", code, out, stderr, e.diag(stderr))
+	t.Logf("%s mode: limited job, iperf3 -6 -t 3: %.1f Mbit/s (limit %.0f)", e.mode, bps/1e6, limitRate/1e6)
+	if bps < 0.85*limitRate || bps > 1.15*limitRate {
+		t.Errorf("limited job over IPv6 got %.1f Mbit/s, want %.0f ±15%%", bps/1e6, limitRate/1e6)
+	}
+	port := e.tp.Port()
+	p := e.tp.Start(t, e.tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("[::]:%d", port))
+	srv := netip.AddrPortFrom(topology.INETAddr6, uint16(port))
+	e.tp.WaitTCP(t, e.tp.INET, srv, p)
+	time.Sleep(time.Second) // refill the new-flow bucket
+	const over = 2
+	code, out, stderr = e.runWith(t, runOpts{token: limited}, e.peer, "tcpflows", srv.String(), strconv.Itoa(limitMaxFlows+over), "0s")
+	var ok, failed int
+	if _, err := fmt.Sscanf(out, "ok=%d failed=%d", &ok, &failed); code != 0 || err != nil {
+		t.Fatalf("tcpflows over IPv6: exit %d, %q (%v)%s", code, out, err, e.diag(stderr))
+	}
+	if ok != limitMaxFlows || failed != over {
+		t.Errorf("tcpflows over IPv6: ok=%d failed=%d, want ok=%d failed=%d (max %d flows)", ok, failed, limitMaxFlows, over, limitMaxFlows)
 	}
 }
