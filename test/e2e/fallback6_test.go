@@ -150,3 +150,29 @@ func runExposeIPv6(t *testing.T, e *env) {
 		t.Errorf("tcpget %v from inet (the exposed port on the gateway's IPv6 address): exit %d, %q, want hello from fallback6%s", ap, code, out, e.diag(j.p.Stderr()))
 	}
 }
+
+// runIPv6OnlyNodeFallback: on the IPv6-only compute node of
+// TestIPv6OnlyNode, jobs in each fallback mode reach the IPv4-only and the
+// IPv6-only outside host by name (port4 and port6: their HTTP servers,
+// sha: the sha256 of "small").
+func runIPv6OnlyNodeFallback(t *testing.T, e *env, port4, port6 int, sha string) {
+	topology.BuildPreload(t)
+	for _, mode := range []string{"seccomp", "preload", "proxy"} {
+		t.Run(mode, func(t *testing.T) {
+			curl := "curl -sS --max-time 30 -o $f"
+			if mode != "proxy" {
+				curl += " --noproxy '*'"
+			}
+			for _, tc := range []struct {
+				name string
+				port int
+			}{{topology.NameV4, port4}, {topology.NameV6, port6}} {
+				url := fmt.Sprintf("http://%s:%d/small", tc.name, tc.port)
+				code, out, stderr := e.runWith(t, runOpts{viaEnv: true, flags: []string{"--mode", mode}}, "bash", "-c", "set -e; f=$(mktemp); "+curl+" "+url+"; sha256sum < $f; rm -f $f")
+				if got := strings.Fields(out); code != 0 || len(got) < 1 || got[0] != sha {
+					t.Errorf("--mode %s: curl %s: exit %d, %q, want sha256 %s%s", mode, url, code, out, sha, e.diag(stderr))
+				}
+			}
+		})
+	}
+}

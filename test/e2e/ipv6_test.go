@@ -298,6 +298,9 @@ func TestIPv6OnlyNode(t *testing.T) {
 					t.Errorf("curl %s: %q, want remote ip %v and sha256 %s", url, out, tc.want, sha["small"])
 				}
 			}
+			if mode == modeUser {
+				t.Run("Fallback", func(t *testing.T) { runIPv6OnlyNodeFallback(t, e, port4, port6, sha["small"]) }) // fallback6_test.go
+			}
 			// WireGuard ran over UDP on IPv6, not the TCP fallback.
 			if strings.Contains(e.gw.Stderr(), "job uses the TCP transport") {
 				t.Errorf("a job fell back to the TCP transport: WireGuard over UDP/IPv6 failed%s", e.diag(""))
