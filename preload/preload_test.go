@@ -229,6 +229,19 @@ if sys.argv[1] == "dual-stack":
     c.connect(("2001:db8::11", 9))
     c.send(b"conn6")
     print("udp6c", c.recv(100).decode())
+    # Sockets that cannot use IPv4-mapped addresses go to the proxy's
+    # IPv6 loopback listener (AIRLOCK_SOCKS6) and relays on ::1.
+    o = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    o.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    o.settimeout(5)
+    o.connect(("2001:db8::11", 80))
+    print("tcp6only", o.recv(100).decode())
+    v = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    v.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    v.settimeout(5)
+    v.sendto(b"ping6only", ("2001:db8::11", 7))
+    d, a = v.recvfrom(100)
+    print("udp6only", d.decode(), a[0], a[1])
 `
 
 func TestPreload(t *testing.T) {
@@ -242,11 +255,16 @@ func TestPreload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatalf("no IPv6 loopback: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); l.Close(); <-done })
+	done := make(chan struct{}, 2)
+	go func() { defer func() { done <- struct{}{} }(); _ = s.Serve(ctx, l) }()
+	go func() { defer func() { done <- struct{}{} }(); _ = s.Serve(ctx, l6) }()
+	t.Cleanup(func() { cancel(); l.Close(); l6.Close(); <-done; <-done })
 
 	dir := t.TempDir()
 	py := filepath.Join(dir, "job.py")
@@ -280,7 +298,7 @@ func TestPreload(t *testing.T) {
 		}
 	})
 	t.Run("ipv6", func(t *testing.T) {
-		env6 := append(append([]string{}, env...), "AIRLOCK_IPV6=1")
+		env6 := append(append([]string{}, env...), "AIRLOCK_IPV6=1", "AIRLOCK_SOCKS6="+l6.Addr().String())
 		for _, tc := range []struct {
 			name string
 			env  []string
@@ -290,7 +308,8 @@ func TestPreload(t *testing.T) {
 			// and IPv6 connects and datagrams reach the proxy as IPv6.
 			{"dual-stack", env6, []string{"dual ['2001:db8::11', '192.0.2.11']", "v6only ['2001:db8::11']",
 				"v6 ['2001:db8::11']", "mapped ['2001:db8::11']",
-				"tcp6 hello from outside", "udp6 echo ping6 2001:db8::11 7", "udp6c echo conn6"}},
+				"tcp6 hello from outside", "udp6 echo ping6 2001:db8::11 7", "udp6c echo conn6",
+				"tcp6only hello from outside", "udp6only echo ping6only 2001:db8::11 7"}},
 			// IPv4 only: A records only, and AF_INET6 with AI_V4MAPPED
 			// gets them mapped.
 			{"ipv4-only", env, []string{"dual ['192.0.2.11']", "v6only []", "v6 ['2001:db8::11']", "mapped ['::ffff:192.0.2.11']"}},

@@ -215,13 +215,32 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		sl.Close()
 		return nil, fmt.Errorf("http proxy on loopback: %w", err)
 	}
+	// The preload library's way in for IPv6 sockets that cannot use
+	// IPv4-mapped addresses (IPV6_V6ONLY): the same SOCKS proxy on ::1.
+	var sl6 net.Listener
+	if loopback6() {
+		if sl6, err = net.Listen("tcp6", "[::1]:0"); err != nil {
+			log.Warn("no socks proxy on IPv6 loopback; IPv6-only sockets will not be intercepted in preload mode", "err", err)
+		}
+	}
 	socks := &proxy.SOCKS{Dialer: d, Secret: secret, Logger: log}
 	httpp := &proxy.HTTP{Dialer: d, Secret: secret, Logger: log}
 	f.http = httpp
 	svc.Add(2)
 	go func() { defer svc.Done(); _ = socks.Serve(ctx, sl) }()
 	go func() { defer svc.Done(); _ = httpp.Serve(ctx, hl) }()
-	go func() { <-ctx.Done(); sl.Close(); hl.Close() }()
+	if sl6 != nil {
+		svc.Add(1)
+		go func() { defer svc.Done(); _ = socks.Serve(ctx, sl6) }()
+	}
+	go func() {
+		<-ctx.Done()
+		sl.Close()
+		hl.Close()
+		if sl6 != nil {
+			sl6.Close()
+		}
+	}()
 	httpURL := fmt.Sprintf("http://airlock:%s@%s", secret, hl.Addr())
 	socksURL := fmt.Sprintf("socks5h://airlock:%s@%s", secret, sl.Addr())
 	env := f.env
@@ -240,6 +259,9 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 	if f.lease.Address6.IsValid() {
 		// The preload library's getaddrinfo returns AAAA records first.
 		env = setEnv(env, "AIRLOCK_IPV6", "1")
+	}
+	if sl6 != nil {
+		env = setEnv(env, "AIRLOCK_SOCKS6", sl6.Addr().String())
 	}
 	return env, nil
 }
