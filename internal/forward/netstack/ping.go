@@ -38,12 +38,14 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/net/icmp"
+	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
@@ -80,15 +82,34 @@ func listenPingHost(addr netip.Addr) (net.PacketConn, error) {
 }
 
 // listenPing6Host opens a host ICMPv6 ping socket, bound to addr if it is
-// an IPv6 address.
+// an IPv6 address — with IPV6_FREEBIND, so that a job's own address
+// (--egress-prefix6, received through a local route, on no interface)
+// can be bound as its TCP and UDP sockets are.
 func listenPing6Host(addr netip.Addr) (net.PacketConn, error) {
-	host := "::"
-	if addr.IsValid() && addr.Is6() && !addr.Is4In6() {
-		host = addr.String()
-	}
-	c, err := icmp.ListenPacket("udp6", host)
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
 	if err != nil {
-		return nil, err
+		return nil, os.NewSyscallError("socket", err)
+	}
+	sa := &unix.SockaddrInet6{}
+	if addr.IsValid() && addr.Is6() && !addr.Is4In6() {
+		sa.Addr = addr.As16()
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_FREEBIND, 1); err != nil {
+			unix.Close(fd)
+			return nil, os.NewSyscallError("setsockopt IPV6_FREEBIND", err)
+		}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return nil, os.NewSyscallError("bind", err)
+	}
+	// As golang.org/x/net/icmp does: the net package takes a datagram
+	// socket of any protocol as a UDPConn (WriteTo and ReadFrom with
+	// *net.UDPAddr, deadlines).
+	f := os.NewFile(uintptr(fd), "icmpv6-ping")
+	defer f.Close()
+	c, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("ping socket: %w", err)
 	}
 	return c, nil
 }

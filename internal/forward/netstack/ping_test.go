@@ -593,6 +593,18 @@ func TestPing6HostSocket(t *testing.T) {
 	if msg.Type() != header.ICMPv6EchoReply || msg.Sequence() != 5 || string(msg[header.ICMPv6EchoMinimumSize:]) != "real6" {
 		t.Errorf("reply from %v: type %d seq %d, want echo reply, 5", from, msg.Type(), msg.Sequence())
 	}
+	// A job's own IPv6 egress address is on no interface (a local route
+	// for --egress-prefix6 brings its packets): the socket binds to it all
+	// the same (IPV6_FREEBIND).
+	own := netip.MustParseAddr("2001:db8:ffff::6440:2")
+	if c2, err := listenPing6Host(own); err != nil {
+		t.Errorf("ICMPv6 ping socket on %v (on no interface): %v, want it bound with IPV6_FREEBIND", own, err)
+	} else {
+		if got := c2.LocalAddr().String(); !strings.Contains(got, own.String()) {
+			t.Errorf("ICMPv6 ping socket bound to %s, want %v", got, own)
+		}
+		c2.Close()
+	}
 	src, dst := netip.MustParseAddr("2606:4700::7").As16(), netip.MustParseAddr("fd00:a1::2").As16()
 	pkt := buildEchoReply6(append(make([]byte, header.IPv6MinimumSize), buf[:n]...), src, dst, 77)
 	ip := header.IPv6(pkt)
