@@ -281,33 +281,50 @@ func (s *Stack) LookupHost(ctx context.Context, name string) ([]netip.Addr, erro
 	if len(s.cfg.DNS) == 0 {
 		return nil, &net.DNSError{Err: "no DNS server in the lease", Name: name}
 	}
-	qtypes := []uint16{dns.TypeA, dns.TypeAAAA}
-	if s.HasIPv6() {
-		qtypes = []uint16{dns.TypeAAAA, dns.TypeA}
+	if !s.HasIPv6() {
+		addrs, err := s.lookup(ctx, name, dns.TypeA)
+		var de *net.DNSError
+		if len(addrs) > 0 || (errors.As(err, &de) && de.IsNotFound) {
+			return addrs, err
+		}
+		if addrs6, err6 := s.lookup(ctx, name, dns.TypeAAAA); len(addrs6) > 0 || err6 != nil {
+			return addrs6, err6
+		}
+		return nil, notFound(name, err)
 	}
-	var out []netip.Addr
-	var last error
-	for _, qtype := range qtypes {
-		addrs, err := s.lookup(ctx, name, qtype)
+	// Dual stack: both questions at once, AAAA answers first.
+	type answer struct {
+		addrs []netip.Addr
+		err   error
+	}
+	a6 := make(chan answer, 1)
+	go func() {
+		addrs, err := s.lookup(ctx, name, dns.TypeAAAA)
+		a6 <- answer{addrs, err}
+	}()
+	addrs4, err4 := s.lookup(ctx, name, dns.TypeA)
+	r6 := <-a6
+	for _, err := range []error{r6.err, err4} {
 		var de *net.DNSError
 		if errors.As(err, &de) && de.IsNotFound {
 			return nil, err
 		}
-		if err != nil {
-			last = err
-		}
-		out = append(out, addrs...)
-		if len(out) > 0 && !s.HasIPv6() {
-			break
-		}
 	}
-	if len(out) > 0 {
+	if out := append(r6.addrs, addrs4...); len(out) > 0 {
 		return out, nil
 	}
-	if last == nil {
-		last = &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}
+	if r6.err != nil {
+		return nil, r6.err
 	}
-	return nil, last
+	return nil, notFound(name, err4)
+}
+
+// notFound is err, or if nil the error of a name without addresses.
+func notFound(name string, err error) error {
+	if err != nil {
+		return err
+	}
+	return &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}
 }
 
 // lookup asks the DNS servers in turn for name's records of qtype until
