@@ -219,6 +219,8 @@ func TestStackIPv6(t *testing.T) {
 			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, 10)})
 		case q.Name == "dual.test." && q.Qtype == dns.TypeAAAA, q.Name == "v6.test." && q.Qtype == dns.TypeAAAA:
 			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.ParseIP("2001:db8::10")})
+		case q.Name == "nx.test.":
+			m.Rcode = dns.RcodeNameError
 		}
 		_ = w.WriteMsg(m)
 	})}
@@ -237,6 +239,14 @@ func TestStackIPv6(t *testing.T) {
 		if err != nil || !slices.Equal(got, want) {
 			t.Errorf("LookupHost(%s) = %v, %v; want %v", name, got, err, want)
 		}
+	}
+
+	var de *net.DNSError
+	if _, err := a.LookupHost(ctx, "nx.test"); !asDNSError(err, &de) || !de.IsNotFound {
+		t.Errorf("LookupHost(nx.test) error %v, want not found", err)
+	}
+	if addrs, err := a.LookupHost(ctx, "none.test"); err == nil || len(addrs) != 0 {
+		t.Errorf("LookupHost(none.test) = %v, %v; want no addresses and an error", addrs, err)
 	}
 
 	// A stack without an IPv6 address refuses IPv6 destinations.
