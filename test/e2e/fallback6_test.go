@@ -176,3 +176,18 @@ func runIPv6OnlyNodeFallback(t *testing.T, e *env, port4, port6 int, sha string)
 		})
 	}
 }
+
+// runPing6OwnAddress: with --egress-prefix6, a job's ping -6 leaves from
+// its own address (the ICMPv6 ping socket binds it with IPV6_FREEBIND:
+// the address is on no interface, a local route brings its replies) and
+// the IPv6-only outside host answers. The gateway user may open ping
+// sockets, as a site admin would allow.
+func runPing6OwnAddress(t *testing.T, e *env) {
+	// Ping sockets are opened per echo flow: the running gateway uses the
+	// sysctl from now on (its start-up probe only logs).
+	mustCmd(t, "ip", "netns", "exec", e.tp.DMZ, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647")
+	code, out, stderr := e.runWith(t, runOpts{viaEnv: true}, "ping", "-6", "-n", "-c", "2", "-W", "5", topology.V6HostAddr.String())
+	if code != 0 || !strings.Contains(out, "2 received") {
+		t.Errorf("ping -6 %s from a job with its own IPv6 address: exit %d, %q, want 2 replies%s", topology.V6HostAddr, code, out, e.diag(stderr))
+	}
+}

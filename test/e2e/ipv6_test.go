@@ -383,6 +383,7 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	if code != 0 || !strings.Contains(gout, "hello from own6") {
 		t.Errorf("tcpget %v from v6h (the job's own address and port): exit %d, %q%s", ap, code, gout, e.diag(""))
 	}
+	runPing6OwnAddress(t, e) // fallback6_test.go
 }
 
 // ula6Prefix is a unique-local prefix on inet that TestPolicy's rule
