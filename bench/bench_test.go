@@ -55,7 +55,7 @@ var (
 	flagDuration = flag.Int("bench.duration", 10, "iperf3 duration in seconds (also the latency probes')")
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every point, interleaved across configurations")
 	flagStreams  = flag.String("bench.streams", "1,10", "parallel stream counts")
-	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn", "throughput configurations (also: airlock-netstack, airlock-tcp, airlock-seccomp, airlock-preload, ocserv-slirp, ocserv-ocproxy, slirp)")
+	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-v6,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn", "throughput configurations (also: airlock-netstack, airlock-tcp, airlock-seccomp, airlock-preload, ocserv-slirp, ocserv-ocproxy, slirp; an airlock configuration with the suffix -v6 runs iperf3 to inet's IPv6 address, against native routing over IPv6)")
 	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
 	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
 	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")
@@ -176,6 +176,7 @@ type bencher struct {
 // target is a configuration's topology with its servers in inet.
 type target struct {
 	name   string
+	v6     bool // iperf3 to inet's IPv6 address (configurations NAME-v6)
 	st     stack
 	port   int // iperf3
 	srvPID int
@@ -212,10 +213,17 @@ func (b *bencher) runLink(t *testing.T, rate string, wan wanProfile, streams []i
 		if byName[cfg] != nil || (!contains(splitList(*flagConfigs), cfg) && !latCfgs[cfg]) {
 			continue
 		}
-		tg := &target{name: cfg}
+		base, v6 := strings.CutSuffix(cfg, "-v6")
+		tg := &target{name: cfg, v6: v6}
 		byName[cfg] = tg
 		targets = append(targets, tg)
-		st, err := newStack(t, cfg, opts, logs(cfg))
+		var st stack
+		var err error
+		if v6 && !strings.HasPrefix(base, "airlock") {
+			err = fmt.Errorf("only airlock configurations have an IPv6 variant")
+		} else {
+			st, err = newStack(t, base, opts, logs(cfg))
+		}
 		if err != nil {
 			tg.failed = err.Error()
 			t.Errorf("%s %s: NOT MEASURED: %v", cfg, link, err)
@@ -286,7 +294,7 @@ func (b *bencher) notMeasured(cfg, link, reason string) {
 func (b *bencher) servers(t *testing.T, tg *target, logs logDir) {
 	tp := tg.st.tp()
 	tg.port = tp.Port()
-	d := startDaemon(t, tp, logs, "iperf3-server", tp.INET, nil, "", "iperf3", "-s", "-4", "--forceflush", "-p", strconv.Itoa(tg.port))
+	d := startDaemon(t, tp, logs, "iperf3-server", tp.INET, nil, "", "iperf3", "-s", "--forceflush", "-p", strconv.Itoa(tg.port))
 	tg.srvPID = d.pid()
 	tg.rrPort = tp.Port()
 	r := startDaemon(t, tp, logs, "rr-server", tp.INET, nil, "", b.rr, "serve", "-listen", fmt.Sprintf("%s:%d", tp.INETAddr, tg.rrPort))
@@ -364,8 +372,11 @@ func (b *bencher) point(t *testing.T, tg, native *target, u *topology.User, link
 			r.ClientCPU = c1 - c0
 		}
 	}
+	// The baseline of an IPv6 point is native routing over IPv6.
+	nat := *native
+	nat.v6 = tg.v6
 	ns0 := procCPU(native.srvPID)
-	nres, ncpu, err := runIperf(t, native.st.tp(), u, iperfArgs(native, n, dir, *flagDuration), *flagDuration)
+	nres, ncpu, err := runIperf(t, native.st.tp(), u, iperfArgs(&nat, n, dir, *flagDuration), *flagDuration)
 	if err != nil {
 		r.Note += " native: " + err.Error()
 		r.NatIperfCli, r.NatIperfSrv = -1, -1
@@ -380,7 +391,11 @@ func (b *bencher) point(t *testing.T, tg, native *target, u *topology.User, link
 }
 
 func iperfArgs(tg *target, streams int, dir string, secs int) []string {
-	a := []string{"iperf3", "-c", tg.st.tp().INETAddr.String(), "-p", strconv.Itoa(tg.port), "-t", strconv.Itoa(secs),
+	dst := tg.st.tp().INETAddr.String()
+	if tg.v6 {
+		dst = topology.INETAddr6.String()
+	}
+	a := []string{"iperf3", "-c", dst, "-p", strconv.Itoa(tg.port), "-t", strconv.Itoa(secs),
 		"-P", strconv.Itoa(streams), "--json", "--connect-timeout", "5000"}
 	if dir == "down" {
 		a = append(a, "-R")

@@ -24,7 +24,7 @@
 set -eu
 
 mode=full duration=10 reps=3 startup=20 warmup=3 maxload=0.25 retries=5 waitbudget=30m
-configs=native,airlock,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn
+configs=native,airlock,airlock-v6,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn
 latency=native,airlock,ocserv,ocserv-dtls,wireguard-go,openvpn
 links=1gbit,uncapped latlinks=1gbit streams=1,10
 wan= tcpcc= commit=yes perf=

@@ -34,7 +34,7 @@ func TestShortAddressBuffers(t *testing.T) {
 		"-o", prog, "test/shortaddr.c")
 
 	o := startOutside(t)
-	socks, secret := serveSOCKS(t, o)
+	socks, _, secret := serveSOCKS(t, o)
 
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer rcancel()

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,8 +62,9 @@ func buildLib(t *testing.T, flags ...string) string {
 }
 
 // serveSOCKS runs the library's SOCKS5 proxy on loopback, leading to o,
-// until the test ends, and returns its address and secret.
-func serveSOCKS(t *testing.T, o *outside) (addr, secret string) {
+// on 127.0.0.1 and on ::1 (for IPv6-only sockets); it returns both
+// addresses and the proxy's secret.
+func serveSOCKS(t *testing.T, o *outside) (addr, addr6, secret string) {
 	t.Helper()
 	secret, err := proxy.NewSecret()
 	if err != nil {
@@ -72,12 +74,17 @@ func serveSOCKS(t *testing.T, o *outside) (addr, secret string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	l6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatalf("no IPv6 loopback: %v", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &proxy.SOCKS{Dialer: o, Secret: secret, Logger: slog.New(slog.DiscardHandler)}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = s.Serve(ctx, l) }()
-	t.Cleanup(func() { cancel(); l.Close(); <-done })
-	return l.Addr().String(), secret
+	done := make(chan struct{}, 2)
+	go func() { defer func() { done <- struct{}{} }(); _ = s.Serve(ctx, l) }()
+	go func() { defer func() { done <- struct{}{} }(); _ = s.Serve(ctx, l6) }()
+	t.Cleanup(func() { cancel(); l.Close(); l6.Close(); <-done; <-done })
+	return l.Addr().String(), l6.Addr().String(), secret
 }
 
 // outside is what the fake tunnel leads to: every TCP destination reaches
@@ -86,9 +93,31 @@ func serveSOCKS(t *testing.T, o *outside) (addr, secret string) {
 type outside struct {
 	greeter, dnsTCP, echo netip.AddrPort
 	greeted               atomic.Int32
+
+	mu     sync.Mutex
+	dialed []string // "tcp DST" and "udp DST" as the proxy asked, port 53 left out
+}
+
+func (o *outside) record(proto string, dst netip.AddrPort) {
+	if dst.Port() == 53 {
+		return
+	}
+	o.mu.Lock()
+	o.dialed = append(o.dialed, proto+" "+dst.String())
+	o.mu.Unlock()
+}
+
+// took returns and forgets the destinations dialed so far.
+func (o *outside) took() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	d := o.dialed
+	o.dialed = nil
+	return d
 }
 
 func (o *outside) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	o.record("tcp", dst)
 	to := o.greeter
 	if dst.Port() == 53 {
 		to = o.dnsTCP
@@ -97,6 +126,7 @@ func (o *outside) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, er
 }
 
 func (o *outside) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	o.record("udp", dst)
 	return (&net.Dialer{}).DialContext(ctx, "udp", o.echo.String())
 }
 
@@ -128,7 +158,11 @@ func startOutside(t *testing.T) *outside {
 		case q.Name == "files.test." && q.Qtype == dns.TypeA:
 			m.Answer = append(m.Answer, &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: 60}, Target: "real.files.test."},
 				&dns.A{Hdr: dns.RR_Header{Name: "real.files.test.", Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 10)})
-		case q.Name == "files.test.":
+		case q.Name == "dual.test." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60}, A: net.IPv4(192, 0, 2, 11)})
+		case (q.Name == "dual.test." || q.Name == "v6only.test.") && q.Qtype == dns.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60}, AAAA: net.ParseIP("2001:db8::11")})
+		case q.Name == "files.test.", q.Name == "dual.test.", q.Name == "v6only.test.":
 		default:
 			m.Rcode = dns.RcodeNameError
 		}
@@ -168,10 +202,51 @@ except socket.gaierror as e:
 print("localhost", socket.gethostbyname("localhost"))
 `
 
+// script6 resolves names of both families and, with argv[1] "dual-stack",
+// talks to an IPv6 destination over TCP and UDP from AF_INET6 sockets.
+const script6 = `
+import socket, sys
+def addrs(name, fam, flags=0):
+    try:
+        return [a[4][0] for a in socket.getaddrinfo(name, 80, fam, socket.SOCK_STREAM, 0, flags)]
+    except socket.gaierror:
+        return []
+print("dual", addrs("dual.test", socket.AF_UNSPEC))
+print("v6only", addrs("v6only.test", socket.AF_UNSPEC))
+print("v6", addrs("dual.test", socket.AF_INET6))
+print("mapped", addrs("dual.test", socket.AF_INET6, socket.AI_V4MAPPED))
+if sys.argv[1] == "dual-stack":
+    s = socket.create_connection(("2001:db8::11", 80), timeout=5)
+    print("tcp6", s.recv(100).decode())
+    u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    u.settimeout(5)
+    u.sendto(b"ping6", ("2001:db8::11", 7))
+    d, a = u.recvfrom(100)
+    print("udp6", d.decode(), a[0], a[1])
+    c = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    c.settimeout(5)
+    c.connect(("2001:db8::11", 9))
+    c.send(b"conn6")
+    print("udp6c", c.recv(100).decode())
+    # Sockets that cannot use IPv4-mapped addresses go to the proxy's
+    # IPv6 loopback listener (AIRLOCK_SOCKS6) and relays on ::1.
+    o = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    o.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    o.settimeout(5)
+    o.connect(("2001:db8::11", 80))
+    print("tcp6only", o.recv(100).decode())
+    v = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    v.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    v.settimeout(5)
+    v.sendto(b"ping6only", ("2001:db8::11", 7))
+    d, a = v.recvfrom(100)
+    print("udp6only", d.decode(), a[0], a[1])
+`
+
 func TestPreload(t *testing.T) {
 	lib := buildLib(t)
 	o := startOutside(t)
-	socks, secret := serveSOCKS(t, o)
+	socks, socks6, secret := serveSOCKS(t, o)
 
 	dir := t.TempDir()
 	py := filepath.Join(dir, "job.py")
@@ -202,6 +277,45 @@ func TestPreload(t *testing.T) {
 			if !strings.Contains(out, w) {
 				t.Errorf("output lacks %q:\n%s", w, out)
 			}
+		}
+	})
+	t.Run("ipv6", func(t *testing.T) {
+		env6 := append(append([]string{}, env...), "AIRLOCK_IPV6=1", "AIRLOCK_SOCKS6="+socks6)
+		for _, tc := range []struct {
+			name string
+			env  []string
+			want []string
+		}{
+			// The tunnel carries IPv6: AAAA first, IPv6-only names work,
+			// and IPv6 connects and datagrams reach the proxy as IPv6.
+			{"dual-stack", env6, []string{"dual ['2001:db8::11', '192.0.2.11']", "v6only ['2001:db8::11']",
+				"v6 ['2001:db8::11']", "mapped ['2001:db8::11']",
+				"tcp6 hello from outside", "udp6 echo ping6 2001:db8::11 7", "udp6c echo conn6",
+				"tcp6only hello from outside", "udp6only echo ping6only 2001:db8::11 7"}},
+			// IPv4 only: A records only, and AF_INET6 with AI_V4MAPPED
+			// gets them mapped.
+			{"ipv4-only", env, []string{"dual ['192.0.2.11']", "v6only []", "v6 ['2001:db8::11']", "mapped ['::ffff:192.0.2.11']"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				o.took()
+				out, err := run(t, tc.env, "/usr/bin/python3", "-c", script6, tc.name)
+				if err != nil {
+					t.Fatalf("python3: %v\n%s", err, out)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(out, w) {
+						t.Errorf("output lacks %q:\n%s", w, out)
+					}
+				}
+				if tc.name == "dual-stack" {
+					got := strings.Join(o.took(), ", ")
+					for _, w := range []string{"tcp [2001:db8::11]:80", "udp [2001:db8::11]:7", "udp [2001:db8::11]:9"} {
+						if !strings.Contains(got, w) {
+							t.Errorf("the proxy was asked for %s; want %s among them", got, w)
+						}
+					}
+				}
+			})
 		}
 	})
 	t.Run("shell-children", func(t *testing.T) {

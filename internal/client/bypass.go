@@ -42,7 +42,7 @@ func (d bypassDialer) direct(ctx context.Context, network string, dst netip.Addr
 }
 
 func (d bypassDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	if c, ok, err := d.direct(ctx, "tcp4", dst); ok {
+	if c, ok, err := d.direct(ctx, "tcp", dst); ok {
 		return c, err
 	}
 	if dst == netip.AddrPortFrom(d.dns, 53) && len(d.eng.Set().Resolvers()) > 0 {
@@ -52,7 +52,7 @@ func (d bypassDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn
 }
 
 func (d bypassDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	if c, ok, err := d.direct(ctx, "udp4", dst); ok {
+	if c, ok, err := d.direct(ctx, "udp", dst); ok {
 		return c, err
 	}
 	c, err := d.stackDialer.DialUDP(ctx, dst)

@@ -51,7 +51,9 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	}
 	ls := f.lease
 	addr := ls.Address.Addr()
-	us, err := userstack.New(userstack.Config{Addr: addr, DNS: ls.DNS, MTU: ls.MTU})
+	// Addr6 is zero for an IPv4-only lease: IPv6 destinations then fail
+	// with ENETUNREACH, so that dual-stack programs use IPv4.
+	us, err := userstack.New(userstack.Config{Addr: addr, Addr6: ls.Address6.Addr(), DNS: ls.DNS, MTU: ls.MTU})
 	if err != nil {
 		return ExitFailure, err
 	}
@@ -196,13 +198,32 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		sl.Close()
 		return nil, fmt.Errorf("http proxy on loopback: %w", err)
 	}
+	// The preload library's way in for IPv6 sockets that cannot use
+	// IPv4-mapped addresses (IPV6_V6ONLY): the same SOCKS proxy on ::1.
+	var sl6 net.Listener
+	if loopback6() {
+		if sl6, err = net.Listen("tcp6", "[::1]:0"); err != nil {
+			log.Warn("no socks proxy on IPv6 loopback; IPv6-only sockets will not be intercepted in preload mode", "err", err)
+		}
+	}
 	socks := &proxy.SOCKS{Dialer: d, Secret: secret, Logger: log}
 	httpp := &proxy.HTTP{Dialer: d, Secret: secret, Logger: log}
 	f.http = httpp
 	svc.Add(2)
 	go func() { defer svc.Done(); _ = socks.Serve(ctx, sl) }()
 	go func() { defer svc.Done(); _ = httpp.Serve(ctx, hl) }()
-	go func() { <-ctx.Done(); sl.Close(); hl.Close() }()
+	if sl6 != nil {
+		svc.Add(1)
+		go func() { defer svc.Done(); _ = socks.Serve(ctx, sl6) }()
+	}
+	go func() {
+		<-ctx.Done()
+		sl.Close()
+		hl.Close()
+		if sl6 != nil {
+			sl6.Close()
+		}
+	}()
 	httpURL := fmt.Sprintf("http://airlock:%s@%s", secret, hl.Addr())
 	socksURL := fmt.Sprintf("socks5h://airlock:%s@%s", secret, sl.Addr())
 	env := f.env
@@ -217,6 +238,13 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		{"AIRLOCK_DNS", dns.String()},
 	} {
 		env = setEnv(env, kv[0], kv[1])
+	}
+	if f.lease.Address6.IsValid() {
+		// The preload library's getaddrinfo returns AAAA records first.
+		env = setEnv(env, "AIRLOCK_IPV6", "1")
+	}
+	if sl6 != nil {
+		env = setEnv(env, "AIRLOCK_SOCKS6", sl6.Addr().String())
 	}
 	return env, nil
 }
@@ -284,10 +312,11 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 		// The host's resolver is out of reach: every DNS query goes to
 		// the tunnel's DNS server, whatever resolv.conf says.
 		dst = netip.AddrPortFrom(r.dns, 53)
-	case a.IsLoopback():
+	case a.IsLoopback(), a.Is6() && a.IsLinkLocalUnicast():
+		// Local; an IPv6 link-local peer is on the node's own link.
 		return nil, nil
 	}
-	v6 := c.Family == syscall.AF_INET6 && r.v6
+	lo := proxy.LoopbackFor(c.Family, dst.Addr(), r.v6)
 	switch c.Type {
 	case syscall.SOCK_STREAM:
 		dctx, cancel := context.WithTimeout(ctx, proxy.DialTimeout)
@@ -296,17 +325,17 @@ func (r *redirector) Redirect(ctx context.Context, c seccompnotify.Connect) (*os
 		if err != nil {
 			return nil, err
 		}
-		return proxy.PipeTCP(rc, v6)
+		return proxy.PipeTCP(rc, lo)
 	case syscall.SOCK_DGRAM:
-		return proxy.PipeUDP(ctx, r.d, dst, v6)
+		return proxy.PipeUDP(ctx, r.d, dst, lo)
 	}
 	return nil, nil
 }
 
 // exposeInStack carries the job's exposed TCP ports: connections the
-// gateway sends to the job's tunnel address arrive in the user-space stack
-// and are passed on to the same port on the host's loopback, where the job
-// listens — if the listener there is the job's (its uid's): another
+// gateway sends to the job's tunnel address (either, for a dual-stack
+// lease) arrive in the user-space stack and are passed on to the same
+// port on the host's IPv4 loopback, where the job listens — if the listener there is the job's (its uid's): another
 // user's loopback service is never reached. Exposed UDP ports are not
 // carried in the fallback modes.
 func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, us *userstack.Stack, exposed []control.Exposed) {
@@ -321,32 +350,42 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 			log.Warn("cannot carry exposed port", "port", x.Port.Port, "err", err)
 			continue
 		}
+		listeners := []net.Listener{l}
+		if us.HasIPv6() {
+			if l6, err := us.ListenTCP6(x.Port.Port); err != nil {
+				log.Warn("cannot carry exposed port over IPv6", "port", x.Port.Port, "err", err)
+			} else {
+				listeners = append(listeners, l6)
+			}
+		}
 		local := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), x.Port.Port)
-		svc.Add(1)
-		go func() {
-			defer svc.Done()
-			go func() { <-ctx.Done(); l.Close() }()
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					// Loopback is every local user's: only the job's own
-					// listener may receive what comes in for the job.
-					dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-					lc, err := proxy.DialOwned(dctx, nil, local)
-					cancel()
+		for _, l := range listeners {
+			svc.Add(1)
+			go func() {
+				defer svc.Done()
+				go func() { <-ctx.Done(); l.Close() }()
+				for {
+					c, err := l.Accept()
 					if err != nil {
-						if errors.Is(err, proxy.ErrForeignPeer) && refusals.Allow() {
-							log.Warn("exposed port: the listener on loopback is not the job's; connection refused", "port", x.Port.Port, "err", err)
-						}
-						c.Close()
 						return
 					}
-					proxy.Splice(c, lc)
-				}()
-			}
-		}()
+					go func() {
+						// Loopback is every local user's: only the job's own
+						// listener may receive what comes in for the job.
+						dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+						lc, err := proxy.DialOwned(dctx, nil, local)
+						cancel()
+						if err != nil {
+							if errors.Is(err, proxy.ErrForeignPeer) && refusals.Allow() {
+								log.Warn("exposed port: the listener on loopback is not the job's; connection refused", "port", x.Port.Port, "err", err)
+							}
+							c.Close()
+							return
+						}
+						proxy.Splice(c, lc)
+					}()
+				}
+			}()
+		}
 	}
 }

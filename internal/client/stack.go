@@ -93,9 +93,6 @@ func errnoFor(err error) error {
 }
 
 func (d *stackDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	if !dst.Addr().Unmap().Is4() {
-		return nil, fmt.Errorf("dial %v: %w (the tunnel carries IPv4 only)", dst, syscall.ENETUNREACH)
-	}
 	c, err := d.us.DialTCP(ctx, netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
 	if err != nil {
 		return nil, errnoFor(err)
@@ -105,9 +102,6 @@ func (d *stackDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn
 }
 
 func (d *stackDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
-	if !dst.Addr().Unmap().Is4() {
-		return nil, fmt.Errorf("udp to %v: %w (the tunnel carries IPv4 only)", dst, syscall.ENETUNREACH)
-	}
 	c, err := d.us.DialUDP(netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port()))
 	if err != nil {
 		return nil, errnoFor(err)
@@ -116,10 +110,7 @@ func (d *stackDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn
 }
 
 func (d *stackDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
-	if v6 {
-		return nil, fmt.Errorf("udp: %w (the tunnel carries IPv4 only)", syscall.ENETUNREACH)
-	}
-	c, err := d.us.ListenUDP()
+	c, err := d.us.ListenUDP(v6)
 	if err != nil {
 		return nil, errnoFor(err)
 	}

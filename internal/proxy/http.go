@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,11 +61,7 @@ func (h *HTTP) dial(ctx context.Context, network, addr string) (net.Conn, error)
 	if err != nil {
 		return nil, fmt.Errorf("bad port %q", port)
 	}
-	ip, err := resolve(ctx, h.Dialer, host)
-	if err != nil {
-		return nil, err
-	}
-	return h.Dialer.DialTCP(ctx, netip.AddrPortFrom(ip, uint16(p)))
+	return dialHost(ctx, h.Dialer, host, uint16(p))
 }
 
 // Serve serves l until it is closed; it returns nil then.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -196,39 +197,60 @@ except socket.timeout:
 // socket).
 func TestSOCKSUDPRelayForeignSource(t *testing.T) {
 	const bound = `
-import socket, time
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.1", 0))
+import socket, sys, time
+fam = socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 0))
 print(s.getsockname()[1], flush=True)
 time.sleep(5)
 `
 	_, udpEcho := echoServers(t)
 	addr, secret := startSOCKS(t)
-	cmd, out := asNobody(t, bound)
-	var port string
-	for i := 0; i < 50 && port == ""; i++ {
-		time.Sleep(100 * time.Millisecond)
-		port, _, _ = strings.Cut(out.String(), "\n")
+	for _, lo := range []string{"127.0.0.1", "::1"} {
+		t.Run(lo, func(t *testing.T) {
+			if lo == "::1" {
+				if l, err := net.ListenPacket("udp6", "[::1]:0"); err != nil {
+					t.Skipf("no IPv6 loopback: %v", err)
+				} else {
+					l.Close()
+				}
+			}
+			cmd, out := asNobody(t, bound, lo)
+			var port string
+			for i := 0; i < 50 && port == ""; i++ {
+				time.Sleep(100 * time.Millisecond)
+				port, _, _ = strings.Cut(out.String(), "\n")
+			}
+			theirs := netip.AddrPortFrom(netip.MustParseAddr(lo), uint16(mustAtoi(t, strings.TrimSpace(port))))
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			msg := append([]byte{5, 1, 2, 1, 3, 'j', 'o', 'b', byte(len(secret))}, secret...)
+			msg = appendAddr(append(msg, 5, CmdUDPRelay, 0), udpEcho)
+			msg = appendAddr(msg, theirs)
+			if _, err := c.Write(msg); err != nil {
+				t.Fatal(err)
+			}
+			rep := make([]byte, 6)
+			if _, err := io.ReadFull(c, rep); err != nil {
+				t.Fatal(err)
+			}
+			if rep[4] != 5 || rep[5] == repOK {
+				t.Errorf("relay for another user's socket %v: reply %v, want a failure", theirs, rep)
+			}
+			cmd.Process.Kill()
+		})
 	}
-	theirs := netip.MustParseAddrPort("127.0.0.1:" + strings.TrimSpace(port))
-	c, err := net.Dial("tcp", addr)
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("port %q: %v", s, err)
 	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	msg := append([]byte{5, 1, 2, 1, 3, 'j', 'o', 'b', byte(len(secret))}, secret...)
-	msg = appendAddr(append(msg, 5, CmdUDPRelay, 0), udpEcho)
-	msg = appendAddr(msg, theirs)
-	if _, err := c.Write(msg); err != nil {
-		t.Fatal(err)
-	}
-	rep := make([]byte, 6)
-	if _, err := io.ReadFull(c, rep); err != nil {
-		t.Fatal(err)
-	}
-	if rep[4] != 5 || rep[5] == repOK {
-		t.Errorf("relay for another user's socket %v: reply %v, want a failure", theirs, rep)
-	}
-	cmd.Process.Kill()
+	return n
 }

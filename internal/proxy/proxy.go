@@ -75,26 +75,64 @@ const UDPIdleTimeout = 2 * time.Minute
 // DialTimeout bounds a TCP dial through the tunnel.
 const DialTimeout = 30 * time.Second
 
-// resolve turns host (an IP literal or a name) into one address, asking
-// the tunnel's DNS for names. IPv4 answers are preferred: the tunnel's
-// lease is IPv4.
-func resolve(ctx context.Context, d Dialer, host string) (netip.Addr, error) {
+// resolveAll turns host (an IPv4 or IPv6 literal, or a name) into the
+// addresses to try, in order, asking the tunnel's DNS for names: the
+// Dialer's LookupHost orders them (IPv6 first when the tunnel carries
+// IPv6). IPv4-mapped addresses count as IPv4; zones are dropped.
+func resolveAll(ctx context.Context, d Dialer, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
-		return a.Unmap(), nil
+		return []netip.Addr{a.Unmap().WithZone("")}, nil
 	}
 	addrs, err := d.LookupHost(ctx, host)
 	if err != nil {
-		return netip.Addr{}, err
-	}
-	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return a.Unmap(), nil
-		}
+		return nil, err
 	}
 	if len(addrs) == 0 {
-		return netip.Addr{}, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+		return nil, &net.DNSError{Err: "no addresses", Name: host, IsNotFound: true}
+	}
+	out := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		out[i] = a.Unmap().WithZone("")
+	}
+	return out, nil
+}
+
+// resolve is resolveAll's first address (for UDP, which cannot tell a
+// dead address from a quiet one).
+func resolve(ctx context.Context, d Dialer, host string) (netip.Addr, error) {
+	addrs, err := resolveAll(ctx, d, host)
+	if err != nil {
+		return netip.Addr{}, err
 	}
 	return addrs[0], nil
+}
+
+// FallbackDelay bounds each attempt but the last when a name has several
+// addresses: a dual-stack name whose IPv6 path is dead falls back to IPv4
+// after this long (RFC 8305 races; a sequence with a bound is enough here).
+const FallbackDelay = 5 * time.Second
+
+// dialHost opens a TCP connection to host (a literal or a name) and port
+// through d, trying the addresses in resolveAll's order until one
+// connects; it returns the last error.
+func dialHost(ctx context.Context, d Dialer, host string, port uint16) (net.Conn, error) {
+	addrs, err := resolveAll(ctx, d, host)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range addrs {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if i < len(addrs)-1 {
+			actx, cancel = context.WithTimeout(ctx, FallbackDelay)
+		}
+		var c net.Conn
+		c, err = d.DialTCP(actx, netip.AddrPortFrom(a, port))
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return c, err
+		}
+	}
+	return nil, err
 }
 
 // Splice copies both ways between a and b with half-close (CloseWrite

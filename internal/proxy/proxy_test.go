@@ -322,7 +322,7 @@ func TestPipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := PipeTCP(rc, false)
+	f, err := PipeTCP(rc, Loopback4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,7 +334,7 @@ func TestPipes(t *testing.T) {
 	roundTrip(t, c, "through a tcp pipe")
 	c.Close()
 
-	f, err = PipeUDP(context.Background(), testDialer, udpEcho, false)
+	f, err = PipeUDP(context.Background(), testDialer, udpEcho, Loopback4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -96,74 +97,95 @@ func (r *udpRelay) Close() {
 	})
 }
 
-func loopback(v6 bool) netip.Addr {
-	if v6 {
+// Loopback is the kind of loopback socket a pipe hands over: of the job
+// socket's family, and for an IPv6 socket that asked for an IPv4 peer, an
+// IPv6 socket on IPv4-mapped addresses — what the kernel would have made
+// of that connect (getsockname and getpeername name ::ffff:127.0.0.1;
+// glibc's getaddrinfo insists on it when it sorts addresses).
+type Loopback int
+
+const (
+	// Loopback4 is an AF_INET socket on 127.0.0.1.
+	Loopback4 Loopback = iota
+	// Loopback6 is an AF_INET6 socket on ::1.
+	Loopback6
+	// Loopback4In6 is an AF_INET6 socket on ::ffff:127.0.0.1, whose peer
+	// is an IPv4 socket on 127.0.0.1.
+	Loopback4In6
+)
+
+// LoopbackFor returns the loopback kind for a job socket of family
+// (AF_INET or AF_INET6) connecting to dst, where v6 says whether IPv6
+// loopback (::1) works on this host.
+func LoopbackFor(family int, dst netip.Addr, v6 bool) Loopback {
+	switch {
+	case family != syscall.AF_INET6:
+		return Loopback4
+	case dst.Unmap().Is4():
+		return Loopback4In6
+	case v6:
+		return Loopback6
+	}
+	return Loopback4 // no ::1 here: the wrong family beats no connection
+}
+
+// addr is the address the relay end of a pipe of kind lo listens on.
+func (lo Loopback) addr() netip.Addr {
+	if lo == Loopback6 {
 		return netip.IPv6Loopback()
 	}
 	return netip.AddrFrom4([4]byte{127, 0, 0, 1})
 }
 
-// PipeTCP returns one end of a new loopback TCP connection (IPv6 loopback
-// if v6) whose other end is spliced to remote, for injection into a job
-// that asked to connect to remote's peer. The caller owns the file; remote
-// is closed when the job's end closes (or at once on error).
-func PipeTCP(remote net.Conn, v6 bool) (*os.File, error) {
-	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(loopback(v6), 0)))
+// PipeTCP returns one end of a new loopback TCP connection of kind lo
+// whose other end is spliced to remote, for injection into a job that
+// asked to connect to remote's peer. The caller owns the file; remote is
+// closed when the job's end closes (or at once on error).
+func PipeTCP(remote net.Conn, lo Loopback) (*os.File, error) {
+	l, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(lo.addr(), 0)))
 	if err != nil {
 		remote.Close()
 		return nil, fmt.Errorf("loopback listener: %w", err)
 	}
 	defer l.Close()
-	c, err := net.DialTCP("tcp", nil, l.Addr().(*net.TCPAddr))
+	f, local, err := loopbackSocket(syscall.SOCK_STREAM, lo, netip.MustParseAddrPort(l.Addr().String()))
 	if err != nil {
 		remote.Close()
 		return nil, fmt.Errorf("loopback connection: %w", err)
 	}
-	defer c.Close()
 	// Other local users could connect to the listener too: take only our
 	// own connection, known by its source port.
 	_ = l.SetDeadline(time.Now().Add(5 * time.Second))
 	for {
 		a, err := l.AcceptTCP()
 		if err != nil {
+			f.Close()
 			remote.Close()
 			return nil, fmt.Errorf("loopback accept: %w", err)
 		}
-		if a.RemoteAddr().String() != c.LocalAddr().String() {
+		if from, err := netip.ParseAddrPort(a.RemoteAddr().String()); err != nil || netip.AddrPortFrom(from.Addr().Unmap(), from.Port()) != local {
 			a.Close()
 			continue
-		}
-		f, err := c.File()
-		if err != nil {
-			a.Close()
-			remote.Close()
-			return nil, fmt.Errorf("loopback connection fd: %w", err)
 		}
 		go Splice(a, remote)
 		return f, nil
 	}
 }
 
-// PipeUDP returns a loopback UDP socket (IPv6 loopback if v6) connected to
-// a relay that carries its datagrams to dst through d and the answers
-// back. The relay ends with ctx or after UDPIdleTimeout without traffic.
-func PipeUDP(ctx context.Context, d Dialer, dst netip.AddrPort, v6 bool) (*os.File, error) {
-	u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loopback(v6), 0)))
+// PipeUDP returns a loopback UDP socket of kind lo connected to a relay
+// that carries its datagrams to dst through d and the answers back. The
+// relay ends with ctx or after UDPIdleTimeout without traffic.
+func PipeUDP(ctx context.Context, d Dialer, dst netip.AddrPort, lo Loopback) (*os.File, error) {
+	f, src, err := loopbackSocket(syscall.SOCK_DGRAM, lo, netip.AddrPort{})
 	if err != nil {
 		return nil, fmt.Errorf("loopback udp socket: %w", err)
 	}
-	defer u.Close()
-	src, _ := netip.ParseAddrPort(u.LocalAddr().String())
 	r, err := newUDPRelay(ctx, d, src, dst, UDPIdleTimeout)
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
-	f, err := u.File()
-	if err != nil {
-		r.Close()
-		return nil, fmt.Errorf("loopback udp fd: %w", err)
-	}
-	if err := connectFile(f, r.Addr()); err != nil {
+	if err := connectFile(f, lo, r.Addr()); err != nil {
 		f.Close()
 		r.Close()
 		return nil, err

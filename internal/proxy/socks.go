@@ -295,12 +295,11 @@ func (s *SOCKS) target(ctx context.Context, a socksAddr) (netip.AddrPort, error)
 func (s *SOCKS) connect(ctx context.Context, c net.Conn, br *bufio.Reader, a socksAddr) error {
 	dctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
-	dst, err := s.target(dctx, a)
-	if err != nil {
-		_ = writeReply(c, replyCode(err), netip.AddrPort{})
-		return fmt.Errorf("resolve %s: %w", a, err)
+	host := a.host
+	if a.ip.IsValid() {
+		host = a.ip.String()
 	}
-	rc, err := s.Dialer.DialTCP(dctx, dst)
+	rc, err := dialHost(dctx, s.Dialer, host, a.port)
 	if err != nil {
 		_ = writeReply(c, replyCode(err), netip.AddrPort{})
 		return fmt.Errorf("connect %s: %w", a, err)

@@ -43,6 +43,10 @@ func TestParseSockaddr(t *testing.T) {
 	if !ok || ap.String() != "192.0.2.7:443" {
 		t.Errorf("v4-mapped sockaddr_in6: got %v %v, want 192.0.2.7:443 (unmapped)", ap, ok)
 	}
+	copy(b[8:], []byte{0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x10})
+	if ap, ok := parseSockaddr(b); !ok || ap.String() != "[2001:db8::10]:443" {
+		t.Errorf("sockaddr_in6: got %v %v, want [2001:db8::10]:443", ap, ok)
+	}
 	if _, ok := parseSockaddr(b[:unix.SizeofSockaddrInet6-1]); ok {
 		t.Error("short sockaddr_in6 accepted")
 	}

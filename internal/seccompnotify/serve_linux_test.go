@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
@@ -34,6 +36,12 @@ func TestMain(m *testing.M) {
 // ADDR sends, "udp ADDR" sends one datagram and prints the answer.
 func testJob(spec string) int {
 	proto, addr, _ := strings.Cut(spec, " ")
+	if proto == "mapped" {
+		return testMapped(addr)
+	}
+	if proto == "udp4on6" {
+		return testUDP4On6(addr)
+	}
 	c, err := net.DialTimeout(proto, addr, 5*time.Second)
 	if err != nil {
 		fmt.Println("dial error:", err)
@@ -54,6 +62,78 @@ func testJob(spec string) int {
 		return 1
 	}
 	fmt.Printf("%s %s: %s\n", proto, c.RemoteAddr().Network(), b[:n])
+	return 0
+}
+
+// testMapped connects an AF_INET6 TCP socket to the IPv4-mapped form of
+// the IPv4 address addr (what a dual-stack program does for IPv4 peers)
+// and prints what it reads and the family of the peer it is connected to.
+func testMapped(addr string) int {
+	ap := netip.MustParseAddrPort(addr)
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fmt.Println("socket error:", err)
+		return 1
+	}
+	defer unix.Close(fd)
+	mapped := netip.AddrFrom16(ap.Addr().As16())
+	if err := unix.Connect(fd, &unix.SockaddrInet6{Addr: mapped.As16(), Port: int(ap.Port())}); err != nil {
+		fmt.Println("dial error:", err)
+		return 1
+	}
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	b := make([]byte, 100)
+	n, err := unix.Read(fd, b)
+	if err != nil || n < 0 {
+		fmt.Println("read error:", err)
+		return 1
+	}
+	peer, err := unix.Getpeername(fd)
+	if err != nil {
+		fmt.Println("getpeername error:", err)
+		return 1
+	}
+	p6, six := peer.(*unix.SockaddrInet6)
+	fmt.Printf("mapped v6=%v v4mapped=%v: %s\n", six, six && netip.AddrFrom16(p6.Addr).Is4In6(), b[:n])
+	return 0
+}
+
+// testUDP4On6 does what glibc's getaddrinfo does to sort addresses: it
+// connects an AF_INET6 UDP socket with an AF_INET sockaddr (the IPv4 peer
+// addr) and asks for the socket's own address, which must be IPv4-mapped
+// (glibc asserts it); then it sends one datagram and prints the answer.
+func testUDP4On6(addr string) int {
+	ap := netip.MustParseAddrPort(addr)
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fmt.Println("socket error:", err)
+		return 1
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}); err != nil {
+		fmt.Println("dial error:", err)
+		return 1
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		fmt.Println("getsockname error:", err)
+		return 1
+	}
+	s6, six := sa.(*unix.SockaddrInet6)
+	if _, err := unix.Write(fd, []byte("ping")); err != nil {
+		fmt.Println("write error:", err)
+		return 1
+	}
+	tv := unix.NsecToTimeval((5 * time.Second).Nanoseconds())
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	b := make([]byte, 100)
+	n, err := unix.Read(fd, b)
+	if err != nil || n < 0 {
+		fmt.Println("read error:", err)
+		return 1
+	}
+	fmt.Printf("udp4on6 v4mapped=%v: %s\n", six && netip.AddrFrom16(s6.Addr).Is4In6(), b[:n])
 	return 0
 }
 
@@ -96,9 +176,9 @@ func (r *testRedirector) Redirect(ctx context.Context, c Connect) (*os.File, err
 		if err != nil {
 			return nil, err
 		}
-		return proxy.PipeTCP(rc, false)
+		return proxy.PipeTCP(rc, proxy.LoopbackFor(c.Family, c.Dst.Addr(), true))
 	case syscall.SOCK_DGRAM:
-		return proxy.PipeUDP(ctx, hostDialer{}, r.udp, false)
+		return proxy.PipeUDP(ctx, hostDialer{}, r.udp, proxy.LoopbackFor(c.Family, c.Dst.Addr(), true))
 	}
 	return nil, nil
 }
@@ -141,22 +221,45 @@ func TestRedirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	v6 := true
+	if l, err := net.Listen("tcp6", "[::1]:0"); err != nil {
+		v6 = false
+	} else {
+		l.Close()
+	}
 	for _, tc := range []struct {
 		name, spec string
 		argv       []string
 		want       string
 		ok         bool
+		dst        string // the destination the redirector must see, if set
+		family     int    // the socket family it must see, if set
 	}{
 		// 192.0.2.0/24 (TEST-NET-1) is not routed: only the redirect
 		// can make these connects succeed.
-		{"tcp", "tcp 192.0.2.10:80", []string{self}, "tcp tcp: hello from tcp", true},
-		{"udp", "udp 192.0.2.10:53", []string{self}, "udp udp: echo ping", true},
-		{"refused", "tcp 192.0.2.10:1", []string{self}, "connection refused", false},
-		{"loopback-untouched", "tcp " + tcpSrv.String(), []string{self}, "hello from tcp", true},
+		{"tcp", "tcp 192.0.2.10:80", []string{self}, "tcp tcp: hello from tcp", true, "", 0},
+		{"udp", "udp 192.0.2.10:53", []string{self}, "udp udp: echo ping", true, "", 0},
+		{"refused", "tcp 192.0.2.10:1", []string{self}, "connection refused", false, "", 0},
+		{"loopback-untouched", "tcp " + tcpSrv.String(), []string{self}, "hello from tcp", true, "", 0},
 		// A shell and its children inherit the filter.
-		{"children", "tcp 192.0.2.10:80", []string{"sh", "-c", self + " && " + self}, "tcp tcp: hello from tcp\ntcp tcp: hello from tcp", true},
+		{"children", "tcp 192.0.2.10:80", []string{"sh", "-c", self + " && " + self}, "tcp tcp: hello from tcp\ntcp tcp: hello from tcp", true, "", 0},
+		// IPv6 (2001:db8::/32 is not routed either): sockaddr_in6 is
+		// caught, and the job's AF_INET6 socket gets an IPv6 loopback
+		// replacement.
+		{"tcp6", "tcp [2001:db8::10]:80", []string{self}, "tcp tcp: hello from tcp", true, "[2001:db8::10]:80", syscall.AF_INET6},
+		{"udp6", "udp [2001:db8::10]:53", []string{self}, "udp udp: echo ping", true, "[2001:db8::10]:53", syscall.AF_INET6},
+		// An IPv4-mapped address on an AF_INET6 socket is seen as the
+		// IPv4 address it maps.
+		{"v4-mapped", "mapped 192.0.2.10:80", []string{self}, "mapped v6=true v4mapped=true: hello from tcp", true, "192.0.2.10:80", syscall.AF_INET6},
+		// An AF_INET sockaddr on an AF_INET6 UDP socket (glibc's
+		// getaddrinfo does it): the replacement's own address is
+		// IPv4-mapped, as the kernel's would be.
+		{"udp-v4-on-v6-socket", "udp4on6 192.0.2.10:53", []string{self}, "udp4on6 v4mapped=true: echo ping", true, "192.0.2.10:53", syscall.AF_INET6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.family == syscall.AF_INET6 && !v6 {
+				t.Skip("no IPv6 loopback")
+			}
 			r := &testRedirector{tcp: tcpSrv, udp: udpSrv, seen: make(chan Connect, 8)}
 			out, err := runJob(t, r, tc.spec, tc.argv...)
 			if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
@@ -166,6 +269,9 @@ func TestRedirect(t *testing.T) {
 			case c := <-r.seen:
 				if c.Pid <= 0 || c.FD < 0 || (c.Family != syscall.AF_INET && c.Family != syscall.AF_INET6) {
 					t.Errorf("connect seen as %+v", c)
+				}
+				if tc.dst != "" && (c.Dst.String() != tc.dst || c.Family != tc.family) {
+					t.Errorf("connect seen to %v (family %d), want %s (family %d)", c.Dst, c.Family, tc.dst, tc.family)
 				}
 			default:
 				t.Error("the redirector saw no connect")

@@ -2,9 +2,9 @@
 // for the fallback modes (no user namespace or TUN): a gVisor netstack
 // attached to the job's WireGuard device in place of a TUN, from which the
 // client's proxies and relays dial the job's connections. Everything it
-// sends leaves through the tunnel with the job's own address, so the
-// gateway applies the job's policy, limits and port block as for a netns
-// job.
+// sends leaves through the tunnel with the job's own address (IPv4, or
+// IPv6 when the lease has one), so the gateway applies the job's policy,
+// limits and port block as for a netns job.
 //
 // It uses the same link endpoint (internal/stacklink.Link: GRO inbound, GSO
 // outbound, batched reads) and TCP tuning (stacklink.TuneTCP: SACK, buffer
@@ -19,6 +19,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -48,6 +49,10 @@ const (
 type Config struct {
 	// Addr is the job's tunnel address (from the lease).
 	Addr netip.Addr
+	// Addr6, if valid, is the job's IPv6 tunnel address: the stack then
+	// dials IPv6 destinations from it and looks up AAAA records first.
+	// Without it IPv6 destinations are unreachable (ENETUNREACH).
+	Addr6 netip.Addr
 	// DNS lists the tunnel's DNS servers.
 	DNS []netip.Addr
 	// MTU of the tunnel.
@@ -72,6 +77,9 @@ type Stack struct {
 func New(cfg Config) (*Stack, error) {
 	if !cfg.Addr.IsValid() || cfg.MTU <= 0 {
 		return nil, fmt.Errorf("user-space stack: need an address and an MTU, got %v and %d", cfg.Addr, cfg.MTU)
+	}
+	if cfg.Addr6.IsValid() && (!cfg.Addr6.Is6() || cfg.Addr6.Is4In6()) {
+		return nil, fmt.Errorf("user-space stack: IPv6 address %v is not IPv6", cfg.Addr6)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stack{
@@ -103,12 +111,17 @@ func (s *Stack) setup() error {
 	if err := s.ns.CreateNIC(nicID, s.link); err != nil {
 		return tcpipErr("create nic", err)
 	}
-	pa := tcpip.ProtocolAddress{
-		Protocol:          proto(s.cfg.Addr),
-		AddressWithPrefix: tcpip.AddrFromSlice(s.cfg.Addr.AsSlice()).WithPrefix(),
-	}
-	if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
-		return tcpipErr(fmt.Sprintf("add address %v", s.cfg.Addr), err)
+	for _, a := range []netip.Addr{s.cfg.Addr, s.cfg.Addr6} {
+		if !a.IsValid() {
+			continue
+		}
+		pa := tcpip.ProtocolAddress{
+			Protocol:          proto(a),
+			AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix(),
+		}
+		if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return tcpipErr(fmt.Sprintf("add address %v", a), err)
+		}
 	}
 	s.ns.SetRouteTable([]tcpip.Route{
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
@@ -175,21 +188,50 @@ func (s *Stack) Close() error {
 	return nil
 }
 
+// HasIPv6 reports whether the stack has an IPv6 address.
+func (s *Stack) HasIPv6() bool { return s.cfg.Addr6.IsValid() }
+
+// ErrNoIPv6 is returned for IPv6 destinations when the lease has no IPv6
+// address; it wraps ENETUNREACH, as a kernel without an IPv6 route says.
+var ErrNoIPv6 = fmt.Errorf("the tunnel has no IPv6 address: %w", syscall.ENETUNREACH)
+
+// reachable checks that the stack has an address of dst's family.
+func (s *Stack) reachable(dst netip.Addr) error {
+	if dst.Unmap().Is6() && !s.HasIPv6() {
+		return fmt.Errorf("%v: %w", dst, ErrNoIPv6)
+	}
+	return nil
+}
+
 // DialTCP opens a TCP connection to dst through the tunnel.
 func (s *Stack) DialTCP(ctx context.Context, dst netip.AddrPort) (*gonet.TCPConn, error) {
+	if err := s.reachable(dst.Addr()); err != nil {
+		return nil, err
+	}
 	return gonet.DialContextTCP(ctx, s.ns, full(dst), proto(dst.Addr().Unmap()))
 }
 
 // DialUDP opens a UDP socket connected to dst.
 func (s *Stack) DialUDP(dst netip.AddrPort) (*gonet.UDPConn, error) {
+	if err := s.reachable(dst.Addr()); err != nil {
+		return nil, err
+	}
 	fa := full(dst)
 	return gonet.DialUDP(s.ns, nil, &fa, proto(dst.Addr().Unmap()))
 }
 
-// ListenUDP opens an unconnected UDP socket on the tunnel address.
-func (s *Stack) ListenUDP() (*gonet.UDPConn, error) {
-	la := full(netip.AddrPortFrom(s.cfg.Addr, 0))
-	return gonet.DialUDP(s.ns, &la, nil, proto(s.cfg.Addr))
+// ListenUDP opens an unconnected UDP socket on the tunnel address of the
+// family asked for.
+func (s *Stack) ListenUDP(v6 bool) (*gonet.UDPConn, error) {
+	a := s.cfg.Addr
+	if v6 {
+		if !s.HasIPv6() {
+			return nil, ErrNoIPv6
+		}
+		a = s.cfg.Addr6
+	}
+	la := full(netip.AddrPortFrom(a, 0))
+	return gonet.DialUDP(s.ns, &la, nil, proto(a))
 }
 
 // ListenTCP listens on port of the tunnel address (exposed ports).
@@ -197,31 +239,86 @@ func (s *Stack) ListenTCP(port uint16) (*gonet.TCPListener, error) {
 	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr, port)), proto(s.cfg.Addr))
 }
 
-// LookupHost resolves name through the tunnel's DNS servers: A records
-// (the tunnel carries IPv4), else AAAA. A name that does not exist gives a
-// *net.DNSError with IsNotFound.
+// ListenTCP6 listens on port of the IPv6 tunnel address (exposed ports
+// reached over IPv6); ErrNoIPv6 without one.
+func (s *Stack) ListenTCP6(port uint16) (*gonet.TCPListener, error) {
+	if !s.HasIPv6() {
+		return nil, ErrNoIPv6
+	}
+	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr6, port)), proto(s.cfg.Addr6))
+}
+
+// LookupHost resolves name through the tunnel's DNS servers and returns
+// its addresses in the order to try them. Without an IPv6 address: the A
+// records, else the AAAA records. With one (dual stack, IPv6 first as
+// RFC 6724 prefers): the AAAA records, then the A records. A name that
+// does not exist gives a *net.DNSError with IsNotFound.
 func (s *Stack) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
 	if len(s.cfg.DNS) == 0 {
 		return nil, &net.DNSError{Err: "no DNS server in the lease", Name: name}
 	}
-	var last error
-	for _, qtype := range []uint16{dns.TypeA, dns.TypeAAAA} {
-		for _, srv := range s.cfg.DNS {
-			addrs, err := s.query(ctx, netip.AddrPortFrom(srv, 53), name, qtype)
-			if err == nil && len(addrs) > 0 {
-				return addrs, nil
-			}
-			var de *net.DNSError
-			if errors.As(err, &de) && de.IsNotFound {
-				return nil, err
-			}
-			if err != nil {
-				last = err
-			}
+	if !s.HasIPv6() {
+		addrs, err := s.lookup(ctx, name, dns.TypeA)
+		var de *net.DNSError
+		if len(addrs) > 0 || (errors.As(err, &de) && de.IsNotFound) {
+			return addrs, err
+		}
+		if addrs6, err6 := s.lookup(ctx, name, dns.TypeAAAA); len(addrs6) > 0 || err6 != nil {
+			return addrs6, err6
+		}
+		return nil, notFound(name, err)
+	}
+	// Dual stack: both questions at once, AAAA answers first.
+	type answer struct {
+		addrs []netip.Addr
+		err   error
+	}
+	a6 := make(chan answer, 1)
+	go func() {
+		addrs, err := s.lookup(ctx, name, dns.TypeAAAA)
+		a6 <- answer{addrs, err}
+	}()
+	addrs4, err4 := s.lookup(ctx, name, dns.TypeA)
+	r6 := <-a6
+	for _, err := range []error{r6.err, err4} {
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			return nil, err
 		}
 	}
-	if last == nil {
-		last = &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}
+	if out := append(r6.addrs, addrs4...); len(out) > 0 {
+		return out, nil
+	}
+	if r6.err != nil {
+		return nil, r6.err
+	}
+	return nil, notFound(name, err4)
+}
+
+// notFound is err, or if nil the error of a name without addresses.
+func notFound(name string, err error) error {
+	if err != nil {
+		return err
+	}
+	return &net.DNSError{Err: "no addresses", Name: name, IsNotFound: true}
+}
+
+// lookup asks the DNS servers in turn for name's records of qtype until
+// one answers with addresses or says the name does not exist.
+func (s *Stack) lookup(ctx context.Context, name string, qtype uint16) ([]netip.Addr, error) {
+	var last error
+	for _, srv := range s.cfg.DNS {
+		addrs, err := s.query(ctx, netip.AddrPortFrom(srv, 53), name, qtype)
+		if err == nil && len(addrs) > 0 {
+			return addrs, nil
+		}
+		var de *net.DNSError
+		if errors.As(err, &de) && de.IsNotFound {
+			return nil, err
+		}
+		if err != nil {
+			last = err
+		}
 	}
 	return nil, last
 }

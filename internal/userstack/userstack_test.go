@@ -2,9 +2,13 @@ package userstack
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,12 +19,20 @@ import (
 // receives), standing in for the WireGuard tunnel.
 func pair(t *testing.T) (a, b *Stack) {
 	t.Helper()
+	return pairOf(t,
+		Config{Addr: netip.MustParseAddr("100.64.0.2"), DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
+		Config{Addr: netip.MustParseAddr("100.64.0.1"), MTU: 1420})
+}
+
+// pairOf is pair with the stacks' configurations.
+func pairOf(t *testing.T, ca, cb Config) (a, b *Stack) {
+	t.Helper()
 	var err error
-	a, err = New(Config{Addr: netip.MustParseAddr("100.64.0.2"), DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420})
+	a, err = New(ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err = New(Config{Addr: netip.MustParseAddr("100.64.0.1"), MTU: 1420})
+	b, err = New(cb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +108,7 @@ func TestStack(t *testing.T) {
 	}
 
 	// DNS over UDP through the stack.
-	pc, err := b.ListenUDP()
+	pc, err := b.ListenUDP(false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,5 +137,131 @@ func TestStack(t *testing.T) {
 	var de *net.DNSError
 	if !asDNSError(err, &de) || !de.IsNotFound {
 		t.Errorf("LookupHost(nx.test) error %v, want not found", err)
+	}
+}
+
+// TestStackIPv6: with an IPv6 address the stack dials TCP and UDP to IPv6
+// destinations from it and looks up AAAA records before A records;
+// without one, IPv6 destinations are unreachable (ENETUNREACH).
+func TestStackIPv6(t *testing.T) {
+	job6, gw6 := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::1")
+	a, b := pairOf(t,
+		Config{Addr: netip.MustParseAddr("100.64.0.2"), Addr6: job6, DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
+		Config{Addr: netip.MustParseAddr("100.64.0.1"), Addr6: gw6, MTU: 1420})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	l, err := b.ListenTCP6(80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	from := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		from <- c.RemoteAddr().String()
+		_, _ = io.Copy(c, c)
+	}()
+	c, err := a.DialTCP(ctx, netip.AddrPortFrom(gw6, 80))
+	if err != nil {
+		t.Fatalf("DialTCP [%v]:80: %v", gw6, err)
+	}
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("over ipv6")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 9)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "over ipv6" {
+		t.Errorf("echo: got %q, %v; want %q", buf, err, "over ipv6")
+	}
+	c.Close()
+	if got := <-from; !strings.HasPrefix(got, "["+job6.String()+"]:") {
+		t.Errorf("the IPv6 connection came from %s, want the job's IPv6 address %v", got, job6)
+	}
+
+	// UDP from the IPv6 address.
+	srv, err := b.ListenUDP(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	srvAddr, _ := netip.ParseAddrPort(srv.LocalAddr().String())
+	u, err := a.DialUDP(srvAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("dgram")); err != nil {
+		t.Fatal(err)
+	}
+	_ = srv.SetDeadline(time.Now().Add(5 * time.Second))
+	n, src, err := srv.ReadFrom(buf)
+	if err != nil || string(buf[:n]) != "dgram" || !strings.HasPrefix(src.String(), "["+job6.String()+"]:") {
+		t.Errorf("udp: got %q from %v (%v), want %q from the job's IPv6 address", buf[:n], src, err, "dgram")
+	}
+
+	// DNS: AAAA first, then A.
+	srvConn, err := b.dnsListener()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := &dns.Server{PacketConn: srvConn, Handler: dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		q := r.Question[0]
+		hdr := dns.RR_Header{Name: q.Name, Rrtype: q.Qtype, Class: dns.ClassINET, Ttl: 5}
+		switch {
+		case q.Name == "dual.test." && q.Qtype == dns.TypeA, q.Name == "v4.test." && q.Qtype == dns.TypeA:
+			m.Answer = append(m.Answer, &dns.A{Hdr: hdr, A: net.IPv4(192, 0, 2, 10)})
+		case q.Name == "dual.test." && q.Qtype == dns.TypeAAAA, q.Name == "v6.test." && q.Qtype == dns.TypeAAAA:
+			m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: net.ParseIP("2001:db8::10")})
+		case q.Name == "nx.test.":
+			m.Rcode = dns.RcodeNameError
+		}
+		_ = w.WriteMsg(m)
+	})}
+	go func() { _ = ds.ActivateAndServe() }()
+	defer func() { _ = ds.Shutdown() }()
+	for name, want := range map[string][]string{
+		"dual.test": {"2001:db8::10", "192.0.2.10"},
+		"v4.test":   {"192.0.2.10"},
+		"v6.test":   {"2001:db8::10"},
+	} {
+		addrs, err := a.LookupHost(ctx, name)
+		var got []string
+		for _, x := range addrs {
+			got = append(got, x.String())
+		}
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("LookupHost(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+
+	var de *net.DNSError
+	if _, err := a.LookupHost(ctx, "nx.test"); !asDNSError(err, &de) || !de.IsNotFound {
+		t.Errorf("LookupHost(nx.test) error %v, want not found", err)
+	}
+	if addrs, err := a.LookupHost(ctx, "none.test"); err == nil || len(addrs) != 0 {
+		t.Errorf("LookupHost(none.test) = %v, %v; want no addresses and an error", addrs, err)
+	}
+
+	// A stack without an IPv6 address refuses IPv6 destinations.
+	v4only, err := New(Config{Addr: netip.MustParseAddr("100.64.0.3"), MTU: 1420})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v4only.Close()
+	if _, err := v4only.DialTCP(ctx, netip.AddrPortFrom(gw6, 80)); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Errorf("DialTCP to IPv6 without an IPv6 address: got %v, want ENETUNREACH", err)
+	}
+	if _, err := v4only.DialUDP(netip.AddrPortFrom(gw6, 53)); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Errorf("DialUDP to IPv6 without an IPv6 address: got %v, want ENETUNREACH", err)
+	}
+	if _, err := v4only.ListenUDP(true); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Errorf("ListenUDP(v6) without an IPv6 address: got %v, want ENETUNREACH", err)
 	}
 }

@@ -262,39 +262,63 @@ int getaddrinfo(const char *node, const char *service,
 	unsigned char addrs[MAX_ADDRS][16];
 	struct addrinfo h, *head = NULL, **tail = &head, *r;
 	int family = hints ? hints->ai_family : AF_UNSPEC;
-	int n = 0, herr = 0, i, rc = EAI_NONAME;
-	int fam = AF_INET;
+	int flags = hints ? hints->ai_flags : 0;
+	int n = 0, total = 0, herr = 0, i, f, nfams = 0, rc = EAI_NONAME;
+	int fams[2];
 	char lit[INET6_ADDRSTRLEN];
 
-	if (!ours(node) || (hints && (hints->ai_flags & AI_NUMERICHOST)))
+	if (!ours(node) || (flags & AI_NUMERICHOST))
 		return al_real_getaddrinfo(node, service, hints, res);
-	/* The tunnel carries IPv4: ask for A records unless only IPv6 will do. */
-	if (family == AF_INET6 && !(hints->ai_flags & AI_V4MAPPED))
-		fam = AF_INET6;
-	n = lookup(node, fam, addrs, &herr);
-	if (n == 0)
-		return herr == HOST_NOT_FOUND || herr == NO_DATA ? EAI_NONAME : EAI_AGAIN;
+	/*
+	 * The families to ask for, in order: what the tunnel carries. AF_INET6
+	 * with AI_V4MAPPED takes A records (as mapped addresses) when there
+	 * are no AAAA records, or always with AI_ALL.
+	 */
+	if (family == AF_INET6) {
+		fams[nfams++] = AF_INET6;
+		if (flags & AI_V4MAPPED)
+			fams[nfams++] = AF_INET;
+	} else if (family == AF_UNSPEC && al_ipv6()) {
+		fams[nfams++] = AF_INET6;
+		fams[nfams++] = AF_INET;
+	} else {
+		fams[nfams++] = AF_INET;
+	}
 	memset(&h, 0, sizeof(h));
 	if (hints)
 		h = *hints;
 	h.ai_flags |= AI_NUMERICHOST;
-	h.ai_flags &= ~AI_CANONNAME;
-	for (i = 0; i < n; i++) {
-		inet_ntop(fam, addrs[i], lit, sizeof(lit));
-		rc = al_real_getaddrinfo(lit, service, &h, &r);
-		if (rc != 0)
+	h.ai_flags &= ~(AI_CANONNAME | AI_ADDRCONFIG);
+	for (f = 0; f < nfams; f++) {
+		if (family == AF_INET6 && fams[f] == AF_INET && total > 0 &&
+		    !(flags & AI_ALL))
 			break;
-		*tail = r;
-		while (*tail)
-			tail = &(*tail)->ai_next;
+		if (family == AF_INET6 && fams[f] == AF_INET6 && !al_ipv6() &&
+		    (flags & AI_V4MAPPED))
+			continue; /* IPv6 is unreachable: mapped IPv4 only */
+		n = lookup(node, fams[f], addrs, &herr);
+		if (n == 0 && herr == HOST_NOT_FOUND)
+			break;
+		for (i = 0; i < n; i++) {
+			inet_ntop(fams[f], addrs[i], lit, sizeof(lit));
+			rc = al_real_getaddrinfo(lit, service, &h, &r);
+			if (rc != 0)
+				continue;
+			*tail = r;
+			while (*tail)
+				tail = &(*tail)->ai_next;
+		}
+		total += n;
 	}
 	if (!head) {
+		if (total == 0)
+			return herr == HOST_NOT_FOUND || herr == NO_DATA ? EAI_NONAME : EAI_AGAIN;
 		return rc;
 	}
 	if (hints && (hints->ai_flags & AI_CANONNAME))
 		head->ai_canonname = strdup(node);
 	*res = head;
-	al_debug("getaddrinfo %s: %d addresses", node, n);
+	al_debug("getaddrinfo %s: %d addresses", node, total);
 	return 0;
 }
 

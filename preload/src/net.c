@@ -114,33 +114,92 @@ static int same_addr(const struct sockaddr *a, const struct sockaddr *b)
 }
 
 /**
- * relay_addr_for() - A relay's address in the family of the socket
- * @fd:		The program's UDP socket
- * @relay:	Relay address (IPv4 loopback)
- * @ss:		Storage for the result
+ * sock_domain() - SO_DOMAIN of a socket
+ * @fd:		Socket
  *
- * Return: length of the address in @ss
+ * Return: AF_INET, AF_INET6, … (AF_INET if it cannot be read)
  */
-static socklen_t relay_addr_for(int fd, const struct sockaddr_in *relay,
-				struct sockaddr_storage *ss)
+static int sock_domain(int fd)
 {
 	int domain = AF_INET;
 	socklen_t dl = sizeof(domain);
 
-	memset(ss, 0, sizeof(*ss));
 	getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl);
-	if (domain == AF_INET6) {
+	return domain;
+}
+
+/**
+ * al_v6_loopback() - Whether an IPv6 socket must use the IPv6 loopback
+ * @fd:		Socket
+ *
+ * An AF_INET6 socket reaches the IPv4 loopback proxy and relays through
+ * IPv4-mapped addresses unless it has IPV6_V6ONLY set or is bound to an
+ * IPv6 address (not :: and not IPv4-mapped).
+ *
+ * Return: non-zero if @fd is such a socket
+ */
+int al_v6_loopback(int fd)
+{
+	struct sockaddr_in6 local;
+	socklen_t ll = sizeof(local);
+	int only = 0;
+	socklen_t ol = sizeof(only);
+
+	if (sock_domain(fd) != AF_INET6)
+		return 0;
+	if (getsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &only, &ol) == 0 && only)
+		return 1;
+	memset(&local, 0, sizeof(local));
+	if (getsockname(fd, (struct sockaddr *)&local, &ll) < 0 ||
+	    local.sin6_family != AF_INET6)
+		return 0;
+	return !IN6_IS_ADDR_UNSPECIFIED(&local.sin6_addr) &&
+	       !IN6_IS_ADDR_V4MAPPED(&local.sin6_addr);
+}
+
+/**
+ * relay_addr_for() - A relay's address in the family of the socket
+ * @fd:		The program's UDP socket
+ * @relay:	Relay address (127.0.0.1 or ::1)
+ * @ss:		Storage for the result
+ *
+ * Return: length of the address in @ss
+ */
+static socklen_t relay_addr_for(int fd, const struct sockaddr_storage *relay,
+				struct sockaddr_storage *ss)
+{
+	const struct sockaddr_in *r4 = (const struct sockaddr_in *)relay;
+
+	memset(ss, 0, sizeof(*ss));
+	if (relay->ss_family == AF_INET6) {
+		memcpy(ss, relay, sizeof(struct sockaddr_in6));
+		return sizeof(struct sockaddr_in6);
+	}
+	if (sock_domain(fd) == AF_INET6) {
 		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
 
 		s6->sin6_family = AF_INET6;
-		s6->sin6_port = relay->sin_port;
+		s6->sin6_port = r4->sin_port;
 		s6->sin6_addr.s6_addr[10] = 0xff;
 		s6->sin6_addr.s6_addr[11] = 0xff;
-		memcpy(s6->sin6_addr.s6_addr + 12, &relay->sin_addr, 4);
+		memcpy(s6->sin6_addr.s6_addr + 12, &r4->sin_addr, 4);
 		return sizeof(*s6);
 	}
-	memcpy(ss, relay, sizeof(*relay));
-	return sizeof(*relay);
+	memcpy(ss, relay, sizeof(*r4));
+	return sizeof(*r4);
+}
+
+/**
+ * relay_port() - Port of a relay address, in network order
+ * @relay:	Relay address (AF_INET or AF_INET6)
+ *
+ * Return: the port
+ */
+static in_port_t relay_port(const struct sockaddr_storage *relay)
+{
+	if (relay->ss_family == AF_INET6)
+		return ((const struct sockaddr_in6 *)relay)->sin6_port;
+	return ((const struct sockaddr_in *)relay)->sin_port;
 }
 
 /**
@@ -152,16 +211,16 @@ static socklen_t relay_addr_for(int fd, const struct sockaddr_in *relay,
  * @relay:	Receives the relay's loopback address
  *
  * Binds an unbound socket to an ephemeral port first, as sending would:
- * the relay accepts datagrams from this socket's port only.
+ * the relay accepts datagrams from this socket's port only, at 127.0.0.1
+ * (or ::1 for a socket that cannot use IPv4-mapped addresses).
  *
  * Return: 0 on success, -1 with errno set
  */
 static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
 		     const struct sockaddr_storage *via,
-		     struct sockaddr_in *relay)
+		     struct sockaddr_storage *relay)
 {
-	struct sockaddr_storage local;
-	struct sockaddr_in src;
+	struct sockaddr_storage local, src;
 	socklen_t ll = sizeof(local);
 	struct al_fdstate *st;
 	int i, ctl;
@@ -196,14 +255,24 @@ static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
 			return -1;
 	}
 	memset(&src, 0, sizeof(src));
-	src.sin_family = AF_INET;
-	src.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	src.sin_port = local.ss_family == AF_INET ?
-			       ((struct sockaddr_in *)&local)->sin_port :
-			       ((struct sockaddr_in6 *)&local)->sin6_port;
+	if (al_v6_loopback(fd)) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&src;
 
-	ctl = al_socks_ctl(AL_CMD_UDP_RELAY, (const struct sockaddr *)via, &src,
-			   relay);
+		s6->sin6_family = AF_INET6;
+		s6->sin6_addr = in6addr_loopback;
+		s6->sin6_port = ((struct sockaddr_in6 *)&local)->sin6_port;
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&src;
+
+		s4->sin_family = AF_INET;
+		s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		s4->sin_port = local.ss_family == AF_INET ?
+				       ((struct sockaddr_in *)&local)->sin_port :
+				       ((struct sockaddr_in6 *)&local)->sin6_port;
+	}
+
+	ctl = al_socks_ctl(AL_CMD_UDP_RELAY, (const struct sockaddr *)via,
+			   (const struct sockaddr *)&src, relay);
 	if (ctl < 0)
 		return -1;
 
@@ -226,8 +295,8 @@ static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
 	st->r[st->n].ctl = ctl;
 	st->n++;
 	al_unlock();
-	al_debug("udp fd %d: relay %s:%d", fd, inet_ntoa(relay->sin_addr),
-		 ntohs(relay->sin_port));
+	al_debug("udp fd %d: relay on loopback port %d", fd,
+		 ntohs(relay_port(relay)));
 	return 0;
 }
 
@@ -241,8 +310,7 @@ static int udp_relay(int fd, const struct sockaddr *dst, socklen_t dstlen,
  */
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
-	struct sockaddr_storage via, rs;
-	struct sockaddr_in relay;
+	struct sockaddr_storage via, rs, relay;
 	int type;
 
 	al_ensure();
@@ -290,8 +358,7 @@ int __connect(int fd, const struct sockaddr *addr, socklen_t len)
 ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 	       const struct sockaddr *addr, socklen_t alen)
 {
-	struct sockaddr_storage via, rs;
-	struct sockaddr_in relay;
+	struct sockaddr_storage via, rs, relay;
 
 	al_ensure();
 	if (!addr || !al_intercepted(addr, alen, &via) ||
@@ -313,8 +380,7 @@ ssize_t sendto(int fd, const void *buf, size_t len, int flags,
  */
 ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 {
-	struct sockaddr_storage via, rs;
-	struct sockaddr_in relay;
+	struct sockaddr_storage via, rs, relay;
 	struct msghdr m;
 
 	al_ensure();
@@ -340,29 +406,40 @@ ssize_t sendmsg(int fd, const struct msghdr *msg, int flags)
 static void unrelay(int fd, struct sockaddr_storage *from, socklen_t *fromlen)
 {
 	struct al_fdstate *st;
-	struct sockaddr_in f4;
-	int i;
+	in_port_t port;
+	int i, six;
 
-	memset(&f4, 0, sizeof(f4));
-	f4.sin_family = AF_INET;
-	if (from->ss_family == AF_INET && *fromlen >= sizeof(f4)) {
-		memcpy(&f4, from, sizeof(f4));
+	if (from->ss_family == AF_INET && *fromlen >= sizeof(struct sockaddr_in)) {
+		const struct sockaddr_in *s4 = (const struct sockaddr_in *)from;
+
+		if (ntohl(s4->sin_addr.s_addr) != INADDR_LOOPBACK)
+			return;
+		port = s4->sin_port;
+		six = 0;
 	} else if (from->ss_family == AF_INET6 &&
-		   *fromlen >= sizeof(struct sockaddr_in6) &&
-		   IN6_IS_ADDR_V4MAPPED(&((struct sockaddr_in6 *)from)->sin6_addr)) {
+		   *fromlen >= sizeof(struct sockaddr_in6)) {
 		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)from;
+		uint32_t v4;
 
-		memcpy(&f4.sin_addr, s6->sin6_addr.s6_addr + 12, 4);
-		f4.sin_port = s6->sin6_port;
+		port = s6->sin6_port;
+		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+			memcpy(&v4, s6->sin6_addr.s6_addr + 12, 4);
+			if (ntohl(v4) != INADDR_LOOPBACK)
+				return;
+			six = 0;
+		} else if (IN6_IS_ADDR_LOOPBACK(&s6->sin6_addr)) {
+			six = 1;
+		} else {
+			return;
+		}
 	} else {
 		return;
 	}
-	if (ntohl(f4.sin_addr.s_addr) != INADDR_LOOPBACK)
-		return;
 	al_lock();
 	st = al_state(fd, 0);
 	for (i = 0; st && i < st->n; i++) {
-		if (st->r[i].relay.sin_port == f4.sin_port) {
+		if ((st->r[i].relay.ss_family == AF_INET6) == six &&
+		    relay_port(&st->r[i].relay) == port) {
 			memcpy(from, &st->r[i].dst, st->r[i].dstlen);
 			*fromlen = st->r[i].dstlen;
 			break;

@@ -12,6 +12,8 @@
  *   AIRLOCK_SOCKS=127.0.0.1:PORT        local SOCKS5 proxy of airlock run
  *   AIRLOCK_SOCKS_SECRET=HEX            its per-job password
  *   AIRLOCK_DNS=A.B.C.D                 the tunnel's DNS server
+ *   AIRLOCK_IPV6=1                      the tunnel carries IPv6 (optional)
+ *   AIRLOCK_SOCKS6=[::1]:PORT           the proxy on IPv6 loopback (optional)
  *
  * The proxy dials through a user-space TCP/IP stack on the job's WireGuard
  * device, so what reaches it leaves through the gateway like traffic of a
@@ -46,6 +48,18 @@
  * /etc/hosts does not know themselves: DNS over TCP, through a SOCKS CONNECT
  * to AIRLOCK_DNS port 53. Connections to port 53 of any address (programs
  * with their own resolver, like dig) are redirected to AIRLOCK_DNS too.
+ * getaddrinfo() asks for AAAA records before A records (AF_UNSPEC) when
+ * AIRLOCK_IPV6=1, for A records only otherwise: the tunnel decides which
+ * families are reachable, not the node's own interfaces (AI_ADDRCONFIG is
+ * not applied to these names).
+ *
+ * IPv6: a connect() or sendto() to an IPv6 destination goes to the proxy
+ * with the address as SOCKS ATYP 4; the program's AF_INET6 socket reaches
+ * the IPv4 loopback proxy and relays through IPv4-mapped addresses. So an
+ * IPv6 socket that cannot use IPv4-mapped addresses (IPV6_V6ONLY set, or
+ * bound to an IPv6 address) uses the proxy's IPv6 loopback listener
+ * (AIRLOCK_SOCKS6) and relays on ::1 instead; without AIRLOCK_SOCKS6 its
+ * connect() fails with ENETUNREACH.
  *
  * Children: fork() keeps the library and its state; execve() keeps it as
  * long as the environment keeps LD_PRELOAD and the AIRLOCK_* variables
@@ -88,9 +102,12 @@ int (*al_real_gethostbyname2_r)(const char *, int, struct hostent *, char *,
 int (*al_real_res_query)(const char *, int, int, unsigned char *, int);
 
 static struct sockaddr_in proxy_addr;
+static struct sockaddr_in6 proxy6_addr;
+static int have_proxy6;
 static struct sockaddr_in dns_addr;
 static char secret[256];
 static int active;
+static int ipv6;
 static int debug;
 
 static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -146,6 +163,34 @@ static int parse_hostport(const char *s, struct sockaddr_in *out)
 }
 
 /**
+ * parse_hostport6() - Parse "[IPV6]:PORT" into an IPv6 socket address
+ * @s:		Text, may be NULL
+ * @out:	Result
+ *
+ * Return: 0 on success, -1 if @s is missing or malformed
+ */
+static int parse_hostport6(const char *s, struct sockaddr_in6 *out)
+{
+	char host[64];
+	const char *end;
+	long port;
+	char *pend;
+
+	if (!s || s[0] != '[' || !(end = strchr(s, ']')) || end[1] != ':' ||
+	    end - s - 1 >= (long)sizeof(host))
+		return -1;
+	memcpy(host, s + 1, end - s - 1);
+	host[end - s - 1] = '\0';
+	port = strtol(end + 2, &pend, 10);
+	if (*pend || port <= 0 || port > 65535)
+		return -1;
+	memset(out, 0, sizeof(*out));
+	out->sin6_family = AF_INET6;
+	out->sin6_port = htons((uint16_t)port);
+	return inet_pton(AF_INET6, host, &out->sin6_addr) == 1 ? 0 : -1;
+}
+
+/**
  * al_init() - Resolve the real functions and read the configuration
  *
  * Runs once, through al_ensure(): from the library's constructor, or
@@ -166,6 +211,9 @@ static void al_init(void)
 	NEXT(al_real_res_query, "res_query");
 
 	debug = getenv("AIRLOCK_PRELOAD_DEBUG") != NULL;
+	s = getenv("AIRLOCK_IPV6");
+	ipv6 = s && !strcmp(s, "1");
+	have_proxy6 = parse_hostport6(getenv("AIRLOCK_SOCKS6"), &proxy6_addr) == 0;
 	if (parse_hostport(getenv("AIRLOCK_SOCKS"), &proxy_addr) < 0)
 		return;
 	s = getenv("AIRLOCK_SOCKS_SECRET");
@@ -212,6 +260,16 @@ int al_active(void)
 }
 
 /**
+ * al_ipv6() - Whether the tunnel carries IPv6 (AIRLOCK_IPV6=1)
+ *
+ * Return: non-zero if the job has an IPv6 tunnel address
+ */
+int al_ipv6(void)
+{
+	return ipv6;
+}
+
+/**
  * al_proxy_addr() - Address of airlock run's SOCKS5 proxy
  *
  * Return: the address, valid when al_active()
@@ -219,6 +277,16 @@ int al_active(void)
 const struct sockaddr_in *al_proxy_addr(void)
 {
 	return &proxy_addr;
+}
+
+/**
+ * al_proxy6_addr() - Address of the proxy's IPv6 loopback listener
+ *
+ * Return: the address, or NULL without AIRLOCK_SOCKS6
+ */
+const struct sockaddr_in6 *al_proxy6_addr(void)
+{
+	return have_proxy6 ? &proxy6_addr : NULL;
 }
 
 /**

@@ -26,12 +26,14 @@
  * @dst:	Real destination, as the program named it
  * @dstlen:	Length of @dst
  * @relay:	Loopback address of the relay that carries datagrams to @dst
+ *		(127.0.0.1, or ::1 for a socket that cannot use IPv4-mapped
+ *		addresses)
  * @ctl:	SOCKS control connection; the relay lives while it is open
  */
 struct al_relay {
 	struct sockaddr_storage dst;
 	socklen_t dstlen;
-	struct sockaddr_in relay;
+	struct sockaddr_storage relay;
 	int ctl;
 };
 
@@ -66,7 +68,9 @@ extern int (*al_real_res_query)(const char *, int, int, unsigned char *,
 /* Configuration from the environment (preload.c). */
 void al_ensure(void);
 int al_active(void);
+int al_ipv6(void);
 const struct sockaddr_in *al_proxy_addr(void);
+const struct sockaddr_in6 *al_proxy6_addr(void);
 const char *al_secret(void);
 const struct sockaddr_in *al_dns_addr(void);
 void al_debug(const char *fmt, ...)
@@ -80,13 +84,14 @@ void al_forget(int fd);
 
 /* SOCKS5 client (socks.c). */
 int al_socks_open(int fd, int cmd, const struct sockaddr *dst,
-		  const struct sockaddr_in *src, struct sockaddr_in *bnd);
+		  const struct sockaddr *src, struct sockaddr_storage *bnd);
 int al_socks_ctl(int cmd, const struct sockaddr *dst,
-		 const struct sockaddr_in *src, struct sockaddr_in *bnd);
+		 const struct sockaddr *src, struct sockaddr_storage *bnd);
 
 /* Addresses (net.c). */
 int al_intercepted(const struct sockaddr *sa, socklen_t len,
 		   struct sockaddr_storage *out);
+int al_v6_loopback(int fd);
 
 /* DNS through the tunnel (dns.c). */
 int al_dns_query(const char *name, int qtype, unsigned char *ans,

@@ -156,12 +156,12 @@ static int reply_errno(unsigned char rep)
  * @cmd:	SOCKS command (AL_CMD_CONNECT or AL_CMD_UDP_RELAY)
  * @dst:	Destination
  * @src:	For AL_CMD_UDP_RELAY: the UDP socket's loopback address
- * @bnd:	If not NULL, receives BND.ADDR:BND.PORT (IPv4 only)
+ * @bnd:	If not NULL, receives BND.ADDR:BND.PORT
  *
  * Return: 0 on success, -1 with errno set
  */
 static int handshake(int fd, int cmd, const struct sockaddr *dst,
-		     const struct sockaddr_in *src, struct sockaddr_in *bnd)
+		     const struct sockaddr *src, struct sockaddr_storage *bnd)
 {
 	unsigned char b[600];
 	size_t n = 0, slen = strlen(al_secret());
@@ -183,7 +183,7 @@ static int handshake(int fd, int cmd, const struct sockaddr *dst,
 	b[n++] = 0;
 	n += put_addr(b + n, dst);
 	if (src)
-		n += put_addr(b + n, (const struct sockaddr *)src);
+		n += put_addr(b + n, src);
 	if (write_all(fd, b, n) < 0)
 		return -1;
 
@@ -203,17 +203,23 @@ static int handshake(int fd, int cmd, const struct sockaddr *dst,
 		if (read_all(fd, b, 6) < 0)
 			return -1;
 		if (bnd) {
+			struct sockaddr_in *s4 = (struct sockaddr_in *)bnd;
+
 			memset(bnd, 0, sizeof(*bnd));
-			bnd->sin_family = AF_INET;
-			memcpy(&bnd->sin_addr, b, 4);
-			memcpy(&bnd->sin_port, b + 4, 2);
+			s4->sin_family = AF_INET;
+			memcpy(&s4->sin_addr, b, 4);
+			memcpy(&s4->sin_port, b + 4, 2);
 		}
 	} else if (r[3] == 4) {
 		if (read_all(fd, b, 18) < 0)
 			return -1;
 		if (bnd) {
-			errno = EAFNOSUPPORT;
-			return -1;
+			struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)bnd;
+
+			memset(bnd, 0, sizeof(*bnd));
+			s6->sin6_family = AF_INET6;
+			memcpy(&s6->sin6_addr, b, 16);
+			memcpy(&s6->sin6_port, b + 16, 2);
 		}
 	} else {
 		errno = EPROTO;
@@ -224,16 +230,27 @@ static int handshake(int fd, int cmd, const struct sockaddr *dst,
 
 /**
  * proxy_for() - The proxy's address in the family of a socket
- * @family:	AF_INET or AF_INET6
+ * @fd:		The socket
+ * @family:	Its family, AF_INET or AF_INET6
  * @ss:		Storage for the address
  *
- * IPv6 sockets reach the IPv4 loopback proxy through a v4-mapped address.
+ * IPv6 sockets reach the IPv4 loopback proxy through a v4-mapped address;
+ * those that cannot (al_v6_loopback()) reach its IPv6 loopback listener.
  *
- * Return: the address length
+ * Return: the address length, or 0 with errno ENETUNREACH if the socket
+ * cannot reach the proxy
  */
-static socklen_t proxy_for(int family, struct sockaddr_storage *ss)
+static socklen_t proxy_for(int fd, int family, struct sockaddr_storage *ss)
 {
 	memset(ss, 0, sizeof(*ss));
+	if (family == AF_INET6 && al_v6_loopback(fd)) {
+		if (!al_proxy6_addr()) {
+			errno = ENETUNREACH;
+			return 0;
+		}
+		memcpy(ss, al_proxy6_addr(), sizeof(struct sockaddr_in6));
+		return sizeof(struct sockaddr_in6);
+	}
 	if (family == AF_INET6) {
 		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
 
@@ -262,7 +279,7 @@ static socklen_t proxy_for(int family, struct sockaddr_storage *ss)
  * Return: 0 on success, -1 with errno set
  */
 int al_socks_open(int fd, int cmd, const struct sockaddr *dst,
-		  const struct sockaddr_in *src, struct sockaddr_in *bnd)
+		  const struct sockaddr *src, struct sockaddr_storage *bnd)
 {
 	struct sockaddr_storage ss;
 	socklen_t sslen;
@@ -271,7 +288,9 @@ int al_socks_open(int fd, int cmd, const struct sockaddr *dst,
 
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &dl) < 0)
 		return -1;
-	sslen = proxy_for(domain, &ss);
+	sslen = proxy_for(fd, domain, &ss);
+	if (!sslen)
+		return -1;
 	flags = fcntl(fd, F_GETFL);
 	if (flags < 0)
 		return -1;
@@ -302,7 +321,7 @@ int al_socks_open(int fd, int cmd, const struct sockaddr *dst,
  * Return: the connected socket, or -1 with errno set
  */
 int al_socks_ctl(int cmd, const struct sockaddr *dst,
-		 const struct sockaddr_in *src, struct sockaddr_in *bnd)
+		 const struct sockaddr *src, struct sockaddr_storage *bnd)
 {
 	int fd, hi, saved;
 

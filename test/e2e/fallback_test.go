@@ -24,7 +24,7 @@ const udpEchoPy = `
 import os, socket, struct, sys
 from urllib.parse import urlparse
 ip, port, n, how = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(1)
 dst, wrap, unwrap = (ip, port), (lambda m: m), (lambda d: (d, None))
 if how == "connected":
@@ -72,7 +72,8 @@ print("ok", ok, src)
 // process tree, nothing changed on the host) in each fallback mode, and
 // checks what auto picks with and without user namespaces.
 func TestFallbackModes(t *testing.T) {
-	e := newEnv(t)
+	v6 := &fallback6{} // fallback6_test.go
+	e := newEnvHook(t, modeUser, v6.topology(), v6.hook(t))
 	topology.BuildPreload(t) // next to the airlock binary, where airlock run finds it
 	iperfPort := e.tp.StartIperf3Server(t)
 	dir := topology.TempDir(t)
@@ -80,6 +81,7 @@ func TestFallbackModes(t *testing.T) {
 	if err := os.WriteFile(py, []byte(udpEchoPy), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	v6.udpEcho = py
 	inet := e.tp.INETAddr.String()
 	smallURL := fmt.Sprintf("http://%s:%d/small", zoneName, e.httpPort)
 	httpAddr := fmt.Sprintf("%s:%d", inet, e.httpPort)
@@ -161,6 +163,8 @@ func TestFallbackModes(t *testing.T) {
 			t.Logf("airlock run --mode %s -- true: median %v of 5 (with ip netns exec and setpriv)", mode, ds[2].Round(100*time.Microsecond))
 		}
 	})
+	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) })         // fallback6_test.go
+	t.Run("ExposeTCPIPv6", func(t *testing.T) { runExposeIPv6(t, e) }) // fallback6_test.go
 	t.Run("NetnsRefused", func(t *testing.T) {
 		code, _, stderr := run(t, "netns", runTimeout, "true")
 		if code != 125 || !strings.Contains(stderr, "user namespace") || !strings.Contains(stderr, "--mode auto") {
@@ -324,6 +328,7 @@ func TestFallbackModes(t *testing.T) {
 					}
 				})
 			}
+			t.Run("IPv6", func(t *testing.T) { runFallbackIPv6(t, e, v6, mode, run) }) // fallback6_test.go
 		})
 	}
 }

@@ -317,6 +317,9 @@ func TestIPv6OnlyNode(t *testing.T) {
 					t.Errorf("curl %s: %q, want remote ip %v and sha256 %s", url, out, tc.want, sha["small"])
 				}
 			}
+			if mode == modeUser {
+				t.Run("Fallback", func(t *testing.T) { runIPv6OnlyNodeFallback(t, e, port4, port6, sha["small"]) }) // fallback6_test.go
+			}
 			// WireGuard ran over UDP on IPv6, not the TCP fallback.
 			if strings.Contains(e.gw.Stderr(), "job uses the TCP transport") {
 				t.Errorf("a job fell back to the TCP transport: WireGuard over UDP/IPv6 failed%s", e.diag(""))
@@ -410,6 +413,7 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	if code != 0 || !strings.Contains(gout, "hello from own6") {
 		t.Errorf("tcpget %v from v6h (the job's own address and port): exit %d, %q%s", ap, code, gout, e.diag(""))
 	}
+	runPing6OwnAddress(t, e) // fallback6_test.go
 }
 
 // ula6Prefix is a unique-local prefix on inet that TestPolicy's rule

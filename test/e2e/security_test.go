@@ -103,7 +103,8 @@ while len(r) < 14:
     r += c.recv(14 - len(r))
 assert r[:4] == bytes([5, 2, 1, 0]) and r[5] == 0, r
 bnd = (socket.inet_ntoa(r[8:12]), struct.unpack(">H", r[12:14])[0])
-print("at", u.hostname, u.port, h.port, bnd[0], bnd[1], flush=True)
+s6 = os.environ.get("AIRLOCK_SOCKS6", "[::1]:0").rsplit(":", 1)[1]
+print("at", u.hostname, u.port, h.port, bnd[0], bnd[1], s6, flush=True)
 for i in range(400):
     if os.path.exists(flag):
         break
@@ -131,7 +132,7 @@ print("ok", ok, flush=True)
 // It prints what came back of each.
 const neighbourProbe = `
 import socket, struct, sys
-lo, sport, hport, bip, bport, ip, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6], int(sys.argv[7])
+lo, sport, hport, bip, bport, s6port, ip, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), int(sys.argv[6]), sys.argv[7], int(sys.argv[8])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.settimeout(2)
 s.sendto(bytes([0, 0, 0, 1]) + socket.inet_aton(ip) + struct.pack(">H", port) + b"neighbour", (bip, bport))
@@ -148,6 +149,17 @@ for name, p, msg in (("socks", sport, bytes([5, 1, 2])), ("http", hport, b"GET h
         print(name, "got", d) if d else print(name, "nothing", "closed")
     except (socket.timeout, ConnectionResetError, BrokenPipeError) as e:
         print(name, "nothing", type(e).__name__)
+    # IPv6 loopback: the SOCKS proxy's listener there (for the preload
+    # library's IPv6-only sockets) and the HTTP proxy's port: nothing of
+    # the job's may answer.
+    try:
+        c = socket.create_connection(("::1", s6port if name == "socks" else p), timeout=2)
+        c.settimeout(2)
+        c.sendall(msg)
+        d = c.recv(100)
+        print(name + "6", "got", d) if d else print(name + "6", "nothing", "closed")
+    except OSError as e:
+        print(name + "6", "nothing", type(e).__name__)
 `
 
 // checkNeighbourProxies: in proxy mode, another user of the node gets
@@ -167,7 +179,7 @@ func checkNeighbourProxies(t *testing.T, e *env, n *topology.User, dir string) {
 	deadline := time.Now().Add(30 * time.Second)
 	for at == nil {
 		for _, l := range strings.Split(p.Stdout(), "\n") {
-			if f := strings.Fields(l); len(f) == 6 && f[0] == "at" {
+			if f := strings.Fields(l); len(f) == 7 && f[0] == "at" {
 				at = f[1:]
 			}
 		}
@@ -176,6 +188,9 @@ func checkNeighbourProxies(t *testing.T, e *env, n *topology.User, dir string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	if at[5] == "0" {
+		t.Errorf("the job has no AIRLOCK_SOCKS6 (the SOCKS proxy on ::1): the neighbour cannot be tried there")
+	}
 	code, out, stderr := e.tp.Run(t, 20*time.Second, e.tp.CN, n, "/usr/bin/python3", append([]string{probe}, append(at, inet, fmt.Sprint(e.udpPort))...)...)
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -183,7 +198,7 @@ func checkNeighbourProxies(t *testing.T, e *env, n *topology.User, dir string) {
 	if code != 0 {
 		t.Fatalf("neighbour probe: exit %d %q %q", code, out, stderr)
 	}
-	for _, want := range []string{"udp nothing", "socks nothing", "http nothing"} {
+	for _, want := range []string{"udp nothing", "socks nothing", "http nothing", "socks6 nothing", "http6 nothing"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("another user got through the job's proxies: %q, want %q", out, want)
 		}

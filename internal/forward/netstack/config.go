@@ -102,6 +102,11 @@ type Config struct {
 	// it where ping sockets are not allowed.
 	ListenPing func() (net.PacketConn, error)
 
+	// ListenPing6 is ListenPing for ICMPv6 echo (socket(AF_INET6,
+	// SOCK_DGRAM, IPPROTO_ICMPV6)); addresses are IPv6. nil means host
+	// ICMPv6 ping sockets bound to EgressAddr if it is IPv6, else to ::.
+	ListenPing6 func() (net.PacketConn, error)
+
 	// KernelTCP, if non-nil, is a private namespace (internal/usernet)
 	// whose kernel TCP terminates jobs' IPv4 TCP instead of the netstack
 	// (kerneltcp_linux.go). The Stack owns it from New on, also when New

@@ -49,12 +49,12 @@
 // dropped, and each denial is counted under its rule (Stats.PolicyDrops).
 //
 // ICMP echo: the netstack answers echo requests to the tunnel address.
-// IPv4 echo requests to other destinations never enter the netstack (it
-// would answer them on the destination's behalf): Write hands them to the
-// ping relay (ping.go), which checks the destination like a flow and sends
-// them from host ICMP "ping" sockets, one per job echo flow, and returns
-// the replies to the job with its own echo id. ICMPv6 echo requests to
-// other destinations are dropped.
+// IPv4 and IPv6 echo requests to other destinations never enter the
+// netstack (it would answer them on the destination's behalf): Write
+// hands them to the ping relay (ping.go), which checks the destination
+// like a flow and sends them from host ICMP or ICMPv6 "ping" sockets, one
+// per job echo flow, and returns the replies to the job with its own echo
+// id.
 //
 // All exported methods of Stack are safe for concurrent use.
 package netstack

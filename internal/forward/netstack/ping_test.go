@@ -18,6 +18,8 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
 // fakePings is a Config.ListenPing that behaves like the kernel's ping
@@ -25,6 +27,7 @@ import (
 // id, which replaces the request's, and every request comes back as a reply
 // from its destination.
 type fakePings struct {
+	v6     bool // ICMPv6 sockets
 	mu     sync.Mutex
 	nextID uint16
 	open   map[*fakePing]bool
@@ -72,6 +75,19 @@ func (c *fakePing) WriteTo(b []byte, addr net.Addr) (int, error) {
 	default:
 	}
 	ua := addr.(*net.UDPAddr)
+	if c.f.v6 {
+		msg := header.ICMPv6(append([]byte(nil), b...))
+		if len(msg) < header.ICMPv6EchoMinimumSize || msg.Type() != header.ICMPv6EchoRequest || ua.IP.To4() != nil {
+			return 0, syscall.EINVAL // what the kernel's ICMPv6 ping socket says
+		}
+		msg.SetIdent(c.id)
+		c.f.mu.Lock()
+		c.f.sent = append(c.f.sent, fmt.Sprintf("%s %d %d", ua.IP, c.id, msg.Sequence()))
+		c.f.mu.Unlock()
+		msg.SetType(header.ICMPv6EchoReply)
+		c.replies <- fakeReply{msg: msg, from: &net.UDPAddr{IP: ua.IP}}
+		return len(b), nil
+	}
 	msg := header.ICMPv4(append([]byte(nil), b...))
 	msg.SetIdent(c.id)
 	c.f.mu.Lock()
@@ -197,6 +213,12 @@ func readReply(t *testing.T, s *Stack, timeout time.Duration) (echoReply, bool) 
 // newPingStack returns a Stack whose ping sockets are fp's; it has no job
 // pumps: tests Write and Read themselves.
 func newPingStack(t *testing.T, fp *fakePings) *Stack {
+	return newPingStack46(t, fp, nil)
+}
+
+// newPingStack46 is newPingStack with fp6's ICMPv6 ping sockets as well,
+// and the IPv6 tunnel address fd00:a1::1/64.
+func newPingStack46(t *testing.T, fp, fp6 *fakePings) *Stack {
 	t.Helper()
 	checkGoroutines(t)
 	cfg := Config{
@@ -207,6 +229,10 @@ func newPingStack(t *testing.T, fp *fakePings) *Stack {
 	}
 	if fp != nil {
 		cfg.ListenPing = fp.listen
+	}
+	if fp6 != nil {
+		cfg.ListenPing6 = fp6.listen
+		cfg.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -374,7 +400,8 @@ func TestCheckPing(t *testing.T) {
 	// The start-up log line.
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	logPingAvailability(log, func() (net.PacketConn, error) { return nil, os.NewSyscallError("socket", syscall.EACCES) })
+	refuse := func() (net.PacketConn, error) { return nil, os.NewSyscallError("socket", syscall.EACCES) }
+	logPingAvailability(log, refuse, refuse)
 	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "unavailable") || !strings.Contains(out, "ping_group_range") {
 		t.Errorf("start-up log: got %q, want a Warn saying ping is unavailable and naming ping_group_range", out)
 	}
@@ -410,5 +437,230 @@ func TestPingHostSocket(t *testing.T) {
 	ip := header.IPv4(pkt)
 	if !ip.IsValid(len(pkt)) || ip.CalculateChecksum() != 0xffff || checksum.Checksum(ip.Payload(), 0) != 0xffff || header.ICMPv4(ip.Payload()).Ident() != 77 {
 		t.Errorf("built reply %x: want valid checksums and id 77", pkt)
+	}
+}
+
+// echoRequest6 builds an IPv6 ICMPv6 echo request packet.
+func echoRequest6(src, dst netip.Addr, id, seq uint16, payload []byte) []byte {
+	p := make([]byte, header.IPv6MinimumSize+header.ICMPv6EchoMinimumSize+len(payload))
+	msg := header.ICMPv6(p[header.IPv6MinimumSize:])
+	msg.SetType(header.ICMPv6EchoRequest)
+	copy(msg[header.ICMPv6EchoMinimumSize:], payload)
+	msg.SetIdent(id)
+	msg.SetSequence(seq)
+	msg.SetChecksum(header.ICMPv6Checksum(header.ICMPv6ChecksumParams{
+		Header: msg, Src: tcpip.AddrFrom16(src.As16()), Dst: tcpip.AddrFrom16(dst.As16()),
+	}))
+	header.IPv6(p).Encode(&header.IPv6Fields{
+		PayloadLength: uint16(len(msg)), TransportProtocol: header.ICMPv6ProtocolNumber, HopLimit: 64,
+		SrcAddr: tcpip.AddrFrom16(src.As16()), DstAddr: tcpip.AddrFrom16(dst.As16()),
+	})
+	return p
+}
+
+// readReply6 reads one packet from s and checks that it is a well-formed
+// IPv6 ICMPv6 echo reply with a valid checksum.
+func readReply6(t *testing.T, s *Stack, timeout time.Duration) (echoReply, bool) {
+	t.Helper()
+	type res struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		bufs := [][]byte{make([]byte, 65536)}
+		sizes := []int{0}
+		_, err := s.Read(bufs, sizes, 0)
+		ch <- res{bufs[0][:sizes[0]], err}
+	}()
+	var r res
+	select {
+	case r = <-ch:
+	case <-time.After(timeout):
+		return echoReply{}, false
+	}
+	if r.err != nil {
+		t.Fatalf("Read: %v", r.err)
+	}
+	ip := header.IPv6(r.b)
+	if !ip.IsValid(len(r.b)) || ip.NextHeader() != uint8(header.ICMPv6ProtocolNumber) || int(ip.PayloadLength()) != len(r.b)-header.IPv6MinimumSize {
+		t.Fatalf("read %x: want an IPv6 ICMPv6 packet", r.b)
+	}
+	msg := header.ICMPv6(ip.Payload())
+	if msg.Type() != header.ICMPv6EchoReply || msg.Code() != 0 {
+		t.Errorf("ICMPv6 type %d code %d, want echo reply (129, 0)", msg.Type(), msg.Code())
+	}
+	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(len(msg)))
+	if checksum.Checksum(msg, sum) != 0xffff {
+		t.Errorf("ICMPv6 checksum wrong in %x", r.b)
+	}
+	src := netip.AddrFrom16(ip.SourceAddress().As16())
+	dst := netip.AddrFrom16(ip.DestinationAddress().As16())
+	return echoReply{src: src, dst: dst, id: msg.Ident(), seq: msg.Sequence(), payload: string(msg[header.ICMPv6EchoMinimumSize:])}, true
+}
+
+// TestPing6Relay: ICMPv6 echo of two jobs with the same echo id goes out
+// of ICMPv6 ping sockets, one per job flow, and each reply comes back to
+// its job as an IPv6 packet with the job's id, sequence and payload.
+func TestPing6Relay(t *testing.T) {
+	fp, fp6 := newFakePings(), newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, fp, fp6)
+	jobA, jobB := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::3")
+	outside := netip.MustParseAddr("2606:4700::7")
+	const id = 0x6666
+	for seq := uint16(1); seq <= 3; seq++ {
+		write(t, s,
+			echoRequest6(jobA, outside, id, seq, []byte(fmt.Sprintf("job A %d", seq))),
+			echoRequest6(jobB, outside, id, seq+100, []byte(fmt.Sprintf("job B %d", seq))))
+		got := map[netip.Addr]echoReply{}
+		for range 2 {
+			r, ok := readReply6(t, s, 5*time.Second)
+			if !ok {
+				t.Fatalf("seq %d: no reply within 5 s (got %v)", seq, got)
+			}
+			got[r.dst] = r
+		}
+		for _, tc := range []struct {
+			job  netip.Addr
+			seq  uint16
+			data string
+		}{{jobA, seq, fmt.Sprintf("job A %d", seq)}, {jobB, seq + 100, fmt.Sprintf("job B %d", seq)}} {
+			want := echoReply{src: outside, dst: tc.job, id: id, seq: tc.seq, payload: tc.data}
+			if r := got[tc.job]; r != want {
+				t.Errorf("reply to %v: got %+v, want %+v", tc.job, r, want)
+			}
+		}
+	}
+	if n, n4 := fp6.openCount(), fp.openCount(); n != 2 || n4 != 0 {
+		t.Errorf("open ping sockets: got %d ICMPv6 and %d ICMPv4, want 2 and 0", n, n4)
+	}
+	if st := s.Counters(); st.Denied != 0 || st.Dropped != 0 {
+		t.Errorf("stats: got denied %d dropped %d, want 0, 0", st.Denied, st.Dropped)
+	}
+	s.RemoveJob(jobA)
+	if n := fp6.openCount(); n != 1 {
+		t.Errorf("open ICMPv6 ping sockets after RemoveJob: got %d, want 1", n)
+	}
+}
+
+// TestPing6Denied: the floor applies to ICMPv6 echo: loopback,
+// link-local, unique-local, multicast and IPv4-embedding addresses of
+// denied IPv4 ones are neither sent nor answered.
+func TestPing6Denied(t *testing.T) {
+	fp6 := newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, newFakePings(), fp6)
+	job := netip.MustParseAddr("fd00:a1::2")
+	denied := []string{"::1", "fe80::1", "fd00:1::1", "ff02::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1"}
+	for i, d := range denied {
+		write(t, s, echoRequest6(job, netip.MustParseAddr(d), 7, uint16(i), []byte("x")))
+	}
+	if r, ok := readReply6(t, s, 300*time.Millisecond); ok {
+		t.Errorf("got reply %+v to a denied destination", r)
+	}
+	if st := s.Counters(); st.Denied != uint64(len(denied)) {
+		t.Errorf("Denied: got %d, want %d", st.Denied, len(denied))
+	}
+	fp6.mu.Lock()
+	sent := fp6.sent
+	fp6.mu.Unlock()
+	if len(sent) != 0 {
+		t.Errorf("sent to denied destinations: %v", sent)
+	}
+}
+
+// TestPing6HostSocket uses a real ICMPv6 ping socket to ::1 through the
+// relay's host opener when this host allows it, and checks the reply the
+// relay builds from what it receives.
+func TestPing6HostSocket(t *testing.T) {
+	c, err := listenPing6Host(netip.Addr{})
+	if err != nil {
+		t.Skipf("ICMPv6 ping sockets not available here: %v", err)
+	}
+	defer c.Close()
+	req := echoRequest6(netip.MustParseAddr("fd00:a1::2"), netip.IPv6Loopback(), 77, 5, []byte("real6"))
+	if _, err := c.WriteTo(req[header.IPv6MinimumSize:], &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+		t.Skipf("WriteTo ::1: %v (no IPv6 loopback here?)", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1500)
+	n, from, err := c.ReadFrom(buf)
+	if err != nil {
+		t.Fatalf("ReadFrom: %v", err)
+	}
+	msg := header.ICMPv6(buf[:n])
+	if msg.Type() != header.ICMPv6EchoReply || msg.Sequence() != 5 || string(msg[header.ICMPv6EchoMinimumSize:]) != "real6" {
+		t.Errorf("reply from %v: type %d seq %d, want echo reply, 5", from, msg.Type(), msg.Sequence())
+	}
+	// A job's own IPv6 egress address is on no interface (a local route
+	// for --egress-prefix6 brings its packets): the socket binds to it all
+	// the same (IPV6_FREEBIND).
+	own := netip.MustParseAddr("2001:db8:ffff::6440:2")
+	if c2, err := listenPing6Host(own); err != nil {
+		t.Errorf("ICMPv6 ping socket on %v (on no interface): %v, want it bound with IPV6_FREEBIND", own, err)
+	} else {
+		if got := c2.LocalAddr().String(); !strings.Contains(got, own.String()) {
+			t.Errorf("ICMPv6 ping socket bound to %s, want %v", got, own)
+		}
+		c2.Close()
+	}
+	src, dst := netip.MustParseAddr("2606:4700::7").As16(), netip.MustParseAddr("fd00:a1::2").As16()
+	pkt := buildEchoReply6(append(make([]byte, header.IPv6MinimumSize), buf[:n]...), src, dst, 77)
+	ip := header.IPv6(pkt)
+	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(n))
+	if !ip.IsValid(len(pkt)) || checksum.Checksum(ip.Payload(), sum) != 0xffff || header.ICMPv6(ip.Payload()).Ident() != 77 {
+		t.Errorf("built reply %x: want a valid checksum and id 77", pkt)
+	}
+}
+
+// TestPing6DualStackJob: a dual-stack job's ICMPv6 echo flows count
+// against the job's one cap with its ICMPv4 flows, and RemoveJob with the
+// job's IPv4 address closes them.
+func TestPing6DualStackJob(t *testing.T) {
+	fp, fp6 := newFakePings(), newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, fp, fp6)
+	job4, job6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00:a1::2")
+	if err := s.AddJob(forward.Job{Addr: job4, Addr6: job6}); err != nil {
+		t.Fatal(err)
+	}
+	out4, out6 := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2606:4700::7")
+	half := uint16(maxPingFlowsPerJob / 2)
+	for id := range half {
+		write(t, s, echoRequest(job4, out4, id, 1, nil))
+	}
+	for id := range half + 3 {
+		write(t, s, echoRequest6(job6, out6, id, 1, nil))
+	}
+	if n4, n6 := fp.openCount(), fp6.openCount(); n4+n6 != maxPingFlowsPerJob || n4 != int(half) {
+		t.Errorf("open ping sockets: %d ICMPv4 + %d ICMPv6, want %d + %d (one cap per job)", n4, n6, half, maxPingFlowsPerJob-int(half))
+	}
+	if st := s.Counters(); st.Dropped != 3 {
+		t.Errorf("Dropped: got %d, want 3", st.Dropped)
+	}
+	s.RemoveJob(job4)
+	if n4, n6 := fp.openCount(), fp6.openCount(); n4 != 0 || n6 != 0 {
+		t.Errorf("open ping sockets after RemoveJob(%v): %d ICMPv4, %d ICMPv6; want none", job4, n4, n6)
+	}
+}
+
+// TestPing6TunnelAddress: the netstack answers ICMPv6 echo to the
+// gateway's IPv6 tunnel address itself, without a ping socket.
+func TestPing6TunnelAddress(t *testing.T) {
+	fp6 := newFakePings()
+	fp6.v6 = true
+	s := newPingStack46(t, newFakePings(), fp6)
+	job, gw := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::1")
+	write(t, s, echoRequest6(job, gw, 9, 1, []byte("hello gateway")))
+	r, ok := readReply6(t, s, 5*time.Second)
+	if !ok {
+		t.Fatal("no reply from the IPv6 tunnel address within 5 s")
+	}
+	if want := (echoReply{src: gw, dst: job, id: 9, seq: 1, payload: "hello gateway"}); r != want {
+		t.Errorf("got %+v, want %+v", r, want)
+	}
+	if n := fp6.openCount(); n != 0 {
+		t.Errorf("ICMPv6 ping sockets opened for the tunnel address: %d", n)
 	}
 }

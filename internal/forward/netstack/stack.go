@@ -182,7 +182,7 @@ func New(cfg Config) (*Stack, error) {
 	s.exposed = newExposeTable()
 	s.track(s.pings)
 	s.track(s.exposed)
-	logPingAvailability(s.log, s.pings.listen)
+	logPingAvailability(s.log, s.pings.listen, s.pings.listen6)
 	if s.ktcp != nil {
 		s.ktcp.start()
 	}
@@ -325,8 +325,12 @@ func (s *Stack) admitPacket(pkt []byte) (tcpip.NetworkProtocolNumber, bool) {
 		}
 		h := header.IPv6(pkt)
 		if h.NextHeader() == uint8(header.ICMPv6ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
-			if len(pkt) < header.IPv6MinimumSize+1 || header.ICMPv6Type(pkt[header.IPv6MinimumSize]) == header.ICMPv6EchoRequest {
+			if len(pkt) < header.IPv6MinimumSize+1 {
 				return 0, false
+			}
+			if header.ICMPv6Type(pkt[header.IPv6MinimumSize]) == header.ICMPv6EchoRequest {
+				s.pings.relay6(pkt)
+				return ipv6.ProtocolNumber, false // taken over, counted by relay6
 			}
 		}
 		return ipv6.ProtocolNumber, true
