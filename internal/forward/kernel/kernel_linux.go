@@ -64,7 +64,46 @@ type Config struct {
 	// Flows, if non-nil, is the flow table that jobs' flows are recorded
 	// in, from conntrack (flows_linux.go).
 	Flows *flows.Table
+	// Addr6 is the gateway's IPv6 tunnel address with the IPv6 tunnel
+	// subnet's length, e.g. fd00:a1::1/64; the zero Prefix means jobs
+	// get no IPv6 (v6_linux.go).
+	Addr6 netip.Prefix
+	// EgressAddr6 is the public IPv6 address jobs' IPv6 traffic is
+	// source-NATed to; the zero Addr means the source address of the
+	// host's default IPv6 route (none: only jobs with an own address
+	// reach out over IPv6). Used only with Addr6.
+	EgressAddr6 netip.Addr
+	// EgressPrefix6 is the prefix the site routes to the gateway host
+	// (--egress-prefix6): a job whose IPv6 address is in it is routed
+	// without NAT. The zero Prefix means none.
+	EgressPrefix6 netip.Prefix
 }
+
+// Job is what AddJobDual needs to know about a job.
+type Job struct {
+	// Addr is the job's IPv4 tunnel address; it names the job in every
+	// other method.
+	Addr netip.Addr
+	// Egress is the public IPv4 address of its flows (zero: the
+	// configured one) and Block its port block there (zero: none).
+	Egress netip.Addr
+	Block  portblock.Range
+	// Addr6 is the job's IPv6 tunnel address (zero: none).
+	Addr6 netip.Addr
+	// Egress6 is the job's own public IPv6 address: Addr6 itself when
+	// Addr6 is in Config.EgressPrefix6 (routed), another address to map
+	// Addr6 to one to one, or zero for the gateway's IPv6 egress address
+	// with Block.
+	Egress6 netip.Addr
+}
+
+// job6 is the IPv6 side of a job.
+type job6 struct {
+	addr, egress netip.Addr
+}
+
+// own reports whether the job has its own public IPv6 address.
+func (j job6) own() bool { return j.egress.IsValid() }
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
 // forwards, with per-job SNAT into the job's port block. It implements
@@ -75,10 +114,13 @@ type Forwarder struct {
 	log   *slog.Logger
 	rules ruleset
 	dns   *dnsfwd.Server
+	dns6  *dnsfwd.Server // nil without IPv6
 
 	// oldIPForward is the ip_forward value to restore at Close ("" means
 	// leave it).
 	oldIPForward string
+	// oldIPv6Forward likewise for net.ipv6.conf.all.forwarding.
+	oldIPv6Forward string
 
 	closeOnce sync.Once
 	closeErr  error
@@ -87,6 +129,9 @@ type Forwarder struct {
 	nft    *nftables.Conn
 	closed bool
 	jobs   map[netip.Addr][]*nftables.Rule // rules with their handles
+	// jobs6 holds the IPv6 side of the jobs that have one, by IPv4
+	// address.
+	jobs6 map[netip.Addr]job6
 	// exposed holds each job's prerouting DNAT rules, with handles.
 	exposed map[netip.Addr][]*nftables.Rule
 	// limitRules holds each job's flow limit rules, with handles.
@@ -141,8 +186,10 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	f := &Forwarder{
 		log:     cfg.Logger,
-		rules:   ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize)},
+		rules: ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize),
+			addr6: cfg.Addr6, egress6: cfg.EgressAddr6, prefix6: cfg.EgressPrefix6},
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
+		jobs6:   make(map[netip.Addr]job6),
 		exposed: make(map[netip.Addr][]*nftables.Rule),
 
 		limitRules:    make(map[netip.Addr][]*nftables.Rule),
@@ -152,6 +199,9 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
+	}
+	if f.rules.v6() && !f.rules.egress6.IsValid() {
+		f.rules.egress6 = defaultEgress6(f.log)
 	}
 	upstreams := cfg.DNSUpstreams
 	if len(upstreams) == 0 {
@@ -173,7 +223,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		return nil, privError(fmt.Sprintf("kernel egress: create tun %q", cfg.Name), err)
 	}
 	f.Device = dev
-	staleForward, err := f.removeStale()
+	staleForward, staleForward6, err := f.removeStale()
 	if err == nil {
 		err = removeStaleIFB(cfg.Name, f.log)
 	}
@@ -197,7 +247,16 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	if staleForward != "" {
 		old = staleForward // what the host had before the killed run
 	}
-	if err := f.program(old); err != nil {
+	old6 := ""
+	if f.rules.v6() {
+		if old6, err = readSysctl(ipv6FwdPath); err != nil {
+			return nil, fmt.Errorf("kernel egress: %w (IPv6 disabled on this host?)", err)
+		}
+		if staleForward6 != "" {
+			old6 = staleForward6
+		}
+	}
+	if err := f.program(old, old6); err != nil {
 		return nil, err
 	}
 	if err := writeSysctl(ipForwardPath, "1"); err != nil {
@@ -205,6 +264,17 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	if old != "1" {
 		f.oldIPForward = old
+	}
+	if f.rules.v6() {
+		if old6 != "1" {
+			warnAcceptRA(f.log)
+		}
+		if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
+			return nil, privError("kernel egress: enable net.ipv6.conf.all.forwarding", err)
+		}
+		if old6 != "1" {
+			f.oldIPv6Forward = old6
+		}
 	}
 
 	gw := cfg.Addr.Addr()
@@ -220,13 +290,18 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln); err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
 	}
+	if f.rules.v6() {
+		if f.dns6, err = startDNS6(cfg, f.rules.addr6.Addr(), upstreams); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Flows != nil {
 		old, err := enableConntrackAcct()
 		if err != nil {
 			return nil, privError("kernel egress: enable conntrack accounting (net.netfilter.nf_conntrack_acct) for the flow table", err)
 		}
 		f.oldCTAcct = old
-		f.acct = newAccountant(cfg.Flows, cfg.Addr, cfg.Addr.Addr(), f)
+		f.acct = newAccountant(cfg.Flows, f.rules, f)
 		ctx, cancel := context.WithCancel(context.Background())
 		f.stopAcct, f.acctDone = cancel, make(chan struct{})
 		go func() {
@@ -236,6 +311,14 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	f.log.Info("kernel egress ready", "tun", cfg.Name, "addr", cfg.Addr, "mtu", cfg.MTU,
 		"egress_addr", cfg.EgressAddr, "table", "inet "+TableName, "dns_upstreams", upstreams)
+	if f.rules.prefix6.IsValid() {
+		for _, m := range CheckPrefix6(f.rules.prefix6, cfg.Name) {
+			f.log.Error("kernel egress: "+m, "egress_prefix6", f.rules.prefix6)
+		}
+	}
+	if f.rules.v6() {
+		f.log.Info("kernel egress: IPv6 ready", "addr6", f.rules.addr6, "egress_addr6", f.rules.egress6, "egress_prefix6", f.rules.prefix6)
+	}
 	return f, nil
 }
 
@@ -250,46 +333,64 @@ func (f *Forwarder) configureLink(name string) error {
 	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipnet}); err != nil {
 		return privError(fmt.Sprintf("kernel egress: set address %s on %s", p, name), err)
 	}
+	if p6 := f.rules.addr6; p6.IsValid() {
+		// No duplicate address detection: the DNS relay binds the
+		// address at once, and nothing else is on a TUN.
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p6.Addr().AsSlice(), Mask: net.CIDRMask(p6.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrReplace(link, a); err != nil {
+			return privError(fmt.Sprintf("kernel egress: set address %s on %s (IPv6 disabled on it? net.ipv6.conf.%s.disable_ipv6)", p6, name, name), err)
+		}
+	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return privError(fmt.Sprintf("kernel egress: bring %s up", name), err)
+	}
+	if p := f.rules.prefix6; p.IsValid() {
+		// Jobs' own addresses live behind the TUN.
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 128)}}
+		if err := netlink.RouteReplace(r); err != nil {
+			return privError(fmt.Sprintf("kernel egress: route %s to %s", p, name), err)
+		}
 	}
 	return nil
 }
 
 // removeStale deletes a table a previous run left and returns the
-// ip_forward value that run remembered ("" if none).
-func (f *Forwarder) removeStale() (string, error) {
+// ip_forward and IPv6 forwarding values that run remembered ("" if none).
+func (f *Forwarder) removeStale() (old, old6 string, err error) {
 	t, err := f.nft.ListTableOfFamily(TableName, nftables.TableFamilyINet)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
-			return "", nil
+			return "", "", nil
 		}
-		return "", privError("kernel egress: list nftables tables", err)
+		return "", "", privError("kernel egress: list nftables tables", err)
 	}
-	var old string
 	_, _, _, _, _, state, _ := chains(t)
 	if rules, err := f.nft.GetRules(t, state); err == nil {
 		for _, r := range rules {
-			if v, ok := parseStateTag(r.UserData); ok {
+			if v, ok := parseStateTag(r.UserData, stateTagPrefix); ok {
 				old = v
+			}
+			if v, ok := parseStateTag(r.UserData, stateTagPref6); ok {
+				old6 = v
 			}
 		}
 	}
 	f.nft.DelTable(t)
 	if err := f.nft.Flush(); err != nil {
-		return "", privError("kernel egress: delete stale nftables table inet "+TableName, err)
+		return "", "", privError("kernel egress: delete stale nftables table inet "+TableName, err)
 	}
 	f.log.Warn("deleted the nftables table a previous gateway left behind (killed with SIGKILL?)",
-		"table", "inet "+TableName, "ip_forward_before_it", old)
-	return old, nil
+		"table", "inet "+TableName, "ip_forward_before_it", old, "ipv6_forwarding_before_it", old6)
+	return old, old6, nil
 }
 
 // program creates the table with its chains and static rules in one
 // batch.
-func (f *Forwarder) program(oldIPForward string) error {
+func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
 	t := f.nft.AddTable(table())
 	post, fwd, fromJobs, input, toHost, state, refuse := chains(t)
-	for _, c := range []*nftables.Chain{post, preChain(t), refuse, fromJobs, toHost, state, fwd, input} {
+	floor6, inbound := chains6(t)
+	for _, c := range []*nftables.Chain{post, preChain(t), refuse, floor6, inbound, fromJobs, toHost, state, fwd, input} {
 		f.nft.AddChain(c)
 	}
 	add := func(c *nftables.Chain, rules [][]expr.Any) {
@@ -301,6 +402,17 @@ func (f *Forwarder) program(oldIPForward string) error {
 		if err := f.nft.AddSet(connsSet(t), nil); err != nil {
 			return fmt.Errorf("kernel egress: add set %s: %w", setConns, err)
 		}
+	}
+	if f.rules.v6() {
+		if err := f.nft.AddSet(own6Set(t), nil); err != nil {
+			return fmt.Errorf("kernel egress: add set %s: %w", setOwn6, err)
+		}
+		if f.rules.blockSize > 0 {
+			if err := f.nft.AddSet(connsSet6(t), nil); err != nil {
+				return fmt.Errorf("kernel egress: add set %s: %w", setConns6, err)
+			}
+		}
+		add(floor6, f.rules.floor6Rules())
 	}
 	add(refuse, refuseRules())
 	limits, overFlows, overRate := limitChains(t)
@@ -328,7 +440,10 @@ func (f *Forwarder) program(oldIPForward string) error {
 	add(toHost, f.rules.toHostRules())
 	add(fwd, f.rules.forwardRules())
 	add(input, f.rules.inputRules())
-	f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(oldIPForward)})
+	f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPrefix, oldIPForward)})
+	if f.rules.v6() {
+		f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPref6, oldIPv6Forward)})
+	}
 	if err := f.nft.Flush(); err != nil {
 		return privError("kernel egress: create nftables table inet "+TableName, err)
 	}
@@ -337,13 +452,24 @@ func (f *Forwarder) program(oldIPForward string) error {
 
 // AddJob source-NATs the traffic of the job at addr to the egress address
 // and, for TCP and UDP, to the ports of block. Adding an address again
-// replaces its rules.
+// replaces its rules. It is AddJobDual without IPv6.
 func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error {
+	return f.AddJobDual(Job{Addr: addr, Egress: egress, Block: block})
+}
+
+// AddJobDual adds (or replaces) the NAT rules of job j for IPv4 and, if
+// j.Addr6 is set, IPv6 (v6_linux.go), in one nftables transaction.
+func (f *Forwarder) AddJobDual(j Job) error {
+	j = f.rules.normalize(j)
+	addr, egress := j.Addr, j.Egress
 	if !addr.Is4() || !f.rules.addr.Contains(addr) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
 	}
 	if egress.IsValid() && (!egress.Is4() || egress.IsUnspecified()) {
 		return fmt.Errorf("kernel egress: job %v: egress address %v: want a unicast IPv4 address", addr, egress)
+	}
+	if err := f.rules.checkJob6(j); err != nil {
+		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -354,8 +480,26 @@ func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error
 	post, _, _, _, _, _, _ := chains(t)
 	old := f.jobs[addr]
 	tag := jobTag(addr)
-	for _, e := range f.rules.jobRules(addr, egress, block) {
+	for _, e := range f.rules.jobRules(addr, egress, j.Block) {
 		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
+	}
+	var new6 job6
+	if j.Addr6.IsValid() {
+		new6 = job6{addr: j.Addr6, egress: j.Egress6}
+		for _, e := range f.rules.jobRules6(j.Addr6, j.Egress6, j.Block) {
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
+		}
+	}
+	old6, had6 := f.jobs6[addr]
+	if had6 && old6.own() {
+		if err := f.nft.SetDeleteElements(own6Set(t), []nftables.SetElement{{Key: old6.addr.AsSlice()}}); err != nil {
+			return err
+		}
+	}
+	if new6.own() {
+		if err := f.nft.SetAddElements(own6Set(t), []nftables.SetElement{{Key: new6.addr.AsSlice()}}); err != nil {
+			return err
+		}
 	}
 	for _, r := range old {
 		if err := f.nft.DelRule(r); err != nil {
@@ -364,6 +508,11 @@ func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error
 	}
 	if err := f.nft.Flush(); err != nil {
 		return fmt.Errorf("kernel egress: add snat rules for %v: %w", addr, err)
+	}
+	if new6.addr.IsValid() {
+		f.jobs6[addr] = new6
+	} else {
+		delete(f.jobs6, addr)
 	}
 	// The kernel does not echo handles back to this library: look them up
 	// by the job's tag.
@@ -391,12 +540,21 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 		return
 	}
 	delete(f.jobs, addr)
+	j6, has6 := f.jobs6[addr]
 	if f.dns != nil {
 		f.dns.RemoveJob(addr)
+	}
+	if f.dns6 != nil && has6 {
+		f.dns6.RemoveJob(j6.addr)
 	}
 	for _, r := range rules {
 		if err := f.nft.DelRule(r); err != nil {
 			f.log.Error("kernel egress: delete snat rule", "job", addr, "err", err)
+		}
+	}
+	if has6 && j6.own() {
+		if err := f.nft.SetDeleteElements(own6Set(table()), []nftables.SetElement{{Key: j6.addr.AsSlice()}}); err != nil {
+			f.log.Error("kernel egress: delete the job from set "+setOwn6, "job", addr, "err", err)
 		}
 	}
 	if err := f.nft.Flush(); err != nil {
@@ -407,9 +565,16 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 		f.acct.poll() // the job's flows' last counters, before the flush
 	}
 	f.forgetTokenLocked(addr)
+	delete(f.jobs6, addr)
 	f.flushConntrack(addr)
+	if has6 {
+		f.flushConntrack(j6.addr)
+	}
 	if f.acct != nil {
 		f.acct.endJob(addr)
+		if has6 {
+			f.acct.endJob(j6.addr)
+		}
 	}
 }
 
@@ -420,7 +585,7 @@ func (f *Forwarder) flushConntrack(addr netip.Addr) {
 	if err := filter.AddIP(netlink.ConntrackOrigSrcIP, addr.AsSlice()); err != nil {
 		return
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filter); err != nil {
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family(addr), filter); err != nil {
 		f.log.Warn("kernel egress: cannot flush the job's conntrack entries; its flows keep their mappings until they time out", "job", addr, "err", err)
 	}
 }
@@ -446,6 +611,9 @@ func (f *Forwarder) teardown() error {
 	if f.dns != nil {
 		f.dns.Close()
 	}
+	if f.dns6 != nil {
+		f.dns6.Close()
+	}
 	if f.stopAcct != nil {
 		f.stopAcct()
 		<-f.acctDone
@@ -459,6 +627,7 @@ func (f *Forwarder) teardown() error {
 	f.mu.Lock()
 	f.closed = true
 	f.jobs = nil
+	f.jobs6 = nil
 	f.exposed = nil
 	f.limitRules = nil
 	if f.tc != nil {
@@ -477,6 +646,11 @@ func (f *Forwarder) teardown() error {
 	if f.oldIPForward != "" {
 		if err := writeSysctl(ipForwardPath, f.oldIPForward); err != nil {
 			errs = append(errs, fmt.Errorf("restore net.ipv4.ip_forward=%s: %w", f.oldIPForward, err))
+		}
+	}
+	if f.oldIPv6Forward != "" {
+		if err := writeSysctl(ipv6FwdPath, f.oldIPv6Forward); err != nil {
+			errs = append(errs, fmt.Errorf("restore net.ipv6.conf.all.forwarding=%s: %w", f.oldIPv6Forward, err))
 		}
 	}
 	if f.Device != nil {

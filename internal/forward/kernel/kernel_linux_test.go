@@ -298,7 +298,7 @@ func TestStaleTable(t *testing.T) {
 	for _, e := range testRules.jobRules(stale, netip.Addr{}, portblock.Range{Lo: 40000, Hi: 40255}) {
 		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: e, UserData: jobTag(stale)})
 	}
-	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag("0")})
+	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPrefix, "0")})
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}

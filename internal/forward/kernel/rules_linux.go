@@ -65,7 +65,19 @@ type ruleset struct {
 	// blockSize is the number of ports in every job's block; 0 means no
 	// per-destination connection limit.
 	blockSize uint32
+	// addr6 is the gateway's IPv6 tunnel address / subnet length; the
+	// zero Prefix means no IPv6 (from_jobs drops it).
+	addr6 netip.Prefix
+	// egress6 is the public IPv6 source address of SNAT; the zero Addr
+	// means none (jobs without an own address are refused IPv6).
+	egress6 netip.Addr
+	// prefix6 is the routed --egress-prefix6 that jobs' own public
+	// addresses come from; the zero Prefix means none.
+	prefix6 netip.Prefix
 }
+
+// v6 reports whether the ruleset forwards IPv6.
+func (r ruleset) v6() bool { return r.addr6.IsValid() }
 
 // connsSet is the dynamic set behind the per-destination connection limit.
 func connsSet(t *nftables.Table) *nftables.Set {
@@ -76,6 +88,23 @@ func connsSet(t *nftables.Table) *nftables.Set {
 		Dynamic:       true,
 		Concatenation: true,
 	}
+}
+
+// connsSet6 is connsSet for IPv6.
+func connsSet6(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{
+		Table:         t,
+		Name:          setConns6,
+		KeyType:       nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeIP6Addr, nftables.TypeInetService),
+		Dynamic:       true,
+		Concatenation: true,
+	}
+}
+
+// own6Set holds the IPv6 tunnel addresses of the jobs with an own public
+// address: they have no port block, so the block limit does not apply.
+func own6Set(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: setOwn6, KeyType: nftables.TypeIP6Addr}
 }
 
 // blockLimitRules refuse a job's new TCP or UDP flow to a destination that
@@ -106,6 +135,33 @@ func (r ruleset) blockLimitRules() [][]expr.Any {
 					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
 				},
 				// Counts refusals for admins (nft list table inet airlock).
+				&expr.Counter{},
+				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
+			}))
+	}
+	if !r.v6() {
+		return rules
+	}
+	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+		rules = append(rules, cat(
+			nfproto6(),
+			ctState(expr.CtStateBitNEW),
+			l4proto(proto),
+			[]expr.Any{
+				// Jobs with an own address keep their ports.
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+				&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
+				// saddr in 32-bit registers 8-11, daddr in 12-15, dport
+				// in 16.
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+				&expr.Payload{DestRegister: 12, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
+				&expr.Payload{DestRegister: 16, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Dynset{
+					SrcRegKey: 1,
+					SetName:   setConns6,
+					Operation: uint32(unix.NFT_DYNSET_OP_ADD),
+					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
+				},
 				&expr.Counter{},
 				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
 			}))
@@ -242,6 +298,7 @@ func (r ruleset) forwardRules() [][]expr.Any {
 		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctStatus(ipsDstNAT), []expr.Any{verdict(expr.VerdictAccept)}),
+		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainInbound)}),
 		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
 	}
 }
@@ -263,8 +320,29 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
 	refuse := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}
 	rules := [][]expr.Any{
-		cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop),
 		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
+	}
+	if !r.v6() {
+		rules = append(rules, cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop))
+	} else {
+		src := cat(nfproto6(), ip6(true, expr.CmpOpNeq, r.addr6.Masked()))
+		if r.prefix6.IsValid() {
+			src = cat(src, ip6(true, expr.CmpOpNeq, r.prefix6.Masked()))
+		}
+		rules = append(rules, cat(src, drop))
+		if !r.egress6.IsValid() {
+			// No IPv6 egress address: only jobs with an own address
+			// reach out; the others fail fast (and Happy Eyeballs
+			// falls back to IPv4).
+			rules = append(rules, cat(nfproto6(), []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+				&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
+				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
+			}))
+		}
+		rules = append(rules,
+			// The IPv6 floor is long: new flows only.
+			cat(nfproto6(), ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainFloor6)}))
 	}
 	for _, p := range r.floorV4() {
 		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), refuse))
@@ -292,17 +370,28 @@ func (r ruleset) toHostRules() [][]expr.Any {
 	gw := netip.PrefixFrom(r.addr.Addr(), 32)
 	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
 	accept := []expr.Any{verdict(expr.VerdictAccept)}
-	return [][]expr.Any{
+	echo := func(typ byte) []expr.Any {
+		return []expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+		}
+	}
+	rules := [][]expr.Any{
 		cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept),
 		cat(v4gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
 		cat(v4gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
-		cat(v4gw, l4proto(unix.IPPROTO_ICMP), []expr.Any{
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{8}}, // echo-request
-		}, accept),
-		{jump(chainPolicyHost)},
-		{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}},
+		cat(v4gw, l4proto(unix.IPPROTO_ICMP), echo(8), accept), // echo-request
 	}
+	if r.v6() {
+		v6gw := cat(nfproto6(), ip6(false, expr.CmpOpEq, netip.PrefixFrom(r.addr6.Addr(), 128)))
+		rules = append(rules,
+			cat(v6gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
+			cat(v6gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
+			cat(v6gw, l4proto(unix.IPPROTO_ICMPV6), echo(128), accept)) // echo-request
+	}
+	return append(rules,
+		[]expr.Any{jump(chainPolicyHost)},
+		[]expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}})
 }
 
 // snat returns `snat ip to EGRESS[:LO-HI]`; a zero egress means the
@@ -311,9 +400,11 @@ func (r ruleset) snat(egress netip.Addr, block portblock.Range) []expr.Any {
 	if !egress.IsValid() {
 		egress = r.egress
 	}
-	a := egress.As4()
-	e := []expr.Any{&expr.Immediate{Register: 1, Data: a[:]}}
+	e := []expr.Any{&expr.Immediate{Register: 1, Data: egress.AsSlice()}}
 	n := &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}
+	if egress.Is6() {
+		n.Family = unix.NFPROTO_IPV6
+	}
 	if block.Len() > 0 && block.Lo != 0 {
 		e = append(e,
 			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(block.Lo)},
@@ -336,23 +427,88 @@ func (r ruleset) jobRules(addr, egress netip.Addr, block portblock.Range) [][]ex
 	}
 }
 
+// jobRules6 are the postrouting NAT rules of a job's IPv6 address addr6
+// with public address egress6: none if egress6 is addr6 (routed), one
+// address-only SNAT for every protocol to an own egress6 (ports kept),
+// else as jobRules to the gateway's IPv6 egress address and the block.
+func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][]expr.Any {
+	if egress6 == addr6 || !egress6.IsValid() && !r.egress6.IsValid() {
+		return nil // routed, or refused (from_jobs)
+	}
+	match := cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), oifname(expr.CmpOpNeq, r.tun))
+	if egress6.IsValid() {
+		return [][]expr.Any{cat(match, r.snat(egress6, portblock.Range{}))}
+	}
+	return [][]expr.Any{
+		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(r.egress6, block)),
+		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(r.egress6, block)),
+		cat(match, r.snat(r.egress6, portblock.Range{})),
+	}
+}
+
+// exposeRules6 are the rules of a job's IPv6 exposures: for a job on the
+// shared IPv6 egress address, prerouting DNAT rules from its public port
+// there (`ip6 daddr EGRESS6 PROTO dport PUBPORT dnat ip6 to [JOB6]:PORT`);
+// for a job with an own address (egress6 valid), the job's own port at
+// that address: DNAT of the port to the tunnel address if they differ,
+// and the accept rules of chain inbound (`ip6 daddr JOB6 PROTO dport PORT
+// accept`) if the job is routed.
+func (r ruleset) exposeRules6(addr6, egress6 netip.Addr, ex []forward.Exposure) (dnat, inbound [][]expr.Any, err error) {
+	for _, x := range ex {
+		proto, err := exposeProto(x)
+		if err != nil {
+			return nil, nil, err
+		}
+		at, pub := r.egress6, x.PublicPort
+		if egress6.IsValid() {
+			at, pub = egress6, x.JobPort
+		}
+		if egress6 == addr6 {
+			inbound = append(inbound, cat(nfproto6(), ip6(false, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)),
+				l4proto(proto), dport(x.JobPort), []expr.Any{verdict(expr.VerdictAccept)}))
+			continue
+		}
+		dnat = append(dnat, cat(
+			nfproto6(),
+			iifname(expr.CmpOpNeq, r.tun),
+			ip6(false, expr.CmpOpEq, netip.PrefixFrom(at, 128)),
+			l4proto(proto), dport(pub),
+			[]expr.Any{
+				&expr.Immediate{Register: 1, Data: addr6.AsSlice()},
+				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(x.JobPort)},
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6,
+					RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
+			}))
+	}
+	return dnat, inbound, nil
+}
+
+// exposeProto checks an exposure and returns its IP protocol number.
+func exposeProto(x forward.Exposure) (byte, error) {
+	var proto byte
+	switch x.Proto {
+	case "tcp":
+		proto = unix.IPPROTO_TCP
+	case "udp":
+		proto = unix.IPPROTO_UDP
+	default:
+		return 0, fmt.Errorf("kernel egress: expose %d/%s: want tcp or udp", x.JobPort, x.Proto)
+	}
+	if x.JobPort == 0 || x.PublicPort == 0 {
+		return 0, fmt.Errorf("kernel egress: expose %d/%s at port %d: port 0", x.JobPort, x.Proto, x.PublicPort)
+	}
+	return proto, nil
+}
+
 // exposeRules are the prerouting DNAT rules of the job at addr, one per
 // exposure: `iifname != TUN ip daddr EGRESS PROTO dport PUBPORT dnat ip to
 // JOB:PORT`.
 func (r ruleset) exposeRules(addr netip.Addr, ex []forward.Exposure) ([][]expr.Any, error) {
 	var rules [][]expr.Any
 	for _, x := range ex {
-		var proto byte
-		switch x.Proto {
-		case "tcp":
-			proto = unix.IPPROTO_TCP
-		case "udp":
-			proto = unix.IPPROTO_UDP
-		default:
-			return nil, fmt.Errorf("kernel egress: expose %d/%s: want tcp or udp", x.JobPort, x.Proto)
-		}
-		if x.JobPort == 0 || x.PublicPort == 0 {
-			return nil, fmt.Errorf("kernel egress: expose %d/%s at port %d: port 0", x.JobPort, x.Proto, x.PublicPort)
+		proto, err := exposeProto(x)
+		if err != nil {
+			return nil, err
 		}
 		job := addr.As4()
 		at := r.egress
@@ -388,12 +544,13 @@ func preChain(t *nftables.Table) *nftables.Chain {
 // can be found after they are added.
 func jobTag(addr netip.Addr) []byte { return []byte(jobTagPrefix + addr.String()) }
 
-// stateTag records the ip_forward value to restore.
-func stateTag(ipForward string) []byte { return []byte(stateTagPrefix + ipForward) }
+// stateTag records a forwarding sysctl's value to restore: prefix is
+// stateTagPrefix (ip_forward) or stateTagPref6 (IPv6 forwarding).
+func stateTag(prefix, v string) []byte { return []byte(prefix + v) }
 
-// parseStateTag returns the remembered ip_forward value of a state rule.
-func parseStateTag(b []byte) (string, bool) {
-	s, ok := strings.CutPrefix(string(b), stateTagPrefix)
+// parseStateTag returns the remembered value of a state rule with prefix.
+func parseStateTag(b []byte, prefix string) (string, bool) {
+	s, ok := strings.CutPrefix(string(b), prefix)
 	if !ok {
 		return "", false
 	}
@@ -424,6 +581,12 @@ func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state, refus
 	return
 }
 
+// chains6 returns the chains that IPv6 adds (inbound exists always: the
+// forward chain jumps to it).
+func chains6(t *nftables.Table) (floor6, inbound *nftables.Chain) {
+	return &nftables.Chain{Name: chainFloor6, Table: t}, &nftables.Chain{Name: chainInbound, Table: t}
+}
+
 // validate checks the ruleset's inputs.
 func (r ruleset) validate() error {
 	if !r.addr.IsValid() || !r.addr.Addr().Is4() {
@@ -431,6 +594,20 @@ func (r ruleset) validate() error {
 	}
 	if !r.egress.IsValid() || !r.egress.Is4() || r.egress.IsUnspecified() {
 		return fmt.Errorf("kernel egress: egress address %v: want the gateway's public IPv4 address (--egress-addr)", r.egress)
+	}
+	if r.addr6.IsValid() && (!r.addr6.Addr().Is6() || r.addr6.Addr().Is4In6() || r.addr6.Bits() > 126) {
+		return fmt.Errorf("kernel egress: IPv6 tunnel address %v: want an IPv6 address/prefix of at most /126", r.addr6)
+	}
+	if r.egress6.IsValid() && (!r.egress6.Is6() || r.egress6.Is4In6() || r.egress6.IsUnspecified()) {
+		return fmt.Errorf("kernel egress: IPv6 egress address %v: want a unicast IPv6 address", r.egress6)
+	}
+	if r.prefix6.IsValid() {
+		if !r.addr6.IsValid() {
+			return fmt.Errorf("kernel egress: --egress-prefix6 %v without an IPv6 tunnel address", r.prefix6)
+		}
+		if !r.prefix6.Addr().Is6() || r.prefix6.Addr().Is4In6() || r.prefix6.Bits() > 128 || r.prefix6.Overlaps(r.addr6) {
+			return fmt.Errorf("kernel egress: --egress-prefix6 %v: want an IPv6 prefix apart from the tunnel subnet %v", r.prefix6, r.addr6.Masked())
+		}
 	}
 	if r.tun == "" || len(r.tun) >= unix.IFNAMSIZ {
 		return fmt.Errorf("kernel egress: interface name %q: want 1-%d characters", r.tun, unix.IFNAMSIZ-1)

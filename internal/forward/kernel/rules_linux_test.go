@@ -188,13 +188,19 @@ func TestStateTag(t *testing.T) {
 		want string
 		ok   bool
 	}{{"airlock ip_forward=0", "0", true}, {"airlock ip_forward=1", "1", true}, {"airlock ip_forward=", "", false}, {"other", "", false}} {
-		got, ok := parseStateTag([]byte(tt.in))
+		got, ok := parseStateTag([]byte(tt.in), stateTagPrefix)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("parseStateTag(%q): got %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-	if got, _ := parseStateTag(stateTag("0")); got != "0" {
+	if got, _ := parseStateTag(stateTag(stateTagPrefix, "0"), stateTagPrefix); got != "0" {
 		t.Errorf("round trip: got %q", got)
+	}
+	if got, ok := parseStateTag(stateTag(stateTagPref6, "0"), stateTagPrefix); ok {
+		t.Errorf("the IPv6 tag parsed as ip_forward: %q", got)
+	}
+	if got, _ := parseStateTag(stateTag(stateTagPref6, "1"), stateTagPref6); got != "1" {
+		t.Errorf("IPv6 round trip: got %q", got)
 	}
 }
 

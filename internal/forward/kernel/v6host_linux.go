@@ -1,0 +1,210 @@
+package kernel
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+)
+
+// family returns the address family of a for netlink calls.
+func family(a netip.Addr) netlink.InetFamily {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// normalize fills in a routed job's Egress6: a job address inside the
+// routed prefix is its own public address.
+func (r ruleset) normalize(j Job) Job {
+	if j.Addr6.IsValid() && !j.Egress6.IsValid() && r.prefix6.IsValid() && r.prefix6.Contains(j.Addr6) {
+		j.Egress6 = j.Addr6
+	}
+	return j
+}
+
+// checkJob6 checks the IPv6 side of a job (normalized).
+func (r ruleset) checkJob6(j Job) error {
+	if !j.Addr6.IsValid() {
+		if j.Egress6.IsValid() {
+			return fmt.Errorf("kernel egress: job %v: public IPv6 address %v without an IPv6 tunnel address", j.Addr, j.Egress6)
+		}
+		return nil
+	}
+	if !r.v6() {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v, but the gateway has no IPv6 tunnel address", j.Addr, j.Addr6)
+	}
+	inSubnet := j.Addr6.Is6() && r.addr6.Contains(j.Addr6) && j.Addr6 != r.addr6.Addr()
+	inPrefix := r.prefix6.IsValid() && r.prefix6.Contains(j.Addr6)
+	if !inSubnet && !inPrefix {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v and the egress prefix %v", j.Addr, j.Addr6, r.addr6.Masked(), r.prefix6)
+	}
+	switch {
+	case inPrefix && j.Egress6 != j.Addr6:
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v in the routed prefix must be its own public address, not %v", j.Addr, j.Addr6, j.Egress6)
+	case inSubnet && j.Egress6.IsValid() && !(r.prefix6.IsValid() && r.prefix6.Contains(j.Egress6)):
+		return fmt.Errorf("kernel egress: job %v: public IPv6 address %v outside --egress-prefix6 %v", j.Addr, j.Egress6, r.prefix6)
+	}
+	return nil
+}
+
+// defaultEgress6 returns the source address of the host's default IPv6
+// route, or the zero Addr (with a warning) if there is none.
+func defaultEgress6(log *slog.Logger) netip.Addr {
+	a, err := defaultRouteSource6()
+	if err != nil {
+		log.Warn("kernel egress: no IPv6 egress address: jobs reach IPv6 destinations only from an own address (--egress-prefix6); "+
+			"give the host a default IPv6 route with a global address, or set the IPv6 egress address", "err", err)
+		return netip.Addr{}
+	}
+	return a
+}
+
+// defaultRouteSource6 finds the default IPv6 route and the address the
+// host sends from over it: the route's preferred source, else the first
+// global, permanent (not temporary, not deprecated) address of its link,
+// preferring global unicast over unique-local.
+func defaultRouteSource6() (netip.Addr, error) {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("list IPv6 routes: %w", err)
+	}
+	for _, r := range routes {
+		if r.Dst != nil && !(r.Dst.IP.Equal(net.IPv6zero) && isZeroMask(r.Dst.Mask)) {
+			continue
+		}
+		if a, ok := netip.AddrFromSlice(r.Src); ok && a.Is6() && !a.IsUnspecified() {
+			return a, nil
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			if r.MultiPath != nil && len(r.MultiPath) > 0 {
+				link, err = netlink.LinkByIndex(r.MultiPath[0].LinkIndex)
+			}
+			if err != nil {
+				continue
+			}
+		}
+		addrs, err := netlink.AddrList(link, netlink.FAMILY_V6)
+		if err != nil {
+			continue
+		}
+		var ula netip.Addr
+		for _, ad := range addrs {
+			a, ok := netip.AddrFromSlice(ad.IP)
+			if !ok || !a.IsGlobalUnicast() || ad.Flags&(unix.IFA_F_TEMPORARY|unix.IFA_F_DEPRECATED|unix.IFA_F_TENTATIVE|unix.IFA_F_DADFAILED) != 0 {
+				continue
+			}
+			if a.IsPrivate() {
+				if !ula.IsValid() {
+					ula = a
+				}
+				continue
+			}
+			return a, nil
+		}
+		if ula.IsValid() {
+			return ula, nil
+		}
+		return netip.Addr{}, fmt.Errorf("the default IPv6 route's link %s has no global IPv6 address", link.Attrs().Name)
+	}
+	return netip.Addr{}, fmt.Errorf("no default IPv6 route")
+}
+
+func isZeroMask(m net.IPMask) bool {
+	ones, _ := m.Size()
+	return ones == 0
+}
+
+// warnAcceptRA warns when switching IPv6 forwarding on will make the host
+// ignore router advertisements that its default IPv6 route may come from
+// (accept_ra=1 means "only when not forwarding").
+func warnAcceptRA(log *slog.Logger) {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return
+	}
+	for _, r := range routes {
+		if r.Protocol != unix.RTPROT_RA {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			continue
+		}
+		name := link.Attrs().Name
+		if v, err := readSysctl("/proc/sys/net/ipv6/conf/" + name + "/accept_ra"); err == nil && v == "1" {
+			log.Warn("kernel egress: switching IPv6 forwarding on makes the host ignore router advertisements on "+name+
+				", which its IPv6 routes come from; when they expire IPv6 egress stops. Set net.ipv6.conf."+name+".accept_ra=2 (or configure the routes statically)",
+				"link", name)
+			return
+		}
+	}
+}
+
+// CheckPrefix6 checks the host's side of a routed --egress-prefix6 and
+// returns what is missing, with the fix, as sentences (none if the setup
+// looks right). The site's router must send the prefix to this host (which
+// no check here can see); on this host the prefix must not be on-link on
+// another interface, or the jobs' addresses would be looked up there by
+// neighbour discovery instead of being routed to the TUN.
+func CheckPrefix6(prefix netip.Prefix, tun string) []string {
+	var out []string
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot list IPv6 routes to check --egress-prefix6 %v: %v", prefix, err)}
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		dst := netip.PrefixFrom(a, ones)
+		if !dst.Overlaps(prefix) || dst.Bits() == 0 {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil || link.Attrs().Name == tun {
+			continue
+		}
+		if dst.Bits() <= prefix.Bits() && r.Gw == nil {
+			out = append(out, fmt.Sprintf("--egress-prefix6 %v is on-link on %s (route %v): the router there finds jobs' addresses by neighbour discovery, which this host does not answer for them. "+
+				"Fix: have the site route %v to this host's address (e.g. on the router: ip -6 route add %v via HOST_ADDRESS) and take it off %s, "+
+				"or answer for it with an NDP proxy (sysctl net.ipv6.conf.%s.proxy_ndp=1 and ip -6 neigh add proxy ADDRESS dev %s for each job address)",
+				prefix, link.Attrs().Name, dst, prefix, prefix, link.Attrs().Name, link.Attrs().Name, link.Attrs().Name))
+		}
+	}
+	if v, err := readSysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6"); err == nil && v == "1" {
+		out = append(out, "IPv6 is disabled on this host (net.ipv6.conf.all.disable_ipv6=1). Fix: sysctl -w net.ipv6.conf.all.disable_ipv6=0")
+	}
+	return out
+}
+
+// startDNS6 starts the DNS relay on the gateway's IPv6 tunnel address.
+func startDNS6(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
+	at := netip.AddrPortFrom(gw, 53).String()
+	pc, err := net.ListenPacket("udp6", at)
+	if err != nil {
+		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+	}
+	ln, err := net.Listen("tcp6", at)
+	if err != nil {
+		pc.Close()
+		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+	}
+	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns6"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
+	if err != nil {
+		return nil, fmt.Errorf("kernel egress: %w", err)
+	}
+	return s, nil
+}
