@@ -185,7 +185,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		cfg.MTU = DefaultMTU
 	}
 	f := &Forwarder{
-		log:     cfg.Logger,
+		log: cfg.Logger,
 		rules: ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize),
 			addr6: cfg.Addr6, egress6: cfg.EgressAddr6, prefix6: cfg.EgressPrefix6},
 		jobs:    make(map[netip.Addr][]*nftables.Rule),
