@@ -51,6 +51,7 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Float64Var(&cfg.Limits.Job.DNSQueriesPerSec, "job-dns-queries-per-sec", 0, "per-job DNS queries per second to the gateway (bursts of the same number); more are answered REFUSED (default 0: 100)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
+	v6f := addIPv6Flags(fs)
 	fs.Func("capture", "write every job's decrypted packets as a pcap stream to this file (created 0600), named pipe or tap:NAME (repeatable; docs/capture.md)", func(s string) error {
 		if err := capture.ValidateTo(s); err != nil {
 			return err
@@ -93,6 +94,9 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 				return err
 			}
 			if err := flowf.parse(&cfg); err != nil {
+				return err
+			}
+			if err := v6f.parse(&cfg); err != nil {
 				return err
 			}
 			if *check {

@@ -222,9 +222,12 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		Env:     jobEnv,
 		Address: ls.Address,
 		Gateway: ls.Gateway,
-		MTU:     ls.MTU,
-		DNS:     ls.DNS,
-		Logger:  log,
+		// Address6 and Gateway6 are zero for an IPv4-only lease.
+		Address6: ls.Address6,
+		Gateway6: ls.Gateway6,
+		MTU:      ls.MTU,
+		DNS:      ls.DNS,
+		Logger:   log,
 	})
 	if err != nil {
 		if namespaceUnavailable(err) {

@@ -98,7 +98,14 @@ type Lease struct {
 	// Gateway is the gateway's tunnel address. It is also the job's DNS
 	// server.
 	Gateway netip.Addr `json:"gateway"`
-	// DNS lists the resolvers the job should use (today: Gateway).
+	// Address6 and Gateway6 are the job's and the gateway's IPv6 tunnel
+	// addresses, Address6 with the IPv6 tunnel prefix length; both are
+	// zero when the gateway gives the job IPv4 only. The job's IPv6
+	// default route goes to Gateway6.
+	Address6 netip.Prefix `json:"address6,omitzero"`
+	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
+	// DNS lists the resolvers the job should use: Gateway, then Gateway6
+	// for a dual-stack lease.
 	DNS []netip.Addr `json:"dns"`
 	// PublicAddr and Ports are the job's egress port block: its outside
 	// connections leave from PublicAddr with a source port in
@@ -106,6 +113,10 @@ type Lease struct {
 	// every address of its host; both are zero when the job has no block.
 	PublicAddr netip.Addr `json:"public_addr,omitzero"`
 	Ports      [2]uint16  `json:"ports,omitzero"`
+	// PublicAddr6 is where the job's IPv6 flows leave from: with the
+	// port block Ports, or, if it is the job's own address (the gateway's
+	// --egress-prefix6), with any port. Zero: unknown or no IPv6.
+	PublicAddr6 netip.Addr `json:"public_addr6,omitzero"`
 	// Exposed lists the inbound mappings of the ports the join asked to
 	// expose, in the order asked.
 	Exposed []Exposed `json:"exposed,omitempty"`

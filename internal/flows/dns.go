@@ -59,6 +59,7 @@ func (t *Table) DNS(q DNSQuery) {
 	}
 	t.dns.add(result)
 	t.mu.Lock()
+	jaddr = t.canonLocked(jaddr)
 	ref, lim := t.logsOfLocked(jaddr)
 	t.mu.Unlock()
 	if t.out == nil {

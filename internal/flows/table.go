@@ -150,8 +150,9 @@ type Table struct {
 	next     int      // where the next record goes in recent
 	active   map[uint64]*Flow
 	jobs     map[netip.Addr]*job
-	opened   uint64            // flows opened since start
-	verdicts map[string]uint64 // flows by verdict (allowed and refusals)
+	aliases  map[netip.Addr]netip.Addr // job-side address → job's address (dualstack.go)
+	opened   uint64                    // flows opened since start
+	verdicts map[string]uint64         // flows by verdict (allowed and refusals)
 	logErrs  uint64
 	bypass   map[string]*BypassStats // reported bypass totals by rule (bypass.go)
 }
@@ -196,6 +197,7 @@ func (t *Table) RemoveJob(addr netip.Addr) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.jobs, addr.Unmap())
+	t.removeAliasesLocked(addr.Unmap())
 }
 
 // jobAddr returns the job-side address of a flow.
@@ -224,6 +226,7 @@ func (t *Table) Open(k Key, dir string) *Flow {
 	}
 	f.lastSeen.Store(now.UnixNano())
 	t.mu.Lock()
+	f.jaddr = t.canonLocked(f.jaddr)
 	if j := t.jobs[f.jaddr]; j != nil {
 		f.job, f.jt = j.ref, &j.totals
 		j.active++
@@ -257,6 +260,7 @@ func (t *Table) Refuse(k Key, dir, verdict string) {
 	now := time.Now()
 	jaddr := jobAddr(k, dir)
 	t.mu.Lock()
+	jaddr = t.canonLocked(jaddr)
 	t.verdicts[verdict]++
 	ref, lim := t.logsOfLocked(jaddr)
 	t.mu.Unlock()

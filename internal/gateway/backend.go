@@ -83,6 +83,8 @@ type gateway struct {
 	// maxBlocks is the most port blocks one job may hold
 	// (--max-block-size, blocksize.go).
 	maxBlocks int
+	// v6 is the IPv6 side: tunnel prefix, egress (dualstack.go).
+	v6 dualState
 }
 
 // owner is what a lease records about its holder.
@@ -148,6 +150,12 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		}
 	}
 	g.trackJob(l, req.Job.BatchJobID, tok.Name)
+	if err := g.addJob6(l, block); err != nil {
+		_, _ = g.leases.Release(l.ID, secret)
+		g.removeJob(l)
+		g.log.Error("join refused: egress backend cannot add the job's IPv6 address", "addr", l.Addr, "addr6", l.Addr6, "err", err)
+		return control.Lease{}, err
+	}
 	if g.policer != nil {
 		if err := g.policer.SetJobToken(l.Addr, tok.Name); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
@@ -164,7 +172,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		return control.Lease{}, err
 	}
 	if len(exposures) > 0 {
-		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
+		if err := g.exposer.Expose(l.Addr, g.expose6(l, exposures)); err != nil {
 			_, _ = g.leases.Release(l.ID, secret)
 			g.removeJob(l)
 			g.log.Error("join refused: cannot expose the job's ports", "addr", l.Addr, "err", err)
@@ -182,6 +190,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if block != (portblock.Range{}) {
 		rec.PublicAddr, rec.PortLo, rec.PortHi = pubAddr, block.Lo, block.Hi
 	}
+	g.record6(&rec, l, block)
 	for _, x := range exposed {
 		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
 	}
@@ -192,13 +201,13 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		return control.Lease{}, err
 	}
 	g.handshakes.add(pub, time.Now())
-	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
+	if err := g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		_, _ = g.leases.Release(l.ID, secret)
 		g.removeJob(l)
 		g.recordEnd(l, "wireguard peer failed")
 		return control.Lease{}, err
 	}
-	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "job", req.Job.BatchJobID,
+	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "addr6", l.Addr6, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", block, "exposed", rec.Exposed,
 		"limits", !limits.IsZero())
@@ -206,7 +215,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if block != (portblock.Range{}) {
 		ports = [2]uint16{block.Lo, block.Hi}
 	}
-	return control.Lease{
+	cl := control.Lease{
 		PublicAddr:       rec.PublicAddr,
 		Ports:            ports,
 		Exposed:          exposed,
@@ -221,7 +230,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
-	}, nil
+	}
+	g.lease6(&cl, l)
+	return cl, nil
 }
 
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {

@@ -65,7 +65,16 @@ type Config struct {
 	// Subnet holds the tunnel addresses; the gateway takes the first host
 	// address of it.
 	Subnet netip.Prefix
-	MTU    int
+	// Subnet6, NoIPv6, EgressAddr6 and EgressPrefix6 configure IPv6 in
+	// the tunnel (dualstack.go): the IPv6 tunnel prefix (zero: the one
+	// kept in the state dir, else a random ULA /48), IPv6 off, where jobs'
+	// IPv6 flows leave from (zero: the IPv6 default route's source) or a
+	// routed prefix that gives each job its own public IPv6 address.
+	Subnet6       netip.Prefix
+	NoIPv6        bool
+	EgressAddr6   netip.Addr
+	EgressPrefix6 netip.Prefix
+	MTU           int
 	// RenewInterval is how often clients renew; leases expire after
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
@@ -207,6 +216,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if !cfg.Subnet.Contains(gwAddr) {
 		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
 	}
+	if cfg.Subnet6, err = planSubnet6(cfg, log); err != nil {
+		return err
+	}
 
 	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
 	if err != nil {
@@ -263,6 +275,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	jobs, _ := dev.(forward.Jobs)
 	exposer, _ := dev.(forward.Exposer)
+	v6, err := setupDualStack(cfg, leases, dev, defaultRouteSource6)
+	if err != nil {
+		dev.Close()
+		return err
+	}
 	limiter, err := setupLimits(conf.Limits, dev)
 	if err != nil {
 		dev.Close()
@@ -313,6 +330,7 @@ func Run(ctx context.Context, cfg Config) error {
 		tr:         tr,
 		capture:    capdev,
 		maxBlocks:  maxBlocks,
+		v6:         v6,
 	}
 	g.conf.Store(conf)
 	g.warnBlockSizes(conf.Quotas)
@@ -426,7 +444,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("gateway ready",
 		"AIRLOCK_GATEWAY", advertise, "AIRLOCK_PIN", fp,
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "egress", eg.mode, "egress_addr", eg.public,
+		"subnet", cfg.Subnet, "tunnel_addr", gwAddr, "tunnel_addr6", v6.gw, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(), "per_job_blocks", jobs != nil,
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", forward.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", forward.FormatRate(conf.Limits.Job.IngressBitsPerSec),
@@ -522,6 +540,7 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 	ns := netstack.Config{
 		Logger:       cfg.Logger.With("component", "netstack"),
 		Addr:         addr,
+		Addr6:        tunnel6(cfg, gwAddr),
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,

@@ -102,6 +102,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
 		return err
 	}
+	l = g.leaseAddr6(l)
 	undo := func() {
 		_, _ = g.leases.Remove(l.ID)
 		g.removeJob(l)
@@ -132,6 +133,10 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		}
 	}
 	g.trackJob(l, r.JobID, r.Token)
+	if err := g.addJob6(l, block); err != nil {
+		undo()
+		return err
+	}
 	if g.policer != nil {
 		if err := g.policer.SetJobToken(l.Addr, r.Token); err != nil {
 			undo()
@@ -143,12 +148,12 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) error {
 		return err
 	}
 	if len(exposures) > 0 {
-		if err := g.exposer.Expose(l.Addr, exposures); err != nil {
+		if err := g.exposer.Expose(l.Addr, g.expose6(l, exposures)); err != nil {
 			undo()
 			return fmt.Errorf("expose ports: %w", err)
 		}
 	}
-	if err := g.wg.AddPeer(pub, l.Addr); err != nil {
+	if err := g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		undo()
 		return err
 	}

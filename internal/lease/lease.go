@@ -31,6 +31,9 @@ type Lease struct {
 	ID string
 	// Addr is the job's tunnel address.
 	Addr netip.Addr
+	// Addr6 is the job's IPv6 tunnel address (dualstack.go); the zero
+	// Addr when the Manager is IPv4-only.
+	Addr6 netip.Addr
 	// Block is the index of the job's (first) egress port block, or -1
 	// when the Manager hands out no blocks.
 	Block int
@@ -53,6 +56,7 @@ type Manager struct {
 	prefix  netip.Prefix
 	gateway netip.Addr
 	ttl     time.Duration
+	prefix6 netip.Prefix // IPv6 tunnel prefix (dualstack.go); guarded by mu
 
 	blocks int // number of port blocks; 0 means none
 	stride int // distance between the blocks of one run (runs.go)
@@ -175,6 +179,7 @@ func (m *Manager) AllocateRun(pub [32]byte, owner any, now time.Time, n int) (l 
 	nl := &Lease{
 		ID:         id,
 		Addr:       addr,
+		Addr6:      m.addr6Locked(addr),
 		Block:      block,
 		Blocks:     blocks,
 		PublicKey:  pub,
@@ -310,11 +315,11 @@ func randomString(n int) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// ByAddr returns the live lease of tunnel address a.
+// ByAddr returns the live lease of tunnel address a, IPv4 or IPv6.
 func (m *Manager) ByAddr(a netip.Addr) (Lease, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.byAddr[a]
+	l, ok := m.byAddr[m.v4Locked(a)]
 	if !ok {
 		return Lease{}, false
 	}
@@ -358,6 +363,7 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
 	}
 	nl := l
 	nl.secretHash = secretHash
+	nl.Addr6 = m.addr6Locked(nl.Addr)
 	if nl.Block >= 0 && nl.Blocks == 0 {
 		nl.Blocks = 1
 	}

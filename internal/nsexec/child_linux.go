@@ -201,6 +201,32 @@ func configureNetwork(cfg childConfig) error {
 	if err := h.RouteAdd(route); err != nil {
 		return fmt.Errorf("add default route via %s dev %q: %w", cfg.Gateway, cfg.TUNName, err)
 	}
+	return configureIPv6(h, link, cfg)
+}
+
+// configureIPv6 gives a dual-stack job its IPv6 address (no duplicate
+// address detection: the tunnel has no other hosts) and IPv6 default
+// route through the TUN.
+func configureIPv6(h *netlink.Handle, link netlink.Link, cfg childConfig) error {
+	if !cfg.Address6.IsValid() {
+		return nil
+	}
+	if err := h.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(cfg.Address6), Flags: unix.IFA_F_NODAD}); err != nil {
+		return fmt.Errorf("add address %s to %q: %w", cfg.Address6, cfg.TUNName, err)
+	}
+	route := &netlink.Route{
+		LinkIndex: link.Attrs().Index,
+		Dst:       &net.IPNet{IP: make(net.IP, net.IPv6len), Mask: net.CIDRMask(0, 128)},
+	}
+	if cfg.Gateway6.IsValid() {
+		route.Gw = cfg.Gateway6.AsSlice()
+		route.Flags = int(netlink.FLAG_ONLINK)
+	} else {
+		route.Scope = netlink.SCOPE_LINK
+	}
+	if err := h.RouteAdd(route); err != nil {
+		return fmt.Errorf("add ipv6 default route via %s dev %q: %w", cfg.Gateway6, cfg.TUNName, err)
+	}
 	return nil
 }
 

@@ -53,6 +53,11 @@ type Config struct {
 	// route (0.0.0.0/0 or ::/0, by Address's family) through the TUN. If
 	// invalid, the default route goes straight to the TUN.
 	Gateway netip.Addr
+	// Address6 and Gateway6, if valid, make the job dual-stack: the TUN
+	// gets Address6 too (IPv6, without duplicate address detection) and
+	// the IPv6 default route goes through the TUN to Gateway6.
+	Address6 netip.Prefix
+	Gateway6 netip.Addr
 	// MTU is the TUN's MTU; 0 means DefaultMTU.
 	MTU int
 	// DNS are written as nameserver lines into the job's private
@@ -72,6 +77,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Gateway.IsValid() && c.Gateway.Is4() != c.Address.Addr().Is4() {
 		return c, fmt.Errorf("gateway %s and address %s are of different families", c.Gateway, c.Address)
+	}
+	if c.Address6.IsValid() && (!c.Address.Addr().Is4() || !c.Address6.Addr().Is6() || c.Address6.Addr().Is4In6()) {
+		return c, fmt.Errorf("ipv6 address %s beside %s: want an IPv6 address beside an IPv4 one", c.Address6, c.Address)
+	}
+	if c.Gateway6.IsValid() && (!c.Address6.IsValid() || !c.Gateway6.Is6()) {
+		return c, fmt.Errorf("ipv6 gateway %s without an IPv6 address", c.Gateway6)
 	}
 	if c.TUNName == "" {
 		c.TUNName = DefaultTUNName
@@ -137,6 +148,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	ccfg, err := json.Marshal(childConfig{
 		TUNName: cfg.TUNName, Address: cfg.Address, Gateway: cfg.Gateway, MTU: cfg.MTU, DNS: cfg.DNS,
+		Address6: cfg.Address6, Gateway6: cfg.Gateway6,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start job namespace: encode config: %w", err)

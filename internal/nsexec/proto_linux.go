@@ -39,6 +39,9 @@ type childConfig struct {
 	Gateway netip.Addr   `json:"gateway"`
 	MTU     int          `json:"mtu"`
 	DNS     []netip.Addr `json:"dns"`
+	// Address6 and Gateway6: the job's IPv6 side (Config).
+	Address6 netip.Prefix `json:"address6,omitzero"`
+	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
 }
 
 // setupReply is the child's one message to the parent. An empty Step means

@@ -169,6 +169,9 @@ type Flow struct {
 	// Tunnel is the gateway's tunnel subnet; the floor closes all of it
 	// (the zero Prefix: none).
 	Tunnel netip.Prefix
+	// Tunnel6 is the gateway's IPv6 tunnel prefix, closed by the floor
+	// like Tunnel (the zero Prefix: none).
+	Tunnel6 netip.Prefix
 }
 
 // Verdict is Decide's answer.
@@ -236,7 +239,7 @@ func ValidateName(n string) error {
 func (p *Policy) Decide(f Flow) Verdict {
 	dst := f.Dst.Unmap()
 	prot, prange := Builtin(dst, f.Tunnel, f.Host)
-	if prot == RuleFloor {
+	if prot == RuleFloor || f.Tunnel6.IsValid() && f.Tunnel6.Masked().Contains(dst) {
 		return Verdict{Deny, RuleFloor}
 	}
 	for i := range p.Rules {

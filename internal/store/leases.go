@@ -43,6 +43,16 @@ type LeaseRecord struct {
 	Remote string `json:"remote,omitempty"`
 	// TunnelAddr is the job's address inside the tunnel.
 	TunnelAddr netip.Addr `json:"tunnel_addr"`
+	// TunnelAddr6 is the job's IPv6 address inside the tunnel; invalid
+	// for an IPv4-only lease.
+	TunnelAddr6 netip.Addr `json:"tunnel_addr6,omitzero"`
+	// PublicAddr6 is where the job's IPv6 flows left from, with the same
+	// port block PortLo..PortHi (or, with Own6, any port); invalid when
+	// the lease had no IPv6 egress address on record.
+	PublicAddr6 netip.Addr `json:"public_addr6,omitzero"`
+	// Own6 reports that PublicAddr6 was the job's own address (the
+	// gateway's --egress-prefix6): whois finds it by address alone.
+	Own6 bool `json:"own6,omitempty"`
 	// PublicAddr and PortLo..PortHi are the job's port block on the
 	// gateway's public address; PublicAddr is invalid when the lease had
 	// no block.
@@ -111,6 +121,9 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 	// The function is idempotent, as Batch requires.
 	err = s.db.Batch(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketLeases).Put([]byte(r.ID), v); err != nil {
+			return err
+		}
+		if err := putAttr6(tx, r); err != nil {
 			return err
 		}
 		if !r.PublicAddr.IsValid() {
@@ -237,6 +250,9 @@ func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord
 		if out, err = whoisTx(tx, addr, port, at, out); err != nil {
 			return err
 		}
+		if out, err = whoisOwn6Tx(tx, addr, at, out); err != nil {
+			return err
+		}
 		if addr != unspec {
 			out, err = whoisTx(tx, unspec, port, at, out)
 		}
@@ -287,7 +303,7 @@ func whoisTx(tx *bolt.Tx, addr netip.Addr, port uint16, at time.Time, out []Leas
 		if err := json.Unmarshal(v, &r); err != nil {
 			return out, fmt.Errorf("lease %q: %w", k[26:], err)
 		}
-		if port <= r.PortHi && r.covers(at) {
+		if port <= r.PortHi && r.covers(at) && !(r.Own6 && r.PublicAddr6 == addr) {
 			out = append(out, r)
 		}
 	}
@@ -333,6 +349,9 @@ func (s *Store) PruneLeases(cutoff time.Time) (int, error) {
 			leaseKeys = append(leaseKeys, bytes.Clone(k))
 			if r.PublicAddr.IsValid() {
 				attrKeys = append(attrKeys, attrKey(r.PublicAddr, r.PortLo, r.Start, r.ID))
+			}
+			if k := attrKey6(r); k != nil {
+				attrKeys = append(attrKeys, k)
 			}
 			return nil
 		})

@@ -103,9 +103,11 @@ func (g *Gateway) listenPort() (uint16, error) {
 
 // AddPeer admits the peer with public key pub, routing addr (a /32 or /128)
 // to it.
-func (g *Gateway) AddPeer(pub Key, addr netip.Addr) error {
-	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\nallowed_ip=%s\n",
-		pub.hex(), netip.PrefixFrom(addr, addr.BitLen()))
+func (g *Gateway) AddPeer(pub Key, addrs ...netip.Addr) error {
+	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\n", pub.hex())
+	for _, addr := range addrs {
+		cfg += fmt.Sprintf("allowed_ip=%s\n", netip.PrefixFrom(addr, addr.BitLen()))
+	}
 	if err := g.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("add wireguard peer %s: %w", pub, err)
 	}

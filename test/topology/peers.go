@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/netip"
@@ -39,7 +38,7 @@ func TempDir(t testing.TB) string {
 func (tp *Topology) StartIperf3Server(t testing.TB) int {
 	t.Helper()
 	port := tp.Port()
-	p := tp.Start(t, tp.INET, nil, "iperf3", "-s", "-4", "--forceflush", "-p", strconv.Itoa(port))
+	p := tp.Start(t, tp.INET, nil, "iperf3", "-s", "--forceflush", "-p", strconv.Itoa(port))
 	tp.waitFor(t, p, 10*time.Second, func() bool {
 		return strings.Contains(p.Stdout(), "Server listening")
 	})
@@ -68,7 +67,7 @@ func (tp *Topology) StartHTTPIn(t testing.TB, ns string, addr netip.Addr, files 
 		sha[name] = sum
 	}
 	port = tp.Port()
-	p := tp.Start(t, ns, nil, BuildPeer(t), "http", dir, fmt.Sprintf("0.0.0.0:%d", port))
+	p := tp.Start(t, ns, nil, BuildPeer(t), "http", dir, tp.listenAny(ns, port))
 	tp.WaitTCP(t, ns, netip.AddrPortFrom(addr, uint16(port)), p)
 	return port, sha
 }
@@ -113,9 +112,22 @@ func (tp *Topology) StartDNS(t testing.TB, zone map[string]netip.Addr) netip.Add
 // StartDNSIn is StartDNS in namespace ns on addr.
 func (tp *Topology) StartDNSIn(t testing.TB, ns string, addr netip.Addr, zone map[string]netip.Addr) netip.Addr {
 	t.Helper()
-	raw := map[string]string{}
+	z := make(map[string][]netip.Addr, len(zone))
 	for name, a := range zone {
-		raw[name] = a.String()
+		z[name] = []netip.Addr{a}
+	}
+	return tp.StartDNSZone(t, ns, addr, z)
+}
+
+// StartDNSZone is StartDNSIn for names with several addresses: A records
+// for the IPv4 ones, AAAA for the IPv6 ones.
+func (tp *Topology) StartDNSZone(t testing.TB, ns string, addr netip.Addr, zone map[string][]netip.Addr) netip.Addr {
+	t.Helper()
+	raw := map[string][]string{}
+	for name, as := range zone {
+		for _, a := range as {
+			raw[name] = append(raw[name], a.String())
+		}
 	}
 	b, err := json.Marshal(raw)
 	if err != nil {
@@ -136,7 +148,7 @@ func (tp *Topology) StartDNSIn(t testing.TB, ns string, addr netip.Addr, zone ma
 func (tp *Topology) StartUDPEcho(t testing.TB) int {
 	t.Helper()
 	port := tp.Port()
-	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "udpecho", fmt.Sprintf("0.0.0.0:%d", port))
+	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "udpecho", tp.listenAny(tp.INET, port))
 	peer := BuildPeer(t)
 	ap := netip.AddrPortFrom(tp.INETAddr, uint16(port)).String()
 	tp.waitFor(t, p, 10*time.Second, func() bool {
@@ -165,7 +177,7 @@ func (tp *Topology) StartTCPListener(t testing.TB, ns string, addr netip.AddrPor
 func (tp *Topology) StartTCPSrcPort(t testing.TB) int {
 	t.Helper()
 	port := tp.Port()
-	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsrcport", fmt.Sprintf("0.0.0.0:%d", port))
+	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsrcport", tp.listenAny(tp.INET, port))
 	tp.WaitTCP(t, tp.INET, netip.AddrPortFrom(tp.INETAddr, uint16(port)), p)
 	return port
 }
@@ -213,7 +225,7 @@ func (tp *Topology) waitFor(t testing.TB, p *Process, timeout time.Duration, rea
 func (tp *Topology) StartTCPSink(t testing.TB) int {
 	t.Helper()
 	port := tp.Port()
-	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsink", fmt.Sprintf("0.0.0.0:%d", port))
+	p := tp.Start(t, tp.INET, nil, BuildPeer(t), "tcpsink", tp.listenAny(tp.INET, port))
 	tp.WaitTCP(t, tp.INET, netip.AddrPortFrom(tp.INETAddr, uint16(port)), p)
 	return port
 }

@@ -125,6 +125,12 @@ type Topology struct {
 	// Site is the site network's namespace, linked to cn only; "" without
 	// WithSite (site.go).
 	Site string
+	// V4Host and V6Host are the IPv4-only and IPv6-only outside hosts
+	// behind inet; "" without WithSingleStackHosts (ipv6.go).
+	V4Host, V6Host string
+	// CNIPv6Only reports that cn's link to dmz has no IPv4 address
+	// (WithIPv6OnlyCN).
+	CNIPv6Only bool
 
 	// Addresses on the two links; see the package comment.
 	CNAddr, DMZAddrCN, DMZAddrINET, INETAddr netip.Addr
@@ -150,6 +156,8 @@ type options struct {
 	prefix string
 	impair *impair.Config
 	cc     string
+	// single and cn6only: WithSingleStackHosts, WithIPv6OnlyCN (ipv6.go).
+	single, cn6only bool
 }
 
 // Option configures New.
@@ -212,7 +220,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 	tp := &Topology{
 		CN: base + "-cn", DMZ: base + "-dmz", INET: base + "-inet",
 		CNAddr: CNAddr, DMZAddrCN: DMZAddrCN, DMZAddrINET: DMZAddrINET, INETAddr: INETAddr,
-		Rate: o.rate, NativeRouting: o.native,
+		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only,
 		t: t,
 	}
 	tp.nextPort.Store(20000)
@@ -233,14 +241,21 @@ func New(t testing.TB, opts ...Option) *Topology {
 		tp.Site = base + "-site"
 		nss = append(nss, tp.Site)
 	}
+	if o.single {
+		tp.V4Host, tp.V6Host = base+"-v4h", base+"-v6h"
+		nss = append(nss, tp.V4Host, tp.V6Host)
+	}
 
 	for _, ns := range nss {
 		ns := ns
 		mustIP(t, "netns", "add", ns)
 		t.Cleanup(func() { tp.removeNamespace(ns) })
 		mustIP(t, "-n", ns, "link", "set", "lo", "up")
-		// No IPv6 on the links: no DAD delays, no link-local surprises.
-		mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		if ns == tp.V4Host {
+			mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1")
+		} else {
+			enableIPv6(t, ns) // dual-stack links, no DAD (ipv6.go)
+		}
 		if o.cc != "" {
 			mustRun(t, "ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control="+o.cc)
 		}
@@ -263,7 +278,12 @@ func New(t testing.TB, opts ...Option) *Topology {
 		mustIP(t, "-n", ns, "addr", "add", a.String()+"/24", "dev", dev)
 		mustIP(t, "-n", ns, "link", "set", dev, "up")
 	}
-	addr(tp.CN, IfCNToDMZ, tp.CNAddr)
+	if o.cn6only {
+		tp.CNAddr = netip.Addr{}
+		mustIP(t, "-n", tp.CN, "link", "set", IfCNToDMZ, "up")
+	} else {
+		addr(tp.CN, IfCNToDMZ, tp.CNAddr)
+	}
 	addr(tp.DMZ, IfDMZToCN, tp.DMZAddrCN)
 	addr(tp.DMZ, IfDMZToINET, tp.DMZAddrINET)
 	addr(tp.INET, IfINETToDMZ, tp.INETAddr)
@@ -292,6 +312,10 @@ func New(t testing.TB, opts ...Option) *Topology {
 	if tp.Site != "" {
 		links = append(links, tp.linkSite(t)...)
 	}
+	tp.linkIPv6(t)
+	if o.single {
+		links = append(links, tp.singleStackHosts(t)...)
+	}
 
 	if o.rate != "" {
 		burst := tbfBurst(t, o.rate)
@@ -307,6 +331,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 		mustIP(t, "-n", tp.CN, "route", "add", "default", "via", tp.DMZAddrCN.String())
 		mustIP(t, "-n", tp.INET, "route", "add", CNPrefix.String(), "via", tp.DMZAddrINET.String())
 		mustRun(t, "ip", "netns", "exec", tp.DMZ, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
+		tp.nativeIPv6(t)
 	}
 	return tp
 }
@@ -421,6 +446,9 @@ func (tp *Topology) Namespaces() []string {
 	}
 	if tp.Site != "" {
 		nss = append(nss, tp.Site)
+	}
+	if tp.V4Host != "" {
+		nss = append(nss, tp.V4Host, tp.V6Host)
 	}
 	return nss
 }

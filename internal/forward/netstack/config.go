@@ -34,6 +34,11 @@ type Config struct {
 	// e.g. 100.64.0.1/16. The DNS server listens on Addr port 53. Required.
 	Addr netip.Prefix
 
+	// Addr6, if valid, is the gateway's IPv6 tunnel address with the IPv6
+	// tunnel prefix length (dualstack.go): the netstack owns it too, and a
+	// second DNS server listens on Addr6 port 53.
+	Addr6 netip.Prefix
+
 	// MTU is the tunnel MTU in bytes; 0 means DefaultMTU.
 	MTU int
 
@@ -120,6 +125,9 @@ func (c Config) withDefaults() (Config, error) {
 	c.Addr = netip.PrefixFrom(c.Addr.Addr().Unmap(), c.Addr.Bits())
 	if c.Addr.Addr().Is4() && c.Addr.Bits() > 32 {
 		return c, fmt.Errorf("netstack config: Addr %s: prefix length too long", c.Addr)
+	}
+	if c.Addr6.IsValid() && (!c.Addr6.Addr().Is6() || c.Addr6.Addr().Is4In6() || !c.Addr.Addr().Is4()) {
+		return c, fmt.Errorf("netstack config: Addr6 %s: want an IPv6 address beside an IPv4 Addr", c.Addr6)
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU

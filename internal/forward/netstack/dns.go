@@ -3,6 +3,7 @@ package netstack
 import (
 	"fmt"
 	"net"
+	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -14,7 +15,11 @@ import (
 // TCP, and serves it with a dnsfwd relay to the upstreams. Endpoints bound
 // there take precedence over the forwarders.
 func startDNS(s *Stack) (*dnsfwd.Server, error) {
-	self := s.cfg.Addr.Addr()
+	return startDNSOn(s, s.cfg.Addr.Addr())
+}
+
+// startDNSOn starts a DNS server on the tunnel address self, port 53.
+func startDNSOn(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
 	fa := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(self.AsSlice()), Port: dnsPort}
 	proto := protoOf(self)
 	pc, err := gonet.DialUDP(s.ns, &fa, nil, proto)

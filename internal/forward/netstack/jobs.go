@@ -79,6 +79,7 @@ func (s *Stack) RemoveJob(addr netip.Addr) {
 	s.pings.removeJob(addr.Unmap())
 	s.pol.forget(addr.Unmap())
 	s.dns.RemoveJob(addr)
+	s.removeJob6(addr.Unmap())
 }
 
 // dial opens the host socket for a job's flow from src to dst: through the

@@ -237,6 +237,11 @@ func (s *Stack) SetJobLimits(job netip.Addr, l forward.Limits) error {
 	if err := s.dns.SetJobLimits(job, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
 		return err
 	}
+	if a6 := s.dual.v6(job.Unmap()); a6.IsValid() && s.dns6 != nil {
+		if err := s.dns6.SetJobLimits(a6, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+			return err
+		}
+	}
 	j.apply(time.Now(), l)
 	return nil
 }
@@ -265,7 +270,7 @@ func (s *Stack) LimitStats() (forward.LimitStats, error) {
 // ends) and whether the flow may open. Refusals are counted and logged,
 // rate-limited.
 func (s *Stack) admitFlow(proto string, src, dst netip.AddrPort) (*jobLimits, bool) {
-	j := s.limits.job(src.Addr())
+	j := s.limits.job(s.jobOf(src.Addr()))
 	if j == nil {
 		return nil, true
 	}

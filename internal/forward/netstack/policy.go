@@ -94,12 +94,15 @@ func (s *Stack) checkFlow(srcAP netip.AddrPort, proto policy.Proto, dst netip.Ad
 		}
 	}
 	f := policy.Flow{
-		Token:  s.pol.token(src.Unmap()),
+		Token:  s.pol.token(s.jobOf(src)),
 		Proto:  proto,
 		Dst:    a,
 		Port:   dst.Port(),
 		Host:   host,
 		Tunnel: s.cfg.Addr.Masked(),
+	}
+	if s.cfg.Addr6.IsValid() {
+		f.Tunnel6 = s.cfg.Addr6.Masked()
 	}
 	v := s.pol.policy().Decide(f)
 	if v.Action == policy.Allow {

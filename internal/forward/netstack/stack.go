@@ -87,6 +87,9 @@ type Stack struct {
 	flowLog *rate.Limiter
 	stats   counters
 	dns     *dnsfwd.Server
+	dns6    *dnsfwd.Server // on Config.Addr6; nil without it
+	self6   netip.Addr     // Config.Addr6's address; zero without it
+	dual    dualStack      // jobs' IPv6 tunnel addresses (dualstack.go)
 	host    hostAddrs
 	jobs    jobTable
 	limits  limitTable   // jobs' and global limits (limits.go)
@@ -132,6 +135,7 @@ func New(cfg Config) (*Stack, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		self:    cfg.Addr.Addr(),
+		self6:   cfg.Addr6.Addr(),
 		events:  make(chan tun.Event, 1),
 		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
 		ctx:     ctx,
@@ -169,6 +173,16 @@ func New(cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	s.dns = dnsSrv
+	if cfg.Addr6.IsValid() {
+		if s.dns6, err = startDNSOn(s, cfg.Addr6.Addr()); err != nil {
+			s.dns.Close()
+			s.closeKernelTCP()
+			cancel()
+			s.ns.Close()
+			s.ns.Wait()
+			return nil, err
+		}
+	}
 	s.pings = newPingTable(s)
 	s.exposed = newExposeTable()
 	s.track(s.pings)
@@ -226,6 +240,15 @@ func (s *Stack) setupStack() error {
 	}
 	if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
 		return tcpipError(fmt.Sprintf("add address %s", addr), err)
+	}
+	if a6 := s.cfg.Addr6; a6.IsValid() {
+		pa6 := tcpip.ProtocolAddress{
+			Protocol:          ipv6.ProtocolNumber,
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFromSlice(a6.Addr().AsSlice()), PrefixLen: a6.Bits()},
+		}
+		if err := s.ns.AddProtocolAddress(nicID, pa6, stack.AddressProperties{}); err != nil {
+			return tcpipError(fmt.Sprintf("add address %s", a6), err)
+		}
 	}
 	s.ns.SetRouteTable([]tcpip.Route{
 		{Destination: header.IPv4EmptySubnet, NIC: nicID},
@@ -355,6 +378,9 @@ func (s *Stack) admitICMPv4(pkt []byte, h header.IPv4) (tcpip.NetworkProtocolNum
 
 // isSelf reports whether a is the tunnel address.
 func (s *Stack) isSelf(a tcpip.Address) bool {
+	if a.Len() == 16 {
+		return s.self6.IsValid() && a == tcpip.AddrFromSlice(s.self6.AsSlice())
+	}
 	return a.Len() == s.self.BitLen()/8 && a == tcpip.AddrFromSlice(s.self.AsSlice())
 }
 
@@ -421,6 +447,9 @@ func (s *Stack) Close() error {
 		s.closing.Store(true)
 		s.cancel()
 		s.dns.Close()
+		if s.dns6 != nil {
+			s.dns6.Close()
+		}
 		s.closeKernelTCP()
 
 		s.mu.Lock()

@@ -10,7 +10,7 @@
 // Subcommands:
 //
 //	http DIR ADDR            serve the files in DIR over HTTP on ADDR
-//	dns ADDR ZONE.json       answer A queries from ZONE.json ({"name.": "ip"}) on ADDR (UDP and TCP)
+//	dns ADDR ZONE.json       answer A and AAAA queries from ZONE.json ({"name.": "ip"} or {"name.": ["ip4", "ip6"]}) on ADDR (UDP and TCP)
 //	udpecho ADDR             echo every UDP datagram back to its sender
 //	udpclient ADDR COUNT     send COUNT numbered datagrams to ADDR one at a time,
 //	                         verify each echo, print "ok COUNT" (exit 1 on failure)
@@ -201,17 +201,28 @@ func serveDNS(addr, zoneFile string) error {
 	if err != nil {
 		return err
 	}
-	var raw map[string]string
+	// A name maps to one address ("ip") or several (["ip", "ip6"]).
+	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return fmt.Errorf("parse zone %s: %w", zoneFile, err)
 	}
-	zone := make(map[string]netip.Addr, len(raw))
-	for name, a := range raw {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			return fmt.Errorf("zone %s: %q: %w", zoneFile, name, err)
+	zone := make(map[string][]netip.Addr, len(raw))
+	for name, v := range raw {
+		var list []string
+		if err := json.Unmarshal(v, &list); err != nil {
+			var one string
+			if err := json.Unmarshal(v, &one); err != nil {
+				return fmt.Errorf("zone %s: %q: want an address or a list of them", zoneFile, name)
+			}
+			list = []string{one}
 		}
-		zone[strings.ToLower(dns.Fqdn(name))] = ip
+		for _, a := range list {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return fmt.Errorf("zone %s: %q: %w", zoneFile, name, err)
+			}
+			zone[strings.ToLower(dns.Fqdn(name))] = append(zone[strings.ToLower(dns.Fqdn(name))], ip)
+		}
 	}
 	handler := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
@@ -223,20 +234,23 @@ func serveDNS(addr, zoneFile string) error {
 			return
 		}
 		q := req.Question[0]
-		ip, ok := zone[strings.ToLower(q.Name)]
-		switch {
-		case !ok:
+		ips, ok := zone[strings.ToLower(q.Name)]
+		if !ok {
 			m.Rcode = dns.RcodeNameError
-		case q.Qtype == dns.TypeA && ip.Is4():
-			m.Answer = append(m.Answer, &dns.A{
-				Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
-				A:   ip.AsSlice(),
-			})
-		case q.Qtype == dns.TypeAAAA && ip.Is6():
-			m.Answer = append(m.Answer, &dns.AAAA{
-				Hdr:  dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60},
-				AAAA: ip.AsSlice(),
-			})
+		}
+		for _, ip := range ips {
+			switch {
+			case q.Qtype == dns.TypeA && ip.Is4():
+				m.Answer = append(m.Answer, &dns.A{
+					Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 60},
+					A:   ip.AsSlice(),
+				})
+			case q.Qtype == dns.TypeAAAA && ip.Is6():
+				m.Answer = append(m.Answer, &dns.AAAA{
+					Hdr:  dns.RR_Header{Name: q.Name, Rrtype: dns.TypeAAAA, Class: dns.ClassINET, Ttl: 60},
+					AAAA: ip.AsSlice(),
+				})
+			}
 		}
 		_ = w.WriteMsg(m)
 	})

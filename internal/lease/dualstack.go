@@ -1,0 +1,106 @@
+package lease
+
+import (
+	"fmt"
+	"net/netip"
+)
+
+// Dual stack: a job's IPv6 tunnel address is not allocated but derived from
+// its IPv4 one. The Manager's IPv6 prefix (at most /96) holds the IPv4
+// address in its last 32 bits, e.g. fd12:3456:789a::6440:2 for 100.64.0.2
+// in fd12:3456:789a::/48. The IPv6 address is therefore unique whenever
+// the IPv4 one is, needs no state of its own, and comes back with the IPv4
+// address when a lease is restored after a restart (as long as the prefix
+// is kept, which the gateway does in its state directory).
+
+// MaxPrefix6Bits is the longest IPv6 prefix that leaves room for an
+// embedded IPv4 address.
+const MaxPrefix6Bits = 96
+
+// Embed6 returns the IPv6 address of prefix p that embeds the IPv4 address
+// a in its last 32 bits.
+func Embed6(p netip.Prefix, a netip.Addr) netip.Addr {
+	b := p.Masked().Addr().As16()
+	v4 := a.Unmap().As4()
+	copy(b[12:], v4[:])
+	return netip.AddrFrom16(b)
+}
+
+// Extract4 returns the IPv4 address that a, an address of prefix p,
+// embeds, and whether a is in p.
+func Extract4(p netip.Prefix, a netip.Addr) (netip.Addr, bool) {
+	if !p.IsValid() || !a.Is6() || a.Is4In6() || !p.Contains(a) {
+		return netip.Addr{}, false
+	}
+	b := a.As16()
+	return netip.AddrFrom4([4]byte(b[12:])), true
+}
+
+// CheckPrefix6 validates p as the IPv6 tunnel prefix beside the IPv4
+// tunnel subnet.
+func CheckPrefix6(p netip.Prefix) error {
+	switch {
+	case !p.IsValid():
+		return fmt.Errorf("ipv6 tunnel prefix: not set")
+	case !p.Addr().Is6() || p.Addr().Is4In6():
+		return fmt.Errorf("ipv6 tunnel prefix %s: not an IPv6 prefix", p)
+	case p.Bits() > MaxPrefix6Bits:
+		return fmt.Errorf("ipv6 tunnel prefix %s: longer than /%d, no room for the embedded IPv4 address", p, MaxPrefix6Bits)
+	}
+	return nil
+}
+
+// SetPrefix6 makes the Manager a dual-stack one: every lease handed out or
+// restored from now on carries Addr6, the address of p that embeds its
+// IPv4 address. It fails if p is not a valid IPv6 prefix of at most /96 or
+// if the Manager's own subnet is not IPv4. Call it before the first
+// Allocate or Restore.
+func (m *Manager) SetPrefix6(p netip.Prefix) error {
+	if err := CheckPrefix6(p); err != nil {
+		return err
+	}
+	if !m.prefix.Addr().Is4() {
+		return fmt.Errorf("ipv6 tunnel prefix %s: the tunnel subnet %s is not IPv4", p, m.prefix)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.prefix6 = p.Masked()
+	return nil
+}
+
+// Prefix6 returns the IPv6 tunnel prefix; invalid when the Manager is
+// IPv4-only.
+func (m *Manager) Prefix6() netip.Prefix {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.prefix6
+}
+
+// Gateway6 returns the gateway's IPv6 tunnel address (the one that embeds
+// its IPv4 tunnel address); invalid when the Manager is IPv4-only.
+func (m *Manager) Gateway6() netip.Addr {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.prefix6.IsValid() {
+		return netip.Addr{}
+	}
+	return Embed6(m.prefix6, m.gateway)
+}
+
+// addr6Locked returns the IPv6 address of the job at IPv4 address a, or
+// the zero Addr for an IPv4-only Manager.
+func (m *Manager) addr6Locked(a netip.Addr) netip.Addr {
+	if !m.prefix6.IsValid() {
+		return netip.Addr{}
+	}
+	return Embed6(m.prefix6, a)
+}
+
+// v4Locked maps a lookup address to the IPv4 tunnel address it names: a
+// itself, or the IPv4 address an IPv6 tunnel address embeds.
+func (m *Manager) v4Locked(a netip.Addr) netip.Addr {
+	if v4, ok := Extract4(m.prefix6, a); ok {
+		return v4
+	}
+	return a.Unmap()
+}
