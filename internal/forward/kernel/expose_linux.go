@@ -1,32 +1,38 @@
 package kernel
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
 // Expose implements forward.Exposer: for each exposure a prerouting DNAT
-// rule sends TCP or UDP that arrives (not from the TUN) for the egress
+// rule sends TCP or UDP that arrives (not from the TUN) for the public
 // address on the public port to the job's address and port; the forward
 // chain lets destination-NATed connections into the TUN (`ct status dnat`),
-// and their replies are established. A job with an IPv6 address is
-// exposed over IPv6 too (exposeRules6): at the same public port of the
-// gateway's IPv6 egress address, or at its own port of its own address.
-// Exposing a job again replaces its rules.
+// and their replies are established. An exposure whose PublicAddr is IPv6
+// goes to the job's IPv6 address (AddJob6 first; exposeRules6), at the
+// job's own port if that is the job's own address. Exposing a job again
+// replaces its rules.
 func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	if !job.Is4() || !f.rules.addr.Contains(job) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", job, f.rules.addr.Masked())
 	}
-	exprs, err := f.rules.exposeRules(job, ex)
+	var ex4, ex6 []forward.Exposure
+	for _, x := range ex {
+		if x.PublicAddr.Is6() && !x.PublicAddr.Is4In6() {
+			ex6 = append(ex6, x)
+		} else {
+			ex4 = append(ex4, x)
+		}
+	}
+	exprs, err := f.rules.exposeRules(job, ex4)
 	if err != nil {
 		return err
 	}
@@ -35,23 +41,22 @@ func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	if f.closed {
 		return errors.New("kernel egress: closed")
 	}
-	t := table()
-	pre := preChain(t)
-	_, inbound := chains6(t)
-	tag := exposeTag(job)
-	var in6 [][]expr.Any
-	if j6, ok := f.jobs6[job]; ok {
-		dnat6, inb, err := f.rules.exposeRules6(j6.addr, j6.egress, ex)
+	j6, has6 := f.jobs6[job]
+	if len(ex6) > 0 {
+		if !has6 {
+			return fmt.Errorf("kernel egress: expose %v over IPv6: the job has no IPv6 address", job)
+		}
+		dnat6, err := f.rules.exposeRules6(j6.addr, j6.own(), ex6)
 		if err != nil {
 			return err
 		}
-		exprs, in6 = append(exprs, dnat6...), inb
+		exprs = append(exprs, dnat6...)
 	}
+	t := table()
+	pre := preChain(t)
+	tag := exposeTag(job)
 	for _, e := range exprs {
 		f.nft.AddRule(&nftables.Rule{Table: t, Chain: pre, Exprs: e, UserData: tag})
-	}
-	for _, e := range in6 {
-		f.nft.AddRule(&nftables.Rule{Table: t, Chain: inbound, Exprs: e, UserData: tag})
 	}
 	for _, r := range f.exposed[job] {
 		if err := f.nft.DelRule(r); err != nil {
@@ -61,29 +66,17 @@ func (f *Forwarder) Expose(job netip.Addr, ex []forward.Exposure) error {
 	if err := f.nft.Flush(); err != nil {
 		return fmt.Errorf("kernel egress: add dnat rules for %v: %w", job, err)
 	}
-	var mine []*nftables.Rule
-	for _, ch := range []*nftables.Chain{pre, inbound} {
-		rules, err := f.nft.GetRules(t, ch)
-		if err != nil {
-			return fmt.Errorf("kernel egress: list %s rules: %w", ch.Name, err)
-		}
-		for _, r := range rules {
-			if bytes.Equal(r.UserData, tag) {
-				mine = append(mine, r)
-			}
-		}
+	mine, err := f.taggedLocked(pre, tag)
+	if err != nil {
+		return err
 	}
 	f.exposed[job] = mine
 	for _, x := range ex {
-		f.log.Info("kernel egress: exposed", "job", job, "proto", x.Proto, "job_port", x.JobPort,
-			"public", netip.AddrPortFrom(cmp.Or(x.PublicAddr, f.rules.egress), x.PublicPort))
-		if j6, ok := f.jobs6[job]; ok {
-			at, port := f.rules.egress6, x.PublicPort
-			if j6.own() {
-				at, port = j6.egress, x.JobPort
-			}
-			f.log.Info("kernel egress: exposed over IPv6", "job", job, "proto", x.Proto, "job_port", x.JobPort, "public", netip.AddrPortFrom(at, port))
+		at, port := cmp.Or(x.PublicAddr, f.rules.egress), x.PublicPort
+		if x.PublicAddr.Is6() && j6.own() {
+			port = x.JobPort
 		}
+		f.log.Info("kernel egress: exposed", "job", job, "proto", x.Proto, "job_port", x.JobPort, "public", netip.AddrPortFrom(at, port))
 	}
 	return nil
 }

@@ -79,27 +79,11 @@ type Config struct {
 	EgressPrefix6 netip.Prefix
 }
 
-// Job is what AddJobDual needs to know about a job.
-type Job struct {
-	// Addr is the job's IPv4 tunnel address; it names the job in every
-	// other method.
-	Addr netip.Addr
-	// Egress is the public IPv4 address of its flows (zero: the
-	// configured one) and Block its port block there (zero: none).
-	Egress netip.Addr
-	Block  portblock.Range
-	// Addr6 is the job's IPv6 tunnel address (zero: none).
-	Addr6 netip.Addr
-	// Egress6 is the job's own public IPv6 address: Addr6 itself when
-	// Addr6 is in Config.EgressPrefix6 (routed), another address to map
-	// Addr6 to one to one, or zero for the gateway's IPv6 egress address
-	// with Block.
-	Egress6 netip.Addr
-}
-
-// job6 is the IPv6 side of a job.
+// job6 is the IPv6 side of a job (AddJob6).
 type job6 struct {
 	addr, egress netip.Addr
+	// rules are its postrouting rules, with handles.
+	rules []*nftables.Rule
 }
 
 // own reports whether the job has its own public IPv6 address.
@@ -161,6 +145,7 @@ var (
 	_ forward.Forwarder = (*Forwarder)(nil)
 	_ forward.Jobs      = (*Forwarder)(nil)
 	_ forward.Exposer   = (*Forwarder)(nil)
+	_ forward.DualStack = (*Forwarder)(nil)
 )
 
 // privError turns a permission error into a sentence that names the fix.
@@ -389,8 +374,8 @@ func (f *Forwarder) removeStale() (old, old6 string, err error) {
 func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
 	t := f.nft.AddTable(table())
 	post, fwd, fromJobs, input, toHost, state, refuse := chains(t)
-	floor6, inbound := chains6(t)
-	for _, c := range []*nftables.Chain{post, preChain(t), refuse, floor6, inbound, fromJobs, toHost, state, fwd, input} {
+	floor6 := floor6Chain(t)
+	for _, c := range []*nftables.Chain{post, preChain(t), refuse, floor6, fromJobs, toHost, state, fwd, input} {
 		f.nft.AddChain(c)
 	}
 	add := func(c *nftables.Chain, rules [][]expr.Any) {
@@ -452,24 +437,13 @@ func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
 
 // AddJob source-NATs the traffic of the job at addr to the egress address
 // and, for TCP and UDP, to the ports of block. Adding an address again
-// replaces its rules. It is AddJobDual without IPv6.
+// replaces its rules.
 func (f *Forwarder) AddJob(addr, egress netip.Addr, block portblock.Range) error {
-	return f.AddJobDual(Job{Addr: addr, Egress: egress, Block: block})
-}
-
-// AddJobDual adds (or replaces) the NAT rules of job j for IPv4 and, if
-// j.Addr6 is set, IPv6 (v6_linux.go), in one nftables transaction.
-func (f *Forwarder) AddJobDual(j Job) error {
-	j = f.rules.normalize(j)
-	addr, egress := j.Addr, j.Egress
 	if !addr.Is4() || !f.rules.addr.Contains(addr) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
 	}
 	if egress.IsValid() && (!egress.Is4() || egress.IsUnspecified()) {
 		return fmt.Errorf("kernel egress: job %v: egress address %v: want a unicast IPv4 address", addr, egress)
-	}
-	if err := f.rules.checkJob6(j); err != nil {
-		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -480,26 +454,8 @@ func (f *Forwarder) AddJobDual(j Job) error {
 	post, _, _, _, _, _, _ := chains(t)
 	old := f.jobs[addr]
 	tag := jobTag(addr)
-	for _, e := range f.rules.jobRules(addr, egress, j.Block) {
+	for _, e := range f.rules.jobRules(addr, egress, block) {
 		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
-	}
-	var new6 job6
-	if j.Addr6.IsValid() {
-		new6 = job6{addr: j.Addr6, egress: j.Egress6}
-		for _, e := range f.rules.jobRules6(j.Addr6, j.Egress6, j.Block) {
-			f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
-		}
-	}
-	old6, had6 := f.jobs6[addr]
-	if had6 && old6.own() {
-		if err := f.nft.SetDeleteElements(own6Set(t), []nftables.SetElement{{Key: old6.addr.AsSlice()}}); err != nil {
-			return err
-		}
-	}
-	if new6.own() {
-		if err := f.nft.SetAddElements(own6Set(t), []nftables.SetElement{{Key: new6.addr.AsSlice()}}); err != nil {
-			return err
-		}
 	}
 	for _, r := range old {
 		if err := f.nft.DelRule(r); err != nil {
@@ -509,16 +465,74 @@ func (f *Forwarder) AddJobDual(j Job) error {
 	if err := f.nft.Flush(); err != nil {
 		return fmt.Errorf("kernel egress: add snat rules for %v: %w", addr, err)
 	}
-	if new6.addr.IsValid() {
-		f.jobs6[addr] = new6
-	} else {
-		delete(f.jobs6, addr)
-	}
-	// The kernel does not echo handles back to this library: look them up
-	// by the job's tag.
-	rules, err := f.nft.GetRules(t, post)
+	mine, err := f.taggedLocked(post, tag)
 	if err != nil {
-		return fmt.Errorf("kernel egress: list snat rules: %w", err)
+		return err
+	}
+	f.jobs[addr] = mine
+	return nil
+}
+
+// AddJob6 implements forward.DualStack: it adds the IPv6 address addr6 to
+// the job at job (after AddJob), whose IPv6 flows leave from egress6 with
+// a port of block (v6_linux.go): egress6 zero means the configured IPv6
+// egress address (none: the outgoing interface's address, masquerade);
+// an egress6 in the routed --egress-prefix6 is the job's own public
+// address, mapped one to one without port translation (block must be
+// zero). Adding again replaces the job's IPv6 side.
+func (f *Forwarder) AddJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error {
+	if err := f.rules.checkJob6(job, addr6, egress6, block); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return errors.New("kernel egress: closed")
+	}
+	if _, ok := f.jobs[job]; !ok {
+		return fmt.Errorf("kernel egress: add IPv6 address of %v: %w", job, forward.ErrUnknownJob)
+	}
+	t := table()
+	post, _, _, _, _, _, _ := chains(t)
+	tag := jobTag6(job)
+	for _, e := range f.rules.jobRules6(addr6, egress6, block) {
+		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
+	}
+	old, had := f.jobs6[job]
+	for _, r := range old.rules {
+		if err := f.nft.DelRule(r); err != nil {
+			return err
+		}
+	}
+	if had && old.own() {
+		if err := f.nft.SetDeleteElements(own6Set(t), []nftables.SetElement{{Key: old.addr.AsSlice()}}); err != nil {
+			return err
+		}
+	}
+	new6 := job6{addr: addr6, egress: egress6}
+	if new6.own() {
+		if err := f.nft.SetAddElements(own6Set(t), []nftables.SetElement{{Key: addr6.AsSlice()}}); err != nil {
+			return err
+		}
+	}
+	if err := f.nft.Flush(); err != nil {
+		return fmt.Errorf("kernel egress: add IPv6 nat rules for %v: %w", addr6, err)
+	}
+	var err error
+	if new6.rules, err = f.taggedLocked(post, tag); err != nil {
+		return err
+	}
+	f.jobs6[job] = new6
+	return nil
+}
+
+// taggedLocked returns the rules of chain c with user data tag: the kernel
+// does not echo handles back to this library, so a job's rules are looked
+// up by their tag after they are added.
+func (f *Forwarder) taggedLocked(c *nftables.Chain, tag []byte) ([]*nftables.Rule, error) {
+	rules, err := f.nft.GetRules(table(), c)
+	if err != nil {
+		return nil, fmt.Errorf("kernel egress: list %s rules: %w", c.Name, err)
 	}
 	var mine []*nftables.Rule
 	for _, r := range rules {
@@ -526,8 +540,7 @@ func (f *Forwarder) AddJobDual(j Job) error {
 			mine = append(mine, r)
 		}
 	}
-	f.jobs[addr] = mine
-	return nil
+	return mine, nil
 }
 
 // RemoveJob deletes the job's NAT rules, its limits and its conntrack
@@ -547,7 +560,7 @@ func (f *Forwarder) RemoveJob(addr netip.Addr) {
 	if f.dns6 != nil && has6 {
 		f.dns6.RemoveJob(j6.addr)
 	}
-	for _, r := range rules {
+	for _, r := range append(rules, j6.rules...) {
 		if err := f.nft.DelRule(r); err != nil {
 			f.log.Error("kernel egress: delete snat rule", "job", addr, "err", err)
 		}

@@ -298,7 +298,6 @@ func (r ruleset) forwardRules() [][]expr.Any {
 		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctStatus(ipsDstNAT), []expr.Any{verdict(expr.VerdictAccept)}),
-		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainInbound)}),
 		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
 	}
 }
@@ -330,16 +329,6 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 			src = cat(src, ip6(true, expr.CmpOpNeq, r.prefix6.Masked()))
 		}
 		rules = append(rules, cat(src, drop))
-		if !r.egress6.IsValid() {
-			// No IPv6 egress address: only jobs with an own address
-			// reach out; the others fail fast (and Happy Eyeballs
-			// falls back to IPv4).
-			rules = append(rules, cat(nfproto6(), []expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-				&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
-				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
-			}))
-		}
 		rules = append(rules,
 			// The IPv6 floor is long: new flows only.
 			cat(nfproto6(), ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainFloor6)}))
@@ -427,17 +416,23 @@ func (r ruleset) jobRules(addr, egress netip.Addr, block portblock.Range) [][]ex
 	}
 }
 
-// jobRules6 are the postrouting NAT rules of a job's IPv6 address addr6
-// with public address egress6: none if egress6 is addr6 (routed), one
-// address-only SNAT for every protocol to an own egress6 (ports kept),
-// else as jobRules to the gateway's IPv6 egress address and the block.
+// jobRules6 are the postrouting NAT rules of a job's IPv6 address addr6:
+// with an own public address egress6, one address-only SNAT for every
+// protocol (ports kept); else as
+// jobRules, to the gateway's IPv6 egress address and the block, or,
+// without one, masquerade (the outgoing interface's address) to the
+// block.
 func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][]expr.Any {
-	if egress6 == addr6 || !egress6.IsValid() && !r.egress6.IsValid() {
-		return nil // routed, or refused (from_jobs)
-	}
 	match := cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), oifname(expr.CmpOpNeq, r.tun))
 	if egress6.IsValid() {
 		return [][]expr.Any{cat(match, r.snat(egress6, portblock.Range{}))}
+	}
+	if !r.egress6.IsValid() {
+		return [][]expr.Any{
+			cat(match, l4proto(unix.IPPROTO_TCP), masq(block)),
+			cat(match, l4proto(unix.IPPROTO_UDP), masq(block)),
+			cat(match, masq(portblock.Range{})),
+		}
 	}
 	return [][]expr.Any{
 		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(r.egress6, block)),
@@ -446,32 +441,38 @@ func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][
 	}
 }
 
-// exposeRules6 are the rules of a job's IPv6 exposures: for a job on the
-// shared IPv6 egress address, prerouting DNAT rules from its public port
-// there (`ip6 daddr EGRESS6 PROTO dport PUBPORT dnat ip6 to [JOB6]:PORT`);
-// for a job with an own address (egress6 valid), the job's own port at
-// that address: DNAT of the port to the tunnel address if they differ,
-// and the accept rules of chain inbound (`ip6 daddr JOB6 PROTO dport PORT
-// accept`) if the job is routed.
-func (r ruleset) exposeRules6(addr6, egress6 netip.Addr, ex []forward.Exposure) (dnat, inbound [][]expr.Any, err error) {
+// masq returns `masquerade [to :LO-HI]`.
+func masq(block portblock.Range) []expr.Any {
+	if block.Len() == 0 || block.Lo == 0 {
+		return []expr.Any{&expr.Masq{}}
+	}
+	return []expr.Any{
+		&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(block.Lo)},
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(block.Hi)},
+		&expr.Masq{ToPorts: true, RegProtoMin: 1, RegProtoMax: 2},
+	}
+}
+
+// exposeRules6 are the prerouting DNAT rules of a job's IPv6 exposures
+// (those whose PublicAddr is IPv6): `ip6 daddr PUBLIC PROTO dport PUBPORT
+// dnat ip6 to [JOB6]:PORT`. For a job with an own public address
+// (own), the public port is the job's own port: nothing is translated but
+// the address.
+func (r ruleset) exposeRules6(addr6 netip.Addr, own bool, ex []forward.Exposure) ([][]expr.Any, error) {
+	var dnat [][]expr.Any
 	for _, x := range ex {
 		proto, err := exposeProto(x)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		at, pub := r.egress6, x.PublicPort
-		if egress6.IsValid() {
-			at, pub = egress6, x.JobPort
-		}
-		if egress6 == addr6 {
-			inbound = append(inbound, cat(nfproto6(), ip6(false, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)),
-				l4proto(proto), dport(x.JobPort), []expr.Any{verdict(expr.VerdictAccept)}))
-			continue
+		pub := x.PublicPort
+		if own {
+			pub = x.JobPort
 		}
 		dnat = append(dnat, cat(
 			nfproto6(),
 			iifname(expr.CmpOpNeq, r.tun),
-			ip6(false, expr.CmpOpEq, netip.PrefixFrom(at, 128)),
+			ip6(false, expr.CmpOpEq, netip.PrefixFrom(x.PublicAddr, 128)),
 			l4proto(proto), dport(pub),
 			[]expr.Any{
 				&expr.Immediate{Register: 1, Data: addr6.AsSlice()},
@@ -480,7 +481,7 @@ func (r ruleset) exposeRules6(addr6, egress6 netip.Addr, ex []forward.Exposure) 
 					RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
 			}))
 	}
-	return dnat, inbound, nil
+	return dnat, nil
 }
 
 // exposeProto checks an exposure and returns its IP protocol number.
@@ -544,6 +545,9 @@ func preChain(t *nftables.Table) *nftables.Chain {
 // can be found after they are added.
 func jobTag(addr netip.Addr) []byte { return []byte(jobTagPrefix + addr.String()) }
 
+// jobTag6 marks the IPv6 NAT rules of the job at addr (its IPv4 address).
+func jobTag6(addr netip.Addr) []byte { return []byte(jobTagPrefix + "ipv6 " + addr.String()) }
+
 // stateTag records a forwarding sysctl's value to restore: prefix is
 // stateTagPrefix (ip_forward) or stateTagPref6 (IPv6 forwarding).
 func stateTag(prefix, v string) []byte { return []byte(prefix + v) }
@@ -581,10 +585,9 @@ func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state, refus
 	return
 }
 
-// chains6 returns the chains that IPv6 adds (inbound exists always: the
-// forward chain jumps to it).
-func chains6(t *nftables.Table) (floor6, inbound *nftables.Chain) {
-	return &nftables.Chain{Name: chainFloor6, Table: t}, &nftables.Chain{Name: chainInbound, Table: t}
+// floor6Chain returns the chain of the IPv6 floor.
+func floor6Chain(t *nftables.Table) *nftables.Chain {
+	return &nftables.Chain{Name: chainFloor6, Table: t}
 }
 
 // validate checks the ruleset's inputs.

@@ -7,8 +7,8 @@ package kernel
 // same table (family inet) and the same chains; the rules that look at
 // addresses come in an ip and an ip6 form. What IPv6 adds:
 //
-//   - from_jobs: `ip6 saddr` must be in the IPv6 tunnel subnet (or the
-//     routed --egress-prefix6); new flows jump to floor6, the IPv6 safety
+//   - from_jobs: `ip6 saddr` must be in the IPv6 tunnel subnet; new
+//     flows jump to floor6, the IPv6 safety
 //     floor: unspecified, loopback and multicast, the IPv6 tunnel subnet
 //     and the routed prefix, the IPv4-mapped range (IPv4 destinations go
 //     over IPv4), and the images of the IPv4 floor and tunnel subnet in
@@ -25,15 +25,18 @@ package kernel
 //     protected range only if it names it, as policy.Decide says; where an
 //     exception lies inside a range the rule does not name, the exception
 //     gets an allow rule of its own (allowConds).
-//   - Jobs on the shared egress address are source-NATed to the gateway's
-//     IPv6 egress address (Config.EgressAddr6, by default the source
-//     address of the host's default IPv6 route) and their port block, as
-//     over IPv4. A job whose public IPv6 address is its own tunnel address
-//     (--egress-prefix6, the site routes the prefix to the gateway host)
-//     is routed: no NAT, inbound traffic reaches it only for established
-//     flows and its exposed ports (chain inbound). A job with an own
-//     public address different from its tunnel address is source-NATed
-//     to it one to one, without a port range (ports are kept).
+//   - AddJob6 gives a job its IPv6 tunnel address. Jobs on the shared
+//     egress address are source-NATed to the gateway's IPv6 egress
+//     address (Config.EgressAddr6, by default the source address of the
+//     host's default IPv6 route; without one, masquerade) and their port
+//     block, as over IPv4. With --egress-prefix6 (the site routes the
+//     prefix to the gateway host, and New routes it on to the TUN), a job
+//     has its own public address in the prefix: its tunnel address is
+//     mapped to it one to one (`snat ip6 to OWN`, no port range: ports
+//     are kept), the block limit skips it (set own6), and an exposed port
+//     is the job's own port at that address (DNAT of the address only).
+//     Unsolicited packets to an own address are routed into the TUN and
+//     dropped by the forward chain like any other.
 //   - ICMPv6: echo requests are policy-decided like ICMP; errors for
 //     tracked flows (packet too big, unreachable, time exceeded) are
 //     related and pass both ways, so path MTU discovery works; TCP MSS is
@@ -56,7 +59,6 @@ import (
 // Names of the IPv6 objects.
 const (
 	chainFloor6   = "floor6"
-	chainInbound  = "inbound"
 	setConns6     = "conns6"
 	setOwn6       = "own6"
 	ipv6FwdPath   = "/proc/sys/net/ipv6/conf/all/forwarding"

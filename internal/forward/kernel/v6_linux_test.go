@@ -311,10 +311,6 @@ func TestMrange(t *testing.T) {
 func TestJobRules6(t *testing.T) {
 	block := portblock.Range{Lo: 20256, Hi: 20511}
 	ula := netip.MustParseAddr("fd00:a1::7")
-	routed := netip.MustParseAddr("2001:db8:77::7")
-	if got := testRules6.jobRules6(routed, routed, block); len(got) != 0 {
-		t.Errorf("routed job: %d NAT rules, want none", len(got))
-	}
 	rules := testRules6.jobRules6(ula, netip.Addr{}, block)
 	if len(rules) != 3 {
 		t.Fatalf("shared job: %d rules, want 3", len(rules))
@@ -338,8 +334,15 @@ func TestJobRules6(t *testing.T) {
 	}
 	noEgress := testRules6
 	noEgress.egress6 = netip.Addr{}
-	if got := noEgress.jobRules6(ula, netip.Addr{}, block); len(got) != 0 {
-		t.Errorf("no IPv6 egress address: %d rules, want none (from_jobs refuses)", len(got))
+	rules = noEgress.jobRules6(ula, netip.Addr{}, block)
+	if len(rules) != 3 {
+		t.Fatalf("no IPv6 egress address: %d rules, want 3", len(rules))
+	}
+	for i, r := range rules {
+		m, ok := r[len(r)-1].(*expr.Masq)
+		if !ok || m.ToPorts != (i < 2) {
+			t.Errorf("no IPv6 egress address, rule %d: %T %+v, want masquerade (to the block: %v)", i, r[len(r)-1], m, i < 2)
+		}
 	}
 }
 
@@ -354,11 +357,9 @@ func TestFromJobs6(t *testing.T) {
 		want string // verdict kind or chain
 	}{
 		{"job", testRules6, "fd00:a1::7", false, chainFloor6},
-		{"routed job", testRules6, "2001:db8:77::7", true, chainFloor6},
+		{"job with an own address", testRules6, "fd00:a1::8", true, chainFloor6},
 		{"spoofed", testRules6, "2001:db8:1::7", false, "drop"},
 		{"no v6", testRules, "fd00:a1::7", false, "drop"},
-		{"no egress6, shared", func() ruleset { r := testRules6; r.egress6 = netip.Addr{}; return r }(), "fd00:a1::7", false, chainRefuse},
-		{"no egress6, routed", func() ruleset { r := testRules6; r.egress6 = netip.Addr{}; return r }(), "2001:db8:77::7", true, chainFloor6},
 	} {
 		rules = tc.r.fromJobsRules()
 		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr(tc.src), dst: netip.MustParseAddr("2001:db8:1::1"), dport: 443}
@@ -380,38 +381,39 @@ func TestFromJobs6(t *testing.T) {
 }
 
 func TestExposeRules6(t *testing.T) {
-	ex := []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20300}, {Proto: "udp", JobPort: 5353, PublicPort: 20301}}
 	ula := netip.MustParseAddr("fd00:a1::7")
-	dnat, in, err := testRules6.exposeRules6(ula, netip.Addr{}, ex)
-	if err != nil || len(dnat) != 2 || len(in) != 0 {
-		t.Fatalf("shared: %d dnat, %d inbound, %v", len(dnat), len(in), err)
-	}
-	p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("2001:db8:1::1"), dst: testRules6.egress6, dport: 20300}
-	// The prerouting rule matches iifname != TUN first; strip the meta
-	// compare pair (not in pkt).
-	if v := evalRule(t, append(dnat[0][:2:2], dnat[0][4:]...), p); v != nil {
-		t.Errorf("dnat rule ended in a verdict %+v", v)
-	}
-	nat, imm := natOf(t, dnat[0])
-	if nat.Type != expr.NATTypeDestNAT || nat.Family != unix.NFPROTO_IPV6 || !bytes.Equal(imm[1], ula.AsSlice()) || !bytes.Equal(imm[2], []byte{8080 >> 8, 8080 & 0xff}) {
-		t.Errorf("dnat: %+v %v", nat, imm)
-	}
-	routed := netip.MustParseAddr("2001:db8:77::7")
-	dnat, in, err = testRules6.exposeRules6(routed, routed, ex)
-	if err != nil || len(dnat) != 0 || len(in) != 2 {
-		t.Fatalf("routed: %d dnat, %d inbound, %v", len(dnat), len(in), err)
-	}
-	for i, port := range []uint16{8080, 5353} {
-		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP}[i], dst: routed, dport: port}
-		if v := evalRule(t, in[i], p); v == nil || v.Kind != expr.VerdictAccept {
-			t.Errorf("routed inbound %d: got %+v, want accept", port, v)
+	own := netip.MustParseAddr("2001:db8:77::7")
+	for _, tc := range []struct {
+		name string
+		at   netip.Addr
+		own  bool
+		port uint16 // the public port matched
+	}{
+		{"shared", testRules6.egress6, false, 20300},
+		{"own address", own, true, 8080},
+	} {
+		ex := []forward.Exposure{{Proto: "tcp", JobPort: 8080, PublicPort: 20300, PublicAddr: tc.at}}
+		dnat, err := testRules6.exposeRules6(ula, tc.own, ex)
+		if err != nil || len(dnat) != 1 {
+			t.Fatalf("%s: %d rules, %v", tc.name, len(dnat), err)
 		}
-		p.dport++
-		if v := evalRule(t, in[i], p); v != nil {
-			t.Errorf("routed inbound %d: another port accepted", port)
+		// Strip iifname != TUN (not in pkt).
+		r := append(append([]expr.Any(nil), dnat[0][:2]...), dnat[0][4:]...)
+		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("2001:db8:1::1"), dst: tc.at, dport: tc.port}
+		// Every compare must pass to reach the appended verdict.
+		if v := evalRule(t, append(r, &expr.Verdict{Kind: expr.VerdictAccept}), p); v == nil {
+			t.Errorf("%s: the rule does not match [%v]:%d", tc.name, tc.at, tc.port)
+		}
+		p.dport = 20301
+		if v := evalRule(t, append(r, &expr.Verdict{Kind: expr.VerdictAccept}), p); v != nil {
+			t.Errorf("%s: the rule matches another port", tc.name)
+		}
+		nat, imm := natOf(t, dnat[0])
+		if nat.Type != expr.NATTypeDestNAT || nat.Family != unix.NFPROTO_IPV6 || !bytes.Equal(imm[1], ula.AsSlice()) || !bytes.Equal(imm[2], []byte{8080 >> 8, 8080 & 0xff}) {
+			t.Errorf("%s: dnat %+v %v", tc.name, nat, imm)
 		}
 	}
-	if _, _, err := testRules6.exposeRules6(ula, netip.Addr{}, []forward.Exposure{{Proto: "sctp", JobPort: 1, PublicPort: 1}}); err == nil {
+	if _, err := testRules6.exposeRules6(ula, false, []forward.Exposure{{Proto: "sctp", JobPort: 1, PublicPort: 1, PublicAddr: own}}); err == nil {
 		t.Error("sctp exposure accepted")
 	}
 }
@@ -436,21 +438,32 @@ func TestValidate6(t *testing.T) {
 		}
 	}
 	r := testRules6
+	job := netip.MustParseAddr("100.64.0.7")
+	block := portblock.Range{Lo: 20000, Hi: 20255}
 	for _, tt := range []struct {
-		name string
-		j    Job
-		ok   bool
+		name           string
+		addr6, egress6 string
+		block          portblock.Range
+		ok             bool
 	}{
-		{"shared", Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("fd00:a1::7")}, true},
-		{"routed", r.normalize(Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("2001:db8:77::7")}), true},
-		{"one-to-one", Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("fd00:a1::7"), Egress6: netip.MustParseAddr("2001:db8:77::7")}, true},
-		{"own outside prefix", Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("fd00:a1::7"), Egress6: netip.MustParseAddr("2001:db8:1::7")}, false},
-		{"outside subnets", Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("2001:db8:1::7")}, false},
-		{"gateway's address", Job{Addr: netip.MustParseAddr("100.64.0.7"), Addr6: netip.MustParseAddr("fd00:a1::1")}, false},
-		{"egress6 alone", Job{Addr: netip.MustParseAddr("100.64.0.7"), Egress6: netip.MustParseAddr("2001:db8:77::7")}, false},
+		{"shared", "fd00:a1::7", "", block, true},
+		{"own address", "fd00:a1::7", "2001:db8:77::7", portblock.Range{}, true},
+		{"own address with a block", "fd00:a1::7", "2001:db8:77::7", block, false},
+		{"own outside the prefix", "fd00:a1::7", "2001:db8:1::7", portblock.Range{}, false},
+		{"outside the subnet", "2001:db8:1::7", "", block, false},
+		{"the gateway's address", "fd00:a1::1", "", block, false},
 	} {
-		if err := r.checkJob6(tt.j); (err == nil) != tt.ok {
+		a6 := netip.MustParseAddr(tt.addr6)
+		var e6 netip.Addr
+		if tt.egress6 != "" {
+			e6 = netip.MustParseAddr(tt.egress6)
+		}
+		if err := r.checkJob6(job, a6, e6, tt.block); (err == nil) != tt.ok {
 			t.Errorf("%s: checkJob6: %v, want ok=%v", tt.name, err, tt.ok)
 		}
+	}
+	r.addr6 = netip.Prefix{}
+	if err := r.checkJob6(job, netip.MustParseAddr("fd00:a1::7"), netip.Addr{}, block); err == nil {
+		t.Error("checkJob6 without IPv6 accepted a job")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // family returns the address family of a for netlink calls.
@@ -20,36 +21,22 @@ func family(a netip.Addr) netlink.InetFamily {
 	return unix.AF_INET6
 }
 
-// normalize fills in a routed job's Egress6: a job address inside the
-// routed prefix is its own public address.
-func (r ruleset) normalize(j Job) Job {
-	if j.Addr6.IsValid() && !j.Egress6.IsValid() && r.prefix6.IsValid() && r.prefix6.Contains(j.Addr6) {
-		j.Egress6 = j.Addr6
+// checkJob6 checks the arguments of AddJob6.
+func (r ruleset) checkJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error {
+	if !r.v6() {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v, but the gateway has no IPv6 tunnel address", job, addr6)
 	}
-	return j
-}
-
-// checkJob6 checks the IPv6 side of a job (normalized).
-func (r ruleset) checkJob6(j Job) error {
-	if !j.Addr6.IsValid() {
-		if j.Egress6.IsValid() {
-			return fmt.Errorf("kernel egress: job %v: public IPv6 address %v without an IPv6 tunnel address", j.Addr, j.Egress6)
-		}
+	if !addr6.Is6() || !r.addr6.Contains(addr6) || addr6 == r.addr6.Addr() {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v", job, addr6, r.addr6.Masked())
+	}
+	if !egress6.IsValid() {
 		return nil
 	}
-	if !r.v6() {
-		return fmt.Errorf("kernel egress: job %v: IPv6 address %v, but the gateway has no IPv6 tunnel address", j.Addr, j.Addr6)
+	if !r.prefix6.IsValid() || !r.prefix6.Contains(egress6) {
+		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v outside --egress-prefix6 %v", job, egress6, r.prefix6)
 	}
-	inSubnet := j.Addr6.Is6() && r.addr6.Contains(j.Addr6) && j.Addr6 != r.addr6.Addr()
-	inPrefix := r.prefix6.IsValid() && r.prefix6.Contains(j.Addr6)
-	if !inSubnet && !inPrefix {
-		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v and the egress prefix %v", j.Addr, j.Addr6, r.addr6.Masked(), r.prefix6)
-	}
-	switch {
-	case inPrefix && j.Egress6 != j.Addr6:
-		return fmt.Errorf("kernel egress: job %v: IPv6 address %v in the routed prefix must be its own public address, not %v", j.Addr, j.Addr6, j.Egress6)
-	case inSubnet && j.Egress6.IsValid() && !(r.prefix6.IsValid() && r.prefix6.Contains(j.Egress6)):
-		return fmt.Errorf("kernel egress: job %v: public IPv6 address %v outside --egress-prefix6 %v", j.Addr, j.Egress6, r.prefix6)
+	if block != (portblock.Range{}) {
+		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v with a port block %v: an own address keeps the job's ports", job, egress6, block)
 	}
 	return nil
 }
