@@ -76,8 +76,9 @@ type ctFlow struct {
 	origProto        uint8
 }
 
-// jobNets says which addresses are jobs': the tunnel subnets (and the
-// routed IPv6 prefix), without the gateway's own tunnel addresses.
+// jobNets says which addresses are jobs': the tunnel subnets, without the
+// gateway's own tunnel addresses. (A job's own public IPv6 address is
+// NATed to its tunnel address, which conntrack's tuples show.)
 type jobNets struct {
 	subnets []netip.Prefix
 	gws     []netip.Addr
@@ -89,9 +90,6 @@ func newJobNets(r ruleset) jobNets {
 	if r.v6() {
 		n.subnets = append(n.subnets, r.addr6.Masked())
 		n.gws = append(n.gws, r.addr6.Addr())
-	}
-	if r.prefix6.IsValid() {
-		n.subnets = append(n.subnets, r.prefix6.Masked())
 	}
 	return n
 }

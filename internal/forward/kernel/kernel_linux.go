@@ -82,12 +82,14 @@ type Config struct {
 // job6 is the IPv6 side of a job (AddJob6).
 type job6 struct {
 	addr, egress netip.Addr
+	// isOwn: egress is the job's own address in --egress-prefix6.
+	isOwn bool
 	// rules are its postrouting rules, with handles.
 	rules []*nftables.Rule
 }
 
 // own reports whether the job has its own public IPv6 address.
-func (j job6) own() bool { return j.egress.IsValid() }
+func (j job6) own() bool { return j.isOwn }
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
 // forwards, with per-job SNAT into the job's port block. It implements
@@ -509,7 +511,7 @@ func (f *Forwarder) AddJob6(job, addr6, egress6 netip.Addr, block portblock.Rang
 			return err
 		}
 	}
-	new6 := job6{addr: addr6, egress: egress6}
+	new6 := job6{addr: addr6, egress: egress6, isOwn: f.rules.own6(egress6)}
 	if new6.own() {
 		if err := f.nft.SetAddElements(own6Set(t), []nftables.SetElement{{Key: addr6.AsSlice()}}); err != nil {
 			return err

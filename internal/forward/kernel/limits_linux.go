@@ -130,6 +130,11 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l forward.Limits) error {
 			return fmt.Errorf("kernel egress: %w", err)
 		}
 	}
+	if j6, ok := f.jobs6[job]; ok && f.dns6 != nil {
+		if err := f.dns6.SetJobLimits(j6.addr, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+			return fmt.Errorf("kernel egress: %w", err)
+		}
+	}
 	if err := f.setFlowLimitsLocked(job, l); err != nil {
 		return err
 	}

@@ -324,11 +324,7 @@ func (r ruleset) fromJobsRules() [][]expr.Any {
 	if !r.v6() {
 		rules = append(rules, cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop))
 	} else {
-		src := cat(nfproto6(), ip6(true, expr.CmpOpNeq, r.addr6.Masked()))
-		if r.prefix6.IsValid() {
-			src = cat(src, ip6(true, expr.CmpOpNeq, r.prefix6.Masked()))
-		}
-		rules = append(rules, cat(src, drop))
+		rules = append(rules, cat(nfproto6(), ip6(true, expr.CmpOpNeq, r.addr6.Masked()), drop))
 		rules = append(rules,
 			// The IPv6 floor is long: new flows only.
 			cat(nfproto6(), ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainFloor6)}))
@@ -417,17 +413,19 @@ func (r ruleset) jobRules(addr, egress netip.Addr, block portblock.Range) [][]ex
 }
 
 // jobRules6 are the postrouting NAT rules of a job's IPv6 address addr6:
-// with an own public address egress6, one address-only SNAT for every
-// protocol (ports kept); else as
-// jobRules, to the gateway's IPv6 egress address and the block, or,
-// without one, masquerade (the outgoing interface's address) to the
-// block.
+// with an own public address egress6 (own6), one address-only SNAT for
+// every protocol (ports kept); else as jobRules, to egress6 (zero: the
+// ruleset's egress6) and the block; without any IPv6 egress address,
+// masquerade (the outgoing interface's address) to the block.
 func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][]expr.Any {
 	match := cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), oifname(expr.CmpOpNeq, r.tun))
-	if egress6.IsValid() {
+	if r.own6(egress6) {
 		return [][]expr.Any{cat(match, r.snat(egress6, portblock.Range{}))}
 	}
-	if !r.egress6.IsValid() {
+	if !egress6.IsValid() {
+		egress6 = r.egress6
+	}
+	if !egress6.IsValid() {
 		return [][]expr.Any{
 			cat(match, l4proto(unix.IPPROTO_TCP), masq(block)),
 			cat(match, l4proto(unix.IPPROTO_UDP), masq(block)),
@@ -435,10 +433,16 @@ func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][
 		}
 	}
 	return [][]expr.Any{
-		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(r.egress6, block)),
-		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(r.egress6, block)),
-		cat(match, r.snat(r.egress6, portblock.Range{})),
+		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(egress6, block)),
+		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(egress6, block)),
+		cat(match, r.snat(egress6, portblock.Range{})),
 	}
+}
+
+// own6 reports whether egress6 is a job's own public address: one in the
+// routed --egress-prefix6.
+func (r ruleset) own6(egress6 netip.Addr) bool {
+	return egress6.IsValid() && r.prefix6.IsValid() && r.prefix6.Contains(egress6)
 }
 
 // masq returns `masquerade [to :LO-HI]`.

@@ -324,6 +324,11 @@ func TestJobRules6(t *testing.T) {
 			t.Errorf("rule %d: port range %v", i, nat.RegProtoMin != 0)
 		}
 	}
+	given := netip.MustParseAddr("2001:db8:ff::2")
+	rules = testRules6.jobRules6(ula, given, block)
+	if nat, imm := natOf(t, rules[0]); len(rules) != 3 || nat.RegProtoMin == 0 || !bytes.Equal(imm[nat.RegAddrMin], given.AsSlice()) {
+		t.Errorf("given egress: %d rules, nat %+v to %x, want %v with the block", len(rules), nat, imm[nat.RegAddrMin], given)
+	}
 	own := netip.MustParseAddr("2001:db8:77::99")
 	rules = testRules6.jobRules6(ula, own, block)
 	if len(rules) != 1 {
@@ -449,7 +454,8 @@ func TestValidate6(t *testing.T) {
 		{"shared", "fd00:a1::7", "", block, true},
 		{"own address", "fd00:a1::7", "2001:db8:77::7", portblock.Range{}, true},
 		{"own address with a block", "fd00:a1::7", "2001:db8:77::7", block, false},
-		{"own outside the prefix", "fd00:a1::7", "2001:db8:1::7", portblock.Range{}, false},
+		{"shared, given egress", "fd00:a1::7", "2001:db8:1::7", block, true},
+		{"mapped egress", "fd00:a1::7", "::ffff:1.2.3.4", block, false},
 		{"outside the subnet", "2001:db8:1::7", "", block, false},
 		{"the gateway's address", "fd00:a1::1", "", block, false},
 	} {

@@ -29,11 +29,11 @@ func (r ruleset) checkJob6(job, addr6, egress6 netip.Addr, block portblock.Range
 	if !addr6.Is6() || !r.addr6.Contains(addr6) || addr6 == r.addr6.Addr() {
 		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v", job, addr6, r.addr6.Masked())
 	}
-	if !egress6.IsValid() {
+	if !r.own6(egress6) {
+		if egress6.IsValid() && (!egress6.Is6() || egress6.Is4In6() || egress6.IsUnspecified()) {
+			return fmt.Errorf("kernel egress: job %v: IPv6 egress address %v: want a unicast IPv6 address", job, egress6)
+		}
 		return nil
-	}
-	if !r.prefix6.IsValid() || !r.prefix6.Contains(egress6) {
-		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v outside --egress-prefix6 %v", job, egress6, r.prefix6)
 	}
 	if block != (portblock.Range{}) {
 		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v with a port block %v: an own address keeps the job's ports", job, egress6, block)
