@@ -69,9 +69,8 @@ type Config struct {
 	// get no IPv6 (v6_linux.go).
 	Addr6 netip.Prefix
 	// EgressAddr6 is the public IPv6 address jobs' IPv6 traffic is
-	// source-NATed to; the zero Addr means the source address of the
-	// host's default IPv6 route (none: only jobs with an own address
-	// reach out over IPv6). Used only with Addr6.
+	// source-NATed to when AddJob6 names none; the zero Addr means the
+	// outgoing interface's address (masquerade). Used only with Addr6.
 	EgressAddr6 netip.Addr
 	// EgressPrefix6 is the prefix the site routes to the gateway host
 	// (--egress-prefix6): a job whose IPv6 address is in it is routed
@@ -186,9 +185,6 @@ func New(cfg Config) (_ *Forwarder, err error) {
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
-	}
-	if f.rules.v6() && !f.rules.egress6.IsValid() {
-		f.rules.egress6 = defaultEgress6(f.log)
 	}
 	upstreams := cfg.DNSUpstreams
 	if len(upstreams) == 0 {

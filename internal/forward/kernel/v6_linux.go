@@ -27,9 +27,10 @@ package kernel
 //     gets an allow rule of its own (allowConds).
 //   - AddJob6 gives a job its IPv6 tunnel address. Jobs on the shared
 //     egress address are source-NATed to the gateway's IPv6 egress
-//     address (Config.EgressAddr6, by default the source address of the
-//     host's default IPv6 route; without one, masquerade) and their port
-//     block, as over IPv4. With --egress-prefix6 (the site routes the
+//     address (the one AddJob6 names, which the gateway takes from
+//     --egress-addr6 or the host's default IPv6 route; else
+//     Config.EgressAddr6; without any, masquerade) and their port block,
+//     as over IPv4. With --egress-prefix6 (the site routes the
 //     prefix to the gateway host, and New routes it on to the TUN), a job
 //     has its own public address in the prefix: its tunnel address is
 //     mapped to it one to one (`snat ip6 to OWN`, no port range: ports
