@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	mdnetlink "github.com/mdlayher/netlink"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
@@ -192,7 +193,7 @@ func New(cfg Config) (_ *Forwarder, err error) {
 			return nil, fmt.Errorf("kernel egress: %w", err)
 		}
 	}
-	if f.nft, err = nftables.New(); err != nil {
+	if f.nft, err = nftables.New(nftables.WithSockOptions(bigAcks)); err != nil {
 		return nil, privError("kernel egress: open nftables netlink socket", err)
 	}
 	// The TUN first: if another gateway holds it (EBUSY), its table is
@@ -303,6 +304,36 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		f.log.Info("kernel egress: IPv6 ready", "addr6", f.rules.addr6, "egress_addr6", f.rules.egress6, "egress_prefix6", f.rules.prefix6)
 	}
 	return f, nil
+}
+
+// nftRcvBuf is the receive buffer of the nftables netlink socket: every
+// message of a batch is acknowledged, and a batch of a few hundred rules
+// (the IPv6 policy, a thousand jobs' NAT rules) overflows the default
+// (ENOBUFS).
+const nftRcvBuf = 8 << 20
+
+// bigAcks lets the socket hold the acknowledgements of a large batch: acks
+// carry only the header of each message, and the receive buffer is
+// raised past net.core.rmem_max (SO_RCVBUFFORCE, which CAP_NET_ADMIN
+// allows).
+func bigAcks(c *mdnetlink.Conn) error {
+	if err := c.SetOption(mdnetlink.CapAcknowledge, true); err != nil {
+		return err
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, nftRcvBuf)
+	}); err != nil {
+		return err
+	}
+	if serr != nil {
+		return c.SetReadBuffer(nftRcvBuf) // up to rmem_max
+	}
+	return nil
 }
 
 // configureLink gives the TUN its address and brings it up.
