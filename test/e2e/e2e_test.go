@@ -411,6 +411,10 @@ func testAirlock(t *testing.T, mode string) {
 
 	t.Run("Expose", func(t *testing.T) { checkExpose(t, e) })
 
+	if mode == modeKernel {
+		t.Run("IPv6", func(t *testing.T) { checkIPv6Kernel(t, e) }) // ipv6kernel_test.go
+	}
+
 	t.Run("Restart", func(t *testing.T) {
 		checkRestart(t, e, seen, seenAt)
 	})
