@@ -356,12 +356,7 @@ func resolveEndpoint(ctx context.Context, endpoint, controlAddr string) (netip.A
 	if err != nil || len(addrs) == 0 {
 		return netip.AddrPort{}, fmt.Errorf("resolve gateway endpoint %q: %w", host, err)
 	}
-	for _, a := range addrs {
-		if a.Unmap().Is4() {
-			return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil
-		}
-	}
-	return netip.AddrPortFrom(addrs[0], uint16(p)), nil
+	return pickEndpoint(addrs, uint16(p), routable), nil
 }
 
 func forwardSignals(ctx context.Context, log *slog.Logger, sigc <-chan os.Signal, job *nsexec.Job) {

@@ -111,6 +111,10 @@ func setupNamespace(cfg childConfig) (int, error) {
 		unix.Close(tunFD)
 		return -1, &stepError{step: stepResolv, err: err}
 	}
+	if err := bindGaiConf("/etc/gai.conf", cfg.Address6); err != nil {
+		unix.Close(tunFD)
+		return -1, &stepError{step: stepResolv, err: err}
+	}
 	return tunFD, nil
 }
 

@@ -118,7 +118,7 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	}
 	e.httpPort, e.sha = e.tp.StartHTTP(t, map[string]int64{"big": bigSize, "small": smallSize})
 	e.udpPort = e.tp.StartUDPEcho(t)
-	e.dnsAddr = e.tp.StartDNS(t, map[string]netip.Addr{zoneName + ".": e.tp.INETAddr, zoneName6 + ".": topology.INETAddr6})
+	e.dnsAddr = e.tp.StartDNSZone(t, e.tp.INET, e.tp.INETAddr, envZone(e.tp)) // ipv6_test.go
 	e.tp.SetResolvConf(e.tp.DMZ, e.dnsAddr)
 
 	// The state directory's parent is owned by the gateway's user so that

@@ -103,6 +103,7 @@ func TestLimits(t *testing.T) {
 					t.Errorf("slowest refusal took %v, want < 1 s", slowest)
 				}
 			})
+			t.Run("IPv6", func(t *testing.T) { checkLimitsIPv6(t, e, limited, ports[0]) })
 		})
 	}
 }

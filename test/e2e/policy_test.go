@@ -67,6 +67,12 @@ action = "allow"
 to = ["100.64.0.0/10", "192.0.0.0/24"]
 tokens = ["lab"]
 
+[[policy.rule]]
+name = "lab-ula6"
+action = "allow"
+to = ["%s"]
+tokens = ["lab"]
+
 [[expose]]
 tokens = ["lab"]
 proto = "tcp"
@@ -74,7 +80,7 @@ ports = ["8000-8999"]
 
 [limits.token.lab]
 max_flows = 2
-`, deny, deny, privateAddr, extra, denyUDPPort, denyUDPPort, topology.INETAddr)
+`, deny, deny, privateAddr, extra, denyUDPPort, denyUDPPort, topology.INETAddr, ula6Prefix)
 }
 
 // TestPolicy runs, in each egress mode (and user mode with either TCP
@@ -294,6 +300,7 @@ func testPolicy(t *testing.T, mode string) {
 			}
 		}
 	})
+	t.Run("IPv6", func(t *testing.T) { checkPolicyIPv6(t, e, get, lab, okPort, denyPort) })
 	t.Run("Expose", func(t *testing.T) {
 		code, _, stderr := e.runWith(t, runOpts{flags: []string{"--expose", "8080"}}, "true")
 		if code != 125 || !strings.Contains(stderr, "[[expose]]") {
@@ -355,7 +362,7 @@ func testPolicy(t *testing.T, mode string) {
 		// Good: deny the echo port for new flows.
 		write(policyConfig(denyPort, fmt.Sprintf("\n[[policy.rule]]\nname = \"no-echo\"\naction = \"deny\"\nproto = \"tcp\"\nports = [%d]\n", echo)))
 		code, out, stderr = reload()
-		if code != 0 || !strings.Contains(out, "6 policy rules") {
+		if code != 0 || !strings.Contains(out, "7 policy rules") {
 			t.Fatalf("reload: exit %d, %q%s", code, out, e.diag(stderr))
 		}
 		if check(inet(echo)) {

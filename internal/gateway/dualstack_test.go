@@ -1,0 +1,56 @@
+package gateway
+
+import (
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPlanSubnet6: the first start makes a random unique-local /48 and
+// keeps it; later starts read it; --subnet6 wins; off and a non-IPv4
+// subnet mean none; bad prefixes are refused.
+func TestPlanSubnet6(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := t.TempDir()
+	cfg := Config{StateDir: dir, Subnet: netip.MustParsePrefix(DefaultSubnet)}
+	p, err := planSubnet6(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Bits() != 48 || !netip.MustParsePrefix("fd00::/8").Contains(p.Addr()) {
+		t.Errorf("made %v, want a /48 in fd00::/8", p)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, Subnet6File))
+	if err != nil || strings.TrimSpace(string(b)) != p.String() {
+		t.Errorf("state file %q, %v; want %v", b, err, p)
+	}
+	if again, err := planSubnet6(cfg, log); err != nil || again != p {
+		t.Errorf("second start: %v, %v; want the kept %v", again, err, p)
+	}
+	if other, _ := planSubnet6(Config{StateDir: t.TempDir(), Subnet: cfg.Subnet}, log); other == p {
+		t.Errorf("two state dirs made the same prefix %v", p)
+	}
+	set := netip.MustParsePrefix("fd99:1::/64")
+	if got, err := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, Subnet6: set}, log); err != nil || got != set {
+		t.Errorf("--subnet6 %v: got %v, %v", set, got, err)
+	}
+	if got, _ := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, NoIPv6: true}, log); got.IsValid() {
+		t.Errorf("--subnet6 off: got %v", got)
+	}
+	if got, _ := planSubnet6(Config{StateDir: dir, Subnet: netip.MustParsePrefix("fd00:1::/64")}, log); got.IsValid() {
+		t.Errorf("IPv6 --subnet: got %v", got)
+	}
+	if _, err := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, Subnet6: netip.MustParsePrefix("fd00::/120")}, log); err == nil {
+		t.Error("--subnet6 /120: no error")
+	}
+	if err := os.WriteFile(filepath.Join(dir, Subnet6File), []byte("garbage\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := planSubnet6(cfg, log); err == nil || !strings.Contains(err.Error(), "remove the file") {
+		t.Errorf("bad state file: %v, want an error that says how to fix it", err)
+	}
+}
