@@ -378,3 +378,22 @@ func TestIPv6Traffic(t *testing.T) {
 		t.Errorf("IPv6 forwarding after Close: %s, want 0", v)
 	}
 }
+
+// TestCheckPrefix6 checks the host-side check of --egress-prefix6: quiet
+// when nothing else claims the prefix, a sentence with the fix when it is
+// on-link on another interface.
+func TestCheckPrefix6(t *testing.T) {
+	if !inFreshNetns(t) {
+		return
+	}
+	setupNetns(t, "0")
+	prefix := netip.MustParsePrefix("2001:db8:77::/96")
+	if got := CheckPrefix6(prefix, DefaultName); len(got) != 0 {
+		t.Errorf("clean host: %q, want nothing", got)
+	}
+	addAddr(t, mustLink(t, "outside0"), "2001:db8:77::1/64")
+	got := CheckPrefix6(prefix, DefaultName)
+	if len(got) != 1 || !strings.Contains(got[0], "on-link on outside0") || !strings.Contains(got[0], "ip -6 route add 2001:db8:77::/96 via") || !strings.Contains(got[0], "proxy_ndp") {
+		t.Errorf("prefix on-link on outside0: %q, want one sentence naming the link and both fixes", got)
+	}
+}
