@@ -143,60 +143,53 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 			}
 			c.scopes[i] = s
 		}
-		var prefixes, prefixes6 []netip.Prefix
+		// One pass per address family: its match, scope, ICMP protocol,
+		// prefixes and how an allow rule leaves out protected ranges.
+		type family struct {
+			nf, scope []expr.Any
+			icmp      byte
+			prefixes  []netip.Prefix
+			dst       func(netip.Prefix) []expr.Any
+			hostBits  int
+		}
+		v4fam := family{nf: v4, scope: scope4, icmp: unix.IPPROTO_ICMP, hostBits: 32,
+			dst: func(pf netip.Prefix) []expr.Any { return ip4(false, expr.CmpOpEq, pf) }}
+		v6fam := family{nf: v6, scope: scope6, icmp: unix.IPPROTO_ICMPV6, hostBits: 128,
+			dst: func(pf netip.Prefix) []expr.Any { return ip6(false, expr.CmpOpEq, pf) }}
 		if len(rule.To) == 0 {
-			prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
-			prefixes6 = []netip.Prefix{netip.MustParsePrefix("::/0")}
+			v4fam.prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+			v6fam.prefixes = []netip.Prefix{netip.MustParsePrefix("::/0")}
 		}
 		for _, pf := range rule.To {
 			if pf.Addr().Is4() {
-				prefixes = append(prefixes, pf)
+				v4fam.prefixes = append(v4fam.prefixes, pf)
 			} else {
-				prefixes6 = append(prefixes6, pf)
+				v6fam.prefixes = append(v6fam.prefixes, pf)
 			}
 		}
-		if !r.v6() {
-			prefixes6 = nil
+		fams := []family{v4fam}
+		if r.v6() {
+			fams = append(fams, v6fam)
 		}
-		for _, pm := range protoMatches(rule, unix.IPPROTO_ICMP) {
-			for _, pf := range prefixes {
-				base := cat(v4, scope4, pm)
-				if pf.Bits() > 0 {
-					base = cat(base, ip4(false, expr.CmpOpEq, pf))
-				}
-				if rule.Action == policy.Deny {
-					e := cat(base, denyTo())
-					c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
-					c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
-					continue
-				}
-				main := base
-				for _, prot := range unnamedV4(pf) {
-					main = cat(main, ip4(false, expr.CmpOpNeq, prot))
-				}
-				c.main = append(c.main, policyRule{exprs: cat(main, []expr.Any{verdict(expr.VerdictReturn)})})
-				if pf.Bits() == 32 {
-					c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
-				}
-			}
-		}
-		for _, pm := range protoMatches(rule, unix.IPPROTO_ICMPV6) {
-			for _, pf := range prefixes6 {
-				base := cat(v6, scope6, pm)
-				if pf.Bits() > 0 {
-					base = cat(base, ip6(false, expr.CmpOpEq, pf))
-				}
-				if rule.Action == policy.Deny {
-					e := cat(base, denyTo())
-					c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
-					c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
-					continue
-				}
-				for _, conds := range allowConds(pf) {
-					c.main = append(c.main, policyRule{exprs: cat(v6, scope6, pm, condExprs(conds), []expr.Any{verdict(expr.VerdictReturn)})})
-				}
-				if pf.Bits() == 128 {
-					c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
+		for _, fam := range fams {
+			for _, pm := range protoMatches(rule, fam.icmp) {
+				for _, pf := range fam.prefixes {
+					base := cat(fam.nf, fam.scope, pm)
+					if pf.Bits() > 0 {
+						base = cat(base, fam.dst(pf))
+					}
+					if rule.Action == policy.Deny {
+						e := cat(base, denyTo())
+						c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
+						c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
+						continue
+					}
+					for _, dst := range allowDsts(pf) {
+						c.main = append(c.main, policyRule{exprs: cat(fam.nf, fam.scope, pm, dst, []expr.Any{verdict(expr.VerdictReturn)})})
+					}
+					if pf.Bits() == fam.hostBits {
+						c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
+					}
 				}
 			}
 		}
@@ -214,6 +207,27 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 	}
 	c.host = append(c.host, policyRule{tag: policy.RuleHost, exprs: denyTo()})
 	return c
+}
+
+// allowDsts returns the destination matches of an allow rule for prefix
+// pf, one per nftables rule: pf without the protected ranges it does not
+// name (IPv4: unnamedV4; IPv6: allowConds).
+func allowDsts(pf netip.Prefix) [][]expr.Any {
+	if pf.Addr().Is6() {
+		var out [][]expr.Any
+		for _, conds := range allowConds(pf) {
+			out = append(out, condExprs(conds))
+		}
+		return out
+	}
+	var e []expr.Any
+	if pf.Bits() > 0 {
+		e = ip4(false, expr.CmpOpEq, pf)
+	}
+	for _, prot := range unnamedV4(pf) {
+		e = cat(e, ip4(false, expr.CmpOpNeq, prot))
+	}
+	return [][]expr.Any{e}
 }
 
 // protectedV4 lists the IPv4 ranges of the built-in list that only an

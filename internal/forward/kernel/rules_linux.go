@@ -116,21 +116,33 @@ func (r ruleset) blockLimitRules() [][]expr.Any {
 	if r.blockSize == 0 {
 		return nil
 	}
+	// A concatenated key fills consecutive 32-bit registers from 8 (the
+	// first 16-byte register, 1): IPv4 saddr in 8, daddr in 9, dport in
+	// 10; IPv6 saddr in 8-11, daddr in 12-15, dport in 16.
+	type family struct {
+		nf          []expr.Any
+		off, n, reg uint32 // saddr offset and length, daddr register
+		set         string
+		skip        []expr.Any
+	}
+	fams := []family{{nf: nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), off: 12, n: 4, reg: 9, set: setConns}}
+	if r.v6() {
+		fams = append(fams, family{nf: nfproto6(), off: 8, n: 16, reg: 12, set: setConns6, skip: []expr.Any{
+			// Jobs with an own address keep their ports: no block.
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+			&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
+		}})
+	}
 	var rules [][]expr.Any
-	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-		rules = append(rules, cat(
-			nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
-			ctState(expr.CtStateBitNEW),
-			l4proto(proto),
-			[]expr.Any{
-				// A concatenated key fills consecutive 32-bit registers:
-				// saddr in 1 (= 32-bit register 8), daddr in 9, dport in 10.
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-				&expr.Payload{DestRegister: 9, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
-				&expr.Payload{DestRegister: 10, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+	for _, f := range fams {
+		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+			rules = append(rules, cat(f.nf, ctState(expr.CtStateBitNEW), l4proto(proto), f.skip, []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.off, Len: f.n},
+				&expr.Payload{DestRegister: f.reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.off + f.n, Len: f.n},
+				&expr.Payload{DestRegister: f.reg + f.n/4, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Dynset{
 					SrcRegKey: 1,
-					SetName:   setConns,
+					SetName:   f.set,
 					Operation: uint32(unix.NFT_DYNSET_OP_ADD),
 					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
 				},
@@ -138,33 +150,7 @@ func (r ruleset) blockLimitRules() [][]expr.Any {
 				&expr.Counter{},
 				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
 			}))
-	}
-	if !r.v6() {
-		return rules
-	}
-	for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-		rules = append(rules, cat(
-			nfproto6(),
-			ctState(expr.CtStateBitNEW),
-			l4proto(proto),
-			[]expr.Any{
-				// Jobs with an own address keep their ports.
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-				&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
-				// saddr in 32-bit registers 8-11, daddr in 12-15, dport
-				// in 16.
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-				&expr.Payload{DestRegister: 12, Base: expr.PayloadBaseNetworkHeader, Offset: 24, Len: 16},
-				&expr.Payload{DestRegister: 16, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Dynset{
-					SrcRegKey: 1,
-					SetName:   setConns6,
-					Operation: uint32(unix.NFT_DYNSET_OP_ADD),
-					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
-				},
-				&expr.Counter{},
-				&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse},
-			}))
+		}
 	}
 	return rules
 }

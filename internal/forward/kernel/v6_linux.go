@@ -281,40 +281,15 @@ func allowConds(pf netip.Prefix) [][]cond {
 			}
 			cut = append(cut, x)
 		}
-		outer := cut[:0:0]
-		for i, x := range cut {
-			inner := false
-			for j, y := range cut {
-				if i != j && x.within(y) && !(y.within(x) && j > i) {
-					inner = true
-					break
-				}
-			}
-			if !inner {
-				outer = append(outer, x)
-			}
-		}
+		outer := outermost(cut)
 		rule := append([]cond(nil), region...)
 		for _, x := range outer {
 			rule = append(rule, cond{m: x, neq: true})
 		}
 		out = append(out, rule)
 		for _, x := range outer {
-			var exc []mrange
-			for _, e := range all {
-				if e.rule == "" && e.spec() > x.spec() && e.within(x) && e.meets(area) {
-					exc = append(exc, e)
-				}
-			}
-			for i, e := range exc {
-				inner := false
-				for j, o := range exc {
-					if i != j && e.within(o) {
-						inner = true
-						break
-					}
-				}
-				if !inner {
+			for _, e := range exceptionsIn(all, x) {
+				if e.meets(area) {
 					walk(append(append([]cond(nil), region...), cond{m: e}), area.and(e), e.spec())
 				}
 			}
@@ -326,6 +301,37 @@ func allowConds(pf netip.Prefix) [][]cond {
 	}
 	walk(region, p, -1)
 	return out
+}
+
+// outermost returns the ranges of rs that lie inside no other of them (of
+// two equal ones, the first).
+func outermost(rs []mrange) []mrange {
+	var out []mrange
+	for i, x := range rs {
+		inner := false
+		for j, y := range rs {
+			if i != j && x.within(y) && !(y.within(x) && j > i) {
+				inner = true
+				break
+			}
+		}
+		if !inner {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// exceptionsIn returns the outermost exceptions (rule "") of all strictly
+// inside x.
+func exceptionsIn(all []mrange, x mrange) []mrange {
+	var exc []mrange
+	for _, e := range all {
+		if e.rule == "" && e.spec() > x.spec() && e.within(x) {
+			exc = append(exc, e)
+		}
+	}
+	return outermost(exc)
 }
 
 // denyConds returns, for each protected IPv6 range in the order of
@@ -345,22 +351,8 @@ func denyConds() []struct {
 			continue
 		}
 		cs := []cond{{m: x}}
-		var exc []mrange
-		for _, e := range all {
-			if e.rule == "" && e.spec() > x.spec() && e.within(x) {
-				exc = append(exc, e)
-			}
-		}
-		for i, e := range exc {
-			inner := false
-			for j, o := range exc {
-				if i != j && e.within(o) {
-					inner = true
-				}
-			}
-			if !inner {
-				cs = append(cs, cond{m: e, neq: true})
-			}
+		for _, e := range exceptionsIn(all, x) {
+			cs = append(cs, cond{m: e, neq: true})
 		}
 		out = append(out, struct {
 			rule  string
