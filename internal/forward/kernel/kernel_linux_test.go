@@ -94,15 +94,21 @@ func mustLink(t *testing.T, name string) netlink.Link {
 	return l
 }
 
-func newTestForwarder(t *testing.T) *Forwarder {
+// newTestForwarder makes a forwarder on tunnelAddr and egressAddr; mods
+// change its config first.
+func newTestForwarder(t *testing.T, mods ...func(*Config)) *Forwarder {
 	t.Helper()
-	f, err := New(Config{
+	cfg := Config{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Addr:         tunnelAddr,
 		EgressAddr:   egressAddr,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
 		BlockSize:    256,
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	f, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -2,8 +2,6 @@ package kernel
 
 import (
 	"encoding/binary"
-	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"runtime"
@@ -238,18 +236,10 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 	defer conn.Close()
 
-	f, err := New(Config{
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Addr:          tunnelAddr,
-		EgressAddr:    egressAddr,
-		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
-		BlockSize:     256,
-		Addr6:         netip.MustParsePrefix("fd00:a1::1/64"),
-		EgressPrefix6: netip.MustParsePrefix("2001:db8:77::/64"),
+	f := newTestForwarder(t, func(c *Config) {
+		c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
+		c.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/64")
 	})
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
 	defer f.Close()
 	if v, _ := readSysctl(ipv6FwdPath); v != "1" {
 		t.Errorf("IPv6 forwarding after New: %s", v)
