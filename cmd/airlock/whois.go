@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,10 +23,12 @@ func newWhoisCmd(stdout, stderr io.Writer) *ffcli.Command {
 	asJSON := fs.Bool("json", false, "print the lease records as JSON")
 	return &ffcli.Command{
 		Name:       "whois",
-		ShortUsage: "airlock whois --state DIR [--at RFC3339] PUBLIC_IP:PORT",
+		ShortUsage: "airlock whois --state DIR [--at RFC3339] PUBLIC_IP:PORT|PUBLIC_IP",
 		ShortHelp:  "name the job that held a public address and port at a time",
 		LongHelp: `Answers from the gateway's lease history alone (also after restarts and
-while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
+while the gateway is stopped): which job's port block held PUBLIC_IP:PORT
+(IPv6: [ADDR]:PORT). A bare PUBLIC_IP names a job's own public IPv6
+address (the gateway's --egress-prefix6), which answers whatever the port.`,
 		FlagSet: fs,
 		Exec: func(ctx context.Context, args []string) error {
 			if *state == "" {
@@ -41,9 +42,9 @@ while the gateway is stopped): which job's port block held PUBLIC_IP:PORT.`,
 				}
 				return fmt.Errorf("whois: want one PUBLIC_IP:PORT, got %d arguments", len(args))
 			}
-			ap, err := netip.ParseAddrPort(args[0])
+			ap, err := parseWhoisAddr(args[0])
 			if err != nil {
-				return fmt.Errorf("whois: bad address %q: want IP:PORT, e.g. 203.0.113.1:20311", args[0])
+				return err
 			}
 			at := time.Now()
 			if *atFlag != "" {

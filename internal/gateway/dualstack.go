@@ -141,6 +141,11 @@ func setupDualStack(cfg Config, leases *lease.Manager, dev forward.Forwarder, so
 			return dualState{}, err
 		}
 		d.own = cfg.EgressPrefix6.Masked()
+		if cfg.Egress != EgressKernel {
+			if err := checkOwnPrefix6(log, d.own, lease.Embed6(d.own, cfg.Subnet.Addr().Next())); err != nil {
+				return dualState{}, err
+			}
+		}
 	case cfg.EgressAddr6.IsValid():
 		a := cfg.EgressAddr6.Unmap()
 		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
@@ -254,8 +259,8 @@ func (g *gateway) expose6(l lease.Lease, ex []forward.Exposure) []forward.Exposu
 	if len(ex) == 0 || !g.v6.on() || !l.Addr6.IsValid() {
 		return ex
 	}
-	at := g.v6.egress
-	if g.v6.own.IsValid() {
+	at, own := g.v6.egress, g.v6.own.IsValid()
+	if own {
 		at = g.ownAddr6(l)
 	}
 	if !at.IsValid() {
@@ -264,6 +269,10 @@ func (g *gateway) expose6(l lease.Lease, ex []forward.Exposure) []forward.Exposu
 	out := append([]forward.Exposure(nil), ex...)
 	for _, x := range ex {
 		x.PublicAddr = at
+		if own {
+			// The job's own address: its own port, no translation.
+			x.PublicPort = x.JobPort
+		}
 		out = append(out, x)
 	}
 	return out

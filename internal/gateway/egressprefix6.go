@@ -2,7 +2,11 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/lease"
 )
@@ -26,4 +30,20 @@ func checkEgressPrefix6(p, subnet netip.Prefix) error {
 // address.
 func (g *gateway) ownAddr6(l lease.Lease) netip.Addr {
 	return lease.Embed6(g.v6.own, l.Addr)
+}
+
+// checkOwnPrefix6 checks, for user mode, the admin's one-time setup for
+// --egress-prefix6: jobs' sockets bind to addresses of the prefix that no
+// interface has (IPV6_FREEBIND, no privilege needed), and the host
+// accepts the replies the site routes to it only if the prefix is a local
+// route (ip -6 route add local PREFIX dev lo, as root). Without that route
+// the gateway does not start; the error says the fix.
+func checkOwnPrefix6(log *slog.Logger, p netip.Prefix, probe netip.Addr) error {
+	fix := fmt.Sprintf("ip -6 route add local %s dev lo", p)
+	routes, err := netlink.RouteGet(probe.AsSlice())
+	if err != nil || len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
+		return fmt.Errorf("--egress-prefix6 %s: the prefix is not a local route of this host, so replies to jobs' own addresses would not reach them; as root, once: %s (and have the site route %s to this host)", p, fix, p)
+	}
+	log.Info("--egress-prefix6: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
+	return nil
 }

@@ -301,6 +301,82 @@ func TestIPv6OnlyNode(t *testing.T) {
 			}
 		})
 	}
+	t.Run("EgressPrefix6", func(t *testing.T) { checkEgressPrefix6(t, e, listen) })
+}
+
+// ownPrefix6 is the routed prefix TestIPv6OnlyNode gives jobs their own
+// public IPv6 addresses from (--egress-prefix6).
+var ownPrefix6 = netip.MustParsePrefix("2001:db8:ee::/96")
+
+// checkEgressPrefix6: a user-mode gateway with --egress-prefix6 refuses to
+// start, naming the fix, until the prefix is a local route; then each
+// job's IPv6 connections leave from its own address (embedding its IPv4
+// tunnel address) with its own source ports, whois answers by that
+// address alone, and an exposed port is the job's own port at its own
+// address.
+func checkEgressPrefix6(t *testing.T, e *env, listen string) {
+	tp := e.tp
+	args := []string{"gateway", "--state", e.state, "--listen", listen, "--egress-prefix6", ownPrefix6.String(), "--expose-ports", "8080"}
+	code, _, stderr := tp.Run(t, 30*time.Second, tp.DMZ, e.gwUser, e.airlock, args...)
+	fix := "ip -6 route add local " + ownPrefix6.String() + " dev lo"
+	if code == 0 || !strings.Contains(stderr, fix) {
+		t.Errorf("gateway --egress-prefix6 without the local route: exit %d, want a failure that names %q: %s", code, fix, stderr)
+	}
+	// The admin's one-time setup, and the site's route to the prefix.
+	mustCmd(t, "ip", "-n", tp.DMZ, "-6", "route", "add", "local", ownPrefix6.String(), "dev", "lo")
+	mustCmd(t, "ip", "-n", tp.INET, "-6", "route", "add", ownPrefix6.String(), "via", topology.DMZAddrINET6.String())
+	e.gwArgs = args
+	e.startGateway(t)
+	if e.token == "" {
+		e.token = e.createToken(t, "e2e6")
+	}
+
+	port := tp.Port()
+	p := tp.Start(t, tp.V6Host, nil, e.peer, "tcpsrcport", fmt.Sprintf("[::]:%d", port))
+	tp.WaitTCP(t, tp.V6Host, netip.AddrPortFrom(topology.V6HostAddr, uint16(port)), p)
+	const job = "e2e-own6"
+	srv := fmt.Sprintf("%s:%d", topology.NameV6, port)
+	out := e.mustRunOpts(t, runOpts{viaEnv: true, env: []string{"AIRLOCK_JOB_ID=" + job}}, "sh", "-c",
+		"ip -6 -o addr show dev tun0 scope global; "+e.peer+" tcpsrcclient "+srv+" 2 && sleep 1")
+	during := time.Now().Add(-500 * time.Millisecond)
+	m := regexp.MustCompile(`inet6 (\S+)/`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no IPv6 tunnel address in %q", out)
+	}
+	tun6 := netip.MustParseAddr(m[1])
+	var own netip.AddrPort
+	for _, l := range strings.Fields(out) {
+		if ap, err := netip.ParseAddrPort(l); err == nil {
+			own = ap
+			if !ownPrefix6.Contains(ap.Addr()) {
+				t.Errorf("connection came from %v, want the job's own address in %v", ap, ownPrefix6)
+			}
+			b, tb := ap.Addr().As16(), tun6.As16()
+			if [4]byte(b[12:]) != [4]byte(tb[12:]) {
+				t.Errorf("job's own address %v and its tunnel address %v embed different IPv4 addresses", ap.Addr(), tun6)
+			}
+		}
+	}
+	if !own.IsValid() {
+		t.Fatalf("tcpsrcclient printed no source address: %q", out)
+	}
+	code, wout, stderr := e.admin(t, "whois", "--state", e.state, "--json", "--at", during.UTC().Format(time.RFC3339Nano), own.Addr().String())
+	if code != 0 || !strings.Contains(wout, `"job_id": "`+job+`"`) {
+		t.Errorf("whois %v (address alone): exit %d, %s %s, want job %s", own.Addr(), code, wout, stderr, job)
+	}
+
+	// Expose: the job's port 8080 at its own address, port 8080.
+	x := e.startExposed(t, "own6", "--expose", "8080")
+	defer x.p.Kill()
+	recs := e.whois(t, x.tcp, time.Now())
+	if len(recs) != 1 || !recs[0].Own6 || !ownPrefix6.Contains(recs[0].PublicAddr6) {
+		t.Fatalf("whois %v: %+v, want one lease with its own IPv6 address in %v", x.tcp, recs, ownPrefix6)
+	}
+	ap := netip.AddrPortFrom(recs[0].PublicAddr6, 8080)
+	code, gout, _ := tp.Run(t, 15*time.Second, tp.V6Host, nil, e.peer, "tcpget", ap.String())
+	if code != 0 || !strings.Contains(gout, "hello from own6") {
+		t.Errorf("tcpget %v from v6h (the job's own address and port): exit %d, %q%s", ap, code, gout, e.diag(""))
+	}
 }
 
 // ula6Prefix is a unique-local prefix on inet that TestPolicy's rule

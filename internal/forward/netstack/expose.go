@@ -172,10 +172,21 @@ func (s *Stack) openExposure(job netip.Addr, x forward.Exposure) (*exposure, err
 	e := &exposure{s: s, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
 	e.listenAddr = ap.String()
 	var err error
+	if at.Is6() {
+		// A job's own IPv6 address (dualstack.go) is on no interface.
+		network += "6"
+	}
+	lc := net.ListenConfig{Control: freebind6}
 	if x.Proto == "tcp" {
-		e.ln, err = net.ListenTCP(network, net.TCPAddrFromAddrPort(ap))
+		var ln net.Listener
+		if ln, err = lc.Listen(context.Background(), network, ap.String()); err == nil {
+			e.ln = ln.(*net.TCPListener)
+		}
 	} else {
-		e.pc, err = net.ListenUDP(network, net.UDPAddrFromAddrPort(ap))
+		var pc net.PacketConn
+		if pc, err = lc.ListenPacket(context.Background(), network, ap.String()); err == nil {
+			e.pc = pc.(*net.UDPConn)
+		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("expose %s/%d of job %s: listen on %s: %w", x.Proto, x.JobPort, job, e.listenAddr, err)

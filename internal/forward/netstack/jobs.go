@@ -100,6 +100,10 @@ func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst ne
 	if !ok || block == (portblock.Range{}) {
 		if from.IsValid() {
 			base.LocalAddr = localAddr(network, from, 0)
+			if from.Is6() {
+				// A job's own IPv6 address (dualstack.go) is on no interface.
+				base.Control = freebind6
+			}
 		}
 		return base.DialContext(ctx, network, dst.String())
 	}
