@@ -72,7 +72,9 @@ func warnAcceptRA(log *slog.Logger) {
 // looks right). The site's router must send the prefix to this host (which
 // no check here can see); on this host the prefix must not be on-link on
 // another interface, or the jobs' addresses would be looked up there by
-// neighbour discovery instead of being routed to the TUN.
+// neighbour discovery instead of being routed to the TUN, nor a local
+// route (user mode's setup), which would deliver packets for them to the
+// host's own sockets.
 func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 	var out []string
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
@@ -101,6 +103,18 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 				"Fix: have the site route %v to this host's address (e.g. on the router: ip -6 route add %v via HOST_ADDRESS) and take it off %s, "+
 				"or answer for it with an NDP proxy (sysctl net.ipv6.conf.%s.proxy_ndp=1 and ip -6 neigh add proxy ADDRESS dev %s for each job address)",
 				prefix, link.Attrs().Name, dst, prefix, prefix, link.Attrs().Name, link.Attrs().Name, link.Attrs().Name))
+		}
+	}
+	if local, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE); err == nil {
+		for _, r := range local {
+			if r.Dst == nil || r.Type != unix.RTN_LOCAL {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && ones < 128 && netip.PrefixFrom(a, ones).Overlaps(prefix) {
+				out = append(out, fmt.Sprintf("a local route for %s (user mode's setup for --egress-prefix6) hands unsolicited packets for jobs' own addresses to this host's sockets. Fix: ip -6 route del local %s dev lo",
+					netip.PrefixFrom(a, ones), netip.PrefixFrom(a, ones)))
+			}
 		}
 	}
 	if v, err := readSysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6"); err == nil && v == "1" {

@@ -386,4 +386,12 @@ func TestCheckPrefix6(t *testing.T) {
 	if len(got) != 1 || !strings.Contains(got[0], "on-link on outside0") || !strings.Contains(got[0], "ip -6 route add 2001:db8:77::/96 via") || !strings.Contains(got[0], "proxy_ndp") {
 		t.Errorf("prefix on-link on outside0: %q, want one sentence naming the link and both fixes", got)
 	}
+	other := netip.MustParsePrefix("2001:db8:78::/96")
+	_, dst, _ := net.ParseCIDR(other.String())
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: mustLink(t, "lo").Attrs().Index, Dst: dst, Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL}); err != nil {
+		t.Fatal(err)
+	}
+	if got := CheckPrefix6(other, DefaultName); len(got) != 1 || !strings.Contains(got[0], "ip -6 route del local 2001:db8:78::/96 dev lo") {
+		t.Errorf("prefix with a local route: %q, want the fix that removes it", got)
+	}
 }
