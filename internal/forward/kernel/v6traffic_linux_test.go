@@ -208,8 +208,19 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 	out0 := mustLink(t, "outside0")
 	addAddr(t, out0, "2001:db8:ff::1/64")
-	if err := netlink.LinkSetMTU(out0, 1280); err != nil {
-		t.Fatal(err)
+	// Routes towards two far networks behind the peer: one whose MTU
+	// this host knows (it answers packet too big itself), one behind a
+	// narrow link of the peer's (the peer answers, and conntrack carries
+	// the error back to the job through the NAT).
+	near, far := netip.MustParseAddr("2001:db8:98::1"), netip.MustParseAddr("2001:db8:99::1")
+	for _, r := range []struct {
+		dst string
+		mtu int
+	}{{"2001:db8:98::/64", 1280}, {"2001:db8:99::/64", 0}} {
+		_, dst, _ := net.ParseCIDR(r.dst)
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: out0.Attrs().Index, Dst: dst, Gw: net.ParseIP("2001:db8:ff::2"), MTU: r.mtu}); err != nil {
+			t.Fatalf("route %s: %v", r.dst, err)
+		}
 	}
 	peerAddr := netip.MustParseAddr("2001:db8:ff::2")
 	var conn *net.UDPConn
@@ -221,7 +232,22 @@ func TestIPv6Traffic(t *testing.T) {
 		}
 		l := mustLink(t, "outside1")
 		addAddr(t, l, "2001:db8:ff::2/64")
-		_ = netlink.LinkSetMTU(l, 1280)
+		// The far network: a 1280-byte link, forwarded to.
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "far0", MTU: 1280}, PeerName: "far1"}); err != nil {
+			t.Error(err)
+		}
+		for _, n := range []string{"far0", "far1"} {
+			if err := netlink.LinkSetUp(mustLink(t, n)); err != nil {
+				t.Error(err)
+			}
+		}
+		_, farNet, _ := net.ParseCIDR("2001:db8:99::/64")
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: mustLink(t, "far0").Attrs().Index, Dst: farNet}); err != nil {
+			t.Error(err)
+		}
+		if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
+			t.Error(err)
+		}
 		_, own, _ := net.ParseCIDR("2001:db8:77::/64")
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: own, Gw: net.ParseIP("2001:db8:ff::1")}); err != nil {
 			t.Error(err)
@@ -304,12 +330,23 @@ func TestIPv6Traffic(t *testing.T) {
 	if tio.wait(shared6, 2*time.Second, func(p []byte) bool { return p[6] == unix.IPPROTO_ICMPV6 && p[40] == 1 }) == nil {
 		t.Error("UDP to 64:ff9b::127.0.0.1: no ICMPv6 unreachable")
 	}
-	// Packet too big: the outside link's MTU is 1280.
-	tio.send(udp6(netip.AddrPortFrom(shared6, 40003), netip.AddrPortFrom(peerAddr, 9999), make([]byte, 1300)))
-	if p := tio.wait(shared6, 2*time.Second, func(p []byte) bool { return p[6] == unix.IPPROTO_ICMPV6 && p[40] == 2 }); p == nil {
-		t.Error("1348-byte packet over a 1280 link: no packet too big")
-	} else if mtu := binary.BigEndian.Uint32(p[44:]); mtu != 1280 {
-		t.Errorf("packet too big: MTU %d, want 1280", mtu)
+	// Packet too big, from this host (a route with MTU 1280) and from a
+	// router beyond it (the peer's 1280-byte link): both reach the job,
+	// the second with the quoted packet translated back to the job's
+	// address.
+	for i, dst := range []netip.Addr{near, far} {
+		from := netip.AddrPortFrom(shared6, uint16(40010+i))
+		tio.send(udp6(from, netip.AddrPortFrom(dst, 9999), make([]byte, 1300)))
+		p := tio.wait(shared6, 2*time.Second, func(p []byte) bool { return p[6] == unix.IPPROTO_ICMPV6 && p[40] == 2 })
+		if p == nil {
+			t.Errorf("1348-byte packet to %v: no packet too big reached the job", dst)
+			continue
+		}
+		src, _ := netip.AddrFromSlice(p[8:24])
+		inner, _ := netip.AddrFromSlice(p[48+8 : 48+24])
+		if mtu := binary.BigEndian.Uint32(p[44:]); mtu != 1280 || inner != shared6 || dst == far && src != peerAddr {
+			t.Errorf("packet too big for %v: from %v, MTU %d, quoting a packet from %v; want MTU 1280 quoting %v (from the peer for the far one)", dst, src, mtu, inner, shared6)
+		}
 	}
 
 	// Exposures: UDP at the shared egress address's public port, and at
