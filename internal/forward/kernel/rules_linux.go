@@ -271,6 +271,10 @@ func mssClamp() []expr.Any {
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 1, Mask: []byte{0x02 | 0x04}, Xor: []byte{0}},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0x02}},
 		&expr.Rt{Register: 1, Key: expr.RtTCPMSS},
+		// rt mtu is in host byte order, the option in network order (nft
+		// adds the same conversion); without it the kernel sees a larger
+		// MSS and, as it only ever lowers one, changes nothing.
+		&expr.Byteorder{SourceRegister: 1, DestRegister: 1, Op: expr.ByteorderHton, Len: 2, Size: 2},
 		&expr.Exthdr{SourceRegister: 1, Type: 2, Offset: 2, Len: 2, Op: expr.ExthdrOpTcpopt},
 	})
 }

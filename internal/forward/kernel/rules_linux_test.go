@@ -167,17 +167,20 @@ func TestFilterRules(t *testing.T) {
 	}
 	// The first two forward rules clamp the MSS to the route MTU.
 	for _, r := range testRules.forwardRules()[:2] {
-		var rt, ex bool
+		var rt, hton, ex bool
 		for _, e := range r {
 			switch e := e.(type) {
 			case *expr.Rt:
 				rt = e.Key == expr.RtTCPMSS
+			case *expr.Byteorder:
+				// rt mtu is host order; the option is network order.
+				hton = rt && e.Op == expr.ByteorderHton && e.Size == 2 && e.SourceRegister == 1 && e.DestRegister == 1
 			case *expr.Exthdr:
-				ex = e.Op == expr.ExthdrOpTcpopt && e.Type == 2 && e.SourceRegister == 1
+				ex = hton && e.Op == expr.ExthdrOpTcpopt && e.Type == 2 && e.SourceRegister == 1
 			}
 		}
-		if !rt || !ex {
-			t.Errorf("forward rule %v: want rt mtu into tcp option maxseg", r)
+		if !rt || !hton || !ex {
+			t.Errorf("forward rule %v: want rt mtu, in network byte order, into tcp option maxseg", r)
 		}
 	}
 }

@@ -114,6 +114,42 @@ func udp6(src, dst netip.AddrPort, payload []byte) []byte {
 	return packet6(src.Addr(), dst.Addr(), unix.IPPROTO_UDP, u, 6)
 }
 
+// syn6 builds a TCP SYN with an MSS option.
+func syn6(src, dst netip.AddrPort, mss uint16) []byte {
+	h := make([]byte, 24)
+	binary.BigEndian.PutUint16(h[0:], src.Port())
+	binary.BigEndian.PutUint16(h[2:], dst.Port())
+	binary.BigEndian.PutUint32(h[4:], 1)
+	h[12] = 6 << 4 // data offset: 24 bytes
+	h[13] = 0x02   // SYN
+	binary.BigEndian.PutUint16(h[14:], 65535)
+	h[20], h[21] = 2, 4 // MSS
+	binary.BigEndian.PutUint16(h[22:], mss)
+	return packet6(src.Addr(), dst.Addr(), unix.IPPROTO_TCP, h, 16)
+}
+
+// mssOf returns the MSS option of the TCP segment in IPv6 packet p.
+func mssOf(p []byte) uint16 {
+	tcp := p[40:]
+	opts := tcp[20 : int(tcp[12]>>4)*4]
+	for i := 0; i < len(opts); {
+		switch opts[i] {
+		case 0:
+			return 0
+		case 1:
+			i++
+			continue
+		case 2:
+			return binary.BigEndian.Uint16(opts[i+2:])
+		}
+		if i+1 >= len(opts) || opts[i+1] < 2 {
+			return 0
+		}
+		i += int(opts[i+1])
+	}
+	return 0
+}
+
 func echo6(src, dst netip.Addr, id uint16) []byte {
 	e := []byte{128, 0, 0, 0, byte(id >> 8), byte(id), 0, 1, 'p', 'i', 'n', 'g'}
 	return packet6(src, dst, unix.IPPROTO_ICMPV6, e, 2)
@@ -224,6 +260,7 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 	peerAddr := netip.MustParseAddr("2001:db8:ff::2")
 	var conn *net.UDPConn
+	var tcpLn *net.TCPListener
 	peer.run(func() {
 		for _, n := range []string{"lo", "outside1"} {
 			if err := netlink.LinkSetUp(mustLink(t, n)); err != nil {
@@ -256,11 +293,15 @@ func TestIPv6Traffic(t *testing.T) {
 		if conn, err = net.ListenUDP("udp6", &net.UDPAddr{IP: peerAddr.AsSlice(), Port: 9999}); err != nil {
 			t.Error(err)
 		}
+		if tcpLn, err = net.ListenTCP("tcp6", &net.TCPAddr{IP: peerAddr.AsSlice(), Port: 9998}); err != nil {
+			t.Error(err)
+		}
 	})
 	if t.Failed() {
 		t.FailNow()
 	}
 	defer conn.Close()
+	defer tcpLn.Close()
 
 	f := newTestForwarder(t, func(c *Config) {
 		c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
@@ -317,6 +358,16 @@ func TestIPv6Traffic(t *testing.T) {
 	seen, back = udpRoundTrip(netip.AddrPortFrom(own6, 40001), 2*time.Second)
 	if seen != netip.AddrPortFrom(ownPub, 40001) || !back {
 		t.Errorf("own-address job's UDP: peer saw %v, want %v; reply back %v", seen, netip.AddrPortFrom(ownPub, 40001), back)
+	}
+
+	// MSS clamping: the peer's SYN-ACK advertises 1440 (its link's
+	// 1500); towards the job the gateway clamps it to the TUN's 1420
+	// less the IPv6 and TCP headers.
+	tio.send(syn6(netip.AddrPortFrom(shared6, 40020), netip.AddrPortFrom(peerAddr, 9998), 1360))
+	if p := tio.wait(shared6, 2*time.Second, func(p []byte) bool { return p[6] == unix.IPPROTO_TCP && p[40+13]&0x12 == 0x12 }); p == nil {
+		t.Error("no SYN-ACK from the peer")
+	} else if mss := mssOf(p); mss != 1360 {
+		t.Errorf("SYN-ACK towards the job: MSS %d, want 1360 (clamped)", mss)
 	}
 
 	// ICMPv6 echo.
