@@ -74,8 +74,9 @@ type Config struct {
 	// outgoing interface's address (masquerade). Used only with Addr6.
 	EgressAddr6 netip.Addr
 	// EgressPrefix6 is the prefix the site routes to the gateway host
-	// (--egress-prefix6): a job whose IPv6 address is in it is routed
-	// without NAT. The zero Prefix means none.
+	// (--egress-prefix6): New routes it to the TUN, and AddJob6 maps a
+	// job to its own address in it one to one. The zero Prefix means
+	// none.
 	EgressPrefix6 netip.Prefix
 }
 

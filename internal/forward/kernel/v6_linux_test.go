@@ -258,7 +258,7 @@ func TestFloor6(t *testing.T) {
 		{"ff0e::1", true},
 		{"fd00:a1::1", true},             // the gateway's tunnel address
 		{"fd00:a1::99", true},            // another job
-		{"2001:db8:77::5", true},         // a job's routed address
+		{"2001:db8:77::5", true},         // a job's own address
 		{"::ffff:8.8.8.8", true},         // IPv4-mapped: IPv4 goes over IPv4
 		{"64:ff9b::7f00:1", true},        // NAT64 of 127.0.0.1
 		{"64:ff9b::6440:5", true},        // NAT64 of the tunnel subnet
