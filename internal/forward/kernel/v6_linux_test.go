@@ -33,6 +33,8 @@ type pkt struct {
 	icmpType         byte
 	// sets holds the elements of named sets (token scopes, own6).
 	sets map[string][][]byte
+	// srcB, dstB are src and dst as bytes (evalRules fills them in).
+	srcB, dstB []byte
 }
 
 // evalRules runs rules the way nftables would for p, as far as the
@@ -41,6 +43,7 @@ type pkt struct {
 // one, with that rule's index; ok is false if none does.
 func evalRules(t *testing.T, rules [][]expr.Any, p pkt) (v *expr.Verdict, idx int, ok bool) {
 	t.Helper()
+	p.srcB, p.dstB = p.src.AsSlice(), p.dst.AsSlice()
 	for i, r := range rules {
 		if v := evalRule(t, r, p); v != nil {
 			return v, i, true
@@ -51,7 +54,11 @@ func evalRules(t *testing.T, rules [][]expr.Any, p pkt) (v *expr.Verdict, idx in
 
 func evalRule(t *testing.T, r []expr.Any, p pkt) *expr.Verdict {
 	t.Helper()
-	regs := map[uint32][]byte{}
+	if p.srcB == nil {
+		p.srcB, p.dstB = p.src.AsSlice(), p.dst.AsSlice()
+	}
+	var regs [32][]byte
+	var and [16]byte
 	for _, e := range r {
 		switch e := e.(type) {
 		case *expr.Meta:
@@ -67,13 +74,13 @@ func evalRule(t *testing.T, r []expr.Any, p pkt) *expr.Verdict {
 			var b []byte
 			switch {
 			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 8:
-				b = p.src.AsSlice()
+				b = p.srcB
 			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 24:
-				b = p.dst.AsSlice()
+				b = p.dstB
 			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 12:
-				b = p.src.AsSlice()
+				b = p.srcB
 			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 16:
-				b = p.dst.AsSlice()
+				b = p.dstB
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
 				b = []byte{byte(p.dport >> 8), byte(p.dport)}
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 1:
@@ -84,7 +91,7 @@ func evalRule(t *testing.T, r []expr.Any, p pkt) *expr.Verdict {
 			regs[e.DestRegister] = b
 		case *expr.Bitwise:
 			in := regs[e.SourceRegister]
-			out := make([]byte, len(in))
+			out := and[:len(in)]
 			for i := range in {
 				out[i] = in[i]&e.Mask[i] ^ e.Xor[i]
 			}
@@ -231,7 +238,7 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 			for _, fl := range []struct {
 				proto policy.Proto
 				port  uint16
-			}{{policy.ProtoTCP, 443}, {policy.ProtoTCP, 25}, {policy.ProtoUDP, 8080}, {policy.ProtoICMP, 0}} {
+			}{{policy.ProtoTCP, 443}, {policy.ProtoTCP, 25}, {policy.ProtoICMP, 0}} {
 				want := p.Decide(policy.Flow{Proto: fl.proto, Dst: dst, Port: fl.port, Tunnel: tunnel4})
 				got := kernelVerdict(t, floor, c, fl.proto, dst, fl.port)
 				checked++
