@@ -92,10 +92,13 @@ type session struct {
 	instance string // the gateway instance last seen by a watch
 
 	jobAddr, jobDNS netip.Addr // as the job's namespace was configured
-	rd              *tunnel.Readdress
-	bind            *tunnel.Bind
-	wg              *tunnel.Client
-	using           string // transport in use: udp or tcp
+	// jobAddr6 and jobDNS6: the same for a dual-stack job's IPv6 side
+	// (zero for an IPv4-only one).
+	jobAddr6, jobDNS6 netip.Addr
+	rd                *tunnel.Readdress
+	bind              *tunnel.Bind
+	wg                *tunnel.Client
+	using             string // transport in use: udp or tcp
 
 	relMu sync.Mutex
 	rel   struct { // guarded by relMu: the lease to release at exit
@@ -269,6 +272,7 @@ func (s *session) startTunnel(ctx context.Context, dev tun.Device) error {
 	if len(s.lease.DNS) > 0 {
 		s.jobDNS = s.lease.DNS[0]
 	}
+	s.jobAddr6, s.jobDNS6 = s.lease.Address6.Addr(), s.lease.Gateway6
 	s.rd = tunnel.NewReaddress(dev)
 	s.bind = tunnel.NewBind(nil, s.log.With("component", "transport"))
 	s.wg, err = tunnel.NewClient(s.log, s.rd, s.bind, s.priv, gwKey, s.endpoint)
@@ -590,6 +594,7 @@ func (s *session) readdress() {
 		dns = s.lease.DNS[0]
 	}
 	s.rd.Set(s.jobAddr, s.lease.Address.Addr(), s.jobDNS, dns)
+	s.rd.SetIPv6(s.jobAddr6, s.lease.Address6.Addr(), s.jobDNS6, s.lease.Gateway6)
 }
 
 // setBypass puts the gateway's site-local bypass in force; one that does

@@ -82,7 +82,7 @@ func (g *gateway) Kick(req admin.KickRequest) (admin.KickResult, error) {
 	for _, l := range g.leases.Leases() {
 		o, _ := l.Owner.(owner)
 		switch {
-		case l.ID == req.Job || l.Addr.String() == req.Job:
+		case l.ID == req.Job || l.Addr.String() == req.Job || l.Addr6.IsValid() && l.Addr6.String() == req.Job:
 			byID = append(byID, l)
 		case o.Job.BatchJobID != "" && o.Job.BatchJobID == req.Job:
 			byBatch = append(byBatch, l)

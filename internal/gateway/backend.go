@@ -312,6 +312,7 @@ func (g *gateway) removeJob(l lease.Lease) {
 		g.jobs.RemoveJob(l.Addr)
 	}
 	g.untrackJob(l.Addr)
+	g.removeJob6(l)
 }
 
 // recordEnd closes l's entry in the lease history.

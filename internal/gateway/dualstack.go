@@ -28,6 +28,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
@@ -200,7 +201,19 @@ func (g *gateway) addJob6(l lease.Lease, block portblock.Range) error {
 	if g.flows != nil {
 		g.flows.AddJobAlias(l.Addr6, l.Addr)
 	}
+	if g.capture != nil {
+		o, _ := l.Owner.(owner)
+		g.capture.AddJob(l.Addr6, capture.JobRef{Lease: l.ID, JobID: o.Job.BatchJobID, Token: o.Token})
+	}
 	return nil
+}
+
+// removeJob6 forgets the IPv6 side of l's job where removeJob does not
+// (the backend and the flow table drop it with the IPv4 side).
+func (g *gateway) removeJob6(l lease.Lease) {
+	if g.capture != nil && l.Addr6.IsValid() {
+		g.capture.RemoveJob(l.Addr6)
+	}
 }
 
 // leaseAddr6 returns l with its IPv6 address filled in (a lease rebuilt

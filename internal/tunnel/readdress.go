@@ -13,13 +13,15 @@ import (
 // new lease after its old one was lost, or another gateway with another
 // subnet): packets the job sends have their source rewritten from the job's
 // address to the lease's, and their destination from the job's DNS server to
-// the gateway's; packets to the job get the reverse. IPv4 only; header,
-// TCP and UDP checksums are updated incrementally (RFC 1624). Until Set is
+// the gateway's; packets to the job get the reverse. IPv4 here, IPv6 with
+// SetIPv6 (readdress6.go); header, TCP, UDP (and ICMPv6) checksums are
+// updated incrementally (RFC 1624). Until Set is
 // called with two different mappings it passes packets through untouched.
 // It is safe for concurrent use.
 type Readdress struct {
 	tun.Device
-	m atomic.Pointer[addrMap]
+	m  atomic.Pointer[addrMap]
+	m6 atomic.Pointer[addrMap6] // readdress6.go
 }
 
 type addrMap struct {
@@ -63,6 +65,11 @@ func (r *Readdress) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 			}
 		}
 	}
+	if m6 := r.m6.Load(); m6 != nil {
+		for i := 0; i < n; i++ {
+			m6.out(bufs[i][offset : offset+sizes[i]])
+		}
+	}
 	return n, err
 }
 
@@ -77,6 +84,11 @@ func (r *Readdress) Write(bufs [][]byte, offset int) (int, error) {
 			if m.rewriteDNS {
 				rewriteIPv4(p, 12, m.gwDNS, m.jobDNS)
 			}
+		}
+	}
+	if m6 := r.m6.Load(); m6 != nil {
+		for _, b := range bufs {
+			m6.in(b[offset:])
 		}
 	}
 	return r.Device.Write(bufs, offset)
