@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,14 +33,16 @@ func TestKernelEgressPrefix6(t *testing.T) {
 	job := "own6"
 	port := e.tp.StartTCPSrcPort(t)
 	url := fmt.Sprintf("http://[%s]:%d/", topology.INETAddr6, port)
-	at := time.Now()
 	out := e.mustRunOpts(t, runOpts{env: []string{"AIRLOCK_JOB_ID=" + job}}, "sh", "-c",
-		"ip -4 -o addr show dev tun0; curl --http0.9 -sS --max-time 10 -w '\\n%{local_ip} %{local_port}\\n' "+url)
-	m := regexp.MustCompile(`inet (\S+)/\d+[^\n]*\n\[([0-9a-f:]+)\]:(\d+)\n+(\S+) (\d+)`).FindStringSubmatch(out)
+		"ip -4 -o addr show dev tun0; curl --http0.9 -sS --max-time 10 -w '\\n%{local_ip} %{local_port}\\n' "+url+"; date -u +%s.%N")
+	m := regexp.MustCompile(`inet (\S+)/\d+[^\n]*\n\[([0-9a-f:]+)\]:(\d+)\n+(\S+) (\d+)\n(\d+)\.(\d+)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("job output %q: want its IPv4 address, what inet saw and its local address and port", out)
 	}
 	v4, seenAddr, seenPort, localIP, localPort := netip.MustParseAddr(m[1]), netip.MustParseAddr(m[2]), m[3], m[4], m[5]
+	sec, _ := strconv.ParseInt(m[6], 10, 64)
+	nsec, _ := strconv.ParseInt(m[7], 10, 64)
+	at := time.Unix(sec, nsec) // while the job ran
 	own := lease.Embed6(prefix, v4)
 	if seenAddr != own {
 		t.Errorf("inet saw the job (tunnel %v, %s) from %v, want its own address %v", v4, localIP, seenAddr, own)
@@ -48,7 +51,7 @@ func TestKernelEgressPrefix6(t *testing.T) {
 		t.Errorf("inet saw source port %s, the job used %s: want no port translation", seenPort, localPort)
 	}
 	// whois by the address alone (any port) and the time.
-	if recs := e.whois(t, netip.AddrPortFrom(own, 1), at.Add(100*time.Millisecond)); len(recs) != 1 || recs[0].JobID != job {
+	if recs := e.whois(t, netip.AddrPortFrom(own, 1), at); len(recs) != 1 || recs[0].JobID != job {
 		t.Errorf("whois [%v]:1: %+v, want job %s", own, recs, job)
 	}
 
