@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -481,5 +483,41 @@ func TestCheckPrefix6(t *testing.T) {
 	}
 	if got := CheckPrefix6(other, DefaultName); len(got) != 1 || !strings.Contains(got[0], "ip -6 route del local 2001:db8:78::/96 dev lo") {
 		t.Errorf("prefix with a local route: %q, want the fix that removes it", got)
+	}
+}
+
+// TestStaleTable6: a gateway killed with SIGKILL left IPv6 forwarding on
+// and its table with the value from before; the next gateway restores
+// that value at Close, not the 1 it found.
+func TestStaleTable6(t *testing.T) {
+	if !inFreshNetns(t) {
+		return
+	}
+	setupNetns(t, "1")
+	if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := c.AddTable(table())
+	_, _, _, _, _, state, _ := chains(tb)
+	c.AddChain(state)
+	for _, tag := range [][]byte{stateTag(stateTagPrefix, "0"), stateTag(stateTagPref6, "0")} {
+		c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: tag})
+	}
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	f := newTestForwarder(t, func(c *Config) { c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64") })
+	if v, _ := readSysctl(ipv6FwdPath); v != "1" {
+		t.Errorf("IPv6 forwarding after New: %s, want 1", v)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := readSysctl(ipv6FwdPath); v != "0" {
+		t.Errorf("IPv6 forwarding after Close: %s, want 0 (the value before the killed run)", v)
 	}
 }
