@@ -424,6 +424,24 @@ func TestIPv6Traffic(t *testing.T) {
 		}
 	}
 
+	// Limits: the job's tc classes get an IPv6 filter beside the IPv4
+	// one on both devices, and IPv6 packets land in them.
+	if err := f.SetJobLimits(shared, forward.Limits{EgressBitsPerSec: 10e6, IngressBitsPerSec: 10e6, MaxFlows: 3}); err != nil {
+		t.Fatalf("SetJobLimits: %v", err)
+	}
+	for _, dev := range []string{ifbName(DefaultName), DefaultName} {
+		if n := u32Count(t, dev); n != 2 {
+			t.Errorf("classifying filters on %s: %d, want 2 (IPv4 and IPv6)", dev, n)
+		}
+	}
+	if _, back := udpRoundTrip(netip.AddrPortFrom(shared6, 40030), 2*time.Second); !back {
+		t.Error("UDP round trip of the limited job failed")
+	}
+	for _, dev := range []string{ifbName(DefaultName), DefaultName} {
+		if c := htbClasses(t, dev)[firstJobMinor]; c == nil || c.Statistics == nil || c.Statistics.Basic == nil || c.Statistics.Basic.Bytes == 0 {
+			t.Errorf("%s: the job's class counted none of its IPv6 packets: %+v", dev, c)
+		}
+	}
 	// Policy: an IPv6 deny rule, counted.
 	if err := f.SetPolicy(&policy.Policy{Rules: []policy.Rule{{Name: "no-peer", Action: policy.Deny, Proto: policy.ProtoUDP,
 		To: []netip.Prefix{netip.MustParsePrefix("2001:db8:ff::2/128")}}}}); err != nil {
@@ -434,13 +452,6 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 	if d, err := f.PolicyDrops(); err != nil || d["no-peer"] != 1 {
 		t.Errorf("PolicyDrops: %v %v, want no-peer: 1", d, err)
-	}
-	// Limits: a tc class with IPv4 and IPv6 filters.
-	if err := f.SetJobLimits(shared, forward.Limits{EgressBitsPerSec: 10e6, MaxFlows: 3}); err != nil {
-		t.Fatalf("SetJobLimits: %v", err)
-	}
-	if n := u32Count(t, ifbName(DefaultName)); n != 2 {
-		t.Errorf("classifying filters on the ifb: %d, want 2 (IPv4 and IPv6)", n)
 	}
 	if out := nftList(t); out != "" {
 		for _, want := range []string{"ip6 saddr fd00:a1::2 jump limits_100.64.0.2", "snat ip6 to 2001:db8:77::3", "jump floor6"} {
