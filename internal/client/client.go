@@ -201,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err == nil {
 		jobEnv, err = portsEnv(jobEnv, cfg.Ports, ls)
 	}
+	if err == nil {
+		jobEnv, err = exposedEnv6(jobEnv, cfg.Expose, ls.Exposed6)
+	}
 	if err != nil {
 		return ExitFailure, err
 	}

@@ -120,6 +120,10 @@ type Lease struct {
 	// Exposed lists the inbound mappings of the ports the join asked to
 	// expose, in the order asked.
 	Exposed []Exposed `json:"exposed,omitempty"`
+	// Exposed6 lists the same mappings on the gateway's IPv6 egress
+	// address (or, with --egress-prefix6, the job's own address and
+	// port); empty without one.
+	Exposed6 []Exposed `json:"exposed6,omitempty"`
 	// MTU of the job's TUN device.
 	MTU int `json:"mtu"`
 	// GatewayPublicKey is the gateway's WireGuard public key, base64.

@@ -132,10 +132,7 @@ func setupDualStack(cfg Config, leases *lease.Manager, dev forward.Forwarder, so
 		log.Info("IPv6 in the tunnel is off: this egress backend carries IPv4 only", "egress", cfg.Egress)
 		return dualState{}, nil
 	}
-	if err := leases.SetPrefix6(cfg.Subnet6); err != nil {
-		return dualState{}, err
-	}
-	d := dualState{fwd: fwd, prefix: cfg.Subnet6, gw: leases.Gateway6()}
+	d := dualState{fwd: fwd, prefix: cfg.Subnet6}
 	switch {
 	case cfg.EgressPrefix6.IsValid():
 		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.Subnet); err != nil {
@@ -159,12 +156,17 @@ func setupDualStack(cfg Config, leases *lease.Manager, dev forward.Forwarder, so
 	default:
 		a, err := source6()
 		if err != nil {
-			log.Warn("jobs' IPv6 flows leave from the kernel's choice of source address per destination and jobs cannot expose ports over IPv6: "+
-				"this host has no IPv6 default route with a source address; set --egress-addr6 if it should", "err", err)
-		} else {
-			d.egress = a
+			// IPv6 addresses would only make jobs try IPv6 first for
+			// dual-stack names, and fail.
+			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr6 (or --egress-prefix6) to give them IPv6", "err", err)
+			return dualState{}, nil
 		}
+		d.egress = a
 	}
+	if err := leases.SetPrefix6(cfg.Subnet6); err != nil {
+		return dualState{}, err
+	}
+	d.gw = leases.Gateway6()
 	log.Info("IPv6 in the tunnel", "subnet6", d.prefix, "tunnel_addr6", d.gw, "egress_addr6", d.egress, "egress_prefix6", d.own)
 	return d, nil
 }
@@ -263,6 +265,15 @@ func (g *gateway) lease6(cl *control.Lease, l lease.Lease) {
 		cl.PublicAddr6 = g.ownAddr6(l)
 	} else if g.v6.egress.IsValid() {
 		cl.PublicAddr6 = g.v6.egress
+	}
+	if cl.PublicAddr6.IsValid() {
+		for _, x := range cl.Exposed {
+			x.PublicAddr = cl.PublicAddr6
+			if g.v6.own.IsValid() {
+				x.PublicPort = x.Port.Port
+			}
+			cl.Exposed6 = append(cl.Exposed6, x)
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net/netip"
@@ -8,6 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPlanSubnet6: the first start makes a random unique-local /48 and
@@ -52,5 +58,40 @@ func TestPlanSubnet6(t *testing.T) {
 	}
 	if _, err := planSubnet6(cfg, log); err == nil || !strings.Contains(err.Error(), "remove the file") {
 		t.Errorf("bad state file: %v, want an error that says how to fix it", err)
+	}
+}
+
+// fakeDual is a forwarder that carries IPv6 (for setupDualStack).
+type fakeDual struct{ forward.Forwarder }
+
+func (fakeDual) AddJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error { return nil }
+
+// TestSetupDualStack: jobs get IPv6 addresses when the backend carries
+// IPv6 and the host has an IPv6 egress address; without one, IPv4 only.
+func TestSetupDualStack(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := Config{Logger: log, Subnet: netip.MustParsePrefix(DefaultSubnet), Subnet6: netip.MustParsePrefix("fd00:1::/48")}
+	newLeases := func() *lease.Manager {
+		m, err := lease.New(cfg.Subnet, cfg.Subnet.Addr().Next(), time.Minute, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	egress := netip.MustParseAddr("2001:db8::1")
+	m := newLeases()
+	d, err := setupDualStack(cfg, m, fakeDual{}, func() (netip.Addr, error) { return egress, nil })
+	if err != nil || !d.on() || d.egress != egress || d.gw != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", d, err, m.Prefix6())
+	}
+	m = newLeases()
+	d, err = setupDualStack(cfg, m, fakeDual{}, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
+	if err != nil || d.on() || m.Prefix6().IsValid() {
+		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", d, err, m.Prefix6())
+	}
+	m = newLeases()
+	d, err = setupDualStack(cfg, m, nil, func() (netip.Addr, error) { return egress, nil })
+	if err != nil || d.on() || m.Prefix6().IsValid() {
+		t.Errorf("IPv4-only backend: %+v, %v; want IPv4 only", d, err)
 	}
 }

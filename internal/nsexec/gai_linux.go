@@ -26,6 +26,14 @@ label fc00::/7      6
 label 2001:0::/32   7
 `
 
+// gaiConfFor returns the job's gai.conf for its IPv6 tunnel prefix.
+func gaiConfFor(prefix netip.Prefix) string {
+	var b strings.Builder
+	b.WriteString(gaiConf)
+	fmt.Fprintf(&b, "label %-17s 1\n", prefix.Masked())
+	return b.String()
+}
+
 // bindGaiConf bind-mounts over path a gai.conf that labels the job's IPv6
 // tunnel prefix like global addresses. Without it a job whose IPv6 address
 // is unique-local (the gateway's default prefix) would prefer IPv4 for
@@ -39,15 +47,12 @@ func bindGaiConf(path string, prefix netip.Prefix) error {
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	var b strings.Builder
-	b.WriteString(gaiConf)
-	fmt.Fprintf(&b, "label %-17s 1\n", prefix.Masked())
 	f, err := os.CreateTemp("", "airlock-gai-*.conf")
 	if err != nil {
 		return fmt.Errorf("create temporary gai.conf: %w", err)
 	}
 	defer os.Remove(f.Name())
-	_, err = f.WriteString(b.String())
+	_, err = f.WriteString(gaiConfFor(prefix))
 	if err == nil {
 		err = f.Chmod(0o644)
 	}
