@@ -375,7 +375,7 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 		return errClosed
 	}
 	t := table()
-	counts, err := f.policyCountsLocked()
+	counts, err := f.policyCountsLocked(false)
 	if err != nil {
 		return err
 	}
@@ -479,15 +479,20 @@ func (f *Forwarder) forgetTokenLocked(job netip.Addr) {
 }
 
 // policyCountsLocked returns the carried-over counts plus the counters of
-// the current policy rules, by rule name.
-func (f *Forwarder) policyCountsLocked() (map[string]uint64, error) {
+// the current policy rules, by rule name, and with floor those of the
+// floor chain (which SetPolicy keeps, so it must not carry them over).
+func (f *Forwarder) policyCountsLocked(floor bool) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(f.policyCarried))
 	for k, v := range f.policyCarried {
 		out[k] = v
 	}
 	t := table()
 	pol, host, _ := policyChains(t)
-	for _, ch := range []*nftables.Chain{pol, host, floorChain(t)} {
+	chs := []*nftables.Chain{pol, host}
+	if floor {
+		chs = append(chs, floorChain(t))
+	}
+	for _, ch := range chs {
 		rules, err := f.nft.GetRules(t, ch)
 		if err != nil {
 			return nil, fmt.Errorf("kernel egress: list %s rules: %w", ch.Name, err)
@@ -515,7 +520,7 @@ func (f *Forwarder) policyDrops() (map[string]uint64, error) {
 	if f.closed {
 		return nil, errClosed
 	}
-	return f.policyCountsLocked()
+	return f.policyCountsLocked(true)
 }
 
 func containsString(list []string, s string) bool {

@@ -454,8 +454,8 @@ func TestIPv6Traffic(t *testing.T) {
 	if seen, _ := udpRoundTrip(netip.AddrPortFrom(shared6, 40004), 300*time.Millisecond); seen.IsValid() {
 		t.Errorf("denied UDP reached the peer from %v", seen)
 	}
-	if d, err := f.policyDrops(); err != nil || d["no-peer"] != 1 {
-		t.Errorf("PolicyDrops: %v %v, want no-peer: 1", d, err)
+	if d, err := f.policyDrops(); err != nil || d["no-peer"] != 1 || d[policy.RuleFloor] != 1 {
+		t.Errorf("PolicyDrops: %v %v, want no-peer: 1 and %s: 1 (64:ff9b::127.0.0.1)", d, err, policy.RuleFloor)
 	}
 	if out := nftList(t); out != "" {
 		for _, want := range []string{"ip6 saddr fd00:a1::2 jump limits_100.64.0.2", "snat ip6 to 2001:db8:77::3", "jump floor6"} {
