@@ -40,6 +40,8 @@
 //	        at an own address OWN6 the job's own port PORT
 //	chain forward      filter, hook forward, priority filter (0), policy accept
 //	    iif/oif TUN, TCP SYN: tcp option maxseg size set rt mtu
+//	    IPv6: iifname TUN oifname TUN ip6 daddr fe80::/10 ct state new
+//	        jump egress_policy                          (link-local: on-link on the TUN)
 //	    iifname TUN oifname TUN goto floor              (no job-to-job)
 //	    iifname TUN jump from_jobs
 //	    oifname TUN ct state established,related accept

@@ -282,15 +282,27 @@ func mssClamp() []expr.Any {
 
 // forwardRules are the rules of the forward base chain, in order.
 func (r ruleset) forwardRules() [][]expr.Any {
-	return [][]expr.Any{
+	rules := [][]expr.Any{
 		cat(iifname(expr.CmpOpEq, r.tun), mssClamp()),
 		cat(oifname(expr.CmpOpEq, r.tun), mssClamp()),
+	}
+	if r.v6() {
+		// IPv6 link-local destinations are on-link on the TUN, so the
+		// host routes them back into it: the policy decides them (and
+		// counts the denial under its rule, builtin-link-local unless a
+		// rule says otherwise); what it allows is refused by the floor
+		// below like any job-to-job packet.
+		rules = append(rules, cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), nfproto6(),
+			ip6(false, expr.CmpOpEq, netip.MustParsePrefix("fe80::/10")),
+			ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainPolicy)}))
+	}
+	return append(rules,
 		cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainFloor}}),
 		cat(iifname(expr.CmpOpEq, r.tun), []expr.Any{jump(chainFromJobs)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), ctStatus(ipsDstNAT), []expr.Any{verdict(expr.VerdictAccept)}),
 		cat(oifname(expr.CmpOpEq, r.tun), []expr.Any{verdict(expr.VerdictDrop)}),
-	}
+	)
 }
 
 // refuseRules answer a refused packet the way a closed port would (TCP
