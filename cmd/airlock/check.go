@@ -79,8 +79,8 @@ func gatewayCheck(cfg gateway.Config, w io.Writer) error {
 			rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
 		}
 		rep = append(rep, h.PingGroup(), h.PortBlocks(cfg.EgressPorts.Lo, cfg.EgressPorts.Hi, cfg.BlockSize))
-		rep = append(rep, ipv6Checks(cfg)...) // check6.go
 	}
+	rep = append(rep, ipv6Checks(cfg)...) // check6.go
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
 	if err := rep.Write(w); err != nil {
 		return err

@@ -1,22 +1,31 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"strings"
 
+	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/preflight"
 )
 
-// ipv6Checks are airlock gateway --check's IPv6 lines for a user-mode
-// gateway: where jobs' IPv6 flows leave from, and --egress-prefix6's local
-// route.
+// ipv6Checks are airlock gateway --check's IPv6 lines: where jobs' IPv6
+// flows leave from, and --egress-prefix6's host setup (user mode: a local
+// route; kernel mode: no local route, not on-link elsewhere).
 func ipv6Checks(cfg gateway.Config) []preflight.Result {
-	if cfg.Egress == gateway.EgressKernel || cfg.NoIPv6 {
+	if cfg.NoIPv6 {
 		return nil
 	}
 	var out []preflight.Result
 	switch {
+	case cfg.EgressPrefix6.IsValid() && cfg.Egress == gateway.EgressKernel:
+		r := preflight.Result{Name: "egress prefix6", Status: preflight.OK, Detail: fmt.Sprintf("%s is routed to the TUN: jobs' IPv6 flows leave from their own addresses (the site must route it to this host)", cfg.EgressPrefix6)}
+		if msgs := kernel.CheckPrefix6(cfg.EgressPrefix6, cmp.Or(cfg.TUN, kernel.DefaultName)); len(msgs) > 0 {
+			r.Status, r.Detail = preflight.Problem, strings.Join(msgs, "; ")
+		}
+		out = append(out, r)
 	case cfg.EgressPrefix6.IsValid():
 		r := preflight.Result{Name: "egress prefix6", Status: preflight.OK, Detail: fmt.Sprintf("%s is a local route: jobs' IPv6 flows leave from their own addresses", cfg.EgressPrefix6)}
 		if err := gateway.CheckLocalPrefix6(cfg.EgressPrefix6, netip.Addr{}); err != nil {

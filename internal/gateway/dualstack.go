@@ -117,15 +117,11 @@ func tunnel6(cfg Config, gwAddr netip.Addr) netip.Prefix {
 	return netip.PrefixFrom(lease.Embed6(cfg.Subnet6, gwAddr), cfg.Subnet6.Bits())
 }
 
-// setupDualStack turns IPv6 on in the lease manager when the backend
-// carries it, and finds where jobs' IPv6 flows leave from.
+// setupDualStack turns IPv6 on in the lease manager (both egress backends
+// carry IPv6), and finds where jobs' IPv6 flows leave from.
 func setupDualStack(cfg Config, leases *lease.Manager, source6 func() (netip.Addr, error)) (dualState, error) {
 	log := cfg.Logger
 	if !cfg.Subnet6.IsValid() {
-		return dualState{}, nil
-	}
-	if cfg.Egress == EgressKernel {
-		log.Info("IPv6 in the tunnel is off: this egress backend carries IPv4 only", "egress", cfg.Egress)
 		return dualState{}, nil
 	}
 	d := dualState{prefix: cfg.Subnet6}

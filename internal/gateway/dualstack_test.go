@@ -82,11 +82,20 @@ func TestSetupDualStack(t *testing.T) {
 	if err != nil || d.on() || m.Prefix6().IsValid() {
 		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", d, err, m.Prefix6())
 	}
+	// Kernel mode carries IPv6 too: with --egress-prefix6 (which needs
+	// no local route there) each job gets its own address.
 	m = newLeases()
 	kcfg := cfg
 	kcfg.Egress = EgressKernel
+	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
+	d, err = setupDualStack(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
+	if err != nil || !d.on() || d.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("kernel mode with --egress-prefix6: %+v, %v; prefix6 %v, want IPv6 with own addresses", d, err, m.Prefix6())
+	}
+	m = newLeases()
+	kcfg.EgressPrefix6 = netip.Prefix{}
 	d, err = setupDualStack(kcfg, m, func() (netip.Addr, error) { return egress, nil })
-	if err != nil || d.on() || m.Prefix6().IsValid() {
-		t.Errorf("IPv4-only backend: %+v, %v; want IPv4 only", d, err)
+	if err != nil || !d.on() || d.egress != egress || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", d, err, m.Prefix6())
 	}
 }

@@ -231,6 +231,10 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 			EgressAddr:   eg.public,
 			BlockSize:    eg.plan.Size,
 			Flows:        tb,
+			// IPv6 (kernel v6_linux.go); zero without it.
+			Addr6:         tunnel6(cfg, gwAddr),
+			EgressAddr6:   cfg.EgressAddr6,
+			EgressPrefix6: cfg.EgressPrefix6,
 		})
 		if err != nil {
 			return nil, err

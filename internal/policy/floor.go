@@ -157,6 +157,31 @@ func Embedded(a netip.Addr) (v4 [2]netip.Addr, off [2]int, n int) {
 	return v4, off, n
 }
 
+// Embedding is one way an IPv6 address embeds an IPv4 address: inside
+// Prefix, the 32 bits from Off (inverted if Inverted) are the IPv4
+// address. Embedded is the per-address form of the same list.
+type Embedding struct {
+	Prefix   netip.Prefix
+	Off      int
+	Inverted bool
+	Name     string
+}
+
+// Embeddings returns the IPv4-embedding forms that Embedded recognises, for
+// code that compiles the built-in list into matches (kernel mode's
+// nftables rules).
+func Embeddings() []Embedding {
+	return []Embedding{
+		{mp("::ffff:0:0/96"), 96, false, "IPv4-mapped"},
+		{pfxCompat, 96, false, "IPv4-compatible"},
+		{pfxNAT64, 96, false, "NAT64"},
+		{pfxNAT64Local, 96, false, "local-use NAT64"},
+		{pfx6to4, 16, false, "6to4"},
+		{pfxTeredo, 32, false, "Teredo server"},
+		{pfxTeredo, 96, true, "Teredo client"},
+	}
+}
+
 var (
 	pfxCompat     = mp("::/96")
 	pfxNAT64      = mp("64:ff9b::/96")

@@ -245,3 +245,33 @@ func TestBuiltinAllocs(t *testing.T) {
 		t.Errorf("Builtin allocates %v times", n)
 	}
 }
+
+// TestEmbeddingsList checks that Embeddings lists exactly the forms that
+// Embedded recognises: every address built from an entry embeds the IPv4
+// address at the entry's offset.
+func TestEmbeddingsList(t *testing.T) {
+	v4 := netip.MustParseAddr("192.0.2.77")
+	for _, e := range Embeddings() {
+		b := e.Prefix.Addr().As16()
+		a4 := v4.As4()
+		for i := 0; i < 4; i++ {
+			x := a4[i]
+			if e.Inverted {
+				x ^= 0xff
+			}
+			b[e.Off/8+i] = x
+		}
+		a := netip.AddrFrom16(b)
+		if !e.Prefix.Contains(a) {
+			t.Fatalf("%s: built %v outside %v", e.Name, a, e.Prefix)
+		}
+		got, off, n := Embedded(a)
+		found := false
+		for i := 0; i < n; i++ {
+			found = found || got[i] == v4 && off[i] == e.Off
+		}
+		if !found {
+			t.Errorf("%s: Embedded(%v) = %v at %v (%d), want %v at %d", e.Name, a, got, off, n, v4, e.Off)
+		}
+	}
+}

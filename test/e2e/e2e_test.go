@@ -409,11 +409,15 @@ func testAirlock(t *testing.T, mode string) {
 
 	var prefix6 netip.Prefix
 	t.Run("IPv6", func(t *testing.T) { prefix6 = checkIPv6(t, e) })
+	if mode == modeKernel {
+		t.Run("IPv6Kernel", func(t *testing.T) { checkIPv6Kernel(t, e) }) // ipv6kernel_test.go
+	}
 
 	t.Run("Restart", func(t *testing.T) {
 		checkRestart(t, e, seen, seenAt)
-		// The restarted gateway lives as long as this subtest.
-		if prefix6.IsValid() {
+		// The restarted gateway lives as long as this subtest (kernel
+		// mode's check ends with it stopped, to see its clean-up).
+		if prefix6.IsValid() && mode != modeKernel {
 			t.Run("IPv6", func(t *testing.T) { checkIPv6AfterRestart(t, e, prefix6) })
 		}
 	})

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // exhaustBlock is the --block-size of TestBlockExhaustion's gateways.
@@ -59,6 +61,9 @@ func TestBlockExhaustion(t *testing.T) {
 			if slowest > 2*time.Second {
 				t.Errorf("greedy job: slowest failure took %v, want < 2 s (fail at once, not hang)", slowest)
 			}
+			if mode == modeKernel {
+				checkExhaustionIPv6(t, e, srv)
+			}
 			// Kernel mode refuses in nftables; the gateway reads the
 			// rule's counter every 2 s and logs it.
 			deadline = time.Now().Add(8 * time.Second)
@@ -69,5 +74,28 @@ func TestBlockExhaustion(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// checkExhaustionIPv6: in kernel mode a job's IPv6 flows to one
+// destination are bounded by its block too (the IPv6 SNAT uses the same
+// block; set conns6), and refused at once beyond it.
+func checkExhaustionIPv6(t *testing.T, e *env, srv4 string) {
+	ap, err := netip.ParseAddrPort(srv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := netip.AddrPortFrom(topology.INETAddr6, ap.Port()).String()
+	over := 4
+	code, out, stderr := e.run(t, e.peer, "tcphold", srv, strconv.Itoa(exhaustBlock+over), "0s")
+	var ok, failed int
+	var ds string
+	if _, err := fmt.Sscanf(out, "ok=%d failed=%d slowest_failure=%s", &ok, &failed, &ds); code != 0 || err != nil {
+		t.Fatalf("IPv6 greedy job: exit %d, %q (%v)%s", code, out, err, e.diag(stderr))
+	}
+	slowest, _ := time.ParseDuration(strings.TrimSpace(ds))
+	t.Logf("kernel mode, IPv6, block of %d: greedy job ok=%d failed=%d slowest failure %v", exhaustBlock, ok, failed, slowest)
+	if ok > exhaustBlock || failed < over || slowest > 2*time.Second {
+		t.Errorf("IPv6 greedy job: ok=%d failed=%d slowest failure %v, want at most %d ok, at least %d failed, each at once", ok, failed, slowest, exhaustBlock, over)
 	}
 }

@@ -64,8 +64,9 @@ var (
 // inet, which answers on the NAT64 forms of floor destinations: a job
 // reaches the NAT64 form of a documentation address but none of the floor
 // ones; a config rule that names the NAT64 form of 100.100.0.10 opens it
-// for the jobs of one token only. Kernel mode forwards IPv4 only (its
-// from_jobs chain drops IPv6), so it has no IPv6 form to test.
+// for the jobs of one token only. Kernel mode's refusal of embedded forms
+// is checked by TestAirlock/kernel/IPv6Kernel/FloorEmbedded and, per
+// address, by the conformance suite and TestPolicy6MatchesDecide.
 func TestFloorNAT64(t *testing.T) {
 	for _, mode := range []string{modeUser, modeUserNetstack} {
 		t.Run(mode, func(t *testing.T) { testFloorNAT64(t, mode) })

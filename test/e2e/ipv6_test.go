@@ -36,8 +36,8 @@ type job6 struct {
 }
 
 // jobIPv6 reads the job's IPv6 address, IPv6 default route and IPv6
-// nameserver; it skips the test in kernel mode when the job has no IPv6
-// address (kernel-mode IPv6 is another backend's), and fails otherwise.
+// nameserver, and fails the test if the job has no IPv6 address (every
+// egress mode carries IPv6).
 func jobIPv6(t *testing.T, e *env) job6 {
 	t.Helper()
 	out := e.mustRun(t, "sh", "-c", "ip -6 -o addr show dev tun0 scope global; echo ==; ip -6 route show default; echo ==; cat /etc/resolv.conf")
@@ -47,9 +47,6 @@ func jobIPv6(t *testing.T, e *env) job6 {
 	}
 	m := regexp.MustCompile(`inet6 (\S+)`).FindStringSubmatch(parts[0])
 	if m == nil {
-		if e.mode == modeKernel {
-			t.Skip("kernel-mode gateway gives jobs no IPv6 address (its backend carries IPv4 only)")
-		}
 		t.Fatalf("job's tun0 has no global IPv6 address: %q%s", parts[0], e.diag(""))
 	}
 	var j job6
@@ -420,14 +417,11 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 // lab-ula6 opens for token lab (builtin-private refuses it for others).
 var ula6Prefix = netip.MustParsePrefix("fd99:a1::/64")
 
-// checkPolicyIPv6: in user mode, policy rules judge jobs' IPv6 flows: a
+// checkPolicyIPv6: in every mode, policy rules judge jobs' IPv6 flows: a
 // port deny rule without addresses, an IPv6 allow rule scoped to a token
 // over builtin-private, and the built-in protection of the gateway host's
 // own IPv6 addresses. get runs tcpget in a job of a token.
 func checkPolicyIPv6(t *testing.T, e *env, get func(*testing.T, string, netip.AddrPort) bool, lab string, okPort, denyPort int) {
-	if e.mode == modeKernel {
-		t.Skip("kernel-mode IPv6 is another backend's")
-	}
 	tp := e.tp
 	ula := ula6Prefix.Addr().Next()
 	mustCmd(t, "ip", "-n", tp.INET, "-6", "addr", "add", ula.String()+"/128", "dev", topology.IfINETToDMZ, "nodad")
@@ -457,13 +451,10 @@ func checkPolicyIPv6(t *testing.T, e *env, get func(*testing.T, string, netip.Ad
 	}
 }
 
-// checkLimitsIPv6: in user mode a job's IPv6 flows are under its limits:
+// checkLimitsIPv6: in every mode a job's IPv6 flows are under its limits:
 // the bandwidth limit (iperf3 over IPv6 to iperfPort for 3 s) and the
 // flow limit (MaxFlows connections over IPv6, the rest refused at once).
 func checkLimitsIPv6(t *testing.T, e *env, limited string, iperfPort int) {
-	if e.mode == modeKernel {
-		t.Skip("kernel-mode IPv6 is another backend's")
-	}
 	args := []string{"iperf3", "-6", "-c", topology.INETAddr6.String(), "-p", strconv.Itoa(iperfPort), "-t", "3", "--json", "--connect-timeout", "5000"}
 	code, out, stderr := e.runWith(t, runOpts{token: limited}, args...)
 	bps := parseIperf(t, "limited job over IPv6", code, out, stderr, e.diag(stderr))

@@ -160,6 +160,9 @@ func checkRestart(t *testing.T, e *env, seen map[uint16]string, at time.Time) {
 	if _, out, _ := e.tp.Run(t, 10*time.Second, e.tp.DMZ, nil, "sysctl", "-n", "net.ipv4.ip_forward"); strings.TrimSpace(out) != "0" {
 		t.Errorf("after a normal exit ip_forward = %q, want 0 (restored)", out)
 	}
+	if _, out, _ := e.tp.Run(t, 10*time.Second, e.tp.DMZ, nil, "sysctl", "-n", "net.ipv6.conf.all.forwarding"); strings.TrimSpace(out) != "0" {
+		t.Errorf("after a normal exit net.ipv6.conf.all.forwarding = %q, want 0 (restored)", out)
+	}
 }
 
 // nft runs nft ARGS in dmz as root.

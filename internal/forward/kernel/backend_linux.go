@@ -9,10 +9,12 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // AddJob implements forward.Backend: the job's SNAT rules into its port
-// block, its token's policy scope, its flow limits and shaping, its DNAT
+// block, its IPv6 side (Addr6: its IPv6 NAT rules from Egress6 and
+// Block6), its token's policy scope, its flow limits and shaping, its DNAT
 // rules for exposures, and its entry in the flow table; if any part fails,
 // everything done so far is undone.
 func (f *Forwarder) AddJob(j forward.Job) error {
@@ -31,9 +33,20 @@ func (f *Forwarder) AddJob(j forward.Job) error {
 	if err := f.addJob(addr, j.Egress, j.Block); err != nil {
 		return err
 	}
-	err := f.setJobToken(addr, j.Token)
+	var err error
+	if j.Addr6.IsValid() {
+		// Before the token, limits and exposures: they cover the
+		// job's IPv6 address too.
+		err = f.addJob6(addr, j.Addr6, j.Egress6, j.Block6)
+	}
+	if err == nil {
+		err = f.setJobToken(addr, j.Token)
+	}
 	if err == nil && f.flows != nil {
 		f.flows.AddJob(addr, j.Ref)
+		if j.Addr6.IsValid() {
+			f.flows.AddJobAlias(j.Addr6, addr)
+		}
 	}
 	if err == nil && !j.Limits.IsZero() {
 		err = f.SetJobLimits(addr, j.Limits)
@@ -53,14 +66,19 @@ func (f *Forwarder) checkJob(j forward.Job) error {
 	if !j.Addr.Is4() || !f.rules.addr.Contains(j.Addr) || j.Addr == f.rules.addr.Addr() {
 		return fmt.Errorf("job address %v: want a host address of the tunnel subnet %v other than the gateway's", j.Addr, f.rules.addr.Masked())
 	}
-	if j.Addr6.IsValid() {
-		return fmt.Errorf("ipv6 tunnel address %v: %w", j.Addr6, forward.ErrNotSupported)
+	if (j.Addr6.IsValid() || j.Egress6.IsValid()) && !f.rules.v6() {
+		return fmt.Errorf("ipv6 tunnel address %v, egress %v: the gateway has no IPv6 tunnel address: %w", j.Addr6, j.Egress6, forward.ErrNotSupported)
 	}
-	if j.Egress6.IsValid() {
-		return fmt.Errorf("ipv6 egress address %v: %w", j.Egress6, forward.ErrNotSupported)
+	if (j.Egress6.IsValid() || j.Block6 != (portblock.Range{})) && !j.Addr6.IsValid() {
+		return fmt.Errorf("ipv6 egress address %v, block %v without an ipv6 tunnel address", j.Egress6, j.Block6)
 	}
 	if j.Egress.IsValid() && (!j.Egress.Is4() || j.Egress.IsUnspecified()) {
 		return fmt.Errorf("egress address %v: want a unicast IPv4 address", j.Egress)
+	}
+	if j.Addr6.IsValid() {
+		if err := f.rules.checkJob6(j.Addr, j.Addr6, j.Egress6, j.Block6); err != nil {
+			return err
+		}
 	}
 	return j.Limits.Validate()
 }

@@ -14,6 +14,12 @@
 // written to the TUN, routed by the host like any other, and replies routed
 // to the tunnel subnet come back out of Read.
 //
+// With Config.Addr6 the TUN also gets the gateway's IPv6 tunnel address,
+// net.ipv6.conf.all.forwarding is switched on, a second DNS relay listens
+// on the IPv6 tunnel address, and jobs' IPv6 packets go through the same
+// table with ip6 forms of the address rules (v6_linux.go; marked IPv6
+// below).
+//
 // Policy and NAT live in one nftables table, "inet airlock", programmed over
 // netlink (github.com/google/nftables; nothing is shelled out):
 //
@@ -22,18 +28,30 @@
 //	    ip saddr JOB oifname != TUN meta l4proto tcp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN meta l4proto udp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN snat ip to EGRESS   (ICMP echo and the rest)
+//	    IPv6 (Job.Addr6), tagged with the job's IPv4 address:
+//	    ip6 saddr JOB6 ... snat ip6 to EGRESS6:LO-HI, as above (no
+//	        EGRESS6: masquerade to LO-HI)
+//	    ip6 saddr JOB6 oifname != TUN snat ip6 to OWN6  (--egress-prefix6:
+//	        the job's own address, one to one, ports kept)
 //	chain prerouting   nat, hook prerouting, priority dstnat (-100)
 //	    one rule per exposed port of a job, tagged with the job's address:
 //	    iifname != TUN ip daddr EGRESS tcp|udp dport PUBPORT dnat ip to JOB:PORT
+//	    IPv6: iifname != TUN ip6 daddr EGRESS6 ... dnat ip6 to [JOB6]:PORT,
+//	        at an own address OWN6 the job's own port PORT
 //	chain forward      filter, hook forward, priority filter (0), policy accept
 //	    iif/oif TUN, TCP SYN: tcp option maxseg size set rt mtu
+//	    IPv6: iifname TUN oifname TUN ip6 daddr fe80::/10 ct state new
+//	        jump egress_policy                          (link-local: on-link on the TUN)
 //	    iifname TUN oifname TUN goto floor              (no job-to-job)
 //	    iifname TUN jump from_jobs
 //	    oifname TUN ct state established,related accept
 //	    oifname TUN ct status dnat accept               (exposed ports)
 //	    oifname TUN drop                                (nothing unsolicited)
 //	chain from_jobs    the safety floor, then accept
-//	    not IPv4, or ip saddr outside the tunnel subnet: drop
+//	    ip saddr outside the tunnel subnet: drop
+//	    without IPv6: not IPv4: drop
+//	    IPv6: ip6 saddr outside the IPv6 tunnel subnet: drop;
+//	        ct state ! established,related jump floor6
 //	    ip daddr 0/8, 127/8, 224/4, 255.255.255.255 (the IPv4 floor of
 //	        policy.Ranges): goto floor
 //	    fib daddr type local, broadcast, multicast: goto refuse (host addresses)
@@ -43,6 +61,8 @@
 //	        ct count over BLOCK } counter goto refuse   (block exhausted for
 //	        that destination: refuse now instead of SNAT dropping it;
 //	        counted in Stats, logged every 2 s by refusalLoop)
+//	    IPv6: the same with @conns6, except for ip6 saddr @own6 (jobs
+//	        with an own address have no block)
 //	    accept
 //	chain input        filter, hook input, priority filter (0), policy accept
 //	    iifname TUN jump to_host
@@ -50,12 +70,20 @@
 //	    ct state established,related accept
 //	    ip daddr GW udp/tcp dport 53 accept             (DNS relay, dnsfwd)
 //	    ip daddr GW icmp type echo-request accept
+//	    IPv6: the same for ip6 daddr GW6 (icmpv6 echo-request)
 //	    ip daddr (the IPv4 floor): goto floor           (multicast, broadcast)
 //	    jump host_policy                                (explicit allows of host addresses)
-//	    goto floor                                      (the tunnel address beyond DNS, echo)
+//	    goto floor                                      (the tunnel addresses beyond DNS, echo)
 //	chain job_limits   per job with flow limits (SetJobLimits), tagged:
-//	    ip saddr JOB ct state new ct count over N goto over_flows
-//	    ip saddr JOB ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
+//	    ip saddr JOB jump limits_JOB;  ip6 saddr JOB6 jump limits_JOB
+//	chain limits_JOB   one per job with flow limits, for both families:
+//	    ct state new ct count over N goto over_flows
+//	    ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
+//	chain floor6       IPv6 destinations no policy opens (v6_linux.go):
+//	    ::, ::1, ff00::/8, ::ffff:0:0/96, the IPv6 tunnel subnet,
+//	    --egress-prefix6, and the images of the IPv4 floor and tunnel
+//	    subnet in NAT64, local NAT64, IPv4-compatible, 6to4 and Teredo
+//	    addresses (bits under a mask): goto floor
 //	chain over_flows, over_rate   counter goto refuse (read by Stats)
 //	chain egress_policy, host_policy, policy_deny   the compiled egress policy
 //	                   (see policy_linux.go)
@@ -66,7 +94,8 @@
 //	chain state        no hook; one rule whose user data remembers the
 //	                   ip_forward value from before the table was made
 //
-// Bandwidth limits are tc HTB qdiscs on the TUN and an ifb device; see
+// Bandwidth limits are tc HTB qdiscs on the TUN and an ifb device (a job's
+// class gets a u32 filter for each of its addresses); see
 // limits_linux.go.
 //
 // The base chains' policies are accept so that the gateway host's other

@@ -1,29 +1,37 @@
 package kernel
 
 import (
-	"bytes"
 	"cmp"
 	"fmt"
 	"net/netip"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
-// expose adds, for each exposure a prerouting DNAT
-// rule sends TCP or UDP that arrives (not from the TUN) for the egress
-// address on the public port to the job's address and port; the forward
-// chain lets destination-NATed connections into the TUN (`ct status dnat`),
-// and their replies are established. Exposing a job again replaces its
-// rules.
+// expose adds, for each exposure, a prerouting DNAT rule that sends TCP or
+// UDP arriving (not from the TUN) for the public address on the public
+// port to the job's address and port; the forward chain lets
+// destination-NATed connections into the TUN (`ct status dnat`), and their
+// replies are established. An exposure whose PublicAddr is IPv6 goes to
+// the job's IPv6 address (AddJob adds it first; exposeRules6), at the
+// job's own port if that is the job's own address. Exposing a job again
+// replaces its rules.
 func (f *Forwarder) expose(job netip.Addr, ex []forward.Exposure) error {
 	if !job.Is4() || !f.rules.addr.Contains(job) {
 		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", job, f.rules.addr.Masked())
 	}
-	exprs, err := f.rules.exposeRules(job, ex)
+	var ex4, ex6 []forward.Exposure
+	for _, x := range ex {
+		if x.PublicAddr.Is6() && !x.PublicAddr.Is4In6() {
+			ex6 = append(ex6, x)
+		} else {
+			ex4 = append(ex4, x)
+		}
+	}
+	exprs, err := f.rules.exposeRules(job, ex4)
 	if err != nil {
 		return err
 	}
@@ -31,6 +39,17 @@ func (f *Forwarder) expose(job netip.Addr, ex []forward.Exposure) error {
 	defer f.mu.Unlock()
 	if f.closed {
 		return errClosed
+	}
+	j6, has6 := f.jobs6[job]
+	if len(ex6) > 0 {
+		if !has6 {
+			return fmt.Errorf("kernel egress: expose %v over IPv6: the job has no IPv6 address", job)
+		}
+		dnat6, err := f.rules.exposeRules6(j6.addr, j6.own(), ex6)
+		if err != nil {
+			return err
+		}
+		exprs = append(exprs, dnat6...)
 	}
 	t := table()
 	pre := preChain(t)
@@ -46,20 +65,17 @@ func (f *Forwarder) expose(job netip.Addr, ex []forward.Exposure) error {
 	if err := f.nft.Flush(); err != nil {
 		return fmt.Errorf("kernel egress: add dnat rules for %v: %w", job, err)
 	}
-	rules, err := f.nft.GetRules(t, pre)
+	mine, err := f.taggedLocked(pre, tag)
 	if err != nil {
-		return fmt.Errorf("kernel egress: list dnat rules: %w", err)
-	}
-	var mine []*nftables.Rule
-	for _, r := range rules {
-		if bytes.Equal(r.UserData, tag) {
-			mine = append(mine, r)
-		}
+		return err
 	}
 	f.exposed[job] = mine
 	for _, x := range ex {
-		f.log.Info("kernel egress: exposed", "job", job, "proto", x.Proto, "job_port", x.JobPort,
-			"public", netip.AddrPortFrom(cmp.Or(x.PublicAddr, f.rules.egress), x.PublicPort))
+		at, port := cmp.Or(x.PublicAddr, f.rules.egress), x.PublicPort
+		if x.PublicAddr.Is6() && j6.own() {
+			port = x.JobPort
+		}
+		f.log.Info("kernel egress: exposed", "job", job, "proto", x.Proto, "job_port", x.JobPort, "public", netip.AddrPortFrom(at, port))
 	}
 	return nil
 }
@@ -82,11 +98,17 @@ func (f *Forwarder) unexpose(job netip.Addr) {
 	if err := f.nft.Flush(); err != nil {
 		f.log.Error("kernel egress: delete dnat rules", "job", job, "err", err)
 	}
-	filter := &netlink.ConntrackFilter{}
-	if err := filter.AddIP(netlink.ConntrackReplySrcIP, job.AsSlice()); err != nil {
-		return
+	addrs := []netip.Addr{job}
+	if j6, ok := f.jobs6[job]; ok {
+		addrs = append(addrs, j6.addr)
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, filter); err != nil {
-		f.log.Warn("kernel egress: cannot flush the job's inbound conntrack entries", "job", job, "err", err)
+	for _, a := range addrs {
+		filter := &netlink.ConntrackFilter{}
+		if err := filter.AddIP(netlink.ConntrackReplySrcIP, a.AsSlice()); err != nil {
+			return
+		}
+		if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family(a), filter); err != nil {
+			f.log.Warn("kernel egress: cannot flush the job's inbound conntrack entries", "job", a, "err", err)
+		}
 	}
 }

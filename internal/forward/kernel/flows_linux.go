@@ -77,10 +77,47 @@ type ctFlow struct {
 	origProto        uint8
 }
 
-// classify maps a conntrack entry to a flow of a job in subnet, or ok
-// false if it is not one (not a job's, or towards the gateway itself at
-// gw).
-func classify(ct *netlink.ConntrackFlow, subnet netip.Prefix, gw netip.Addr) (c ctFlow, ok bool) {
+// jobNets says which addresses are jobs': the tunnel subnets, without the
+// gateway's own tunnel addresses. (A job's own public IPv6 address is
+// NATed to its tunnel address, which conntrack's tuples show.)
+type jobNets struct {
+	subnets []netip.Prefix
+	gws     []netip.Addr
+}
+
+// newJobNets returns the job addresses of ruleset r.
+func newJobNets(r ruleset) jobNets {
+	n := jobNets{subnets: []netip.Prefix{r.addr.Masked()}, gws: []netip.Addr{r.addr.Addr()}}
+	if r.v6() {
+		n.subnets = append(n.subnets, r.addr6.Masked())
+		n.gws = append(n.gws, r.addr6.Addr())
+	}
+	return n
+}
+
+// inside reports whether a is in a tunnel subnet (a job's or a gateway's
+// tunnel address).
+func (n jobNets) inside(a netip.Addr) bool {
+	for _, p := range n.subnets {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (n jobNets) gw(a netip.Addr) bool {
+	for _, g := range n.gws {
+		if g == a {
+			return true
+		}
+	}
+	return false
+}
+
+// classify maps a conntrack entry to a flow of a job, or ok false if it
+// is not one (not a job's, or towards the gateway itself).
+func classify(ct *netlink.ConntrackFlow, jn jobNets) (c ctFlow, ok bool) {
 	osrc, ok1 := netip.AddrFromSlice(ct.Forward.SrcIP)
 	odst, ok2 := netip.AddrFromSlice(ct.Forward.DstIP)
 	rsrc, ok3 := netip.AddrFromSlice(ct.Reverse.SrcIP)
@@ -96,14 +133,14 @@ func classify(ct *netlink.ConntrackFlow, subnet netip.Prefix, gw netip.Addr) (c 
 		c.closed = tcp.State == tcpConntrackTimeWait || tcp.State == tcpConntrackClose
 	}
 	switch {
-	case subnet.Contains(osrc) && osrc != gw:
-		if odst == gw || subnet.Contains(odst) {
+	case jn.inside(osrc) && !jn.gw(osrc):
+		if jn.gw(odst) || jn.inside(odst) {
 			return ctFlow{}, false
 		}
 		c.dir = flows.Egress
 		c.key = flows.Key{Proto: ipproto.Proto(proto), Src: c.origSrc, Dst: c.origDst}
 		c.bo, c.po, c.bi, c.pi = ct.Forward.Bytes, ct.Forward.Packets, ct.Reverse.Bytes, ct.Reverse.Packets
-	case subnet.Contains(rsrc) && rsrc != gw && !subnet.Contains(osrc):
+	case jn.inside(rsrc) && !jn.gw(rsrc) && !jn.inside(osrc):
 		// DNAT to a job: the reply comes from the job's address and port.
 		c.dir = flows.Inbound
 		c.key = flows.Key{Proto: ipproto.Proto(proto), Src: c.origSrc, Dst: netip.AddrPortFrom(rsrc, ct.Reverse.SrcPort)}
@@ -123,10 +160,9 @@ type tracked struct {
 // accountant feeds the flow table from conntrack. It is safe for
 // concurrent use.
 type accountant struct {
-	tb     *flows.Table
-	subnet netip.Prefix
-	gw     netip.Addr
-	fw     *Forwarder
+	tb *flows.Table
+	jn jobNets
+	fw *Forwarder
 
 	mu      sync.Mutex
 	gen     uint64
@@ -136,8 +172,8 @@ type accountant struct {
 	warned  bool
 }
 
-func newAccountant(tb *flows.Table, subnet netip.Prefix, gw netip.Addr, fw *Forwarder) *accountant {
-	return &accountant{tb: tb, subnet: subnet.Masked(), gw: gw, fw: fw, entries: make(map[ctKey]*tracked), refused: make(map[string]uint64)}
+func newAccountant(tb *flows.Table, r ruleset, fw *Forwarder) *accountant {
+	return &accountant{tb: tb, jn: newJobNets(r), fw: fw, entries: make(map[ctKey]*tracked), refused: make(map[string]uint64)}
 }
 
 // run polls until ctx is done, then polls once more.
@@ -158,6 +194,11 @@ func (a *accountant) run(ctx context.Context) {
 // poll reads the conntrack table once and updates the flow table.
 func (a *accountant) poll() {
 	cts, err := netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+	if err == nil && len(a.jn.subnets) > 1 {
+		var cts6 []*netlink.ConntrackFlow
+		cts6, err = netlink.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET6)
+		cts = append(cts, cts6...)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if err != nil {
@@ -169,7 +210,7 @@ func (a *accountant) poll() {
 	}
 	a.gen++
 	for _, ct := range cts {
-		c, ok := classify(ct, a.subnet, a.gw)
+		c, ok := classify(ct, a.jn)
 		if !ok {
 			continue
 		}
@@ -275,7 +316,7 @@ func (c entryCloser) Close() error {
 			return err
 		}
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, fl); err != nil {
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family(c.k.src.Addr()), fl); err != nil {
 		c.log.log.Debug("kernel egress: delete idle conntrack entry", "err", err)
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestClassify(t *testing.T) {
 	subnet := netip.MustParsePrefix("100.64.0.1/16")
-	gw := subnet.Addr()
+	subnet6 := netip.MustParsePrefix("fd00:a1::1/64")
 	tuple := func(src, dst string, sp, dp uint16, proto uint8, bytes, pkts uint64) netlink.IPTuple {
 		return netlink.IPTuple{SrcIP: net.ParseIP(src), DstIP: net.ParseIP(dst), SrcPort: sp, DstPort: dp, Protocol: proto, Bytes: bytes, Packets: pkts}
 	}
@@ -64,12 +64,43 @@ func TestClassify(t *testing.T) {
 			ct:   netlink.ConntrackFlow{Forward: tuple("203.0.113.1", "192.0.2.9", 1, 2, 6, 0, 0), Reverse: tuple("192.0.2.9", "203.0.113.1", 2, 1, 6, 0, 0)},
 		},
 		{
+			name: "egress tcp over IPv6, snat",
+			ct: netlink.ConntrackFlow{
+				Forward: tuple("fd00:a1::7", "2001:db8:1::9", 40000, 443, 6, 100, 2),
+				Reverse: tuple("2001:db8:1::9", "2001:db8::5", 443, 20001, 6, 900, 3)},
+			ok: true, dir: flows.Egress, src: "[fd00:a1::7]:40000", dst: "[2001:db8:1::9]:443", bo: 100, po: 2, bi: 900, pi: 3,
+		},
+		{
+			name: "egress udp of a job with an own address",
+			ct: netlink.ConntrackFlow{
+				Forward: tuple("fd00:a1::7", "2001:db8:1::9", 5000, 53, 17, 60, 1),
+				Reverse: tuple("2001:db8:1::9", "2001:db8:77::7", 53, 5000, 17, 120, 1)},
+			ok: true, dir: flows.Egress, src: "[fd00:a1::7]:5000", dst: "[2001:db8:1::9]:53", bo: 60, po: 1, bi: 120, pi: 1,
+		},
+		{
+			name: "inbound to the exposed port at a job's own address",
+			ct: netlink.ConntrackFlow{
+				Forward: tuple("2001:db8:1::9", "2001:db8:77::7", 33333, 8080, 6, 70, 1),
+				Reverse: tuple("fd00:a1::7", "2001:db8:1::9", 8080, 33333, 6, 80, 1)},
+			ok: true, dir: flows.Inbound, src: "[2001:db8:1::9]:33333", dst: "[fd00:a1::7]:8080", bo: 80, po: 1, bi: 70, pi: 1,
+		},
+		{
+			name: "unsolicited to an own address",
+			ct: netlink.ConntrackFlow{
+				Forward: tuple("2001:db8:1::9", "2001:db8:77::7", 33333, 22, 6, 70, 1),
+				Reverse: tuple("2001:db8:77::7", "2001:db8:1::9", 22, 33333, 6, 0, 0)},
+		},
+		{
+			name: "IPv6 DNS to the gateway",
+			ct:   netlink.ConntrackFlow{Forward: tuple("fd00:a1::7", "fd00:a1::1", 1, 53, 17, 0, 0), Reverse: tuple("fd00:a1::1", "fd00:a1::7", 53, 1, 17, 0, 0)},
+		},
+		{
 			name: "gateway tunnel address as source",
 			ct:   netlink.ConntrackFlow{Forward: tuple("100.64.0.1", "192.0.2.9", 1, 2, 6, 0, 0), Reverse: tuple("192.0.2.9", "100.64.0.1", 2, 1, 6, 0, 0)},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := classify(&c.ct, subnet.Masked(), gw)
+			got, ok := classify(&c.ct, newJobNets(ruleset{addr: subnet, addr6: subnet6}))
 			if ok != c.ok {
 				t.Fatalf("ok: got %v, want %v", ok, c.ok)
 			}

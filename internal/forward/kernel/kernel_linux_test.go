@@ -97,22 +97,27 @@ func mustLink(t *testing.T, name string) netlink.Link {
 	return l
 }
 
-func newTestForwarder(t *testing.T) *Forwarder {
-	t.Helper()
-	return newTestForwarderFlows(t, nil)
-}
-
 // newTestForwarderFlows is newTestForwarder recording flows in tb.
 func newTestForwarderFlows(t *testing.T, tb *flows.Table) *Forwarder {
 	t.Helper()
-	f, err := New(Config{
+	return newTestForwarder(t, func(c *Config) { c.Flows = tb })
+}
+
+// newTestForwarder makes a forwarder on tunnelAddr and egressAddr; mods
+// change its config first.
+func newTestForwarder(t *testing.T, mods ...func(*Config)) *Forwarder {
+	t.Helper()
+	cfg := Config{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Addr:         tunnelAddr,
 		EgressAddr:   egressAddr,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
 		BlockSize:    256,
-		Flows:        tb,
-	})
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	f, err := New(cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -310,7 +315,7 @@ func TestStaleTable(t *testing.T) {
 	for _, e := range testRules.jobRules(stale, netip.Addr{}, portblock.Range{Lo: 40000, Hi: 40255}) {
 		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: e, UserData: jobTag(stale)})
 	}
-	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag("0")})
+	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPrefix, "0")})
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -2,12 +2,16 @@ package kernel
 
 // Limits in kernel mode. Theory of operation:
 //
-// Flow limits are nftables rules in the chain job_limits, which from_jobs
-// jumps to for every packet from a job: per job with limits, `ip saddr JOB
-// ct state new ct count over N goto over_flows` and `ip saddr JOB ct state
-// new limit rate over R/second burst ⌈R⌉ packets goto over_rate`. Both
-// chains count and then refuse like any refused flow (TCP reset, ICMP port
-// unreachable for UDP), so the job fails at once.
+// Flow limits are nftables rules in a chain per job with limits,
+// limits_JOB, which the chain job_limits (from_jobs jumps to it for every
+// packet from a job) jumps to for the job's addresses (`ip saddr JOB jump
+// limits_JOB`, and `ip6 saddr JOB6 jump limits_JOB` for its IPv6
+// address): `ct state new ct count over N goto over_flows` and `ct state
+// new limit rate over R/second burst ⌈R⌉ packets goto over_rate`. One
+// chain for both addresses makes one count and one rate for the job's IPv4
+// and IPv6 flows together. Both over_ chains count and then refuse like
+// any refused flow (TCP reset, ICMP port unreachable for UDP), so the job
+// fails at once.
 //
 // Bandwidth is shaped by HTB qdiscs (tc.go), set up the first time a
 // bandwidth limit is set: traffic to jobs on the TUN's own egress,
@@ -68,10 +72,26 @@ func newFlowsLimit(perSec float64) (rate uint64, unit expr.LimitTime, burst uint
 	return uint64(max(1, math.Round(perSec*60))), expr.LimitTimeMinute, 1
 }
 
-// jobLimitRules are the flow limit rules of the job at addr (none for a
-// job without flow limits).
+// jobLimitChain returns the chain of the flow limits of the job at addr.
+func jobLimitChain(t *nftables.Table, addr netip.Addr) *nftables.Chain {
+	return &nftables.Chain{Name: "limits_" + addr.String(), Table: t}
+}
+
+// jobLimitJumps are the rules of job_limits that send the packets of the
+// job at addr (and addr6, if valid) to its chain.
+func (r ruleset) jobLimitJumps(addr, addr6 netip.Addr) [][]expr.Any {
+	ch := jobLimitChain(nil, addr).Name
+	rules := [][]expr.Any{cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), []expr.Any{jump(ch)})}
+	if addr6.IsValid() {
+		rules = append(rules, cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), []expr.Any{jump(ch)}))
+	}
+	return rules
+}
+
+// jobLimitRules are the flow limit rules of the job at addr, for its own
+// chain (none for a job without flow limits).
 func (r ruleset) jobLimitRules(addr netip.Addr, l limits.Job) [][]expr.Any {
-	match := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), ctState(expr.CtStateBitNEW))
+	match := ctState(expr.CtStateBitNEW)
 	var rules [][]expr.Any
 	if l.MaxFlows > 0 {
 		rules = append(rules, cat(match, []expr.Any{
@@ -108,6 +128,11 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
 			return fmt.Errorf("kernel egress: %w", err)
 		}
 	}
+	if j6, ok := f.jobs6[job]; ok && f.dns6 != nil {
+		if err := f.dns6.SetJobLimits(j6.addr, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+			return fmt.Errorf("kernel egress: %w", err)
+		}
+	}
 	if err := f.setFlowLimitsLocked(job, l); err != nil {
 		return err
 	}
@@ -117,10 +142,11 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
 	if err := f.ensureShaperLocked(); err != nil {
 		return err
 	}
-	return f.tc.setJob(job, l.EgressBitsPerSec, l.IngressBitsPerSec)
+	return f.tc.setJob(job, f.jobs6[job].addr, l.EgressBitsPerSec, l.IngressBitsPerSec)
 }
 
-// setFlowLimitsLocked replaces the job's rules in job_limits.
+// setFlowLimitsLocked replaces the job's chain and its jumps in
+// job_limits.
 func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l limits.Job) error {
 	t := table()
 	limits, _, _ := limitChains(t)
@@ -130,12 +156,27 @@ func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l limits.Job) error {
 	if len(old) == 0 && len(rules) == 0 {
 		return nil
 	}
-	for _, e := range rules {
-		f.nft.AddRule(&nftables.Rule{Table: t, Chain: limits, Exprs: e, UserData: tag})
-	}
+	ch := jobLimitChain(t, job)
 	for _, r := range old {
 		if err := f.nft.DelRule(r); err != nil {
 			return err
+		}
+	}
+	switch {
+	case len(old) > 0 && len(rules) == 0:
+		f.nft.FlushChain(ch)
+		f.nft.DelChain(ch)
+	case len(old) > 0:
+		f.nft.FlushChain(ch)
+	default:
+		f.nft.AddChain(ch)
+	}
+	if len(rules) > 0 {
+		for _, e := range rules {
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
+		}
+		for _, e := range f.rules.jobLimitJumps(job, f.jobs6[job].addr) {
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: limits, Exprs: e, UserData: tag})
 		}
 	}
 	if err := f.nft.Flush(); err != nil {
@@ -166,6 +207,9 @@ func (f *Forwarder) removeLimitsLocked(job netip.Addr) {
 				f.log.Error("kernel egress: delete flow limit rule", "job", job, "err", err)
 			}
 		}
+		ch := jobLimitChain(table(), job)
+		f.nft.FlushChain(ch)
+		f.nft.DelChain(ch)
 		if err := f.nft.Flush(); err != nil {
 			f.log.Error("kernel egress: delete flow limit rules", "job", job, "err", err)
 		}

@@ -97,7 +97,8 @@ func u32Count(t *testing.T, name string) int {
 	return n
 }
 
-// limitRuleCount returns how many job_limits rules carry addr's tag.
+// limitRuleCount returns how many rules the job's limit chain has (0 if
+// it has none), after checking that job_limits jumps to it iff it exists.
 func limitRuleCount(t *testing.T, addr netip.Addr) int {
 	t.Helper()
 	c, err := nftables.New()
@@ -109,13 +110,20 @@ func limitRuleCount(t *testing.T, addr netip.Addr) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	jumps := 0
 	for _, r := range rules {
 		if bytes.Equal(r.UserData, limitTag(addr)) {
-			n++
+			jumps++
 		}
 	}
-	return n
+	own, err := c.GetRules(table(), jobLimitChain(table(), addr))
+	if err != nil {
+		own = nil // no chain
+	}
+	if (jumps > 0) != (len(own) > 0) {
+		t.Errorf("job %v: %d jumps to a limit chain with %d rules", addr, jumps, len(own))
+	}
+	return len(own)
 }
 
 // TestLimitsProgramming sets, changes and removes limits in a fresh

@@ -39,9 +39,11 @@ package kernel
 // batch. The counters of the old rules are added to a carried-over total
 // first, so counts do not go down.
 //
-// IPv6 prefixes are skipped: kernel mode forwards IPv4 only (from_jobs
-// drops everything else), so the IPv6 entries of the built-in list and
-// the embedded-IPv4 forms (NAT64, 6to4, ...) cannot be reached at all.
+// IPv6 rules are the same with ip6 matches (and ICMPv6 for icmp); the
+// built-in list's IPv6 entries and the images of its IPv4 entries in the
+// IPv4-embedding forms are compiled as v6_linux.go describes. A rule
+// without prefixes applies to both families. Without an IPv6 tunnel
+// address (Config.Addr6) IPv6 prefixes are skipped: from_jobs drops IPv6.
 
 import (
 	"fmt"
@@ -92,6 +94,7 @@ type policyRule struct {
 // scopeSet is the set of the job addresses a token-scoped rule applies to.
 type scopeSet struct {
 	set    *nftables.Set
+	set6   *nftables.Set // nil without IPv6
 	tokens []string
 }
 
@@ -111,61 +114,117 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 	denyTo := func() []expr.Any {
 		return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainPolicyDeny}}
 	}
-	c.host = append(c.host, policyRule{exprs: cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
+	v4, v6 := nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), nfproto6()
+	c.host = append(c.host, policyRule{exprs: cat(v4,
 		ip4(false, expr.CmpOpEq, netip.PrefixFrom(r.addr.Addr(), 32)), []expr.Any{verdict(expr.VerdictReturn)})})
+	if r.v6() {
+		c.host = append(c.host, policyRule{exprs: cat(v6,
+			ip6(false, expr.CmpOpEq, netip.PrefixFrom(r.addr6.Addr(), 128)), []expr.Any{verdict(expr.VerdictReturn)})})
+	}
 	for i, rule := range p.Rules {
-		var scope []expr.Any
+		var scope4, scope6 []expr.Any
 		if len(rule.Tokens) > 0 {
 			s := &scopeSet{tokens: rule.Tokens, set: &nftables.Set{
 				Table: t, Name: fmt.Sprintf("scope%d_%d", gen, i), KeyType: nftables.TypeIPAddr,
 			}}
-			c.scopes[i] = s
-			scope = []expr.Any{
+			scope4 = []expr.Any{
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
 				&expr.Lookup{SourceRegister: 1, SetName: s.set.Name},
 			}
+			if r.v6() {
+				s.set6 = &nftables.Set{Table: t, Name: fmt.Sprintf("scope6_%d_%d", gen, i), KeyType: nftables.TypeIP6Addr}
+				scope6 = []expr.Any{
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
+					&expr.Lookup{SourceRegister: 1, SetName: s.set6.Name},
+				}
+			}
+			c.scopes[i] = s
 		}
-		var prefixes []netip.Prefix
+		// One pass per address family: its match, scope, ICMP protocol,
+		// prefixes and how an allow rule leaves out protected ranges.
+		type family struct {
+			nf, scope []expr.Any
+			icmp      byte
+			prefixes  []netip.Prefix
+			dst       func(netip.Prefix) []expr.Any
+			hostBits  int
+		}
+		v4fam := family{nf: v4, scope: scope4, icmp: unix.IPPROTO_ICMP, hostBits: 32,
+			dst: func(pf netip.Prefix) []expr.Any { return ip4(false, expr.CmpOpEq, pf) }}
+		v6fam := family{nf: v6, scope: scope6, icmp: unix.IPPROTO_ICMPV6, hostBits: 128,
+			dst: func(pf netip.Prefix) []expr.Any { return ip6(false, expr.CmpOpEq, pf) }}
 		if len(rule.To) == 0 {
-			prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+			v4fam.prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
+			v6fam.prefixes = []netip.Prefix{netip.MustParsePrefix("::/0")}
 		}
 		for _, pf := range rule.To {
 			if pf.Addr().Is4() {
-				prefixes = append(prefixes, pf)
+				v4fam.prefixes = append(v4fam.prefixes, pf)
+			} else {
+				v6fam.prefixes = append(v6fam.prefixes, pf)
 			}
 		}
-		for _, pm := range protoMatches(rule) {
-			for _, pf := range prefixes {
-				base := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), scope, pm)
-				if pf.Bits() > 0 {
-					base = cat(base, ip4(false, expr.CmpOpEq, pf))
-				}
-				if rule.Action == policy.Deny {
-					e := cat(base, denyTo())
-					c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
-					c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
-					continue
-				}
-				main := base
-				for _, prot := range unnamedV4(pf) {
-					main = cat(main, ip4(false, expr.CmpOpNeq, prot))
-				}
-				c.main = append(c.main, policyRule{exprs: cat(main, []expr.Any{verdict(expr.VerdictReturn)})})
-				if pf.Bits() == 32 {
-					c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
+		fams := []family{v4fam}
+		if r.v6() {
+			fams = append(fams, v6fam)
+		}
+		for _, fam := range fams {
+			for _, pm := range protoMatches(rule, fam.icmp) {
+				for _, pf := range fam.prefixes {
+					base := cat(fam.nf, fam.scope, pm)
+					if pf.Bits() > 0 {
+						base = cat(base, fam.dst(pf))
+					}
+					if rule.Action == policy.Deny {
+						e := cat(base, denyTo())
+						c.main = append(c.main, policyRule{tag: rule.Name, exprs: e})
+						c.host = append(c.host, policyRule{tag: rule.Name, exprs: e})
+						continue
+					}
+					for _, dst := range allowDsts(pf) {
+						c.main = append(c.main, policyRule{exprs: cat(fam.nf, fam.scope, pm, dst, []expr.Any{verdict(expr.VerdictReturn)})})
+					}
+					if pf.Bits() == fam.hostBits {
+						c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
+					}
 				}
 			}
 		}
 	}
-	v4 := nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4)
 	for _, pr := range protectedV4() {
 		c.main = append(c.main, policyRule{tag: pr.Rule, exprs: cat(v4, ip4(false, expr.CmpOpEq, pr.Prefix), denyTo())})
+	}
+	if r.v6() {
+		for _, d := range denyConds() {
+			c.main = append(c.main, policyRule{tag: d.rule, exprs: cat(v6, condExprs(d.conds), denyTo())})
+		}
 	}
 	if p.Default == policy.Deny {
 		c.main = append(c.main, policyRule{tag: policy.RuleDefault, exprs: denyTo()})
 	}
 	c.host = append(c.host, policyRule{tag: policy.RuleHost, exprs: denyTo()})
 	return c
+}
+
+// allowDsts returns the destination matches of an allow rule for prefix
+// pf, one per nftables rule: pf without the protected ranges it does not
+// name (IPv4: unnamedV4; IPv6: allowConds).
+func allowDsts(pf netip.Prefix) [][]expr.Any {
+	if pf.Addr().Is6() {
+		var out [][]expr.Any
+		for _, conds := range allowConds(pf) {
+			out = append(out, condExprs(conds))
+		}
+		return out
+	}
+	var e []expr.Any
+	if pf.Bits() > 0 {
+		e = ip4(false, expr.CmpOpEq, pf)
+	}
+	for _, prot := range unnamedV4(pf) {
+		e = cat(e, ip4(false, expr.CmpOpNeq, prot))
+	}
+	return [][]expr.Any{e}
 }
 
 // protectedV4 lists the IPv4 ranges of the built-in list that only an
@@ -211,9 +270,10 @@ func unnamedV4(pf netip.Prefix) []netip.Prefix {
 }
 
 // protoMatches returns the protocol and port matches of a rule: one
-// alternative per nftables rule.
-func protoMatches(r policy.Rule) [][]expr.Any {
-	protos := map[policy.Proto]byte{policy.ProtoTCP: unix.IPPROTO_TCP, policy.ProtoUDP: unix.IPPROTO_UDP, policy.ProtoICMP: unix.IPPROTO_ICMP}
+// alternative per nftables rule. icmp is the protocol number that
+// ProtoICMP stands for (ICMP or ICMPv6).
+func protoMatches(r policy.Rule, icmp byte) [][]expr.Any {
+	protos := map[policy.Proto]byte{policy.ProtoTCP: unix.IPPROTO_TCP, policy.ProtoUDP: unix.IPPROTO_UDP, policy.ProtoICMP: icmp}
 	if len(r.Ports) == 0 {
 		if r.Proto == policy.ProtoAny {
 			return [][]expr.Any{nil}
@@ -253,15 +313,23 @@ func policyTag(name string) []byte { return []byte(policyTagPrefix + name) }
 func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) error {
 	pol, host, _ := policyChains(t)
 	for _, s := range c.scopes {
-		var els []nftables.SetElement
+		var els, els6 []nftables.SetElement
 		for job, tok := range f.tokens {
 			if containsString(s.tokens, tok) {
 				a := job.As4()
 				els = append(els, nftables.SetElement{Key: a[:]})
+				if j6, ok := f.jobs6[job]; ok {
+					els6 = append(els6, nftables.SetElement{Key: j6.addr.AsSlice()})
+				}
 			}
 		}
 		if err := f.nft.AddSet(s.set, els); err != nil {
 			return fmt.Errorf("kernel egress: add set %s: %w", s.set.Name, err)
+		}
+		if s.set6 != nil {
+			if err := f.nft.AddSet(s.set6, els6); err != nil {
+				return fmt.Errorf("kernel egress: add set %s: %w", s.set6.Name, err)
+			}
 		}
 	}
 	add := func(ch *nftables.Chain, rules []policyRule) {
@@ -273,6 +341,9 @@ func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) erro
 					for _, s := range c.scopes {
 						if s.set.Name == l.SetName {
 							ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: s.set.Name, SetID: s.set.ID}
+						}
+						if s.set6 != nil && s.set6.Name == l.SetName {
+							ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: s.set6.Name, SetID: s.set6.ID}
 						}
 					}
 				}
@@ -304,7 +375,7 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 		return errClosed
 	}
 	t := table()
-	counts, err := f.policyCountsLocked()
+	counts, err := f.policyCountsLocked(false)
 	if err != nil {
 		return err
 	}
@@ -327,6 +398,9 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	if old != nil && len(old.scopes) > 0 {
 		for _, s := range old.scopes {
 			f.nft.DelSet(s.set)
+			if s.set6 != nil {
+				f.nft.DelSet(s.set6)
+			}
 		}
 		if err := f.nft.Flush(); err != nil {
 			f.log.Warn("kernel egress: cannot delete the old policy's scope sets", "err", err)
@@ -366,22 +440,32 @@ func (f *Forwarder) scopeElementsLocked(job netip.Addr, add bool) int {
 	}
 	a := job.As4()
 	el := []nftables.SetElement{{Key: a[:]}}
+	j6, has6 := f.jobs6[job]
 	n := 0
 	for _, s := range f.policy.scopes {
 		if !containsString(s.tokens, tok) {
 			continue
 		}
-		var err error
-		if add {
-			err = f.nft.SetAddElements(s.set, el)
-		} else {
-			err = f.nft.SetDeleteElements(s.set, el)
+		if f.setElementsLocked(s.set, el, add) {
+			n++
 		}
-		if err == nil {
+		if has6 && s.set6 != nil && f.setElementsLocked(s.set6, []nftables.SetElement{{Key: j6.addr.AsSlice()}}, add) {
 			n++
 		}
 	}
 	return n
+}
+
+// setElementsLocked queues adding (or deleting) els to (from) set s and
+// reports whether it did.
+func (f *Forwarder) setElementsLocked(s *nftables.Set, els []nftables.SetElement, add bool) bool {
+	var err error
+	if add {
+		err = f.nft.SetAddElements(s, els)
+	} else {
+		err = f.nft.SetDeleteElements(s, els)
+	}
+	return err == nil
 }
 
 // forgetTokenLocked removes the job from the scope sets (RemoveJob).
@@ -395,15 +479,20 @@ func (f *Forwarder) forgetTokenLocked(job netip.Addr) {
 }
 
 // policyCountsLocked returns the carried-over counts plus the counters of
-// the current policy rules, by rule name.
-func (f *Forwarder) policyCountsLocked() (map[string]uint64, error) {
+// the current policy rules, by rule name, and with floor those of the
+// floor chain (which SetPolicy keeps, so it must not carry them over).
+func (f *Forwarder) policyCountsLocked(floor bool) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(f.policyCarried))
 	for k, v := range f.policyCarried {
 		out[k] = v
 	}
 	t := table()
 	pol, host, _ := policyChains(t)
-	for _, ch := range []*nftables.Chain{pol, host, floorChain(t)} {
+	chs := []*nftables.Chain{pol, host}
+	if floor {
+		chs = append(chs, floorChain(t))
+	}
+	for _, ch := range chs {
 		rules, err := f.nft.GetRules(t, ch)
 		if err != nil {
 			return nil, fmt.Errorf("kernel egress: list %s rules: %w", ch.Name, err)
@@ -431,7 +520,7 @@ func (f *Forwarder) policyDrops() (map[string]uint64, error) {
 	if f.closed {
 		return nil, errClosed
 	}
-	return f.policyCountsLocked()
+	return f.policyCountsLocked(true)
 }
 
 func containsString(list []string, s string) bool {

@@ -167,17 +167,20 @@ func TestFilterRules(t *testing.T) {
 	}
 	// The first two forward rules clamp the MSS to the route MTU.
 	for _, r := range testRules.forwardRules()[:2] {
-		var rt, ex bool
+		var rt, hton, ex bool
 		for _, e := range r {
 			switch e := e.(type) {
 			case *expr.Rt:
 				rt = e.Key == expr.RtTCPMSS
+			case *expr.Byteorder:
+				// rt mtu is host order; the option is network order.
+				hton = rt && e.Op == expr.ByteorderHton && e.Size == 2 && e.SourceRegister == 1 && e.DestRegister == 1
 			case *expr.Exthdr:
-				ex = e.Op == expr.ExthdrOpTcpopt && e.Type == 2 && e.SourceRegister == 1
+				ex = hton && e.Op == expr.ExthdrOpTcpopt && e.Type == 2 && e.SourceRegister == 1
 			}
 		}
-		if !rt || !ex {
-			t.Errorf("forward rule %v: want rt mtu into tcp option maxseg", r)
+		if !rt || !hton || !ex {
+			t.Errorf("forward rule %v: want rt mtu, in network byte order, into tcp option maxseg", r)
 		}
 	}
 }
@@ -188,13 +191,19 @@ func TestStateTag(t *testing.T) {
 		want string
 		ok   bool
 	}{{"airlock ip_forward=0", "0", true}, {"airlock ip_forward=1", "1", true}, {"airlock ip_forward=", "", false}, {"other", "", false}} {
-		got, ok := parseStateTag([]byte(tt.in))
+		got, ok := parseStateTag([]byte(tt.in), stateTagPrefix)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("parseStateTag(%q): got %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-	if got, _ := parseStateTag(stateTag("0")); got != "0" {
+	if got, _ := parseStateTag(stateTag(stateTagPrefix, "0"), stateTagPrefix); got != "0" {
 		t.Errorf("round trip: got %q", got)
+	}
+	if got, ok := parseStateTag(stateTag(stateTagPref6, "0"), stateTagPrefix); ok {
+		t.Errorf("the IPv6 tag parsed as ip_forward: %q", got)
+	}
+	if got, _ := parseStateTag(stateTag(stateTagPref6, "1"), stateTagPref6); got != "1" {
+		t.Errorf("IPv6 round trip: got %q", got)
 	}
 }
 

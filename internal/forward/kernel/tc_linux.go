@@ -17,10 +17,12 @@ const (
 	htbMajor     = 1
 	rootMinor    = 1
 	defaultMinor = 0xffff
-	// firstJobMinor..lastJobMinor are the class minors (and u32 filter
-	// priorities) given to limited jobs.
+	// firstJobMinor..lastJobMinor are the class minors (and IPv4 u32
+	// filter priorities) given to limited jobs; a job's IPv6 filter has
+	// priority minor+prio6 (filters of one priority share a protocol).
 	firstJobMinor = 2
-	lastJobMinor  = 0xfffe
+	lastJobMinor  = 0x7ffe
+	prio6         = 0x8000
 	// unlimitedBps is the root class's rate without a global limit.
 	unlimitedBps = 100e9
 	// guaranteedBps is the rate of job and default classes: they borrow
@@ -51,14 +53,16 @@ func ifbName(tun string) string {
 type direction struct {
 	link netlink.Link
 	// off is the offset of the job's address in the IPv4 header: 12
-	// (source) for traffic from jobs, 16 (destination) to them.
-	off int32
+	// (source) for traffic from jobs, 16 (destination) to them; off6 in
+	// the IPv6 header (8, 24).
+	off, off6 int32
 }
 
 // tcJob is one limited job: its class minor and its rates (0: no class).
 type tcJob struct {
 	minor uint16
-	bps   [2]uint64 // egress, ingress
+	bps   [2]uint64  // egress, ingress
+	addr6 netip.Addr // the job's IPv6 address, zero for none
 }
 
 // tcShaper owns the qdiscs of the TUN and the ifb. It is not safe for
@@ -119,7 +123,7 @@ func newTCShaper(tun string, log *slog.Logger) (_ *tcShaper, err error) {
 	if err := netlink.LinkSetUp(ifb); err != nil {
 		return nil, privError("kernel egress: bring "+name+" up", err)
 	}
-	s.dirs = [2]direction{{link: ifb, off: 12}, {link: t, off: 16}}
+	s.dirs = [2]direction{{link: ifb, off: 12, off6: 8}, {link: t, off: 16, off6: 24}}
 	for _, d := range s.dirs {
 		q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: d.link.Attrs().Index, Handle: netlink.MakeHandle(htbMajor, 0), Parent: netlink.HANDLE_ROOT})
 		q.Defcls = defaultMinor
@@ -197,7 +201,7 @@ func (s *tcShaper) rootBps(i int) uint64 {
 
 // setJob gives the job classes with the ceilings egress and ingress, and
 // removes a direction's class when its rate is 0.
-func (s *tcShaper) setJob(job netip.Addr, egress, ingress uint64) error {
+func (s *tcShaper) setJob(job, addr6 netip.Addr, egress, ingress uint64) error {
 	j, ok := s.jobs[job]
 	if !ok {
 		if egress == 0 && ingress == 0 {
@@ -207,7 +211,7 @@ func (s *tcShaper) setJob(job netip.Addr, egress, ingress uint64) error {
 		if err != nil {
 			return err
 		}
-		j = &tcJob{minor: minor}
+		j = &tcJob{minor: minor, addr6: addr6}
 		s.jobs[job] = j
 	}
 	for i, bps := range []uint64{egress, ingress} {
@@ -262,6 +266,23 @@ func (s *tcShaper) addFilter(i int, job netip.Addr, j *tcJob) error {
 	if err := netlink.FilterAdd(f); err != nil {
 		return fmt.Errorf("kernel egress: add the tc filter of %v on %s: %w", job, d.link.Attrs().Name, err)
 	}
+	if !j.addr6.IsValid() {
+		return nil
+	}
+	// `u32 match ip6 src|dst JOB6/128 flowid 1:MINOR`.
+	a6 := j.addr6.As16()
+	var keys []netlink.TcU32Key
+	for i := 0; i < 4; i++ {
+		keys = append(keys, netlink.TcU32Key{Mask: 0xffffffff, Val: binary.BigEndian.Uint32(a6[4*i:]), Off: d.off6 + int32(4*i)})
+	}
+	f6 := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor + prio6, Protocol: unix.ETH_P_IPV6},
+		ClassId:     netlink.MakeHandle(htbMajor, j.minor),
+		Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: keys},
+	}
+	if err := netlink.FilterAdd(f6); err != nil {
+		return fmt.Errorf("kernel egress: add the IPv6 tc filter of %v on %s: %w", j.addr6, d.link.Attrs().Name, err)
+	}
 	return nil
 }
 
@@ -271,6 +292,12 @@ func (s *tcShaper) delClass(i int, j *tcJob) error {
 	f := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor, Protocol: unix.ETH_P_IP}}
 	if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("kernel egress: delete a tc filter on %s: %w", d.link.Attrs().Name, err)
+	}
+	if j.addr6.IsValid() {
+		f6 := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor + prio6, Protocol: unix.ETH_P_IPV6}}
+		if err := netlink.FilterDel(f6); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("kernel egress: delete an IPv6 tc filter on %s: %w", d.link.Attrs().Name, err)
+		}
 	}
 	c := &netlink.HtbClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: d.link.Attrs().Index, Handle: netlink.MakeHandle(htbMajor, j.minor), Parent: netlink.MakeHandle(htbMajor, rootMinor)}}
 	if err := netlink.ClassDel(c); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -284,7 +311,7 @@ func (s *tcShaper) removeJob(job netip.Addr) error {
 	if _, ok := s.jobs[job]; !ok {
 		return nil
 	}
-	return s.setJob(job, 0, 0)
+	return s.setJob(job, netip.Addr{}, 0, 0)
 }
 
 // alloc returns a free class minor.

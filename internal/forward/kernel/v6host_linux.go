@@ -1,0 +1,143 @@
+package kernel
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
+
+// family returns the address family of a for netlink calls.
+func family(a netip.Addr) netlink.InetFamily {
+	if a.Is4() {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+// checkJob6 checks the arguments of addJob6 (a Job's IPv6 side).
+func (r ruleset) checkJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error {
+	if !r.v6() {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v, but the gateway has no IPv6 tunnel address", job, addr6)
+	}
+	if !addr6.Is6() || !r.addr6.Contains(addr6) || addr6 == r.addr6.Addr() {
+		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v", job, addr6, r.addr6.Masked())
+	}
+	if !r.own6(egress6) {
+		if egress6.IsValid() && (!egress6.Is6() || egress6.Is4In6() || egress6.IsUnspecified()) {
+			return fmt.Errorf("kernel egress: job %v: IPv6 egress address %v: want a unicast IPv6 address", job, egress6)
+		}
+		return nil
+	}
+	if block != (portblock.Range{}) {
+		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v with a port block %v: an own address keeps the job's ports", job, egress6, block)
+	}
+	return nil
+}
+
+// warnAcceptRA warns when switching IPv6 forwarding on will make the host
+// ignore router advertisements that its default IPv6 route may come from
+// (accept_ra=1 means "only when not forwarding").
+func warnAcceptRA(log *slog.Logger) {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return
+	}
+	for _, r := range routes {
+		if r.Protocol != unix.RTPROT_RA {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil {
+			continue
+		}
+		name := link.Attrs().Name
+		if v, err := readSysctl("/proc/sys/net/ipv6/conf/" + name + "/accept_ra"); err == nil && v == "1" {
+			log.Warn("kernel egress: switching IPv6 forwarding on makes the host ignore router advertisements on "+name+
+				", which its IPv6 routes come from; when they expire IPv6 egress stops. Set net.ipv6.conf."+name+".accept_ra=2 (or configure the routes statically)",
+				"link", name)
+			return
+		}
+	}
+}
+
+// CheckPrefix6 checks the host's side of a routed --egress-prefix6 and
+// returns what is missing, with the fix, as sentences (none if the setup
+// looks right). The site's router must send the prefix to this host (which
+// no check here can see); on this host the prefix must not be on-link on
+// another interface, or the jobs' addresses would be looked up there by
+// neighbour discovery instead of being routed to the TUN, nor a local
+// route (user mode's setup), which would deliver packets for them to the
+// host's own sockets.
+func CheckPrefix6(prefix netip.Prefix, tun string) []string {
+	var out []string
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return []string{fmt.Sprintf("cannot list IPv6 routes to check --egress-prefix6 %v: %v", prefix, err)}
+	}
+	for _, r := range routes {
+		if r.Dst == nil {
+			continue
+		}
+		ones, _ := r.Dst.Mask.Size()
+		a, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		dst := netip.PrefixFrom(a, ones)
+		if !dst.Overlaps(prefix) || dst.Bits() == 0 {
+			continue
+		}
+		link, err := netlink.LinkByIndex(r.LinkIndex)
+		if err != nil || link.Attrs().Name == tun {
+			continue
+		}
+		if dst.Bits() <= prefix.Bits() && r.Gw == nil {
+			out = append(out, fmt.Sprintf("--egress-prefix6 %v is on-link on %s (route %v): the router there finds jobs' addresses by neighbour discovery, which this host does not answer for them. "+
+				"Fix: have the site route %v to this host's address (e.g. on the router: ip -6 route add %v via HOST_ADDRESS) and take it off %s, "+
+				"or answer for it with an NDP proxy (sysctl net.ipv6.conf.%s.proxy_ndp=1 and ip -6 neigh add proxy ADDRESS dev %s for each job address)",
+				prefix, link.Attrs().Name, dst, prefix, prefix, link.Attrs().Name, link.Attrs().Name, link.Attrs().Name))
+		}
+	}
+	if local, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE); err == nil {
+		for _, r := range local {
+			if r.Dst == nil || r.Type != unix.RTN_LOCAL {
+				continue
+			}
+			ones, _ := r.Dst.Mask.Size()
+			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && ones < 128 && netip.PrefixFrom(a, ones).Overlaps(prefix) {
+				out = append(out, fmt.Sprintf("a local route for %s (user mode's setup for --egress-prefix6) hands unsolicited packets for jobs' own addresses to this host's sockets. Fix: ip -6 route del local %s dev lo",
+					netip.PrefixFrom(a, ones), netip.PrefixFrom(a, ones)))
+			}
+		}
+	}
+	if v, err := readSysctl("/proc/sys/net/ipv6/conf/all/disable_ipv6"); err == nil && v == "1" {
+		out = append(out, "IPv6 is disabled on this host (net.ipv6.conf.all.disable_ipv6=1). Fix: sysctl -w net.ipv6.conf.all.disable_ipv6=0")
+	}
+	return out
+}
+
+// startDNS6 starts the DNS relay on the gateway's IPv6 tunnel address.
+func startDNS6(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
+	at := netip.AddrPortFrom(gw, 53).String()
+	pc, err := net.ListenPacket("udp6", at)
+	if err != nil {
+		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+	}
+	ln, err := net.Listen("tcp6", at)
+	if err != nil {
+		pc.Close()
+		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+	}
+	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns6"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
+	if err != nil {
+		return nil, fmt.Errorf("kernel egress: %w", err)
+	}
+	return s, nil
+}
