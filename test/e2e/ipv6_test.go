@@ -263,7 +263,7 @@ func checkIPv6AfterRestart(t *testing.T, e *env, before netip.Prefix) {
 // TestIPv6OnlyNode: on a compute node with IPv6 only, airlock run reaches
 // the gateway over IPv6 (AIRLOCK_GATEWAY=[2001:db8:100::1]:8443: control,
 // WireGuard) and the job reaches an IPv4-only and an IPv6-only outside host
-// by name, in both user-mode variants.
+// by name, in both user-mode variants and in kernel mode.
 func TestIPv6OnlyNode(t *testing.T) {
 	topology.RequireRoot(t)
 	e := &env{
@@ -286,22 +286,32 @@ func TestIPv6OnlyNode(t *testing.T) {
 	if err := os.Chown(base, e.u.UID, e.u.GID); err != nil {
 		t.Fatal(err)
 	}
-	e.state = filepath.Join(base, "state")
+	userState := filepath.Join(base, "state")
 	listen := netip.AddrPortFrom(topology.DMZAddrCN6, gatewayPort).String()
-	for _, mode := range []string{modeUser, modeUserNetstack} {
+	tokens := map[string]string{} // by state directory
+	for _, mode := range []string{modeUser, modeUserNetstack, modeKernel} {
 		t.Run(mode, func(t *testing.T) {
-			e.mode = mode
+			e.mode, e.gwUser, e.state = mode, e.u, userState
+			if mode == modeKernel {
+				// Kernel mode runs as root, with a state of its own.
+				e.gwUser, e.state = nil, filepath.Join(base, "state-kernel")
+				t.Cleanup(func() { e.mode, e.gwUser, e.state, e.token = modeUser, e.u, userState, tokens[userState] })
+			}
 			e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen}
-			if mode == modeUserNetstack {
+			switch mode {
+			case modeUserNetstack:
 				e.gwArgs = append(e.gwArgs, "--tcp-stack", "netstack")
+			case modeKernel:
+				e.gwArgs = append(e.gwArgs, "--egress", "kernel")
 			}
 			e.startGateway(t)
 			if e.gateway != listen {
 				t.Errorf("join.env AIRLOCK_GATEWAY = %q, want %q", e.gateway, listen)
 			}
-			if e.token == "" {
-				e.token = e.createToken(t, "e2e6")
+			if tokens[e.state] == "" {
+				tokens[e.state] = e.createToken(t, "e2e6")
 			}
+			e.token = tokens[e.state]
 			for _, tc := range []struct {
 				name string
 				port int
