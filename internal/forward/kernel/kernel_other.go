@@ -5,34 +5,14 @@ package kernel
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/netip"
 
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
-
-// Config configures a Forwarder; see the Linux documentation.
-type Config struct {
-	Logger        *slog.Logger
-	Name          string
-	Addr          netip.Prefix
-	MTU           int
-	DNSUpstreams  []netip.AddrPort
-	EgressAddr    netip.Addr
-	BlockSize     int
-	Flows         *flows.Table
-	Addr6         netip.Prefix
-	EgressAddr6   netip.Addr
-	EgressPrefix6 netip.Prefix
-}
-
-// DefaultName is the TUN's name when Config.Name is empty.
-const DefaultName = "airlock0"
 
 // CheckPrefix6 has nothing to check outside Linux.
 func CheckPrefix6(netip.Prefix, string) []string { return nil }
