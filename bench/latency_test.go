@@ -17,6 +17,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	osexec "os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -135,6 +137,31 @@ func (b *bencher) probe(t *testing.T, tg *target, u *topology.User, bulk string)
 		defer wg.Done()
 		ping = runPing(t, tp, tg.st.netnsPID(), count, secs)
 	}()
+	if os.Getenv("AIRLOCK_BENCH_DIAG") != "" && bulk != "idle" {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			r := runPingTo(t, tp, tp.DMZ, 0, count, secs, tp.INETAddr.String())
+			t.Logf("DIAG %s %s dmz->inet ping p50 %.3f p99 %.3f n %d %v", tg.name, bulk, r.p50, r.p99, r.n, r.err)
+		}()
+		go func() {
+			defer wg.Done()
+			pid := tg.st.netnsPID()
+			if pid <= 0 {
+				return
+			}
+			out, _ := osexec.Command("nsenter", "-t", strconv.Itoa(pid), "-n", "-m", "cat", "/etc/resolv.conf").Output()
+			gw := ""
+			for _, l := range strings.Split(string(out), "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "nameserver" && !strings.Contains(f[1], ":") {
+					gw = f[1]
+					break
+				}
+			}
+			r := runPingTo(t, tp, tp.CN, pid, count, secs, gw)
+			t.Logf("DIAG %s %s job->gw(%s) ping p50 %.3f p99 %.3f n %d %v", tg.name, bulk, gw, r.p50, r.p99, r.n, r.err)
+		}()
+	}
 	wg.Wait()
 	if bulk != "idle" {
 		if bulkErr != nil {
@@ -149,13 +176,17 @@ func (b *bencher) probe(t *testing.T, tg *target, u *topology.User, bulk string)
 // the network namespace of pid, and returns the percentiles of the
 // replies' times.
 func runPing(t *testing.T, tp *topology.Topology, pid, count, secs int) probeResult {
-	argv := []string{"ping", "-n", "-c", strconv.Itoa(count), "-i", fmt.Sprintf("%.3f", probeInterval.Seconds()), "-W", "2", tp.INETAddr.String()}
+	return runPingTo(t, tp, tp.CN, pid, count, secs, tp.INETAddr.String())
+}
+
+func runPingTo(t *testing.T, tp *topology.Topology, ns string, pid, count, secs int, dst string) probeResult {
+	argv := []string{"ping", "-n", "-c", strconv.Itoa(count), "-i", fmt.Sprintf("%.3f", probeInterval.Seconds()), "-W", "2", dst}
 	if pid > 0 {
 		argv = append([]string{"nsenter", "-t", strconv.Itoa(pid), "-n", "--"}, argv...)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(secs+30)*time.Second)
 	defer cancel()
-	cmd := tp.Command(ctx, tp.CN, nil, argv[0], argv[1:]...)
+	cmd := tp.Command(ctx, ns, nil, argv[0], argv[1:]...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	_ = cmd.Run()

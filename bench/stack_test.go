@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -645,6 +646,11 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *top
 	}); err != nil {
 		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.describe())
 	}
+	// The watcher daemonizes (setsid), out of the daemons' process groups:
+	// kill it by the PID it wrote, or it outlives the run holding the
+	// namespace.
+	killWatcher := pidKiller(nsPID)
+	t.Cleanup(killWatcher)
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
 	if *flagFault == "dtls-to-tcp" && dtls {
@@ -820,4 +826,33 @@ func udpCounter(tp *topology.Topology) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("nft list counter: no bytes in %q", out)
+}
+
+// pidKiller returns a function that SIGKILLs pid if it is still the
+// process it is now (same start time), so that a recycled PID is never hit.
+func pidKiller(pid int) func() {
+	start := procStartTime(pid)
+	return func() {
+		if start == "" || procStartTime(pid) != start {
+			return
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// procStartTime returns field 22 (starttime) of /proc/PID/stat, "" if gone.
+func procStartTime(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }

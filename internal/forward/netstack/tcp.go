@@ -1,6 +1,8 @@
 package netstack
 
 import (
+	"os"
+	"strconv"
 	"context"
 	"errors"
 	"io"
@@ -119,6 +121,9 @@ func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
 	}
 	if tc, ok := out.(*net.TCPConn); ok {
 		tc.SetKeepAlive(true)
+		if v, _ := strconv.Atoi(os.Getenv("AIRLOCK_EXP_RCVBUF")); v > 0 {
+			tc.SetReadBuffer(v)
+		}
 	}
 	return out, lim, true
 }
