@@ -1,8 +1,6 @@
 package netstack
 
 import (
-	"os"
-	"strconv"
 	"context"
 	"errors"
 	"io"
@@ -121,9 +119,6 @@ func (s *Stack) openTCP(src, dst netip.AddrPort) (net.Conn, *jobLimits, bool) {
 	}
 	if tc, ok := out.(*net.TCPConn); ok {
 		tc.SetKeepAlive(true)
-		if v, _ := strconv.Atoi(os.Getenv("AIRLOCK_EXP_RCVBUF")); v > 0 {
-			tc.SetReadBuffer(v)
-		}
 	}
 	return out, lim, true
 }
