@@ -186,7 +186,7 @@ func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper, fl *flows.Flow) (nu
 		defer close(done)
 		nup = halfCopy(out, in, up, fl.AddOut)
 	}()
-	ndown = halfCopy(in, out, down, fl.AddIn)
+	ndown = halfCopy(in, out, down, newRecvWindow(out).counter(fl.AddIn))
 	<-done
 	return nup, ndown
 }
