@@ -36,7 +36,7 @@ import (
 const (
 	// windowFloor is the smallest window the clamp sets: a few GSO
 	// segments and delayed ACKs' worth, about 2 ms at 1 Gbit/s.
-	windowFloor = 256 << 10
+	windowFloor = 128 << 10
 	// windowGain is the window over drain rate × minimum round trip.
 	windowGain = 2
 	// windowInterval is the shortest interval between two clamp updates.
