@@ -16,8 +16,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
-	"os"
 	osexec "os/exec"
 	"strconv"
 	"strings"
@@ -30,6 +30,8 @@ import (
 )
 
 const probeInterval = 20 * time.Millisecond
+
+var flagBreakdown = flag.Bool("bench.breakdown", false, "under bulk, also ping inet from dmz (the queue on the outside link) and the job's resolver from the job (the queue between gateway and job), and log both: where a latency run's added delay sits")
 
 // probeResult is one probe's round trips.
 type probeResult struct {
@@ -137,12 +139,12 @@ func (b *bencher) probe(t *testing.T, tg *target, u *topology.User, bulk string)
 		defer wg.Done()
 		ping = runPing(t, tp, tg.st.netnsPID(), count, secs)
 	}()
-	if os.Getenv("AIRLOCK_BENCH_DIAG") != "" && bulk != "idle" {
+	if *flagBreakdown && bulk != "idle" {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
 			r := runPingTo(t, tp, tp.DMZ, 0, count, secs, tp.INETAddr.String())
-			t.Logf("DIAG %s %s dmz->inet ping p50 %.3f p99 %.3f n %d %v", tg.name, bulk, r.p50, r.p99, r.n, r.err)
+			t.Logf("breakdown %s %s: dmz -> inet ping p50 %.3f ms p99 %.3f ms (n %d, err %v)", tg.name, bulk, r.p50, r.p99, r.n, r.err)
 		}()
 		go func() {
 			defer wg.Done()
@@ -159,7 +161,7 @@ func (b *bencher) probe(t *testing.T, tg *target, u *topology.User, bulk string)
 				}
 			}
 			r := runPingTo(t, tp, tp.CN, pid, count, secs, gw)
-			t.Logf("DIAG %s %s job->gw(%s) ping p50 %.3f p99 %.3f n %d %v", tg.name, bulk, gw, r.p50, r.p99, r.n, r.err)
+			t.Logf("breakdown %s %s: job -> its resolver %s ping p50 %.3f ms p99 %.3f ms (n %d, err %v)", tg.name, bulk, gw, r.p50, r.p99, r.n, r.err)
 		}()
 	}
 	wg.Wait()

@@ -10,7 +10,7 @@
 # Options: --duration S --reps N --configs LIST --links LIST --streams LIST
 #   --latency LIST --latency-links LIST --warmup S --maxload PER_CORE
 #   --retries N --wait-budget DURATION --startup N --wan LIST --impaired
-#   --cc ALGO --no-commit --perf
+#   --cc ALGO --no-commit --perf --breakdown
 #
 # Needs root (namespaces, veth, tc). Installs what it needs (bench/setup.sh),
 # builds airlock from a clean export of the committed HEAD (uncommitted work
@@ -27,7 +27,7 @@ mode=full duration=10 reps=3 startup=20 warmup=3 maxload=0.25 retries=5 waitbudg
 configs=native,airlock,airlock-v6,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn
 latency=native,airlock,ocserv,ocserv-dtls,wireguard-go,openvpn
 links=1gbit,uncapped latlinks=1gbit streams=1,10
-wan= tcpcc= commit=yes perf=
+wan= tcpcc= commit=yes perf= breakdown=false
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) duration=$2; shift 2 ;;
@@ -48,6 +48,7 @@ while [ $# -gt 0 ]; do
 	--cc) tcpcc=$2; shift 2 ;;
 	--no-commit) commit=no; shift ;;
 	--perf) perf=yes; shift ;;
+	--breakdown) breakdown=true; shift ;;
 	--impaired) wan=10-0,10-0.1,10-1,40-0,40-0.1,40-1 links=1gbit startup=0 latency=
 		configs=airlock,airlock-netstack,airlock-kernel,airlock-tcp,ocserv,ocserv-dtls; shift ;;
 	-h|--help) sed -n '2,25p' "$0"; exit 0 ;;
@@ -114,7 +115,7 @@ AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" AIRLOCK_TEST_PRELOAD="$work/lib
 	-bench.latency="$latency" -bench.latency-links="$latlinks" -bench.warmup="$warmup" \
 	-bench.maxload="$maxload" -bench.retries="$retries" -bench.wait-budget="$waitbudget" \
 	-bench.wan="$wan" -bench.cc="$tcpcc" -bench.shim="$work/fakeroot.so" -bench.commit="$head" \
-	-bench.out="$out" -bench.tsv="$tsv" -bench.perf="$perfdir" >"$out/log.txt" 2>&1 || rc=$?
+	-bench.out="$out" -bench.tsv="$tsv" -bench.perf="$perfdir" -bench.breakdown="$breakdown" >"$out/log.txt" 2>&1 || rc=$?
 grep -E 'LOAD GATE|NOT MEASURED|FELL BACK|--- FAIL|^(ok|FAIL)' "$out/log.txt" || true
 [ "$rc" = 0 ] || echo "run.sh: TestBench failed (exit $rc); the rows measured are in $tsv; log: $out/log.txt" >&2
 
