@@ -543,9 +543,10 @@ func (r *report) full(docDir string) string {
 	return b.String()
 }
 
-// readme is the README's part: provenance and the throughput tables.
+// readme is the README's part: provenance, the throughput tables and the
+// latency table.
 func (r *report) readme(docDir string) string {
-	return r.header(docDir) + r.throughputTables(r.configs()) + r.problems()
+	return r.header(docDir) + r.throughputTables(r.configs()) + r.latencyTable() + r.problems()
 }
 
 func linkName(l string) string {
