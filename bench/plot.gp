@@ -7,6 +7,8 @@
 # (ratio to the interleaved native run).
 
 set datafile separator "\t"
+# Fixed y ranges: a run without one link's rows still plots (an empty
+# panel) instead of failing on an empty autoscale.
 # Rows of other series evaluate to NaN; treat them as missing so that the
 # lines of a series connect across them.
 set datafile missing NaN
@@ -18,8 +20,8 @@ set logscale x 2
 set xtics ("1" 1, "2" 2, "10" 10, "20" 20)
 set xrange [0.8:25]
 
-configs = "native airlock airlock-kernel ocserv ocserv-dtls wireguard-go openvpn airlock-netstack airlock-seccomp airlock-preload ocserv-slirp ocserv-ocproxy slirp airlock-tcp"
-colors = "#000000 #d62728 #ff7f0e #1f77b4 #17becf #2ca02c #9467bd #e377c2 #8c564b #7f7f7f #bcbd22 #aec7e8 #98df8a #ff9896"
+configs = "native airlock airlock-v6 airlock-kernel ocserv ocserv-dtls wireguard-go openvpn airlock-netstack airlock-seccomp airlock-preload ocserv-slirp ocserv-ocproxy slirp airlock-tcp"
+colors = "#000000 #d62728 #ff9896 #ff7f0e #1f77b4 #17becf #2ca02c #9467bd #e377c2 #8c564b #7f7f7f #bcbd22 #aec7e8 #98df8a #c49c94"
 cfg(i) = word(configs, i)
 
 # Column numbers in summary.tsv.
@@ -36,12 +38,12 @@ do for [what in "throughput ratio"] {
 			set title sprintf("%s, %s", (l eq "uncapped" ? "uncapped veth" : "every veth 1 Gbit (tc tbf)"), (d eq "up" ? "job → outside" : "outside → job (-R)"))
 			if (what eq "throughput") {
 				set ylabel "Gbit/s"
-				if (l eq "uncapped") { set logscale y; set yrange [0.1:*] } else { unset logscale y; set yrange [0:1.05] }
+				if (l eq "uncapped") { set logscale y; set yrange [0.1:100] } else { unset logscale y; set yrange [0:1.05] }
 				col = C_GBPS; lo = C_GBPS_MIN; hi = C_GBPS_MAX
 			} else {
 				unset logscale y
 				set ylabel "ratio to native"
-				if (l eq "uncapped") { set yrange [0:*] } else { set yrange [0:1.2] }
+				set yrange [0:1.2]
 				col = C_RATIO; lo = C_RATIO_MIN; hi = C_RATIO_MAX
 			}
 			plot for [i=1:words(configs)] summary using (sel(cfg(i), l, d, C_STREAMS)):(sel(cfg(i), l, d, col)):(sel(cfg(i), l, d, lo)):(sel(cfg(i), l, d, hi)) \
