@@ -651,6 +651,12 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *top
 	// namespace.
 	killWatcher := pidKiller(nsPID)
 	t.Cleanup(killWatcher)
+	// vpnns --attach (openconnect's tun script) and every `vpnns --`
+	// probe also leave their process groups: kill whatever is still in the
+	// namespace's network namespace at the end, by PID.
+	if netns, err := os.Readlink("/proc/" + strconv.Itoa(nsPID) + "/ns/net"); err == nil {
+		t.Cleanup(func() { killInNetns(netns) })
+	}
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
 	if *flagFault == "dtls-to-tcp" && dtls {
@@ -855,4 +861,19 @@ func procStartTime(pid int) string {
 		return ""
 	}
 	return f[19]
+}
+
+// killInNetns SIGKILLs every process whose network namespace is netns (a
+// /proc/PID/ns/net link such as "net:[4026532301]").
+func killInNetns(netns string) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + d.Name() + "/ns/net"); err == nil && l == netns {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
