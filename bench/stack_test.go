@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -646,16 +645,12 @@ func connectOpenconnect(t *testing.T, tp *topology.Topology, logs logDir, u *top
 	}); err != nil {
 		return nil, fmt.Errorf("vpnns: %v: %s", err, ns.describe())
 	}
-	// The watcher daemonizes (setsid), out of the daemons' process groups:
-	// kill it by the PID it wrote, or it outlives the run holding the
-	// namespace.
-	killWatcher := pidKiller(nsPID)
-	t.Cleanup(killWatcher)
-	// vpnns --attach (openconnect's tun script) and every `vpnns --`
-	// probe also leave their process groups: kill whatever is still in the
-	// namespace's network namespace at the end, by PID.
-	if netns, err := os.Readlink("/proc/" + strconv.Itoa(nsPID) + "/ns/net"); err == nil {
-		t.Cleanup(func() { killInNetns(netns) })
+	// The watcher (nsPID), openconnect's `vpnns --attach` and every
+	// `vpnns --` probe leave the daemons' process groups (the watcher
+	// daemonizes with setsid): at the end, kill whatever is still in the
+	// namespace's network namespace, by PID, or it outlives the run.
+	if ino, err := topology.PIDNetnsInode(nsPID); err == nil {
+		t.Cleanup(func() { topology.KillNetns(ino) })
 	}
 	args := []string{"HOME=" + home, "openconnect", "--non-inter", "--no-dtls",
 		"--passwd-on-stdin", "-u", ocUser, "--servercert", pin, "--script-tun", "--script", "vpnns --attach", "https://" + server + "/"}
@@ -832,48 +827,4 @@ func udpCounter(tp *topology.Topology) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("nft list counter: no bytes in %q", out)
-}
-
-// pidKiller returns a function that SIGKILLs pid if it is still the
-// process it is now (same start time), so that a recycled PID is never hit.
-func pidKiller(pid int) func() {
-	start := procStartTime(pid)
-	return func() {
-		if start == "" || procStartTime(pid) != start {
-			return
-		}
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-}
-
-// procStartTime returns field 22 (starttime) of /proc/PID/stat, "" if gone.
-func procStartTime(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
-}
-
-// killInNetns SIGKILLs every process whose network namespace is netns (a
-// /proc/PID/ns/net link such as "net:[4026532301]").
-func killInNetns(netns string) {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if l, err := os.Readlink("/proc/" + d.Name() + "/ns/net"); err == nil && l == netns {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-	}
 }

@@ -56,8 +56,9 @@ func run() error {
 	if *in == "" {
 		return errors.New("-in is required")
 	}
+	paths := strings.Split(*in, ",")
 	var rep *report
-	for _, path := range strings.Split(*in, ",") {
+	for _, path := range paths {
 		r, err := load(path)
 		if err != nil {
 			return err
@@ -93,12 +94,12 @@ func run() error {
 	if *plots != "" {
 		gp := *plot
 		if gp == "" {
-			gp = filepath.Join(filepath.Dir(filepath.Dir(strings.Split(*in, ",")[0])), "plot.gp")
+			gp = filepath.Join(filepath.Dir(filepath.Dir(paths[0])), "plot.gp")
 			if _, err := os.Stat(gp); err != nil {
 				gp = filepath.Join("bench", "plot.gp")
 			}
 		}
-		if err := rep.plot(strings.Split(*in, ",")[0], gp, *plots); err != nil {
+		if err := rep.plot(paths[0], gp, *plots); err != nil {
 			return err
 		}
 	}

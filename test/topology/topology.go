@@ -463,20 +463,46 @@ func NetnsInode(ns string) (uint64, error) {
 	return fi.Sys().(*syscall.Stat_t).Ino, nil
 }
 
+// PIDNetnsInode returns the inode number of pid's network namespace, as
+// NetnsInode does for a named one.
+func PIDNetnsInode(pid int) (uint64, error) {
+	fi, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return 0, err
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino, nil
+}
+
+// KillNetns sends SIGKILL, by PID, to every process whose network
+// namespace has inode ino (NetnsInode, PIDNetnsInode), and scans again
+// until a scan finds none (at most 20 scans, 50 ms apart), so processes
+// forked meanwhile are caught too. It never signals PID 1 or the caller.
+func KillNetns(ino uint64) {
+	for attempt := 0; attempt < 20; attempt++ {
+		dirs, _ := os.ReadDir("/proc")
+		found := 0
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(d.Name())
+			if err != nil || pid <= 1 || pid == os.Getpid() {
+				continue
+			}
+			if got, err := PIDNetnsInode(pid); err == nil && got == ino {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				found++
+			}
+		}
+		if found == 0 {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // removeNamespace kills every process still in ns (by PID), removes ns and
 // its /etc/netns directory.
 func (tp *Topology) removeNamespace(ns string) {
-	for attempt := 0; attempt < 20; attempt++ {
-		out, err := exec.Command("ip", "netns", "pids", ns).Output()
-		if err != nil || len(bytes.TrimSpace(out)) == 0 {
-			break
-		}
-		for _, f := range strings.Fields(string(out)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	if ino, err := NetnsInode(ns); err == nil {
+		KillNetns(ino)
 	}
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		tp.t.Errorf("topology cleanup: ip netns del %s: %v: %s", ns, err, out)
