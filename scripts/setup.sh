@@ -12,6 +12,9 @@ pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-cert
 # (slurm/), and the Prometheus tests: the distribution's Slurm, munge and
 # Prometheus (with promtool).
 pkgs+=(slurmctld slurmd slurm-client munge libslurm-dev prometheus)
+# The fleet tests (internal/store/pgstore, test/e2e TestFleet) start their
+# own PostgreSQL server as an unprivileged user (test/pgtest).
+pkgs+=(postgresql-15)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -23,7 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
-	# The tests start munged, slurmctld, slurmd and prometheus themselves,
+	# The tests start munged, slurmctld, slurmd, prometheus and postgres themselves,
 	# in their own namespaces; the packages must not start system-wide
 	# copies (nor fail to install when those cannot start). policy-rc.d
 	# is Debian's switch for that.
@@ -41,6 +44,11 @@ if [ ${#missing[@]} -gt 0 ]; then
 	# do not leave the distribution's service running on port 3128.
 	if [[ " ${missing[*]} " == *" squid "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
 		systemctl disable --now squid >/dev/null 2>&1 || true
+	fi
+	# Nor the distribution's PostgreSQL cluster (main, port 5432): the
+	# tests make their own.
+	if [[ " ${missing[*]} " == *" postgresql-15 "* ]] && command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+		systemctl disable --now postgresql >/dev/null 2>&1 || true
 	fi
 fi
 

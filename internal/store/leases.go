@@ -41,6 +41,9 @@ type LeaseRecord struct {
 	Token       string `json:"token,omitempty"`
 	// Remote is the client's address as the gateway saw it.
 	Remote string `json:"remote,omitempty"`
+	// Gateway is the advertised address (HOST:PORT) of the gateway that
+	// held the lease; empty in records of a gateway older than fleets.
+	Gateway string `json:"gateway,omitempty"`
 	// TunnelAddr is the job's address inside the tunnel.
 	TunnelAddr netip.Addr `json:"tunnel_addr"`
 	// TunnelAddr6 is the job's IPv6 address inside the tunnel; invalid
@@ -123,6 +126,9 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 		if err := tx.Bucket(bucketLeases).Put([]byte(r.ID), v); err != nil {
 			return err
 		}
+		if err := s.journalTx(tx, r); err != nil {
+			return err
+		}
 		if err := putAttr6(tx, r); err != nil {
 			return err
 		}
@@ -166,6 +172,9 @@ func (s *Store) RecordLeaseEnd(id string, end time.Time, reason string) error {
 		if err != nil {
 			return err
 		}
+		if err := s.journalTx(tx, r); err != nil {
+			return err
+		}
 		return b.Put([]byte(id), nv)
 	})
 	if err != nil {
@@ -194,6 +203,9 @@ func (s *Store) EndActiveLeases(end time.Time, reason string) (int, error) {
 			r.End, r.EndReason, r.Resume = end, reason, nil
 			nv, err := json.Marshal(r)
 			if err != nil {
+				return err
+			}
+			if err := s.journalTx(tx, r); err != nil {
 				return err
 			}
 			todo = append(todo, upd{bytes.Clone(k), nv})

@@ -38,6 +38,9 @@ var (
 type Store struct {
 	db   *bolt.DB
 	path string
+	// journal makes lease history changes append to the journal
+	// (journal.go); set before the store is shared.
+	journal bool
 }
 
 // Open opens, or creates with mode 0600, the database at path. It waits at
@@ -55,7 +58,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open state db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTokens, bucketTokenHashes, bucketLeases, bucketAttribution, bucketMeta} {
+		for _, b := range [][]byte{bucketTokens, bucketTokenHashes, bucketLeases, bucketAttribution, bucketMeta, bucketBans, bucketJournal} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %q: %w", b, err)
 			}

@@ -1,0 +1,135 @@
+package store
+
+import (
+	"net/netip"
+	"time"
+)
+
+// DB is the contract of the gateway's durable state: join tokens, bans,
+// and the lease history that attributes outside connections to jobs. Two
+// backends implement all of it: [Store], the embedded bbolt database of one
+// gateway's state directory, and pgstore.Store, PostgreSQL shared by a fleet
+// of gateways (and internal/fleet puts a local replica and journal in front
+// of the latter, so that the database is not in the data path). The
+// gateway, the control server and the admin API hold a DB and make no type
+// assertions on it.
+//
+// Methods are safe for concurrent use. They block for at most the
+// backend's own bound (a file lock, a database round trip with a timeout).
+// Errors wrap the package's sentinels: [ErrNotFound], [ErrExists],
+// [ErrInvalidName], [ErrBadToken] (and [ErrTokenExpired]).
+type DB interface {
+	// CreateToken makes a random token named name (generated if empty),
+	// valid for ttl from now (0: never expires), stores its SHA-256 and
+	// returns the clear token, which cannot be recovered later.
+	CreateToken(name string, ttl time.Duration, now time.Time) (secret string, t Token, err error)
+	// ImportToken stores an existing token (made by CreateToken
+	// elsewhere) under name.
+	ImportToken(name, secret string, ttl time.Duration, now time.Time) (Token, error)
+	// Tokens returns every token, expired ones included, sorted by name.
+	Tokens() ([]Token, error)
+	// RevokeToken deletes the named token. Ending the leases granted with
+	// it is the caller's business (the gateway's admin API, or, in a
+	// fleet, every gateway on the database's notification).
+	RevokeToken(name string) error
+	// VerifyToken returns the token whose clear text is secret, unless it
+	// is unknown, revoked or expired at now.
+	VerifyToken(secret string, now time.Time) (Token, error)
+
+	// AddBan stores b and returns it with its ID set.
+	AddBan(b Ban) (Ban, error)
+	// Bans returns the bans in force at now, oldest first.
+	Bans(now time.Time) ([]Ban, error)
+
+	// RecordLeaseStart adds r (with zero End) to the history.
+	RecordLeaseStart(r LeaseRecord) error
+	// RecordLeaseEnd sets the end time and reason of lease id, if it has
+	// none yet; an unknown id fails with ErrNotFound.
+	RecordLeaseEnd(id string, end time.Time, reason string) error
+	// ActiveLeases returns this gateway's records that have no end yet,
+	// oldest first: what a restart restores.
+	ActiveLeases() ([]LeaseRecord, error)
+	// Whois returns the leases whose port block (or own address) on addr
+	// contained port at time at, newest first.
+	Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord, error)
+	// PruneLeases deletes records that ended before cutoff and returns
+	// how many it deleted.
+	PruneLeases(cutoff time.Time) (int, error)
+
+	// Close releases the backend.
+	Close() error
+}
+
+var _ DB = (*Store)(nil)
+
+// Ban refuses joins with a token from a host, or from a client address,
+// until Until (airlock kick --ban). In a fleet it holds on every gateway.
+type Ban struct {
+	// ID is assigned by the store.
+	ID    int64  `json:"id,omitempty"`
+	Token string `json:"token"`
+	// Host is the job's host name as its client claimed it; Addr the
+	// client's address as the gateway saw it. One of them is set.
+	Host string     `json:"host,omitempty"`
+	Addr netip.Addr `json:"addr,omitzero"`
+	// Until is when the ban ends.
+	Until  time.Time `json:"until"`
+	Reason string    `json:"reason,omitempty"`
+	// Created is when the ban was made, By who made it (the gateway's
+	// advertised address and the command).
+	Created time.Time `json:"created"`
+	By      string    `json:"by,omitempty"`
+}
+
+// Attribution is one place a lease was seen outside: a public address with
+// the lease's port block, or (Own) the job's own address with any port.
+type Attribution struct {
+	Addr           netip.Addr
+	PortLo, PortHi uint16
+	Own            bool
+}
+
+// Attributions returns where r's flows left from, the keys whois finds it
+// by: its IPv4 (or unspecified) public address with its port block, and its
+// IPv6 egress address with the same block or, with Own6, by address alone.
+func Attributions(r LeaseRecord) []Attribution {
+	var out []Attribution
+	if r.PublicAddr.IsValid() && r.PortLo <= r.PortHi {
+		out = append(out, Attribution{Addr: r.PublicAddr.Unmap(), PortLo: r.PortLo, PortHi: r.PortHi})
+	}
+	if r.PublicAddr6.IsValid() && r.PublicAddr6 != r.PublicAddr {
+		switch {
+		case r.Own6:
+			out = append(out, Attribution{Addr: r.PublicAddr6, PortLo: 0, PortHi: 65535, Own: true})
+		case r.PortHi >= r.PortLo && r.PortHi != 0:
+			out = append(out, Attribution{Addr: r.PublicAddr6, PortLo: r.PortLo, PortHi: r.PortHi})
+		}
+	}
+	return out
+}
+
+// Member is one gateway of a fleet as it registers itself in the shared
+// database and heartbeats (internal/fleet).
+type Member struct {
+	// ID is the gateway's pin (sha256:HEX of its TLS key): stable across
+	// restarts of one state directory, and what clients trust.
+	ID string `json:"id"`
+	// Advertise is the HOST:PORT clients dial.
+	Advertise string    `json:"advertise"`
+	Version   string    `json:"version,omitempty"`
+	Started   time.Time `json:"started"`
+	Heartbeat time.Time `json:"heartbeat"`
+	// Jobs is the number of live leases, Capacity how many the gateway
+	// can hold.
+	Jobs     int  `json:"jobs"`
+	Capacity int  `json:"capacity"`
+	Draining bool `json:"draining,omitempty"`
+	// Stopped is set when the gateway stopped cleanly.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Alive reports whether m heartbeated within stale of now and has not
+// stopped.
+func (m Member) Alive(now time.Time, stale time.Duration) bool {
+	return !m.Stopped && now.Sub(m.Heartbeat) < stale
+}

@@ -1,0 +1,848 @@
+// Package pgstore keeps Airlock's shared state in PostgreSQL, for a fleet of
+// gateways that acts as one site: join tokens, bans and the lease history
+// (with its attribution index, which answers whois for any gateway's
+// address), the fleet's members and kick requests. It implements
+// [store.DB]; internal/fleet puts a local replica and journal in front of it
+// so that a gateway does not depend on the database for its data path.
+//
+// The schema is versioned (migrations/, applied by Migrate with tern's
+// migrator: a version table, an advisory lock, each migration in one
+// transaction). Migrations only add, so that gateways keep running while
+// one is applied; Open refuses a schema older than this code (run airlock
+// db migrate) or newer (upgrade this gateway).
+//
+// Changes to tokens, bans and kicks are announced by triggers on the
+// channel "airlock" (NOTIFY, sent at commit); Listen delivers them.
+//
+// Every method is bounded by Config.Timeout. A Store is safe for
+// concurrent use.
+package pgstore
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/tern/v2/migrate"
+
+	"github.com/airlock-vpn/airlock/internal/store"
+)
+
+// VersionTable is the table that holds the schema version.
+const VersionTable = "airlock_schema_version"
+
+// DefaultTimeout bounds each call when Config.Timeout is zero.
+const DefaultTimeout = 5 * time.Second
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Errors of Open about the schema.
+var (
+	// ErrSchemaOld means the database's schema is older than this code
+	// knows (or absent): run airlock db migrate.
+	ErrSchemaOld = errors.New("database schema is older than this airlock")
+	// ErrSchemaNew means the database's schema is newer than this code
+	// knows: upgrade airlock on this host.
+	ErrSchemaNew = errors.New("database schema is newer than this airlock")
+)
+
+// Config configures Open and Migrate.
+type Config struct {
+	// URL is a PostgreSQL connection string (postgres://… or key=value),
+	// with TLS settings (sslmode, sslrootcert, sslcert, sslkey) as libpq
+	// takes them. The password should not be in it: PasswordFile, or
+	// PGPASSWORD / PGPASSFILE in the environment.
+	URL string
+	// PasswordFile, if set, is a file (mode 0600 or stricter) whose first
+	// line is the password.
+	PasswordFile string
+	// Gateway is this gateway's member id: ActiveLeases returns its
+	// leases. Empty for admin commands.
+	Gateway string
+	// Timeout bounds each call; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// MaxConns bounds the connection pool; 0 means 4.
+	MaxConns int32
+	Logger   *slog.Logger
+}
+
+// Store is the shared state in PostgreSQL. It is safe for concurrent use.
+type Store struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	timeout time.Duration
+}
+
+var _ store.DB = (*Store)(nil)
+
+// poolConfig parses cfg into a pool configuration.
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	pc, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		return nil, fmt.Errorf("parse --store: %w", redact(err))
+	}
+	if cfg.PasswordFile != "" {
+		pw, err := readPasswordFile(cfg.PasswordFile)
+		if err != nil {
+			return nil, err
+		}
+		pc.ConnConfig.Password = pw
+	}
+	pc.MaxConns = cfg.MaxConns
+	if pc.MaxConns <= 0 {
+		pc.MaxConns = 4
+	}
+	pc.ConnConfig.ConnectTimeout = timeout(cfg)
+	pc.ConnConfig.RuntimeParams["application_name"] = "airlock"
+	return pc, nil
+}
+
+func timeout(cfg Config) time.Duration {
+	if cfg.Timeout > 0 {
+		return cfg.Timeout
+	}
+	return DefaultTimeout
+}
+
+// readPasswordFile returns the first line of path, refusing a file that
+// others may read.
+func readPasswordFile(path string) (string, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("database password file: %w", err)
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("database password file %s has mode %04o: others may read it; chmod 600 %s", path, fi.Mode().Perm(), path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("database password file: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	line = strings.TrimRight(line, "\r")
+	if line == "" {
+		return "", fmt.Errorf("database password file %s is empty", path)
+	}
+	return line, nil
+}
+
+// redact drops the connection string from pgx's parse errors, which
+// quote it (with any password in it).
+func redact(err error) error {
+	var pe *pgconn.ParseConfigError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s", strings.ReplaceAll(pe.Error(), pe.ConnString, "…"))
+	}
+	return err
+}
+
+// Open connects to the database and checks that its schema is the one
+// this code knows.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	pc, err := poolConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	s := &Store{pool: pool, cfg: cfg, timeout: timeout(cfg)}
+	v, err := s.SchemaVersion(ctx)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	latest := LatestVersion()
+	switch {
+	case v < latest:
+		pool.Close()
+		return nil, fmt.Errorf("%w: it is at version %d, this airlock needs %d; run airlock db migrate --store URL (as the schema's owner)", ErrSchemaOld, v, latest)
+	case v > latest:
+		pool.Close()
+		return nil, fmt.Errorf("%w: it is at version %d, this airlock knows %d; upgrade airlock on this host to the fleet's version", ErrSchemaNew, v, latest)
+	}
+	return s, nil
+}
+
+// Close closes the connection pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// call returns a context bounded by the store's timeout.
+func (s *Store) call() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.timeout)
+}
+
+// migrations returns the embedded migrations in order.
+func migrations() ([]string, []string, error) {
+	ents, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, nil, err
+	}
+	var names, sqls []string
+	for _, e := range ents {
+		b, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, e.Name())
+		sqls = append(sqls, string(b))
+	}
+	return names, sqls, nil
+}
+
+// LatestVersion is the schema version this code knows: its number of
+// migrations.
+func LatestVersion() int32 {
+	names, _, _ := migrations()
+	return int32(len(names))
+}
+
+// SchemaVersion returns the database's schema version, 0 if it has none.
+func (s *Store) SchemaVersion(ctx context.Context) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	var v int32
+	err := s.pool.QueryRow(ctx, "select version from "+VersionTable).Scan(&v)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// Migrate brings the database's schema to LatestVersion and returns the
+// versions before and after. It holds an advisory lock while it runs, so
+// that two migrations do not interleave, and applies each migration in a
+// transaction; running gateways go on (migrations only add). A database
+// newer than this code is left alone with ErrSchemaNew.
+func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
+	pc, err := poolConfig(cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
+	if err != nil {
+		return 0, 0, fmt.Errorf("connect to database: %w", err)
+	}
+	defer conn.Close(context.Background())
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return 0, 0, fmt.Errorf("migrate: %w", err)
+	}
+	names, sqls, err := migrations()
+	if err != nil {
+		return 0, 0, err
+	}
+	for i := range names {
+		m.AppendMigration(strings.TrimSuffix(names[i], ".sql"), sqls[i], "")
+	}
+	if from, err = m.GetCurrentVersion(ctx); err != nil {
+		return 0, 0, fmt.Errorf("migrate: %w", err)
+	}
+	if from > int32(len(names)) {
+		return from, from, fmt.Errorf("%w: it is at version %d, this airlock knows %d; migrate with the newest airlock of the fleet", ErrSchemaNew, from, len(names))
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return from, 0, fmt.Errorf("migrate: %w", err)
+	}
+	to, err = m.GetCurrentVersion(ctx)
+	return from, to, err
+}
+
+// pgErr reports whether err is a PostgreSQL error with code.
+func pgErr(err error, code string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == code
+}
+
+// CreateToken implements store.DB.
+func (s *Store) CreateToken(name string, ttl time.Duration, now time.Time) (string, store.Token, error) {
+	secret, err := store.NewTokenSecret()
+	if err != nil {
+		return "", store.Token{}, fmt.Errorf("create token: %w", err)
+	}
+	t, err := s.storeToken(name, secret, ttl, now)
+	if err != nil {
+		return "", store.Token{}, fmt.Errorf("create token: %w", err)
+	}
+	return secret, t, nil
+}
+
+// ImportToken implements store.DB.
+func (s *Store) ImportToken(name, secret string, ttl time.Duration, now time.Time) (store.Token, error) {
+	secret, err := store.CheckTokenSecret(secret)
+	if err != nil {
+		return store.Token{}, fmt.Errorf("import token: %w", err)
+	}
+	t, err := s.storeToken(name, secret, ttl, now)
+	if err != nil {
+		return store.Token{}, fmt.Errorf("import token: %w", err)
+	}
+	return t, nil
+}
+
+func (s *Store) storeToken(name, secret string, ttl time.Duration, now time.Time) (store.Token, error) {
+	if ttl < 0 {
+		return store.Token{}, fmt.Errorf("negative ttl %s", ttl)
+	}
+	if name != "" {
+		if err := store.ValidateTokenName(name); err != nil {
+			return store.Token{}, err
+		}
+	}
+	t := store.Token{Name: name, Hash: store.HashToken(secret), Created: now.UTC().Truncate(time.Microsecond)}
+	if ttl > 0 {
+		t.Expires = now.Add(ttl).UTC().Truncate(time.Microsecond)
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	for i := 0; ; i++ {
+		if name == "" {
+			n, err := store.GenerateTokenName()
+			if err != nil {
+				return store.Token{}, err
+			}
+			t.Name = n
+		}
+		rec, err := json.Marshal(t)
+		if err != nil {
+			return store.Token{}, err
+		}
+		var exp *time.Time
+		if !t.Expires.IsZero() {
+			exp = &t.Expires
+		}
+		_, err = s.pool.Exec(ctx, "insert into airlock_tokens (name, hash, created, expires, record) values ($1, $2, $3, $4, $5)",
+			t.Name, t.Hash, t.Created, exp, rec)
+		if pgErr(err, "23505") { // unique_violation
+			var pe *pgconn.PgError
+			errors.As(err, &pe)
+			if strings.Contains(pe.ConstraintName, "hash") {
+				return store.Token{}, fmt.Errorf("this token is already stored: %w", store.ErrExists)
+			}
+			if name == "" && i < 16 {
+				continue
+			}
+			return store.Token{}, fmt.Errorf("token %q: %w", t.Name, store.ErrExists)
+		}
+		if err != nil {
+			return store.Token{}, err
+		}
+		return t, nil
+	}
+}
+
+// Tokens implements store.DB.
+func (s *Store) Tokens() ([]store.Token, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "select record from airlock_tokens order by name")
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	toks, err := pgx.CollectRows(rows, pgx.RowTo[store.Token])
+	if err != nil {
+		return nil, fmt.Errorf("list tokens: %w", err)
+	}
+	return toks, nil
+}
+
+// RevokeToken implements store.DB: the row goes, and the trigger tells
+// every gateway.
+func (s *Store) RevokeToken(name string) error {
+	ctx, cancel := s.call()
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, "delete from airlock_tokens where name = $1", name)
+	if err != nil {
+		return fmt.Errorf("revoke token: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("revoke token: token %q: %w", store.Truncate(name), store.ErrNotFound)
+	}
+	return nil
+}
+
+// VerifyToken implements store.DB (a fleet gateway verifies against its
+// local replica instead, internal/fleet).
+func (s *Store) VerifyToken(secret string, now time.Time) (store.Token, error) {
+	if !strings.HasPrefix(secret, store.TokenPrefix) {
+		return store.Token{}, fmt.Errorf("verify token: %w: not an airlock token", store.ErrBadToken)
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	var t store.Token
+	err := s.pool.QueryRow(ctx, "select record from airlock_tokens where hash = $1", store.HashToken(secret)).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Token{}, fmt.Errorf("verify token: %w: unknown or revoked token", store.ErrBadToken)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("verify token: %w", err)
+	}
+	if t.Expired(now) {
+		return store.Token{}, fmt.Errorf("verify token %q: %w: %w at %s", t.Name, store.ErrBadToken, store.ErrTokenExpired, t.Expires.Format(time.RFC3339))
+	}
+	return t, nil
+}
+
+// AddBan implements store.DB.
+func (s *Store) AddBan(b store.Ban) (store.Ban, error) {
+	if b.Token == "" || b.Host == "" && !b.Addr.IsValid() {
+		return store.Ban{}, fmt.Errorf("add ban: want a token and a host or an address")
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	if err := tx.QueryRow(ctx, "select nextval('airlock_bans_id_seq')").Scan(&b.ID); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
+	}
+	rec, err := json.Marshal(b)
+	if err != nil {
+		return store.Ban{}, err
+	}
+	if _, err := tx.Exec(ctx, "insert into airlock_bans (id, until, record) values ($1, $2, $3)", b.ID, b.Until, rec); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "delete from airlock_bans where until < now() - interval '1 day'"); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
+	}
+	return b, nil
+}
+
+// Bans implements store.DB.
+func (s *Store) Bans(now time.Time) ([]store.Ban, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "select record from airlock_bans where until > $1 order by id", now)
+	if err != nil {
+		return nil, fmt.Errorf("list bans: %w", err)
+	}
+	bans, err := pgx.CollectRows(rows, pgx.RowTo[store.Ban])
+	if err != nil {
+		return nil, fmt.Errorf("list bans: %w", err)
+	}
+	return bans, nil
+}
+
+// gatewayOf is the member id a record belongs to.
+func (s *Store) gatewayOf(r store.LeaseRecord) string {
+	if s.cfg.Gateway != "" {
+		return s.cfg.Gateway
+	}
+	return r.Gateway
+}
+
+// RecordLeaseStart implements store.DB. It is idempotent, and it never
+// reopens a record that has an end: a journal replays snapshots in order,
+// but at least once.
+func (s *Store) RecordLeaseStart(r store.LeaseRecord) error {
+	if r.ID == "" {
+		return fmt.Errorf("record lease: empty id")
+	}
+	return s.PutLeases([]store.LeaseRecord{r})
+}
+
+// PutLeases writes snapshots of lease records (a start, or an end) in one
+// transaction, in order: a record is created, or, while it has no end,
+// replaced, with its attribution rows. A record that already has an end
+// is left alone. Resume state is not written.
+func (s *Store) PutLeases(recs []store.LeaseRecord) error {
+	ctx, cancel := s.call()
+	defer cancel()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("record leases: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	for _, r := range recs {
+		r.Resume = nil
+		rec, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		var end *time.Time
+		if !r.End.IsZero() {
+			end = &r.End
+		}
+		_, err = tx.Exec(ctx, `insert into airlock_leases (id, gateway, start, "end", record) values ($1, $2, $3, $4, $5)
+			on conflict (id) do update set "end" = excluded."end", record = excluded.record where airlock_leases."end" is null`,
+			r.ID, s.gatewayOf(r), r.Start, end, rec)
+		if err != nil {
+			return fmt.Errorf("record lease %s: %w", r.ID, err)
+		}
+		for _, a := range store.Attributions(r) {
+			_, err = tx.Exec(ctx, `insert into airlock_attribution (lease_id, public_addr, port_lo, port_hi, own, start)
+				values ($1, $2, $3, $4, $5, $6) on conflict do nothing`, r.ID, a.Addr, int(a.PortLo), int(a.PortHi), a.Own, r.Start)
+			if err != nil {
+				return fmt.Errorf("record lease %s: %w", r.ID, err)
+			}
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("record leases: %w", err)
+	}
+	return nil
+}
+
+// RecordLeaseEnd implements store.DB.
+func (s *Store) RecordLeaseEnd(id string, end time.Time, reason string) error {
+	ctx, cancel := s.call()
+	defer cancel()
+	var r store.LeaseRecord
+	err := s.pool.QueryRow(ctx, "select record from airlock_leases where id = $1", id).Scan(&r)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("record end of lease %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("record end of lease %s: %w", id, err)
+	}
+	if !r.End.IsZero() {
+		return nil
+	}
+	r.End, r.EndReason = end, reason
+	return s.PutLeases([]store.LeaseRecord{r})
+}
+
+// ActiveLeases implements store.DB: the live leases of Config.Gateway.
+func (s *Store) ActiveLeases() ([]store.LeaseRecord, error) {
+	return s.LiveLeases(s.cfg.Gateway)
+}
+
+// LiveLeases returns the records without an end of gateway id (every
+// gateway's if id is empty), oldest first.
+func (s *Store) LiveLeases(id string) ([]store.LeaseRecord, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `select record from airlock_leases where "end" is null and ($1 = '' or gateway = $1) order by start`, id)
+	if err != nil {
+		return nil, fmt.Errorf("live leases: %w", err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[store.LeaseRecord])
+	if err != nil {
+		return nil, fmt.Errorf("live leases: %w", err)
+	}
+	return recs, nil
+}
+
+// Lease returns the record of lease id.
+func (s *Store) Lease(id string) (store.LeaseRecord, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var r store.LeaseRecord
+	err := s.pool.QueryRow(ctx, "select record from airlock_leases where id = $1", id).Scan(&r)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, fmt.Errorf("lease %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return r, fmt.Errorf("lease %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// Whois implements store.DB: records whose attribution row names addr
+// with port in its block (or addr alone, own), or the unspecified address
+// of addr's family with port in its block, and that covered at.
+func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]store.LeaseRecord, error) {
+	addr = addr.Unmap()
+	unspec := netip.IPv6Unspecified()
+	if addr.Is4() {
+		unspec = netip.IPv4Unspecified()
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `select distinct on (l.id) l.record from airlock_attribution a join airlock_leases l on l.id = a.lease_id
+		where (a.public_addr = $1 and (a.own or a.port_lo <= $2 and $2 <= a.port_hi)
+		    or a.public_addr = $3 and not a.own and a.port_lo <= $2 and $2 <= a.port_hi)
+		  and a.start <= $4 and (l."end" is null or l."end" > $4)
+		order by l.id`, addr, int(port), unspec, at)
+	if err != nil {
+		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowTo[store.LeaseRecord])
+	if err != nil {
+		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].Start.After(recs[j].Start) })
+	return recs, nil
+}
+
+// PruneLeases implements store.DB. Every gateway of a fleet runs it; the
+// deletes are idempotent.
+func (s *Store) PruneLeases(cutoff time.Time) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.timeout)
+	defer cancel()
+	tag, err := s.pool.Exec(ctx, `delete from airlock_leases where "end" < $1`, cutoff)
+	if err != nil {
+		return 0, fmt.Errorf("prune leases: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// HistoryStats describes what the lease history keeps.
+type HistoryStats struct {
+	Leases int64     `json:"leases"`
+	Live   int64     `json:"live"`
+	Oldest time.Time `json:"oldest,omitzero"`
+	// Bytes is the size of the history's tables and indexes.
+	Bytes int64 `json:"bytes"`
+}
+
+// HistoryStats returns how much the lease history holds.
+func (s *Store) HistoryStats() (HistoryStats, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var h HistoryStats
+	var oldest *time.Time
+	err := s.pool.QueryRow(ctx, `select count(*), count(*) filter (where "end" is null), min(start),
+		pg_total_relation_size('airlock_leases') + pg_total_relation_size('airlock_attribution') from airlock_leases`).Scan(&h.Leases, &h.Live, &oldest, &h.Bytes)
+	if err != nil {
+		return h, fmt.Errorf("history stats: %w", err)
+	}
+	if oldest != nil {
+		h.Oldest = *oldest
+	}
+	return h, nil
+}
+
+// Heartbeat registers or updates member m (its Heartbeat is set by the
+// database's clock).
+func (s *Store) Heartbeat(m store.Member) error {
+	ctx, cancel := s.call()
+	defer cancel()
+	rec, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, `insert into airlock_gateways (id, heartbeat, record) values ($1, now(), $2)
+		on conflict (id) do update set heartbeat = now(), record = excluded.record`, m.ID, rec)
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	return nil
+}
+
+// Members returns every registered gateway, with Heartbeat from the
+// database's clock, by advertised address.
+func (s *Store) Members() ([]store.Member, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "select record, heartbeat from airlock_gateways")
+	if err != nil {
+		return nil, fmt.Errorf("members: %w", err)
+	}
+	var out []store.Member
+	var m store.Member
+	var hb time.Time
+	_, err = pgx.ForEachRow(rows, []any{&m, &hb}, func() error {
+		m.Heartbeat = hb
+		out = append(out, m)
+		m = store.Member{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("members: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Advertise < out[j].Advertise })
+	return out, nil
+}
+
+// Now returns the database's clock, which heartbeats are compared with.
+func (s *Store) Now() (time.Time, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var t time.Time
+	err := s.pool.QueryRow(ctx, "select now()").Scan(&t)
+	return t, err
+}
+
+// Kick is an admin's request that the gateway holding a lease end it.
+type Kick struct {
+	ID      int64  `json:"id,omitempty"`
+	Lease   string `json:"lease"`
+	Gateway string `json:"gateway"`
+	Reason  string `json:"reason,omitempty"`
+	// Ban, if positive, also bans the job's token from its host.
+	Ban time.Duration `json:"ban,omitempty"`
+	By  string        `json:"by,omitempty"`
+}
+
+// KickResult is the holding gateway's answer.
+type KickResult struct {
+	Ended bool   `json:"ended"`
+	Error string `json:"error,omitempty"`
+}
+
+// RequestKick stores k; the trigger tells every gateway, and the one that
+// holds the lease ends it and answers with FinishKick.
+func (s *Store) RequestKick(k Kick) (int64, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rec, err := json.Marshal(k)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	err = s.pool.QueryRow(ctx, "insert into airlock_kicks (lease_id, gateway, record) values ($1, $2, $3) returning id", k.Lease, k.Gateway, rec).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("request kick: %w", err)
+	}
+	return id, nil
+}
+
+// PendingKick returns kick request id if it is for gateway gw and not done.
+func (s *Store) PendingKick(id int64, gw string) (Kick, bool, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var k Kick
+	err := s.pool.QueryRow(ctx, "select record from airlock_kicks where id = $1 and gateway = $2 and done is null", id, gw).Scan(&k)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return k, false, nil
+	}
+	if err != nil {
+		return k, false, fmt.Errorf("kick %d: %w", id, err)
+	}
+	k.ID = id
+	return k, true, nil
+}
+
+// PendingKicks returns the kick requests for gateway gw not done yet.
+func (s *Store) PendingKicks(gw string) ([]Kick, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, "select id, record from airlock_kicks where gateway = $1 and done is null order by id", gw)
+	if err != nil {
+		return nil, fmt.Errorf("pending kicks: %w", err)
+	}
+	var out []Kick
+	var id int64
+	var k Kick
+	_, err = pgx.ForEachRow(rows, []any{&id, &k}, func() error {
+		k.ID = id
+		out = append(out, k)
+		k = Kick{}
+		return nil
+	})
+	return out, err
+}
+
+// FinishKick records the answer to kick request id.
+func (s *Store) FinishKick(id int64, res KickResult) error {
+	ctx, cancel := s.call()
+	defer cancel()
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = s.pool.Exec(ctx, "update airlock_kicks set done = now(), result = $2 where id = $1", id, b)
+	if err != nil {
+		return fmt.Errorf("finish kick %d: %w", id, err)
+	}
+	return nil
+}
+
+// WaitKick waits until kick request id is answered or ctx ends.
+func (s *Store) WaitKick(ctx context.Context, id int64) (KickResult, error) {
+	for {
+		var res *KickResult
+		qctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := s.pool.QueryRow(qctx, "select result from airlock_kicks where id = $1 and done is not null", id).Scan(&res)
+		cancel()
+		if err == nil && res != nil {
+			return *res, nil
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return KickResult{}, fmt.Errorf("kick %d: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return KickResult{}, fmt.Errorf("kick %d: no answer from the gateway that holds the lease: %w", id, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Notification is one change announced on channel airlock.
+type Notification struct {
+	// Table is airlock_tokens, airlock_bans or airlock_kicks; Op is
+	// INSERT, UPDATE or DELETE; Key the token's name, or the ban's or
+	// kick's id.
+	Table string `json:"t"`
+	Op    string `json:"op"`
+	Key   string `json:"key"`
+}
+
+// KickID returns the kick request id of n.
+func (n Notification) KickID() (int64, bool) {
+	if n.Table != "airlock_kicks" {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(n.Key, 10, 64)
+	return id, err == nil
+}
+
+// Listen holds one connection that listens on channel airlock, calls
+// ready once it listens (the caller reloads what it caches: what changed
+// before is not announced), then fn for every notification, until ctx
+// ends or the connection fails; it returns the error. Callers loop.
+func (s *Store) Listen(ctx context.Context, ready func(), fn func(Notification)) error {
+	pc, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	// The connection will be in LISTEN state: never give it back to the
+	// pool.
+	conn := pc.Hijack()
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "listen airlock"); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	ready()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("listen: %w", err)
+		}
+		var msg Notification
+		if err := json.Unmarshal([]byte(n.Payload), &msg); err != nil {
+			continue
+		}
+		fn(msg)
+	}
+}
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.pool.Ping(ctx)
+}
