@@ -104,7 +104,6 @@ func TestBench(t *testing.T) {
 		}
 	})
 	topology.EnsureUser(t)
-	topology.PrepareTUN(t)
 	topology.BuildAirlock(t)
 	topology.BuildPeer(t)
 

@@ -71,7 +71,6 @@ func scaleGateways(t *testing.T, out string) {
 	tp := topology.New(t, topology.WithPrefix("sg"), topology.WithThirdDMZ())
 	u := topology.EnsureUser(t)
 	airlock, peer := topology.BuildAirlock(t), topology.BuildPeer(t)
-	topology.PrepareTUN(t)
 	// The echo server binds inet's address itself: one on 0.0.0.0 would
 	// answer dmz2 and dmz3 from inet's address on their links, which
 	// their gateways' sockets (connected to the address asked) drop.

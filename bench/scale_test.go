@@ -106,7 +106,6 @@ func TestScaleBench(t *testing.T) {
 	tp := topology.New(t, topology.WithPrefix("sc"))
 	u := topology.EnsureUser(t)
 	airlock, peer := topology.BuildAirlock(t), topology.BuildPeer(t)
-	topology.PrepareTUN(t)
 	if *flagScalePorts != "" {
 		if code, o, e := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range="+*flagScalePorts); code != 0 {
 			t.Fatalf("sysctl ip_local_port_range: %s %s", o, e)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // The test binary doubles as the program under test: TestMain calls Init so
@@ -28,7 +30,6 @@ const (
 	helperEnv    = "AIRLOCK_NSEXEC_TEST_HELPER" // JSON helperSpec
 	resultMarker = "HELPER-RESULT: "
 	pidMarker    = "HELPER-JOB-PID: "
-	testUser     = "airlocktest"
 )
 
 func TestMain(m *testing.M) {
@@ -227,54 +228,6 @@ func waitGone(pid int, d time.Duration) bool {
 	return false
 }
 
-// ensureTestUser creates the unprivileged test user if it is missing and
-// returns its uid and gid. It tolerates concurrent creation.
-func ensureTestUser(t *testing.T) (uid, gid int) {
-	t.Helper()
-	for attempt := 0; ; attempt++ {
-		out, err := exec.Command("id", "-u", testUser).Output()
-		if err == nil {
-			uid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
-			out, err = exec.Command("id", "-g", testUser).Output()
-			if err != nil {
-				t.Fatalf("id -g %s: %v", testUser, err)
-			}
-			gid, _ = strconv.Atoi(strings.TrimSpace(string(out)))
-			return uid, gid
-		}
-		if attempt == 20 {
-			t.Fatalf("cannot create user %s", testUser)
-		}
-		// Exit status 9: created concurrently; 10: /etc/passwd locked.
-		cmd := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", testUser)
-		if out, err := cmd.CombinedOutput(); err != nil && cmd.ProcessState.ExitCode() != 9 {
-			t.Logf("useradd %s: %v: %s (retrying)", testUser, err, out)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-// privateTUN returns a command prefix that runs the rest of the command in
-// a private mount namespace where /dev/net/tun is a fresh node of the same
-// device with the given mode. The host's /dev/net/tun is never changed, so
-// tests of other packages that rely on its mode can run in parallel.
-func privateTUN(t *testing.T, mode os.FileMode) []string {
-	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(tunPath, &st); err != nil {
-		t.Fatalf("stat %s: %v", tunPath, err)
-	}
-	node := filepath.Join(t.TempDir(), "tun")
-	if err := unix.Mknod(node, unix.S_IFCHR|uint32(mode.Perm()), int(st.Rdev)); err != nil {
-		t.Fatalf("mknod %s: %v", node, err)
-	}
-	if err := os.Chmod(node, mode.Perm()); err != nil { // undo the umask
-		t.Fatal(err)
-	}
-	return []string{"unshare", "--mount", "--propagation", "private", "--",
-		"sh", "-c", `mount --bind "$0" ` + tunPath + ` && exec "$@"`, node}
-}
-
 // helperBinary copies the test binary where other users can run it.
 func helperBinary(t *testing.T) string {
 	t.Helper()
@@ -305,19 +258,15 @@ func helperBinary(t *testing.T) string {
 	return dst
 }
 
-// helperCmd returns the command that runs TestHelperJob with spec, as the
-// unprivileged user when asUser is set, and with /dev/net/tun of mode
-// tunMode (see privateTUN) unless that is 0.
-func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, tunMode os.FileMode, spec helperSpec) *exec.Cmd {
+// helperCmd returns the command that runs TestHelperJob with spec: as root
+// if tunMode is 0, else as the unprivileged test user with /dev/net/tun of
+// mode tunMode (see topology.TUNNode).
+func helperCmd(ctx context.Context, t *testing.T, bin string, tunMode os.FileMode, spec helperSpec) *exec.Cmd {
 	t.Helper()
 	raw, _ := json.Marshal(spec)
 	args := []string{bin, "-test.run=^TestHelperJob$", "-test.timeout=60s"}
-	if asUser {
-		uid, gid := ensureTestUser(t)
-		args = append([]string{"setpriv", "--reuid=" + strconv.Itoa(uid), "--regid=" + strconv.Itoa(gid), "--clear-groups", "--"}, args...)
-	}
 	if tunMode != 0 {
-		args = append(privateTUN(t, tunMode), args...)
+		args = topology.NewTUNNode(t, tunMode).Command(topology.EnsureUser(t), args...)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Dir = filepath.Dir(bin)
@@ -326,12 +275,13 @@ func helperCmd(ctx context.Context, t *testing.T, bin string, asUser bool, tunMo
 	return cmd
 }
 
-// runHelper runs TestHelperJob with spec and returns its result.
-func runHelper(t *testing.T, bin string, asUser bool, tunMode os.FileMode, spec helperSpec) helperResult {
+// runHelper runs TestHelperJob with spec like helperCmd and returns its
+// result.
+func runHelper(t *testing.T, bin string, tunMode os.FileMode, spec helperSpec) helperResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
-	cmd := helperCmd(ctx, t, bin, asUser, tunMode, spec)
+	cmd := helperCmd(ctx, t, bin, tunMode, spec)
 	out, err := cmd.CombinedOutput()
 	res := parseResult(t, out)
 	if err != nil {

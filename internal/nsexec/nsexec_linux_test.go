@@ -15,16 +15,18 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestJobUnprivileged runs jobs as an unprivileged user, the way airlock
 // runs on a compute node.
 func TestJobUnprivileged(t *testing.T) {
-	uid, _ := ensureTestUser(t)
+	uid := topology.EnsureUser(t).UID
 	bin := helperBinary(t)
 
 	t.Run("namespace", func(t *testing.T) {
-		res := runHelper(t, bin, true, 0o666, helperSpec{
+		res := runHelper(t, bin, 0o666, helperSpec{
 			Args: []string{"sh", "-c", `id -u; ip -o addr show dev tun0; ip -o link show dev tun0; ip -o link show dev lo; ip route;
 				cat /proc/net/dev; cat /etc/resolv.conf; grep CapEff /proc/self/status;
 				ls -l /proc/$$/fd; echo fds:; ls -1 /proc/$$/fd; echo :fds; env`},
@@ -91,7 +93,7 @@ func TestJobUnprivileged(t *testing.T) {
 		{"not-executable-126", helperSpec{Args: []string{"/etc/passwd"}}, 126, `airlock: exec "/etc/passwd": permission denied`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := runHelper(t, bin, true, 0o666, tc.spec)
+			res := runHelper(t, bin, 0o666, tc.spec)
 			if res.StartErr != "" || res.WaitErr != "" {
 				t.Fatalf("start error %q, wait error %q", res.StartErr, res.WaitErr)
 			}
@@ -105,7 +107,7 @@ func TestJobUnprivileged(t *testing.T) {
 	}
 
 	t.Run("cleanup-background", func(t *testing.T) {
-		res := runHelper(t, bin, true, 0o666, helperSpec{
+		res := runHelper(t, bin, 0o666, helperSpec{
 			Args:          []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 </dev/null & echo $!; exit 0"},
 			BackgroundPID: true,
 		})
@@ -126,7 +128,7 @@ func TestJobUnprivileged(t *testing.T) {
 	t.Run("pdeathsig", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := helperCmd(ctx, t, bin, true, 0o666, helperSpec{Mode: "orphan", Args: []string{"sleep", "30"}})
+		cmd := helperCmd(ctx, t, bin, 0o666, helperSpec{Mode: "orphan", Args: []string{"sleep", "30"}})
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -182,17 +184,16 @@ func waitExe(pid int, comm string, d time.Duration) bool {
 // TestTUNNotAccessible checks both Preflight and Start as an unprivileged
 // user when /dev/net/tun is 0600.
 func TestTUNNotAccessible(t *testing.T) {
-	ensureTestUser(t)
 	bin := helperBinary(t)
 
-	res := runHelper(t, bin, true, 0o600, helperSpec{Mode: "preflight"})
+	res := runHelper(t, bin, 0o600, helperSpec{Mode: "preflight"})
 	t.Logf("Preflight: %s", res.PreflightErr)
 	for _, want := range []string{"/dev/net/tun", "mode 0600", "0666", "`chmod 0666 /dev/net/tun`", "CAP_NET_ADMIN"} {
 		if !strings.Contains(res.PreflightErr, want) {
 			t.Errorf("Preflight error %q lacks %q", res.PreflightErr, want)
 		}
 	}
-	res = runHelper(t, bin, true, 0o600, helperSpec{Args: []string{"true"}})
+	res = runHelper(t, bin, 0o600, helperSpec{Args: []string{"true"}})
 	t.Logf("Start: %s", res.StartErr)
 	for _, want := range []string{"create tun in job namespace: open /dev/net/tun: permission denied", "mode 0600", "chmod 0666 /dev/net/tun"} {
 		if !strings.Contains(res.StartErr, want) {
@@ -204,7 +205,7 @@ func TestTUNNotAccessible(t *testing.T) {
 // TestJobAsRoot runs a job from the test process itself, as root.
 func TestJobAsRoot(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Fatal("tests must run as root (they create a user and change /dev/net/tun)")
+		t.Fatal("tests must run as root (they create a user and a TUN device node)")
 	}
 	if err := Preflight(); err != nil {
 		t.Fatalf("Preflight as root: %v", err)
@@ -289,7 +290,7 @@ func TestBindResolvConf(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := helperCmd(ctx, t, bin, false, 0, helperSpec{Mode: "bind", Dir: dir})
+	cmd := helperCmd(ctx, t, bin, 0, helperSpec{Mode: "bind", Dir: dir})
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWNS}
 	out, err := cmd.CombinedOutput()
 	if err != nil {

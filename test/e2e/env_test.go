@@ -110,7 +110,6 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	if mode == modeKernel {
 		e.gwUser = nil
 	}
-	topology.PrepareTUN(t)
 	// As a site admin would for a user-mode gateway: let every group of
 	// dmz open ICMP ping sockets, so that jobs' pings are relayed.
 	if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ, nil, "sysctl", "-q", "-w", `net.ipv4.ping_group_range=0 2147483647`); code != 0 {

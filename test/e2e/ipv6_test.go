@@ -274,7 +274,6 @@ func TestIPv6OnlyNode(t *testing.T) {
 		peer:    topology.BuildPeer(t),
 	}
 	e.gwUser = e.u
-	topology.PrepareTUN(t)
 	files := map[string]int64{"small": smallSize}
 	port4, sha := e.tp.StartHTTPIn(t, e.tp.V4Host, topology.V4HostAddr, files)
 	port6, _ := e.tp.StartHTTPIn(t, e.tp.V6Host, topology.V6HostAddr, files)

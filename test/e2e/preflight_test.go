@@ -46,11 +46,7 @@ func TestPreflight(t *testing.T) {
 		// A node where /dev/net/tun is 0600 (in a private mount namespace,
 		// so no other test sees it), the open-file limit is tiny and UDP
 		// to the gateway is dropped.
-		dir := topology.TempDir(t)
-		tun := filepath.Join(dir, "tun")
-		if out, err := runCmd("mknod", "-m", "0600", tun, "c", "10", "200"); err != nil {
-			t.Fatalf("mknod: %v %s", err, out)
-		}
+		tun := topology.NewTUNNode(t, 0o600)
 		nft := func(args ...string) {
 			t.Helper()
 			if code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.CN, nil, "nft", args...); code != 0 {
@@ -61,9 +57,8 @@ func TestPreflight(t *testing.T) {
 		defer nft("delete table inet preflight")
 		nft("add chain inet preflight out { type filter hook output priority 0 ; }")
 		nft(fmt.Sprintf("add rule inet preflight out udp dport %d drop", gatewayPort))
-		script := fmt.Sprintf("mount --bind %s /dev/net/tun && exec prlimit --nofile=64:64 setpriv --reuid=%d --regid=%d --clear-groups -- %s run --check --mode netns --gateway %s --pin %s --token %s",
-			tun, e.u.UID, e.u.GID, e.airlock, gw, e.pin, e.token)
-		code, _, out := e.tp.Run(t, 60*time.Second, e.tp.CN, nil, "unshare", "-m", "--propagation", "private", "sh", "-c", script)
+		argv := tun.Command(e.u, "prlimit", "--nofile=64:64", e.airlock, "run", "--check", "--mode", "netns", "--gateway", gw, "--pin", e.pin, "--token", e.token)
+		code, _, out := e.tp.Run(t, 60*time.Second, e.tp.CN, nil, argv[0], argv[1:]...)
 		if code != 1 {
 			t.Errorf("airlock run --check on a broken node: exit %d, want 1\n%s", code, out)
 		}

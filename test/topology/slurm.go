@@ -30,7 +30,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,14 +186,13 @@ func (s *Slurm) start(t testing.TB, name string, args ...string) *Process {
 }
 
 // Command returns a command that runs name in cn as u (nil: root) with
-// SLURM_CONF set, in the work directory, killed with its process group
-// when ctx is done.
+// SLURM_CONF set, in the work directory, with /dev/net/tun of mode
+// UserTUNMode (see TUNNode), killed with its process group when ctx is
+// done.
 func (s *Slurm) Command(ctx context.Context, u *User, name string, args ...string) *exec.Cmd {
-	argv := []string{"--net=" + filepath.Join("/var/run/netns", s.tp.CN)}
-	if u != nil {
-		argv = append(argv, "setpriv", "--reuid="+strconv.Itoa(u.UID), "--regid="+strconv.Itoa(u.GID), "--clear-groups", "--")
-	}
-	argv = append(append(argv, name), args...)
+	// Every command, slurmd too, sees the topology's /dev/net/tun; the
+	// jobs that slurmd starts inherit it.
+	argv := append([]string{"--net=" + filepath.Join("/var/run/netns", s.tp.CN)}, s.tp.tun.Command(u, append([]string{name}, args...)...)...)
 	cmd := exec.CommandContext(ctx, "nsenter", argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

@@ -141,6 +141,7 @@ type Topology struct {
 	NativeRouting bool
 
 	t        testing.TB
+	tun      TUNNode  // /dev/net/tun for commands run as a user
 	relay    *Process // the impairment relay; nil without WithImpairment
 	nextPort atomic.Int32
 	extraMu  sync.Mutex
@@ -223,6 +224,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only,
 		t: t,
 	}
+	tp.tun = NewTUNNode(t, UserTUNMode)
 	tp.nextPort.Store(20000)
 	nss := []string{tp.CN, tp.DMZ, tp.INET}
 	if o.impair != nil {
@@ -533,19 +535,18 @@ func (tp *Topology) SetResolvConf(ns string, nameservers ...netip.Addr) {
 // Command returns a command that runs name in namespace ns, as u (nil means
 // root), killed with its whole process group when ctx is done. Stdout and
 // Stderr are left for the caller to set. Commands run as u get HOME=/ and
-// working directory /, which every user can read.
+// working directory /, which every user can read, and a /dev/net/tun of
+// mode UserTUNMode (see TUNNode), whatever the host's mode.
 func (tp *Topology) Command(ctx context.Context, ns string, u *User, name string, args ...string) *exec.Cmd {
-	argv := []string{"netns", "exec", ns}
+	argv := append([]string{name}, args...)
 	if u != nil {
-		argv = append(argv, "setpriv",
-			"--reuid="+strconv.Itoa(u.UID), "--regid="+strconv.Itoa(u.GID), "--clear-groups", "--")
+		argv = tp.tun.Command(u, argv...)
 	}
-	argv = append(argv, name)
-	argv = append(argv, args...)
-	cmd := exec.CommandContext(ctx, "ip", argv...)
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
-		// ip netns exec and setpriv exec the target, so the group is the command's.
+		// ip netns exec, unshare, sh and setpriv exec the target, so the
+		// group is the command's.
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = 5 * time.Second

@@ -1,7 +1,9 @@
 package topology_test
 
 import (
+	"fmt"
 	"net/netip"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -209,5 +211,34 @@ func TestThirdDMZ(t *testing.T) {
 	})
 	if _, err := topology.NetnsInode(name); err == nil {
 		t.Errorf("namespace %s left behind", name)
+	}
+}
+
+// TestTUNNode: a command run through a TUNNode sees /dev/net/tun with the
+// node's mode (an unprivileged user opens it read-write at 0666, not at
+// 0600), and the host's device keeps its mode.
+func TestTUNNode(t *testing.T) {
+	topology.RequireRoot(t)
+	u := topology.EnsureUser(t)
+	before, err := os.Stat(topology.TUNPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o666, true}, {0o600, false}} {
+		argv := topology.NewTUNNode(t, tc.mode).Command(u, "sh", "-c", `stat -c %a `+topology.TUNPath+` && exec 3<>`+topology.TUNPath+` && echo opened`)
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if got := strings.Contains(string(out), "opened"); got != tc.ok || !strings.HasPrefix(string(out), fmt.Sprintf("%o\n", tc.mode)) {
+			t.Errorf("as %s with a %04o node: opened %v, want %v: %v\n%s", u.Name, tc.mode, got, tc.ok, err, out)
+		}
+	}
+	after, err := os.Stat(topology.TUNPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Mode() != after.Mode() {
+		t.Errorf("host's %s changed from %v to %v", topology.TUNPath, before.Mode(), after.Mode())
 	}
 }

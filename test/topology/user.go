@@ -7,7 +7,6 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 )
@@ -124,44 +123,4 @@ func trimNL(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-var tun struct {
-	mu   sync.Mutex
-	refs int         // guarded by mu
-	mode os.FileMode // guarded by mu: mode before the first PrepareTUN
-}
-
-// TUNPath is the TUN clone device.
-const TUNPath = "/dev/net/tun"
-
-// PrepareTUN makes /dev/net/tun usable by unprivileged users (mode 0666)
-// for the duration of the test and restores the original mode when the
-// last test in this process that asked for it has finished.
-func PrepareTUN(t testing.TB) {
-	t.Helper()
-	RequireRoot(t)
-	tun.mu.Lock()
-	defer tun.mu.Unlock()
-	if tun.refs == 0 {
-		fi, err := os.Stat(TUNPath)
-		if err != nil {
-			t.Fatalf("PrepareTUN: %v", err)
-		}
-		tun.mode = fi.Mode().Perm()
-		if err := os.Chmod(TUNPath, 0o666); err != nil {
-			t.Fatalf("PrepareTUN: %v", err)
-		}
-	}
-	tun.refs++
-	t.Cleanup(func() {
-		tun.mu.Lock()
-		defer tun.mu.Unlock()
-		tun.refs--
-		if tun.refs == 0 {
-			if err := os.Chmod(TUNPath, tun.mode); err != nil {
-				t.Errorf("PrepareTUN cleanup: restore mode %v: %v", tun.mode, err)
-			}
-		}
-	})
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // envIsolated marks the re-executed test binary that runs one test inside a
@@ -265,10 +267,11 @@ func WriteSysctl(name, value string) error {
 }
 
 // RunAs runs the tests of the running test binary that match run as the
-// user uid:gid (a copy of the binary in a directory that user can read,
-// removed afterwards) and fails t unless they pass. A test running as root
-// uses it to check that its Isolate'd tests pass without root, too.
-func RunAs(t *testing.T, uid, gid int, run string) {
+// user u (a copy of the binary in a directory that user can read, removed
+// afterwards), with /dev/net/tun of mode topology.UserTUNMode whatever the
+// host's mode, and fails t unless they pass. A test running as root uses
+// it to check that its Isolate'd tests pass without root, too.
+func RunAs(t *testing.T, u *topology.User, run string) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -294,19 +297,17 @@ func RunAs(t *testing.T, uid, gid int, run string) {
 	defer cancel()
 	// Verbose, so that a skip shows (and fails the check); CI, so that
 	// Isolate fails instead of skipping where it cannot start.
-	args := []string{"-test.run=" + run, "-test.count=1", "-test.timeout=" + isolatedTimeout.String(), "-test.v"}
-	cmd := exec.CommandContext(ctx, copyExe, args...)
+	argv := topology.NewTUNNode(t, topology.UserTUNMode).Command(u, copyExe,
+		"-test.run="+run, "-test.count=1", "-test.timeout="+isolatedTimeout.String(), "-test.v")
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "CI=1"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: false},
-		Pdeathsig:  syscall.SIGKILL,
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.CombinedOutput()
 	if err != nil || !bytes.Contains(out, []byte("\nPASS")) && !bytes.HasPrefix(out, []byte("PASS")) || bytes.Contains(out, []byte("--- SKIP")) {
-		t.Fatalf("tests %s as uid %d: %v\n%s", run, uid, err, out)
+		t.Fatalf("tests %s as uid %d: %v\n%s", run, u.UID, err, out)
 	}
 	if testing.Verbose() {
-		t.Logf("as uid %d:\n%s", uid, out)
+		t.Logf("as uid %d:\n%s", u.UID, out)
 	}
 }

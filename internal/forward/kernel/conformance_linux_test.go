@@ -63,7 +63,7 @@ func TestConformanceUnprivileged(t *testing.T) {
 		t.Skip("not root: TestConformance itself runs unprivileged")
 	}
 	u := topology.EnsureUser(t)
-	forwardtest.RunAs(t, u.UID, u.GID, "^TestConformance$/^(TCP|Ping|DNS|Floor|Limits|Bandwidth|Exposures|Accounting)$")
+	forwardtest.RunAs(t, u, "^TestConformance$/^(TCP|Ping|DNS|Floor|Limits|Bandwidth|Exposures|Accounting)$")
 }
 
 // routeIPv6 gives the suite's egress link an IPv6 address and default

@@ -1,0 +1,88 @@
+package topology
+
+// Unprivileged commands and /dev/net/tun.
+//
+// Theory of operation: a fresh Debian machine (and this project's CI) has
+// /dev/net/tun at mode 0600, while most distributions ship it 0666. The
+// harness never changes the host's device: a chmod is global, so test
+// processes running at the same time (go test runs packages as separate
+// processes; several developers share a machine) would race to set and
+// restore it, and a killed test would leave it 0666. Instead a [TUNNode]
+// is a device node of the same character device with a mode of its own,
+// made by root in a directory that only root can reach, and
+// [TUNNode.Command] runs a command in a new mount namespace in which that
+// node is bind-mounted over /dev/net/tun before the command starts, as
+// the given user. The mount namespace is a slave of the caller's, so
+// nothing mounted in it reaches the host, and it dies with its last
+// process: nothing is left to restore. Inside `ip netns exec` (which makes
+// a mount namespace of its own) the bind mount happens after it, in a
+// nested one.
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TUNPath is the TUN clone device.
+const TUNPath = "/dev/net/tun"
+
+// UserTUNMode is the mode of /dev/net/tun that unprivileged commands of
+// the harness see (what most distributions ship): any user may open it,
+// and creating a TUN still needs CAP_NET_ADMIN in a namespace the user
+// owns.
+const UserTUNMode os.FileMode = 0o666
+
+// TUNNode is the path of a device node of the TUN clone device, in a
+// directory of its own that only root can reach. The zero value is not
+// usable; make one with [NewTUNNode].
+type TUNNode string
+
+// NewTUNNode makes a node of /dev/net/tun's device with the given
+// permission bits in a new directory, removed at t's cleanup. It needs
+// root; it skips or fails t like [RequireRoot] otherwise.
+func NewTUNNode(t testing.TB, mode os.FileMode) TUNNode {
+	t.Helper()
+	RequireRoot(t)
+	var st unix.Stat_t
+	if err := unix.Stat(TUNPath, &st); err != nil {
+		t.Fatalf("NewTUNNode: stat %s: %v", TUNPath, err)
+	}
+	dir, err := os.MkdirTemp("", "airlock-tun-") // 0700
+	if err != nil {
+		t.Fatalf("NewTUNNode: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	node := filepath.Join(dir, "tun")
+	if err := unix.Mknod(node, unix.S_IFCHR|uint32(mode.Perm()), int(st.Rdev)); err != nil {
+		t.Fatalf("NewTUNNode: mknod %s: %v", node, err)
+	}
+	if err := os.Chmod(node, mode.Perm()); err != nil { // undo the umask
+		t.Fatalf("NewTUNNode: %v", err)
+	}
+	return TUNNode(node)
+}
+
+// Command returns the argv that runs argv with n bind-mounted over
+// /dev/net/tun in a new mount namespace, as u (nil: as the caller). The
+// command keeps the caller's process id (every step execs the next) and
+// its parent-death signal. It must be started as root.
+func (n TUNNode) Command(u *User, argv ...string) []string {
+	out := []string{"unshare", "--mount", "--propagation", "slave", "--",
+		"sh", "-c", `mount --bind "$0" ` + TUNPath + ` && exec "$@"`, string(n)}
+	if u != nil {
+		out = append(out, u.setpriv()...)
+	}
+	return append(out, argv...)
+}
+
+// setpriv returns the argv prefix that runs the rest as u, without
+// supplementary groups and keeping the parent-death signal (which a change
+// of uid would otherwise clear).
+func (u *User) setpriv() []string {
+	return []string{"setpriv", "--reuid=" + strconv.Itoa(u.UID), "--regid=" + strconv.Itoa(u.GID),
+		"--clear-groups", "--pdeathsig=keep", "--"}
+}
