@@ -27,7 +27,6 @@ CN=al-demo-cn-$suffix DMZ=al-demo-dmz-$suffix INET=al-demo-inet-$suffix
 work=$(mktemp -d /tmp/airlock-demo.XXXXXX)
 chmod 0755 "$work"
 pids=()
-tun_mode=$(stat -c %a /dev/net/tun)
 
 cleanup() {
 	set +e
@@ -35,7 +34,6 @@ cleanup() {
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
 	for ns in "$CN" "$DMZ" "$INET"; do ip netns del "$ns" 2>/dev/null; done
 	rm -rf "/etc/netns/$DMZ" "$work"
-	chmod "$tun_mode" /dev/net/tun
 }
 trap cleanup EXIT
 
@@ -48,10 +46,18 @@ cp bin/airlock bin/libairlock-preload.so "$work/"
 id airlockdemo >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin airlockdemo
 U=$(id -u airlockdemo) G=$(id -g airlockdemo)
 
-if [ "$tun_mode" != 666 ]; then
-	echo "/dev/net/tun is mode $tun_mode here (most distributions ship 0666); setting 0666 for the demo, restored at exit"
-	chmod 0666 /dev/net/tun
-fi
+# Most distributions ship /dev/net/tun 0666 (creating a TUN still needs
+# CAP_NET_ADMIN in a namespace the user owns). Rather than chmod the
+# host's device, the demo's user commands see a 0666 node of the same
+# device, bind-mounted over /dev/net/tun in their own mount namespace
+# (ip netns exec makes one): the host's device never changes.
+tun_mode=$(stat -c %a /dev/net/tun)
+mkdir -m 0700 "$work/dev" && mknod -m 0666 "$work/dev/tun" c 10 200
+[ "$tun_mode" = 666 ] || echo "/dev/net/tun is mode $tun_mode here (most distributions ship 0666); the demo's user commands get a 0666 node of it in a private mount namespace"
+# ip netns exec NS "${as_demo[@]}" CMD...: run CMD as airlockdemo (every
+# step execs the next, so $! is CMD's PID).
+as_demo=(sh -c 'mount --bind "$0" /dev/net/tun && exec "$@"' "$work/dev/tun"
+	setpriv --reuid="$U" --regid="$G" --clear-groups --)
 
 step "building namespaces $CN / $DMZ / $INET"
 for ns in "$CN" "$DMZ" "$INET"; do ip netns add "$ns"; ip -n "$ns" link set lo up; done
@@ -83,12 +89,12 @@ mkdir -p "/etc/netns/$DMZ" && echo "nameserver 203.0.113.2" >"/etc/netns/$DMZ/re
 # Let the unprivileged gateway relay jobs' pings through ping sockets.
 ip netns exec "$DMZ" sysctl -qw net.ipv4.ping_group_range="0 2147483647"
 mkdir -p "$work/gw" && chown "$U:$G" "$work/gw"
-ip netns exec "$DMZ" setpriv --reuid="$U" --regid="$G" --clear-groups -- \
+ip netns exec "$DMZ" "${as_demo[@]}" \
 	"$work/airlock" gateway --state "$work/gw/state" --listen 198.51.100.1:8443 2>"$work/gateway.log" & pids+=($!)
 for _ in $(seq 100); do [ -f "$work/gw/state/join.env" ] && break; sleep 0.1; done
 [ -f "$work/gw/state/join.env" ] || { cat "$work/gateway.log"; exit 1; }
 cat "$work/gw/state/join.env"
-TOKEN=$(ip netns exec "$DMZ" setpriv --reuid="$U" --regid="$G" --clear-groups -- "$work/airlock" token create --state "$work/gw/state" --name demo)
+TOKEN=$(ip netns exec "$DMZ" "${as_demo[@]}" "$work/airlock" token create --state "$work/gw/state" --name demo)
 echo "AIRLOCK_TOKEN=${TOKEN:0:12}… (made with: airlock token create --state DIR --name demo)"
 
 step "running a job on $CN as airlockdemo: airlock run -- sh job.sh"
@@ -107,7 +113,7 @@ set +e
 during=$(date -u -d '+1 sec' +%Y-%m-%dT%H:%M:%SZ)
 # shellcheck disable=SC1090
 (set -a; . "$work/gw/state/join.env"; export AIRLOCK_TOKEN="$TOKEN" AIRLOCK_JOB_ID=demo-42
-	ip netns exec "$CN" setpriv --reuid="$U" --regid="$G" --clear-groups -- "$work/airlock" run -- sh "$work/job.sh")
+	ip netns exec "$CN" "${as_demo[@]}" "$work/airlock" run -- sh "$work/job.sh")
 rc=$?
 set -e
 echo "job exit status: $rc (the job exits 7; airlock returns it unchanged)"
@@ -121,7 +127,7 @@ JOB
 chmod 0644 "$work/fallback.sh"
 for mode in seccomp preload; do
 	(set -a; . "$work/gw/state/join.env"; export AIRLOCK_TOKEN="$TOKEN" AIRLOCK_JOB_ID=demo-$mode
-		ip netns exec "$CN" setpriv --reuid="$U" --regid="$G" --clear-groups -- "$work/airlock" run --mode "$mode" -- sh "$work/fallback.sh")
+		ip netns exec "$CN" "${as_demo[@]}" "$work/airlock" run --mode "$mode" -- sh "$work/fallback.sh")
 done
 
 step "gateway log"
@@ -129,7 +135,7 @@ grep -E 'egress address|egress started|gateway ready|job joined|job left' "$work
 
 step "attribution: which job held a source port seen outside? (airlock whois, from the state db alone)"
 port=$(grep -o 'ports=[0-9]*' "$work/gateway.log" | head -1 | cut -d= -f2)
-ip netns exec "$DMZ" setpriv --reuid="$U" --regid="$G" --clear-groups -- \
+ip netns exec "$DMZ" "${as_demo[@]}" \
 	"$work/airlock" whois --state "$work/gw/state" --at "$during" "203.0.113.1:$((port + 5))" || true
 [ "$rc" -eq 7 ] || exit 1
 step "done; cleaning up"
