@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 )
 
@@ -148,6 +149,12 @@ func (s *Server) handleKick(w http.ResponseWriter, r *http.Request, g Gateway) {
 		ban = d
 	}
 	res, err := kick(g, req, ban)
+	if errors.Is(err, ErrNoSuchJob) {
+		// Not here: the fleet's gateway that holds it, if any.
+		if fres, ferr := s.fleetKick(r.Context(), req, ban); !errors.Is(ferr, fleet.ErrNoSuchJob) {
+			res, err = fres, ferr
+		}
+	}
 	switch {
 	case errors.Is(err, ErrNoSuchJob):
 		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})

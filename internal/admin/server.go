@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -79,13 +80,14 @@ type createTokenResponse struct {
 // [NewServer]; it is safe for concurrent use.
 type Server struct {
 	log   *slog.Logger
-	store *store.Store
+	store store.DB
 	mux   *http.ServeMux
 	http  *http.Server
 
 	mu     sync.Mutex
 	closed bool
-	gw     Gateway // guarded by mu: set by SetGateway, nil without a running gateway
+	gw     Gateway     // guarded by mu: set by SetGateway, nil without a running gateway
+	fleet  *fleet.Node // guarded by mu: set by SetFleet, nil for a single gateway
 }
 
 // RevokeResult answers DELETE /v1/tokens/{name}.
@@ -96,7 +98,7 @@ type RevokeResult struct {
 
 // NewServer returns an admin server for st with the token handlers
 // registered. It does not listen: call Serve.
-func NewServer(logger *slog.Logger, st *store.Store) *Server {
+func NewServer(logger *slog.Logger, st store.DB) *Server {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -105,6 +105,9 @@ type KickedLease struct {
 	Addr  netip.Addr `json:"addr"`
 	Token string     `json:"token,omitempty"`
 	Host  string     `json:"host,omitempty"`
+	// Gateway is the advertised address of the fleet's gateway that
+	// held the lease, when another than the one asked.
+	Gateway string `json:"gateway,omitempty"`
 }
 
 // ErrNoSuchJob means no live lease matches a kick.

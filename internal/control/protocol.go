@@ -140,6 +140,17 @@ type Lease struct {
 	Expires       time.Time `json:"expires"`
 	// Bypass is the job's site-local bypass (bypass.go); nil: none.
 	Bypass *Bypass `json:"bypass,omitempty"`
+	// Members lists the gateways of the fleet this gateway belongs to
+	// (itself included) that take joins, so that a client given one
+	// gateway can fail over to the others; empty for a single gateway.
+	Members []Member `json:"members,omitempty"`
+}
+
+// Member is one gateway of a fleet: the HOST:PORT clients dial and its
+// pin. A client trusts the pins a gateway it pinned vouches for.
+type Member struct {
+	Gateway string `json:"gateway"`
+	Pin     string `json:"pin"`
 }
 
 // LeaseRef names a lease in renew and release requests.
@@ -157,6 +168,10 @@ type RenewResponse struct {
 type Health struct {
 	Jobs     int  `json:"jobs"`
 	Draining bool `json:"draining"`
+	// Capacity is how many jobs the gateway can hold (0: unknown, an
+	// older gateway); clients spread joins in proportion to the free
+	// capacity Capacity - Jobs.
+	Capacity int `json:"capacity,omitempty"`
 	// RxBitsPerSec and TxBitsPerSec are the WireGuard traffic the gateway
 	// received from and sent to jobs, averaged over the last few seconds.
 	RxBitsPerSec float64 `json:"rx_bits_per_sec"`

@@ -93,7 +93,7 @@ type Backend interface {
 // Certificate are required.
 type ServerConfig struct {
 	Logger      *slog.Logger
-	Store       *store.Store
+	Store       store.DB
 	Backend     Backend
 	Certificate tls.Certificate
 	// FailureLimit and FailureBurst bound failed attempts (bad requests,
@@ -122,7 +122,7 @@ type ServerConfig struct {
 // it is safe for concurrent use.
 type Server struct {
 	log     *slog.Logger
-	store   *store.Store
+	store   store.DB
 	backend Backend
 	now     func() time.Time
 	fails   *failureLimiter

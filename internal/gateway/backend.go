@@ -14,12 +14,14 @@ import (
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
@@ -35,9 +37,17 @@ type gateway struct {
 	wgPub     wgkey.Key
 	gwAddr    netip.Addr
 	advertise string
-	// st keeps the lease history that attributes outside connections to
-	// jobs.
-	st *store.Store
+	// st keeps the tokens, bans and the lease history that attributes
+	// outside connections to jobs: local, or in a fleet the shared
+	// database behind a local replica and journal (fleet.go).
+	st store.DB
+	// local is the state directory's own database; st in a single
+	// gateway.
+	local *store.Store
+	// fleet is this gateway's membership in a fleet, st with it; remote
+	// the fleet's database. Both nil for a single gateway (fleet.go).
+	fleet  *fleet.Node
+	remote *pgstore.Store
 	// egress is the egress mode, public address and port-block plan.
 	egress egress
 	// backend is the egress backend: jobs' packets, egress, policy,
@@ -132,7 +142,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Token: tok.Name, Remote: remote.String(), TunnelAddr: l.Addr, Start: l.Start,
+		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddr: l.Addr, Start: l.Start,
 		Resume: resumeState(l, pub, req.Expose),
 	}
 	if job.Block != (portblock.Range{}) {
@@ -174,6 +184,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
+		Members:          g.members(),
 	}
 	g.lease6(&cl, l)
 	return cl, nil

@@ -128,6 +128,12 @@ type Config struct {
 	Reload <-chan struct{}
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
+	// Store, if its URL is set, makes the gateway a member of a fleet
+	// that shares tokens, bans and attribution through PostgreSQL
+	// (fleet.go).
+	Store StoreConfig
+	// Version is the gateway's version, as the fleet's status shows it.
+	Version string
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
 	// It exists for in-process tests; nil means ordinary sockets.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)

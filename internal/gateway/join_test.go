@@ -172,7 +172,7 @@ func TestJoinRollback(t *testing.T) {
 			t.Fatal("join succeeded with the WireGuard device closed")
 		}
 		checkNothingLeft(t, g, addr, exposedAt(g, block.Hi), true)
-		recs, err := g.st.Leases()
+		recs, err := g.local.Leases()
 		if err != nil || len(recs) != 1 || recs[0].EndReason != "wireguard peer failed" {
 			t.Errorf("lease history: got %+v, %v; want one record ended by the peer's failure", recs, err)
 		}

@@ -169,13 +169,19 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.T
 		control.ErrBanned, token, b.until.UTC().Format(time.RFC3339), left, why)
 }
 
-// ban refuses joins from the token and host of o for d.
+// ban refuses joins from the token and host of o for d, and records the
+// ban in the store: it survives a restart, and in a fleet it holds on
+// every gateway.
 func (g *gateway) ban(o owner, d time.Duration, reason string) time.Time {
 	now := time.Now()
 	until := now.Add(d)
 	g.admit.mu.Lock()
-	defer g.admit.mu.Unlock()
 	g.admit.banLocked(o.Token, o.Job.Hostname, o.Remote.Addr(), until, reason, now)
+	g.admit.mu.Unlock()
+	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	if _, err := g.st.AddBan(b); err != nil {
+		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+	}
 	return until
 }
 

@@ -124,11 +124,12 @@ func (g *gateway) openState() error {
 	}
 	g.res.cert, g.res.port = cert, port
 	g.res.info = Info{Fingerprint: fp, Gateway: g.gwAddr}
-	if g.st, err = store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second); err != nil {
+	if g.local, err = store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second); err != nil {
 		return err
 	}
-	g.onClose(func() { g.st.Close() })
-	return nil
+	g.st = g.local
+	g.onClose(func() { g.local.Close() })
+	return g.openRemote(fp)
 }
 
 // splitListen parses --listen: HOST:PORT, PORT 0 for one the kernel picks.
@@ -240,6 +241,12 @@ func (g *gateway) openServers() error {
 	if err := g.registerTransportMetrics(mx.registry); err != nil {
 		return err
 	}
+	if err := g.openFleet(); err != nil {
+		return err
+	}
+	if err := g.loadBans(time.Now()); err != nil {
+		return err
+	}
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
 		return err
 	} else if n > 0 || closed > 0 {
@@ -256,6 +263,7 @@ func (g *gateway) openServers() error {
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
 	g.res.adm = adm
 	adm.SetGateway(g)
+	g.registerFleetAdmin(adm)
 	if err := g.openCapture(mx.registry); err != nil {
 		return err
 	}
@@ -280,6 +288,9 @@ func (g *gateway) serve(ctx context.Context) error {
 	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds}
 	if g.cfg.Reload != nil {
 		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
+	}
+	if g.fleet != nil {
+		loops = append(loops, g.fleet.Run)
 	}
 	for _, loop := range loops {
 		grp.Go(func() error {

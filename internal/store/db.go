@@ -69,7 +69,8 @@ type Ban struct {
 	ID    int64  `json:"id,omitempty"`
 	Token string `json:"token"`
 	// Host is the job's host name as its client claimed it; Addr the
-	// client's address as the gateway saw it. One of them is set.
+	// client's address as the gateway saw it. At least one is set; the
+	// ban matches either.
 	Host string     `json:"host,omitempty"`
 	Addr netip.Addr `json:"addr,omitzero"`
 	// Until is when the ban ends.

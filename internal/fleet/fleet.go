@@ -1,0 +1,596 @@
+// Package fleet makes a gateway one member of a fleet of gateways that
+// share their state through PostgreSQL (internal/store/pgstore): tokens,
+// bans and revocations hold on every gateway, every gateway's lease history
+// answers whois from any of them, and each gateway registers itself so that
+// clients and admins see the whole fleet.
+//
+// Theory of operation. The database is not in the data path: a [Node] is
+// the gateway's [store.DB] and keeps, in the gateway's own state database
+// (bbolt), a replica of the fleet's tokens and bans and a journal of its
+// own lease records.
+//
+//   - Joins verify tokens and bans against the replica, so they go on while
+//     the database is down (with FailClosed, they are refused once the
+//     replica is older than Stale). The replica is reloaded whole when the
+//     node starts listening on the database (LISTEN airlock), on every
+//     notification of a change to tokens or bans (NOTIFY, sent by the
+//     schema's triggers at commit: one round trip after an admin's command
+//     on any gateway or admin host), and every ResyncEvery. A reload that
+//     finds a token gone ends that token's live leases here (OnRevoke);
+//     one that finds a new ban applies it and ends the leases it matches
+//     (OnBan). So a change made while this gateway could not listen takes
+//     effect at its next reload.
+//   - Lease records are written to the local database with a journal entry
+//     in the same transaction (store.EnableJournal) before the join is
+//     acknowledged; a shipper copies journal entries in order to the
+//     database and trims them once committed. An outage or a kill -9 of
+//     the gateway delays records but loses none; the database's writes are
+//     idempotent, so an entry shipped twice is harmless.
+//   - Token and ban changes, whois, the fleet's status and kicks go to the
+//     database directly: they are admin operations and say so when the
+//     database is unreachable.
+//   - Every HeartbeatEvery the node writes its member record (address, pin,
+//     load, capacity, drain state, version) and reads the others', which
+//     the gateway hands to clients with each lease (Members).
+//
+// A Node is safe for concurrent use once New returns; Run drives its loops.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+)
+
+// Defaults of Config's intervals.
+const (
+	DefaultHeartbeatEvery = 2 * time.Second
+	DefaultResyncEvery    = 30 * time.Second
+	DefaultStale          = 60 * time.Second
+	// MemberStale is how long without a heartbeat a member is taken for
+	// gone.
+	MemberStale = 10 * time.Second
+)
+
+// ErrUnavailable means the shared database could not be reached for an
+// operation that needs it, or a fail-closed gateway's replica is stale.
+var ErrUnavailable = errors.New("the fleet's database is unreachable")
+
+// Load is a gateway's load as it heartbeats it.
+type Load struct {
+	Jobs, Capacity int
+	Draining       bool
+}
+
+// Config configures a Node.
+type Config struct {
+	Logger *slog.Logger
+	// Local is the gateway's state database; New turns its journal on.
+	Local *store.Store
+	// Remote is the shared database, opened for this gateway
+	// (pgstore.Config.Gateway = Self.ID).
+	Remote *pgstore.Store
+	// Self is this gateway's member record (ID, Advertise, Version,
+	// Started); Load fills in the rest at each heartbeat.
+	Self store.Member
+	Load func() Load
+	// FailClosed refuses joins once the replica has not been confirmed
+	// by the database for Stale (default: joins go on with the cached
+	// tokens and bans).
+	FailClosed bool
+	Stale      time.Duration
+	// HeartbeatEvery and ResyncEvery default to DefaultHeartbeatEvery and
+	// DefaultResyncEvery.
+	HeartbeatEvery, ResyncEvery time.Duration
+	// OnRevoke is called (from the node's goroutine) with the name of a
+	// token that was revoked: end its leases here.
+	OnRevoke func(token string)
+	// OnBan is called with a ban made anywhere in the fleet (this
+	// gateway's own too): apply it and end the leases it matches.
+	OnBan func(store.Ban)
+	// OnKick is called with a kick request for a lease of this gateway;
+	// it ends the lease and reports whether it did.
+	OnKick func(pgstore.Kick) pgstore.KickResult
+}
+
+// Node is a gateway's membership in a fleet and its store.DB. It is safe
+// for concurrent use.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	local  *store.Store
+	remote *pgstore.Store
+	ship   chan struct{} // wakes the shipper
+
+	mu       sync.Mutex
+	synced   time.Time       // guarded by mu: the replica's last confirmation
+	tokens   map[string]bool // guarded by mu: token names in the replica
+	bans     map[int64]bool  // guarded by mu: ban ids applied
+	members  []store.Member  // guarded by mu: live members, by address
+	backlog  int             // guarded by mu: journal entries waiting
+	down     bool            // guarded by mu: the shipper is failing
+	downFrom time.Time       // guarded by mu
+}
+
+var _ store.DB = (*Node)(nil)
+
+// New makes a node; Run starts its loops. The replica is loaded from the
+// database if it answers now; otherwise the local one stays in force (from
+// the gateway's previous run).
+func New(cfg Config) (*Node, error) {
+	if cfg.Logger == nil || cfg.Local == nil || cfg.Remote == nil || cfg.Self.ID == "" {
+		return nil, errors.New("fleet: incomplete config")
+	}
+	if cfg.HeartbeatEvery <= 0 {
+		cfg.HeartbeatEvery = DefaultHeartbeatEvery
+	}
+	if cfg.ResyncEvery <= 0 {
+		cfg.ResyncEvery = DefaultResyncEvery
+	}
+	if cfg.Stale <= 0 {
+		cfg.Stale = DefaultStale
+	}
+	if cfg.Load == nil {
+		cfg.Load = func() Load { return Load{} }
+	}
+	if cfg.OnRevoke == nil {
+		cfg.OnRevoke = func(string) {}
+	}
+	if cfg.OnBan == nil {
+		cfg.OnBan = func(store.Ban) {}
+	}
+	if cfg.OnKick == nil {
+		cfg.OnKick = func(pgstore.Kick) pgstore.KickResult { return pgstore.KickResult{Error: "not supported"} }
+	}
+	cfg.Local.EnableJournal()
+	n := &Node{cfg: cfg, log: cfg.Logger, local: cfg.Local, remote: cfg.Remote, ship: make(chan struct{}, 1),
+		tokens: map[string]bool{}, bans: map[int64]bool{}}
+	// The replica of the previous run: its tokens are the baseline for
+	// revocations, its bans are already applied by the gateway.
+	toks, err := cfg.Local.Tokens()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range toks {
+		n.tokens[t.Name] = true
+	}
+	if err := n.resync(); err != nil {
+		n.log.Warn("fleet database unreachable at start: joins use the tokens and bans of the previous run until it answers", "err", err)
+	}
+	return n, nil
+}
+
+// Run drives the node until ctx ends: the listener (replica reloads,
+// revocations, bans, kicks), the journal shipper and the heartbeat. At the
+// end it marks the member stopped and ships what it can.
+func (n *Node) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){n.listenLoop, n.shipLoop, n.heartbeatLoop} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			loop(ctx)
+		}()
+	}
+	wg.Wait()
+	n.shipOnce()
+	self := n.self()
+	self.Stopped = true
+	if err := n.remote.Heartbeat(self); err != nil {
+		n.log.Warn("fleet: cannot mark this gateway stopped", "err", err)
+	}
+}
+
+// resync reloads the replica from the database and reports what changed.
+func (n *Node) resync() error {
+	now := time.Now()
+	toks, err := n.remote.Tokens()
+	if err != nil {
+		return err
+	}
+	bans, err := n.remote.Bans(now)
+	if err != nil {
+		return err
+	}
+	if err := n.local.ReplaceTokens(toks, bans); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	var revoked []string
+	seen := make(map[string]bool, len(toks))
+	for _, t := range toks {
+		seen[t.Name] = true
+	}
+	for name := range n.tokens {
+		if !seen[name] {
+			revoked = append(revoked, name)
+		}
+	}
+	n.tokens = seen
+	var fresh []store.Ban
+	for _, b := range bans {
+		if !n.bans[b.ID] {
+			n.bans[b.ID] = true
+			fresh = append(fresh, b)
+		}
+	}
+	n.synced = now
+	n.mu.Unlock()
+	for _, name := range revoked {
+		n.log.Warn("fleet: token revoked; ending its leases here", "token", name)
+		n.cfg.OnRevoke(name)
+	}
+	for _, b := range fresh {
+		n.cfg.OnBan(b)
+	}
+	return nil
+}
+
+// listenLoop keeps a LISTEN connection and reloads on its notifications,
+// at every (re)connection and every ResyncEvery.
+func (n *Node) listenLoop(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		lctx, cancel := context.WithCancel(ctx)
+		tick := time.NewTicker(n.cfg.ResyncEvery)
+		resync := make(chan struct{}, 1)
+		go func() {
+			for {
+				select {
+				case <-lctx.Done():
+					return
+				case <-tick.C:
+				case <-resync:
+				}
+				if err := n.resync(); err != nil && lctx.Err() == nil {
+					n.log.Warn("fleet: reload of tokens and bans failed", "err", err)
+				}
+			}
+		}()
+		wake := func() {
+			select {
+			case resync <- struct{}{}:
+			default:
+			}
+		}
+		connected := false
+		err := n.remote.Listen(lctx, func() {
+			connected = true
+			backoff = time.Second
+			wake()
+		}, func(msg pgstore.Notification) {
+			switch msg.Table {
+			case "airlock_tokens", "airlock_bans":
+				wake()
+			case "airlock_kicks":
+				if id, ok := msg.KickID(); ok {
+					go n.kick(id)
+				}
+			}
+		})
+		tick.Stop()
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if connected {
+			n.log.Warn("fleet: lost the database's notifications; reconnecting", "err", err)
+		} else {
+			n.log.Debug("fleet: cannot listen on the database", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// kick answers kick request id if it is for this gateway.
+func (n *Node) kick(id int64) {
+	k, ok, err := n.remote.PendingKick(id, n.cfg.Self.ID)
+	if err != nil {
+		n.log.Warn("fleet: cannot read a kick request", "id", id, "err", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	res := n.cfg.OnKick(k)
+	if err := n.remote.FinishKick(id, res); err != nil {
+		n.log.Warn("fleet: cannot answer a kick request", "id", id, "err", err)
+	}
+}
+
+// Wake makes the shipper look at the journal now.
+func (n *Node) Wake() {
+	select {
+	case n.ship <- struct{}{}:
+	default:
+	}
+}
+
+// shipLoop copies the journal to the database.
+func (n *Node) shipLoop(ctx context.Context) {
+	// Kick requests that arrived while this gateway was down.
+	if ks, err := n.remote.PendingKicks(n.cfg.Self.ID); err == nil {
+		for _, k := range ks {
+			go n.kick(k.ID)
+		}
+	}
+	wait := 200 * time.Millisecond
+	for {
+		if n.shipOnce() {
+			wait = 200 * time.Millisecond
+		} else {
+			wait = min(2*wait, 2*time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.ship:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// shipBatch is the most journal entries written in one transaction.
+const shipBatch = 500
+
+// shipOnce ships the journal until it is empty or the database fails; it
+// reports whether the journal is empty.
+func (n *Node) shipOnce() bool {
+	for {
+		es, err := n.local.Journal(shipBatch)
+		if err != nil {
+			n.log.Error("fleet: cannot read the journal", "err", err)
+			return false
+		}
+		if len(es) == 0 {
+			n.setShipping(nil, 0)
+			return true
+		}
+		recs := make([]store.LeaseRecord, len(es))
+		for i, e := range es {
+			recs[i] = e.Record
+		}
+		if err := n.remote.PutLeases(recs); err != nil {
+			left, _ := n.local.JournalLen()
+			n.setShipping(err, left)
+			return false
+		}
+		if err := n.local.JournalDone(es[len(es)-1].Seq); err != nil {
+			n.log.Error("fleet: cannot trim the journal", "err", err)
+			return false
+		}
+	}
+}
+
+// setShipping records the shipper's state and logs its changes.
+func (n *Node) setShipping(err error, backlog int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.backlog = backlog
+	switch {
+	case err != nil && !n.down:
+		n.down, n.downFrom = true, time.Now()
+		n.log.Warn("fleet database unreachable: attribution records are journaled locally and written when it is back", "journaled", backlog, "err", err)
+	case err == nil && n.down:
+		n.down = false
+		n.log.Info("fleet database reachable again: journaled attribution records written", "after", time.Since(n.downFrom).Round(time.Second))
+	}
+}
+
+// heartbeatLoop writes this member's record and reads the others'.
+func (n *Node) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.HeartbeatEvery)
+	defer t.Stop()
+	for {
+		n.heartbeat()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) self() store.Member {
+	m := n.cfg.Self
+	l := n.cfg.Load()
+	m.Jobs, m.Capacity, m.Draining = l.Jobs, l.Capacity, l.Draining
+	return m
+}
+
+func (n *Node) heartbeat() {
+	if err := n.remote.Heartbeat(n.self()); err != nil {
+		return // the shipper and the listener say so
+	}
+	ms, err := n.remote.Members()
+	if err != nil {
+		return
+	}
+	now, err := n.remote.Now()
+	if err != nil {
+		return
+	}
+	var live []store.Member
+	for _, m := range ms {
+		if m.Alive(now, MemberStale) {
+			live = append(live, m)
+		}
+	}
+	n.mu.Lock()
+	n.members = live
+	n.mu.Unlock()
+}
+
+// Members returns the fleet's live members as last read (this gateway
+// included), by advertised address.
+func (n *Node) Members() []store.Member {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]store.Member(nil), n.members...)
+}
+
+// Health describes the node's link to the database.
+type Health struct {
+	// Synced is when the replica was last confirmed by the database.
+	Synced time.Time `json:"synced"`
+	// Journaled is how many lease records wait to be written.
+	Journaled int `json:"journaled"`
+	// Reachable is false while the shipper cannot write.
+	Reachable bool `json:"reachable"`
+}
+
+// Health returns the node's link to the database.
+func (n *Node) Health() Health {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return Health{Synced: n.synced, Journaled: n.backlog, Reachable: !n.down}
+}
+
+// Remote returns the shared database, for admin operations.
+func (n *Node) Remote() *pgstore.Store { return n.remote }
+
+// --- store.DB ---
+
+// CreateToken implements store.DB: in the database, then the replica.
+func (n *Node) CreateToken(name string, ttl time.Duration, now time.Time) (string, store.Token, error) {
+	secret, t, err := n.remote.CreateToken(name, ttl, now)
+	if err != nil {
+		return "", t, unavailable(err)
+	}
+	n.resyncAfterWrite()
+	return secret, t, nil
+}
+
+// ImportToken implements store.DB.
+func (n *Node) ImportToken(name, secret string, ttl time.Duration, now time.Time) (store.Token, error) {
+	t, err := n.remote.ImportToken(name, secret, ttl, now)
+	if err != nil {
+		return t, unavailable(err)
+	}
+	n.resyncAfterWrite()
+	return t, nil
+}
+
+// Tokens implements store.DB, from the database.
+func (n *Node) Tokens() ([]store.Token, error) {
+	toks, err := n.remote.Tokens()
+	return toks, unavailable(err)
+}
+
+// RevokeToken implements store.DB. Every gateway (this one through its
+// own notification) ends the token's leases.
+func (n *Node) RevokeToken(name string) error {
+	if err := n.remote.RevokeToken(name); err != nil {
+		return unavailable(err)
+	}
+	n.resyncAfterWrite()
+	return nil
+}
+
+// resyncAfterWrite reloads the replica at once after this gateway's own
+// change, so that its effect does not wait for the notification.
+func (n *Node) resyncAfterWrite() {
+	if err := n.resync(); err != nil {
+		n.log.Warn("fleet: reload after a change failed; the notification will bring it", "err", err)
+	}
+}
+
+// VerifyToken implements store.DB, from the replica.
+func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
+	if n.cfg.FailClosed {
+		n.mu.Lock()
+		age := now.Sub(n.synced)
+		n.mu.Unlock()
+		if age > n.cfg.Stale {
+			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; joins resume once the database answers",
+				ErrUnavailable, age.Round(time.Second))
+		}
+	}
+	return n.local.VerifyToken(secret, now)
+}
+
+// AddBan implements store.DB: in the database, whose notification brings
+// it to every gateway; while the database is unreachable, locally (this
+// gateway only) with an error that says so.
+func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+	rb, err := n.remote.AddBan(b)
+	if err != nil {
+		lb, lerr := n.local.AddBan(b)
+		if lerr != nil {
+			return b, lerr
+		}
+		return lb, fmt.Errorf("%w: the ban holds on this gateway only: %w", ErrUnavailable, err)
+	}
+	n.resyncAfterWrite() // ends the leases it matches here too (OnBan)
+	return rb, nil
+}
+
+// Bans implements store.DB, from the replica.
+func (n *Node) Bans(now time.Time) ([]store.Ban, error) { return n.local.Bans(now) }
+
+// RecordLeaseStart implements store.DB: locally with a journal entry; the
+// shipper writes it to the database.
+func (n *Node) RecordLeaseStart(r store.LeaseRecord) error {
+	if err := n.local.RecordLeaseStart(r); err != nil {
+		return err
+	}
+	n.Wake()
+	return nil
+}
+
+// RecordLeaseEnd implements store.DB like RecordLeaseStart.
+func (n *Node) RecordLeaseEnd(id string, end time.Time, reason string) error {
+	if err := n.local.RecordLeaseEnd(id, end, reason); err != nil {
+		return err
+	}
+	n.Wake()
+	return nil
+}
+
+// ActiveLeases implements store.DB: this gateway's, from its own database.
+func (n *Node) ActiveLeases() ([]store.LeaseRecord, error) { return n.local.ActiveLeases() }
+
+// Whois implements store.DB: the whole fleet's history, from the database.
+func (n *Node) Whois(addr netip.Addr, port uint16, at time.Time) ([]store.LeaseRecord, error) {
+	recs, err := n.remote.Whois(addr, port, at)
+	return recs, unavailable(err)
+}
+
+// PruneLeases implements store.DB: the local history and the database's.
+func (n *Node) PruneLeases(cutoff time.Time) (int, error) {
+	if _, err := n.local.PruneLeases(cutoff); err != nil {
+		return 0, err
+	}
+	k, err := n.remote.PruneLeases(cutoff)
+	return k, unavailable(err)
+}
+
+// Close implements store.DB: it closes the database connection (the
+// gateway closes its own database).
+func (n *Node) Close() error { return n.remote.Close() }
+
+// unavailable wraps err with ErrUnavailable when it is not one of the
+// store's own answers.
+func unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, s := range []error{store.ErrNotFound, store.ErrExists, store.ErrInvalidName, store.ErrBadToken} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}

@@ -1,0 +1,198 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+)
+
+// A gateway with --store postgres://… is a member of a fleet (package
+// fleet): its store.DB is the fleet node, which keeps a replica of the
+// fleet's tokens and bans and a journal of this gateway's lease records in
+// the state directory's database, and the gateway answers the fleet's
+// revocations, bans and kicks for its own leases.
+
+// StoreConfig is the shared database of a fleet.
+type StoreConfig struct {
+	// URL is the PostgreSQL connection string; "" means no fleet: the
+	// state directory's database alone.
+	URL string
+	// PasswordFile holds the database password (mode 0600).
+	PasswordFile string
+	// FailClosed refuses joins once the local copy of the fleet's tokens
+	// and bans is older than Stale (default: joins go on with it).
+	FailClosed bool
+	Stale      time.Duration
+}
+
+// openRemote opens the shared database (openState), so that a wrong URL
+// or schema stops the gateway before anything else opens.
+func (g *gateway) openRemote(fp string) error {
+	sc := g.cfg.Store
+	if sc.URL == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: fp, Logger: g.log})
+	if err != nil {
+		return fmt.Errorf("--store: %w", err)
+	}
+	g.remote = db
+	g.onClose(func() { db.Close() })
+	return nil
+}
+
+// openFleet makes the fleet node (openServers, before the leases of the
+// previous run are restored: their tokens are checked against the fleet's).
+func (g *gateway) openFleet() error {
+	if g.remote == nil {
+		return nil
+	}
+	n, err := fleet.New(fleet.Config{
+		Logger: g.log.With("component", "fleet"),
+		Local:  g.local,
+		Remote: g.remote,
+		Self: store.Member{ID: g.res.info.Fingerprint, Advertise: g.advertise, Version: g.cfg.Version,
+			Started: g.started},
+		Load: func() fleet.Load {
+			return fleet.Load{Jobs: g.leases.Len(), Capacity: g.capacity.Jobs, Draining: g.tr.draining.Load()}
+		},
+		FailClosed: g.cfg.Store.FailClosed,
+		Stale:      g.cfg.Store.Stale,
+		OnRevoke:   g.onFleetRevoke,
+		OnBan:      g.onFleetBan,
+		OnKick:     g.onFleetKick,
+	})
+	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	g.fleet, g.st = n, n
+	g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
+		"members", len(n.Members()), "fail_closed", g.cfg.Store.FailClosed)
+	return nil
+}
+
+// loadBans applies the bans in force from the store (a single gateway's
+// survive its restarts; a fleet's come from every gateway).
+func (g *gateway) loadBans(now time.Time) error {
+	bans, err := g.st.Bans(now)
+	if err != nil {
+		return fmt.Errorf("read bans: %w", err)
+	}
+	g.admit.mu.Lock()
+	defer g.admit.mu.Unlock()
+	for _, b := range bans {
+		g.admit.banLocked(b.Token, b.Host, b.Addr, b.Until, b.Reason, now)
+	}
+	return nil
+}
+
+// onFleetRevoke ends the live leases of a token revoked anywhere in the
+// fleet.
+func (g *gateway) onFleetRevoke(token string) {
+	reason := "token " + token + " revoked"
+	for _, l := range g.leases.Leases() {
+		if o, _ := l.Owner.(owner); o.Token == token {
+			if _, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
+				g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addr", l.Addr, "token", token)
+			}
+		}
+	}
+}
+
+// onFleetBan applies a ban made anywhere in the fleet and ends the live
+// leases it matches.
+func (g *gateway) onFleetBan(b store.Ban) {
+	now := time.Now()
+	if !now.Before(b.Until) {
+		return
+	}
+	g.admit.mu.Lock()
+	g.admit.banLocked(b.Token, b.Host, b.Addr, b.Until, b.Reason, now)
+	g.admit.mu.Unlock()
+	why := "banned by admin"
+	if b.Reason != "" {
+		why += ": " + b.Reason
+	}
+	for _, l := range g.leases.Leases() {
+		o, _ := l.Owner.(owner)
+		if o.Token != b.Token {
+			continue
+		}
+		if b.Host != "" && o.Job.Hostname == b.Host || b.Addr.IsValid() && o.Remote.Addr() == b.Addr {
+			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
+				g.log.Warn("ban in the fleet: lease ended", "lease", l.ID, "addr", l.Addr, "token", b.Token, "host", o.Job.Hostname)
+			}
+		}
+	}
+}
+
+// onFleetKick ends a lease of this gateway on an admin's order given on
+// another gateway or an admin host.
+func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
+	var l lease.Lease
+	found := false
+	for _, x := range g.leases.Leases() {
+		if x.ID == k.Lease {
+			l, found = x, true
+		}
+	}
+	if !found {
+		return pgstore.KickResult{Error: "lease " + k.Lease + " is not live on " + g.advertise}
+	}
+	if k.Ban > 0 {
+		o, _ := l.Owner.(owner)
+		g.ban(o, k.Ban, k.Reason)
+	}
+	why := "kicked by admin"
+	if k.Reason != "" {
+		why += ": " + k.Reason
+	}
+	_, ok := g.endLease(k.Lease, "airlock kick", k.Reason, why)
+	g.log.Warn("job kicked through the fleet: lease ended", "lease", k.Lease, "by", k.By, "reason", k.Reason, "ban", k.Ban, "ended", ok)
+	return pgstore.KickResult{Ended: ok}
+}
+
+// members is the fleet's member list for a lease: every live gateway's
+// address and pin; nil for a single gateway.
+func (g *gateway) members() []control.Member {
+	if g.fleet == nil {
+		return nil
+	}
+	var out []control.Member
+	for _, m := range g.fleet.Members() {
+		if m.Draining {
+			continue
+		}
+		out = append(out, control.Member{Gateway: m.Advertise, Pin: m.ID})
+	}
+	return out
+}
+
+// registerFleetAdmin adds the fleet's admin endpoints: GET /v1/fleet
+// (airlock status --fleet) and POST /v1/fleet/kick (airlock kick of a job
+// that another gateway holds).
+func (g *gateway) registerFleetAdmin(adm *admin.Server) {
+	adm.SetFleet(g.fleet)
+	adm.Handle("GET "+admin.FleetPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.fleet == nil {
+			admin.WriteError(w, http.StatusNotFound, "not_supported", "this gateway is not in a fleet: start it with --store postgres://…")
+			return
+		}
+		st, err := fleet.FleetStatus(g.fleet.Remote())
+		if err != nil {
+			admin.WriteError(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("fleet status: %v", err))
+			return
+		}
+		admin.WriteJSON(w, http.StatusOK, st)
+	}))
+}
