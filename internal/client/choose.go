@@ -135,5 +135,37 @@ func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Rank
 		}
 		return a.RxBitsPerSec+a.TxBitsPerSec < b.RxBitsPerSec+b.TxBitsPerSec
 	})
+	spread(out, rand.Float64())
 	return out
+}
+
+// spread moves to the front of rs (ordered least loaded first) one
+// gateway drawn at random with a probability proportional to its free
+// capacity (Health.Capacity - Health.Jobs), u uniform in [0, 1). Ordering
+// alone sends every job that ranks at the same moment to the same
+// gateway: after a failover, all the jobs of the lost gateway see the
+// same loads and herd onto the least loaded one. Drawn in proportion,
+// they land on the others in proportion to their free capacity. Without
+// capacity reports (gateways older than this field) the order stays.
+func spread(rs []Ranked, u float64) {
+	total := 0
+	for _, r := range rs {
+		if r.Health.Capacity <= 0 {
+			return
+		}
+		total += max(r.Health.Capacity-r.Health.Jobs, 0)
+	}
+	if total == 0 {
+		return
+	}
+	x := int(u * float64(total))
+	for i, r := range rs {
+		x -= max(r.Health.Capacity-r.Health.Jobs, 0)
+		if x < 0 {
+			first := rs[i]
+			copy(rs[1:i+1], rs[:i])
+			rs[0] = first
+			return
+		}
+	}
 }

@@ -79,3 +79,40 @@ func TestRank(t *testing.T) {
 		t.Errorf("none answered: always the order %v in 64 tries, want both orders", seen)
 	}
 }
+
+// TestSpread draws the first gateway in proportion to free capacity.
+func TestSpread(t *testing.T) {
+	mk := func(caps ...[2]int) []Ranked {
+		var rs []Ranked
+		for i, c := range caps {
+			rs = append(rs, Ranked{Index: i, Health: control.Health{Capacity: c[0], Jobs: c[1]}})
+		}
+		return rs
+	}
+	// Free capacity 100 and 300: a quarter of the draws pick the first.
+	counts := map[int]int{}
+	const n = 1000
+	for i := 0; i < n; i++ {
+		rs := mk([2]int{200, 100}, [2]int{400, 100})
+		spread(rs, (float64(i)+0.5)/n)
+		counts[rs[0].Index]++
+		if len(rs) != 2 || rs[0].Index == rs[1].Index {
+			t.Fatalf("spread lost a gateway: %+v", rs)
+		}
+	}
+	if counts[0] != 250 || counts[1] != 750 {
+		t.Errorf("draws: got %v, want 250 and 750 of %d", counts, n)
+	}
+	// A full gateway is never first; without capacity reports the order
+	// stays.
+	for _, u := range []float64{0, 0.5, 0.999} {
+		rs := mk([2]int{10, 10}, [2]int{10, 2})
+		if spread(rs, u); rs[0].Index != 1 {
+			t.Errorf("u=%v: full gateway first: %+v", u, rs)
+		}
+		rs = mk([2]int{0, 5}, [2]int{0, 1})
+		if spread(rs, u); rs[0].Index != 0 {
+			t.Errorf("u=%v: order changed without capacity reports: %+v", u, rs)
+		}
+	}
+}

@@ -116,6 +116,9 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
+	if f := sess.egressFile(); f != "" {
+		jobEnv = append(jobEnv, EgressFileEnv+"="+f)
+	}
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
 	}
@@ -258,6 +261,7 @@ func closeSession(s *session, t0 time.Time) {
 	s.release(s.log)
 	s.log.Debug("released", "since_start", time.Since(t0))
 	s.closeClients()
+	s.removeEgressFile()
 }
 
 // jobEnvironment returns the job's environment (without airlock's

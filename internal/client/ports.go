@@ -39,7 +39,7 @@ func portsEnv(env []string, asked int, ls control.Lease) ([]string, error) {
 	}
 	out := make([]string, 0, len(env)+2)
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, EgressAddrEnv+"=") && !strings.HasPrefix(kv, EgressPortsEnv+"=") {
+		if !strings.HasPrefix(kv, EgressAddrEnv+"=") && !strings.HasPrefix(kv, EgressPortsEnv+"=") && !strings.HasPrefix(kv, EgressFileEnv+"=") {
 			out = append(out, kv)
 		}
 	}

@@ -100,6 +100,8 @@ type session struct {
 	bind              *tunnel.Bind
 	wg                *tunnel.Client
 	using             string // transport in use: udp or tcp
+	// egressDir holds the job's egress file (egressfile.go).
+	egressDir string
 
 	relMu sync.Mutex
 	rel   struct { // guarded by relMu: the lease to release at exit
@@ -179,6 +181,8 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		}
 		s.cur, s.lease, s.endpoint = r.gw, ls, ep
 		r.gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+		s.learnMembers(ls.Members, timeout)
+		s.writeEgressFile()
 		s.setBypass(ls.Bypass)
 		s.bypassBase = s.bypass.Report()
 		s.relMu.Lock()
@@ -219,6 +223,43 @@ func (s *session) joinOne(ctx context.Context, gw *gatewayEntry, req control.Joi
 			return ls, context.Cause(ctx)
 		case <-time.After(wait):
 		}
+	}
+}
+
+// maxGateways bounds the gateways a session knows, whatever a fleet's
+// member list says.
+const maxGateways = 64
+
+// learnMembers adds the fleet's gateways that a lease names (and that
+// the session does not know by address) to the session's list, so that a
+// job given one gateway of a fleet fails over to the others. Their pins
+// come from a gateway this client pinned.
+func (s *session) learnMembers(ms []control.Member, timeout time.Duration) {
+	known := map[string]bool{}
+	for _, g := range s.gws {
+		known[g.addr] = true
+	}
+	added := 0
+	for _, m := range ms {
+		if known[m.Gateway] || len(s.gws) >= maxGateways {
+			continue
+		}
+		pin, err := control.ParsePin(m.Pin)
+		if err != nil {
+			s.log.Warn("fleet member with a bad pin left out", "gateway", m.Gateway, "err", err)
+			continue
+		}
+		cc, err := control.NewClient(m.Gateway, pin, timeout)
+		if err != nil {
+			s.log.Warn("fleet member left out", "gateway", m.Gateway, "err", err)
+			continue
+		}
+		known[m.Gateway] = true
+		s.gws = append(s.gws, &gatewayEntry{addr: m.Gateway, cc: cc})
+		added++
+	}
+	if added > 0 {
+		s.log.Info("learned the fleet's gateways from the lease: failover goes to them", "added", added, "gateways", s.gatewayList())
 	}
 }
 
@@ -549,6 +590,7 @@ func (s *session) rejoin(ctx context.Context) error {
 	}
 	s.lease, s.endpoint, s.instance = ls, ep, ""
 	s.cur.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	s.writeEgressFile()
 	s.setBypass(ls.Bypass)
 	s.bypassBase = s.bypass.Report()
 	s.relMu.Lock()

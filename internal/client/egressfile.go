@@ -1,0 +1,61 @@
+package client
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/store"
+)
+
+// EgressFileEnv names the file, in the job's environment, that always
+// holds the job's current egress: AIRLOCK_EGRESS_ADDR, AIRLOCK_EGRESS_PORTS
+// and AIRLOCK_GATEWAY lines (KEY=VALUE, shell-sourceable). The variables of
+// the job's environment are fixed when it starts; after a failover to
+// another gateway the file names the new one (rewritten whole, by rename,
+// so a reader never sees half of it). It lives in a private directory
+// (0700) that airlock run removes at exit.
+const EgressFileEnv = "AIRLOCK_EGRESS_FILE"
+
+// writeEgressFile (re)writes the session's egress file for its current
+// lease, creating its directory at the first call.
+func (s *session) writeEgressFile() {
+	if s.egressDir == "" {
+		dir, err := os.MkdirTemp("", "airlock-egress-")
+		if err != nil {
+			s.log.Warn("no egress file for the job", "err", err)
+			return
+		}
+		s.egressDir = dir
+	}
+	var b strings.Builder
+	ls := s.lease
+	if ls.Ports[0] > 0 && ls.Ports[1] >= ls.Ports[0] {
+		if ls.PublicAddr.IsValid() {
+			fmt.Fprintf(&b, "%s=%s\n", EgressAddrEnv, ls.PublicAddr)
+		}
+		fmt.Fprintf(&b, "%s=%d-%d\n", EgressPortsEnv, ls.Ports[0], ls.Ports[1])
+	}
+	if s.cur != nil {
+		fmt.Fprintf(&b, "AIRLOCK_GATEWAY=%s\n", s.cur.addr)
+	}
+	if err := store.WriteFileAtomic(s.egressFile(), []byte(b.String()), 0o644); err != nil {
+		s.log.Warn("cannot write the job's egress file", "err", err)
+	}
+}
+
+// egressFile is the egress file's path, "" before the first write.
+func (s *session) egressFile() string {
+	if s.egressDir == "" {
+		return ""
+	}
+	return filepath.Join(s.egressDir, "egress.env")
+}
+
+// removeEgressFile removes the egress file's directory.
+func (s *session) removeEgressFile() {
+	if s.egressDir != "" {
+		os.RemoveAll(s.egressDir)
+	}
+}
