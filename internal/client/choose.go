@@ -80,7 +80,9 @@ type Ranked struct {
 // Rank asks every gateway of gws but the one at index skip (-1: none) for
 // its load, in parallel and within healthTimeout, and orders them: fewest
 // jobs first, then least traffic, then the order given. Unreachable and
-// draining gateways are left out (and logged at info), except when no
+// draining gateways are left out (and logged at info); a failover (skip
+// >= 0) puts first a gateway drawn in proportion to free capacity
+// (spread). Except when no
 // gateway answered at all: then the ones that did not answer (but did not
 // say they drain) are returned in a random order, with zero Health, for
 // the caller to try, since a gateway too busy to report its load within
@@ -135,18 +137,22 @@ func Rank(ctx context.Context, log *slog.Logger, gws []Gateway, skip int) []Rank
 		}
 		return a.RxBitsPerSec+a.TxBitsPerSec < b.RxBitsPerSec+b.TxBitsPerSec
 	})
-	spread(out, rand.Float64())
+	if skip >= 0 {
+		spread(out, rand.Float64())
+	}
 	return out
 }
 
 // spread moves to the front of rs (ordered least loaded first) one
 // gateway drawn at random with a probability proportional to its free
-// capacity (Health.Capacity - Health.Jobs), u uniform in [0, 1). Ordering
-// alone sends every job that ranks at the same moment to the same
-// gateway: after a failover, all the jobs of the lost gateway see the
-// same loads and herd onto the least loaded one. Drawn in proportion,
-// they land on the others in proportion to their free capacity. Without
-// capacity reports (gateways older than this field) the order stays.
+// capacity (Health.Capacity - Health.Jobs), u uniform in [0, 1). Rank
+// spreads a failover (skip >= 0): ordering alone sends every job that
+// ranks at the same moment to the same gateway, and after a failover all
+// the jobs of the lost gateway rank at once, see the same loads and would
+// herd onto the least loaded one; drawn in proportion, they land on the
+// others in proportion to their free capacity. A first join keeps the
+// least loaded gateway. Without capacity reports (gateways older than
+// this field) the order stays.
 func spread(rs []Ranked, u float64) {
 	total := 0
 	for _, r := range rs {
