@@ -1,6 +1,6 @@
 # Airlock: the two commands are `make demo` and `make test`; each does its own
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
-.PHONY: all setup build test demo vet clean fuzz
+.PHONY: all setup build test demo vet clean fuzz docs
 
 all: build
 
@@ -25,6 +25,12 @@ FUZZ ?= .
 FUZZFLAGS ?=
 fuzz: setup
 	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' FUZZFLAGS='$(FUZZFLAGS)' ./scripts/fuzz.sh
+
+# The man pages (docs/man) and the command reference (docs/cli) are made
+# from the command definitions in cmd/airlock; a test fails when they are
+# stale. Run this after adding or changing a command or flag.
+docs:
+	go test ./cmd/airlock -run TestGeneratedDocs -update -count=1
 
 demo: setup
 	./scripts/demo.sh

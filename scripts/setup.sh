@@ -58,7 +58,7 @@ if ! command -v go >/dev/null; then
 fi
 go mod download
 mkdir -p bin
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$(git describe --always --dirty 2>/dev/null || echo dev)" -o bin/airlock ./cmd/airlock
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $(scripts/version.sh ldflags)" -o bin/airlock ./cmd/airlock
 # The LD_PRELOAD library of airlock run --mode preload, next to the binary,
 # where airlock finds it.
 make -s -C preload

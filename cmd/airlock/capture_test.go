@@ -44,7 +44,12 @@ func TestCaptureArgs(t *testing.T) {
 	}
 	stderr.Reset()
 	code = run([]string{"capture", "4242", "-w", "/nonexistent/x.pcap", "tcp"}, &bytes.Buffer{}, &stderr)
-	if code == 0 || !strings.Contains(stderr.String(), "--state") {
-		t.Errorf("flags after JOB, no --state: exit %d, %q; want a failure asking for --state", code, stderr.String())
+	if code != exitFailure || !strings.Contains(stderr.String(), "/nonexistent/x.pcap") {
+		t.Errorf("flags after JOB: exit %d, %q; want a failure to create -w's file", code, stderr.String())
+	}
+	stderr.Reset()
+	code = run([]string{"capture", "--state", "", "4242"}, &bytes.Buffer{}, &stderr)
+	if code != exitUsage || !strings.Contains(stderr.String(), "--state is empty") {
+		t.Errorf("empty --state: exit %d, %q; want a usage error asking for --state", code, stderr.String())
 	}
 }

@@ -13,8 +13,9 @@ import (
 
 // runCheck is airlock run --check: what this node offers the mode asked
 // for, and whether each gateway can be reached, joined and spoken to over
-// UDP. It prints the report on w and fails when a check finds a problem.
-func runCheck(ctx context.Context, cfg client.Config, w io.Writer) error {
+// UDP. It prints the report on w (as JSON with asJSON) and fails when a
+// check finds a problem.
+func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) error {
 	h := preflight.System()
 	// Under --mode auto a missing namespace or TUN only means a fallback.
 	miss, fallback := preflight.Problem, ""
@@ -30,6 +31,11 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer) error {
 	if cfg.Transport == client.TransportUDP {
 		udpMiss = preflight.Problem
 	}
+	token, err := client.ResolveToken(cfg)
+	if err != nil && (cfg.Token != "" || cfg.TokenFile != "") {
+		rep = append(rep, preflight.Result{Name: "join token", Status: preflight.Problem, Detail: err.Error(),
+			Fix: "give a readable --token-file (AIRLOCK_TOKEN_FILE) holding the token 'airlock token create' printed, or AIRLOCK_TOKEN; not both"})
+	}
 	pins := strings.Split(cfg.Pin, ",")
 	for i, gw := range strings.Split(cfg.Gateway, ",") {
 		gw = strings.TrimSpace(gw)
@@ -40,24 +46,18 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer) error {
 		if len(pins) > 1 && i < len(pins) {
 			pin = pins[i]
 		}
-		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), cfg.Token, udpMiss)...)
+		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), token, udpMiss)...)
 	}
 	if strings.TrimSpace(cfg.Gateway) == "" {
 		rep = append(rep, preflight.Result{Name: "gateway", Status: preflight.Problem, Detail: "none given",
 			Fix: "set AIRLOCK_GATEWAY and AIRLOCK_PIN (from the gateway's join.env) and AIRLOCK_TOKEN"})
 	}
-	if err := rep.Write(w); err != nil {
-		return err
-	}
-	if rep.Failed() {
-		return exitError{1}
-	}
-	return nil
+	return writeReport(w, rep, asJSON)
 }
 
 // gatewayCheck is airlock gateway --check: what this host offers the
 // gateway configured by cfg, without starting it.
-func gatewayCheck(cfg gateway.Config, w io.Writer) error {
+func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	h := preflight.System()
 	rep := preflight.Report{h.StateDir(cfg.StateDir), preflight.Listen(cfg.Listen)}
 	if cfg.ConfigFile != "" {
@@ -82,11 +82,51 @@ func gatewayCheck(cfg gateway.Config, w io.Writer) error {
 	}
 	rep = append(rep, ipv6Checks(cfg)...) // check6.go
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
-	if err := rep.Write(w); err != nil {
+	return writeReport(w, rep, asJSON)
+}
+
+// checkJSON is a --check report as --json prints it.
+type checkJSON struct {
+	Checks   []checkResultJSON `json:"checks"`
+	OK       int               `json:"ok"`
+	Warnings int               `json:"warnings"`
+	Problems int               `json:"problems"`
+}
+
+// checkResultJSON is one check; Status is "ok", "warn" or "problem".
+type checkResultJSON struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// writeReport prints rep as text or JSON and returns exitError{1} if a
+// check found a problem.
+func writeReport(w io.Writer, rep preflight.Report, asJSON bool) error {
+	var err error
+	if asJSON {
+		out := checkJSON{Checks: []checkResultJSON{}}
+		for _, r := range rep {
+			out.Checks = append(out.Checks, checkResultJSON{Name: r.Name, Status: strings.ToLower(r.Status.String()), Detail: r.Detail, Fix: r.Fix})
+			switch r.Status {
+			case preflight.OK:
+				out.OK++
+			case preflight.Warn:
+				out.Warnings++
+			default:
+				out.Problems++
+			}
+		}
+		err = printJSON(w, out)
+	} else {
+		err = rep.Write(w)
+	}
+	if err != nil {
 		return err
 	}
 	if rep.Failed() {
-		return exitError{1}
+		return exitError{exitFailure}
 	}
 	return nil
 }

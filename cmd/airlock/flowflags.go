@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/gateway"
@@ -25,6 +26,7 @@ type flowFlags struct {
 type bulkList []string
 
 func (b *bulkList) String() string { return strings.Join(*b, ",") }
+func (b *bulkList) Type() string   { return "CIDR[:PORTS]" }
 func (b *bulkList) Set(s string) error {
 	if _, err := flows.ParseBulkRules(s); err != nil {
 		return err
@@ -33,7 +35,7 @@ func (b *bulkList) Set(s string) error {
 	return nil
 }
 
-func addFlowFlags(fs *flag.FlagSet) *flowFlags {
+func addFlowFlags(fs *pflag.FlagSet) *flowFlags {
 	f := &flowFlags{}
 	fs.StringVar(&f.log, "flow-log", "", "flow log, JSON lines, one record per ended or refused flow (default STATE/flows.log; off: none)")
 	fs.IntVar(&f.logMaxMB, "flow-log-max-mb", flows.DefaultLogMaxMB, "rotate the flow log when it reaches this many megabytes")

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/gateway"
 )
@@ -25,8 +25,7 @@ func TestFlowFlags(t *testing.T) {
 		{[]string{"--flow-idle-tcp", "-1s"}, false, 0, 0, ""},
 		{[]string{"--flow-log-max-mb", "0"}, false, 0, 0, ""},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		ff := addFlowFlags(fs)
 		var cfg gateway.Config
 		err := fs.Parse(c.args)

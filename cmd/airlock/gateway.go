@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net/netip"
 	"strings"
 
-	"github.com/peterbourgon/ff/v3"
-	"github.com/peterbourgon/ff/v3/ffcli"
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/gateway"
@@ -17,11 +14,25 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
-	fs := flag.NewFlagSet("airlock gateway", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newGatewayCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gateway [flags]",
+		Short: "run the gateway (user-space egress, or kernel egress with --egress kernel)",
+		Long: `Runs the gateway: the control API (TLS) and WireGuard on --listen, the
+jobs' egress from --egress-addr with per-job port blocks, the admin socket in
+the state directory (created 0700 with the keys and certificate on first
+start, when the gateway also writes join.env for the nodes).
+
+Every flag is also read from the environment, as AIRLOCK_GATEWAY_ and the
+flag's name in capitals (AIRLOCK_GATEWAY_STATE for --state, which also
+falls back to AIRLOCK_STATE), when the command line does not set it. SIGHUP, like airlock gateway reload, reloads --config.`,
+		Example: `  airlock gateway --state /var/lib/airlock --listen 0.0.0.0:8443 --config /etc/airlock/gateway.toml
+  airlock gateway --check --json`,
+		Args: noArgs,
+	}
+	fs := cmd.Flags()
 	var cfg gateway.Config
-	fs.StringVar(&cfg.StateDir, "state", "", "state directory: keys, certificate, tokens (created 0700)")
+	stateFlag(cmd, &cfg.StateDir, "AIRLOCK_GATEWAY_STATE")
 	fs.StringVar(&cfg.Listen, "listen", gateway.DefaultListen, "ADDR:PORT for the control API (TCP) and WireGuard (UDP)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "HOST:PORT clients dial (default: derived from --listen)")
 	subnet := fs.String("subnet", gateway.DefaultSubnet, "tunnel address subnet; the gateway takes its first address")
@@ -60,56 +71,54 @@ func newGatewayCmd(stdout, stderr io.Writer) *ffcli.Command {
 		return nil
 	})
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
-	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line, env AIRLOCK_GATEWAY_LOG_FORMAT)")
+	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
 	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")
-	return &ffcli.Command{
-		Name:        "gateway",
-		ShortUsage:  "airlock gateway --state DIR [flags] | airlock gateway reload|drain --state DIR",
-		ShortHelp:   "run the gateway (user-space egress, or kernel egress with --egress kernel)",
-		FlagSet:     fs,
-		Subcommands: []*ffcli.Command{newGatewayReloadCmd(stdout, stderr), newDrainCmd(stderr)},
-		Options:     []ff.Option{ff.WithEnvVarPrefix("AIRLOCK_GATEWAY")},
-		Exec: func(ctx context.Context, args []string) error {
-			if len(args) > 0 {
-				return fmt.Errorf("gateway: unexpected arguments %q", args)
-			}
-			log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
-			if cfg.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
-				return fmt.Errorf("bad --subnet: %w", err)
-			}
-			if cfg.DNSUpstreams, err = parseUpstreams(*dns); err != nil {
-				return err
-			}
-			if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
-				return err
-			}
-			if cfg.ExposePorts, err = gateway.ParseExposePorts(*exposePorts); err != nil {
-				return err
-			}
-			if err := lf.parse(&cfg.Limits); err != nil {
-				return err
-			}
-			if err := flowf.parse(&cfg); err != nil {
-				return err
-			}
-			if err := v6f.parse(&cfg); err != nil {
-				return err
-			}
-			if *check {
-				return gatewayCheck(cfg, stdout)
-			}
-			ctx, stop := signalContext()
-			defer stop()
-			hup, stopHup := hangupChannel()
-			defer stopHup()
-			cfg.Reload = hup
-			return gateway.Run(ctx, cfg)
-		},
+	asJSON := jsonFlag(cmd, "the --check report")
+	envPrefix(cmd, "AIRLOCK_GATEWAY")
+	_ = cmd.MarkFlagFilename("config", "toml")
+	enumFlag(cmd, "egress", gateway.EgressUser, gateway.EgressKernel)
+	enumFlag(cmd, "tcp-stack", gateway.TCPStackAuto, gateway.TCPStackKernel, gateway.TCPStackNetstack)
+	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
+	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
+	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr))
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
+		if err != nil {
+			return err
+		}
+		cfg.Logger = log
+		if cfg.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
+			return fmt.Errorf("bad --subnet: %w", err)
+		}
+		if cfg.DNSUpstreams, err = parseUpstreams(*dns); err != nil {
+			return err
+		}
+		if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
+			return err
+		}
+		if cfg.ExposePorts, err = gateway.ParseExposePorts(*exposePorts); err != nil {
+			return err
+		}
+		if err := lf.parse(&cfg.Limits); err != nil {
+			return err
+		}
+		if err := flowf.parse(&cfg); err != nil {
+			return err
+		}
+		if err := v6f.parse(&cfg); err != nil {
+			return err
+		}
+		if *check {
+			return gatewayCheck(cfg, stdout, *asJSON)
+		}
+		ctx, stop := signalContext()
+		defer stop()
+		hup, stopHup := hangupChannel()
+		defer stopHup()
+		cfg.Reload = hup
+		return gateway.Run(ctx, cfg)
 	}
+	return cmd
 }
 
 // parseEgress checks the egress flags' syntax; gateway.Run checks them

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"net/netip"
+
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/gateway"
 )
@@ -13,7 +14,7 @@ type ipv6Flags struct {
 	subnet6, egressAddr6, egressPrefix6 string
 }
 
-func addIPv6Flags(fs *flag.FlagSet) *ipv6Flags {
+func addIPv6Flags(fs *pflag.FlagSet) *ipv6Flags {
 	f := &ipv6Flags{}
 	fs.StringVar(&f.subnet6, "subnet6", "", "IPv6 tunnel prefix, at most /96; each job's IPv6 address embeds its IPv4 one in the last 32 bits, the gateway's is the one embedding its IPv4 tunnel address (default: a random unique-local /48 made at first start and kept in the state dir; \""+gateway.Subnet6Off+"\": IPv4 only)")
 	fs.StringVar(&f.egressAddr6, "egress-addr6", "", "IPv6 address jobs' IPv6 connections leave from (with their port block) and exposed ports listen on (default: the source address of the IPv6 default route)")

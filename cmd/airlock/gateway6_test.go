@@ -1,10 +1,10 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"net/netip"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/gateway"
 )
@@ -28,8 +28,7 @@ func TestIPv6Flags(t *testing.T) {
 		{[]string{"--egress-prefix6", "2001:db8:ee::1/96"}, false, nil},
 		{[]string{"--egress-prefix6", "203.0.113.0/24"}, false, nil},
 	} {
-		fs := flag.NewFlagSet("t", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 		f := addIPv6Flags(fs)
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)

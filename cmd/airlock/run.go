@@ -1,52 +1,32 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/peterbourgon/ff/v3"
-	"github.com/peterbourgon/ff/v3/ffcli"
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
 )
 
-func newRunCmd(stderr io.Writer) *ffcli.Command {
-	fs := flag.NewFlagSet("airlock run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg client.Config
-	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway HOST:PORT, or several comma-separated: the least loaded is joined, the others take over when it is lost (env AIRLOCK_GATEWAY)")
-	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated (env AIRLOCK_PIN)")
-	fs.StringVar(&cfg.Token, "token", "", "join token; discouraged on the command line, where every user of the node sees it (ps): use --token-file or AIRLOCK_TOKEN (env AIRLOCK_TOKEN)")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the join token, read once at start (env AIRLOCK_TOKEN_FILE)")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
-	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp (env AIRLOCK_TRANSPORT)")
-	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
-	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
-	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's PORT[/tcp|/udp] on the gateway's public address; repeatable or comma-separated (env AIRLOCK_EXPOSE)")
-	fs.IntVar(&cfg.Ports, "ports", 0, "how many egress ports the job needs, e.g. 1024 for a data mover with many connections; the gateway grants whole blocks up to its --max-block-size or refuses (default: the gateway's block size; env AIRLOCK_PORTS)")
-	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy (env AIRLOCK_MODE)")
-	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock (env AIRLOCK_PRELOAD)")
-	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error (env AIRLOCK_LOG_LEVEL)")
-	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line, env AIRLOCK_LOG_FORMAT)")
-	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
-	return &ffcli.Command{
-		Name:       "run",
-		ShortUsage: "airlock run [flags] -- CMD [ARGS...] | airlock run --check [flags]",
-		ShortHelp:  "run CMD with all its traffic carried through the gateway",
-		LongHelp: `Runs CMD in a new unprivileged user+network+mount namespace whose only
+func newRunCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "run CMD with all its traffic carried through the gateway",
+		Long: `Runs CMD in a new unprivileged user+network+mount namespace whose only
 interface is a tunnel to the gateway. CMD keeps your uid; its exit status is
 returned (128+N if killed by signal N). airlock's own failures exit 125.
+Flags end at CMD; a -- before CMD is good practice.
 
 With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
-address in AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT (AIRLOCK_EXPOSED_<PORT>_UDP for
-udp), and airlock prints it on stderr.
+address in the variable AIRLOCK_EXPOSED_PORT=IP:PUBPORT, PORT being the
+number (AIRLOCK_EXPOSED_8080, AIRLOCK_EXPOSED_8080_UDP for udp), and
+airlock prints it on stderr.
 
 The join token is best given in a file (--token-file, AIRLOCK_TOKEN_FILE) or
 in AIRLOCK_TOKEN, never as --token, which every user of the node can read
@@ -72,38 +52,74 @@ on the gateway's control port when no handshake completes over UDP within
 --transport-timeout, and logs which it chose. If the gateway goes away the
 job keeps running and airlock reconnects; with several gateways
 (--gateway a:8443,b:8443) it joins the least loaded and moves to another
-when its gateway is lost for --failover-after.`,
-		FlagSet: fs,
-		Options: []ff.Option{envOption()},
-		Exec: func(ctx context.Context, args []string) error {
-			log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
-			if err != nil {
-				fmt.Fprintf(stderr, "airlock: %v\n", err)
-				return exitError{client.ExitFailure}
-			}
-			cfg.Logger = log
-			// A token that is not AIRLOCK_TOKEN's came from --token.
-			if cfg.Token != "" && os.Getenv("AIRLOCK_TOKEN") != cfg.Token {
-				fmt.Fprintln(stderr, "airlock: warning: --token on the command line is visible to every user of this node (ps); use --token-file PATH or AIRLOCK_TOKEN")
-			}
-			m, err := client.ParseMode(*mode)
-			if err != nil {
-				fmt.Fprintf(stderr, "airlock: %v\n", err)
-				return exitError{client.ExitFailure}
-			}
-			cfg.Mode = m
-			if *check {
-				return runCheck(ctx, cfg, stderr)
-			}
-			cfg.Args = args
-			cfg.Stderr = stderr
-			code, err := client.Run(ctx, cfg)
-			if err != nil {
-				fmt.Fprintf(stderr, "airlock: %v\n", err)
-			}
-			return exitError{code}
-		},
+when its gateway is lost for --failover-after.
+
+Every flag is also read from the environment, as AIRLOCK_ and the flag's
+name in capitals (AIRLOCK_TOKEN_FILE for --token-file), when the command
+line does not set it.`,
+		Example: `  AIRLOCK_GATEWAY=gw.example.org:8443 AIRLOCK_PIN=sha256:... AIRLOCK_TOKEN_FILE=~/.airlock-token \
+    airlock run -- curl -sI https://example.org
+  airlock run --check --json`,
 	}
+	fs := cmd.Flags()
+	var cfg client.Config
+	fs.StringVar(&cfg.Gateway, "gateway", "", "gateway `HOST:PORT`, or several comma-separated: the least loaded is joined, the others take over when it is lost")
+	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated")
+	fs.StringVar(&cfg.Token, "token", "", "join token; discouraged on the command line, where every user of the node sees it (ps): use --token-file or AIRLOCK_TOKEN")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "`FILE` holding the join token, read once at start")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
+	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp")
+	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
+	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")
+	fs.Var((*exposeFlag)(&cfg.Expose), "expose", "expose the job's `PORT[/tcp|/udp]` on the gateway's public address; repeatable or comma-separated")
+	fs.IntVar(&cfg.Ports, "ports", 0, "how many egress ports the job needs, e.g. 1024 for a data mover with many connections; the gateway grants whole blocks up to its --max-block-size or refuses (default: the gateway's block size)")
+	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy")
+	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock")
+	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
+	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
+	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
+	asJSON := jsonFlag(cmd, "the --check report")
+	flagsEndAtArgs(cmd)
+	envPrefix(cmd, "AIRLOCK")
+	_ = cmd.MarkFlagFilename("token-file")
+	_ = cmd.MarkFlagFilename("preload", "so")
+	enumFlag(cmd, "mode", "auto", "netns", "seccomp", "preload", "proxy")
+	enumFlag(cmd, "transport", client.TransportAuto, client.TransportUDP, client.TransportTCP)
+	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
+	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			return exitError{client.ExitFailure}
+		}
+		cfg.Logger = log
+		// A token that is not AIRLOCK_TOKEN's came from --token.
+		if cfg.Token != "" && os.Getenv("AIRLOCK_TOKEN") != cfg.Token {
+			fmt.Fprintln(stderr, "airlock: warning: --token on the command line is visible to every user of this node (ps); use --token-file PATH or AIRLOCK_TOKEN")
+		}
+		m, err := client.ParseMode(*mode)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			return exitError{client.ExitFailure}
+		}
+		cfg.Mode = m
+		if *check {
+			if len(args) > 0 {
+				return usagef("--check runs no command, got %q", args)
+			}
+			return runCheck(ctx, cfg, stdout, *asJSON)
+		}
+		cfg.Args = args
+		cfg.Stderr = stderr
+		code, err := client.Run(ctx, cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+		}
+		return exitError{code}
+	}
+	return cmd
 }
 
 // exposeFlag collects --expose values; each may be a comma-separated list.
@@ -119,6 +135,8 @@ func (f *exposeFlag) String() string {
 	}
 	return strings.Join(s, ",")
 }
+
+func (f *exposeFlag) Type() string { return "PORT[/PROTO]" }
 
 func (f *exposeFlag) Set(v string) error {
 	for _, spec := range strings.Split(v, ",") {

@@ -26,9 +26,9 @@ func TestRunTokenFlags(t *testing.T) {
 	if strings.Contains(stderr.String(), "warning") || strings.Contains(stderr.String(), "flag provided but not defined") {
 		t.Errorf("--token-file: stderr %q, want no warning", stderr.String())
 	}
-	stderr.Reset()
+	stdout.Reset()
 	run([]string{"run", "--help"}, &stdout, &stderr)
-	if !strings.Contains(stderr.String(), "-token-file") || !strings.Contains(stderr.String(), "discouraged") {
-		t.Errorf("help lacks --token-file or the warning about --token:\n%s", stderr.String())
+	if !strings.Contains(stdout.String(), "--token-file") || !strings.Contains(stdout.String(), "discouraged") {
+		t.Errorf("help lacks --token-file or the warning about --token:\n%s", stdout.String())
 	}
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -12,7 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/peterbourgon/ff/v3/ffcli"
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/flows"
@@ -20,8 +17,8 @@ import (
 
 // dialAdmin connects to the running gateway of state.
 func dialAdmin(cmd, state string) (*admin.Client, error) {
-	if state == "" {
-		return nil, fmt.Errorf("%s: --state DIR is required (the gateway's state directory)", cmd)
+	if err := needState(state); err != nil {
+		return nil, err
 	}
 	c, err := admin.Dial(state)
 	if errors.Is(err, admin.ErrNoGateway) {
@@ -30,41 +27,31 @@ func dialAdmin(cmd, state string) (*admin.Client, error) {
 	return c, err
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-func newStatusCmd(stdout, stderr io.Writer) *ffcli.Command {
-	fs := flag.NewFlagSet("airlock status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	state := fs.String("state", "", "the gateway's state directory")
-	asJSON := fs.Bool("json", false, "print the status as JSON")
-	return &ffcli.Command{
-		Name:       "status",
-		ShortUsage: "airlock status --state DIR [--json]",
-		ShortHelp:  "show the running gateway: mode, uptime, jobs, rates, flows, bytes",
-		FlagSet:    fs,
-		Exec: func(ctx context.Context, args []string) error {
-			if len(args) > 0 {
-				return fmt.Errorf("status: unexpected arguments %q", args)
-			}
-			c, err := dialAdmin("status", *state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			st, err := c.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return printJSON(stdout, st)
-			}
-			return printStatus(stdout, st)
-		},
+func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "show the running gateway: mode, uptime, jobs, rates, flows, bytes",
+		Args:  noArgs,
 	}
+	var state string
+	stateFlag(cmd, &state)
+	asJSON := jsonFlag(cmd, "the status")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, err := dialAdmin("status", state)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		st, err := c.Status(cmd.Context())
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, st)
+		}
+		return printStatus(stdout, st)
+	}
+	return cmd
 }
 
 func printStatus(w io.Writer, st admin.Status) error {
@@ -124,81 +111,71 @@ func refusals(v map[string]uint64) string {
 	return "; " + strings.Join(parts, ", ")
 }
 
-func newFlowsCmd(stdout, stderr io.Writer) *ffcli.Command {
-	fs := flag.NewFlagSet("airlock flows", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	state := fs.String("state", "", "the gateway's state directory")
-	job := fs.String("job", "", "only the flows of this batch job id, lease id or tunnel address")
-	active := fs.Bool("active", false, "only open flows (default: open ones, then the most recent ended and refused ones)")
-	asJSON := fs.Bool("json", false, "print the flows as JSON")
-	return &ffcli.Command{
-		Name:       "flows",
-		ShortUsage: "airlock flows --state DIR [--job ID] [--active] [--json]",
-		ShortHelp:  "list the gateway's flows: open ones and the most recent ended ones",
-		LongHelp: `Every flow of every job: 5-tuple, job, token, direction, bytes and packets
+func newFlowsCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "flows [--job ID] [--active]",
+		Short: "list the gateway's flows: open ones and the most recent ended ones",
+		Long: `Every flow of every job: 5-tuple, job, token, direction, bytes and packets
 each way, start, end and verdict. The full history is the flow log
 (STATE/flows.log, JSON lines); this shows open flows and the last 1024
 ended or refused ones.`,
-		FlagSet: fs,
-		Exec: func(ctx context.Context, args []string) error {
-			if len(args) > 0 {
-				return fmt.Errorf("flows: unexpected arguments %q (flags go first)", args)
-			}
-			c, err := dialAdmin("flows", *state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			fl, err := c.Flows(ctx, *job, *active)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return printJSON(stdout, fl)
-			}
-			recs := append(fl.Active, fl.Recent...)
-			if len(recs) == 0 {
-				fmt.Fprintln(stdout, "no flows")
-				return nil
-			}
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tPROTO\tDIR\tSOURCE\tDESTINATION\tJOB\tTOKEN\tBYTES OUT\tBYTES IN\tPKTS OUT\tPKTS IN\tSTART\tSTATE\tVERDICT")
-			for _, r := range recs {
-				state := "active"
-				if !r.End.IsZero() {
-					state = r.EndReason
-					if state == "" {
-						state = "ended"
-					}
-				}
-				if r.Bypass != "" {
-					state += " bypass"
-				}
-				if r.Bulk != "" {
-					state += " bulk"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
-					r.ID, r.Proto, r.Direction, r.Src, r.Dst, orDash(r.JobID), orDash(r.Token),
-					humanBytes(r.BytesOut), humanBytes(r.BytesIn), r.PacketsOut, r.PacketsIn,
-					r.Start.Format("15:04:05"), state, r.Verdict)
-			}
-			return tw.Flush()
-		},
+		Args: noArgs,
 	}
+	var state string
+	stateFlag(cmd, &state)
+	job := cmd.Flags().String("job", "", "only the flows of this batch job id, lease id or tunnel address")
+	active := cmd.Flags().Bool("active", false, "only open flows (default: open ones, then the most recent ended and refused ones)")
+	asJSON := jsonFlag(cmd, "the flows")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		c, err := dialAdmin("flows", state)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		fl, err := c.Flows(ctx, *job, *active)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, fl)
+		}
+		recs := append(fl.Active, fl.Recent...)
+		if len(recs) == 0 {
+			fmt.Fprintln(stdout, "no flows")
+			return nil
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tPROTO\tDIR\tSOURCE\tDESTINATION\tJOB\tTOKEN\tBYTES OUT\tBYTES IN\tPKTS OUT\tPKTS IN\tSTART\tSTATE\tVERDICT")
+		for _, r := range recs {
+			state := "active"
+			if !r.End.IsZero() {
+				state = r.EndReason
+				if state == "" {
+					state = "ended"
+				}
+			}
+			if r.Bypass != "" {
+				state += " bypass"
+			}
+			if r.Bulk != "" {
+				state += " bulk"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n",
+				r.ID, r.Proto, r.Direction, r.Src, r.Dst, orDash(r.JobID), orDash(r.Token),
+				humanBytes(r.BytesOut), humanBytes(r.BytesIn), r.PacketsOut, r.PacketsIn,
+				r.Start.Format("15:04:05"), state, r.Verdict)
+		}
+		return tw.Flush()
+	}
+	return cmd
 }
 
-func newKickCmd(stdout, stderr io.Writer) *ffcli.Command {
-	fs := flag.NewFlagSet("airlock kick", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	state := fs.String("state", "", "the gateway's state directory")
-	reason := fs.String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
-	ban := fs.Duration("ban", 0, "also refuse new joins from the job's token and host (its host name or its address) for this long, e.g. 24h")
-	asJSON := fs.Bool("json", false, "print the ended leases as JSON")
-	return &ffcli.Command{
-		Name:       "kick",
-		ShortUsage: "airlock kick --state DIR [--reason TEXT] [--ban DURATION] JOB",
-		ShortHelp:  "end a job's lease now (JOB: lease id, tunnel address or batch job id)",
-		LongHelp: `Ends the lease of JOB at once: its tunnel and flows are cut and its port
+func newKickCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kick [--reason TEXT] [--ban DURATION] JOB",
+		Short: "end a job's lease now (JOB: lease id, tunnel address or batch job id)",
+		Long: `Ends the lease of JOB at once: its tunnel and flows are cut and its port
 block is freed. JOB is a lease id, a tunnel address or a batch job id; batch
 job ids come from the jobs themselves, so when several live leases claim
 the same one the kick is refused and lists them, to be kicked by lease id
@@ -206,39 +183,43 @@ or address. The job's airlock run is told at once over its lease watch and
 prints a message saying the gateway's admin ended the lease, with --reason.
 With --ban, joins from the job's token and host are refused for that long
 (in memory: a gateway restart forgets bans).`,
-		FlagSet: fs,
-		Exec: func(ctx context.Context, args []string) error {
-			if len(args) != 1 {
-				return fmt.Errorf("kick: want one JOB (batch job id, lease id or tunnel address; flags go first), got %d arguments", len(args))
-			}
-			c, err := dialAdmin("kick", *state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if *ban < 0 {
-				return fmt.Errorf("kick: --ban %v: want a positive duration", *ban)
-			}
-			req := admin.KickRequest{Job: args[0], Reason: *reason}
-			if *ban > 0 {
-				req.Ban = ban.String()
-			}
-			res, err := c.Kick(ctx, req)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return printJSON(stdout, res)
-			}
-			for _, k := range res.Kicked {
-				fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
-				if !res.BannedUntil.IsZero() {
-					fmt.Fprintf(stdout, "banned token %s from host %s until %s\n", orDash(k.Token), orDash(k.Host), res.BannedUntil.Format(time.RFC3339))
-				}
-			}
-			return nil
-		},
+		Args: exactArgs(1, "one JOB (batch job id, lease id or tunnel address)"),
 	}
+	var state string
+	stateFlag(cmd, &state)
+	reason := cmd.Flags().String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
+	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins from the job's token and host (its host name or its address) for this long, e.g. 24h")
+	asJSON := jsonFlag(cmd, "the ended leases")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if *ban < 0 {
+			return usagef("--ban %v: want a positive duration", *ban)
+		}
+		c, err := dialAdmin("kick", state)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		req := admin.KickRequest{Job: args[0], Reason: *reason}
+		if *ban > 0 {
+			req.Ban = ban.String()
+		}
+		res, err := c.Kick(ctx, req)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, res)
+		}
+		for _, k := range res.Kicked {
+			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
+			if !res.BannedUntil.IsZero() {
+				fmt.Fprintf(stdout, "banned token %s from host %s until %s\n", orDash(k.Token), orDash(k.Host), res.BannedUntil.Format(time.RFC3339))
+			}
+		}
+		return nil
+	}
+	return cmd
 }
 
 // humanBytes formats a byte count with IEC units.

@@ -1,125 +1,153 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"text/tabwriter"
 	"time"
 
-	"github.com/peterbourgon/ff/v3/ffcli"
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
-func newTokenCmd(stdout, stderr io.Writer) *ffcli.Command {
-	stateFlag := func(fs *flag.FlagSet) *string {
-		fs.SetOutput(stderr)
-		return fs.String("state", "", "the gateway's state directory")
+func newTokenCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "manage join tokens (works while the gateway runs)",
+		Long: `Join tokens let jobs join the gateway. They are stored hashed in the
+state directory; the secret is printed once, by create. Every subcommand
+works whether or not the gateway runs (through its admin socket if it does).`,
+		Args: noArgs,
+		RunE: needSubcommand,
 	}
+	cmd.AddCommand(newTokenCreateCmd(stdout, stderr), newTokenListCmd(stdout), newTokenRevokeCmd(stdout))
+	return cmd
+}
 
-	createFS := flag.NewFlagSet("airlock token create", flag.ContinueOnError)
-	createState := stateFlag(createFS)
-	name := createFS.String("name", "", "token name, for logs and revocation (default: generated)")
-	ttl := createFS.Duration("ttl", 0, "token lifetime, e.g. 720h (default: no expiry)")
-	importTok := createFS.Bool("import", false, "store an existing token read from stdin (made by another gateway) instead of a new one, so one token works with several gateways")
+func newTokenCreateCmd(stdout, stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "create [--name NAME] [--ttl DURATION] [--import < TOKEN]",
+		Short: "make a join token and print it on stdout (stored hashed)",
+		Example: `  airlock token create --name cms-pilots --ttl 720h > cms.token
+  airlock token create --name cms-pilots --import --state /var/lib/airlock-b < cms.token`,
+		Args: noArgs,
+	}
+	var state string
+	stateFlag(cmd, &state)
+	name := cmd.Flags().String("name", "", "token name, for logs and revocation (default: generated)")
+	ttl := cmd.Flags().Duration("ttl", 0, "token lifetime, e.g. 720h (default: no expiry)")
+	importTok := cmd.Flags().Bool("import", false, "store an existing token read from stdin (made by another gateway) instead of a new one, so one token works with several gateways")
+	asJSON := jsonFlag(cmd, "the token: name, created, expires, and the secret as token")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := needState(state); err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		if *importTok {
+			b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+			if err != nil {
+				return fmt.Errorf("token create --import: read stdin: %w", err)
+			}
+			tok, err := admin.ImportToken(ctx, state, *name, string(b), *ttl)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(stdout, tokenJSON(tok, ""))
+			}
+			fmt.Fprintf(stderr, "airlock: token %s imported\n", tok.Name)
+			return nil
+		}
+		secret, tok, err := admin.CreateToken(ctx, state, *name, *ttl)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, tokenJSON(tok, secret))
+		}
+		fmt.Fprintln(stdout, secret)
+		return nil
+	}
+	return cmd
+}
 
-	listFS := flag.NewFlagSet("airlock token list", flag.ContinueOnError)
-	listState := stateFlag(listFS)
+// tokenOut is a token as token create and token list print it in JSON:
+// the store's record without its hash, and the secret (create only).
+type tokenOut struct {
+	store.Token
+	Secret string `json:"token,omitempty"`
+}
 
-	revokeFS := flag.NewFlagSet("airlock token revoke", flag.ContinueOnError)
-	revokeState := stateFlag(revokeFS)
+func tokenJSON(t store.Token, secret string) tokenOut {
+	t.Hash = nil
+	return tokenOut{Token: t, Secret: secret}
+}
 
-	need := func(state string) error {
-		if state == "" {
-			return fmt.Errorf("token: --state DIR is required (the gateway's state directory)")
+func newTokenListCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "list tokens (names and expiry; secrets are never stored)",
+		Args:  noArgs,
+	}
+	var state string
+	stateFlag(cmd, &state)
+	asJSON := jsonFlag(cmd, "the tokens")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := needState(state); err != nil {
+			return err
+		}
+		toks, err := admin.ListTokens(cmd.Context(), state)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			out := []tokenOut{}
+			for _, t := range toks {
+				out = append(out, tokenJSON(t, ""))
+			}
+			return printJSON(stdout, out)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tCREATED\tEXPIRES")
+		for _, t := range toks {
+			exp := "never"
+			if !t.Expires.IsZero() {
+				exp = t.Expires.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", orDash(t.Name), t.Created.Format(time.RFC3339), exp)
+		}
+		return tw.Flush()
+	}
+	return cmd
+}
+
+func newTokenRevokeCmd(stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "revoke NAME",
+		Short: "revoke a token by name and end its running jobs' leases",
+		Args:  exactArgs(1, "one token NAME"),
+	}
+	var state string
+	stateFlag(cmd, &state)
+	asJSON := jsonFlag(cmd, "the ended leases")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := needState(state); err != nil {
+			return err
+		}
+		res, err := admin.RevokeToken(cmd.Context(), state, args[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, res)
+		}
+		for _, k := range res.Ended {
+			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
 		}
 		return nil
 	}
-	return &ffcli.Command{
-		Name:       "token",
-		ShortUsage: "airlock token <create|list|revoke> --state DIR [flags]",
-		ShortHelp:  "manage join tokens (works while the gateway runs)",
-		Subcommands: []*ffcli.Command{
-			{
-				Name:       "create",
-				ShortUsage: "airlock token create --state DIR [--name NAME] [--ttl DURATION] [--import < TOKEN]",
-				ShortHelp:  "make a join token and print it on stdout (stored hashed)",
-				FlagSet:    createFS,
-				Exec: func(ctx context.Context, args []string) error {
-					if err := need(*createState); err != nil {
-						return err
-					}
-					if *importTok {
-						b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
-						if err != nil {
-							return fmt.Errorf("token create --import: read stdin: %w", err)
-						}
-						tok, err := admin.ImportToken(ctx, *createState, *name, string(b), *ttl)
-						if err != nil {
-							return err
-						}
-						fmt.Fprintf(stderr, "airlock: token %s imported\n", tok.Name)
-						return nil
-					}
-					secret, _, err := admin.CreateToken(ctx, *createState, *name, *ttl)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(stdout, secret)
-					return nil
-				},
-			},
-			{
-				Name:       "list",
-				ShortUsage: "airlock token list --state DIR",
-				ShortHelp:  "list tokens (names and expiry; secrets are never stored)",
-				FlagSet:    listFS,
-				Exec: func(ctx context.Context, args []string) error {
-					if err := need(*listState); err != nil {
-						return err
-					}
-					toks, err := admin.ListTokens(ctx, *listState)
-					if err != nil {
-						return err
-					}
-					tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, "NAME\tCREATED\tEXPIRES")
-					for _, t := range toks {
-						exp := "never"
-						if !t.Expires.IsZero() {
-							exp = t.Expires.Format(time.RFC3339)
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\n", t.Name, t.Created.Format(time.RFC3339), exp)
-					}
-					return tw.Flush()
-				},
-			},
-			{
-				Name:       "revoke",
-				ShortUsage: "airlock token revoke --state DIR NAME",
-				ShortHelp:  "revoke a token by name and end its running jobs' leases",
-				FlagSet:    revokeFS,
-				Exec: func(ctx context.Context, args []string) error {
-					if err := need(*revokeState); err != nil {
-						return err
-					}
-					if len(args) != 1 {
-						return fmt.Errorf("token revoke: want one token NAME, got %d arguments", len(args))
-					}
-					res, err := admin.RevokeToken(ctx, *revokeState, args[0])
-					if err != nil {
-						return err
-					}
-					for _, k := range res.Ended {
-						fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
-					}
-					return nil
-				},
-			},
-		},
-		Exec: func(context.Context, []string) error { return flag.ErrHelp },
-	}
+	return cmd
 }

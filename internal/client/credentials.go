@@ -66,6 +66,10 @@ func resolveToken(cfg Config) (string, error) {
 	return readTokenFile(cfg.TokenFile)
 }
 
+// ResolveToken returns the join token cfg names, from Token or from
+// TokenFile, as airlock run would read it (airlock run --check uses it).
+func ResolveToken(cfg Config) (string, error) { return resolveToken(cfg) }
+
 // readTokenFile reads a join token from path: the file's only line,
 // surrounding white space removed.
 func readTokenFile(path string) (string, error) {

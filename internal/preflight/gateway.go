@@ -53,8 +53,8 @@ func Gateway(ctx context.Context, gw, pin, token string, udpMiss Status) []Resul
 		out[0].Status, out[0].Fix = Warn, "the gateway refuses new jobs until airlock gateway drain --undo or a restart"
 	}
 	if token == "" {
-		return append(out, Result{Name: name + " UDP", Status: Warn, Detail: "not checked: no token (AIRLOCK_TOKEN)",
-			Fix: "give --token to check the join and UDP"})
+		return append(out, Result{Name: name + " UDP", Status: Warn, Detail: "not checked: no join token",
+			Fix: "give --token-file FILE (or AIRLOCK_TOKEN_FILE, AIRLOCK_TOKEN) to check the join and UDP"})
 	}
 	return append(out, udpCheck(ctx, c, name, token, udpMiss))
 }

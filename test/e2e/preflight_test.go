@@ -22,7 +22,7 @@ func TestPreflight(t *testing.T) {
 	gw := e.gateway
 
 	t.Run("RunWorkingNode", func(t *testing.T) {
-		code, _, out := e.tp.Run(t, 30*time.Second, e.tp.CN, e.u, e.airlock, "run", "--check", "--gateway", gw, "--pin", e.pin, "--token", e.token)
+		code, out, _ := e.tp.Run(t, 30*time.Second, e.tp.CN, e.u, e.airlock, "run", "--check", "--gateway", gw, "--pin", e.pin, "--token", e.token)
 		if code != 0 {
 			t.Errorf("airlock run --check on a working node: exit %d, want 0\n%s", code, out)
 		}
@@ -58,7 +58,7 @@ func TestPreflight(t *testing.T) {
 		nft("add chain inet preflight out { type filter hook output priority 0 ; }")
 		nft(fmt.Sprintf("add rule inet preflight out udp dport %d drop", gatewayPort))
 		argv := tun.Command(e.u, "prlimit", "--nofile=64:64", e.airlock, "run", "--check", "--mode", "netns", "--gateway", gw, "--pin", e.pin, "--token", e.token)
-		code, _, out := e.tp.Run(t, 60*time.Second, e.tp.CN, nil, argv[0], argv[1:]...)
+		code, out, _ := e.tp.Run(t, 60*time.Second, e.tp.CN, nil, argv[0], argv[1:]...)
 		if code != 1 {
 			t.Errorf("airlock run --check on a broken node: exit %d, want 1\n%s", code, out)
 		}
@@ -74,7 +74,7 @@ func TestPreflight(t *testing.T) {
 		}
 		// A wrong pin is a problem of its own.
 		wrong := "sha256:" + strings.Repeat("ab", 32)
-		code, _, out = e.tp.Run(t, 30*time.Second, e.tp.CN, e.u, e.airlock, "run", "--check", "--gateway", gw, "--pin", wrong)
+		code, out, _ = e.tp.Run(t, 30*time.Second, e.tp.CN, e.u, e.airlock, "run", "--check", "--gateway", gw, "--pin", wrong)
 		if code != 1 || !regexp.MustCompile(`(?m)^PROBLEM gateway \S+ pin: .*\n\s+fix: copy AIRLOCK_PIN`).MatchString(out) {
 			t.Errorf("airlock run --check with a wrong pin: exit %d, want 1 and a pin problem\n%s", code, out)
 		}

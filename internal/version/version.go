@@ -1,0 +1,103 @@
+// Package version says which build of Airlock this is: its semantic
+// version, the commit and the time it was built from, and the Go toolchain.
+//
+// make and the release tarballs set the values with the linker
+// (-ldflags "-X github.com/airlock-vpn/airlock/internal/version.version=v0.3.0"
+// and likewise commit and date); a binary built with `go install
+// github.com/airlock-vpn/airlock/cmd/airlock@v0.3.0` or `go build` in a
+// checkout takes them from the module's build information instead, so no
+// build says "dev" when it knows better.
+package version
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"golang.org/x/mod/semver"
+)
+
+// Set by the linker; empty in a plain go build.
+var (
+	version string
+	commit  string
+	date    string
+)
+
+// Info describes one build. Its zero value is an unknown build.
+type Info struct {
+	// Version is a semantic version with a leading v ("v0.3.0",
+	// "v0.3.1-0.20261125142900-3b3d3d9a1b2c" between releases), or "dev"
+	// when the build knows none.
+	Version string `json:"version"`
+	// Commit is the git commit (abbreviated or full), empty if unknown;
+	// Modified says the work tree had uncommitted changes.
+	Commit   string `json:"commit,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	// Date is when the commit was made (RFC 3339), which is also the
+	// build's date in reproducible builds; empty if unknown.
+	Date      string `json:"date,omitempty"`
+	GoVersion string `json:"go"`
+	Platform  string `json:"platform"`
+}
+
+// Get returns this binary's build information.
+func Get() Info {
+	i := Info{Version: version, Commit: commit, Date: date, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		fromBuildInfo(&i, bi)
+	}
+	if strings.HasSuffix(i.Commit, "-dirty") {
+		i.Commit, i.Modified = strings.TrimSuffix(i.Commit, "-dirty"), true
+	}
+	if i.Version == "" {
+		i.Version = "dev"
+	}
+	return i
+}
+
+// fromBuildInfo fills in what the linker did not set.
+func fromBuildInfo(i *Info, bi *debug.BuildInfo) {
+	if i.Version == "" && semver.IsValid(bi.Main.Version) {
+		i.Version = bi.Main.Version
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			if i.Commit == "" {
+				i.Commit = s.Value
+			}
+		case "vcs.time":
+			if i.Date == "" {
+				i.Date = s.Value
+			}
+		case "vcs.modified":
+			if s.Value == "true" && commit == "" {
+				i.Modified = true
+			}
+		}
+	}
+}
+
+// String is the one line `airlock --version` prints.
+func (i Info) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "airlock %s", i.Version)
+	if i.Commit != "" {
+		c := i.Commit
+		if len(c) > 12 {
+			c = c[:12]
+		}
+		if i.Modified {
+			c += "-dirty"
+		}
+		fmt.Fprintf(&b, " (commit %s", c)
+		if i.Date != "" {
+			fmt.Fprintf(&b, ", %s", i.Date)
+		}
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, " %s %s", i.GoVersion, i.Platform)
+	return b.String()
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Prints what a build of this checkout is: `version.sh` the version
+# (v0.3.0 on a release tag, v0.3.0-12-gabcdef0 after it, with -dirty for
+# uncommitted changes; the version in CHANGELOG.md's first release heading
+# where git knows no tag), `version.sh ldflags` the -X flags that put
+# version, commit and date into internal/version, `version.sh epoch` the
+# commit's time as a Unix time (SOURCE_DATE_EPOCH for reproducible builds).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pkg=github.com/airlock-vpn/airlock/internal/version
+changelog=$(sed -n 's/^## \[\(v\?[0-9][0-9.]*[^]]*\)\].*/\1/p' CHANGELOG.md 2>/dev/null | grep -v -i unreleased | head -1 || true)
+if git rev-parse --git-dir >/dev/null 2>&1; then
+	version=$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || true)
+	commit=$(git rev-parse HEAD)
+	[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit-dirty"
+	epoch=$(git log -1 --format=%ct)
+	if [ -z "$version" ]; then
+		version="${changelog:-v0.0.0}-dev+g$(git rev-parse --short=12 HEAD)"
+		[[ $commit != *-dirty ]] || version="$version.dirty"
+	fi
+else
+	version="${changelog:-v0.0.0}-dev" commit="" epoch=${SOURCE_DATE_EPOCH:-0}
+fi
+[[ $version == v* ]] || version="v$version"
+case "${1:-version}" in
+version) echo "$version" ;;
+epoch) echo "$epoch" ;;
+ldflags)
+	date=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
+	echo "-X $pkg.version=$version -X $pkg.commit=$commit -X $pkg.date=$date"
+	;;
+*) echo "usage: $0 [version|ldflags|epoch]" >&2; exit 2 ;;
+esac
