@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Prints what a build of this checkout is: `version.sh` the version
-# (v0.3.0 on a release tag, v0.3.0-12-gabcdef0 after it, with -dirty for
-# uncommitted changes; the version in CHANGELOG.md's first release heading
+# Prints what a build of this checkout is: `version.sh` the version (v0.3.0
+# on a release tag; between releases a Go-style pseudo-version after the
+# latest release, v0.3.1-0.20261125143023-e569141aef10, which sorts after
+# v0.3.0 and before v0.3.1, with +dirty for uncommitted changes; the latest
+# release is the newest v* tag, or CHANGELOG.md's first release heading
 # where git knows no tag), `version.sh ldflags` the -X flags that put
 # version, commit and date into internal/version, `version.sh epoch` the
 # commit's time as a Unix time (SOURCE_DATE_EPOCH for reproducible builds).
@@ -10,14 +12,17 @@ cd "$(dirname "$0")/.."
 pkg=github.com/airlock-vpn/airlock/internal/version
 changelog=$(sed -n 's/^## \[\(v\?[0-9][0-9.]*[^]]*\)\].*/\1/p' CHANGELOG.md 2>/dev/null | grep -v -i unreleased | head -1 || true)
 if git rev-parse --git-dir >/dev/null 2>&1; then
-	version=$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null || true)
 	commit=$(git rev-parse HEAD)
 	[ -z "$(git status --porcelain --untracked-files=no 2>/dev/null)" ] || commit="$commit-dirty"
 	epoch=$(git log -1 --format=%ct)
+	version=$(git describe --tags --exact-match --match 'v[0-9]*' 2>/dev/null || true)
 	if [ -z "$version" ]; then
-		version="${changelog:-v0.0.0}-dev+g$(git rev-parse --short=12 HEAD)"
-		[[ $commit != *-dirty ]] || version="$version.dirty"
+		base=$(git describe --tags --abbrev=0 --match 'v[0-9]*' 2>/dev/null || echo "${changelog:-v0.0.0}")
+		base=${base#v} base=${base%%[-+]*}
+		IFS=. read -r major minor patch <<<"$base"
+		version="v$major.$minor.$((patch + 1))-0.$(TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=%cd)-$(git rev-parse --short=12 HEAD)"
 	fi
+	[[ $commit != *-dirty ]] || version="$version+dirty"
 else
 	version="${changelog:-v0.0.0}-dev" commit="" epoch=${SOURCE_DATE_EPOCH:-0}
 fi
