@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/version"
 )
 
 func newGatewayCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -87,6 +88,7 @@ falls back to AIRLOCK_STATE), when the command line does not set it. SIGHUP, lik
 			return err
 		}
 		cfg.Logger = log
+		cfg.Version = version.Get().Version
 		if cfg.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
 			return fmt.Errorf("bad --subnet: %w", err)
 		}
