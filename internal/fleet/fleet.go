@@ -264,6 +264,9 @@ func (n *Node) listenLoop(ctx context.Context) {
 		err := n.remote.Listen(lctx, func() {
 			connected = true
 			backoff = time.Second
+			if err := n.remote.CheckSchema(lctx); err != nil {
+				n.log.Error("fleet database schema does not match this gateway; upgrade it to the fleet's version", "err", err)
+			}
 			wake()
 		}, func(msg pgstore.Notification) {
 			switch msg.Table {
@@ -483,10 +486,15 @@ func (n *Node) ImportToken(name, secret string, ttl time.Duration, now time.Time
 	return t, nil
 }
 
-// Tokens implements store.DB, from the database.
+// Tokens implements store.DB, from the database, or, while it is
+// unreachable, from the replica (with a warning).
 func (n *Node) Tokens() ([]store.Token, error) {
 	toks, err := n.remote.Tokens()
-	return toks, unavailable(err)
+	if err != nil {
+		n.log.Warn("fleet database unreachable: tokens listed from this gateway's copy", "err", err)
+		return n.local.Tokens()
+	}
+	return toks, nil
 }
 
 // RevokeToken implements store.DB. Every gateway (this one through its

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -40,14 +41,24 @@ func (g *gateway) openRemote(fp string) error {
 	if sc.URL == "" {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: fp, Logger: g.log})
+	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: fp, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
 	g.remote = db
 	g.onClose(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = db.CheckSchema(ctx)
+	switch {
+	case errors.Is(err, pgstore.ErrSchemaOld), errors.Is(err, pgstore.ErrSchemaNew):
+		return fmt.Errorf("--store: %w", err)
+	case err != nil:
+		// The database is not in the data path: start with the tokens
+		// and bans of the previous run, journal the records.
+		g.log.Warn("fleet database unreachable at start: joins use the copy of the fleet's tokens and bans from this gateway's previous run until it answers",
+			"err", err)
+	}
 	return nil
 }
 

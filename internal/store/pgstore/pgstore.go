@@ -153,30 +153,48 @@ func redact(err error) error {
 // Open connects to the database and checks that its schema is the one
 // this code knows.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := OpenLazy(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CheckSchema(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenLazy is Open without the schema check: it does not connect, so it
+// succeeds while the database is unreachable (a gateway that starts during
+// an outage). Check with CheckSchema once it answers.
+func OpenLazy(cfg Config) (*Store, error) {
 	pc, err := poolConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
-	s := &Store{pool: pool, cfg: cfg, timeout: timeout(cfg)}
+	return &Store{pool: pool, cfg: cfg, timeout: timeout(cfg)}, nil
+}
+
+// CheckSchema returns nil if the database's schema is the one this code
+// knows, an error wrapping ErrSchemaOld or ErrSchemaNew if not, and the
+// connection's error if the database cannot be reached.
+func (s *Store) CheckSchema(ctx context.Context) error {
 	v, err := s.SchemaVersion(ctx)
 	if err != nil {
-		pool.Close()
-		return nil, err
+		return err
 	}
 	latest := LatestVersion()
 	switch {
 	case v < latest:
-		pool.Close()
-		return nil, fmt.Errorf("%w: it is at version %d, this airlock needs %d; run airlock db migrate --store URL (as the schema's owner)", ErrSchemaOld, v, latest)
+		return fmt.Errorf("%w: it is at version %d, this airlock needs %d; run airlock db migrate --store URL (as the schema's owner)", ErrSchemaOld, v, latest)
 	case v > latest:
-		pool.Close()
-		return nil, fmt.Errorf("%w: it is at version %d, this airlock knows %d; upgrade airlock on this host to the fleet's version", ErrSchemaNew, v, latest)
+		return fmt.Errorf("%w: it is at version %d, this airlock knows %d; upgrade airlock on this host to the fleet's version", ErrSchemaNew, v, latest)
 	}
-	return s, nil
+	return nil
 }
 
 // Close closes the connection pool.

@@ -1,0 +1,467 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/test/loadgen"
+	"github.com/airlock-vpn/airlock/test/pgtest"
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// fleetGW is one gateway of the fleet test: A in dmz (the env's own), B in
+// dmz2, C in dmz3.
+type fleetGW struct {
+	name, ns, state, addr, pin string
+	egress                     netip.Addr
+	args                       []string
+	proc                       *topology.Process
+}
+
+// fleetEnv is three gateways sharing one PostgreSQL database.
+type fleetEnv struct {
+	*env
+	pg *pgtest.Cluster
+	db string
+	// url is the gateways' connection (role airlock_gateway, least
+	// privilege); ownerURL the schema owner's (migrations, admin host).
+	url, ownerURL string
+	gws           []*fleetGW
+}
+
+// fleetGatewayRole is the least-privilege role of docs/fleet.md.
+const fleetGatewayRole = "airlock_gateway"
+
+// fleetGrants are docs/fleet.md's grants for the gateways' role.
+const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks to airlock_gateway;
+grant select on airlock_schema_version to airlock_gateway;
+grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq to airlock_gateway;`
+
+// fleetArgs are every fleet gateway's extra flags: blocks of 16 ports so
+// that one gateway holds the failover's 300 jobs.
+func fleetArgs(url string) []string {
+	return []string{"--store", url, "--egress-ports", "40000-47999", "--block-size", "16", "--renew-interval", "5s"}
+}
+
+func newFleetEnv(t *testing.T) *fleetEnv {
+	f := &fleetEnv{}
+	f.env = newEnvHook(t, modeUser, []topology.Option{topology.WithThirdDMZ()}, func(e *env) []string {
+		f.pg = pgtest.Start(t)
+		f.db = f.pg.CreateDB(t)
+		f.ownerURL = f.pg.URL(pgtest.Superuser, f.db)
+		f.url = f.pg.URL(fleetGatewayRole, f.db)
+		// As the docs say: the owner migrates, the gateways' role gets
+		// the grants.
+		code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, nil, e.airlock, "db", "migrate", "--store", f.ownerURL)
+		if code != 0 || !strings.Contains(out+stderr, "schema version") {
+			t.Fatalf("airlock db migrate: exit %d %s %s", code, out, stderr)
+		}
+		f.pg.Exec(t, f.db, "create role "+fleetGatewayRole+" login")
+		f.pg.Exec(t, f.db, fleetGrants)
+		return append(fleetArgs(f.url), "--subnet", "100.64.0.0/16")
+	})
+	a := &fleetGW{name: "A", ns: f.tp.DMZ, state: f.state, addr: f.gateway, pin: f.pin, egress: topology.DMZAddrINET, args: f.gwArgs, proc: f.gw}
+	f.gws = []*fleetGW{a}
+	for _, h := range []struct {
+		ns         string
+		cn, inet   netip.Addr
+		subnet     string
+		name, dirn string
+	}{
+		{f.tp.DMZ2, topology.DMZ2AddrCN, topology.DMZ2AddrINET, "100.65.0.0/16", "B", "state-b"},
+		{f.tp.DMZ3, topology.DMZ3AddrCN, topology.DMZ3AddrINET, "100.66.0.0/16", "C", "state-c"},
+	} {
+		f.tp.SetResolvConf(h.ns, f.dnsAddr)
+		g := &fleetGW{name: h.name, ns: h.ns, state: filepath.Join(filepath.Dir(f.state), h.dirn), egress: h.inet}
+		g.args = append([]string{"gateway", "--state", g.state, "--listen", netip.AddrPortFrom(h.cn, gatewayPort).String(),
+			"--subnet", h.subnet, "--egress-addr", h.inet.String(), "--expose-ports", "8080"}, fleetArgs(f.url)...)
+		f.startFleetGW(t, g)
+		f.gws = append(f.gws, g)
+	}
+	return f
+}
+
+// startFleetGW starts g (again) and waits for its join.env.
+func (f *fleetEnv) startFleetGW(t *testing.T, g *fleetGW) {
+	t.Helper()
+	os.Remove(filepath.Join(g.state, "join.env"))
+	g.proc = f.tp.Start(t, g.ns, f.gwUser, f.airlock, g.args...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		vals, err := readEnvFile(filepath.Join(g.state, "join.env"))
+		if err == nil && vals["AIRLOCK_PIN"] != "" {
+			g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+			return
+		}
+		if ok, _ := g.proc.Exited(); ok || time.Now().After(deadline) {
+			t.Fatalf("gateway %s did not start: %s", g.name, g.proc.Describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// adminHost runs an airlock admin command on an "admin host" that reaches
+// only the database (its unix socket): inet, which runs no gateway.
+func (f *fleetEnv) adminHost(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return f.tp.Run(t, 30*time.Second, f.tp.INET, f.gwUser, f.airlock, args...)
+}
+
+// on runs opts for gateway g only.
+func (f *fleetEnv) on(g *fleetGW, extra ...string) runOpts {
+	return runOpts{gateway: g.addr, pin: g.pin, env: extra, flags: []string{"--log-level", "info"}}
+}
+
+// waitStderr waits until p's stderr contains s and returns when.
+func waitStderr(t *testing.T, p *topology.Process, s string, timeout time.Duration) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.Stderr(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%q not in stderr within %v: %s", s, timeout, p.Describe())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Now()
+}
+
+// TestFleet runs three gateways (dmz, dmz2, dmz3) on one PostgreSQL 15
+// database (test/pgtest, as an unprivileged user), the gateways as the
+// least-privilege role of docs/fleet.md, with real clients in cn:
+// a token made on one gateway admits jobs on the others, and a job given
+// one gateway learns the fleet; a revocation from an admin host that
+// reaches only the database ends the token's jobs on every gateway within
+// 1 s; a kick with a ban on one gateway ends a job held by another and the
+// ban holds on a third; whois answers for every gateway's address from any
+// gateway and from the admin host, also for a gateway that no longer
+// exists; with the database stopped for 60 s jobs keep flowing, joins go
+// on, and every attribution record reaches the database when it is back,
+// also those of a gateway killed with SIGKILL meanwhile; and the 300 jobs
+// of a gateway killed with SIGKILL fail over to the other two in
+// proportion to their free capacity.
+func TestFleet(t *testing.T) {
+	f := newFleetEnv(t)
+	a, b, c := f.gws[0], f.gws[1], f.gws[2]
+
+	t.Run("OneAddressLearnsTheFleet", func(t *testing.T) {
+		// The env's token was made on A (through its admin socket, into
+		// the database); B admits it. The job knows only B.
+		code, out, stderr := f.runWith(t, f.on(b), "sh", "-c", `cat "$AIRLOCK_EGRESS_FILE"`)
+		if code != 0 {
+			t.Fatalf("job on B with A's token: exit %d%s", code, f.diag(stderr))
+		}
+		if !strings.Contains(out, "AIRLOCK_EGRESS_ADDR="+b.egress.String()) || !strings.Contains(out, "AIRLOCK_GATEWAY="+b.addr) {
+			t.Errorf("AIRLOCK_EGRESS_FILE: %q, want B's egress address and gateway", out)
+		}
+		m := regexp.MustCompile(`learned the fleet's gateways.* added=(\d+)`).FindStringSubmatch(stderr)
+		if m == nil || m[1] != "2" {
+			t.Errorf("client given B did not learn the 2 other gateways from its lease:\n%s", stderr)
+		}
+	})
+
+	t.Run("RevokeEverywhereWithin1s", func(t *testing.T) {
+		code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "revokeme")
+		tok := strings.TrimSpace(out)
+		if code != 0 || tok == "" {
+			t.Fatalf("token create --store (admin host): exit %d %s %s", code, out, stderr)
+		}
+		var jobs []*topology.Process
+		for _, g := range f.gws {
+			o := f.on(g)
+			o.token = tok
+			jobs = append(jobs, f.startWith(t, o, "sleep", "60"))
+		}
+		for i := range f.gws {
+			waitStderr(t, jobs[i], "transport: ", 30*time.Second)
+		}
+		start := time.Now()
+		code, out, stderr = f.adminHost(t, "token", "revoke", "--store", f.ownerURL, "revokeme")
+		done := time.Now()
+		if code != 0 {
+			t.Fatalf("token revoke --store: exit %d %s %s", code, out, stderr)
+		}
+		for i, g := range f.gws {
+			at := waitStderr(t, jobs[i], "THE GATEWAY ENDED THIS JOB'S LEASE", 5*time.Second)
+			t.Logf("gateway %s ended the job %v after the revoke command returned (%v after it started)", g.name,
+				at.Sub(done).Round(time.Millisecond), at.Sub(start).Round(time.Millisecond))
+			if at.Sub(done) > time.Second {
+				t.Errorf("gateway %s ended the revoked token's job %v after the revocation, want within 1 s", g.name, at.Sub(done))
+			}
+		}
+		o := f.on(c)
+		o.token = tok
+		if code, _, stderr := f.runWith(t, o, "true"); code == 0 || !strings.Contains(stderr, "token") {
+			t.Errorf("join with the revoked token on C: exit %d, want a refusal: %s", code, stderr)
+		}
+		for _, j := range jobs {
+			j.Kill()
+		}
+	})
+
+	t.Run("KickAndBanAcrossGateways", func(t *testing.T) {
+		job := f.startWith(t, f.on(a, "AIRLOCK_JOB_ID=fleet-kick-1"), "sleep", "60")
+		defer job.Kill()
+		waitStderr(t, job, "transport: ", 30*time.Second)
+		// Asked on B, which does not hold it.
+		code, out, stderr := f.tp.Run(t, 30*time.Second, b.ns, f.gwUser, f.airlock, "kick", "--state", b.state, "--ban", "1h", "--reason", "abuse", "fleet-kick-1")
+		if code != 0 || !strings.Contains(out+stderr, a.addr) {
+			t.Fatalf("kick on B of a job on A: exit %d %s %s (want the lease ended, naming gateway A)", code, out, stderr)
+		}
+		waitStderr(t, job, "THE GATEWAY ENDED THIS JOB'S LEASE", 5*time.Second)
+		// The ban (token and host) holds on C within a second.
+		time.Sleep(time.Second)
+		code, _, stderr = f.runWith(t, f.on(c), "true")
+		if code == 0 || !strings.Contains(stderr, "banned") {
+			t.Errorf("job from the banned host on C: exit %d, want refused as banned: %s", code, stderr)
+		}
+	})
+
+	// The later subtests need joins from cn again: the ban above is
+	// for the token e2e from cn; they use a token of their own.
+	code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "fleet")
+	if code != 0 {
+		t.Fatalf("token create --store: exit %d %s %s", code, out, stderr)
+	}
+	tok := strings.TrimSpace(out)
+	on := func(g *fleetGW, env ...string) runOpts {
+		o := f.on(g, env...)
+		o.token = tok
+		return o
+	}
+
+	var whoisAt time.Time
+	var whoisAP netip.AddrPort
+	t.Run("WhoisFromAnywhere", func(t *testing.T) {
+		port := f.tp.StartTCPSrcPort(t)
+		srv := netip.AddrPortFrom(f.tp.INETAddr, uint16(port)).String()
+		code, out, stderr := f.runWith(t, on(c, "AIRLOCK_JOB_ID=fleet-whois"), f.peer, "tcpsrcclient", srv, "1")
+		if code != 0 {
+			t.Fatalf("job on C: exit %d%s", code, f.diag(stderr))
+		}
+		ap, err := netip.ParseAddrPort(strings.TrimSpace(out))
+		if err != nil || ap.Addr() != c.egress {
+			t.Fatalf("job on C connected from %q, want C's egress address %v", out, c.egress)
+		}
+		whoisAt, whoisAP = time.Now().Add(-500*time.Millisecond), ap
+		time.Sleep(500 * time.Millisecond) // the shipper's round
+		for _, w := range []struct {
+			where string
+			args  []string
+			ns    string
+		}{
+			{"gateway A", []string{"whois", "--state", a.state}, a.ns},
+			{"gateway B", []string{"whois", "--state", b.state}, b.ns},
+			{"the admin host", []string{"whois", "--store", f.ownerURL}, f.tp.INET},
+		} {
+			args := append(w.args, "--json", "--at", whoisAt.UTC().Format(time.RFC3339Nano), ap.String())
+			code, out, stderr := f.tp.Run(t, 30*time.Second, w.ns, f.gwUser, f.airlock, args...)
+			var recs []store.LeaseRecord
+			if code != 0 || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 1 || recs[0].JobID != "fleet-whois" || recs[0].Gateway != c.addr {
+				t.Errorf("whois %v from %s: exit %d %s %s; want job fleet-whois on gateway %s", ap, w.where, code, out, stderr, c.addr)
+			}
+		}
+	})
+
+	t.Run("DatabaseDown60s", func(t *testing.T) {
+		// A job on A makes a request every second across the outage.
+		loop := f.startWith(t, on(a), f.requestLoop(70)...)
+		waitStderr(t, loop, "transport: ", 30*time.Second)
+		time.Sleep(2 * time.Second)
+		f.pg.Stop(t)
+		down := time.Now()
+		// Joins go on, with the cached token, on every gateway; each
+		// job's lease starts and ends while the database is down.
+		joined := map[string]bool{}
+		leaseRE := regexp.MustCompile(`msg="job joined" lease=(\S+)`)
+		before := map[*fleetGW]int{}
+		for _, g := range f.gws {
+			before[g] = len(leaseRE.FindAllStringSubmatch(g.proc.Stderr(), -1))
+		}
+		for i := 0; i < 6; i++ {
+			g := f.gws[i%3]
+			if code, _, stderr := f.runWith(t, on(g), "true"); code != 0 {
+				t.Errorf("join on %s while the database is down: exit %d%s", g.name, code, f.diag(stderr))
+			}
+		}
+		// A job on B, then B is killed (-9) while the database is down:
+		// the records it acknowledged are in its journal only.
+		hold := f.startWith(t, on(b), "sleep", "120")
+		defer hold.Kill()
+		waitStderr(t, hold, "transport: ", 30*time.Second)
+		for _, g := range f.gws {
+			for _, m := range leaseRE.FindAllStringSubmatch(g.proc.Stderr(), -1)[before[g]:] {
+				joined[m[1]] = true
+			}
+		}
+		if err := b.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		b.proc.Wait(10 * time.Second)
+		f.startFleetGW(t, b)
+		if len(joined) != 7 {
+			t.Fatalf("gateways logged %d joins during the outage, want 7", len(joined))
+		}
+		time.Sleep(time.Until(down.Add(60 * time.Second)))
+		f.pg.Restart(t)
+		t.Logf("database down for %v", time.Since(down).Round(time.Second))
+		if _, err := loop.Wait(40 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		stderr := loop.Stderr()
+		var fails, oks int
+		for _, r := range parseLoop(t, loop.Stdout()) {
+			if r.ok {
+				oks++
+			} else {
+				fails++
+			}
+		}
+		if fails != 0 || oks < 60 {
+			t.Errorf("job on A across the outage: %d requests ok, %d failed; want none failed%s", oks, fails, f.diag(stderr))
+		}
+		// Every lease of the outage is in the database, with its end
+		// (the six short jobs) or live (the one on B).
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			missing := f.missingLeases(t, joined)
+			if len(missing) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d of %d leases of the outage not in the database 15 s after it came back: %v", len(missing), len(joined), missing)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		t.Logf("all %d leases joined during the outage (one on a gateway killed -9 meanwhile) reached the database", len(joined))
+	})
+
+	t.Run("StatusFleet", func(t *testing.T) {
+		code, out, stderr := f.adminHost(t, "status", "--fleet", "--store", f.ownerURL, "--json")
+		var st fleet.Status
+		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+			t.Fatalf("status --fleet --json: exit %d %s %s", code, out, stderr)
+		}
+		alive := 0
+		for _, m := range st.Members {
+			if m.Alive {
+				alive++
+			}
+		}
+		if alive != 3 || st.History.Leases == 0 {
+			t.Errorf("status --fleet: %d live members, %d leases in the history; want 3 and some: %s", alive, st.History.Leases, out)
+		}
+		code, out, stderr = f.tp.Run(t, 30*time.Second, a.ns, f.gwUser, f.airlock, "status", "--fleet", "--state", a.state)
+		for _, g := range f.gws {
+			if code != 0 || !strings.Contains(out, g.addr) {
+				t.Errorf("status --fleet on A: exit %d, lacks gateway %s:\n%s %s", code, g.addr, out, stderr)
+			}
+		}
+	})
+
+	t.Run("FailoverSpreads", func(t *testing.T) {
+		// All 300 jobs on A (B and C drain while they join), then A is
+		// killed: the jobs land on B and C in proportion to their free
+		// capacity (equal here: 500 blocks each, both empty).
+		for _, g := range []*fleetGW{b, c} {
+			if code, out, stderr := f.tp.Run(t, 10*time.Second, g.ns, f.gwUser, f.airlock, "gateway", "drain", "--state", g.state); code != 0 {
+				t.Fatalf("drain %s: exit %d %s %s", g.name, code, out, stderr)
+			}
+		}
+		const n = 300
+		gen := f.tp.Start(t, f.tp.CN, nil, f.peer, "jobs", "-gateway", a.addr+","+b.addr+","+c.addr, "-pin", a.pin+","+b.pin+","+c.pin,
+			"-token", tok, "-n", strconv.Itoa(n), "-over", "10s", "-hold", "5m", "-failover-after", "2s", "-timeout", "20s")
+		first := waitReport(t, gen, "start", 120*time.Second)
+		if first.OK != n || first.Gateways[a.addr] != n {
+			t.Fatalf("%d of %d jobs started (%v), spread %v; want all on A%s", first.OK, n, first.Errors, first.Gateways, f.diag(""))
+		}
+		for _, g := range []*fleetGW{b, c} {
+			if code, out, stderr := f.tp.Run(t, 10*time.Second, g.ns, f.gwUser, f.airlock, "gateway", "drain", "--undo", "--state", g.state); code != 0 {
+				t.Fatalf("undrain %s: exit %d %s %s", g.name, code, out, stderr)
+			}
+		}
+		time.Sleep(time.Second) // the next health reports say so
+		if err := a.proc.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		var s loadgen.Report
+		for {
+			if err := gen.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			s = waitReport(t, gen, "snapshot", 30*time.Second)
+			if s.Gateways[b.addr]+s.Gateways[c.addr] == n || time.Since(killed) > 90*time.Second {
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
+		nb, nc := s.Gateways[b.addr], s.Gateways[c.addr]
+		t.Logf("300 jobs of A after its kill -9: %d on B, %d on C after %v (%d failovers)", nb, nc, time.Since(killed).Round(time.Second), s.Failovers)
+		if nb+nc != n {
+			t.Fatalf("after 90 s: %d on B, %d on C, want all %d moved (errors %v)", nb, nc, n, s.Errors)
+		}
+		for _, x := range []int{nb, nc} {
+			if x < n/2*8/10 || x > n/2*12/10 {
+				t.Errorf("spread %d/%d, want each within ±20%% of %d (equal free capacity)", nb, nc, n/2)
+			}
+		}
+		gen.Signal(syscall.SIGTERM)
+		waitReport(t, gen, "end", 60*time.Second)
+	})
+
+	t.Run("WhoisOfAGatewayThatIsGone", func(t *testing.T) {
+		// C is stopped and its state directory deleted, as when its host
+		// is reinstalled: whois still answers for its address.
+		c.proc.Signal(syscall.SIGTERM)
+		c.proc.Wait(30 * time.Second)
+		if err := os.RemoveAll(c.state); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := f.tp.Run(t, 30*time.Second, b.ns, f.gwUser, f.airlock, "whois", "--state", b.state, "--json", "--at", whoisAt.UTC().Format(time.RFC3339Nano), whoisAP.String())
+		var recs []store.LeaseRecord
+		if code != 0 || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 1 || recs[0].JobID != "fleet-whois" {
+			t.Errorf("whois %v of removed gateway C from B: exit %d %s %s", whoisAP, code, out, stderr)
+		}
+	})
+}
+
+// missingLeases returns the lease ids of ids that the database lacks.
+func (f *fleetEnv) missingLeases(t *testing.T, ids map[string]bool) []string {
+	t.Helper()
+	var list []string
+	for id := range ids {
+		list = append(list, "'"+id+"'")
+	}
+	q := fmt.Sprintf("select id from airlock_leases where id in (%s)", strings.Join(list, ","))
+	conn := f.pg.Connect(t, f.db)
+	rows, err := conn.Query(t.Context(), q)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if rows.Scan(&id) == nil {
+			have[id] = true
+		}
+	}
+	rows.Close()
+	var missing []string
+	for id := range ids {
+		if !have[id] {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
