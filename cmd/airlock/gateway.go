@@ -40,7 +40,13 @@ falls back to AIRLOCK_STATE), when the command line does not set it. SIGHUP, lik
 	fs.IntVar(&cfg.MTU, "mtu", gateway.DefaultMTU, "tunnel MTU")
 	fs.DurationVar(&cfg.RenewInterval, "renew-interval", gateway.DefaultRenewInterval, "how often clients renew their lease")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
-	fs.DurationVar(&cfg.History, "history", gateway.DefaultHistory, "how long ended leases stay in the attribution history (airlock whois)")
+	fs.DurationVar(&cfg.History, "history", 0, "how long ended leases stay in the attribution history (airlock whois) (default 2160h = 90 days; with --store 9600h = 400 days)")
+	var so storeOpts
+	fs.StringVar(&so.url, "store", "", storeUsage+"; makes this gateway a member of the fleet that shares it (docs/fleet.md)")
+	fs.StringVar(&so.passwordFile, "store-password-file", "", storePasswordUsage)
+	storeFailClosed := fs.Bool("store-fail-closed", false, "with --store: refuse joins once the local copy of the fleet's tokens and bans is older than --store-stale (default: joins go on with it while the database is down)")
+	storeStale := fs.Duration("store-stale", 0, "with --store-fail-closed: how old the local copy may get (default 1m)")
+	setEnv(fs.Lookup("store"), "AIRLOCK_GATEWAY_STORE", StoreEnv)
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
 	fs.StringVar(&cfg.Egress, "egress", gateway.EgressUser, "egress mode: user (unprivileged, user-space stack) or kernel (root or CAP_NET_ADMIN: kernel TUN, ip_forward, nftables SNAT)")
 	fs.StringVar(&cfg.TCPStack, "tcp-stack", gateway.TCPStackAuto, "user mode: what terminates jobs' IPv4 TCP: kernel (the host kernel's TCP in a private user namespace; needs unprivileged user namespaces and /dev/net/tun), netstack (gVisor, user space), or auto (kernel where possible)")
@@ -89,6 +95,7 @@ falls back to AIRLOCK_STATE), when the command line does not set it. SIGHUP, lik
 		}
 		cfg.Logger = log
 		cfg.Version = version.Get().Version
+		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale)
 		if cfg.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
 			return fmt.Errorf("bad --subnet: %w", err)
 		}

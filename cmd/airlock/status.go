@@ -30,13 +30,31 @@ func dialAdmin(cmd, state string) (*admin.Client, error) {
 func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "show the running gateway: mode, uptime, jobs, rates, flows, bytes",
-		Args:  noArgs,
+		Short: "show the running gateway: mode, uptime, jobs, rates, flows, bytes; with --fleet every gateway of its fleet",
+		Example: `  airlock status
+  airlock status --fleet --store 'postgres://airlock_gateway@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem'`,
+		Args: noArgs,
 	}
 	var state string
 	stateFlag(cmd, &state)
 	asJSON := jsonFlag(cmd, "the status")
+	fleetView := cmd.Flags().Bool("fleet", false, "every gateway of the fleet (address, state, jobs, capacity, version, heartbeat) and every live job, from the shared database: through the gateway of --state, or with --store on an admin host")
+	var so storeOpts
+	storeFlags(cmd, &so, "; with --fleet, instead of --state")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if *fleetView {
+			if !useStore(cmd, so) {
+				so = storeOpts{}
+			}
+			st, err := fleetStatus(cmd.Context(), state, so)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(stdout, st)
+			}
+			return printFleetStatus(stdout, st)
+		}
 		c, err := dialAdmin("status", state)
 		if err != nil {
 			return err
@@ -181,8 +199,11 @@ job ids come from the jobs themselves, so when several live leases claim
 the same one the kick is refused and lists them, to be kicked by lease id
 or address. The job's airlock run is told at once over its lease watch and
 prints a message saying the gateway's admin ended the lease, with --reason.
-With --ban, joins from the job's token and host are refused for that long
-(in memory: a gateway restart forgets bans).`,
+With --ban, joins from the job's token and host are refused for that long,
+and its other jobs from that host end (kept in the state database; in a
+fleet, on every gateway). In a fleet, a JOB that another gateway holds is
+ended by that gateway; with --store on an admin host, by whichever holds
+it.`,
 		Args: exactArgs(1, "one JOB (batch job id, lease id or tunnel address)"),
 	}
 	var state string
@@ -190,29 +211,41 @@ With --ban, joins from the job's token and host are refused for that long
 	reason := cmd.Flags().String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
 	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins from the job's token and host (its host name or its address) for this long, e.g. 24h")
 	asJSON := jsonFlag(cmd, "the ended leases")
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's gateway that holds JOB ends it")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
 		if *ban < 0 {
 			return usagef("--ban %v: want a positive duration", *ban)
 		}
-		c, err := dialAdmin("kick", state)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		req := admin.KickRequest{Job: args[0], Reason: *reason}
-		if *ban > 0 {
-			req.Ban = ban.String()
-		}
-		res, err := c.Kick(ctx, req)
-		if err != nil {
-			return err
+		var res admin.KickResult
+		if useStore(cmd, so) {
+			var err error
+			if res, err = storeKick(ctx, so, args[0], *reason, *ban); err != nil {
+				return err
+			}
+		} else {
+			c, err := dialAdmin("kick", state)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			req := admin.KickRequest{Job: args[0], Reason: *reason}
+			if *ban > 0 {
+				req.Ban = ban.String()
+			}
+			if res, err = c.Kick(ctx, req); err != nil {
+				return err
+			}
 		}
 		if *asJSON {
 			return printJSON(stdout, res)
 		}
 		for _, k := range res.Kicked {
-			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(k.JobID), k.Addr)
+			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(human(k.JobID)), k.Addr)
+			if k.Gateway != "" {
+				fmt.Fprintf(stdout, "  on gateway %s of the fleet\n", human(k.Gateway))
+			}
 			if !res.BannedUntil.IsZero() {
 				fmt.Fprintf(stdout, "banned token %s from host %s until %s\n", orDash(k.Token), orDash(k.Host), res.BannedUntil.Format(time.RFC3339))
 			}

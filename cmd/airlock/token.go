@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -37,6 +36,8 @@ func newTokenCreateCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	var state string
 	stateFlag(cmd, &state)
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's tokens")
 	name := cmd.Flags().String("name", "", "token name, for logs and revocation (default: generated)")
 	ttl := cmd.Flags().Duration("ttl", 0, "token lifetime, e.g. 720h (default: no expiry)")
 	importTok := cmd.Flags().Bool("import", false, "store an existing token read from stdin (made by another gateway) instead of a new one, so one token works with several gateways")
@@ -51,7 +52,7 @@ func newTokenCreateCmd(stdout, stderr io.Writer) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("token create --import: read stdin: %w", err)
 			}
-			tok, err := admin.ImportToken(ctx, state, *name, string(b), *ttl)
+			tok, err := importToken(ctx, cmd, state, so, *name, string(b), *ttl)
 			if err != nil {
 				return err
 			}
@@ -61,7 +62,7 @@ func newTokenCreateCmd(stdout, stderr io.Writer) *cobra.Command {
 			fmt.Fprintf(stderr, "airlock: token %s imported\n", tok.Name)
 			return nil
 		}
-		secret, tok, err := admin.CreateToken(ctx, state, *name, *ttl)
+		secret, tok, err := createToken(ctx, cmd, state, so, *name, *ttl)
 		if err != nil {
 			return err
 		}
@@ -94,12 +95,14 @@ func newTokenListCmd(stdout io.Writer) *cobra.Command {
 	}
 	var state string
 	stateFlag(cmd, &state)
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's tokens")
 	asJSON := jsonFlag(cmd, "the tokens")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := needState(state); err != nil {
 			return err
 		}
-		toks, err := admin.ListTokens(cmd.Context(), state)
+		toks, err := listTokens(cmd, state, so)
 		if err != nil {
 			return err
 		}
@@ -132,12 +135,14 @@ func newTokenRevokeCmd(stdout io.Writer) *cobra.Command {
 	}
 	var state string
 	stateFlag(cmd, &state)
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's tokens")
 	asJSON := jsonFlag(cmd, "the ended leases")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := needState(state); err != nil {
 			return err
 		}
-		res, err := admin.RevokeToken(cmd.Context(), state, args[0])
+		res, err := revokeToken(cmd, state, so, args[0])
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 )
 
 func newWhoisCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -28,11 +29,13 @@ an empty list).`,
 	}
 	var state string
 	stateFlag(cmd, &state)
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: every gateway's history")
 	atFlag := cmd.Flags().String("at", "", "when the connection was seen, RFC 3339 (default: now)")
 	asJSON := jsonFlag(cmd, "the lease records")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
-		if err := needState(state); err != nil {
+		if err := needState(state); err != nil && !useStore(cmd, so) {
 			return err
 		}
 		ap, err := parseWhoisAddr(args[0])
@@ -45,7 +48,15 @@ an empty list).`,
 				return usagef("bad --at %q: want RFC 3339, e.g. 2026-11-22T10:00:00Z", truncateArg(*atFlag))
 			}
 		}
-		recs, err := admin.Whois(ctx, state, ap, at)
+		var recs []store.LeaseRecord
+		if useStore(cmd, so) {
+			err = withStoreDB(ctx, so, func(db *pgstore.Store) error {
+				recs, err = db.Whois(ap.Addr(), ap.Port(), at)
+				return err
+			})
+		} else {
+			recs, err = admin.Whois(ctx, state, ap, at)
+		}
 		if err != nil {
 			return err
 		}
@@ -64,14 +75,14 @@ an empty list).`,
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tTUNNEL\tBLOCK\tSTART\tEND")
+		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
 		for _, r := range recs {
 			end := "active"
 			if !r.End.IsZero() {
 				end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
-				orDash(r.User), orDash(r.Host), orDash(r.Token), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
+				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
 				r.Start.Format(time.RFC3339), end)
 		}
 		return tw.Flush()

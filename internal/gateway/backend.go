@@ -359,6 +359,7 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 		} else if n > 0 {
 			g.log.Info("pruned lease history", "records", n, "older_than", keep)
 		}
+		g.logFleetHistory(keep)
 		select {
 		case <-ctx.Done():
 			return

@@ -207,3 +207,16 @@ func (g *gateway) registerFleetAdmin(adm *admin.Server) {
 		admin.WriteJSON(w, http.StatusOK, st)
 	}))
 }
+
+// logFleetHistory says how much the fleet's shared history keeps (after
+// each prune).
+func (g *gateway) logFleetHistory(keep time.Duration) {
+	if g.remote == nil {
+		return
+	}
+	h, err := g.remote.HistoryStats()
+	if err != nil {
+		return
+	}
+	g.log.Info("fleet lease history", "leases", h.Leases, "live", h.Live, "oldest", h.Oldest, "bytes", h.Bytes, "retention", keep)
+}

@@ -31,6 +31,9 @@ const (
 	DefaultMTU           = 1420
 	DefaultRenewInterval = 30 * time.Second
 	DefaultHistory       = 90 * 24 * time.Hour
+	// DefaultFleetHistory is the retention of a fleet's shared history
+	// (Store.URL set): an abuse report may come months later.
+	DefaultFleetHistory = 400 * 24 * time.Hour
 )
 
 // File names inside the state directory.
@@ -176,6 +179,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.History == 0 {
 		c.History = DefaultHistory
+		if c.Store.URL != "" {
+			c.History = DefaultFleetHistory
+		}
 	}
 	if c.LeaseTTL <= c.RenewInterval {
 		return fmt.Errorf("gateway: lease ttl %v must exceed renew interval %v", c.LeaseTTL, c.RenewInterval)
