@@ -396,6 +396,16 @@ func (c *Cluster) Connect(t testing.TB, db string) *pgx.Conn {
 	return conn
 }
 
+// Pid returns the postmaster's process id, 0 when it is stopped.
+func (c *Cluster) Pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil {
+		return 0
+	}
+	return c.proc.Process.Pid
+}
+
 // Running reports whether the server process is running.
 func (c *Cluster) Running() bool {
 	c.mu.Lock()
