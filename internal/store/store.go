@@ -1,8 +1,11 @@
 // Package store keeps the gateway's durable state in its state directory:
 // the small files written whole (keys, certificate, join.env; see
-// WriteFileAtomic), and a bbolt database (DIR/airlock.db) with join tokens
-// and the lease history that attributes outside connections to jobs
-// (`airlock whois`).
+// WriteFileAtomic), and a bbolt database (DIR/airlock.db) with join tokens,
+// bans and the lease history that attributes outside connections to jobs
+// (`airlock whois`). [DB] is the contract this database and the fleet's
+// shared one (store/pgstore) both implement; a fleet member also keeps a
+// replica of the fleet's tokens and bans here (ReplaceTokens) and a
+// journal of its lease records (journal.go).
 //
 // A database file is held open by one process at a time. Open fails with
 // [ErrLocked] after a short wait instead of blocking when a running gateway
