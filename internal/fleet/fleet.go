@@ -90,10 +90,12 @@ type Config struct {
 	// DefaultResyncEvery.
 	HeartbeatEvery, ResyncEvery time.Duration
 	// OnRevoke is called (from the node's goroutine) with the name of a
-	// token that was revoked: end its leases here.
+	// token that was revoked elsewhere (not through this node's own
+	// RevokeToken, whose caller does it): end its leases here.
 	OnRevoke func(token string)
-	// OnBan is called with a ban made anywhere in the fleet (this
-	// gateway's own too): apply it and end the leases it matches.
+	// OnBan is called with a ban made elsewhere in the fleet (not
+	// through this node's own AddBan): apply it and end the leases it
+	// matches.
 	OnBan func(store.Ban)
 	// OnKick is called with a kick request for a lease of this gateway;
 	// it ends the lease and reports whether it did.
@@ -503,6 +505,11 @@ func (n *Node) RevokeToken(name string) error {
 	if err := n.remote.RevokeToken(name); err != nil {
 		return unavailable(err)
 	}
+	// This gateway's caller ends the token's leases here itself (and
+	// reports them): the reload must not.
+	n.mu.Lock()
+	delete(n.tokens, name)
+	n.mu.Unlock()
 	n.resyncAfterWrite()
 	return nil
 }
@@ -541,7 +548,11 @@ func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
 		}
 		return lb, fmt.Errorf("%w: the ban holds on this gateway only: %w", ErrUnavailable, err)
 	}
-	n.resyncAfterWrite() // ends the leases it matches here too (OnBan)
+	// This gateway's caller applies it here itself: the reload must not.
+	n.mu.Lock()
+	n.bans[rb.ID] = true
+	n.mu.Unlock()
+	n.resyncAfterWrite()
 	return rb, nil
 }
 

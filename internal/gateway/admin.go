@@ -80,7 +80,8 @@ func (g *gateway) Leases() []admin.LiveLease {
 }
 
 // Ban implements admin.Gateway: joins from l's token, host and client
-// address are refused for d.
+// address are refused for d, and the other live leases of that token from
+// that host or address end.
 func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) time.Time {
 	var o owner
 	if ll, ok := g.leases.ByAddr(l.Addr); ok && ll.ID == l.ID {
@@ -88,7 +89,9 @@ func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) time.Ti
 	} else {
 		o = owner{Job: control.JobInfo{Hostname: l.Host}, Token: l.Token}
 	}
-	return g.ban(o, d, reason)
+	b := g.ban(o, d, reason)
+	g.endBanned(b, l.ID) // the kick ends l itself
+	return b.Until
 }
 
 // SetDraining implements admin.Gateway.

@@ -130,18 +130,24 @@ func (g *gateway) onFleetBan(b store.Ban) {
 	g.admit.mu.Lock()
 	g.admit.banLocked(b.Token, b.Host, b.Addr, b.Until, b.Reason, now)
 	g.admit.mu.Unlock()
+	g.endBanned(b, "")
+}
+
+// endBanned ends the live leases that ban b matches, but the lease
+// except (the one a kick ends itself).
+func (g *gateway) endBanned(b store.Ban, except string) {
 	why := "banned by admin"
 	if b.Reason != "" {
 		why += ": " + b.Reason
 	}
 	for _, l := range g.leases.Leases() {
 		o, _ := l.Owner.(owner)
-		if o.Token != b.Token {
+		if l.ID == except || o.Token != b.Token {
 			continue
 		}
 		if b.Host != "" && o.Job.Hostname == b.Host || b.Addr.IsValid() && o.Remote.Addr() == b.Addr {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
-				g.log.Warn("ban in the fleet: lease ended", "lease", l.ID, "addr", l.Addr, "token", b.Token, "host", o.Job.Hostname)
+				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addr", l.Addr, "token", b.Token, "host", o.Job.Hostname)
 			}
 		}
 	}
@@ -162,7 +168,7 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	}
 	if k.Ban > 0 {
 		o, _ := l.Owner.(owner)
-		g.ban(o, k.Ban, k.Reason)
+		g.endBanned(g.ban(o, k.Ban, k.Reason), k.Lease)
 	}
 	why := "kicked by admin"
 	if k.Reason != "" {

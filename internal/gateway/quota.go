@@ -171,8 +171,8 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.T
 
 // ban refuses joins from the token and host of o for d, and records the
 // ban in the store: it survives a restart, and in a fleet it holds on
-// every gateway.
-func (g *gateway) ban(o owner, d time.Duration, reason string) time.Time {
+// every gateway (which end the live leases it matches; here, endBanned).
+func (g *gateway) ban(o owner, d time.Duration, reason string) store.Ban {
 	now := time.Now()
 	until := now.Add(d)
 	g.admit.mu.Lock()
@@ -182,7 +182,7 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) time.Time {
 	if _, err := g.st.AddBan(b); err != nil {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
 	}
-	return until
+	return b
 }
 
 // liveTokens returns the names of the tokens that exist and have not
