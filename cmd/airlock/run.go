@@ -36,7 +36,10 @@ the job; the token file itself stays readable by the job's user.
 
 The job's outside connections leave from AIRLOCK_EGRESS_ADDR with source
 ports in AIRLOCK_EGRESS_PORTS=LO-HI (the gateway's block size, or at least
---ports N if given; the gateway's admin sets the limit).
+--ports N if given; the gateway's admin sets the limit). Those variables are
+fixed at the job's start; the file named by AIRLOCK_EGRESS_FILE always holds
+the current ones (and AIRLOCK_GATEWAY), also after a failover to another
+gateway.
 
 Where user namespaces or /dev/net/tun are unavailable, --mode auto (the
 default) falls back, in this order, to: seccomp (connect() of every process
