@@ -1,6 +1,6 @@
 # Airlock: the two commands are `make demo` and `make test`; each does its own
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
-.PHONY: all setup build test demo vet clean fuzz docs
+.PHONY: all setup build test demo vet clean fuzz docs dist
 
 all: build
 
@@ -32,9 +32,14 @@ fuzz: setup
 docs:
 	go test ./cmd/airlock -run TestGeneratedDocs -update -count=1
 
+# Release artefacts in dist/: static tarball, .deb, .rpm and SHA256SUMS,
+# the same bytes for the same commit (docs/install.md).
+dist: setup
+	./scripts/dist.sh
+
 demo: setup
 	./scripts/demo.sh
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
 	$(MAKE) -C preload clean

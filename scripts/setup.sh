@@ -12,6 +12,10 @@ pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-cert
 # (slurm/), and the Prometheus tests: the distribution's Slurm, munge and
 # Prometheus (with promtool).
 pkgs+=(slurmctld slurmd slurm-client munge libslurm-dev prometheus)
+# make dist and its test (packaging/): Debian's package checker, RPM and
+# rpmlint, and the shells whose completion scripts are parsed; groff
+# renders the man pages in cmd/airlock's test.
+pkgs+=(lintian rpm rpmlint zsh fish groff-base)
 # The fleet tests (internal/store/pgstore, test/e2e TestFleet) start their
 # own PostgreSQL server as an unprivileged user (test/pgtest).
 pkgs+=(postgresql-15)
