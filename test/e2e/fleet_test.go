@@ -89,6 +89,29 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 		f.startFleetGW(t, g)
 		f.gws = append(f.gws, g)
 	}
+	// Every gateway registered, and every one has read the others'
+	// records (they do every 2 s).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, _ := f.adminHost(t, "status", "--fleet", "--store", f.ownerURL, "--json")
+		var st fleet.Status
+		alive := 0
+		if code == 0 && json.Unmarshal([]byte(out), &st) == nil {
+			for _, m := range st.Members {
+				if m.Alive {
+					alive++
+				}
+			}
+		}
+		if alive == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 gateways registered in the fleet after 30 s: %s", alive, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond)
 	return f
 }
 
