@@ -107,6 +107,10 @@ type Config struct {
 type Node struct {
 	cfg    Config
 	log    *slog.Logger
+	// writeMu orders this node's own revocations and bans with the
+	// reloads: a reload must not take them for changes made elsewhere
+	// (their callers apply them).
+	writeMu sync.Mutex
 	local  *store.Store
 	remote *pgstore.Store
 	ship   chan struct{} // wakes the shipper
@@ -192,6 +196,8 @@ func (n *Node) Run(ctx context.Context) {
 
 // resync reloads the replica from the database and reports what changed.
 func (n *Node) resync() error {
+	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
 	now := time.Now()
 	toks, err := n.remote.Tokens()
 	if err != nil {
@@ -502,7 +508,9 @@ func (n *Node) Tokens() ([]store.Token, error) {
 // RevokeToken implements store.DB. Every gateway (this one through its
 // own notification) ends the token's leases.
 func (n *Node) RevokeToken(name string) error {
+	n.writeMu.Lock()
 	if err := n.remote.RevokeToken(name); err != nil {
+		n.writeMu.Unlock()
 		return unavailable(err)
 	}
 	// This gateway's caller ends the token's leases here itself (and
@@ -510,6 +518,7 @@ func (n *Node) RevokeToken(name string) error {
 	n.mu.Lock()
 	delete(n.tokens, name)
 	n.mu.Unlock()
+	n.writeMu.Unlock()
 	n.resyncAfterWrite()
 	return nil
 }
@@ -540,7 +549,16 @@ func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
 // it to every gateway; while the database is unreachable, locally (this
 // gateway only) with an error that says so.
 func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+	n.writeMu.Lock()
 	rb, err := n.remote.AddBan(b)
+	if err == nil {
+		// This gateway's caller applies it here itself: the reload
+		// must not.
+		n.mu.Lock()
+		n.bans[rb.ID] = true
+		n.mu.Unlock()
+	}
+	n.writeMu.Unlock()
 	if err != nil {
 		lb, lerr := n.local.AddBan(b)
 		if lerr != nil {
@@ -548,10 +566,6 @@ func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
 		}
 		return lb, fmt.Errorf("%w: the ban holds on this gateway only: %w", ErrUnavailable, err)
 	}
-	// This gateway's caller applies it here itself: the reload must not.
-	n.mu.Lock()
-	n.bans[rb.ID] = true
-	n.mu.Unlock()
 	n.resyncAfterWrite()
 	return rb, nil
 }

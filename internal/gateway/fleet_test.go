@@ -1,0 +1,189 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+	"github.com/airlock-vpn/airlock/test/pgtest"
+)
+
+// TestFleetGateways runs two in-process gateways on one real PostgreSQL
+// database: a token made through A's admin socket admits a job on B, whose
+// lease lists both gateways; a revocation on A ends B's lease at once (its
+// watch says so); a kick with a ban on A of B's job ends it there and the
+// ban refuses the job's host on both; whois through A's admin socket names
+// B's job. (test/e2e TestFleet does the same with the binary, three hosts,
+// outages and failover.)
+func TestFleetGateways(t *testing.T) {
+	if _, err := pgtest.BinDir(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	c := pgtest.Start(t)
+	db := c.CreateDB(t)
+	url := c.URL(pgtest.Superuser, db)
+	if _, _, err := pgstore.Migrate(context.Background(), pgstore.Config{URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	fleetCfg := func(subnet string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.Store = StoreConfig{URL: url}
+			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
+		}
+	}
+	a := startGatewayWith(t, fleetCfg("100.64.0.0/16"))
+	b := startGatewayWith(t, fleetCfg("100.65.0.0/16"))
+	ctx := context.Background()
+	tok, _, err := admin.CreateToken(ctx, a.state, "fleet", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := control.NewClient(b.info.Control.String(), b.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	job := control.JobInfo{BatchJobID: "fleet-1", Hostname: "node1"}
+	var l control.Lease
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// The members list fills at the heartbeats (2 s).
+		l, err = cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
+		if err == nil && len(l.Members) == 2 {
+			break
+		}
+		if err == nil {
+			cc.Release(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("join on B with a token made on A: %v, members %+v; want a lease listing both gateways", err, l.Members)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pins := map[string]bool{}
+	for _, m := range l.Members {
+		pins[m.Pin] = true
+	}
+	if !pins[a.info.Fingerprint] || !pins[b.info.Fingerprint] {
+		t.Errorf("members %+v, want A's and B's pins", l.Members)
+	}
+
+	watchEnd := func(l control.Lease) <-chan error {
+		w, err := cc.Watch(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		ended := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := w.Next(); err != nil {
+					ended <- err
+					return
+				}
+			}
+		}()
+		return ended
+	}
+
+	// Whois through A names B's job (after the shipper's round).
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		ac, err := admin.Dial(a.state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := ac.Whois(ctx, netip.AddrPortFrom(l.PublicAddr, l.Ports[0]), time.Now())
+		ac.Close()
+		if err == nil && len(recs) == 1 && recs[0].JobID == "fleet-1" && recs[0].Gateway != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("whois on A of B's job at %v:%d: %+v %v", l.PublicAddr, l.Ports[0], recs, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Kick with a ban, asked on A; B ends it.
+	ended := watchEnd(l)
+	ac := adminClient(t, a)
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: "fleet-1", Reason: "abuse", Ban: "1h"})
+	if err != nil || len(res.Kicked) != 1 || res.Kicked[0].Gateway == "" {
+		t.Fatalf("kick on A of B's job: %+v %v", res, err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, control.ErrLeaseEnded) || !strings.Contains(err.Error(), "abuse") {
+			t.Errorf("watch ended with %v, want ErrLeaseEnded with the reason", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("kicked job's watch not ended within 2 s")
+	}
+	ca, err := control.NewClient(a.info.Control.String(), a.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	deadline = time.Now().Add(time.Second)
+	for _, cl := range []*control.Client{cc, ca} {
+		for {
+			_, err := cl.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
+			if errors.Is(err, control.ErrBanned) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("join of the banned host: %v, want ErrBanned on both gateways within 1 s", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+
+	// Revocation on A ends a job on B at once. (Another token: the ban
+	// holds for the address the test's joins come from.)
+	tok2, _, err := admin.CreateToken(ctx, a.state, "fleet2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l2 control.Lease
+	deadline = time.Now().Add(time.Second)
+	for {
+		// B learns the new token from the database's notification.
+		l2, err = cc.Join(ctx, control.JoinRequest{Token: tok2, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "fleet-2", Hostname: "node2"}})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("join on B with a token made on A 1 s before: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ended = watchEnd(l2)
+	time.Sleep(200 * time.Millisecond) // the watch is open
+	t0 := time.Now()
+	if _, err := ac.RevokeToken(ctx, "fleet2"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if !errors.Is(err, control.ErrLeaseEnded) {
+			t.Errorf("watch ended with %v, want ErrLeaseEnded", err)
+		}
+		t.Logf("revocation on A ended the job on B after %v", time.Since(t0).Round(time.Millisecond))
+		if time.Since(t0) > time.Second {
+			t.Errorf("revocation on A ended B's job after %v, want within 1 s", time.Since(t0))
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("revocation on A did not end B's job within 3 s")
+	}
+}
