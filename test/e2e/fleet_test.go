@@ -420,10 +420,7 @@ func TestFleet(t *testing.T) {
 		killed := time.Now()
 		var s loadgen.Report
 		for {
-			if err := gen.Signal(syscall.SIGUSR2); err != nil {
-				t.Fatal(err)
-			}
-			s = waitReport(t, gen, "snapshot", 30*time.Second)
+			s = snapshotReport(t, gen)
 			if s.Gateways[b.addr]+s.Gateways[c.addr] == n || time.Since(killed) > 90*time.Second {
 				break
 			}
@@ -487,4 +484,34 @@ func (f *fleetEnv) missingLeases(t *testing.T, ids map[string]bool) []string {
 		}
 	}
 	return missing
+}
+
+// snapshotReport asks the load generator for a snapshot (SIGUSR2) and
+// returns it.
+func snapshotReport(t *testing.T, gen *topology.Process) loadgen.Report {
+	t.Helper()
+	count := func() (int, loadgen.Report) {
+		n, last := 0, loadgen.Report{}
+		for _, l := range strings.Split(gen.Stdout(), "\n") {
+			var r loadgen.Report
+			if json.Unmarshal([]byte(l), &r) == nil && r.Phase == "snapshot" {
+				n, last = n+1, r
+			}
+		}
+		return n, last
+	}
+	before, _ := count()
+	if err := gen.Signal(syscall.SIGUSR2); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if n, r := count(); n > before {
+			return r
+		}
+		if ok, _ := gen.Exited(); ok || time.Now().After(deadline) {
+			t.Fatalf("load generator: no snapshot: %s", gen.Describe())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
