@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/fleet"
@@ -225,4 +227,40 @@ func (g *gateway) logFleetHistory(keep time.Duration) {
 		return
 	}
 	g.log.Info("fleet lease history", "leases", h.Leases, "live", h.Live, "oldest", h.Oldest, "bytes", h.Bytes, "retention", keep)
+}
+
+// registerFleetMetrics adds the fleet's series (docs/metrics.md); none for
+// a single gateway.
+func (g *gateway) registerFleetMetrics(reg prometheus.Registerer) error {
+	if g.fleet == nil {
+		return nil
+	}
+	n := g.fleet
+	up := func() float64 {
+		if n.Health().Reachable {
+			return 1
+		}
+		return 0
+	}
+	age := func() float64 {
+		if h := n.Health(); !h.Synced.IsZero() {
+			return time.Since(h.Synced).Seconds()
+		}
+		return -1
+	}
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_database_up",
+			Help: "1 while the fleet's database takes this gateway's journaled lease records, 0 while it fails."}, up),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_journal_records",
+			Help: "Lease records journaled locally, waiting to be written to the fleet's database."}, func() float64 { return float64(n.Health().Journaled) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_replica_age_seconds",
+			Help: "Seconds since the database last confirmed this gateway's copy of the fleet's tokens and bans (-1: never since start)."}, age),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_members",
+			Help: "Live gateways of the fleet, this one included, as last read."}, func() float64 { return float64(len(n.Members())) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register fleet metrics: %w", err)
+		}
+	}
+	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
@@ -42,7 +44,11 @@ func TestFleetGateways(t *testing.T) {
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
 		}
 	}
-	a := startGatewayWith(t, fleetCfg("100.64.0.0/16"))
+	reg := prometheus.NewRegistry()
+	a := startGatewayWith(t, func(cfg *Config) {
+		fleetCfg("100.64.0.0/16")(cfg)
+		cfg.Registry = reg
+	})
 	b := startGatewayWith(t, fleetCfg("100.65.0.0/16"))
 	ctx := context.Background()
 	tok, _, err := admin.CreateToken(ctx, a.state, "fleet", 0)
@@ -70,6 +76,15 @@ func TestFleetGateways(t *testing.T) {
 			t.Fatalf("join on B with a token made on A: %v, members %+v; want a lease listing both gateways", err, l.Members)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if v := gaugeValue(t, reg, "airlock_fleet_database_up"); v != 1 {
+		t.Errorf("airlock_fleet_database_up = %v, want 1", v)
+	}
+	for deadline := time.Now().Add(3 * time.Second); gaugeValue(t, reg, "airlock_fleet_members") != 2; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("airlock_fleet_members = %v after a heartbeat, want 2", gaugeValue(t, reg, "airlock_fleet_members"))
+			break
+		}
 	}
 	pins := map[string]bool{}
 	for _, m := range l.Members {

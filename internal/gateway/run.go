@@ -244,6 +244,9 @@ func (g *gateway) openServers() error {
 	if err := g.openFleet(); err != nil {
 		return err
 	}
+	if err := g.registerFleetMetrics(mx.registry); err != nil {
+		return err
+	}
 	if err := g.loadBans(time.Now()); err != nil {
 		return err
 	}
