@@ -105,15 +105,15 @@ type Config struct {
 // Node is a gateway's membership in a fleet and its store.DB. It is safe
 // for concurrent use.
 type Node struct {
-	cfg    Config
-	log    *slog.Logger
+	cfg Config
+	log *slog.Logger
 	// writeMu orders this node's own revocations and bans with the
 	// reloads: a reload must not take them for changes made elsewhere
 	// (their callers apply them).
 	writeMu sync.Mutex
-	local  *store.Store
-	remote *pgstore.Store
-	ship   chan struct{} // wakes the shipper
+	local   *store.Store
+	remote  *pgstore.Store
+	ship    chan struct{} // wakes the shipper
 
 	mu       sync.Mutex
 	synced   time.Time       // guarded by mu: the replica's last confirmation
