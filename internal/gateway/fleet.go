@@ -43,6 +43,9 @@ func (g *gateway) openRemote(fp string) error {
 	if sc.URL == "" {
 		return nil
 	}
+	if pgstore.URLHasPassword(sc.URL) {
+		g.log.Warn("the --store URL holds a password: every user of this host can read it in ps; use --store-password-file or PGPASSFILE")
+	}
 	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: fp, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
@@ -90,7 +93,7 @@ func (g *gateway) openFleet() error {
 	}
 	g.fleet, g.st = n, n
 	g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
-		"members", len(n.Members()), "fail_closed", g.cfg.Store.FailClosed)
+		"fail_closed", g.cfg.Store.FailClosed)
 	return nil
 }
 

@@ -27,6 +27,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -138,6 +139,21 @@ func readPasswordFile(path string) (string, error) {
 		return "", fmt.Errorf("database password file %s is empty", path)
 	}
 	return line, nil
+}
+
+// URLHasPassword reports whether a connection string carries a password
+// itself (postgres://USER:PASSWORD@… or password=…).
+func URLHasPassword(connString string) bool {
+	if u, err := url.Parse(connString); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		_, set := u.User.Password()
+		return set || u.Query().Get("password") != ""
+	}
+	for _, f := range strings.Fields(connString) {
+		if strings.HasPrefix(f, "password=") {
+			return true
+		}
+	}
+	return false
 }
 
 // redact drops the connection string from pgx's parse errors, which

@@ -446,3 +446,20 @@ func testKicks(t *testing.T, c *pgtest.Cluster) {
 		t.Fatalf("pending after finish: %+v", ks)
 	}
 }
+
+func TestURLHasPassword(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		want bool
+	}{
+		{"postgres://gw@db/airlock", false},
+		{"postgres://gw:secret@db/airlock", true},
+		{"postgresql://gw@db/airlock?password=secret", true},
+		{"host=db user=gw dbname=airlock", false},
+		{"host=db user=gw password=secret", true},
+	} {
+		if got := pgstore.URLHasPassword(tc.url); got != tc.want {
+			t.Errorf("URLHasPassword(%q) = %v, want %v", tc.url, got, tc.want)
+		}
+	}
+}
