@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/preflight"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 )
 
 // runCheck is airlock run --check: what this node offers the mode asked
@@ -82,6 +85,9 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	}
 	rep = append(rep, ipv6Checks(cfg)...) // check6.go
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
+	if cfg.Store.URL != "" {
+		rep = append(rep, storeCheck(cfg.Store))
+	}
 	return writeReport(w, rep, asJSON)
 }
 
@@ -129,4 +135,25 @@ func writeReport(w io.Writer, rep preflight.Report, asJSON bool) error {
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// storeCheck is gateway --check's item for --store: the database answers
+// with the schema this airlock knows.
+func storeCheck(sc gateway.StoreConfig) preflight.Result {
+	r := preflight.Result{Name: "fleet database"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile})
+	switch {
+	case errors.Is(err, pgstore.ErrSchemaOld):
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "run airlock db migrate --store URL as the schema's owner (docs/fleet.md)"
+	case errors.Is(err, pgstore.ErrSchemaNew):
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "upgrade airlock on this host to the fleet's version"
+	case err != nil:
+		r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check --store, the password (--store-password-file, PGPASSWORD) and TLS; the gateway starts without the database with its copy of the fleet's tokens from a previous run, and a new gateway admits no job until it answers"
+	default:
+		db.Close()
+		r.Status, r.Detail = preflight.OK, fmt.Sprintf("answers with schema version %d", pgstore.LatestVersion())
+	}
+	return r
 }
