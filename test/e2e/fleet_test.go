@@ -268,15 +268,22 @@ func TestFleet(t *testing.T) {
 	t.Run("WhoisFromAnywhere", func(t *testing.T) {
 		port := f.tp.StartTCPSrcPort(t)
 		srv := netip.AddrPortFrom(f.tp.INETAddr, uint16(port)).String()
-		code, out, stderr := f.runWith(t, on(c, "AIRLOCK_JOB_ID=fleet-whois"), f.peer, "tcpsrcclient", srv, "1")
-		if code != 0 {
-			t.Fatalf("job on C: exit %d%s", code, f.diag(stderr))
+		// The job prints where its connection came from, then the time
+		// (its lease is live then).
+		code, out, stderr := f.runWith(t, on(c, "AIRLOCK_JOB_ID=fleet-whois"), "sh", "-c", f.peer+" tcpsrcclient "+srv+" 1 && date +%s.%N && sleep 1")
+		lines := strings.Fields(out)
+		if code != 0 || len(lines) != 2 {
+			t.Fatalf("job on C: exit %d, stdout %q%s", code, out, f.diag(stderr))
 		}
-		ap, err := netip.ParseAddrPort(strings.TrimSpace(out))
+		ap, err := netip.ParseAddrPort(lines[0])
 		if err != nil || ap.Addr() != c.egress {
-			t.Fatalf("job on C connected from %q, want C's egress address %v", out, c.egress)
+			t.Fatalf("job on C connected from %q, want C's egress address %v", lines[0], c.egress)
 		}
-		whoisAt, whoisAP = time.Now().Add(-500*time.Millisecond), ap
+		secs, err := strconv.ParseFloat(lines[1], 64)
+		if err != nil {
+			t.Fatalf("job's time %q: %v", lines[1], err)
+		}
+		whoisAt, whoisAP = time.Unix(0, int64(secs*1e9)), ap
 		time.Sleep(500 * time.Millisecond) // the shipper's round
 		for _, w := range []struct {
 			where string
