@@ -200,7 +200,7 @@ func CreateToken(ctx context.Context, stateDir, name string, ttl time.Duration) 
 	}
 	var secret string
 	var tok store.Token
-	err = withStore(stateDir, func(st *store.Store) error {
+	err = withLocalTokens(stateDir, func(st *store.Store) error {
 		var err error
 		secret, tok, err = st.CreateToken(name, ttl, time.Now())
 		return err
@@ -249,7 +249,22 @@ func RevokeToken(ctx context.Context, stateDir, name string) (RevokeResult, erro
 	} else if !ok {
 		return RevokeResult{}, fmt.Errorf("revoke token %q: %w (no state db in %s)", name, store.ErrNotFound, stateDir)
 	}
-	return RevokeResult{}, withStore(stateDir, func(st *store.Store) error { return st.RevokeToken(name) })
+	return RevokeResult{}, withLocalTokens(stateDir, func(st *store.Store) error { return st.RevokeToken(name) })
+}
+
+// withLocalTokens is withStore for commands that change tokens: it
+// refuses the state directory of a fleet member, whose tokens live in the
+// fleet's database (its file holds only a copy, replaced at its next
+// start).
+func withLocalTokens(stateDir string, fn func(*store.Store) error) error {
+	return withStore(stateDir, func(st *store.Store) error {
+		if db, err := st.Fleet(); err != nil {
+			return err
+		} else if db != "" {
+			return fmt.Errorf("the gateway of %s is a member of a fleet and is not running: its tokens live in the fleet's database; run the command with --store %s (or start the gateway)", stateDir, db)
+		}
+		return fn(st)
+	})
 }
 
 // withStore runs fn on the state database of stateDir, opened for the

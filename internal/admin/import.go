@@ -41,7 +41,7 @@ func ImportToken(ctx context.Context, stateDir, name, secret string, ttl time.Du
 		return store.Token{}, fmt.Errorf("import token: state dir: %w", err)
 	}
 	var tok store.Token
-	err = withStore(stateDir, func(st *store.Store) error {
+	err = withLocalTokens(stateDir, func(st *store.Store) error {
 		var err error
 		tok, err = st.ImportToken(name, secret, ttl, time.Now())
 		return err

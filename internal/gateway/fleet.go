@@ -71,7 +71,8 @@ func (g *gateway) openRemote(fp string) error {
 // previous run are restored: their tokens are checked against the fleet's).
 func (g *gateway) openFleet() error {
 	if g.remote == nil {
-		return nil
+		// A single gateway (again): its own tokens.
+		return g.local.SetFleet("")
 	}
 	n, err := fleet.New(fleet.Config{
 		Logger: g.log.With("component", "fleet"),
@@ -89,6 +90,9 @@ func (g *gateway) openFleet() error {
 		OnKick:     g.onFleetKick,
 	})
 	if err != nil {
+		return fmt.Errorf("fleet: %w", err)
+	}
+	if err := g.local.SetFleet(pgstore.Redact(g.cfg.Store.URL)); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
 	g.fleet, g.st = n, n

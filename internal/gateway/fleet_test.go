@@ -201,4 +201,11 @@ func TestFleetGateways(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("revocation on A did not end B's job within 3 s")
 	}
+
+	// With A stopped, a token made in its state directory would be a
+	// local copy that A's next start replaces: refused, naming --store.
+	a.stop()
+	if _, _, err := admin.CreateToken(ctx, a.state, "lost", 0); err == nil || !strings.Contains(err.Error(), "--store") {
+		t.Errorf("token create in a stopped fleet member's state directory: %v, want a refusal naming --store", err)
+	}
 }

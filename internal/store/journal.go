@@ -100,3 +100,30 @@ func (s *Store) JournalLen() (int, error) {
 	})
 	return n, err
 }
+
+// metaFleet holds the fleet database a gateway of this state directory
+// belongs to (its URL without password), set by the gateway.
+var metaFleet = []byte("fleet")
+
+// SetFleet records that this state directory's gateway is a member of
+// the fleet whose database is db (a URL without password; "" for none):
+// its tokens then live in the fleet's database, and admin commands that
+// open this file while the gateway is stopped must not change them here.
+func (s *Store) SetFleet(db string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if db == "" {
+			return tx.Bucket(bucketMeta).Delete(metaFleet)
+		}
+		return tx.Bucket(bucketMeta).Put(metaFleet, []byte(db))
+	})
+}
+
+// Fleet returns what SetFleet recorded, "" for a single gateway.
+func (s *Store) Fleet() (string, error) {
+	var db string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		db = string(tx.Bucket(bucketMeta).Get(metaFleet))
+		return nil
+	})
+	return db, err
+}

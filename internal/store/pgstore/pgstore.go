@@ -156,6 +156,28 @@ func URLHasPassword(connString string) bool {
 	return false
 }
 
+// Redact returns a connection string without its password, to show.
+func Redact(connString string) string {
+	if u, err := url.Parse(connString); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		if _, set := u.User.Password(); set {
+			u.User = url.User(u.User.Username())
+		}
+		q := u.Query()
+		if q.Has("password") {
+			q.Del("password")
+			u.RawQuery = q.Encode()
+		}
+		return u.String()
+	}
+	var out []string
+	for _, f := range strings.Fields(connString) {
+		if !strings.HasPrefix(f, "password=") {
+			out = append(out, f)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
 // redact drops the connection string from pgx's parse errors, which
 // quote it (with any password in it).
 func redact(err error) error {

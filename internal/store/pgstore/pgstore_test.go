@@ -461,5 +461,8 @@ func TestURLHasPassword(t *testing.T) {
 		if got := pgstore.URLHasPassword(tc.url); got != tc.want {
 			t.Errorf("URLHasPassword(%q) = %v, want %v", tc.url, got, tc.want)
 		}
+		if r := pgstore.Redact(tc.url); strings.Contains(r, "secret") || pgstore.URLHasPassword(r) {
+			t.Errorf("Redact(%q) = %q, still with the password", tc.url, r)
+		}
 	}
 }
