@@ -39,8 +39,11 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 		rep = append(rep, preflight.Result{Name: "join token", Status: preflight.Problem, Detail: err.Error(),
 			Fix: "give a readable --token-file (AIRLOCK_TOKEN_FILE) holding the token 'airlock token create' printed, or AIRLOCK_TOKEN; not both"})
 	}
-	pins := strings.Split(cfg.Pin, ",")
-	for i, gw := range strings.Split(cfg.Gateway, ",") {
+	pins, gws := strings.Split(cfg.Pin, ","), strings.Split(cfg.Gateway, ",")
+	if len(gws) == 1 {
+		pins = []string{strings.ReplaceAll(cfg.Pin, ",", "|")} // one gateway: any of its pins (key rotation)
+	}
+	for i, gw := range gws {
 		gw = strings.TrimSpace(gw)
 		if gw == "" {
 			continue

@@ -15,6 +15,8 @@ import (
 
 // Status is the answer to GET /v1/status.
 type Status struct {
+	// Version is the gateway's version (airlock version).
+	Version string `json:"version"`
 	// Mode is the egress mode, "user" or "kernel".
 	Mode    string    `json:"mode"`
 	Started time.Time `json:"started"`

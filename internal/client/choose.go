@@ -43,8 +43,13 @@ func ParseGateways(gateways, pins string, timeout time.Duration) ([]Gateway, err
 	if len(addrs) == 0 {
 		return nil, errors.New("no gateway: set --gateway or AIRLOCK_GATEWAY (from the admin's join.env)")
 	}
+	if len(addrs) == 1 && len(ps) > 1 {
+		// One gateway, several pins: it may present any of them (a key
+		// rotation, control/rotate.go).
+		ps = []string{strings.Join(ps, "|")}
+	}
 	if len(ps) != 1 && len(ps) != len(addrs) {
-		return nil, fmt.Errorf("%d pins for %d gateways: give one pin per gateway, in the same order, or one pin for all (--pin/AIRLOCK_PIN)", len(ps), len(addrs))
+		return nil, fmt.Errorf("%d pins for %d gateways: give one pin per gateway, in the same order, or one pin for all (--pin/AIRLOCK_PIN); a gateway whose key is being rotated takes both pins joined by |, e.g. sha256:NEW|sha256:OLD", len(ps), len(addrs))
 	}
 	seen := map[string]bool{}
 	var out []Gateway
@@ -57,11 +62,11 @@ func ParseGateways(gateways, pins string, timeout time.Duration) ([]Gateway, err
 		if len(ps) > 1 {
 			pin = ps[i]
 		}
-		p, err := control.ParsePin(pin)
+		p, err := control.ParsePins(pin)
 		if err != nil {
 			return nil, fmt.Errorf("bad --pin/AIRLOCK_PIN for %s: %w", a, err)
 		}
-		cc, err := control.NewClient(a, p, timeout)
+		cc, err := control.NewClient(a, strings.Join(p, "|"), timeout)
 		if err != nil {
 			return nil, err
 		}

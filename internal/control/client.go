@@ -42,7 +42,7 @@ type Client struct {
 }
 
 // NewClient returns a client for the gateway at gateway (HOST:PORT) whose
-// certificate has fingerprint pin (see [ParsePin]). timeout bounds each
+// certificate has fingerprint pin, or one of several (see [ParsePins]). timeout bounds each
 // request including connecting; 0 means no bound beyond the context's.
 // NewClient does not connect.
 func NewClient(gateway string, pin string, timeout time.Duration) (*Client, error) {
@@ -50,10 +50,11 @@ func NewClient(gateway string, pin string, timeout time.Duration) (*Client, erro
 	if err != nil || host == "" || port == "" {
 		return nil, fmt.Errorf("invalid gateway address %q: want HOST:PORT; check AIRLOCK_GATEWAY", truncate(gateway, 100))
 	}
-	p, err := ParsePin(pin)
+	ps, err := ParsePins(pin)
 	if err != nil {
 		return nil, err
 	}
+	p := strings.Join(ps, "|")
 	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                 nil, // never through HTTP(S)_PROXY: the pin is the trust anchor and the route is direct

@@ -70,13 +70,25 @@ func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fin
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return tls.Certificate{}, "", false, fmt.Errorf("create state dir: %w", err)
 	}
+	c, err := newIdentity(dir, KeyFile, CertFile, hosts)
+	if err != nil {
+		return tls.Certificate{}, "", false, err
+	}
+	return *c, Fingerprint(c.Leaf), true, nil
+}
+
+// newIdentity makes an ECDSA P-256 key (dir/keyFile, mode 0600) and a
+// self-signed certificate for it valid for 10 years (dir/certFile) whose
+// subject alternative names are hosts (IP literals as IP SANs).
+func newIdentity(dir, keyFile, certFile string, hosts []string) (*tls.Certificate, error) {
+	keyPath, certPath := filepath.Join(dir, keyFile), filepath.Join(dir, certFile)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, "", false, fmt.Errorf("generate gateway key: %w", err)
+		return nil, fmt.Errorf("generate gateway key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
 	if err != nil {
-		return tls.Certificate{}, "", false, fmt.Errorf("generate serial: %w", err)
+		return nil, fmt.Errorf("generate serial: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -100,24 +112,23 @@ func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fin
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return tls.Certificate{}, "", false, fmt.Errorf("create gateway certificate: %w", err)
+		return nil, fmt.Errorf("create gateway certificate: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return tls.Certificate{}, "", false, fmt.Errorf("encode gateway key: %w", err)
+		return nil, fmt.Errorf("encode gateway key: %w", err)
 	}
 	// Key first: a crash in between leaves a key without a certificate,
 	// which the next start reports instead of silently replacing.
 	if err := store.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return tls.Certificate{}, "", false, err
+		return nil, err
 	}
 	if err := store.WriteFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		return tls.Certificate{}, "", false, err
+		return nil, err
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return tls.Certificate{}, "", false, fmt.Errorf("parse new certificate: %w", err)
+		return nil, fmt.Errorf("parse new certificate: %w", err)
 	}
-	cert = tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-	return cert, Fingerprint(leaf), true, nil
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }

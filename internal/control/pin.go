@@ -48,17 +48,25 @@ func ParsePin(s string) (string, error) {
 }
 
 // ClientTLSConfig returns a TLS 1.3 client configuration that accepts the
-// gateway's certificate if and only if its public-key fingerprint equals pin
-// (see [Fingerprint]); certificate chains, names and validity dates are not
-// checked, since the pin is the trust anchor. A mismatch fails the
-// handshake with a [*PinMismatchError] naming both fingerprints. An invalid
-// pin makes every handshake fail; validate it first with [ParsePin].
+// gateway's certificate if and only if its public-key fingerprint equals
+// one of pins (see [Fingerprint], [ParsePins]: one pin, or several joined
+// by "|" while the gateway's key is rotated); certificate chains, names
+// and validity dates are not checked, since the pin is the trust anchor.
+// The ClientHello names the pins (rotate.go), so that a gateway holding
+// two identities presents one the client trusts. A
+// mismatch fails the handshake with a [*PinMismatchError] naming the
+// fingerprints. An invalid pin makes every handshake fail; validate it
+// first with [ParsePins].
 func ClientTLSConfig(pin string) *tls.Config {
-	want, pinErr := ParsePin(pin)
+	want, pinErr := ParsePins(pin)
+	protos := []string{"http/1.1"}
+	for _, p := range want {
+		protos = append(protos, pinHint(p))
+	}
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		InsecureSkipVerify: true, // replaced by the pin check in VerifyConnection
-		NextProtos:         []string{"http/1.1"},
+		NextProtos:         protos,
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if pinErr != nil {
 				return pinErr
@@ -67,8 +75,12 @@ func ClientTLSConfig(pin string) *tls.Config {
 				return fmt.Errorf("gateway presented no certificate: %w", ErrPinMismatch)
 			}
 			got := Fingerprint(cs.PeerCertificates[0])
-			if subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-				return &PinMismatchError{Expected: want, Presented: got}
+			ok := 0
+			for _, w := range want {
+				ok |= subtle.ConstantTimeCompare([]byte(got), []byte(w))
+			}
+			if ok != 1 {
+				return &PinMismatchError{Expected: pinSetString(want), Presented: got}
 			}
 			return nil
 		},

@@ -96,6 +96,9 @@ type ServerConfig struct {
 	Store       store.DB
 	Backend     Backend
 	Certificate tls.Certificate
+	// Identities, if set, replaces Certificate: the identities the server
+	// presents, which change during a key rotation (rotate.go).
+	Identities *Identities
 	// FailureLimit and FailureBurst bound failed attempts (bad requests,
 	// bad tokens, unknown leases) per source IPv4 address or IPv6 /64:
 	// after FailureBurst failures, requests are refused with
@@ -176,10 +179,14 @@ func NewServer(cfg ServerConfig) *Server {
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
 	}
+	ids := cfg.Identities
+	if ids == nil {
+		ids = NewIdentities(cfg.Certificate, nil)
+	}
 	s.tlsConf = &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{cfg.Certificate},
-		NextProtos:   []string{"http/1.1"},
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: ids.GetCertificate,
+		NextProtos:     []string{"http/1.1"},
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathJoin, s.handleJoin)

@@ -19,7 +19,8 @@ func (g *gateway) Status() admin.Status {
 	p := g.egress.plan
 	total := g.egress.pool.Blocks()
 	st := admin.Status{
-		Mode: g.egress.mode, Started: g.started, UptimeSeconds: now.Sub(g.started).Seconds(),
+		Version: g.cfg.Version,
+		Mode:    g.egress.mode, Started: g.started, UptimeSeconds: now.Sub(g.started).Seconds(),
 		Advertise: g.advertise, EgressAddr: g.egress.public,
 		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(g.egress.pool.Addrs)},
 		Jobs:       []admin.JobStatus{},

@@ -68,6 +68,8 @@ type gateway struct {
 	// replaces it, serialised by reloadMu.
 	conf     atomic.Pointer[config.Config]
 	reloadMu sync.Mutex
+	// rotateMu serialises TLS key rotation steps (RotateKey).
+	rotateMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
 	// admit is join admission: bans, token quotas, key ownership

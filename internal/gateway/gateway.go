@@ -146,9 +146,12 @@ type Config struct {
 type Info struct {
 	Advertise   string
 	Fingerprint string
-	Control     net.Addr
-	UDPPort     uint16
-	Gateway     netip.Addr
+	// NextFingerprint is the pin of the next TLS identity while a key
+	// rotation is under way (airlock gateway rotate-key), else empty.
+	NextFingerprint string
+	Control         net.Addr
+	UDPPort         uint16
+	Gateway         netip.Addr
 }
 
 func (c *Config) setDefaults() error {

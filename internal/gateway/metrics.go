@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/metrics"
+	"github.com/airlock-vpn/airlock/internal/version"
 )
 
 // gatewayMetrics is the gateway's metrics and their listener (nil without
@@ -46,6 +47,19 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		return gatewayMetrics{}, err
 	}
 	if err := g.registerCapacityMetrics(reg); err != nil {
+		return gatewayMetrics{}, err
+	}
+	if err := g.registerTLSMetrics(reg); err != nil { // rotate.go
+		return gatewayMetrics{}, err
+	}
+	v := version.Get()
+	bi := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "airlock_build_info",
+		Help:        "Always 1; the labels say which build of airlock the gateway runs.",
+		ConstLabels: prometheus.Labels{"version": g.cfg.Version, "commit": v.Commit, "goversion": v.GoVersion},
+	})
+	bi.Set(1)
+	if err := reg.Register(bi); err != nil {
 		return gatewayMetrics{}, err
 	}
 	m.SetPolicy(policyDrops{g.backend})

@@ -50,6 +50,8 @@ type resources struct {
 	admLn net.Listener
 	mx    gatewayMetrics
 	cert  tls.Certificate
+	// ids are the TLS identities the control API presents (key rotation).
+	ids *control.Identities
 	// port is --listen's port: the TCP and UDP port, 0 until the TCP
 	// listener has one.
 	port uint16
@@ -122,8 +124,18 @@ func (g *gateway) openState() error {
 	if created {
 		g.log.Info("created gateway identity", "dir", cfg.StateDir, "pin", fp)
 	}
+	next, err := control.LoadNextIdentity(cfg.StateDir)
+	if err != nil {
+		return fmt.Errorf("tls identity: %w", err)
+	}
 	g.res.cert, g.res.port = cert, port
+	g.res.ids = control.NewIdentities(cert, next)
 	g.res.info = Info{Fingerprint: fp, Gateway: g.gwAddr}
+	if next != nil {
+		g.res.info.NextFingerprint = control.Fingerprint(next.Leaf)
+		g.log.Warn("TLS key rotation under way: clients that name the next pin get the next key; finish with airlock gateway rotate-key --finish",
+			"pin", fp, "next_pin", g.res.info.NextFingerprint)
+	}
 	if g.local, err = store.Open(filepath.Join(cfg.StateDir, DBFile), time.Second); err != nil {
 		return err
 	}
@@ -260,12 +272,14 @@ func (g *gateway) openServers() error {
 		Store:       g.st,
 		Backend:     g,
 		Certificate: g.res.cert,
+		Identities:  g.res.ids,
 		OnJoin:      mx.metrics.ObserveJoin,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
 	g.res.adm = adm
 	adm.SetGateway(g)
+	adm.SetKeyRotator(g)
 	g.registerFleetAdmin(adm)
 	if err := g.openCapture(mx.registry); err != nil {
 		return err
@@ -343,7 +357,7 @@ func (g *gateway) ready() {
 		g.log.Error("cannot write join.env", "err", err)
 	}
 	g.log.Info("gateway ready",
-		"AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Fingerprint,
+		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addr", g.gwAddr, "tunnel_addr6", g.v6.gw, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),

@@ -42,7 +42,7 @@ func loadOrCreateKey(path string) (wgkey.Key, error) {
 // made separately) as shell-sourceable KEY=VALUE lines.
 func writeJoinEnv(path string, info Info) error {
 	s := fmt.Sprintf("# Airlock gateway: hand these to job submissions, with a token from 'airlock token create'.\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\n",
-		info.Advertise, info.Fingerprint)
+		info.Advertise, info.Pins())
 	return store.WriteFileAtomic(path, []byte(s), 0o644)
 }
 

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// TestKeyRotation rotates the gateway's TLS key as docs/operations.md
+// says, with jobs running and joining throughout: a job that knows only
+// the old pin keeps its traffic flowing, jobs given the new pin, both pins
+// or the old pin join while the rotation is under way, and after
+// --finish only the new pin works, also across a restart.
+func TestKeyRotation(t *testing.T) {
+	const metricsPort = 9108 // in dmz's own network namespace
+	e := newEnvMode(t, modeUser, "--renew-interval", "2s", "--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort))
+	oldPin := e.pin
+	url := fmt.Sprintf("http://%s:%d/small", e.tp.INETAddr, e.httpPort)
+	fetch := []string{"curl", "-sS", "--max-time", "10", "-o", "/dev/null", "-w", "%{http_code}\n", url}
+
+	// A job with the old pin only, fetching every half second across the
+	// whole rotation; it counts failures.
+	stopDir := topology.TempDir(t)
+	if err := os.Chmod(stopDir, 0o755); err != nil { // the job's user looks for the file
+		t.Fatal(err)
+	}
+	stop := filepath.Join(stopDir, "stop")
+	loop := fmt.Sprintf(`ok=0; bad=0; while [ ! -e %[1]s ]; do if curl -sS --max-time 5 -o /dev/null %[2]s; then ok=$((ok+1)); else bad=$((bad+1)); fi; sleep 0.5; done; echo "ok=$ok bad=$bad"`, stop, url)
+	long := e.startWith(t, runOpts{pin: oldPin, env: []string{"AIRLOCK_JOB_ID=rotate-long"}}, "sh", "-c", loop)
+	defer long.Kill()
+
+	rotate := func(args ...string) (string, string) {
+		t.Helper()
+		code, out, stderr := e.admin(t, append([]string{"gateway", "rotate-key", "--state", e.state}, args...)...)
+		if code != 0 {
+			t.Fatalf("airlock gateway rotate-key %v: exit %d %s %s%s", args, code, out, stderr, e.diag(""))
+		}
+		return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out), "AIRLOCK_PIN=")), stderr
+	}
+	joinEnvPin := func() string {
+		vals, err := readEnvFile(filepath.Join(e.state, "join.env"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vals["AIRLOCK_PIN"]
+	}
+	job := func(name, pin string) (int, string) {
+		t.Helper()
+		code, out, stderr := e.runWith(t, runOpts{pin: pin, env: []string{"AIRLOCK_JOB_ID=" + name}}, fetch...)
+		return code, strings.TrimSpace(out) + stderr
+	}
+
+	// Step 1: the next key, served to clients that name it.
+	pins, _ := rotate()
+	newPin, cur, ok := strings.Cut(pins, ",")
+	if !ok || cur != oldPin || newPin == oldPin || !strings.HasPrefix(newPin, "sha256:") {
+		t.Fatalf("rotate-key printed AIRLOCK_PIN=%s, want NEW,%s", pins, oldPin)
+	}
+	if got := joinEnvPin(); got != pins {
+		t.Errorf("join.env AIRLOCK_PIN=%s during the rotation, want %s", got, pins)
+	}
+	if code, _, stderr := e.admin(t, "gateway", "rotate-key", "--state", e.state); code != 1 || !strings.Contains(stderr, "under way already") {
+		t.Errorf("a second rotate-key: exit %d %q, want 1 and a rotation under way", code, stderr)
+	}
+	for _, c := range []struct{ name, pin string }{
+		{"rotate-both", pins},                      // the new join.env
+		{"rotate-both-bar", oldPin + "|" + newPin}, // either order, either separator
+		{"rotate-new", newPin},                     // a node given only the new pin early
+		{"rotate-old", oldPin},                     // a node not updated yet
+	} {
+		if code, out := job(c.name, c.pin); code != 0 || !strings.HasPrefix(out, "200") {
+			t.Errorf("job %s (AIRLOCK_PIN=%s) during the rotation: exit %d %s", c.name, c.pin, code, out)
+		}
+	}
+	m := e.metrics(t, metricsPort)
+	if next, cur := m[`airlock_tls_handshakes_total{identity="next"}`], m[`airlock_tls_handshakes_total{identity="current"}`]; next < 3 || cur < 1 {
+		t.Errorf("airlock_tls_handshakes_total during the rotation: next %v, current %v; want next >= 3, current >= 1", next, cur)
+	}
+
+	// Step 2: finish. The old pin is refused, with the fix named.
+	if got, _ := rotate("--finish"); got != newPin {
+		t.Fatalf("rotate-key --finish printed AIRLOCK_PIN=%s, want %s", got, newPin)
+	}
+	if got := joinEnvPin(); got != newPin {
+		t.Errorf("join.env AIRLOCK_PIN=%s after the rotation, want %s", got, newPin)
+	}
+	if code, out := job("rotate-old-after", oldPin); code != 125 || !strings.Contains(out, "presented fingerprint "+newPin) {
+		t.Errorf("job with the old pin after --finish: exit %d %s, want 125 and a pin mismatch naming %s", code, out, newPin)
+	}
+	for _, pin := range []string{newPin, pins} {
+		if code, out := job("rotate-after", pin); code != 0 || !strings.HasPrefix(out, "200") {
+			t.Errorf("job with AIRLOCK_PIN=%s after --finish: exit %d %s", pin, code, out)
+		}
+	}
+
+	// The long job's traffic never stopped while it ran with the old pin.
+	if err := os.WriteFile(stop, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := long.Wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("long job: exit %d %v%s", code, err, e.diag(long.Stderr()))
+	}
+	var okN, bad int
+	if _, err := fmt.Sscanf(strings.TrimSpace(long.Stdout()), "ok=%d bad=%d", &okN, &bad); err != nil || okN < 5 || bad != 0 {
+		t.Errorf("the long job with the old pin across the rotation: %q, want no failed fetch%s", long.Stdout(), e.diag(long.Stderr()))
+	}
+
+	// A restart keeps the new key.
+	e.gw.Kill()
+	e.startGateway(t)
+	if e.pin != newPin {
+		t.Errorf("after a restart join.env AIRLOCK_PIN=%s, want %s", e.pin, newPin)
+	}
+	if code, out := job("rotate-restart", newPin); code != 0 || !strings.HasPrefix(out, "200") {
+		t.Errorf("job with the new pin after a restart: exit %d %s", code, out)
+	}
+}
