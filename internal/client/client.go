@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -244,6 +245,7 @@ func openSession(ctx context.Context, cfg Config, gws []*gatewayEntry, t0 time.T
 			Job:       jobInfo(cfg.Getenv, cfg.Args),
 			Expose:    cfg.Expose,
 			Ports:     cfg.Ports,
+			Version:   version.Get().Version,
 		},
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
 		bypass: bypass.NewEngine(log.With("component", "bypass")),

@@ -180,6 +180,7 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 				"bits_per_sec", int64(r.health.RxBitsPerSec+r.health.TxBitsPerSec), "of", s.gatewayList())
 		}
 		s.cur, s.lease, s.endpoint = r.gw, ls, ep
+		s.log.Info("joined", "gateway", r.gw.addr, "lease", ls.ID, "gateway_version", ls.GatewayVersion, "version", s.req.Version)
 		r.gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
 		s.learnMembers(ls.Members, timeout)
 		s.writeEgressFile()
@@ -483,7 +484,8 @@ func (s *session) leaseGone(err error, what, hint string) {
 // cannot fix (as opposed to an unreachable or busy gateway).
 func fatalJoinError(err error) bool {
 	return errors.Is(err, control.ErrBadToken) || errors.Is(err, control.ErrPinMismatch) ||
-		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded) || errors.Is(err, control.ErrBanned)
+		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded) || errors.Is(err, control.ErrBanned) ||
+		errors.Is(err, control.ErrVersionUnsupported)
 }
 
 func jitter(d time.Duration) time.Duration {

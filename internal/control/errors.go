@@ -44,6 +44,9 @@ var (
 	ErrBanned = errors.New("banned")
 	// ErrKeyInUse means a join's public key holds another live lease.
 	ErrKeyInUse = errors.New("public key holds a live lease")
+	// ErrVersionUnsupported means the gateway does not serve this
+	// client's version; the error's message names both and the fix.
+	ErrVersionUnsupported = errors.New("client version not supported by the gateway")
 	// ErrNotSupported is a Backend's answer to an optional service it
 	// does not offer (the TCP transport, site-local bypass).
 	ErrNotSupported = errors.New("not supported by this gateway")
@@ -99,6 +102,8 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeBanned
 	case ErrKeyInUse:
 		return e.Code == CodeKeyInUse
+	case ErrVersionUnsupported:
+		return e.Code == CodeVersionUnsupported
 	}
 	return false
 }

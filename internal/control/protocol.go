@@ -64,6 +64,10 @@ type JoinRequest struct {
 	// live lease is refused (CodeKeyInUse) without it, so that knowing a
 	// job's public key is not enough to evict it.
 	Replace *LeaseRef `json:"replace,omitempty"`
+	// Version is the client's airlock version (semantic, "v0.3.0"); empty
+	// from clients before the version exchange. The gateway refuses one
+	// it cannot serve with CodeVersionUnsupported.
+	Version string `json:"version,omitempty"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -144,6 +148,9 @@ type Lease struct {
 	// (itself included) that take joins, so that a client given one
 	// gateway can fail over to the others; empty for a single gateway.
 	Members []Member `json:"members,omitempty"`
+	// GatewayVersion is the gateway's airlock version (the server fills
+	// it in from ServerConfig.Version).
+	GatewayVersion string `json:"gateway_version,omitempty"`
 }
 
 // Member is one gateway of a fleet: the HOST:PORT clients dial and its
@@ -203,6 +210,10 @@ const (
 	// CodeKeyInUse answers a join whose public key holds a live lease
 	// that the join does not prove it holds (JoinRequest.Replace).
 	CodeKeyInUse = "key_in_use"
+	// CodeVersionUnsupported answers a join from a client older than the
+	// gateway serves (HTTP 426); the message names both versions. Final:
+	// the client must be upgraded, not retried.
+	CodeVersionUnsupported = "version_unsupported"
 )
 
 // ErrorResponse is the body of every non-2xx response.

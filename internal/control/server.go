@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
 )
@@ -96,6 +97,11 @@ type ServerConfig struct {
 	Store       store.DB
 	Backend     Backend
 	Certificate tls.Certificate
+	// Version is the gateway's airlock version, sent with every lease;
+	// OnClientVersion, if set, is called with version.Label of every
+	// join's client version, served or not.
+	Version         string
+	OnClientVersion func(label string)
 	// Identities, if set, replaces Certificate: the identities the server
 	// presents, which change during a key rotation (rotate.go).
 	Identities *Identities
@@ -130,6 +136,8 @@ type Server struct {
 	now     func() time.Time
 	fails   *failureLimiter
 	onJoin  func(code string, took time.Duration)
+	version string
+	onVer   func(label string)
 	tlsConf *tls.Config
 	http    *http.Server
 
@@ -154,6 +162,8 @@ func NewServer(cfg ServerConfig) *Server {
 		backend: cfg.Backend,
 		now:     cfg.Now,
 		onJoin:  cfg.OnJoin,
+		version: cfg.Version,
+		onVer:   cfg.OnClientVersion,
 		logLim:  rate.NewLimiter(1, 10),
 		stop:    make(chan struct{}),
 		watchHB: cfg.WatchHeartbeat,
@@ -245,6 +255,19 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.failed(w, remote, "join", http.StatusBadRequest, CodeBadRequest, "invalid join request: "+err.Error(), err)
 		return
 	}
+	if s.onVer != nil {
+		s.onVer(version.Label(req.Version))
+	}
+	if err := version.CheckClient(req.Version); err != nil {
+		// Not a failure of the client's credentials: not rate-limited.
+		writeError(w, http.StatusUpgradeRequired, CodeVersionUnsupported, err.Error())
+		if s.logLim.Allow() {
+			s.log.Warn("control request failed", "op", "join", "remote", remote, "code", CodeVersionUnsupported, "err", err, "suppressed", s.suppressed.Swap(0))
+		} else {
+			s.suppressed.Add(1)
+		}
+		return
+	}
 	tok, err := s.store.VerifyToken(req.Token, s.now())
 	if err != nil {
 		if errors.Is(err, store.ErrBadToken) {
@@ -259,9 +282,11 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.backendError(w, "join", remote, err)
 		return
 	}
+	lease.GatewayVersion = s.version
 	s.log.Info("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
-		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID)
+		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
+		"client_version", version.Label(req.Version))
 	writeJSON(w, http.StatusOK, lease)
 }
 

@@ -268,12 +268,14 @@ func (g *gateway) openServers() error {
 		log.Info("leases of the previous run", "restored", n, "closed", closed)
 	}
 	g.res.srv = control.NewServer(control.ServerConfig{
-		Logger:      log.With("component", "control"),
-		Store:       g.st,
-		Backend:     g,
-		Certificate: g.res.cert,
-		Identities:  g.res.ids,
-		OnJoin:      mx.metrics.ObserveJoin,
+		Logger:          log.With("component", "control"),
+		Store:           g.st,
+		Backend:         g,
+		Certificate:     g.res.cert,
+		Identities:      g.res.ids,
+		OnJoin:          mx.metrics.ObserveJoin,
+		Version:         g.cfg.Version,
+		OnClientVersion: mx.metrics.ObserveClientVersion,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)

@@ -63,17 +63,25 @@ type Source struct {
 
 // Metrics holds the gateway's metrics. It is safe for concurrent use.
 type Metrics struct {
-	joins        prometheus.Counter
-	joinFailures *prometheus.CounterVec
-	joinSeconds  prometheus.Histogram
-	handshake    prometheus.Histogram
-	noHandshake  prometheus.Counter
-	col          *collector
+	clientVersions *prometheus.CounterVec
+	versionMu      sync.Mutex
+	versionSeen    map[string]bool
+	joins          prometheus.Counter
+	joinFailures   *prometheus.CounterVec
+	joinSeconds    prometheus.Histogram
+	handshake      prometheus.Histogram
+	noHandshake    prometheus.Counter
+	col            *collector
 }
 
 // New registers the gateway's metrics on reg.
 func New(reg prometheus.Registerer, src Source) (*Metrics, error) {
 	m := &Metrics{
+		versionSeen: map[string]bool{},
+		clientVersions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "joins_by_client_version_total",
+			Help: "Join requests by the client's airlock version (major.minor; none: a client before the version exchange; dev: a development build), served or refused.",
+		}, []string{"version"}),
 		joins: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "joins_total",
 			Help: "Join requests that got a lease.",
@@ -98,7 +106,7 @@ func New(reg prometheus.Registerer, src Source) (*Metrics, error) {
 		}),
 		col: newCollector(src),
 	}
-	for _, c := range []prometheus.Collector{m.joins, m.joinFailures, m.joinSeconds, m.handshake, m.noHandshake, m.col} {
+	for _, c := range []prometheus.Collector{m.clientVersions, m.joins, m.joinFailures, m.joinSeconds, m.handshake, m.noHandshake, m.col} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
@@ -113,6 +121,25 @@ func New(reg prometheus.Registerer, src Source) (*Metrics, error) {
 
 // ObserveJoin records one answered join request: code is the control API's
 // error code, "" for success. It fits control.ServerConfig.OnJoin.
+// ObserveClientVersion counts a join request by its client's version
+// label (version.Label: major.minor, "none" or "dev"), at most
+// maxVersionLabels distinct ones, then "other".
+func (m *Metrics) ObserveClientVersion(label string) {
+	m.versionMu.Lock()
+	if !m.versionSeen[label] {
+		if len(m.versionSeen) >= maxVersionLabels {
+			label = "other"
+		} else {
+			m.versionSeen[label] = true
+		}
+	}
+	m.versionMu.Unlock()
+	m.clientVersions.WithLabelValues(label).Inc()
+}
+
+// maxVersionLabels bounds the client version labels: clients choose them.
+const maxVersionLabels = 32
+
 func (m *Metrics) ObserveJoin(code string, took time.Duration) {
 	m.joinSeconds.Observe(took.Seconds())
 	if code == "" {

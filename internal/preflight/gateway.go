@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -67,7 +68,7 @@ func udpCheck(ctx context.Context, c *control.Client, name, token string, udpMis
 	}
 	host, _ := os.Hostname()
 	lease, err := c.Join(ctx, control.JoinRequest{Token: token, PublicKey: priv.PublicKey(),
-		Job: control.JobInfo{UID: os.Getuid(), Hostname: host, Command: "airlock-check"}})
+		Job: control.JobInfo{UID: os.Getuid(), Hostname: host, Command: "airlock-check"}, Version: version.Get().Version})
 	if err != nil {
 		fix := "check the gateway's log"
 		if errors.Is(err, control.ErrBadToken) {

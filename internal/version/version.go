@@ -101,3 +101,33 @@ func (i Info) String() string {
 	fmt.Fprintf(&b, " %s %s", i.GoVersion, i.Platform)
 	return b.String()
 }
+
+// MinClient is the oldest client version a gateway of this build serves.
+// A client that sends no version predates the exchange (v0.2); it is
+// served, since v0.2's protocol is this one's. Raise it, with a
+// CHANGELOG entry, when the gateway drops what older clients need.
+const MinClient = "v0.2.0"
+
+// CheckClient reports whether a gateway of this build serves a client of
+// version v (a JoinRequest's, "" for a client before the exchange): nil,
+// or an error that names both versions and the fix. A version that is not
+// semantic (a development build) is served.
+func CheckClient(v string) error {
+	if !semver.IsValid(v) || semver.Compare(v, MinClient) >= 0 {
+		return nil
+	}
+	return fmt.Errorf("airlock %s on this node is older than this gateway (%s) serves: %s or later; upgrade airlock on the node", v, Get().Version, MinClient)
+}
+
+// Label is v as a metric label: "v0.3" (major.minor), "none" for a
+// client before the version exchange, "dev" for a development build, so
+// that a client cannot make up label values beyond versions.
+func Label(v string) string {
+	switch {
+	case v == "":
+		return "none"
+	case semver.IsValid(v):
+		return semver.MajorMinor(v)
+	}
+	return "dev"
+}
