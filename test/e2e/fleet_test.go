@@ -38,6 +38,9 @@ type fleetEnv struct {
 	// privilege); ownerURL the schema owner's (migrations, admin host).
 	url, ownerURL string
 	gws           []*fleetGW
+	// t is the test's, which owns the gateways' processes (a subtest's
+	// cleanup would stop one it restarted).
+	t *testing.T
 }
 
 // fleetGatewayRole is the least-privilege role of docs/fleet.md.
@@ -48,14 +51,16 @@ const fleetGrants = `grant select, insert, update, delete on airlock_tokens, air
 grant select on airlock_schema_version to airlock_gateway;
 grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq to airlock_gateway;`
 
-// fleetArgs are every fleet gateway's extra flags: blocks of 16 ports so
-// that one gateway holds the failover's 300 jobs.
+// fleetArgs are every fleet gateway's extra flags: 312 blocks of 128
+// ports, so that one gateway holds the failover's 300 jobs and a job's
+// request a second to one server does not run out of ports (each
+// connection's TIME_WAIT holds its port for a minute).
 func fleetArgs(url string) []string {
-	return []string{"--store", url, "--egress-ports", "40000-47999", "--block-size", "16", "--renew-interval", "5s"}
+	return []string{"--store", url, "--egress-ports", "20000-59999", "--block-size", "128", "--renew-interval", "5s"}
 }
 
 func newFleetEnv(t *testing.T) *fleetEnv {
-	f := &fleetEnv{}
+	f := &fleetEnv{t: t}
 	f.env = newEnvHook(t, modeUser, []topology.Option{topology.WithThirdDMZ()}, func(e *env) []string {
 		f.pg = pgtest.Start(t)
 		f.db = f.pg.CreateDB(t)
@@ -119,7 +124,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 func (f *fleetEnv) startFleetGW(t *testing.T, g *fleetGW) {
 	t.Helper()
 	os.Remove(filepath.Join(g.state, "join.env"))
-	g.proc = f.tp.Start(t, g.ns, f.gwUser, f.airlock, g.args...)
+	g.proc = f.tp.Start(f.t, g.ns, f.gwUser, f.airlock, g.args...)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		vals, err := readEnvFile(filepath.Join(g.state, "join.env"))
@@ -402,7 +407,7 @@ func TestFleet(t *testing.T) {
 	t.Run("FailoverSpreads", func(t *testing.T) {
 		// All 300 jobs on A (B and C drain while they join), then A is
 		// killed: the jobs land on B and C in proportion to their free
-		// capacity (equal here: 500 blocks each, both empty).
+		// capacity (equal here: 312 blocks each, both empty).
 		for _, g := range []*fleetGW{b, c} {
 			if code, out, stderr := f.tp.Run(t, 10*time.Second, g.ns, f.gwUser, f.airlock, "gateway", "drain", "--state", g.state); code != 0 {
 				t.Fatalf("drain %s: exit %d %s %s", g.name, code, out, stderr)
