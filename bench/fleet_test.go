@@ -16,18 +16,22 @@ package bench
 
 import (
 	"bufio"
+	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -209,4 +213,92 @@ func childCPU(pid int) float64 {
 	a, _ := strconv.ParseFloat(f[13], 64)
 	c, _ := strconv.ParseFloat(f[14], 64)
 	return (a + c) / clockTicks
+}
+
+var flagFleetSizing = flag.Int("fleet.sizing", 100000, "leases written for the sizing measurement (0: none)")
+
+// TestFleetBenchSizing measures what the shared history costs in the
+// database: -fleet.sizing lease records (with their attribution rows), as
+// gateways write them, spread over 400 days, 3 gateways, 2,500 blocks of
+// 16 ports each; then the bytes per lease (tables and indexes) and the
+// latency of whois lookups at random addresses, ports and times.
+func TestFleetBenchSizing(t *testing.T) {
+	if os.Getenv("AIRLOCK_BENCH_FLEET") != "1" || *flagFleetSizing == 0 {
+		t.Skip("fleet sizing: set AIRLOCK_BENCH_FLEET=1 (bench/README.md, \"Fleet\")")
+	}
+	pg := pgtest.Start(t)
+	db := pg.CreateDB(t)
+	cfg := pgstore.Config{URL: pg.URL(pgtest.Superuser, db), Timeout: time.Minute}
+	if _, _, err := pgstore.Migrate(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := pgstore.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	n := *flagFleetSizing
+	t0 := time.Now().Add(-400 * 24 * time.Hour)
+	span := 400 * 24 * time.Hour / time.Duration(n)
+	pubs := []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("203.0.114.1"), netip.MustParseAddr("203.0.115.1")}
+	rec := func(i int) store.LeaseRecord {
+		start := t0.Add(time.Duration(i) * span)
+		blk := i % 2500
+		return store.LeaseRecord{ID: fmt.Sprintf("%024x", i), JobID: strconv.Itoa(4000000 + i), BatchSystem: "slurm",
+			User: fmt.Sprintf("user%03d", i%300), UID: 10000 + i%300, Host: fmt.Sprintf("node%04d.cluster.example.org", i%2000),
+			Command: "/usr/bin/python3", Token: "cms-pilots", Remote: fmt.Sprintf("10.1.%d.%d:%d", i%200, i%250, 40000+i%20000),
+			Gateway: "gw1.example.org:8443", TunnelAddr: netip.AddrFrom4([4]byte{100, 64, byte(blk / 250), byte(blk%250 + 2)}),
+			PublicAddr: pubs[i%3], PortLo: uint16(20000 + 16*blk), PortHi: uint16(20000 + 16*blk + 15),
+			Start: start, End: start.Add(6 * time.Hour), EndReason: "released"}
+	}
+	w0 := time.Now()
+	const batch = 1000
+	for i := 0; i < n; i += batch {
+		recs := make([]store.LeaseRecord, 0, batch)
+		for j := i; j < min(i+batch, n); j++ {
+			recs = append(recs, rec(j))
+		}
+		if err := st.PutLeases(recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := time.Since(w0)
+	pg.Exec(t, db, "vacuum analyze")
+	h, err := st.HistoryStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lat []time.Duration
+	found := 0
+	for k := 0; k < 500; k++ {
+		i := (k * 7919) % n
+		r := rec(i)
+		q0 := time.Now()
+		got, err := st.Whois(r.PublicAddr, r.PortLo+uint16(k%16), r.Start.Add(time.Hour))
+		lat = append(lat, time.Since(q0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range got {
+			if g.ID == r.ID {
+				found++
+			}
+		}
+	}
+	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+	out := *flagOut
+	if out == "" {
+		out = "results"
+	}
+	stamp := time.Now().UTC().Format("2006-01-02T150405Z")
+	row := fmt.Sprintf("date\tleases\tbytes\tbytes_per_lease\twrite_s\twhois_p50_ms\twhois_p99_ms\twhois_found\tload1\n%s\t%d\t%d\t%.0f\t%.1f\t%.2f\t%.2f\t%d/500\t%.2f\n",
+		stamp, h.Leases, h.Bytes, float64(h.Bytes)/float64(max(h.Leases, 1)), write.Seconds(),
+		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), found, loadAvg())
+	if err := os.WriteFile(filepath.Join(out, "fleet-sizing-"+stamp+".tsv"), []byte(row), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sizing:\n%s", row)
+	if found != 500 {
+		t.Errorf("whois found %d of 500 leases", found)
+	}
 }
