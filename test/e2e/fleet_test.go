@@ -47,7 +47,7 @@ type fleetEnv struct {
 const fleetGatewayRole = "airlock_gateway"
 
 // fleetGrants are docs/fleet.md's grants for the gateways' role.
-const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks to airlock_gateway;
+const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks, airlock_meta to airlock_gateway;
 grant select on airlock_schema_version to airlock_gateway;
 grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq to airlock_gateway;`
 

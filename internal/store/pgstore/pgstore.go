@@ -537,6 +537,7 @@ func (s *Store) PutLeases(recs []store.LeaseRecord) error {
 		return fmt.Errorf("record leases: %w", err)
 	}
 	defer tx.Rollback(context.Background())
+	span := -1
 	for _, r := range recs {
 		r.Resume = nil
 		rec, err := json.Marshal(r)
@@ -559,6 +560,16 @@ func (s *Store) PutLeases(recs []store.LeaseRecord) error {
 			if err != nil {
 				return fmt.Errorf("record lease %s: %w", r.ID, err)
 			}
+			if !a.Own {
+				span = max(span, int(a.PortHi)-int(a.PortLo))
+			}
+		}
+	}
+	if span >= 0 {
+		_, err = tx.Exec(ctx, `insert into airlock_meta (key, value) values ('max_block_span', $1)
+			on conflict (key) do update set value = greatest(airlock_meta.value, excluded.value)`, span)
+		if err != nil {
+			return fmt.Errorf("record leases: %w", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -633,11 +644,17 @@ func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]store.Lease
 	}
 	ctx, cancel := s.call()
 	defer cancel()
-	rows, err := s.pool.Query(ctx, `select distinct on (l.id) l.record from airlock_attribution a join airlock_leases l on l.id = a.lease_id
-		where (a.public_addr = $1 and (a.own or a.port_lo <= $2 and $2 <= a.port_hi)
-		    or a.public_addr = $3 and not a.own and a.port_lo <= $2 and $2 <= a.port_hi)
-		  and a.start <= $4 and (l."end" is null or l."end" > $4)
-		order by l.id`, addr, int(port), unspec, at)
+	// Blocks start at most max_block_span below the port: an index range
+	// of (address, first port) whatever the history's length.
+	rows, err := s.pool.Query(ctx, `with span as (select coalesce((select value from airlock_meta where key = 'max_block_span'), 65535)::integer as s)
+		select l.record from airlock_leases l where l.id in (
+			select a.lease_id from airlock_attribution a, span
+			 where a.public_addr in ($1, $3) and not a.own and a.port_lo between greatest($2 - span.s, 0) and $2
+			   and a.port_hi >= $2 and a.start <= $4
+			union
+			select a.lease_id from airlock_attribution a
+			 where a.public_addr = $1 and a.port_lo = 0 and a.own and a.start <= $4)
+		  and (l."end" is null or l."end" > $4)`, addr, int(port), unspec, at)
 	if err != nil {
 		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
 	}

@@ -41,6 +41,13 @@ create table airlock_attribution (
 );
 create index airlock_attribution_lease on airlock_attribution (lease_id);
 
+-- Single values: max_block_span is the widest port block ever recorded
+-- (port_hi - port_lo), how far below a port whois must look.
+create table airlock_meta (
+	key   text primary key,
+	value bigint not null
+);
+
 create table airlock_gateways (
 	id        text primary key,
 	heartbeat timestamptz not null,
