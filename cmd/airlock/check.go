@@ -67,7 +67,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	h := preflight.System()
 	rep := preflight.Report{h.StateDir(cfg.StateDir), preflight.Listen(cfg.Listen)}
 	if cfg.ConfigFile != "" {
-		rep = append(rep, preflight.ConfigFile(cfg.ConfigFile))
+		rep = append(rep, preflight.ConfigFile(cfg.ConfigFile)...)
 	}
 	if cfg.Egress == gateway.EgressKernel {
 		r := preflight.Result{Name: "privileges", Status: preflight.OK, Detail: "running as root"}

@@ -36,6 +36,9 @@ func newGatewayReloadCmd(stdout io.Writer) *cobra.Command {
 		}
 		fmt.Fprintf(stdout, "reloaded %s: %d policy rules (default %s), %d tokens with own limits, %d running jobs re-limited, %d expose rules\n",
 			res.File, res.Rules, res.Default, res.TokenLimits, res.Jobs, res.ExposeRules)
+		for _, w := range res.Warnings {
+			fmt.Fprintf(stdout, "warning: %s\n", human(w))
+		}
 		return nil
 	}
 	return cmd

@@ -28,6 +28,9 @@ type ReloadResult struct {
 	Jobs        int `json:"jobs"`
 	// ExposeRules is the number of [[expose]] rules.
 	ExposeRules int `json:"expose_rules"`
+	// Warnings are the file's entries that can never take effect, each
+	// with its fix (config.Warning).
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Reload asks the gateway to reload its config file (like SIGHUP) and

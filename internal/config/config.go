@@ -56,6 +56,9 @@ type Config struct {
 	Bypass Bypass
 	// Capture are the standing capture feeds (capture.go).
 	Capture []Capture
+
+	// lines are the lines of the file's keys, for Warnings.
+	lines lineIndex
 }
 
 // Limits are the traffic limits of a config.
@@ -139,7 +142,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		}
 		return nil, errors.Join(out...)
 	}
-	cfg.Path = name
+	cfg.Path, cfg.lines = name, lines
 	return cfg, nil
 }
 

@@ -95,6 +95,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
 	}
 	g.conf.Store(cfg)
+	res.Warnings = g.warnConfig(cfg)
 	g.warnBlockSizes(cfg.Quotas)
 	g.bypassNotice.changed()
 	g.setFeeds(g.feedsOf(cfg))

@@ -358,6 +358,9 @@ func (g *gateway) ready() {
 	if err := writeJoinEnv(filepath.Join(cfg.StateDir, JoinEnvFile), info); err != nil {
 		g.log.Error("cannot write join.env", "err", err)
 	}
+	if cfg.ConfigFile != "" {
+		g.warnConfig(conf)
+	}
 	g.log.Info("gateway ready",
 		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
