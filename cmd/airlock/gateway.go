@@ -26,7 +26,8 @@ start, when the gateway also writes join.env for the nodes).
 
 Every flag is also read from the environment, as AIRLOCK_GATEWAY_ and the
 flag's name in capitals (AIRLOCK_GATEWAY_STATE for --state, which also
-falls back to AIRLOCK_STATE), when the command line does not set it. SIGHUP, like airlock gateway reload, reloads --config.`,
+falls back to AIRLOCK_STATE), when the command line does not set it.
+SIGHUP, like airlock gateway reload, reloads --config.`,
 		Example: `  airlock gateway --state /var/lib/airlock --listen 0.0.0.0:8443 --config /etc/airlock/gateway.toml
   airlock gateway --check --json`,
 		Args: noArgs,
