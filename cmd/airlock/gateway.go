@@ -88,7 +88,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	enumFlag(cmd, "tcp-stack", gateway.TCPStackAuto, gateway.TCPStackKernel, gateway.TCPStackNetstack)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
-	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr))
+	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 		if err != nil {

@@ -282,6 +282,7 @@ func (g *gateway) openServers() error {
 	g.res.adm = adm
 	adm.SetGateway(g)
 	adm.SetKeyRotator(g)
+	adm.SetBackuper(g)
 	g.registerFleetAdmin(adm)
 	if err := g.openCapture(mx.registry); err != nil {
 		return err
