@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"math"
 	"net/netip"
 	"testing"
 )
@@ -40,9 +41,78 @@ func TestReportBypass(t *testing.T) {
 	if len(js) != 1 || len(js[0].Bypass) != 2 || js[0].Bypass[0].BytesIn != 9000 {
 		t.Errorf("job stats %+v", js)
 	}
-	// A client that starts over (counts went down) adds what it reports.
+	// Counts that went down are refused (a lease's client never starts
+	// over) and counted; the totals stay.
 	tb.ReportBypass(job, []BypassStats{{Rule: "squid", Flows: 1, BytesIn: 10}}, to)
-	if got := tb.Stats().Bypass[0]; got.Flows != 4 || got.BytesIn != 9010 {
-		t.Errorf("after a restart: %+v, want 4 flows, 9010 in", got)
+	if st := tb.Stats(); st.Bypass[0].Flows != 3 || st.Bypass[0].BytesIn != 9000 || st.BypassRefused != 1 {
+		t.Errorf("after counts went down: %+v, refused %d; want 3 flows, 9000 in, 1 refused", st.Bypass[0], st.BypassRefused)
+	}
+}
+
+// TestReportBypassHostile checks what a client with a valid lease can do
+// with its bypass reports (issue 25, hole 2): counters that go down are
+// refused, not taken as a new client, so alternating 0 and 2^64-1 cannot
+// wrap the gateway's totals (Prometheus counters never run backwards);
+// totals saturate; a flood of reports is capped per lease and its flow
+// log rows are budgeted, yet no byte is lost: the rows that are written,
+// with the rows written when the job ends, add up to the totals.
+func TestReportBypassHostile(t *testing.T) {
+	ml := &memLog{}
+	tb := New(Config{Log: ml})
+	tb.AddJob(jobA, JobRef{Lease: "L", JobID: "42"})
+	to := func(string) string { return "10.20.0.5/32" }
+	total := func() BypassStats {
+		for _, b := range tb.Stats().Bypass {
+			if b.Rule == "squid" {
+				return b
+			}
+		}
+		return BypassStats{}
+	}
+	var prev BypassStats
+	for i := range 1000 {
+		v := uint64(0)
+		if i%2 == 1 {
+			v = math.MaxUint64
+		}
+		tb.ReportBypass(jobA, []BypassStats{{Rule: "squid", Flows: v, BytesOut: v, BytesIn: v}}, to)
+		got := total()
+		if got.Flows < prev.Flows || got.BytesOut < prev.BytesOut || got.BytesIn < prev.BytesIn {
+			t.Fatalf("report %d: totals went down from %+v to %+v (wrapped)", i, prev, got)
+		}
+		prev = got
+	}
+	if prev.BytesIn != math.MaxUint64 {
+		t.Errorf("totals %+v, want saturated at 2^64-1", prev)
+	}
+	if n := len(ml.all()); n > 20 {
+		t.Errorf("1000 reports wrote %d flow log rows, want a budget of about 10", n)
+	}
+
+	// An honest client that reports too often: capped and budgeted, but
+	// every byte is in the totals and, once the job ends, in the log.
+	ml2 := &memLog{}
+	tb2 := New(Config{Log: ml2})
+	tb2.AddJob(jobA, JobRef{Lease: "L2", JobID: "43"})
+	for i := 1; i <= 5000; i++ {
+		tb2.ReportBypass(jobA, []BypassStats{{Rule: "squid", Flows: uint64(i), BytesIn: uint64(10 * i)}}, to)
+	}
+	if n := len(ml2.all()); n > 20 {
+		t.Errorf("5000 reports wrote %d flow log rows, want a budget of about 10", n)
+	}
+	tb2.CloseJob(jobA, EndJob)
+	tb2.RemoveJob(jobA)
+	var flows, in uint64
+	for _, r := range ml2.all() {
+		if r.Verdict == Bypassed {
+			flows += r.Flows
+			in += r.BytesIn
+		}
+	}
+	if st := tb2.Stats().Bypass; len(st) != 1 || st[0].Flows != 5000 || st[0].BytesIn != 50000 {
+		t.Errorf("totals %+v, want 5000 flows, 50000 bytes in", st)
+	}
+	if flows != 5000 || in != 50000 {
+		t.Errorf("flow log rows add up to %d flows, %d bytes in; want 5000 and 50000", flows, in)
 	}
 }

@@ -157,6 +157,8 @@ type Table struct {
 	verdicts map[string]uint64         // flows by verdict (allowed and refusals)
 	logErrs  uint64
 	bypass   map[string]*BypassStats // reported bypass totals by rule (bypass.go)
+	// bypassRefused counts bypass report entries refused (bypass.go).
+	bypassRefused uint64
 }
 
 type bulkCounters struct {
@@ -193,13 +195,25 @@ func (t *Table) AddJob(addr netip.Addr, ref JobRef) {
 	t.jobs[addr.Unmap()] = &job{ref: ref, start: time.Now(), logs: newLogLimits()}
 }
 
-// RemoveJob forgets the job at addr. Its active flows stay in the table
-// until they end (the backend ends them as the job's state goes).
+// RemoveJob forgets the job at addr, after writing the flow log rows of
+// its site-local bypass that its budget held back (bypass.go). Its active
+// flows stay in the table until they end (the backend ends them as the
+// job's state goes).
 func (t *Table) RemoveJob(addr netip.Addr) {
+	addr = addr.Unmap()
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.jobs, addr.Unmap())
-	t.removeAliasesLocked(addr.Unmap())
+	j := t.jobs[addr]
+	var rows []Record
+	var refused int
+	if j != nil {
+		rows, refused = t.bypassEndLocked(addr, j, time.Now())
+	}
+	delete(t.jobs, addr)
+	t.removeAliasesLocked(addr)
+	t.mu.Unlock()
+	if j != nil {
+		t.bypassWritten(rows, refused, addr, j.ref)
+	}
 }
 
 // jobAddr returns the job-side address of a flow.
@@ -479,6 +493,9 @@ type Stats struct {
 	// Bypass counts what jobs' clients reported carrying around the
 	// gateway (site-local bypass), by entry; not in Traffic.
 	Bypass []BypassStats `json:"bypass,omitempty"`
+	// BypassRefused counts entries of bypass reports refused because
+	// their counters went down.
+	BypassRefused uint64 `json:"bypass_refused,omitempty"`
 	// LogErrors counts records the flow log could not write.
 	LogErrors uint64 `json:"log_errors"`
 	// DNS counts jobs' DNS queries by result: "answered", "servfail",
@@ -500,6 +517,7 @@ func (t *Table) Stats() Stats {
 	}
 	s.LogErrors = t.logErrs
 	s.Bypass = t.bypassTotalsLocked()
+	s.BypassRefused = t.bypassRefused
 	t.mu.Unlock()
 	s.DNS = t.dns.snapshot()
 	s.DNSLogSuppressed = t.dns.suppressed.Load()

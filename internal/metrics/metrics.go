@@ -173,7 +173,7 @@ type collector struct {
 	jobs, flowsActive, portBlocks, portBlocksUsed, start     *prometheus.Desc
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
 	limitDrops, policyDrops, dnsQueries, dnsLogSupp          *prometheus.Desc
-	bypassFlows, bypassBytes                                 *prometheus.Desc
+	bypassFlows, bypassBytes, bypassRefused                  *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -200,13 +200,14 @@ func newCollector(src Source) *collector {
 		dnsLogSupp:     desc("dns_log_suppressed_total", "DNS query records not written to the flow log because their job was over its log rate."),
 		bypassFlows:    desc("bypass_flows_total", "Flows jobs' clients carried around the gateway (site-local bypass), as they reported them at renewals, by bypass entry.", "rule"),
 		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
+		bypassRefused:  desc("bypass_reports_refused_total", "Entries of jobs' bypass reports refused because their cumulative counters went down."),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
 		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
-		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes} {
+		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes, c.bypassRefused} {
 		ch <- d
 	}
 }
@@ -252,6 +253,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			counter(c.bypassBytes, b.BytesOut, b.Rule, "out")
 			counter(c.bypassBytes, b.BytesIn, b.Rule, "in")
 		}
+		counter(c.bypassRefused, st.BypassRefused)
 		counter(c.logErr, st.LogErrors)
 		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight} {
 			counter(c.dnsQueries, st.DNS[r], r)
