@@ -390,6 +390,9 @@ func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.Add
 		s.log.Info("control request for an ended lease", "op", op, "remote", remote, "err", err)
 	case errors.Is(err, ErrBadRequest):
 		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
+	case errors.Is(err, ErrBadToken):
+		// The token was revoked or expired after it was verified.
+		s.failed(w, remote, op, http.StatusForbidden, CodeBadToken, MsgBadToken, err)
 	case errors.Is(err, ErrQuota):
 		// Not a failure: the token was good.
 		w.Header().Set("Retry-After", "60")

@@ -505,6 +505,13 @@ func (n *Node) Tokens() ([]store.Token, error) {
 	return toks, nil
 }
 
+// Token implements store.DB from the local replica, as VerifyToken: a
+// token revoked anywhere in the fleet is gone from it once the
+// notification (or the next resync) arrives.
+func (n *Node) Token(name string) (store.Token, error) {
+	return n.local.Token(name)
+}
+
 // RevokeToken implements store.DB. Every gateway (this one through its
 // own notification) ends the token's leases.
 func (n *Node) RevokeToken(name string) error {

@@ -163,6 +163,17 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		return control.Lease{}, err
 	}
+	// An admin may have ended the lease while the join built it (a kick,
+	// a token revocation that listed it): ending it again here leaves
+	// nothing, since whoever ended it removed the peer and the job either
+	// before they were added (then this check fails) or after.
+	if _, err = g.leases.Check(l.ID, secret, time.Now()); err != nil {
+		g.log.Info("join undone: its lease was ended while the join ran", "lease", l.ID, "addr", l.Addr)
+		err = g.leaseGone(l.ID, err)
+		g.removePeer(pub)
+		recorded = false // whoever ended it recorded why
+		return control.Lease{}, err
+	}
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "addr6", l.Addr6, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", job.Block, "exposed", rec.Exposed,
@@ -266,10 +277,21 @@ func (g *gateway) addJob(j forward.Job) error {
 	return nil
 }
 
+// Renew extends a lease while its token lives: a lease of a token that
+// was revoked or expired meanwhile ends here, whatever let it live.
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
-	l, err := g.leases.Renew(ref.ID, ref.Secret, time.Now())
+	now := time.Now()
+	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
+	}
+	if o, _ := l.Owner.(owner); o.Token != "" {
+		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
+			why := "token " + o.Token + " revoked or expired"
+			g.endLease(l.ID, "renewal", why, why)
+			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addr", l.Addr, "token", o.Token, "err", terr)
+			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
+		}
 	}
 	return control.RenewResponse{Expires: l.Expires}, nil
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -62,6 +63,15 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	a := &g.admit
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// The token again, under the lock that `airlock token revoke`'s
+	// listing of the token's leases passes through (Leases): a revoke that
+	// deleted the token after the control server verified it either sees
+	// this join's lease or this join sees the token gone.
+	if tok.Name != "" {
+		if err := g.tokenLive(tok.Name, now); err != nil {
+			return lease.Lease{}, "", nil, err
+		}
+	}
 	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
@@ -183,6 +193,23 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) store.Ban {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
 	}
 	return b
+}
+
+// tokenLive returns nil if the token named name exists and has not
+// expired at now, else an error wrapping control.ErrBadToken (or the
+// store's error).
+func (g *gateway) tokenLive(name string, now time.Time) error {
+	t, err := g.st.Token(name)
+	if errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: token %q was revoked", control.ErrBadToken, name)
+	}
+	if err != nil {
+		return fmt.Errorf("check token %q: %w", name, err)
+	}
+	if t.Expired(now) {
+		return fmt.Errorf("%w: token %q expired at %s", control.ErrBadToken, name, t.Expires.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // liveTokens returns the names of the tokens that exist and have not

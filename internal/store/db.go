@@ -28,6 +28,11 @@ type DB interface {
 	ImportToken(name, secret string, ttl time.Duration, now time.Time) (Token, error)
 	// Tokens returns every token, expired ones included, sorted by name.
 	Tokens() ([]Token, error)
+	// Token returns the named token's record without its hash, or an
+	// error wrapping ErrNotFound if there is none (never made, or
+	// revoked). The gateway checks a token again with it under its
+	// admission lock and at every renewal.
+	Token(name string) (Token, error)
 	// RevokeToken deletes the named token. Ending the leases granted with
 	// it is the caller's business (the gateway's admin API, or, in a
 	// fleet, every gateway on the database's notification).

@@ -156,6 +156,22 @@ func (s *Store) Tokens() ([]Token, error) {
 	return out, nil
 }
 
+// Token returns the stored record of the token named name (without its
+// hash); it fails with [ErrNotFound] if there is none (never made, or
+// revoked).
+func (s *Store) Token(name string) (Token, error) {
+	var t Token
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketTokens).Get([]byte(name))
+		if v == nil {
+			return fmt.Errorf("token %q: %w", truncate(name), ErrNotFound)
+		}
+		return json.Unmarshal(v, &t)
+	})
+	t.Hash = nil
+	return t, err
+}
+
 // RevokeToken deletes the named token; it fails with [ErrNotFound] if there
 // is none. Leases already granted with the token are not affected.
 func (s *Store) RevokeToken(name string) error {

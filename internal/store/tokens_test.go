@@ -152,8 +152,14 @@ func TestRevokeToken(t *testing.T) {
 	if _, _, err := s.CreateToken("a", 0, t0); err != nil {
 		t.Fatal(err)
 	}
+	if got, err := s.Token("a"); err != nil || got.Name != "a" || got.Hash != nil {
+		t.Fatalf("Token(a): got %+v %v, want its record without hash", got, err)
+	}
 	if err := s.RevokeToken("a"); err != nil {
 		t.Fatalf("RevokeToken: %v", err)
+	}
+	if _, err := s.Token("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Token(a) after revoke: got %v, want ErrNotFound", err)
 	}
 	if err := s.RevokeToken("a"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second revoke: got %v, want ErrNotFound", err)

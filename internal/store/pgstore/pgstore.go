@@ -424,6 +424,22 @@ func (s *Store) Tokens() ([]store.Token, error) {
 	return toks, nil
 }
 
+// Token implements store.DB.
+func (s *Store) Token(name string) (store.Token, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var t store.Token
+	err := s.pool.QueryRow(ctx, "select record from airlock_tokens where name = $1", name).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Token{}, fmt.Errorf("token %q: %w", store.Truncate(name), store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("read token %q: %w", store.Truncate(name), err)
+	}
+	t.Hash = nil
+	return t, nil
+}
+
 // RevokeToken implements store.DB: the row goes, and the trigger tells
 // every gateway.
 func (s *Store) RevokeToken(name string) error {

@@ -140,8 +140,14 @@ func testTokens(t *testing.T, c *pgtest.Cluster) {
 	if err != nil || len(toks) != 2 {
 		t.Fatalf("tokens: got %d %v, want 2", len(toks), err)
 	}
+	if got, err := s.Token("site-a"); err != nil || got.Name != "site-a" || got.Hash != nil || !got.Expires.Equal(tok.Expires) {
+		t.Fatalf("token site-a: got %+v %v, want its record without hash", got, err)
+	}
 	if err := s.RevokeToken("site-a"); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := s.Token("site-a"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("token site-a after revoke: got %v, want ErrNotFound", err)
 	}
 	if err := s.RevokeToken("site-a"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("revoke twice: got %v, want ErrNotFound", err)
