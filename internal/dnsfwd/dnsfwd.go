@@ -88,11 +88,11 @@ func Start(cfg Config, pc net.PacketConn, ln net.Listener) (*Server, error) {
 	}
 	var servers []*dns.Server
 	if pc != nil {
-		s.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(s.serveUDP)}
+		s.udp = &dns.Server{PacketConn: pc, Handler: dns.HandlerFunc(s.serveUDP), MsgAcceptFunc: acceptQuery}
 		servers = append(servers, s.udp)
 	}
 	if ln != nil {
-		s.tcp = &dns.Server{Listener: ln, Handler: dns.HandlerFunc(s.serveTCP)}
+		s.tcp = &dns.Server{Listener: ln, Handler: dns.HandlerFunc(s.serveTCP), MsgAcceptFunc: acceptQuery}
 		servers = append(servers, s.tcp)
 	}
 	running := make(chan struct{}, len(servers))
@@ -148,6 +148,40 @@ func (s *Server) Close() {
 	}
 }
 
+// acceptQuery admits standard queries only (opcode QUERY, one question,
+// no answer or authority records, at most OPT and one more additional
+// record) and answers everything else itself: responses are ignored,
+// other opcodes (NOTIFY, UPDATE, IQUERY, STATUS, ...) get NOTIMP, malformed
+// queries FORMERR. The relay sends the site's resolvers what a stub
+// resolver sends, from the gateway's address, and nothing else; the DNS
+// library's default would pass NOTIFY through. Meta query types are
+// refused in serve (standardType).
+func acceptQuery(dh dns.Header) dns.MsgAcceptAction {
+	const qr = 1 << 15
+	if dh.Bits&qr != 0 {
+		return dns.MsgIgnore
+	}
+	if opcode := int(dh.Bits>>11) & 0xF; opcode != dns.OpcodeQuery {
+		return dns.MsgRejectNotImplemented
+	}
+	if dh.Qdcount != 1 || dh.Ancount != 0 || dh.Nscount != 0 || dh.Arcount > 2 {
+		return dns.MsgReject
+	}
+	return dns.MsgAccept
+}
+
+// standardType reports whether a query of type t is one the relay passes
+// on: not a zone transfer (AXFR, IXFR), nor a transaction key, signature
+// or other meta type (TKEY, TSIG, OPT, MAILA, MAILB); ANY is a query like
+// another.
+func standardType(t uint16) bool {
+	switch t {
+	case dns.TypeAXFR, dns.TypeIXFR, dns.TypeTKEY, dns.TypeTSIG, dns.TypeOPT, dns.TypeMAILA, dns.TypeMAILB:
+		return false
+	}
+	return true
+}
+
 func (s *Server) serveUDP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.udpc) }
 func (s *Server) serveTCP(w dns.ResponseWriter, req *dns.Msg) { s.serve(w, req, s.tcpc) }
 
@@ -160,11 +194,15 @@ func (s *Server) serve(w dns.ResponseWriter, req *dns.Msg, c *dns.Client) {
 	src := addrPortOf(w.RemoteAddr())
 	verdict := flows.Allowed
 	var resp *dns.Msg
-	switch s.lim.admit(src.Addr(), start) {
-	case overRate:
-		verdict = flows.DNSRate
-	case overInflight:
-		verdict = flows.DNSInflight
+	if len(req.Question) != 1 || !standardType(req.Question[0].Qtype) {
+		verdict = flows.DNSNotQuery
+	} else {
+		switch s.lim.admit(src.Addr(), start) {
+		case overRate:
+			verdict = flows.DNSRate
+		case overInflight:
+			verdict = flows.DNSInflight
+		}
 	}
 	if verdict != flows.Allowed {
 		resp = new(dns.Msg)

@@ -126,3 +126,89 @@ func TestReadResolvConf(t *testing.T) {
 		t.Error("resolv.conf without nameservers accepted")
 	}
 }
+
+// TestOnlyStandardQueries checks that the relay answers only standard
+// queries (issue 25, hole 5): zone transfers (AXFR, IXFR over TCP and UDP),
+// NOTIFY, UPDATE and the other opcodes are answered by the relay itself
+// (REFUSED, or NOTIMP for an opcode it does not implement) and never
+// reach the site's resolvers from the gateway's address, whatever the
+// DNS library would let through; a standard query still does.
+func TestOnlyStandardQueries(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An upstream that takes any message and counts what reached it.
+	var reached atomic.Int32
+	var last atomic.Value
+	upc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	upl, err := net.Listen("tcp", upc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
+		reached.Add(1)
+		last.Store(dns.OpcodeToString[r.Opcode] + " " + dns.Type(r.Question[0].Qtype).String())
+		m := new(dns.Msg)
+		m.SetReply(r)
+		w.WriteMsg(m)
+	})
+	acceptAll := func(dns.Header) dns.MsgAcceptAction { return dns.MsgAccept }
+	for _, srv := range []*dns.Server{{PacketConn: upc, Handler: h, MsgAcceptFunc: acceptAll}, {Listener: upl, Handler: h, MsgAcceptFunc: acceptAll}} {
+		go srv.ActivateAndServe()
+		t.Cleanup(func() { srv.Shutdown() })
+	}
+	s, err := Start(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Upstreams: []netip.AddrPort{netip.MustParseAddrPort(upc.LocalAddr().String())},
+	}, pc, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	for _, tc := range []struct {
+		name   string
+		proto  string
+		opcode int
+		qtype  uint16
+		want   int // rcode
+	}{
+		{"AXFR", "tcp", dns.OpcodeQuery, dns.TypeAXFR, dns.RcodeRefused},
+		{"IXFR over TCP", "tcp", dns.OpcodeQuery, dns.TypeIXFR, dns.RcodeRefused},
+		{"IXFR over UDP", "udp", dns.OpcodeQuery, dns.TypeIXFR, dns.RcodeRefused},
+		{"AXFR over UDP", "udp", dns.OpcodeQuery, dns.TypeAXFR, dns.RcodeRefused},
+		{"TKEY", "udp", dns.OpcodeQuery, dns.TypeTKEY, dns.RcodeRefused},
+		{"NOTIFY", "udp", dns.OpcodeNotify, dns.TypeSOA, dns.RcodeNotImplemented},
+		{"NOTIFY over TCP", "tcp", dns.OpcodeNotify, dns.TypeSOA, dns.RcodeNotImplemented},
+		{"UPDATE", "udp", dns.OpcodeUpdate, dns.TypeSOA, dns.RcodeNotImplemented},
+		{"IQUERY", "udp", dns.OpcodeIQuery, dns.TypeA, dns.RcodeNotImplemented},
+		{"STATUS", "tcp", dns.OpcodeStatus, dns.TypeA, dns.RcodeNotImplemented},
+	} {
+		m := new(dns.Msg)
+		m.SetQuestion("test.example.", tc.qtype)
+		m.Opcode = tc.opcode
+		c := &dns.Client{Net: tc.proto, Timeout: 5 * time.Second}
+		r, _, err := c.Exchange(m, pc.LocalAddr().String())
+		if err != nil {
+			t.Errorf("%s: %v, want an answer", tc.name, err)
+		} else if r.Rcode != tc.want {
+			t.Errorf("%s: rcode %s, want %s", tc.name, dns.RcodeToString[r.Rcode], dns.RcodeToString[tc.want])
+		}
+		if n := reached.Swap(0); n != 0 {
+			t.Errorf("%s reached the upstream (%v)", tc.name, last.Load())
+		}
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("test.example.", dns.TypeA)
+	if _, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, pc.LocalAddr().String()); err != nil || reached.Load() != 1 {
+		t.Errorf("standard query: %v, reached the upstream %d times; want once", err, reached.Load())
+	}
+}

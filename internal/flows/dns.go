@@ -21,8 +21,9 @@ import (
 
 // Verdicts of DNS queries the relay refused (answered REFUSED).
 const (
-	DNSRate     = "refused:dns-rate"     // over the job's queries per second
-	DNSInflight = "refused:dns-inflight" // over the job's concurrent queries
+	DNSRate     = "refused:dns-rate"      // over the job's queries per second
+	DNSInflight = "refused:dns-inflight"  // over the job's concurrent queries
+	DNSNotQuery = "refused:dns-not-query" // a zone transfer or meta query type
 )
 
 // DNSInfo is a DNS query and its answer as the flow log records it. Name
@@ -40,8 +41,8 @@ type DNSQuery struct {
 	Proto ipproto.Proto  // ProtoUDP or ProtoTCP
 	Src   netip.AddrPort // the job's address and port
 	Dst   netip.AddrPort // the relay's (the tunnel address, port 53)
-	// Verdict is Allowed (relayed; Rcode says how it went), DNSRate or
-	// DNSInflight.
+	// Verdict is Allowed (relayed; Rcode says how it went), DNSRate,
+	// DNSInflight or DNSNotQuery.
 	Verdict    string
 	Info       DNSInfo
 	Start, End time.Time

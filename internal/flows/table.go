@@ -499,7 +499,7 @@ type Stats struct {
 	// LogErrors counts records the flow log could not write.
 	LogErrors uint64 `json:"log_errors"`
 	// DNS counts jobs' DNS queries by result: "answered", "servfail",
-	// DNSRate, DNSInflight.
+	// DNSRate, DNSInflight, DNSNotQuery.
 	DNS map[string]uint64 `json:"dns,omitempty"`
 	// DNSLogSuppressed counts DNS query records not logged (per-job rate
 	// limit).

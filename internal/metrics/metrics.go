@@ -255,7 +255,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.bypassRefused, st.BypassRefused)
 		counter(c.logErr, st.LogErrors)
-		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight} {
+		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight, flows.DNSNotQuery} {
 			counter(c.dnsQueries, st.DNS[r], r)
 		}
 		counter(c.dnsLogSupp, st.DNSLogSuppressed)
