@@ -247,7 +247,7 @@ it.`,
 				fmt.Fprintf(stdout, "  on gateway %s of the fleet\n", human(k.Gateway))
 			}
 			if !res.BannedUntil.IsZero() {
-				fmt.Fprintf(stdout, "banned token %s from host %s until %s\n", orDash(k.Token), orDash(k.Host), res.BannedUntil.Format(time.RFC3339))
+				fmt.Fprintf(stdout, "banned until %s: %s\n", res.BannedUntil.Format(time.RFC3339), human(res.BanCovers))
 			}
 		}
 		return nil

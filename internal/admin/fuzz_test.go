@@ -33,8 +33,8 @@ func (g *fuzzGateway) EndLease(id, by, reason, why string) (KickedLease, bool) {
 	g.kicked = append(g.kicked, id)
 	return KickedLease{Lease: id}, true
 }
-func (g *fuzzGateway) Ban(l LiveLease, d time.Duration, reason string) time.Time {
-	return time.Now().Add(d)
+func (g *fuzzGateway) Ban(l LiveLease, d time.Duration, reason string) (time.Time, string) {
+	return time.Now().Add(d), ""
 }
 func (g *fuzzGateway) SetDraining(on bool) bool { return false }
 func (g *fuzzGateway) Reload() (ReloadResult, error) {

@@ -42,8 +42,9 @@ type Gateway interface {
 	// false if the lease ended meanwhile.
 	EndLease(id, by, reason, why string) (KickedLease, bool)
 	// Ban refuses joins from l's token and host (and its client's
-	// address) for d and returns when the ban ends.
-	Ban(l LiveLease, d time.Duration, reason string) time.Time
+	// network) for d and returns when the ban ends and, for the admin,
+	// what it covers.
+	Ban(l LiveLease, d time.Duration, reason string) (until time.Time, covers string)
 	// SetDraining makes the gateway refuse new joins (on) or take them
 	// again, and returns the previous setting.
 	SetDraining(on bool) (was bool)
@@ -195,7 +196,7 @@ func kick(g Gateway, req KickRequest, ban time.Duration) (KickResult, error) {
 	}
 	l := match[0]
 	if ban > 0 {
-		res.BannedUntil = g.Ban(l, ban, req.Reason)
+		res.BannedUntil, res.BanCovers = g.Ban(l, ban, req.Reason)
 	}
 	k, ok := g.EndLease(l.ID, "airlock kick", req.Reason, why)
 	if !ok {

@@ -24,9 +24,9 @@ func (g *leaseGateway) Flows(flows.Filter, bool) FlowList { return FlowList{} }
 func (g *leaseGateway) Leases() []LiveLease               { return g.leases }
 func (g *leaseGateway) SetDraining(on bool) bool          { return false }
 func (g *leaseGateway) Reload() (ReloadResult, error)     { return ReloadResult{}, nil }
-func (g *leaseGateway) Ban(l LiveLease, d time.Duration, _ string) time.Time {
+func (g *leaseGateway) Ban(l LiveLease, d time.Duration, _ string) (time.Time, string) {
 	g.banned = append(g.banned, l.ID)
-	return time.Unix(0, 0).Add(d)
+	return time.Unix(0, 0).Add(d), "joins of " + l.Token
 }
 func (g *leaseGateway) EndLease(id, by, reason, why string) (KickedLease, bool) {
 	g.ended = append(g.ended, id+" "+by+" "+why)

@@ -98,6 +98,9 @@ type KickResult struct {
 	Kicked []KickedLease `json:"kicked"`
 	// BannedUntil is when the ban of KickRequest.Ban ends.
 	BannedUntil time.Time `json:"banned_until,omitzero"`
+	// BanCovers says what the ban refuses, e.g. `joins of token "cms"
+	// from host name "cn1" (any case) or from network 10.1.2.3/32`.
+	BanCovers string `json:"ban_covers,omitempty"`
 }
 
 // KickedLease is one lease ended by a kick.

@@ -86,18 +86,18 @@ func (g *gateway) Leases() []admin.LiveLease {
 }
 
 // Ban implements admin.Gateway: joins from l's token, host and client
-// address are refused for d, and the other live leases of that token from
-// that host or address end.
-func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) time.Time {
+// network are refused for d, and the other live leases of that token from
+// that host or network end.
+func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.Time, string) {
 	var o owner
 	if ll, ok := g.leases.ByAddr(l.Addr); ok && ll.ID == l.ID {
 		o, _ = ll.Owner.(owner)
 	} else {
 		o = owner{Job: control.JobInfo{Hostname: l.Host}, Token: l.Token}
 	}
-	b := g.ban(o, d, reason)
+	b, covers := g.ban(o, d, reason)
 	g.endBanned(b, l.ID) // the kick ends l itself
-	return b.Until
+	return b.Until, covers
 }
 
 // SetDraining implements admin.Gateway.

@@ -154,7 +154,7 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 		if l.ID == except || o.Token != b.Token {
 			continue
 		}
-		if b.Host != "" && o.Job.Hostname == b.Host || b.Addr.IsValid() && o.Remote.Addr() == b.Addr {
+		if banCovers(b, o.Job.Hostname, o.Remote.Addr()) {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
 				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addr", l.Addr, "token", b.Token, "host", o.Job.Hostname)
 			}
@@ -177,7 +177,8 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	}
 	if k.Ban > 0 {
 		o, _ := l.Owner.(owner)
-		g.endBanned(g.ban(o, k.Ban, k.Reason), k.Lease)
+		b, _ := g.ban(o, k.Ban, k.Reason)
+		g.endBanned(b, k.Lease)
 	}
 	why := "kicked by admin"
 	if k.Reason != "" {

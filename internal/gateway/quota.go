@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,13 +43,36 @@ type joinRate struct {
 	lim    *rate.Limiter
 }
 
-// banKey is what a ban matches: a token with a host name, or a token with
-// a source address (a job may lie about its host name, not about its
-// address).
+// banKey is what a ban matches: a token with a host name (compared
+// without case and trailing dot), or a token with a source network (an
+// IPv4 address or an IPv6 /64, as the failure limiter groups them: a
+// client may lie about its host name, and may pick another address of
+// its /64, but not another network).
 type banKey struct {
 	token string
-	host  string     // "" for an address ban
-	addr  netip.Addr // invalid for a host ban
+	host  string       // "" for a network ban
+	net   netip.Prefix // invalid for a host ban
+}
+
+// banHost is the form of a host name that bans compare.
+func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
+
+// banCovers reports whether ban b covers a lease of its token from host
+// and addr, as bannedLocked matches joins.
+func banCovers(b store.Ban, host string, addr netip.Addr) bool {
+	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) ||
+		b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
+}
+
+// banNet is the network a ban of addr covers.
+func banNet(addr netip.Addr) netip.Prefix {
+	addr = addr.Unmap()
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	p, _ := addr.Prefix(bits)
+	return p
 }
 
 type ban struct {
@@ -151,19 +175,23 @@ func (a *admission) banLocked(token, host string, addr netip.Addr, until time.Ti
 		}
 	}
 	if host != "" {
-		a.bans[banKey{token: token, host: host}] = ban{until, reason}
+		a.bans[banKey{token: token, host: banHost(host)}] = ban{until, reason}
 	}
 	if addr.IsValid() {
-		a.bans[banKey{token: token, addr: addr}] = ban{until, reason}
+		a.bans[banKey{token: token, net: banNet(addr)}] = ban{until, reason}
 	}
 }
 
 // bannedLocked returns the error for a join of token from host and addr
 // while a ban matches it, else nil.
 func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.Time) error {
-	b, ok := a.bans[banKey{token: token, addr: addr}]
+	var b ban
+	var ok bool
+	if addr.IsValid() {
+		b, ok = a.bans[banKey{token: token, net: banNet(addr)}]
+	}
 	if host != "" {
-		if hb, hok := a.bans[banKey{token: token, host: host}]; hok && (!ok || hb.until.After(b.until)) {
+		if hb, hok := a.bans[banKey{token: token, host: banHost(host)}]; hok && (!ok || hb.until.After(b.until)) {
 			b, ok = hb, true
 		}
 	}
@@ -182,7 +210,8 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.T
 // ban refuses joins from the token and host of o for d, and records the
 // ban in the store: it survives a restart, and in a fleet it holds on
 // every gateway (which end the live leases it matches; here, endBanned).
-func (g *gateway) ban(o owner, d time.Duration, reason string) store.Ban {
+// It returns the ban and, for the admin, what it covers.
+func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
 	g.admit.mu.Lock()
@@ -192,7 +221,14 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) store.Ban {
 	if _, err := g.st.AddBan(b); err != nil {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
 	}
-	return b
+	var covers []string
+	if o.Job.Hostname != "" {
+		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Job.Hostname)))
+	}
+	if o.Remote.Addr().IsValid() {
+		covers = append(covers, "network "+banNet(o.Remote.Addr()).String())
+	}
+	return b, fmt.Sprintf("joins of token %q from %s", o.Token, strings.Join(covers, " or from "))
 }
 
 // tokenLive returns nil if the token named name exists and has not

@@ -241,7 +241,7 @@ done`, int(flood/time.Second), gw)
 		time.Sleep(500 * time.Millisecond)
 		t0 := time.Now()
 		code, out, stderr := e.admin(t, "kick", "--state", e.state, "--reason", "e2e ban", "--ban", "1h", lease)
-		if code != 0 || !strings.Contains(out, "banned token banme") {
+		if code != 0 || !strings.Contains(out, `joins of token "banme" from host name`) || !strings.Contains(out, "or from network "+e.tp.CNAddr.String()+"/32") {
 			t.Fatalf("kick --ban: exit %d, %q %s", code, out, stderr)
 		}
 		waitStderr(t, a, "THE GATEWAY ENDED THIS JOB'S LEASE", 5*time.Second)
