@@ -43,7 +43,7 @@ admin socket.`),
 	var state string
 	stateFlag(cmd, &state)
 	fs := cmd.Flags()
-	write := fs.StringP("write", "w", "", "write the pcap stream to this `FILE` (created 0600) instead of stdout")
+	write := fs.StringP("write", "w", "", "write the pcap stream to this `FILE` (a new file, created 0600; an existing file is refused) instead of stdout")
 	count := fs.IntP("count", "c", 0, "stop after this many packets (default: until interrupted or the job's lease ends)")
 	snaplen := fs.IntP("snaplen", "s", 0, "keep at most this many bytes of each packet (default: whole packets)")
 	buffer := fs.Int("buffer", 0, "the gateway's buffer for this capture in bytes; packets that do not fit are dropped (default 4 MiB)")
@@ -57,13 +57,11 @@ admin socket.`),
 			return fmt.Errorf("capture: %w", err)
 		}
 		var out io.Writer = stdout
-		if *write != "" && *write != "-" {
-			f, err := capture.CreateFile(*write)
-			if err != nil {
+		toFile := *write != "" && *write != "-"
+		if toFile {
+			if err := capture.CheckNewFile(*write); err != nil {
 				return fmt.Errorf("capture: %w", err)
 			}
-			defer f.Close()
-			out = f
 		} else if isTerminal(stdout) {
 			return errors.New("capture: refusing to write pcap to a terminal: use -w FILE or pipe it, e.g. | tcpdump -nr -")
 		}
@@ -79,6 +77,16 @@ admin socket.`),
 			return err
 		}
 		defer body.Close()
+		if toFile {
+			// Made once the gateway took the capture: a refused one
+			// leaves no empty file behind.
+			f, err := capture.CreateFile(*write)
+			if err != nil {
+				return fmt.Errorf("capture: %w", err)
+			}
+			defer f.Close()
+			out = f
+		}
 		n, err := copyRecords(out, body, *count)
 		fmt.Fprintf(stderr, "airlock capture: %d packets captured\n", n)
 		if err != nil && ctx.Err() == nil {

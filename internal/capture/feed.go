@@ -45,8 +45,9 @@ const fifoPoll = 200 * time.Millisecond
 // RunFeed runs a standing capture on d until ctx ends: it opens cfg.To,
 // attaches a tap and streams into it. A named pipe is captured only while
 // a reader has it open; when the reader goes, the feed waits for the next
-// one and starts a new stream. A file is created 0600 (an existing one is
-// truncated); a write error to it ends the feed with an Error log. It
+// one and starts a new stream. A file is created 0600 (an existing one of
+// the gateway's own, not open to other users, is truncated; openPath says
+// what is refused); a write error to it ends the feed with an Error log. It
 // returns when ctx ends.
 func RunFeed(ctx context.Context, log *slog.Logger, d *Device, cfg FeedConfig) {
 	if name, ok := strings.CutPrefix(cfg.To, TAPPrefix); ok {
@@ -108,8 +109,12 @@ func RunFeed(ctx context.Context, log *slog.Logger, d *Device, cfg FeedConfig) {
 }
 
 // openPath opens a feed's file or named pipe for writing. A named pipe
-// without a reader gives ENXIO. A new file is created 0600; symbolic
-// links are not followed.
+// without a reader gives ENXIO. A new file is created 0600. What exists
+// must be safe to hand jobs' traffic to (checkTarget, on the opened
+// descriptor, so that nothing can be swapped in between): symbolic links
+// are not followed, and a file or pipe another user owns, or that anyone
+// may read or write, is refused. An existing file of the gateway's own is
+// truncated once it has passed.
 func openPath(path string) (f *os.File, fifo bool, err error) {
 	fi, err := os.Lstat(path)
 	switch {
@@ -118,27 +123,80 @@ func openPath(path string) (f *os.File, fifo bool, err error) {
 		return f, false, err
 	case err != nil:
 		return nil, false, err
-	case fi.Mode()&os.ModeNamedPipe != 0:
-		// Non-blocking: the open fails at once without a reader, and
-		// writes wait in Go's poller, so Close interrupts them.
-		f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		return f, true, err
 	case fi.Mode()&os.ModeSymlink != 0:
 		return nil, false, fmt.Errorf("%s is a symbolic link: name its target", path)
-	case fi.Mode()&os.ModeCharDevice != 0:
-		f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_CLOEXEC, 0)
-		return f, false, err
-	case fi.Mode().IsRegular():
-		f, err = os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-		return f, false, err
 	}
-	return nil, false, fmt.Errorf("%s is neither a file, a named pipe nor a character device", path)
+	fifo = fi.Mode()&os.ModeNamedPipe != 0
+	// Non-blocking: a named pipe's open fails at once without a reader
+	// (and a file swapped for a pipe cannot hang the open); writes wait in
+	// Go's poller, so Close interrupts them.
+	f, err = os.OpenFile(path, os.O_WRONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fifo, err
+	}
+	regular, err := checkTarget(f)
+	if err == nil && regular {
+		err = f.Truncate(0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fifo, fmt.Errorf("%s: %w", path, err)
+	}
+	return f, fifo, nil
 }
 
-// CreateFile creates (or truncates) a capture file for an admin's live
-// capture: mode 0600 when new, symbolic links not followed.
+// checkTarget checks an opened feed destination: a regular file or named
+// pipe owned by the gateway's user that nobody else may read or write
+// (group access is the owner's choice, e.g. for an IDS account), or a
+// character device owned by that user or root. It reports whether f is a
+// regular file.
+func checkTarget(f *os.File) (regular bool, err error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return false, err
+	}
+	me := uint32(os.Geteuid())
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG, syscall.S_IFIFO:
+		if st.Uid != me {
+			return false, fmt.Errorf("owned by uid %d, not the gateway's (uid %d): refusing to write jobs' traffic where another user put it; remove it, or make it as the gateway's user", st.Uid, me)
+		}
+		if st.Mode&0o007 != 0 {
+			return false, fmt.Errorf("mode %04o lets any user of the host at jobs' traffic: refusing it; chmod o-rwx it (e.g. mkfifo -m 600)", st.Mode&0o7777)
+		}
+		return st.Mode&syscall.S_IFMT == syscall.S_IFREG, nil
+	case syscall.S_IFCHR:
+		if st.Uid != me && st.Uid != 0 {
+			return false, fmt.Errorf("a device owned by uid %d, neither the gateway's (uid %d) nor root's: refusing it", st.Uid, me)
+		}
+		return false, nil
+	}
+	return false, errors.New("neither a file, a named pipe nor a character device")
+}
+
+// CheckNewFile reports, before a live capture starts, why CreateFile of
+// path would fail: path exists, or its directory does not.
+func CheckNewFile(path string) error {
+	if _, err := os.Lstat(path); err == nil {
+		return fmt.Errorf("%s exists: name a new file (airlock capture never writes into an existing one)", path)
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%s: %s is not a directory", path, filepath.Dir(path))
+	}
+	return nil
+}
+
+// CreateFile creates a capture file for an admin's live capture (airlock
+// capture -w): mode 0600, symbolic links not followed, and never an
+// existing file, which is neither truncated nor written.
 func CreateFile(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("%s exists: name a new file (airlock capture never writes into an existing one)", path)
+	}
+	return f, err
 }
 
 // tapWriter turns a pcap stream of Ethernet records into one write per

@@ -184,9 +184,17 @@ func testCapture(t *testing.T, mode string) {
 			t.Fatalf("tshark -r %s: exit %d, %q (stderr %q), want GET /small with Host %s from %s; airlock capture said %q",
 				file, code, out, tsErr, host, src, stderr)
 		}
-		code, _, stderr = e.admin(t, "capture", "--state", e.state, "no-such-job", "-w", file)
+		code, _, stderr = e.admin(t, "capture", "--state", e.state, "no-such-job", "-w", file+".none")
 		if code == 0 || !strings.Contains(stderr, "no live lease") {
 			t.Errorf("airlock capture of an unknown job: exit %d, %q, want a failure naming no live lease", code, stderr)
+		}
+		if _, err := os.Stat(file + ".none"); err == nil {
+			t.Errorf("a refused capture left %s behind", file+".none")
+		}
+		// An existing file is never written into (issue 25, hole 7).
+		code, _, stderr = e.admin(t, "capture", "--state", e.state, "capture-live", "-w", file)
+		if code == 0 || !strings.Contains(stderr, "exists: name a new file") {
+			t.Errorf("airlock capture -w into an existing file: exit %d, %q, want a refusal", code, stderr)
 		}
 	})
 
