@@ -3,6 +3,8 @@
 package packaging
 
 import (
+	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -35,7 +38,7 @@ func TestGatewayUnit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"RestrictNamespaces=user net", "CapabilityBoundingSet=CAP_NET_ADMIN", "DeviceAllow=/dev/net/tun rw", "NoNewPrivileges=yes", "StateDirectoryMode=0700"} {
+	for _, want := range []string{"RestrictNamespaces=user net", "DeviceAllow=/dev/net/tun rw", "NoNewPrivileges=yes", "StateDirectoryMode=0700"} {
 		if !strings.Contains(string(unit), want+"\n") {
 			t.Errorf("unit lacks %q", want)
 		}
@@ -88,5 +91,75 @@ func TestSysusersTmpfiles(t *testing.T) {
 	uid, _ := strconv.Atoi(string(m[1]))
 	if st := fi.Sys().(*syscall.Stat_t); fi.Mode().Perm() != 0o700 || int(st.Uid) != uid {
 		t.Errorf("/var/lib/airlock: mode %v uid %d, want 0700 and the airlock user %d", fi.Mode().Perm(), st.Uid, uid)
+	}
+}
+
+// TestNoHostCapabilities checks that the gateway needs no capability in
+// its bounding set (issue 25, hole 10): a user namespace starts with a
+// full bounding set of its own, so the gateway's private namespace gets
+// CAP_NET_ADMIN there whatever the service's bounding set is. The unit
+// therefore keeps none (CapabilityBoundingSet= empty), and the gateway,
+// started as an unprivileged user with an empty bounding set in a fresh
+// network namespace, still runs the kernel's TCP in its own namespace
+// (--tcp-stack kernel makes a failure there a start-up error). The unit
+// also gives feeds a runtime directory and bounds its tasks.
+func TestNoHostCapabilities(t *testing.T) {
+	unit, err := os.ReadFile("airlock-gateway.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CapabilityBoundingSet=\n", "RuntimeDirectory=airlock\n", "RuntimeDirectoryMode=0750\n", "TasksMax="} {
+		if !strings.Contains(string(unit), want) {
+			t.Errorf("unit lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(string(unit), "CAP_NET_ADMIN\n") {
+		t.Errorf("unit keeps CAP_NET_ADMIN in a capability set")
+	}
+
+	topology.RequireRoot(t)
+	need(t, "setpriv")
+	need(t, "unshare")
+	node := topology.NewTUNNode(t, topology.UserTUNMode)
+	u := topology.EnsureUser(t)
+	bin := topology.BuildAirlock(t)
+	state := filepath.Join(topology.TempDir(t), "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(state, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	argv := node.Command(nil, "unshare", "--net", "--", "sh", "-c",
+		`ip link set lo up && exec setpriv --bounding-set -all --inh-caps -all --reuid "$1" --regid "$2" --clear-groups -- "$3" gateway --state "$4" --listen 127.0.0.1:0 --tcp-stack kernel`,
+		"sh", strconv.Itoa(u.UID), strconv.Itoa(u.GID), bin, state)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	ready := false
+	for !ready {
+		select {
+		case err := <-done:
+			t.Fatalf("gateway with an empty bounding set exited: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		ready = strings.Contains(out.String(), "gateway ready")
+		if ctx.Err() != nil {
+			t.Fatalf("gateway with an empty bounding set not ready after 20 s:\n%s", out.String())
+		}
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	<-done
+	if !strings.Contains(out.String(), `tcp="kernel (IPv4)`) {
+		t.Errorf("gateway with an empty bounding set does not terminate TCP in its namespace's kernel:\n%s", out.String())
 	}
 }
