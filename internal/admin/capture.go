@@ -69,17 +69,16 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway
 	}
 	var tap *capture.Tap
 	var stop func()
-	ls, err := leasesOf(g, req.Job)
+	l, err := oneLease(g, req.Job, "capture")
 	if err == nil {
-		ids := make([]string, len(ls))
-		for i, l := range ls {
-			ids[i] = l.ID
-		}
-		tap, stop, err = g.StartCapture(ids, req, f)
+		tap, stop, err = g.StartCapture([]string{l.ID}, req, f)
 	}
 	switch {
 	case errors.Is(err, ErrNoSuchJob):
 		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		return
+	case errors.Is(err, ErrAmbiguousJob):
+		writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
 		return
 	case errors.Is(err, ErrBadCapture):
 		bad(err.Error())
@@ -111,7 +110,7 @@ func captureEnd(err error) string {
 
 // Capture starts a live capture and returns its pcap stream; closing it
 // ends the capture. The error wraps ErrNoSuchJob if no live lease matches
-// req.Job.
+// req.Job, ErrAmbiguousJob if it is a batch job id several claim.
 func (c *Client) Capture(ctx context.Context, req CaptureRequest) (io.ReadCloser, error) {
 	v := url.Values{"job": {req.Job}}
 	if req.Filter != "" {

@@ -177,24 +177,14 @@ func (s *Server) handleKick(w http.ResponseWriter, r *http.Request, g Gateway) {
 // the job's token and host are refused for that long.
 func kick(g Gateway, req KickRequest, ban time.Duration) (KickResult, error) {
 	var res KickResult
-	match, err := leasesOf(g, req.Job)
+	l, err := oneLease(g, req.Job, "kick")
 	if err != nil {
 		return res, err
-	}
-	if len(match) > 1 {
-		var list []string
-		for _, l := range match {
-			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
-				l.ID, l.Addr, l.Host, l.User, l.Token, l.Start.UTC().Format(time.RFC3339)))
-		}
-		return res, fmt.Errorf("%w: %d live leases claim batch job id %q; kick one by its lease id or tunnel address: %s",
-			ErrAmbiguousJob, len(match), req.Job, strings.Join(list, "; "))
 	}
 	why := "kicked by admin"
 	if req.Reason != "" {
 		why += ": " + req.Reason
 	}
-	l := match[0]
 	if ban > 0 {
 		res.BannedUntil, res.BanCovers = g.Ban(l, ban, req.Reason)
 	}
@@ -227,6 +217,28 @@ func leasesOf(g Gateway, job string) ([]LiveLease, error) {
 		return nil, fmt.Errorf("%w %q: no live lease has that batch job id, lease id or tunnel address (airlock status lists them)", ErrNoSuchJob, job)
 	}
 	return match, nil
+}
+
+// oneLease is the one live lease job names (a lease id, a tunnel address,
+// or a batch job id that exactly one live lease has), for an admin
+// command (op: kick, capture) that must act on one job: batch job ids come
+// from the clients, so one that several leases claim is refused
+// (ErrAmbiguousJob) with the list, to act on by lease id or address.
+func oneLease(g Gateway, job, op string) (LiveLease, error) {
+	match, err := leasesOf(g, job)
+	if err != nil {
+		return LiveLease{}, err
+	}
+	if len(match) > 1 {
+		var list []string
+		for _, l := range match {
+			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
+				l.ID, l.Addr, l.Host, l.User, l.Token, l.Start.UTC().Format(time.RFC3339)))
+		}
+		return LiveLease{}, fmt.Errorf("%w: %d live leases claim batch job id %q; %s one by its lease id or tunnel address: %s",
+			ErrAmbiguousJob, len(match), job, op, strings.Join(list, "; "))
+	}
+	return match[0], nil
 }
 
 // endTokenLeases ends every live lease of the token named, as a kick

@@ -2,6 +2,8 @@ package admin
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -93,5 +95,42 @@ func TestEndTokenLeases(t *testing.T) {
 	}
 	if want := "a airlock token revoke token cms revoked"; len(g.ended) != 2 || g.ended[0] != want {
 		t.Errorf("EndLease calls: got %q, want first %q", g.ended, want)
+	}
+}
+
+// captureGateway is a leaseGateway that records the leases a live capture
+// was started for.
+type captureGateway struct {
+	leaseGateway
+	captured [][]string
+}
+
+func (g *captureGateway) StartCapture(ids []string, _ CaptureRequest, _ *capture.Filter) (*capture.Tap, func(), error) {
+	g.captured = append(g.captured, ids)
+	return nil, nil, ErrBadCapture
+}
+
+// TestCaptureAmbiguous checks that a live capture names one job, as a
+// kick does (issue 25, hole 8): a batch job id that several live leases
+// claim is refused with the list, and nothing is captured; a lease id
+// or address selects its one lease.
+func TestCaptureAmbiguous(t *testing.T) {
+	g := &captureGateway{leaseGateway: leaseGateway{leases: []LiveLease{
+		{ID: "a", Addr: netip.MustParseAddr("100.64.0.2"), JobID: "42", Host: "n1"},
+		{ID: "b", Addr: netip.MustParseAddr("100.64.0.3"), JobID: "42", Host: "n2"},
+	}}}
+	s := NewServer(nil, nil)
+	w := httptest.NewRecorder()
+	s.handleCapture(w, httptest.NewRequest(http.MethodGet, CapturePath+"?job=42", nil), g)
+	if w.Code != http.StatusConflict || !strings.Contains(w.Body.String(), codeAmbiguousJob) || !strings.Contains(w.Body.String(), "lease b at 100.64.0.3") {
+		t.Errorf("capture of a batch id two leases claim: %d %s, want 409 %s with the list", w.Code, w.Body.String(), codeAmbiguousJob)
+	}
+	if len(g.captured) != 0 {
+		t.Errorf("capture of an ambiguous batch id started for %v, want nothing", g.captured)
+	}
+	w = httptest.NewRecorder()
+	s.handleCapture(w, httptest.NewRequest(http.MethodGet, CapturePath+"?job=100.64.0.3", nil), g)
+	if len(g.captured) != 1 || len(g.captured[0]) != 1 || g.captured[0][0] != "b" {
+		t.Errorf("capture of 100.64.0.3 started for %v, want lease b", g.captured)
 	}
 }
