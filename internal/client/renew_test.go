@@ -195,3 +195,41 @@ func TestJoinWaitsOutRateLimit(t *testing.T) {
 	t.Logf("joined after %v", time.Since(start).Round(time.Millisecond))
 	t.Cleanup(s.closeClients)
 }
+
+// TestSessionNewKeyWhenSquatted checks that a session whose key a
+// stranger holds at the gateway (issue 25, hole 9: someone with a token
+// who learnt the key joined with it while the job's lease was gone)
+// recovers: it makes a new key, puts it in its WireGuard device, and
+// joins with it, rather than failing with key_in_use forever.
+func TestSessionNewKeyWhenSquatted(t *testing.T) {
+	b := &controltest.Backend{}
+	g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
+	var stderr lockedBuf
+	s := testSession(t, g, &stderr)
+	old := s.priv.PublicKey()
+	b.Squat(old)
+	b.SetRenewErr(fmt.Errorf("%w: no such lease", control.ErrUnknownLease))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.supervise(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		keys := b.Keys()
+		if len(keys) >= 3 && keys[len(keys)-1] != old {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no join with a new key after the old one was squatted: keys %v, calls %v", keys, b.Calls())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.SetRenewErr(nil)
+	cancel()
+	<-done
+	if s.priv.PublicKey() == old || s.req.PublicKey != s.priv.PublicKey() {
+		t.Errorf("session key %v (request %v), want a new one in both", s.priv.PublicKey(), s.req.PublicKey)
+	}
+	if got := s.wg.PublicKey(); got != s.priv.PublicKey() {
+		t.Errorf("WireGuard device's key %v, want the new %v", got, s.priv.PublicKey())
+	}
+}

@@ -158,6 +158,11 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		req := s.req
 		req.Replace = r.gw.last
 		ls, err := s.joinOne(ctx, r.gw, req, timeout)
+		if errors.Is(err, control.ErrKeyInUse) {
+			if req, err = s.newKey(r.gw, err); err == nil {
+				ls, err = s.joinOne(ctx, r.gw, req, timeout)
+			}
+		}
 		var ep netip.AddrPort
 		if err == nil {
 			jctx, cancel := context.WithTimeout(ctx, timeout)
@@ -583,6 +588,11 @@ func (s *session) rejoin(ctx context.Context) error {
 		req.Replace = &ref
 	}
 	ls, err := s.cur.cc.Join(ctx, req)
+	if errors.Is(err, control.ErrKeyInUse) {
+		if req, err = s.newKey(s.cur, err); err == nil {
+			ls, err = s.cur.cc.Join(ctx, req)
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -606,6 +616,31 @@ func (s *session) rejoin(ctx context.Context) error {
 	s.log.Warn("the gateway had lost this job's lease; joined again", "gateway", s.cur.addr,
 		"lease", ls.ID, "old_addr", old, "new_addr", ls.Address.Addr(), "job_addr", s.jobAddr)
 	return nil
+}
+
+// newKey gives the session a new WireGuard key after gw refused a join
+// because another client holds the current one (inUse): someone who
+// learnt the public key (it is not secret) joined with it while this
+// job's lease was gone. It returns the join request to send with the new
+// key, which has no lease to replace.
+func (s *session) newKey(gw *gatewayEntry, inUse error) (control.JoinRequest, error) {
+	priv, err := wgkey.Generate()
+	if err != nil {
+		return control.JoinRequest{}, fmt.Errorf("%w; and making a new key failed: %w", inUse, err)
+	}
+	if s.wg != nil {
+		if err := s.wg.SetPrivateKey(priv); err != nil {
+			return control.JoinRequest{}, fmt.Errorf("%w; and the new key: %w", inUse, err)
+		}
+	}
+	s.log.Warn("the gateway says another client holds this job's WireGuard key; joining with a new key",
+		"gateway", gw.addr, "old_key", s.priv.PublicKey(), "new_key", priv.PublicKey(), "err", inUse)
+	s.priv = priv
+	s.req.PublicKey = priv.PublicKey()
+	for _, g := range s.gws {
+		g.last = nil // leases of the old key
+	}
+	return s.req, nil
 }
 
 // failTo moves the job to the least loaded other gateway.

@@ -323,13 +323,20 @@ func (g *gateway) expireLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			for _, l := range g.leases.Expire(now) {
-				g.removePeer(l.PublicKey)
-				g.removeJob(l)
-				g.recordEnd(l, "expired")
-				g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
-			}
+			g.expire(now)
 		}
+	}
+}
+
+// expire frees the leases that expired at now.
+func (g *gateway) expire(now time.Time) {
+	ls := g.leases.Expire(now)
+	g.retire(ls, now)
+	for _, l := range ls {
+		g.removePeer(l.PublicKey)
+		g.removeJob(l)
+		g.recordEnd(l, "expired")
+		g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
 	}
 }
 

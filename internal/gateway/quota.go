@@ -34,6 +34,76 @@ type admission struct {
 	mu    sync.Mutex
 	joins map[string]*joinRate // guarded by mu: token name → its join rate
 	bans  map[banKey]ban       // guarded by mu
+	// retired remembers the keys of expired leases (retireLocked), in
+	// the order they expired.
+	retired      map[wgkey.Key]retiredKey // guarded by mu
+	retiredOrder []retiredAt              // guarded by mu
+}
+
+// retiredAt is an entry of admission.retiredOrder: a key and when it
+// was retired (a key retired again has a later entry too).
+type retiredAt struct {
+	key wgkey.Key
+	at  time.Time
+}
+
+// Keys of expired leases are kept for retireFor, at most maxRetired of
+// them (the oldest go first): a client whose network failed for longer
+// than its lease's lifetime joins again with its key and the old lease's
+// proof, and a stranger who learnt the key (it is not secret: it travels
+// in every handshake) must not take it first and lock the job out
+// (issue 25, hole 9). After that, the client makes a new key when a join
+// says its key is in use.
+const (
+	retireFor  = 24 * time.Hour
+	maxRetired = 1 << 16
+)
+
+// retiredKey is the lease a key held when it expired.
+type retiredKey struct {
+	lease      string
+	secretHash [32]byte
+	expired    time.Time
+}
+
+// retireLocked remembers that l's key held l until it expired at now.
+func (a *admission) retireLocked(l lease.Lease, now time.Time) {
+	if a.retired == nil {
+		a.retired = map[wgkey.Key]retiredKey{}
+	}
+	a.pruneRetiredLocked(now)
+	for len(a.retiredOrder) >= maxRetired {
+		a.dropOldestRetiredLocked()
+	}
+	k := wgkey.Key(l.PublicKey)
+	a.retiredOrder = append(a.retiredOrder, retiredAt{k, now})
+	a.retired[k] = retiredKey{lease: l.ID, secretHash: l.SecretHash(), expired: now}
+}
+
+// pruneRetiredLocked forgets keys retired longer than retireFor ago.
+func (a *admission) pruneRetiredLocked(now time.Time) {
+	for len(a.retiredOrder) > 0 && now.Sub(a.retiredOrder[0].at) >= retireFor {
+		a.dropOldestRetiredLocked()
+	}
+}
+
+// dropOldestRetiredLocked drops the oldest entry of retiredOrder, and its
+// key unless the key was retired again since.
+func (a *admission) dropOldestRetiredLocked() {
+	e := a.retiredOrder[0]
+	a.retiredOrder = a.retiredOrder[1:]
+	if r, ok := a.retired[e.key]; ok && r.expired.Equal(e.at) {
+		delete(a.retired, e.key)
+	}
+}
+
+// retire remembers the keys of leases that expired at now.
+func (g *gateway) retire(ls []lease.Lease, now time.Time) {
+	g.admit.mu.Lock()
+	defer g.admit.mu.Unlock()
+	for _, l := range ls {
+		g.admit.retireLocked(l, now)
+	}
 }
 
 // joinRate is a token's joins-per-minute bucket and the quota it was
@@ -107,6 +177,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 				control.ErrKeyInUse, old.ID)
 		}
 		mine = &old
+	} else if r, ok := a.retired[pub]; ok && now.Sub(r.expired) < retireFor {
+		if !provesRetired(r, req.Replace) {
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: this WireGuard public key held lease %s, which expired %s ago; a join with it must prove it held that lease (its id and secret): every airlock run makes a fresh key, so run it again",
+				control.ErrKeyInUse, r.lease, now.Sub(r.expired).Round(time.Second))
+		}
+		delete(a.retired, pub) // its retiredOrder entry goes when it is the oldest
 	}
 	q := g.conf.Load().Quotas.ForToken(tok.Name)
 	if q.MaxLeases > 0 {
@@ -137,6 +213,16 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		l.Blocks = n // for the refusal's message
 	}
 	return l, secret, replaced, err
+}
+
+// provesRetired reports whether ref names the expired lease r with its
+// secret.
+func provesRetired(r retiredKey, ref *control.LeaseRef) bool {
+	if ref == nil || ref.ID != r.lease {
+		return false
+	}
+	h := sha256.Sum256([]byte(ref.Secret))
+	return subtle.ConstantTimeCompare(h[:], r.secretHash[:]) == 1
 }
 
 // ownsLease reports whether ref names l with its secret.

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -179,6 +180,38 @@ func (c *Client) SetGateway(gateway wgkey.Key, endpoint netip.AddrPort) error {
 		return fmt.Errorf("configure wireguard keepalive: %w", err)
 	}
 	return nil
+}
+
+// SetPrivateKey replaces the client's private key. Sessions made with the
+// old key are dropped; the next packet (or keepalive) starts a handshake
+// with the new one. The client calls it when a gateway says another client
+// holds its public key.
+func (c *Client) SetPrivateKey(priv wgkey.Key) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.dev.IpcSet("private_key=" + priv.Hex() + "\n"); err != nil {
+		return fmt.Errorf("set wireguard private key: %w", err)
+	}
+	return nil
+}
+
+// PublicKey returns the public key of the private key the device uses,
+// or the zero Key if it cannot be read.
+func (c *Client) PublicKey() wgkey.Key {
+	s, err := c.dev.IpcGet()
+	if err != nil {
+		return wgkey.Key{}
+	}
+	for _, line := range strings.Split(s, "\n") {
+		if v, ok := strings.CutPrefix(line, "private_key="); ok {
+			var k wgkey.Key
+			if b, err := hex.DecodeString(v); err == nil && len(b) == len(k) {
+				copy(k[:], b)
+				return k.PublicKey()
+			}
+		}
+	}
+	return wgkey.Key{}
 }
 
 // LastHandshake returns when the last handshake with the gateway completed,

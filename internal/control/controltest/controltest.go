@@ -38,6 +38,8 @@ type Backend struct {
 	RenewErr error
 
 	mu     sync.Mutex
+	squat  map[wgkey.Key]bool // keys whose joins get ErrKeyInUse
+	keys   []wgkey.Key        // the public keys of joins, in order
 	joins  int
 	next   int
 	leases map[string]string // id → secret
@@ -64,8 +66,12 @@ func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	defer b.mu.Unlock()
 	b.joins++
 	b.calls = append(b.calls, "join")
+	b.keys = append(b.keys, req.PublicKey)
 	if b.JoinErr != nil {
 		return control.Lease{}, b.JoinErr
+	}
+	if b.squat[req.PublicKey] {
+		return control.Lease{}, fmt.Errorf("%w: a stranger holds this key", control.ErrKeyInUse)
 	}
 	if b.leases == nil {
 		b.leases = make(map[string]string)
@@ -175,6 +181,24 @@ func (b *Backend) SetJoinErr(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.JoinErr = err
+}
+
+// Squat makes joins with key fail with control.ErrKeyInUse, as if a
+// stranger who learnt the key held a lease with it.
+func (b *Backend) Squat(key wgkey.Key) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.squat == nil {
+		b.squat = map[wgkey.Key]bool{}
+	}
+	b.squat[key] = true
+}
+
+// Keys returns the public keys of the joins so far, in order.
+func (b *Backend) Keys() []wgkey.Key {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]wgkey.Key(nil), b.keys...)
 }
 
 // SetRenewErr sets RenewErr while the server runs.
