@@ -185,8 +185,9 @@ func installDeb(t *testing.T, deb string) {
 		return string(b)
 	}
 	var v struct{ Version, Commit string }
-	if err := json.Unmarshal([]byte(read("version.json")), &v); err != nil || !strings.HasPrefix(v.Version, "v") || v.Commit == "" {
-		t.Errorf("installed airlock version --json: %v %+v", err, v)
+	inGit := exec.Command("git", "rev-parse", "--git-dir").Run() == nil
+	if err := json.Unmarshal([]byte(read("version.json")), &v); err != nil || !strings.HasPrefix(v.Version, "v") || inGit && v.Commit == "" {
+		t.Errorf("installed airlock version --json: %v %+v, want a version (and in a checkout a commit)", err, v)
 	}
 	if h := read("help"); !strings.Contains(h, "--state DIR") {
 		t.Errorf("installed airlock help gateway:\n%s", h)

@@ -24,7 +24,13 @@ if git rev-parse --git-dir >/dev/null 2>&1; then
 	fi
 	[[ $commit != *-dirty ]] || version="$version+dirty"
 else
-	version="${changelog:-v0.0.0}-dev" commit="" epoch=${SOURCE_DATE_EPOCH:-0}
+	# Not a git checkout (a copy of the tree): the next patch release of
+	# CHANGELOG.md's latest, as a pre-release, and the newest file's time.
+	base=${changelog:-v0.0.0} base=${base#v} base=${base%%[-+]*}
+	IFS=. read -r major minor patch <<<"$base"
+	version="v$major.$minor.$((patch + 1))-dev" commit=""
+	epoch=${SOURCE_DATE_EPOCH:-$(find . -path ./dist -prune -o -path ./bin -prune -o -type f \( -name '*.go' -o -name '*.[ch]' \
+		-o -name '*.md' -o -name '*.sh' -o -name 'go.*' -o -name Makefile \) -printf '%T@\n' | sort -n | tail -1 | cut -d. -f1)}
 fi
 [[ $version == v* ]] || version="v$version"
 case "${1:-version}" in
