@@ -76,6 +76,11 @@ func printStatus(w io.Writer, st admin.Status) error {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s, version %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise, orDash(st.Version))
 	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use, %d free (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Free, st.PortBlocks.Range, st.PortBlocks.Size)
+	if st.NextPin != "" {
+		fmt.Fprintf(w, "key:        rotation under way: pin %s, next %s (airlock gateway rotate-key --finish ends it)\n", st.Pin, st.NextPin)
+	} else if st.Pin != "" {
+		fmt.Fprintf(w, "key:        pin %s\n", st.Pin)
+	}
 	if c := st.Capacity; c.Jobs > 0 {
 		fmt.Fprintf(w, "capacity:   %d concurrent jobs, bound by %s (%s)\n", c.Jobs, c.Bound, c.Hint)
 	}

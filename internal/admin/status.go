@@ -17,6 +17,10 @@ import (
 type Status struct {
 	// Version is the gateway's version (airlock version).
 	Version string `json:"version"`
+	// Pin is the fingerprint clients pin; NextPin the next one while a
+	// key rotation is under way (airlock gateway rotate-key).
+	Pin     string `json:"pin"`
+	NextPin string `json:"next_pin,omitempty"`
 	// Mode is the egress mode, "user" or "kernel".
 	Mode    string    `json:"mode"`
 	Started time.Time `json:"started"`

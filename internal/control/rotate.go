@@ -120,6 +120,17 @@ func (ids *Identities) Set(current tls.Certificate, next *tls.Certificate) {
 	ids.ids.Store(s)
 }
 
+// Pins returns the pins of the current identity and of the next one
+// ("" when no rotation is under way).
+func (ids *Identities) Pins() (current, next string) {
+	s := ids.ids.Load()
+	current = Fingerprint(s.current.Leaf)
+	if s.next != nil {
+		next = Fingerprint(s.next.Leaf)
+	}
+	return current, next
+}
+
 // Handshakes returns how many handshakes presented each identity.
 func (ids *Identities) Handshakes() map[string]uint64 {
 	ids.mu.Lock()

@@ -18,8 +18,11 @@ func (g *gateway) Status() admin.Status {
 	now := time.Now()
 	p := g.egress.plan
 	total := g.egress.pool.Blocks()
+	pin, next := g.res.ids.Pins()
 	st := admin.Status{
 		Version: g.cfg.Version,
+		Pin:     pin,
+		NextPin: next,
 		Mode:    g.egress.mode, Started: g.started, UptimeSeconds: now.Sub(g.started).Seconds(),
 		Advertise: g.advertise, EgressAddr: g.egress.public,
 		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(g.egress.pool.Addrs)},

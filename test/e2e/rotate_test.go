@@ -77,6 +77,9 @@ func TestKeyRotation(t *testing.T) {
 			t.Errorf("job %s (AIRLOCK_PIN=%s) during the rotation: exit %d %s", c.name, c.pin, code, out)
 		}
 	}
+	if st := e.status(t); st.Pin != oldPin || st.NextPin != newPin {
+		t.Errorf("airlock status during the rotation: pin %s next %s, want %s and %s", st.Pin, st.NextPin, oldPin, newPin)
+	}
 	m := e.metrics(t, metricsPort)
 	if next, cur := m[`airlock_tls_handshakes_total{identity="next"}`], m[`airlock_tls_handshakes_total{identity="current"}`]; next < 3 || cur < 1 {
 		t.Errorf("airlock_tls_handshakes_total during the rotation: next %v, current %v; want next >= 3, current >= 1", next, cur)
@@ -88,6 +91,9 @@ func TestKeyRotation(t *testing.T) {
 	}
 	if got := joinEnvPin(); got != newPin {
 		t.Errorf("join.env AIRLOCK_PIN=%s after the rotation, want %s", got, newPin)
+	}
+	if st := e.status(t); st.Pin != newPin || st.NextPin != "" {
+		t.Errorf("airlock status after --finish: pin %s next %q, want %s alone", st.Pin, st.NextPin, newPin)
 	}
 	if code, out := job("rotate-old-after", oldPin); code != 125 || !strings.Contains(out, "presented fingerprint "+newPin) {
 		t.Errorf("job with the old pin after --finish: exit %d %s, want 125 and a pin mismatch naming %s", code, out, newPin)
