@@ -101,12 +101,7 @@ func TestFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	if _, err := pgtest.BinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	pgtest.Require(t)
 	c := pgtest.Start(t)
 	newDB := func(t *testing.T) string {
 		db := c.CreateDB(t)

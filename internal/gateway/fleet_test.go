@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -25,12 +24,7 @@ import (
 // B's job. (test/e2e TestFleet does the same with the binary, three hosts,
 // outages and failover.)
 func TestFleetGateways(t *testing.T) {
-	if _, err := pgtest.BinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	pgtest.Require(t)
 	c := pgtest.Start(t)
 	db := c.CreateDB(t)
 	url := c.URL(pgtest.Superuser, db)

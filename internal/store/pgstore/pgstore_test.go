@@ -30,12 +30,7 @@ func TestPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	if _, err := pgtest.BinDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	pgtest.Require(t)
 	c := pgtest.Start(t)
 	for _, tc := range []struct {
 		name string
