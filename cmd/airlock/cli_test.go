@@ -183,3 +183,16 @@ func TestCheckJSON(t *testing.T) {
 		t.Errorf("run --check --token-file /nonexistent/token: exit %d\n%s", code, stdout)
 	}
 }
+
+// BenchmarkVersion is the command line's own cost on every airlock start
+// (airlock run included): building every command and flag, parsing the
+// arguments, running a trivial command.
+func BenchmarkVersion(b *testing.B) {
+	var o, e bytes.Buffer
+	for b.Loop() {
+		o.Reset()
+		if code := run([]string{"version", "--json"}, &o, &e); code != 0 {
+			b.Fatal(e.String())
+		}
+	}
+}
