@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Airlock: the two commands are `make demo` and `make test`; each does its own
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
 .PHONY: all setup build test demo vet clean fuzz docs dist

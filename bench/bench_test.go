@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // Theory of operation: TestBench loops over link settings (1 Gbit tbf on

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package bench measures Airlock against native routing, the reference
 // stack of Tovar et al. (ocserv + openconnect + vpnns, over TCP and over
 // DTLS; slirp4netns as the user-space stack of the unprivileged server) and

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // Theory of operation: TestFleetBench measures what the shared store

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // The latency test: round trips through a configuration while the job is

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // The peers a user would pick instead of Airlock when root is available on

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench/plot-scale.gp: the scale benchmark (TestScaleBench) of one user-mode
 # gateway: join and handshake latency (p50, p99) and the gateway's resident
 # memory against the number of jobs started (storm and ramp phases).

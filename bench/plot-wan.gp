@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench/plot-wan.gp: runs through the impairment relay. Ratio to the
 # interleaved native run against loss, one panel per RTT (columns) and
 # direction (rows), one line per configuration, solid for one stream and

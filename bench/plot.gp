@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench/plot.gp: throughput vs parallel streams, one panel per link setting
 # (columns) and direction (rows), one line per configuration; medians with
 # the range over repetitions as error bars, from the summary TSV that

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench/run.sh: Airlock vs native routing vs the reference stack (ocserv +
 # openconnect, over TCP and over DTLS) and the peers a user would pick
 # instead (wireguard-go, OpenVPN 2.6), side by side; see bench/README.md.

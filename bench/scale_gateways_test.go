@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // The several-gateways phase of TestScaleBench (-scale.gateways 3): three

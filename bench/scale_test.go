@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package bench
 
 // Theory of operation: TestScaleBench measures one user-mode gateway at

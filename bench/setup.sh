@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # bench/setup.sh: installs the Debian packages the benchmark needs (and
 # only it: `make test` uses scripts/setup.sh, which stays lean). Idempotent;
 # needs root to install. Called by bench/run.sh.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package packaging holds the systemd unit, sysusers and tmpfiles snippets
 // for the gateway, and tests that systemd's own tools accept them.
 package packaging

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package preload_test builds the LD_PRELOAD library with the project's
 // warning flags and runs real programs (python3, sh) under it against an
 // in-process SOCKS proxy whose "tunnel" leads to local servers. The

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Airlock demo: builds a throwaway compute-node / DMZ / outside topology out
 # of network namespaces, starts an unprivileged gateway in the DMZ, runs a
 # sample job through it as an unprivileged user on the compute node, shows

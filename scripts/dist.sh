@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make dist: release artefacts in dist/, reproducible from the commit alone
 # (the same commit gives the same bytes: every timestamp is the commit's,
 # paths are trimmed, archives are sorted and owned by root):

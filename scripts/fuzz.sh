@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Runs every native Go fuzzer of a decoder that takes outside input, one
 # after another, each for FUZZTIME (default 60s), and prints one summary
 # line per fuzzer: name, package, time, executions, result.

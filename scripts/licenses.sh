@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Prints the licence of every Go module linked into airlock (go list -deps
 # of ./cmd/airlock, the standard library aside), each under a header with
 # its path and version, from the module cache (go mod download fills it).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what Airlock's build, tests, demo and benchmarks need on a fresh
 # Debian machine, fetches Go modules and builds bin/airlock and
 # bin/libairlock-preload.so. Idempotent: it

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Prints what a build of this checkout is: `version.sh` the version (v0.3.0
 # on a release tag; between releases a Go-style pseudo-version after the
 # latest release, v0.3.1-0.20261125143023-e569141aef10, which sorts after

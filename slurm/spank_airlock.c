@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spank_airlock.c - Slurm SPANK plugin: run a job's tasks through Airlock.
  *

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command perfsum sorts the samples of a perf profile of Airlock's data
 // path into the stages a packet goes through, so that a profile taken by
 // `bench/run.sh --perf` can be compared before and after a change without

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package record is the raw-data format of a benchmark run: one TSV row
 // per measurement, written by TestBench as it goes (so an interrupted run
 // keeps what it measured) and read back by bench/report, which derives

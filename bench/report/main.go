@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command report derives the benchmark's tables and plots from the raw TSV
 // of one run (bench/record), so that every published figure can be
 // re-derived from committed data:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command rr is the benchmark's TCP request/response latency probe (what
 // netperf TCP_RR measures; Debian does not ship netperf): a client sends a
 // small request on one TCP connection (TCP_NODELAY), waits for the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package main
 
 // The command line's shared parts. Every command is a *cobra.Command made

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command airlock is a rootless VPN and egress gateway for batch jobs:
 // `airlock gateway` runs the gateway in the site's DMZ, `airlock run -- CMD`
 // runs CMD on a compute node with all its traffic carried through it, and

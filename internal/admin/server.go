@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package admin implements the gateway's local admin interface: HTTP over
 // a unix socket DIR/admin.sock (mode 0600, in the 0700 state directory), so
 // that only the gateway's user can manage it and nothing is exposed to the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package bypass is site-local bypass: destinations inside the site that
 // the gateway's admin lists (`[[bypass]]`, `[dns] local_domains`) and that
 // `airlock run` reaches from the compute node's own network, as the job's

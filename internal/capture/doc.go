@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package capture copies the jobs' decrypted packets, as the gateway's
 // WireGuard device reads and writes them, into pcap streams for the site's
 // intrusion detection (Zeek, Suricata, tcpdump) and for an admin's live

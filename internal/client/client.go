@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package client implements `airlock run`: join the gateway, build the job's
 // namespace with a TUN, carry its packets over WireGuard, run the job, and
 // return its exit status, releasing everything on every path. Where the

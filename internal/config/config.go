@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package config reads the gateway's config file (`airlock gateway
 // --config FILE`): a versioned TOML document with the site's egress policy,
 // the jobs' traffic limits and who may expose ports. Load reads and

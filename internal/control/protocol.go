@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package control implements Airlock's control protocol: the messages a
 // client and a gateway exchange over TLS to join, renew and release a lease,
 // the gateway's HTTPS server for them, the client side, and certificate

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package dnsfwd answers jobs' DNS queries at the gateway's tunnel address
 // by relaying them to the gateway host's resolvers, over UDP and TCP. It
 // serves on any net.PacketConn and net.Listener, so the user-mode egress

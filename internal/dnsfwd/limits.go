@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package dnsfwd
 
 // Per-job limits. Every query is admitted against the limits of its

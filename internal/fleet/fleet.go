@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package fleet makes a gateway one member of a fleet of gateways that
 // share their state through PostgreSQL (internal/store/pgstore): tokens,
 // bans and revocations hold on every gateway, every gateway's lease history

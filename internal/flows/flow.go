@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package flows is the gateway's flow table: every flow a job opens (or
 // that reaches it through an exposed port), with its 5-tuple, job, token,
 // direction, bytes and packets each way, start, last activity, end and

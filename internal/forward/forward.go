@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package forward is the contract between the gateway and its egress
 // backends, which carry packets between the gateway's WireGuard device and
 // the outside world: Backend (backend.go) and the per-job state it takes

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package gateway
 
 // Dual stack: jobs' IPv6 tunnel addresses, the gateway's IPv6 tunnel

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package gateway assembles `airlock gateway`: the state directory and
 // identity, the control API, the WireGuard device, the egress backend, the
 // lease manager and the admin socket, and runs them until cancelled.

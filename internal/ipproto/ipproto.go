@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package ipproto is Airlock's one protocol type: the transport protocol
 // of a flow, a policy rule, a bypass entry or an exposed port, by its IANA
 // protocol number, written "tcp", "udp" or "icmp" for people, in config

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package lease
 
 // ByKey returns the lease held by WireGuard public key pub, live or

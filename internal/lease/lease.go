@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package lease hands out the gateway's tunnel addresses to joined jobs and
 // takes them back when a lease is released or expires.
 package lease

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package lease
 
 // Remove ends the lease with id without its secret, as an admin does

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package lease
 
 // Runs of port blocks: a job may hold several blocks (a data mover asks

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package limits holds the traffic limits of jobs as the config states them
 // and the egress backends enforce them: per-job bandwidth, flow and DNS
 // limits, their counters, and the parsing and formatting of bandwidths. It

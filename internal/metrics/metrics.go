@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package metrics exports the gateway's Prometheus metrics
 // (github.com/prometheus/client_golang). Everything registers on a registry
 // the caller passes in; nothing uses the default registry or other globals.

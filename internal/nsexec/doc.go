@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package nsexec runs a job command in a fresh unprivileged user, network
 // and mount namespace whose only interface is a TUN device, and hands the
 // TUN file descriptor back to the calling process, which stays in the host

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package policy
 
 // The built-in floor: one list of the destinations that are not plain

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package policy decides which of a job's flows may leave the gateway:
 // ordered allow/deny rules on destination prefix, protocol and port range,
 // optionally scoped to join token names, first match wins, then a default

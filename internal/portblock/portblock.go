@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package portblock splits the gateway's egress port range into fixed-size
 // blocks, one per job, and opens outgoing sockets whose source port stays
 // inside a job's block. Because every job owns a fixed block, a public

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package preflight checks, before the first job fails, that a compute
 // node or a gateway host has what Airlock needs: user namespaces,
 // /dev/net/tun, ping sockets, the local port range against the port

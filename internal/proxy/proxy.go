@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package proxy serves the local proxies of airlock run's fallback modes and
 // the loopback plumbing that hands intercepted sockets to the tunnel.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package reexec is the one way Airlock starts a helper child of its own
 // binary and gets descriptors back from it: the job's namespace
 // (internal/nsexec), the user-mode gateway's private namespace

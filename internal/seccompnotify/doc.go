@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package seccompnotify catches connect(2) of every process of a job with a
 // seccomp user-notification filter and hands the job a socket that leads
 // into the tunnel (airlock run --mode seccomp; Linux >= 5.9).

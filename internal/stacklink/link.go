@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package stacklink connects a gVisor netstack to a WireGuard device, for
 // both of airlock's user-space stacks: the gateway's user-mode egress
 // (internal/forward/netstack) and airlock run's client-side stack in the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package store keeps the gateway's durable state in its state directory:
 // the small files written whole (keys, certificate, join.env; see
 // WriteFileAtomic), and a bbolt database (DIR/airlock.db) with join tokens,

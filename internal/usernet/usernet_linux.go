@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package usernet gives the unprivileged user-mode gateway the host kernel's
 // own TCP stack: a private user and network namespace, owned by the gateway
 // user, holding a TUN device and one transparent listening socket that

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package userstack is airlock run's client-side user-space TCP/IP stack
 // for the fallback modes (no user namespace or TUN): a gVisor netstack
 // attached to the job's WireGuard device in place of a TUN, from which the

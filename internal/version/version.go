@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package version says which build of Airlock this is: its semantic
 // version, the commit and the time it was built from, and the Go toolchain.
 //

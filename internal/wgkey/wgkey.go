@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package wgkey is Airlock's one WireGuard key type: a Curve25519 private
 // or public key, parsed once where it enters (the control protocol's JSON,
 // the state directory) and printed as standard base64 (wg(8), the control

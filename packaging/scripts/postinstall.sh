@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # After the package is installed or upgraded: create the gateway's system
 # user and its directories (systemd-sysusers and systemd-tmpfiles read the
 # package's snippets), and let systemd see the unit. Nothing is enabled

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # After the package is removed: let systemd forget the unit. The gateway's
 # state directory (/var/lib/airlock: keys, tokens, lease history) and its
 # user are kept, as for every system service: a reinstall finds the same

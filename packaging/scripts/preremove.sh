@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Before the package is removed (not upgraded): stop the gateway if it runs.
 # Debian passes "remove", RPM the number of versions left (0).
 set -e

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package e2e holds end-to-end tests of the airlock binary on a real
 // cn/dmz/inet namespace topology (test/topology): the gateway runs in dmz,
 // unprivileged in user egress mode or as root in kernel egress mode,

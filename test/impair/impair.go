@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package impair is the engine of the test harness's WAN impairment relay:
 // per direction, it decides for every packet whether it is lost and when it
 // leaves, adding one-way delay with jitter, random loss, Gilbert–Elliott

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package impair
 
 // Theory of operation: a Relay bridges two interfaces at layer 2. It opens

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package loadgen runs many Airlock jobs' client sides in one process, to
 // load a gateway the way thousands of `airlock run` processes would,
 // without one namespace or process per job (`airlock-testpeer jobs`,

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package pgtest starts a real PostgreSQL server from the distribution's
 // packages (Debian's postgresql-15, which scripts/setup.sh installs) for
 // tests: the fleet store's unit tests and the end-to-end fleet tests.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package topology
 
 // IPv6. Every link of the topology is dual-stack: beside its IPv4

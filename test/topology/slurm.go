@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package topology
 
 // A one-node Slurm cluster inside a topology, from the distribution's

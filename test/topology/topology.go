@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package topology builds the cn/dmz/inet network-namespace topology that
 // Airlock's end-to-end tests and benchmarks run on, and starts real peers
 // (iperf3, HTTP, DNS, UDP echo) inside it.

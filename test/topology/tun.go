@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package topology
 
 // Unprivileged commands and /dev/net/tun.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package controltest provides test doubles for the control protocol: a
 // fake [control.Backend] and an in-process gateway control server on
 // 127.0.0.1 with a real token store, for tests of clients.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package forwardtest is the conformance suite of the gateway's egress
 // backends: one set of tests that every backend (user mode with kernel
 // TCP, user mode all in gVisor, kernel mode) runs from its own package's

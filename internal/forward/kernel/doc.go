@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package kernel is the gateway's privileged egress backend (`airlock
 // gateway --egress kernel`): jobs' packets leave the WireGuard device through
 // a kernel TUN and the host's own IP stack forwards them, with nftables doing

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package kernel
 
 // Flow accounting in kernel mode. Jobs' packets are forwarded by the host,

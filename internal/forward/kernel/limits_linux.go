@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package kernel
 
 // Limits in kernel mode. Theory of operation:

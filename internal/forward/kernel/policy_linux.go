@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package kernel
 
 // Policy in kernel mode. Theory of operation:

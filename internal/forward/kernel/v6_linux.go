@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package kernel
 
 // IPv6 in kernel mode. Theory of operation:

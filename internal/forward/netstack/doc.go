@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package netstack is the gateway's user-mode egress: a gVisor TCP/IP stack
 // in user space that terminates job flows and re-originates them as ordinary
 // host sockets, so the gateway needs no privileges.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package netstack
 
 // Dual stack. A job has an IPv4 tunnel address, which names it everywhere

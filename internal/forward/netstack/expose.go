@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package netstack
 
 // Inbound exposure (`airlock run --expose`) in user mode.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package netstack
 
 // Flow accounting in user mode. Every TCP, UDP and ICMP echo flow the

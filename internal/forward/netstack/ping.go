@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package netstack
 
 // ICMP echo ("ping") from jobs to outside hosts, in user mode.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package netstack
 
 // Theory of operation: the outside sender's queue.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package proxytest provides the loopback peers that the tests of the
 // proxies, the preload library and the seccomp supervisor relay to: a TCP
 // server that runs a handler per connection and a UDP server that echoes

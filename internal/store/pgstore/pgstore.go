@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package pgstore keeps Airlock's shared state in PostgreSQL, for a fleet of
 // gateways that acts as one site: join tokens, bans and the lease history
 // (with its attribution index, which answers whois for any gateway's

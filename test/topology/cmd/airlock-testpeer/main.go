@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Command airlock-testpeer is the peer side of the end-to-end test topology:
 // small, real servers and clients that the harness in test/topology starts
 // inside network namespaces (usually inet), as root or as the unprivileged

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package main
 
 // rawsyn IFACE DST:PORT WAIT   (inside a job) send one TCP SYN from IFACE's
