@@ -17,12 +17,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 
@@ -107,7 +104,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	ctx, sig, stop := catchSignals(ctx)
+	ctx, sig, stop := catchSignals(ctx, cfg.Logger)
 	defer stop()
 	t0 := time.Now()
 	sess, err := openSession(ctx, cfg, gws, t0)
@@ -126,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, context.Cause(ctx)
 	}
 	fb := fallback{cfg: cfg, plan: modes, lease: sess.lease, sess: sess,
-		env: jobEnv, sigc: sig.c, preJob: sig.preJob, t0: t0}
+		env: jobEnv, sig: sig, t0: t0}
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
@@ -202,33 +199,6 @@ func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
 		}
 	}
 	return cfg, gws, modes, nil
-}
-
-// signals are the signals airlock catches: before the job runs they end
-// airlock itself (the context is cancelled); once preJob is closed they
-// are for the job, read from c.
-type signals struct {
-	c      <-chan os.Signal
-	preJob chan struct{}
-}
-
-// catchSignals starts catching SIGINT, SIGTERM and SIGHUP; stop undoes it.
-func catchSignals(ctx context.Context) (context.Context, signals, func()) {
-	sigc := make(chan os.Signal, 8)
-	signal.Notify(sigc, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	ctx, cancel := context.WithCancelCause(ctx)
-	preJob := make(chan struct{})
-	go func() {
-		select {
-		case s := <-sigc:
-			cancel(fmt.Errorf("interrupted by %v before the job started", s))
-		case <-preJob:
-		}
-	}()
-	return ctx, signals{c: sigc, preJob: preJob}, func() {
-		cancel(nil)
-		signal.Stop(sigc)
-	}
 }
 
 // openSession makes the job's WireGuard key and joins the least loaded
@@ -382,50 +352,36 @@ func (nj *netnsJob) close() {
 
 // serve runs the job to its end, forwarding signals to it and supervising
 // the session (renewal, reconnect, failover) meanwhile.
-func (nj *netnsJob) serve(ctx context.Context, sig signals) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return ExitFailure, context.Cause(ctx)
-	}
+func (nj *netnsJob) serve(ctx context.Context, sig *jobSignals) (int, error) {
 	if err := hideFromJob(); err != nil {
 		return ExitFailure, err
 	}
-	close(sig.preJob)
+	if err := sig.starting(ctx); err != nil {
+		return ExitFailure, err
+	}
 	if err := nj.job.Run(); err != nil {
+		sig.notStarted()
 		return ExitFailure, fmt.Errorf("start job: %w", err)
 	}
+	sig.started(nj.job.Signal)
 	nj.log.Debug("job started", "pid", nj.job.Pid(), "addr", nj.sess.lease.Address, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
 	var status int
 	var err error
-	whileJobRuns(nj.log, sig.c, nj.job.Signal, nj.sess, func() {
-		status, err = nj.job.Wait()
-	})
+	whileJobRuns(nj.sess, func() { status, err = nj.job.Wait() })
 	nj.log.Debug("job exited", "status", status, "since_start", time.Since(nj.t0))
 	return status, err
 }
 
 // whileJobRuns calls wait (which returns when the job has exited) while
-// signals from sigc are forwarded to the job with signal and sess is
-// supervised; both stop before it returns.
-func whileJobRuns(log *slog.Logger, sigc <-chan os.Signal, signal func(os.Signal) error, sess *session, wait func()) {
+// sess is supervised (renewal, reconnect, failover); supervision stops
+// before it returns. Signals reach the job through jobSignals.
+func whileJobRuns(sess *session, wait func()) {
 	ctx, stop := context.WithCancel(context.Background())
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case s := <-sigc:
-				log.Debug("forwarding signal to job", "signal", s)
-				if err := signal(s); err != nil {
-					log.Debug("forward signal", "signal", s, "err", err)
-				}
-			}
-		}
-	})
-	g.Go(func() error { sess.supervise(ctx); return nil })
+	done := make(chan struct{})
+	go func() { defer close(done); sess.supervise(ctx) }()
 	wait()
 	stop()
-	_ = g.Wait()
+	<-done
 }
 
 // wrapTUN takes over the TUN fd handed out of the job's namespace. The fd

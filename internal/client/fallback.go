@@ -33,11 +33,10 @@ type fallback struct {
 	lease control.Lease
 	// sess is the job's hold on its gateway: transport, lease watch,
 	// renewal, reconnect and failover (session.go).
-	sess   *session
-	env    []string
-	sigc   <-chan os.Signal
-	preJob chan struct{}
-	t0     time.Time
+	sess *session
+	env  []string
+	sig  *jobSignals
+	t0   time.Time
 
 	dialer *stackDialer // set by runFallback
 	http   *proxy.HTTP  // set by proxyEnv
@@ -97,8 +96,12 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 				continue
 			}
 			cmd = f.command(f.env)
+			if err := f.sig.starting(ctx); err != nil {
+				return ExitFailure, err
+			}
 			listener, startErr = seccompnotify.Start(cmd, printLine)
 			if errors.Is(startErr, seccompnotify.ErrUnavailable) {
+				f.sig.notStarted()
 				if err := f.plan.skip(startErr); err != nil {
 					return ExitFailure, err
 				}
@@ -140,11 +143,15 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 			}
 			cmd.Path = path
 			printLine()
+			if err := f.sig.starting(ctx); err != nil {
+				return ExitFailure, err
+			}
 			startErr = cmd.Start()
 		default:
 			return ExitFailure, fmt.Errorf("mode %s cannot run without a namespace", m)
 		}
 		if startErr != nil {
+			f.sig.notStarted()
 			return ExitFailure, fmt.Errorf("start job: %w", startErr)
 		}
 		return f.wait(ctx, cmd, wg)
@@ -152,21 +159,24 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	return ExitFailure, errors.New("no mode left to run the job in")
 }
 
-// command is the job's command with airlock's stdio.
+// command is the job's command with airlock's stdio. The job gets SIGKILL
+// if airlock run dies (PR_SET_PDEATHSIG; no privileges change between
+// airlock and the job, so exec keeps it).
 func (f *fallback) command(env []string) *exec.Cmd {
 	cmd := exec.Command(f.cfg.Args[0], f.cfg.Args[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
 }
 
 // wait runs the job to its end: signals forwarded, lease renewed.
 func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (int, error) {
 	log := f.cfg.Logger
-	close(f.preJob)
+	f.sig.started(cmd.Process.Signal)
 	log.Debug("job started", "pid", cmd.Process.Pid, "mode", f.plan.current(), "setup", time.Since(f.t0))
 	var err error
-	whileJobRuns(log, f.sigc, cmd.Process.Signal, f.sess, func() { err = cmd.Wait() })
+	whileJobRuns(f.sess, func() { err = cmd.Wait() })
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
 	killLeftovers(log, 2*time.Second)
 	if f.http != nil {
