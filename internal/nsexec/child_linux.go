@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -47,7 +46,7 @@ func childMain(c *reexec.Child, cfg childConfig) int {
 	if !c.WaitGo() {
 		return 1
 	}
-	return execJob(os.Args[1:])
+	return execJob(c, os.Args[1:])
 }
 
 // setupNamespace makes mounts private, creates and configures the TUN and
@@ -201,10 +200,10 @@ func prefixIPNet(p netip.Prefix) *net.IPNet {
 }
 
 // execJob execs the job's command with airlock's variables removed from the
-// environment and without capabilities. It returns only on failure, with
-// the shell's exit code: 127 if the command is not found, 126 if it cannot
-// be executed.
-func execJob(args []string) int {
+// environment and without capabilities, dying with the parent (see
+// reexec.Child.Exec). It returns only on failure, with the shell's exit
+// code: 127 if the command is not found, 126 if it cannot be executed.
+func execJob(c *reexec.Child, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "airlock: exec: no command")
 		return 127
@@ -227,7 +226,7 @@ func execJob(args []string) int {
 		fmt.Fprintf(os.Stderr, "airlock: exec %q: drop capabilities: %v\n", args[0], err)
 		return 126
 	}
-	err = syscall.Exec(path, args, env)
+	err = c.Exec(path, args, env)
 	fmt.Fprintf(os.Stderr, "airlock: exec %q: %v\n", args[0], err)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 127

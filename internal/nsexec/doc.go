@@ -37,7 +37,10 @@
 //
 // The child gets SIGKILL when the parent thread that started it dies
 // (PR_SET_PDEATHSIG); execve of CMD keeps that setting because the
-// credentials do not change and no capabilities are gained.
+// credentials do not change and no capabilities are gained, and because it
+// goes through [reexec.Child.Exec]: the setting belongs to the child's first
+// thread, the child's Go code may exec from another one, and such an
+// execve would drop it.
 //
 // At Start the parent records the device and inode of the job's network
 // namespace (/proc/PID/ns/net). [Job.Cleanup] scans /proc for processes in

@@ -26,7 +26,9 @@
 // into an error that names the fix; [ErrNoReply] if the child died
 // without replying. A child that must wait before its last step (exec of
 // the job) blocks in [Child.WaitGo] until the parent calls [Parent.Go];
-// end of file (the parent closed its end or died) means give up.
+// end of file (the parent closed its end or died) means give up. A child
+// that execs a program in its place does so with [Child.Exec], so that the
+// program still dies with the parent.
 //
 // Parent and child are the same binary, so the message format is private
 // to it and may change between versions.

@@ -3,12 +3,16 @@
 package reexec
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,6 +29,9 @@ const (
 func TestMain(m *testing.M) {
 	if _, ok := os.LookupEnv(envTestFD); ok {
 		os.Exit(child(os.Getenv(envTestMode)))
+	}
+	if mode, ok := os.LookupEnv(envTestMiddle); ok {
+		os.Exit(middle(mode))
 	}
 	os.Exit(m.Run())
 }
@@ -68,8 +75,68 @@ func child(mode string) int {
 		return 4
 	case "hang":
 		time.Sleep(30 * time.Second)
+	case "exec-other-thread", "execve-other-thread":
+		if err := c.Reply(nil); err != nil || !c.WaitGo() {
+			return 3
+		}
+		err := onOtherThread(func() error {
+			fmt.Printf("%s%d %d\n", execTIDMarker, unix.Gettid(), os.Getpid())
+			if mode == "execve-other-thread" {
+				return syscall.Exec("/bin/sleep", []string{"sleep", "30"}, nil)
+			}
+			return c.Exec("/bin/sleep", []string{"sleep", "30"}, nil)
+		})
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	return 5
+}
+
+// onOtherThread runs f on a goroutine locked to a thread other than the
+// process's first one (which carries the parent-death signal) and returns
+// its error.
+func onOtherThread(f func() error) error {
+	for {
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			if unix.Gettid() == os.Getpid() {
+				errc <- nil
+				select {} // keep the first thread busy; try again
+			}
+			errc <- f()
+		}()
+		if err := <-errc; err != nil {
+			return err
+		}
+	}
+}
+
+const (
+	// envTestMiddle selects middle mode: the parent that dies.
+	envTestMiddle = "REEXEC_TEST_MIDDLE"
+	execTIDMarker = "EXEC-TID "
+)
+
+// middle starts a child in mode with the parent-death signal set, lets it
+// go, prints its PID and sleeps until the test kills it.
+func middle(mode string) int {
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), envTestMode+"="+mode)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	p, err := Start(cmd, envTestFD)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if _, err := p.Receive(context.Background()); err != nil || p.Go() != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("CHILD %d\n", cmd.Process.Pid)
+	time.Sleep(60 * time.Second)
+	return 0
 }
 
 func startChild(t *testing.T, mode string) (*exec.Cmd, *Parent) {
@@ -173,4 +240,73 @@ func TestFromEnvConfigBad(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Reply.Step != "decode test config" {
 		t.Errorf("Receive: got %v, want the failed step %q", err, "decode test config")
 	}
+}
+
+// TestExecKeepsParentDeath: a child that execs from a thread other than
+// its first (as a Go child's main goroutine may, after it moved) loses the
+// parent-death signal with a plain execve, so the program outlives the
+// parent; with Child.Exec it dies with it.
+func TestExecKeepsParentDeath(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		survives bool
+	}{{"execve-other-thread", true}, {"exec-other-thread", false}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			mid := exec.Command("/proc/self/exe")
+			mid.Env = append(os.Environ(), envTestMiddle+"="+tc.mode)
+			mid.Stderr = os.Stderr
+			out, err := mid.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mid.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer mid.Wait()
+			defer mid.Process.Kill()
+			var child, tid, pid int
+			sc := bufio.NewScanner(out)
+			for (child == 0 || tid == 0) && sc.Scan() {
+				fmt.Sscanf(sc.Text(), "CHILD %d", &child)
+				fmt.Sscanf(sc.Text(), execTIDMarker+"%d %d", &tid, &pid)
+			}
+			if child == 0 || tid == 0 || pid != child || tid == pid {
+				t.Fatalf("child %d exec'd from thread %d of %d: want a thread other than the first", child, tid, pid)
+			}
+			defer unix.Kill(child, unix.SIGKILL)
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child)); string(comm) == "sleep\n" {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("child %d did not exec sleep", child)
+				}
+			}
+			mid.Process.Kill()
+			mid.Wait()
+			// The parent-death signal went out before the parent became
+			// a zombie; give the child's own exit a moment.
+			wait := 5 * time.Second
+			if tc.survives {
+				wait = time.Second // what dies, dies in milliseconds
+			}
+			gone := false
+			for deadline := time.Now().Add(wait); !gone && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+				gone = exited(child)
+			}
+			if gone == tc.survives {
+				t.Errorf("%s: child exited after its parent's death: %v, want %v", tc.mode, gone, !tc.survives)
+			}
+		})
+	}
+}
+
+// exited reports whether pid is gone or a zombie.
+func exited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
 }

@@ -92,13 +92,13 @@ func Init() {
 		os.Exit(125)
 	}
 	c.Close()
-	os.Exit(execJob(os.Args[1:]))
+	os.Exit(execJob(c, os.Args[1:]))
 }
 
-// execJob execs args like a shell would; it returns only on failure, with
-// the shell's exit code: 127 if the command is not found, 126 if it cannot
-// be executed.
-func execJob(args []string) int {
+// execJob execs args like a shell would, dying with the parent (see
+// reexec.Child.Exec); it returns only on failure, with the shell's exit
+// code: 127 if the command is not found, 126 if it cannot be executed.
+func execJob(c *reexec.Child, args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "airlock: no command")
 		return 127
@@ -111,7 +111,7 @@ func execJob(args []string) int {
 		}
 		return 126
 	}
-	err = unix.Exec(path, args, os.Environ())
+	err = c.Exec(path, args, os.Environ())
 	fmt.Fprintf(os.Stderr, "airlock: exec %q: %v\n", args[0], err)
 	if errors.Is(err, unix.ENOENT) {
 		return 127
