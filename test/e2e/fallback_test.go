@@ -103,6 +103,7 @@ func TestFallbackModes(t *testing.T) {
 		return ""
 	}
 
+	t.Run("NetnsDiesWithClient", func(t *testing.T) { e.jobDiesWithClient(t, "netns", nil) })
 	t.Run("AutoPicksNetns", func(t *testing.T) {
 		code, out, stderr := e.runWith(t, runOpts{flags: []string{"--mode", "auto"}}, "true")
 		if code != 0 || !strings.HasPrefix(modeLine(stderr), "airlock: mode netns:") {
@@ -167,6 +168,34 @@ func TestFallbackModes(t *testing.T) {
 	})
 	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) })         // fallback6_test.go
 	t.Run("ExposeTCPIPv6", func(t *testing.T) { runExposeIPv6(t, e) }) // fallback6_test.go
+	t.Run("TUN0600", func(t *testing.T) {
+		// A node that ships /dev/net/tun 0600 (a node of the device with
+		// that mode, in a mount namespace of airlock run's own): --mode
+		// netns refuses and says what the admin can do, --mode auto
+		// falls back and says why.
+		tun := topology.NewTUNNode(t, 0o600)
+		for _, tc := range []struct {
+			mode string
+			code int
+			want []string
+		}{
+			{"netns", 125, []string{"airlock: --mode netns: access /dev/net/tun: permission denied", "/dev/net/tun has mode 0600 on this host",
+				"most distributions ship it 0666", "ask the admin to run `chmod 0666 /dev/net/tun`", "CAP_NET_ADMIN", "--mode auto"}},
+			{"auto", 0, []string{"airlock: mode seccomp (netns unavailable: access /dev/net/tun: permission denied)"}},
+		} {
+			argv := tun.Command(e.u, e.command(runOpts{flags: []string{"--mode", tc.mode}}, "true")...)
+			code, _, stderr := e.tp.Run(t, runTimeout, e.tp.CN, nil, argv[0], argv[1:]...)
+			t.Logf("--mode %s with /dev/net/tun 0600: exit %d, stderr:\n%s", tc.mode, code, stderr)
+			if code != tc.code {
+				t.Errorf("--mode %s with /dev/net/tun 0600: exit %d, want %d%s", tc.mode, code, tc.code, e.diag(stderr))
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("--mode %s with /dev/net/tun 0600: stderr lacks %q", tc.mode, w)
+				}
+			}
+		}
+	})
 	t.Run("NetnsRefused", func(t *testing.T) {
 		code, _, stderr := run(t, "netns", runTimeout, "true")
 		if code != 125 || !strings.Contains(stderr, "user namespace") || !strings.Contains(stderr, "--mode auto") {
@@ -227,6 +256,7 @@ func TestFallbackModes(t *testing.T) {
 					t.Errorf("after SIGTERM: exit %d (%v), want 42 from the job's trap: %s", code, err, p.Describe())
 				}
 			})
+			t.Run("DiesWithClient", func(t *testing.T) { e.jobDiesWithClient(t, mode, []string{"nouserns"}) })
 			t.Run("CurlByName", func(t *testing.T) {
 				code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; "+strings.Join(curl, " ")+" '"+smallURL+"' | sha256sum")
 				if got := strings.Fields(out); code != 0 || len(got) == 0 || got[0] != e.sha["small"] {
@@ -357,4 +387,81 @@ func processesWith(s string) []string {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return found
+}
+
+// jobDiesWithClient checks that a job never outlives airlock run: airlock
+// run --mode MODE (under the test peer's subcommand pre, if any) is killed
+// with SIGKILL, which it cannot forward, while its job sleeps; the job must
+// be gone by the time airlock run's death is complete (its parent-death
+// signal goes out as airlock run exits), give or take its own exit.
+func (e *env) jobDiesWithClient(t *testing.T, mode string, pre []string) {
+	argv := e.command(runOpts{flags: []string{"--mode", mode}}, "sh", "-c", `echo "job pid $$"; exec sleep 60`)
+	var p *topology.Process
+	if pre != nil {
+		p = e.tp.Start(t, e.tp.CN, e.u, e.peer, append(pre, argv...)...)
+	} else {
+		p = e.tp.Start(t, e.tp.CN, e.u, argv[0], argv[1:]...)
+	}
+	// In netns mode the job's own PID is another namespace's; the host's
+	// is the sleep whose parent is airlock run.
+	var job int
+	deadline := time.Now().Add(20 * time.Second)
+	for job == 0 {
+		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
+			t.Fatalf("job did not start: %s", p.Describe())
+		}
+		time.Sleep(20 * time.Millisecond)
+		for _, pid := range childrenOf(p.Cmd.Process.Pid) {
+			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "sleep" {
+				job = pid
+			}
+		}
+	}
+	killed := time.Now()
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(60 * time.Second); err != nil {
+		t.Fatalf("airlock run not reaped 60 s after SIGKILL: %v", err)
+	}
+	dead := time.Since(killed)
+	for !processGone(job) {
+		if time.Since(killed) > dead+10*time.Second {
+			t.Fatalf("--mode %s: job %d alive %v after airlock run was reaped (%v after its SIGKILL)",
+				mode, job, time.Since(killed)-dead, dead)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("--mode %s: airlock run reaped %v after SIGKILL, its job gone %v after SIGKILL", mode,
+		dead.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+}
+
+// childrenOf lists the PIDs whose parent is ppid.
+func childrenOf(ppid int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		// PID (COMM) STATE PPID ...: COMM may hold spaces and parentheses.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			if f := strings.Fields(string(b)[i+1:]); len(f) > 1 && f[1] == strconv.Itoa(ppid) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// processGone reports whether pid has exited (is gone or a zombie).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
