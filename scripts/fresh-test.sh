@@ -103,8 +103,16 @@ reset_machine() {
 	# The harness's useradd lock: no EnsureUser creates a user meanwhile.
 	exec 9>/run/airlock-test-useradd.lock
 	flock 9
+	local tries
 	for u in "${test_users[@]}"; do
 		id "$u" >/dev/null 2>&1 || continue
+		# A light unit test of someone else may run as the user for a
+		# moment; give it 10 s.
+		tries=0
+		while pgrep -u "$u" >/dev/null && [ $tries -lt 10 ]; do
+			sleep 1
+			tries=$((tries + 1))
+		done
 		if pgrep -u "$u" >/dev/null; then
 			log "reset: NOT deleting user $u: processes $(pgrep -d, -u "$u") run as it"
 			continue
