@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # fresh-test.sh: run the CI test command (.ci/run, i.e. `make test`) the
 # way a new machine would, N times in a row, and report each run's time.
 #
