@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/google/nftables v0.3.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/jackc/tern/v2 v2.3.4
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42
 	github.com/miekg/dns v1.1.73
 	github.com/pelletier/go-toml/v2 v2.4.3

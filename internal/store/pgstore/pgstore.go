@@ -7,9 +7,9 @@
 // [store.DB]; internal/fleet puts a local replica and journal in front of it
 // so that a gateway does not depend on the database for its data path.
 //
-// The schema is versioned (migrations/, applied by Migrate with tern's
-// migrator: a version table, an advisory lock, each migration in one
-// transaction). Migrations only add, so that gateways keep running while
+// The schema is versioned (migrations/, applied by Migrate: a version
+// table, each migration in one transaction under an advisory lock;
+// migrate.go). Migrations only add, so that gateways keep running while
 // one is applied; Open refuses a schema older than this code (run airlock
 // db migrate) or newer (upgrade this gateway).
 //
@@ -22,11 +22,9 @@ package pgstore
 
 import (
 	"context"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -39,7 +37,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/tern/v2/migrate"
 
 	"github.com/airlock-vpn/airlock/internal/store"
 )
@@ -49,9 +46,6 @@ const VersionTable = "airlock_schema_version"
 
 // DefaultTimeout bounds each call when Config.Timeout is zero.
 const DefaultTimeout = 5 * time.Second
-
-//go:embed migrations/*.sql
-var migrationFS embed.FS
 
 // Errors of Open about the schema.
 var (
@@ -248,31 +242,6 @@ func (s *Store) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.timeout)
 }
 
-// migrations returns the embedded migrations in order.
-func migrations() ([]string, []string, error) {
-	ents, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, nil, err
-	}
-	var names, sqls []string
-	for _, e := range ents {
-		b, err := fs.ReadFile(migrationFS, "migrations/"+e.Name())
-		if err != nil {
-			return nil, nil, err
-		}
-		names = append(names, e.Name())
-		sqls = append(sqls, string(b))
-	}
-	return names, sqls, nil
-}
-
-// LatestVersion is the schema version this code knows: its number of
-// migrations.
-func LatestVersion() int32 {
-	names, _, _ := migrations()
-	return int32(len(names))
-}
-
 // SchemaVersion returns the database's schema version, 0 if it has none.
 func (s *Store) SchemaVersion(ctx context.Context) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -287,45 +256,6 @@ func (s *Store) SchemaVersion(ctx context.Context) (int32, error) {
 		return 0, fmt.Errorf("read schema version: %w", err)
 	}
 	return v, nil
-}
-
-// Migrate brings the database's schema to LatestVersion and returns the
-// versions before and after. It holds an advisory lock while it runs, so
-// that two migrations do not interleave, and applies each migration in a
-// transaction; running gateways go on (migrations only add). A database
-// newer than this code is left alone with ErrSchemaNew.
-func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
-	pc, err := poolConfig(cfg)
-	if err != nil {
-		return 0, 0, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
-	if err != nil {
-		return 0, 0, fmt.Errorf("connect to database: %w", err)
-	}
-	defer conn.Close(context.Background())
-	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
-	if err != nil {
-		return 0, 0, fmt.Errorf("migrate: %w", err)
-	}
-	names, sqls, err := migrations()
-	if err != nil {
-		return 0, 0, err
-	}
-	for i := range names {
-		m.AppendMigration(strings.TrimSuffix(names[i], ".sql"), sqls[i], "")
-	}
-	if from, err = m.GetCurrentVersion(ctx); err != nil {
-		return 0, 0, fmt.Errorf("migrate: %w", err)
-	}
-	if from > int32(len(names)) {
-		return from, from, fmt.Errorf("%w: it is at version %d, this airlock knows %d; migrate with the newest airlock of the fleet", ErrSchemaNew, from, len(names))
-	}
-	if err := m.Migrate(ctx); err != nil {
-		return from, 0, fmt.Errorf("migrate: %w", err)
-	}
-	to, err = m.GetCurrentVersion(ctx)
-	return from, to, err
 }
 
 // pgErr reports whether err is a PostgreSQL error with code.

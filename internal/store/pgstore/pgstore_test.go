@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/netip"
@@ -39,6 +40,10 @@ func TestPostgres(t *testing.T) {
 		fn   func(*testing.T, *pgtest.Cluster)
 	}{
 		{"Migrate", testMigrate},
+		{"MigrateConcurrent", testMigrateConcurrent},
+		{"MigrateFailureRollsBack", testMigrateFailure},
+		{"MigrateWhileServing", testMigrateWhileServing},
+		{"MigrateAsGatewayRole", testMigrateAsGatewayRole},
 		{"Tokens", testTokens},
 		{"Bans", testBans},
 		{"Whois", testWhois},
@@ -96,6 +101,140 @@ func testMigrate(t *testing.T, c *pgtest.Cluster) {
 	}
 	if _, _, err := pgstore.Migrate(ctx, cfg); !errors.Is(err, pgstore.ErrSchemaNew) {
 		t.Fatalf("migrate newer schema: got %v, want ErrSchemaNew", err)
+	}
+	// A version table that is not one row is refused, not guessed.
+	c.Exec(t, db, "insert into "+pgstore.VersionTable+" values (1)")
+	if _, _, err := pgstore.Migrate(ctx, cfg); err == nil || !strings.Contains(err.Error(), "2 rows") {
+		t.Fatalf("migrate with two version rows: got %v, want a refusal", err)
+	}
+	names, err := pgstore.Migrations()
+	if err != nil || int32(len(names)) != pgstore.LatestVersion() {
+		t.Fatalf("embedded migrations: %v %v", names, err)
+	}
+}
+
+// testMigrateConcurrent runs four migrations of a fresh database at once
+// (two admins, or an upgrade script on several hosts): the advisory lock
+// serializes them, each migration is applied once, all succeed.
+func testMigrateConcurrent(t *testing.T, c *pgtest.Cluster) {
+	db := c.CreateDB(t)
+	cfg := pgstore.Config{URL: c.URL(pgtest.Superuser, db)}
+	errs := make(chan error, 4)
+	applied := make(chan int32, 4)
+	for range 4 {
+		go func() {
+			from, to, err := pgstore.Migrate(context.Background(), cfg)
+			if err == nil && to != pgstore.LatestVersion() {
+				err = fmt.Errorf("ended at version %d", to)
+			}
+			applied <- to - from
+			errs <- err
+		}()
+	}
+	var total int32
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent migrate: %v", err)
+		}
+		total += <-applied
+	}
+	if total != pgstore.LatestVersion() {
+		t.Errorf("concurrent migrations applied %d steps in all, want %d (each once)", total, pgstore.LatestVersion())
+	}
+	s, err := pgstore.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+}
+
+// testMigrateFailure: a migration that fails half-way leaves the schema at
+// the version before it, with nothing of it applied, and says which.
+func testMigrateFailure(t *testing.T, c *pgtest.Cluster) {
+	db := c.CreateDB(t)
+	conn := c.Connect(t, db)
+	ctx := context.Background()
+	ms := []pgstore.Migration{
+		{Name: "001_a", SQL: "create table t_a (x int);"},
+		{Name: "002_b", SQL: "create table t_b (x int); set search_path = nowhere; insert into t_missing values (1);"},
+	}
+	from, to, err := pgstore.MigrateWith(ctx, conn, ms)
+	if err == nil || !strings.Contains(err.Error(), "002_b") || from != 0 || to != 1 {
+		t.Fatalf("failing migration: got %d→%d %v, want 0→1 and an error naming 002_b", from, to, err)
+	}
+	var tb, ta *string
+	if err := conn.QueryRow(ctx, "select to_regclass('t_a')::text, to_regclass('t_b')::text").Scan(&ta, &tb); err != nil {
+		t.Fatal(err)
+	}
+	if ta == nil || tb != nil {
+		t.Errorf("after the failure: t_a %v, t_b %v; want t_a kept and t_b rolled back", ta, tb)
+	}
+	// Fixed, it applies from where it stopped; its set does not outlive it.
+	ms[1].SQL = "create table t_b (x int); set search_path = nowhere;"
+	if from, to, err := pgstore.MigrateWith(ctx, conn, ms); err != nil || from != 1 || to != 2 {
+		t.Fatalf("fixed migration: got %d→%d %v, want 1→2", from, to, err)
+	}
+	var sp string
+	if err := conn.QueryRow(ctx, "show search_path").Scan(&sp); err != nil || strings.Contains(sp, "nowhere") {
+		t.Errorf("search_path after the migrations: %q %v, want it reset", sp, err)
+	}
+}
+
+// testMigrateWhileServing applies a migration while a store answers a
+// stream of calls, as a fleet's gateways do during airlock db migrate.
+func testMigrateWhileServing(t *testing.T, c *pgtest.Cluster) {
+	s, db := open(t, c, "gw")
+	conn := c.Connect(t, db)
+	ctx := context.Background()
+	ms := []pgstore.Migration{{Name: "001_fleet", SQL: "select 1"},
+		{Name: "002_more", SQL: "alter table airlock_tokens add column note text; select pg_sleep(0.3); create index airlock_tokens_note on airlock_tokens (note);"}}
+	if _, err := conn.Exec(ctx, "update "+pgstore.VersionTable+" set version = 1"); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	calls := make(chan error, 1)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				calls <- nil
+				return
+			default:
+			}
+			if _, err := s.Tokens(); err != nil {
+				calls <- fmt.Errorf("call %d during the migration: %w", n, err)
+				return
+			}
+			n++
+		}
+	}()
+	from, to, err := pgstore.MigrateWith(ctx, conn, ms)
+	close(stop)
+	if err != nil || from != 1 || to != 2 {
+		t.Fatalf("migrate while serving: %d→%d %v", from, to, err)
+	}
+	if err := <-calls; err != nil {
+		t.Error(err)
+	}
+}
+
+// testMigrateAsGatewayRole: the gateways' role may not change the schema;
+// on an up-to-date one, airlock db migrate with it still says so, and on an
+// old one it fails with PostgreSQL's refusal and changes nothing.
+func testMigrateAsGatewayRole(t *testing.T, c *pgtest.Cluster) {
+	_, db := open(t, c, "")
+	c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = 'mig_gw') then create role mig_gw login; end if; end $$")
+	c.Exec(t, db, "grant select on "+pgstore.VersionTable+" to mig_gw")
+	cfg := pgstore.Config{URL: c.URL("mig_gw", db)}
+	ctx := context.Background()
+	if from, to, err := pgstore.Migrate(ctx, cfg); err != nil || from != to {
+		t.Fatalf("migrate as the gateways' role, schema up to date: %d→%d %v", from, to, err)
+	}
+	empty := c.CreateDB(t)
+	cfg.URL = c.URL("mig_gw", empty)
+	if _, _, err := pgstore.Migrate(ctx, cfg); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("migrate a fresh database as the gateways' role: %v, want permission denied", err)
 	}
 }
 
