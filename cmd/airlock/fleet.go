@@ -105,7 +105,7 @@ func fleetStatus(ctx context.Context, state string, o storeOpts) (fleet.Status, 
 // printFleetStatus prints every gateway, then every live job of the fleet.
 func printFleetStatus(w io.Writer, st fleet.Status) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GATEWAY\tSTATE\tJOBS\tCAPACITY\tVERSION\tHEARTBEAT\tPIN")
+	fmt.Fprintln(tw, "GATEWAY\tSTATE\tJOBS\tCAPACITY\tVERSION\tHEARTBEAT\tMEMBER\tPIN")
 	jobs := 0
 	for _, m := range st.Members {
 		state := "up"
@@ -117,8 +117,8 @@ func printFleetStatus(w io.Writer, st fleet.Status) error {
 		case m.Draining:
 			state = "draining"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\t%s\n", human(m.Advertise), state, m.Jobs, m.Capacity, orDash(human(m.Version)),
-			st.Now.Sub(m.Heartbeat).Round(time.Second), human(m.ID))
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\t%s\t%s\n", human(m.Advertise), state, m.Jobs, m.Capacity, orDash(human(m.Version)),
+			st.Now.Sub(m.Heartbeat).Round(time.Second), human(m.ID), orDash(human(m.Pin)))
 		jobs += len(m.Leases)
 	}
 	if err := tw.Flush(); err != nil {

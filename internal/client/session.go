@@ -252,12 +252,13 @@ func (s *session) learnMembers(ms []control.Member, timeout time.Duration) {
 		if known[m.Gateway] || len(s.gws) >= maxGateways {
 			continue
 		}
-		pin, err := control.ParsePin(m.Pin)
+		// One pin, or during the member's key rotation two ("next|current").
+		pins, err := control.ParsePins(m.Pin)
 		if err != nil {
 			s.log.Warn("fleet member with a bad pin left out", "gateway", m.Gateway, "err", err)
 			continue
 		}
-		cc, err := control.NewClient(m.Gateway, pin, timeout)
+		cc, err := control.NewClient(m.Gateway, strings.Join(pins, "|"), timeout)
 		if err != nil {
 			s.log.Warn("fleet member left out", "gateway", m.Gateway, "err", err)
 			continue

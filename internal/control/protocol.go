@@ -159,7 +159,9 @@ type Lease struct {
 // pin. A client trusts the pins a gateway it pinned vouches for.
 type Member struct {
 	Gateway string `json:"gateway"`
-	Pin     string `json:"pin"`
+	// Pin is the gateway's pin, or during its key rotation its next and
+	// current pins separated by "|" (ParsePins).
+	Pin string `json:"pin"`
 }
 
 // LeaseRef names a lease in renew and release requests.

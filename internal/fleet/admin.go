@@ -47,17 +47,13 @@ func FleetStatus(db *pgstore.Store) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	live, err := db.LiveLeases("")
+	byGW, err := db.LiveLeasesByMember()
 	if err != nil {
 		return Status{}, err
 	}
-	byGW := map[string][]store.LeaseRecord{}
-	for _, r := range live {
-		byGW[r.Gateway] = append(byGW[r.Gateway], r)
-	}
 	st := Status{Now: now, Members: []MemberStatus{}}
 	for _, m := range ms {
-		ls := byGW[m.Advertise]
+		ls := byGW[m.ID]
 		if ls == nil {
 			ls = []store.LeaseRecord{}
 		}
@@ -115,7 +111,7 @@ func Kick(ctx context.Context, db *pgstore.Store, job, reason string, ban time.D
 	if err != nil {
 		return r, pgstore.KickResult{}, err
 	}
-	gw, err := memberOf(db, r.Gateway)
+	gw, err := holder(db, r)
 	if err != nil {
 		return r, pgstore.KickResult{}, err
 	}
@@ -132,16 +128,21 @@ func Kick(ctx context.Context, db *pgstore.Store, job, reason string, ban time.D
 	return r, res, nil
 }
 
-// memberOf returns the member whose advertised address is addr.
-func memberOf(db *pgstore.Store, addr string) (store.Member, error) {
+// holder returns the member that recorded lease r (by its member id, which
+// key rotations and restarts keep).
+func holder(db *pgstore.Store, r store.LeaseRecord) (store.Member, error) {
+	id, err := db.LeaseMember(r.ID)
+	if err != nil {
+		return store.Member{}, err
+	}
 	ms, err := db.Members()
 	if err != nil {
 		return store.Member{}, err
 	}
 	for _, m := range ms {
-		if m.Advertise == addr {
+		if m.ID == id {
 			return m, nil
 		}
 	}
-	return store.Member{}, fmt.Errorf("gateway %s of the lease is not registered in the fleet", addr)
+	return store.Member{}, fmt.Errorf("gateway %s (member %s) of lease %s is not registered in the fleet", r.Gateway, id, r.ID)
 }

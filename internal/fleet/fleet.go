@@ -33,7 +33,10 @@
 //     database is unreachable.
 //   - Every HeartbeatEvery the node writes its member record (address, pin,
 //     load, capacity, drain state, version) and reads the others', which
-//     the gateway hands to clients with each lease (Members).
+//     the gateway hands to clients with each lease (Members). A member is
+//     known by its member id, which its state directory keeps
+//     (store.Store.MemberID), not by its pin: a TLS key rotation changes
+//     the pin it announces at the next heartbeat, and nothing else.
 //
 // A Node is safe for concurrent use once New returns; Run drives its loops.
 package fleet
@@ -80,8 +83,11 @@ type Config struct {
 	// (pgstore.Config.Gateway = Self.ID).
 	Remote *pgstore.Store
 	// Self is this gateway's member record (ID, Advertise, Version,
-	// Started); Load fills in the rest at each heartbeat.
+	// Started); Pin and Load fill in the rest at each heartbeat.
 	Self store.Member
+	// Pin returns the pins clients must trust now (store.Member.Pin): a
+	// TLS key rotation changes them while the gateway runs.
+	Pin  func() string
 	Load func() Load
 	// FailClosed refuses joins once the replica has not been confirmed
 	// by the database for Stale (default: joins go on with the cached
@@ -147,6 +153,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Load == nil {
 		cfg.Load = func() Load { return Load{} }
+	}
+	if cfg.Pin == nil {
+		pin := cfg.Self.Pin
+		cfg.Pin = func() string { return pin }
 	}
 	if cfg.OnRevoke == nil {
 		cfg.OnRevoke = func(string) {}
@@ -418,6 +428,7 @@ func (n *Node) heartbeatLoop(ctx context.Context) {
 
 func (n *Node) self() store.Member {
 	m := n.cfg.Self
+	m.Pin = n.cfg.Pin()
 	l := n.cfg.Load()
 	m.Jobs, m.Capacity, m.Draining = l.Jobs, l.Capacity, l.Draining
 	return m

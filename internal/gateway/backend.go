@@ -47,9 +47,11 @@ type gateway struct {
 	// gateway.
 	local *store.Store
 	// fleet is this gateway's membership in a fleet, st with it; remote
-	// the fleet's database. Both nil for a single gateway (fleet.go).
-	fleet  *fleet.Node
-	remote *pgstore.Store
+	// the fleet's database; memberID its id there (store.MemberID). Nil
+	// and "" for a single gateway (fleet.go).
+	fleet    *fleet.Node
+	remote   *pgstore.Store
+	memberID string
 	// egress is the egress mode, public address and port-block plan.
 	egress egress
 	// backend is the egress backend: jobs' packets, egress, policy,

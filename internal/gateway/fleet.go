@@ -38,9 +38,10 @@ type StoreConfig struct {
 	Stale      time.Duration
 }
 
-// openRemote opens the shared database (openState), so that a wrong URL
-// or schema stops the gateway before anything else opens.
-func (g *gateway) openRemote(fp string) error {
+// openRemote opens the shared database (openState, once the state
+// directory's database is open: it keeps the member id), so that a wrong
+// URL or schema stops the gateway before anything else opens.
+func (g *gateway) openRemote() error {
 	sc := g.cfg.Store
 	if sc.URL == "" {
 		return nil
@@ -48,7 +49,12 @@ func (g *gateway) openRemote(fp string) error {
 	if pgstore.URLHasPassword(sc.URL) {
 		g.log.Warn("the --store URL holds a password: every user of this host can read it in ps; use --store-password-file or PGPASSFILE")
 	}
-	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: fp, Logger: g.log})
+	id, err := g.local.MemberID()
+	if err != nil {
+		return err
+	}
+	g.memberID = id
+	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: id, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
@@ -80,8 +86,9 @@ func (g *gateway) openFleet() error {
 		Logger: g.log.With("component", "fleet"),
 		Local:  g.local,
 		Remote: g.remote,
-		Self: store.Member{ID: g.res.info.Fingerprint, Advertise: g.advertise, Version: g.cfg.Version,
+		Self: store.Member{ID: g.memberID, Advertise: g.advertise, Version: g.cfg.Version,
 			Started: g.started},
+		Pin: g.fleetPin,
 		Load: func() fleet.Load {
 			return fleet.Load{Jobs: g.leases.Len(), Capacity: g.capacity.Jobs, Draining: g.tr.draining.Load()}
 		},
@@ -99,7 +106,7 @@ func (g *gateway) openFleet() error {
 	}
 	g.fleet, g.st = n, n
 	g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
-		"fail_closed", g.cfg.Store.FailClosed)
+		"member", g.memberID, "fail_closed", g.cfg.Store.FailClosed)
 	return nil
 }
 
@@ -191,6 +198,18 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	return pgstore.KickResult{Ended: ok}
 }
 
+// fleetPin is the pin this gateway announces to the fleet: its current
+// one, or during a key rotation the next and the current one, so that a
+// client that learns it now still trusts the gateway after the rotation's
+// --finish.
+func (g *gateway) fleetPin() string {
+	cur, next := g.res.ids.Pins()
+	if next == "" {
+		return cur
+	}
+	return next + "|" + cur
+}
+
 // members is the fleet's member list for a lease: every live gateway's
 // address and pin; nil for a single gateway.
 func (g *gateway) members() []control.Member {
@@ -202,7 +221,11 @@ func (g *gateway) members() []control.Member {
 		if m.Draining {
 			continue
 		}
-		out = append(out, control.Member{Gateway: m.Advertise, Pin: m.ID})
+		pin := m.Pin
+		if pin == "" {
+			pin = m.ID // a member record of before member ids: its id was its pin
+		}
+		out = append(out, control.Member{Gateway: m.Advertise, Pin: pin})
 	}
 	return out
 }

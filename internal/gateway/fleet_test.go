@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
 )
@@ -203,5 +206,168 @@ func TestFleetGateways(t *testing.T) {
 	a.stop()
 	if _, _, err := admin.CreateToken(ctx, a.state, "lost", 0); err == nil || !strings.Contains(err.Error(), "--store") {
 		t.Errorf("token create in a stopped fleet member's state directory: %v, want a refusal naming --store", err)
+	}
+}
+
+// TestFleetKeyRotation: a gateway's identity in the fleet is its member
+// id, which a TLS key rotation and a restart keep. During the rotation the
+// fleet announces both of its pins (a client that learns them then still
+// trusts it after --finish), after --finish the new one; after a restart
+// the fleet still has two members (no ghost of the old pin), and a kick
+// asked on A of a job that B held before the restart reaches B.
+func TestFleetKeyRotation(t *testing.T) {
+	pgtest.Require(t)
+	c := pgtest.Start(t)
+	db := c.CreateDB(t)
+	url := c.URL(pgtest.Superuser, db)
+	ctx := context.Background()
+	if _, _, err := pgstore.Migrate(ctx, pgstore.Config{URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	fleetCfg := func(subnet, state, listen string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.Store = StoreConfig{URL: url}
+			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
+			if state != "" {
+				cfg.StateDir, cfg.Listen = state, listen
+			}
+		}
+	}
+	a := startGatewayWith(t, fleetCfg("100.64.0.0/16", "", ""))
+	b := startGatewayWith(t, fleetCfg("100.65.0.0/16", "", ""))
+	pdb, err := pgstore.Open(ctx, pgstore.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	// memberB waits until B's member record satisfies ok.
+	memberB := func(what string, ok func(store.Member) bool) store.Member {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			ms, err := pdb.Members()
+			var last store.Member
+			if err == nil {
+				for _, m := range ms {
+					if m.Advertise == b.info.Advertise && !m.Stopped {
+						last = m
+						if ok(m) {
+							return m
+						}
+					}
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("B's member record %s: %+v %v (all: %+v)", what, last, err, ms)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	oldPin := b.info.Fingerprint
+	before := memberB("with its pin", func(m store.Member) bool { return m.Pin == oldPin })
+	if before.ID == oldPin || !strings.HasPrefix(before.ID, "gw-") {
+		t.Fatalf("B's member id %q: want a member id, not its pin", before.ID)
+	}
+
+	tok, _, err := admin.CreateToken(ctx, a.state, "rot", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := control.NewClient(b.info.Control.String(), oldPin, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	var l control.Lease
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		// B learns the token from the database's notification.
+		l, err = cb.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "rot-1", Hostname: "node1"}})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("join on B with a token made on A: %v", err)
+		}
+	}
+
+	bc := adminClient(t, b)
+	rot, err := bc.RotateKey(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := memberB("during the rotation", func(m store.Member) bool { return m.Pin == rot.Next+"|"+oldPin })
+	// A client that learns B from A's lease now still trusts B after
+	// --finish.
+	ca, err := control.NewClient(a.info.Control.String(), a.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	var learned string
+	for deadline := time.Now().Add(5 * time.Second); learned != both.Pin; time.Sleep(200 * time.Millisecond) {
+		la, err := ca.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "rot-a", Hostname: "node2"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ca.Release(ctx, control.LeaseRef{ID: la.ID, Secret: la.Secret})
+		for _, m := range la.Members {
+			if m.Gateway == b.info.Advertise {
+				learned = m.Pin
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's lease names B with pin %q, want %q", learned, both.Pin)
+		}
+	}
+	if _, err := bc.RotateKey(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	after := memberB("after --finish", func(m store.Member) bool { return m.Pin == rot.Next })
+	if after.ID != before.ID {
+		t.Errorf("member id after --finish: %q, want %q", after.ID, before.ID)
+	}
+	learnedClient, err := control.NewClient(b.info.Advertise, learned, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := learnedClient.Health(ctx); err != nil {
+		t.Errorf("client with the pins learned during the rotation, after --finish: %v", err)
+	}
+	learnedClient.Close()
+
+	// Restart B on the same state directory and address.
+	b.stop()
+	b2 := startGatewayWith(t, fleetCfg("100.65.0.0/16", b.state, b.info.Control.String()))
+	if b2.info.Fingerprint != rot.Next {
+		t.Fatalf("B's pin after restart: %s, want the rotated %s", b2.info.Fingerprint, rot.Next)
+	}
+	restarted := memberB("after the restart", func(m store.Member) bool { return m.Started.After(before.Started) })
+	if restarted.ID != before.ID || restarted.Pin != rot.Next {
+		t.Errorf("B after the restart: member %q pin %q, want member %q pin %q", restarted.ID, restarted.Pin, before.ID, rot.Next)
+	}
+	st, err := fleet.FleetStatus(pdb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Members) != 2 {
+		t.Errorf("fleet after B's key rotation and restart: %d members, want 2 (no ghost): %+v", len(st.Members), st.Members)
+	}
+	var held []string
+	for _, m := range st.Members {
+		if m.ID == before.ID {
+			for _, r := range m.Leases {
+				held = append(held, r.JobID)
+			}
+		}
+	}
+	if !slices.Contains(held, "rot-1") {
+		t.Errorf("B's live leases in the fleet status after the restart: %v, want rot-1", held)
+	}
+	// The job B held before the restart is kicked through A: the kick is
+	// addressed to B's member id, which B still answers to.
+	res, err := adminClient(t, a).Kick(ctx, admin.KickRequest{Job: "rot-1", Reason: "after rotation"})
+	if err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != l.ID {
+		t.Fatalf("kick on A of B's job after B's key rotation and restart: %+v %v", res, err)
 	}
 }

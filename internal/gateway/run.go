@@ -143,7 +143,7 @@ func (g *gateway) openState() error {
 	}
 	g.st = g.local
 	g.onClose(func() { g.local.Close() })
-	return g.openRemote(fp)
+	return g.openRemote()
 }
 
 // splitListen parses --listen: HOST:PORT, PORT 0 for one the kernel picks.

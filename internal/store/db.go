@@ -119,9 +119,14 @@ func Attributions(r LeaseRecord) []Attribution {
 // Member is one gateway of a fleet as it registers itself in the shared
 // database and heartbeats (internal/fleet).
 type Member struct {
-	// ID is the gateway's pin (sha256:HEX of its TLS key): stable across
-	// restarts of one state directory, and what clients trust.
+	// ID is the gateway's member id (Store.MemberID): made at its state
+	// directory's first start in a fleet and kept across restarts and
+	// TLS key rotations.
 	ID string `json:"id"`
+	// Pin is what clients must trust: the gateway's pin, or during a key
+	// rotation its next and current pins separated by "|"
+	// (control.ParsePins); it follows a rotation at the next heartbeat.
+	Pin string `json:"pin,omitempty"`
 	// Advertise is the HOST:PORT clients dial.
 	Advertise string    `json:"advertise"`
 	Version   string    `json:"version,omitempty"`

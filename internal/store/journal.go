@@ -3,7 +3,9 @@
 package store
 
 import (
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 
@@ -118,6 +120,35 @@ func (s *Store) SetFleet(db string) error {
 		}
 		return tx.Bucket(bucketMeta).Put(metaFleet, []byte(db))
 	})
+}
+
+// metaMemberID holds this state directory's fleet member id (MemberID).
+var metaMemberID = []byte("member_id")
+
+// MemberID returns this state directory's fleet member id, made (random)
+// the first time it is asked for and kept here: the gateway's identity in
+// the fleet's database (its member record, its leases, the kicks and
+// captures addressed to it). It is not the gateway's pin, which a TLS key
+// rotation changes; a restore of the state directory keeps it.
+func (s *Store) MemberID() (string, error) {
+	var id string
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		if v := meta.Get(metaMemberID); v != nil {
+			id = string(v)
+			return nil
+		}
+		var b [12]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return err
+		}
+		id = "gw-" + hex.EncodeToString(b[:])
+		return meta.Put(metaMemberID, []byte(id))
+	})
+	if err != nil {
+		return "", fmt.Errorf("fleet member id: %w", err)
+	}
+	return id, nil
 }
 
 // Fleet returns what SetFleet recorded, "" for a single gateway.

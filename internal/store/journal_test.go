@@ -5,6 +5,7 @@ package store
 import (
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -83,5 +84,38 @@ func TestBansAndReplica(t *testing.T) {
 	}
 	if nb, _ := s.AddBan(Ban{Token: "x", Host: "y", Until: now.Add(time.Hour), Created: now}); nb.ID != 8 {
 		t.Fatalf("next ban id after replica: got %d, want 8", nb.ID)
+	}
+}
+
+// TestMemberID: the fleet member id is made once and kept with the state
+// (a reopen, i.e. a gateway's restart, reads the same).
+func TestMemberID(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	s, err := Open(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.MemberID()
+	if err != nil || !strings.HasPrefix(id, "gw-") || len(id) != 27 {
+		t.Fatalf("member id: got %q %v, want gw- and 24 hex digits", id, err)
+	}
+	if again, _ := s.MemberID(); again != id {
+		t.Errorf("second call: got %q, want %q", again, id)
+	}
+	s.Close()
+	if s, err = Open(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, _ := s.MemberID(); got != id {
+		t.Errorf("after reopen: got %q, want %q", got, id)
+	}
+	other, err := Open(filepath.Join(t.TempDir(), FileName), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if o, _ := other.MemberID(); o == id {
+		t.Errorf("another state directory got the same member id %q", o)
 	}
 }

@@ -566,6 +566,29 @@ func (s *Store) LiveLeases(id string) ([]store.LeaseRecord, error) {
 	return recs, nil
 }
 
+// LiveLeasesByMember returns the records without an end by the member id
+// of the gateway that recorded them, oldest first.
+func (s *Store) LiveLeasesByMember() (map[string][]store.LeaseRecord, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	rows, err := s.pool.Query(ctx, `select gateway, record from airlock_leases where "end" is null order by start`)
+	if err != nil {
+		return nil, fmt.Errorf("live leases: %w", err)
+	}
+	out := map[string][]store.LeaseRecord{}
+	var gw string
+	var r store.LeaseRecord
+	_, err = pgx.ForEachRow(rows, []any{&gw, &r}, func() error {
+		out[gw] = append(out[gw], r)
+		r = store.LeaseRecord{}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("live leases: %w", err)
+	}
+	return out, nil
+}
+
 // Lease returns the record of lease id.
 func (s *Store) Lease(id string) (store.LeaseRecord, error) {
 	ctx, cancel := s.call()
@@ -579,6 +602,21 @@ func (s *Store) Lease(id string) (store.LeaseRecord, error) {
 		return r, fmt.Errorf("lease %s: %w", id, err)
 	}
 	return r, nil
+}
+
+// LeaseMember returns the member id of the gateway that recorded lease id.
+func (s *Store) LeaseMember(id string) (string, error) {
+	ctx, cancel := s.call()
+	defer cancel()
+	var gw string
+	err := s.pool.QueryRow(ctx, "select gateway from airlock_leases where id = $1", id).Scan(&gw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", fmt.Errorf("lease %s: %w", id, store.ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("lease %s: %w", id, err)
+	}
+	return gw, nil
 }
 
 // Whois implements store.DB: records whose attribution row names addr
