@@ -54,6 +54,7 @@ var (
 	flagScalePorts   = flag.String("scale.localports", "1024 65535", "net.ipv4.ip_local_port_range in dmz (user mode takes blocks from it)")
 	flagScaleRestart = flag.Bool("scale.restart", true, "measure a gateway restart with the live jobs")
 	flagScaleRate    = flag.Int("scale.ramprate", 50, "ramp steps start this many jobs per second")
+	flagScalePprof   = flag.Bool("scale.pprof", false, "write the gateway's CPU profile of the storm and its heap and goroutine profiles after the idle phase (admin socket, /debug/pprof) into the run directory")
 )
 
 // scalePhase is one measured phase.
@@ -185,12 +186,24 @@ func TestScaleBench(t *testing.T) {
 	// 1. Storm.
 	n := *flagScaleN
 	cpu0 := procCPU(gwPID())
+	profDone := make(chan error, 1)
+	if *flagScalePprof {
+		secs := int((*flagScaleOver + 5*time.Second).Seconds())
+		go func() {
+			profDone <- adminProfile(state, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), filepath.Join(out, "storm.cpu.pprof"), time.Duration(secs+30)*time.Second)
+		}()
+	} else {
+		close(profDone)
+	}
 	gen := startGen(n, *flagScaleOver, "storm")
 	r, ok := genReport(gen, "start", 10*time.Minute)
 	if !ok {
 		t.Fatalf("storm: no report: %s", tailStr(gen.Stderr(), 2000))
 	}
 	time.Sleep(5 * time.Second)
+	if err := <-profDone; err != nil {
+		t.Logf("storm CPU profile: %v", err)
+	}
 	storm := measure(scalePhase{Phase: "storm", N: n, Report: r, Seconds: r.Seconds}, gen)
 	storm.RSSPerJob = float64(storm.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
 	storm.Note = fmt.Sprintf("gateway CPU during the storm %.2f s, %.2f ms per job (join, TLS, WireGuard handshake, first echo)",
@@ -210,6 +223,13 @@ func TestScaleBench(t *testing.T) {
 	idle := measure(scalePhase{Phase: "idle", N: r.OK, Seconds: win}, gen)
 	idle.RSSPerJob = float64(idle.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
 	idle.CPUPerJob = (idle.GwCPU - c0) / win * 100 / float64(max(r.OK, 1))
+	if *flagScalePprof {
+		for _, p := range []string{"heap", "goroutine"} {
+			if err := adminProfile(state, "/debug/pprof/"+p, filepath.Join(out, "idle."+p+".pprof"), time.Minute); err != nil {
+				t.Logf("idle %s profile: %v", p, err)
+			}
+		}
+	}
 	_ = gen.Signal(syscall.SIGUSR1)
 	pr, _ := genReport(gen, "probe", 3*time.Minute)
 	idle.Report = pr

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,4 +120,76 @@ func benchStartup(t *testing.T, logs logDir, what string, runs int) startupResul
 	sort.Slice(res.durs, func(i, j int) bool { return res.durs[i] < res.durs[j] })
 	t.Logf("%s: %d runs, median %.1f ms, p95 %.1f ms", res.what, len(res.durs), ms(res.pct(50)), ms(res.pct(95)))
 	return res
+}
+
+var (
+	flagStartupBins = flag.String("startup.bins", "", "TestStartupAB: LABEL=PATH,... airlock binaries whose `run -- true` is timed, interleaved (default: this tree's build, as \"head\")")
+	flagStartupRuns = flag.Int("startup.runs", 30, "TestStartupAB: runs of each binary")
+)
+
+// TestStartupAB times `airlock run -- true` (as the test user in cn, through
+// ip netns exec and setpriv, as benchStartup does) for several airlock
+// binaries against one user-mode gateway built from this tree, runs
+// interleaved (A, B, A, B, ...) so that the machine's load falls on all
+// alike. It writes startup-ab.tsv (label, runs, median, p95, minimum, load
+// average before and after) into the run directory:
+//
+//	AIRLOCK_BENCH=1 go test -count=1 -v -run TestStartupAB ./bench/ -args \
+//	    -startup.bins=old=/tmp/airlock-930d510,new=$PWD/bin/airlock -startup.runs=40 -bench.out=DIR
+func TestStartupAB(t *testing.T) {
+	if os.Getenv("AIRLOCK_BENCH") != "1" {
+		t.Skip("benchmark: set AIRLOCK_BENCH=1 (and run as root)")
+	}
+	topology.RequireRoot(t)
+	out := *flagOut
+	if out == "" {
+		out = filepath.Join("results", "startup-"+time.Now().UTC().Format("2006-01-02T150405Z"))
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	type bin struct{ label, path string }
+	var bins []bin
+	for _, f := range splitList(*flagStartupBins) {
+		l, p, ok := strings.Cut(f, "=")
+		if !ok {
+			t.Fatalf("-startup.bins %q: want LABEL=PATH", f)
+		}
+		bins = append(bins, bin{l, p})
+	}
+	if len(bins) == 0 {
+		bins = []bin{{"head", topology.BuildAirlock(t)}}
+	}
+	tp := topology.New(t, topology.WithPrefix("sa"))
+	u := topology.EnsureUser(t)
+	topology.PrepareTUN(t)
+	_, gateway, pin, token, err := airlockGateway(t, tp, logDir(filepath.Join(out, "logs")), "user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	load0 := loadAvg()
+	durs := make([][]time.Duration, len(bins))
+	for i := 0; i < *flagStartupRuns; i++ {
+		for k, b := range bins {
+			t0 := time.Now()
+			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, b.path, "run", "--gateway", gateway, "--pin", pin, "--token", token, "--", "true")
+			d := time.Since(t0)
+			if code != 0 {
+				t.Fatalf("%s: exit %d: %.500s", b.label, code, stderr)
+			}
+			durs[k] = append(durs[k], d)
+		}
+	}
+	load1 := loadAvg()
+	var st strings.Builder
+	st.WriteString("label\truns\tmedian_ms\tp95_ms\tmin_ms\tload_before\tload_after\tpath\n")
+	for k, b := range bins {
+		sort.Slice(durs[k], func(i, j int) bool { return durs[k][i] < durs[k][j] })
+		r := startupResult{what: b.label, durs: durs[k]}
+		fmt.Fprintf(&st, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%s\n", b.label, len(r.durs), ms(r.pct(50)), ms(r.pct(95)), ms(r.durs[0]), load0, load1, b.path)
+	}
+	if err := os.WriteFile(filepath.Join(out, "startup-ab.tsv"), []byte(st.String()), 0o644); err != nil {
+		t.Error(err)
+	}
+	t.Logf("startup-ab.tsv:\n%s", st.String())
 }

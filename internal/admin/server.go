@@ -19,6 +19,7 @@
 //	POST   /v1/drain           {"drain"} → DrainResponse (SetGateway)
 //	POST   /v1/reload          → ReloadResult         (SetGateway)
 //	GET    /v1/capture?job=ID&filter=F → pcap stream  (SetGateway)
+//	GET    /debug/pprof/...    → Go runtime profiles (net/http/pprof)
 //
 // The running gateway implements the narrow [Gateway] interface; which
 // lease a job name means, kicks, bans, revocations, drain, reload and
@@ -32,6 +33,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strconv"
 	"sync"
@@ -109,6 +111,11 @@ func NewServer(logger *slog.Logger, st store.DB) *Server {
 	s.mux.HandleFunc("POST /v1/tokens", s.handleCreateToken)
 	s.mux.HandleFunc("DELETE /v1/tokens/{name}", s.handleRevokeToken)
 	s.mux.HandleFunc("GET /v1/whois", s.handleWhois)
+	// The runtime's profiles (CPU, heap, goroutines), for measuring the
+	// gateway where it runs; only the gateway's user reaches the socket.
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	s.http = &http.Server{
 		Handler:           s.mux,
 		ReadHeaderTimeout: 10 * time.Second,
