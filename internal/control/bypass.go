@@ -89,17 +89,26 @@ func decodeRenewRequest(r io.Reader) (RenewRequest, error) {
 	if req.ID == "" || req.Secret == "" {
 		return RenewRequest{}, errors.New("missing lease id or secret")
 	}
-	if len(req.Bypass) > maxBypassCounts {
-		return RenewRequest{}, fmt.Errorf("%d bypass counters: at most %d", len(req.Bypass), maxBypassCounts)
+	if err := checkBypassCounts(req.Bypass); err != nil {
+		return RenewRequest{}, err
 	}
-	seen := make(map[string]bool, len(req.Bypass))
-	for _, c := range req.Bypass {
+	return req, nil
+}
+
+// checkBypassCounts checks a renewal's bypass counters: at most
+// maxBypassCounts, with distinct rule names of 1 to 64 characters.
+func checkBypassCounts(counts []BypassCount) error {
+	if len(counts) > maxBypassCounts {
+		return fmt.Errorf("%d bypass counters: at most %d", len(counts), maxBypassCounts)
+	}
+	seen := make(map[string]bool, len(counts))
+	for _, c := range counts {
 		if c.Rule == "" || len(c.Rule) > 64 || seen[c.Rule] {
-			return RenewRequest{}, fmt.Errorf("bypass counter rule %q: want distinct names of 1 to 64 characters", truncate(c.Rule, 70))
+			return fmt.Errorf("bypass counter rule %q: want distinct names of 1 to 64 characters", truncate(c.Rule, 70))
 		}
 		seen[c.Rule] = true
 	}
-	return req, nil
+	return nil
 }
 
 // RenewReport renews a lease like Renew and reports the client's bypass

@@ -5,13 +5,16 @@ package control
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"time"
 )
 
 // Sentinel errors. Client methods return errors that match them with
-// errors.Is; a [Backend] returns ErrNoAddress and ErrUnknownLease (possibly
-// wrapped) so that the server answers with the right code.
+// errors.Is; a [Backend] returns them (possibly wrapped) so that the server
+// answers with the code, status and Retry-After of their row in the
+// refusals table below.
 var (
 	// ErrPinMismatch means the gateway's certificate fingerprint is not
 	// the pinned one.
@@ -52,7 +55,111 @@ var (
 	// ErrNotSupported is a Backend's answer to an optional service it
 	// does not offer (the TCP transport, site-local bypass).
 	ErrNotSupported = errors.New("not supported by this gateway")
+	// ErrBusy means the gateway has more requests than it can answer in
+	// time; it names how long to wait before asking again.
+	ErrBusy = errors.New("gateway busy")
+	// ErrInternal is the gateway's failure, not the request's; any error
+	// a Backend returns that wraps no other sentinel is answered as it.
+	ErrInternal = errors.New("internal gateway error")
 )
+
+// A refusal is one row of the protocol's table of refusals (refusals): the
+// sentinel error a Backend returns or the server finds, the code and HTTP
+// status it is answered with, whether it counts as a failure of the source
+// address (failures.go), and the wait a client is told to wait out
+// (Retry-After) before it asks again. A refusal with a wait clears with
+// time (a busy or draining gateway, a rate or quota), and airlock run waits
+// it out within its --join-timeout; one without is definite (a bad token, a
+// ban, a full gateway) and ends the job's start.
+type refusal struct {
+	err     error
+	code    string
+	status  int
+	failure bool
+	wait    time.Duration
+	// message, if set, is the sentence answered for err; nil: err's own.
+	message func(err error) string
+}
+
+// refusals is the one table of sentinel error → code → HTTP status →
+// Retry-After; the server answers (writeRefusal) and the client matches
+// (APIError.Is) from it. Checked in order: the first sentinel err wraps
+// decides.
+var refusals = []refusal{
+	{err: ErrBadRequest, code: CodeBadRequest, status: http.StatusBadRequest, failure: true},
+	{err: ErrBadToken, code: CodeBadToken, status: http.StatusForbidden, failure: true,
+		message: func(error) string { return MsgBadToken }},
+	{err: ErrUnknownLease, code: CodeUnknownLease, status: http.StatusNotFound, failure: true,
+		message: func(error) string {
+			return "unknown lease: it expired, was released or its secret is wrong; join again"
+		}},
+	{err: ErrKeyInUse, code: CodeKeyInUse, status: http.StatusConflict, failure: true},
+	{err: ErrLeaseEnded, code: CodeLeaseEnded, status: http.StatusGone},
+	{err: ErrBanned, code: CodeBanned, status: http.StatusForbidden},
+	{err: ErrVersionUnsupported, code: CodeVersionUnsupported, status: http.StatusUpgradeRequired,
+		message: func(err error) string {
+			return strings.TrimPrefix(err.Error(), ErrVersionUnsupported.Error()+": ")
+		}},
+	{err: ErrNoAddress, code: CodeNoAddress, status: http.StatusServiceUnavailable, message: noAddressMessage},
+	{err: ErrRateLimited, code: CodeRateLimited, status: http.StatusTooManyRequests, wait: time.Second},
+	{err: ErrQuota, code: CodeQuota, status: http.StatusTooManyRequests, wait: 10 * time.Second},
+	{err: ErrDraining, code: CodeDraining, status: http.StatusServiceUnavailable, wait: 10 * time.Second,
+		message: func(error) string {
+			return "gateway is draining: it takes no new jobs for now; use another gateway or wait"
+		}},
+	{err: ErrBusy, code: CodeBusy, status: http.StatusServiceUnavailable, wait: time.Second},
+	{err: ErrInternal, code: CodeInternal, status: http.StatusInternalServerError, wait: 5 * time.Second,
+		message: func(error) string { return "internal gateway error; the gateway's log has details" }},
+}
+
+// noAddressMessage is the answer to a join the gateway has no room for.
+func noAddressMessage(err error) string {
+	if _, detail, ok := strings.Cut(err.Error(), ErrNoAddress.Error()+": "); ok && detail != "" {
+		return "gateway has no room for another job (" + detail + "); use another gateway or ask its admin"
+	}
+	return "gateway has no free tunnel address or port block; use another gateway or ask its admin"
+}
+
+// refusalOf returns the row of err's first sentinel, or the internal
+// error's row for an error that wraps none.
+func refusalOf(err error) refusal {
+	for _, r := range refusals {
+		if errors.Is(err, r.err) {
+			return r
+		}
+	}
+	return refusals[len(refusals)-1]
+}
+
+// RetryAfterError is a refusal that names its own wait, e.g. the time until
+// a token's join rate admits the next join. Make it with [WithRetryAfter].
+type RetryAfterError struct {
+	Err  error
+	Wait time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// WithRetryAfter returns err with wait as its Retry-After, in place of its
+// row's default. A wait below one second is answered as one second.
+func WithRetryAfter(err error, wait time.Duration) error {
+	return &RetryAfterError{Err: err, Wait: wait}
+}
+
+// retryAfterSeconds is the Retry-After of err's refusal r: err's own wait
+// (WithRetryAfter), else r's, in whole seconds rounded up; 0 for a definite
+// refusal.
+func retryAfterSeconds(err error, r refusal) int64 {
+	if r.wait <= 0 {
+		return 0
+	}
+	wait := r.wait
+	if re := (*RetryAfterError)(nil); errors.As(err, &re) && re.Wait > 0 {
+		wait = re.Wait
+	}
+	return max(1, int64(math.Ceil(wait.Seconds())))
+}
 
 // APIError is an error response from the gateway.
 type APIError struct {
@@ -63,7 +170,8 @@ type APIError struct {
 	Code string
 	// Message is the gateway's explanation for humans.
 	Message string
-	// RetryAfter is the wait the gateway asked for (Retry-After), or 0.
+	// RetryAfter is the wait the gateway asked for (Retry-After), or 0: a
+	// refusal with a wait clears with time, one without is definite.
 	RetryAfter time.Duration
 }
 
@@ -80,32 +188,13 @@ func (e *APIError) Error() string {
 	return fmt.Sprintf("gateway answered %d (%s): %s", e.Status, code, msg)
 }
 
-// Is reports whether e's code corresponds to target, one of ErrBadRequest,
-// ErrBadToken, ErrRateLimited, ErrNoAddress, ErrUnknownLease.
+// Is reports whether e's code is the code of target, one of the sentinel
+// errors of the refusals table.
 func (e *APIError) Is(target error) bool {
-	switch target {
-	case ErrBadRequest:
-		return e.Code == CodeBadRequest
-	case ErrBadToken:
-		return e.Code == CodeBadToken
-	case ErrRateLimited:
-		return e.Code == CodeRateLimited
-	case ErrNoAddress:
-		return e.Code == CodeNoAddress
-	case ErrUnknownLease:
-		return e.Code == CodeUnknownLease
-	case ErrDraining:
-		return e.Code == CodeDraining
-	case ErrLeaseEnded:
-		return e.Code == CodeLeaseEnded
-	case ErrQuota:
-		return e.Code == CodeQuota
-	case ErrBanned:
-		return e.Code == CodeBanned
-	case ErrKeyInUse:
-		return e.Code == CodeKeyInUse
-	case ErrVersionUnsupported:
-		return e.Code == CodeVersionUnsupported
+	for _, r := range refusals {
+		if r.err == target {
+			return e.Code == r.code
+		}
 	}
 	return false
 }

@@ -81,8 +81,20 @@ func (h *hijackRecorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	h.done = make(chan struct{})
 	go func() {
 		defer close(h.done)
-		io.Copy(&h.upgraded, io.LimitReader(b, 1<<16))
-		b.Close()
+		defer b.Close()
+		// Until EOF (a tunnel's attach closes it), or the first line
+		// after the 101's header (a session's first event).
+		buf := make([]byte, 4096)
+		for h.upgraded.Len() < 1<<16 {
+			n, err := b.Read(buf)
+			h.upgraded.Write(buf[:n])
+			if _, rest, ok := bytes.Cut(h.upgraded.Bytes(), []byte("\r\n\r\n")); ok && bytes.IndexByte(rest, '\n') >= 0 {
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
 	}()
 	return a, bufio.NewReadWriter(bufio.NewReader(a), bufio.NewWriter(a)), nil
 }
@@ -113,6 +125,8 @@ func FuzzControlRequest(f *testing.F) {
 		"POST " + PathWatch + " HTTP/1.1\r\nHost: gw\r\n\r\n" + string(lease),
 		"GET " + PathTunnel + " HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: " + TunnelProtocol +
 			"\r\n" + HeaderLeaseID + ": " + fuzzLease.ID + "\r\n" + HeaderLeaseSecret + ": " + fuzzLease.Secret + "\r\n\r\n",
+		"GET " + PathSession + " HTTP/1.1\r\nHost: gw\r\nConnection: Upgrade\r\nUpgrade: " + SessionProtocol +
+			"\r\n" + HeaderLeaseID + ": " + fuzzLease.ID + "\r\n" + HeaderLeaseSecret + ": " + fuzzLease.Secret + "\r\n\r\n",
 		"GET " + PathHealth + " HTTP/1.1\r\nHost: gw\r\n\r\n",
 		"POST " + PathRenew + " HTTP/1.1\r\nHost: gw\r\nContent-Length: 2\r\n\r\n{}",
 	} {
@@ -138,14 +152,14 @@ func FuzzControlRequest(f *testing.F) {
 		srv.http.Handler.ServeHTTP(rec, req)
 		if rec.hijacked {
 			<-rec.done
-			if req.URL.Path != PathTunnel {
+			if req.URL.Path != PathTunnel && req.URL.Path != PathSession {
 				t.Fatalf("%s hijacked the connection", req.URL.Path)
 			}
 			if req.Header.Get(HeaderLeaseID) != fuzzLease.ID || req.Header.Get(HeaderLeaseSecret) != fuzzLease.Secret {
-				t.Fatalf("tunnel upgraded for lease %q", req.Header.Get(HeaderLeaseID))
+				t.Fatalf("%s upgraded for lease %q", req.URL.Path, req.Header.Get(HeaderLeaseID))
 			}
 			if !strings.HasPrefix(rec.upgraded.String(), "HTTP/1.1 101 ") {
-				t.Fatalf("tunnel upgrade answered %q", rec.upgraded.String())
+				t.Fatalf("%s upgrade answered %q", req.URL.Path, rec.upgraded.String())
 			}
 			return
 		}
@@ -184,6 +198,38 @@ func FuzzControlRequest(f *testing.F) {
 			}
 		default:
 			t.Fatalf("%s %s answered %d", req.Method, req.URL.Path, code)
+		}
+	})
+}
+
+// FuzzDecodeSessionRequest feeds arbitrary lines to the decoder of a
+// lease session's requests. Invariants: an accepted line has a known op,
+// bypass counters only with a renewal and valid ones, and encodes back to
+// an equivalent request.
+func FuzzDecodeSessionRequest(f *testing.F) {
+	f.Add([]byte(`{"id":1,"op":"renew"}`))
+	f.Add([]byte(`{"id":2,"op":"renew","bypass":[{"rule":"cvmfs","flows":3,"bytes_out":10,"bytes_in":20}]}`))
+	f.Add([]byte(`{"id":3,"op":"release"}`))
+	f.Add([]byte(`{"id":4,"op":"release","bypass":[{"rule":"x"}]}`))
+	f.Add([]byte(`{"id":-1,"op":"renew"}`))
+	f.Add([]byte(`{"id":5,"op":"renew","x":1}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		req, err := decodeSessionRequest(line)
+		if err != nil {
+			return
+		}
+		if req.Op != OpRenew && req.Op != OpRelease {
+			t.Fatalf("accepted op %q", req.Op)
+		}
+		if req.Op == OpRelease && len(req.Bypass) > 0 {
+			t.Fatalf("accepted bypass counters with a release")
+		}
+		if err := checkBypassCounts(req.Bypass); err != nil {
+			t.Fatalf("accepted bad counters: %v", err)
+		}
+		back, err := decodeSessionRequest(marshalLine(req))
+		if err != nil || back.ID != req.ID || back.Op != req.Op || len(back.Bypass) != len(req.Bypass) {
+			t.Fatalf("round trip of %+v: %+v, %v", req, back, err)
 		}
 	})
 }

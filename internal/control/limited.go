@@ -8,7 +8,6 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
-	"strconv"
 	"time"
 )
 
@@ -37,36 +36,18 @@ func (s *Server) limitOf(remote netip.AddrPort) limit {
 
 // refuseLimited answers 429 with Retry-After and logs (rate-limited).
 func (s *Server) refuseLimited(w http.ResponseWriter, r *http.Request, remote netip.AddrPort, wait time.Duration) {
-	secs := int64(math.Ceil(wait.Seconds()))
-	if secs < 1 {
-		secs = 1
-	}
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	writeError(w, http.StatusTooManyRequests, CodeRateLimited,
-		fmt.Sprintf("too many failed requests from your address; retry in %d s, after fixing the token or request", secs))
-	if s.logLim.Allow() {
-		s.log.Warn("control request refused: too many failures", "path", r.URL.Path, "remote", remote, "suppressed", s.suppressed.Swap(0))
-	} else {
-		s.suppressed.Add(1)
-	}
+	secs := max(1, int64(math.Ceil(wait.Seconds())))
+	err := WithRetryAfter(fmt.Errorf("%w: too many failed requests from your address; retry in %d s, after fixing the token or request", ErrRateLimited, secs), wait)
+	s.refuse(w, r.URL.Path, remote, err)
 }
 
-// leaseFailed is failed for a lease request: a limited source gets 429
-// and the failure is not counted again.
-func (s *Server) leaseFailed(w http.ResponseWriter, r *http.Request, lim limit, remote netip.AddrPort, op string, status int, code, msg string, err error) {
-	if lim.on {
-		s.refuseLimited(w, r, remote, lim.wait)
-		return
-	}
-	s.failed(w, remote, op, status, code, msg, err)
-}
-
-// leaseError is backendError for a lease request: a limited source whose
-// request proved no live lease gets 429.
+// leaseError answers err to a request that names a lease: a limited source
+// whose request proved no live lease gets 429, without the failure being
+// counted again.
 func (s *Server) leaseError(w http.ResponseWriter, r *http.Request, lim limit, op string, remote netip.AddrPort, err error) {
 	if lim.on && (errors.Is(err, ErrUnknownLease) || errors.Is(err, ErrBadRequest)) {
 		s.refuseLimited(w, r, remote, lim.wait)
 		return
 	}
-	s.backendError(w, op, remote, err)
+	s.refuse(w, op, remote, err)
 }

@@ -218,6 +218,9 @@ const (
 	// gateway serves (HTTP 426); the message names both versions. Final:
 	// the client must be upgraded, not retried.
 	CodeVersionUnsupported = "version_unsupported"
+	// CodeBusy answers a request the gateway has no time for now; its
+	// Retry-After says when to ask again.
+	CodeBusy = "busy"
 )
 
 // ErrorResponse is the body of every non-2xx response.

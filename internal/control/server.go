@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -154,6 +153,10 @@ type Server struct {
 	stopOnce sync.Once
 	watchHB  time.Duration
 	watches  watchCounts
+	sessions sessionSet
+	// noSessions makes the server answer as one older than lease
+	// sessions (tests).
+	noSessions atomic.Bool
 }
 
 // NewServer returns a server for cfg. It does not listen: call Serve.
@@ -207,6 +210,7 @@ func NewServer(cfg ServerConfig) *Server {
 	mux.HandleFunc(PathHealth, s.handleHealth)
 	mux.HandleFunc(PathTunnel, s.handleTunnel)
 	mux.HandleFunc(PathWatch, s.handleWatch)
+	mux.HandleFunc(PathSession, s.handleSession)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "no such control API path: "+truncate(r.URL.Path, 100))
 	})
@@ -238,6 +242,7 @@ func (s *Server) Serve(l net.Listener) error {
 // done, for requests in progress to finish; see http.Server.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
+	s.sessions.closeAll()
 	return s.http.Shutdown(ctx)
 }
 
@@ -254,7 +259,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	req, err := decodeJoinRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.failed(w, remote, "join", http.StatusBadRequest, CodeBadRequest, "invalid join request: "+err.Error(), err)
+		s.refuse(w, "join", remote, fmt.Errorf("%w: invalid join request: %w", ErrBadRequest, err))
 		return
 	}
 	if s.onVer != nil {
@@ -262,26 +267,20 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := version.CheckClient(req.Version); err != nil {
 		// Not a failure of the client's credentials: not rate-limited.
-		writeError(w, http.StatusUpgradeRequired, CodeVersionUnsupported, err.Error())
-		if s.logLim.Allow() {
-			s.log.Warn("control request failed", "op", "join", "remote", remote, "code", CodeVersionUnsupported, "err", err, "suppressed", s.suppressed.Swap(0))
-		} else {
-			s.suppressed.Add(1)
-		}
+		s.refuse(w, "join", remote, fmt.Errorf("%w: %w", ErrVersionUnsupported, err))
 		return
 	}
 	tok, err := s.store.VerifyToken(req.Token, s.now())
 	if err != nil {
 		if errors.Is(err, store.ErrBadToken) {
-			s.failed(w, remote, "join", http.StatusForbidden, CodeBadToken, MsgBadToken, err)
-			return
+			err = fmt.Errorf("%w: %w", ErrBadToken, err)
 		}
-		s.internalError(w, "join", remote, err)
+		s.refuse(w, "join", remote, err)
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
 	if err != nil {
-		s.backendError(w, "join", remote, err)
+		s.refuse(w, "join", remote, err)
 		return
 	}
 	lease.GatewayVersion = s.version
@@ -300,7 +299,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	lim := s.limitOf(remote)
 	req, err := decodeRenewRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.leaseFailed(w, r, lim, remote, "renew", http.StatusBadRequest, CodeBadRequest, "invalid renew request: "+err.Error(), err)
+		s.leaseError(w, r, lim, "renew", remote, fmt.Errorf("%w: invalid renew request: %w", ErrBadRequest, err))
 		return
 	}
 	ref := req.LeaseRef
@@ -324,7 +323,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 	lim := s.limitOf(remote)
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.leaseFailed(w, r, lim, remote, "release", http.StatusBadRequest, CodeBadRequest, "invalid release request: "+err.Error(), err)
+		s.leaseError(w, r, lim, "release", remote, fmt.Errorf("%w: invalid release request: %w", ErrBadRequest, err))
 		return
 	}
 	if err := s.backend.Release(r.Context(), ref); err != nil {
@@ -367,73 +366,41 @@ func (s *Server) checkMethod(w http.ResponseWriter, r *http.Request, method stri
 	return true
 }
 
-// failed answers a client failure, counts it against remote and logs it.
-func (s *Server) failed(w http.ResponseWriter, remote netip.AddrPort, op string, status int, code, msg string, err error) {
-	s.fails.fail(remote.Addr(), s.now())
-	writeError(w, status, code, msg)
-	if s.logLim.Allow() {
-		s.log.Warn("control request failed", "op", op, "remote", remote, "code", code, "err", err, "suppressed", s.suppressed.Swap(0))
-	} else {
-		s.suppressed.Add(1)
+// refuse answers err with its row of the refusals table (errors.go):
+// status, code, message and Retry-After. It counts a failure against
+// remote where the row says so, and logs: internal errors at Error, client
+// failures at Warn, other refusals at Info (both rate-limited).
+func (s *Server) refuse(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
+	r := refusalOf(err)
+	if r.failure {
+		s.fails.fail(remote.Addr(), s.now())
 	}
-}
-
-// backendError maps a Backend error to a response.
-func (s *Server) backendError(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
+	msg := err.Error()
+	if r.message != nil {
+		msg = r.message(err)
+	}
+	if secs := retryAfterSeconds(err, r); secs > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	}
+	writeError(w, r.status, r.code, msg)
 	switch {
-	case errors.Is(err, ErrUnknownLease):
-		s.failed(w, remote, op, http.StatusNotFound, CodeUnknownLease,
-			"unknown lease: it expired, was released or its secret is wrong; join again", err)
-	case errors.Is(err, ErrDraining):
-		w.Header().Set("Retry-After", "10")
-		writeError(w, http.StatusServiceUnavailable, CodeDraining, "gateway is draining: it takes no new jobs; use another gateway")
-	case errors.Is(err, ErrLeaseEnded):
-		writeError(w, http.StatusGone, CodeLeaseEnded, err.Error())
-		s.log.Info("control request for an ended lease", "op", op, "remote", remote, "err", err)
-	case errors.Is(err, ErrBadRequest):
-		s.failed(w, remote, op, http.StatusBadRequest, CodeBadRequest, err.Error(), err)
-	case errors.Is(err, ErrBadToken):
-		// The token was revoked or expired after it was verified.
-		s.failed(w, remote, op, http.StatusForbidden, CodeBadToken, MsgBadToken, err)
-	case errors.Is(err, ErrQuota):
-		// Not a failure: the token was good.
-		w.Header().Set("Retry-After", "60")
-		writeError(w, http.StatusTooManyRequests, CodeQuota, err.Error())
-		s.logRefusal("join refused: token quota", remote, err)
-	case errors.Is(err, ErrBanned):
-		writeError(w, http.StatusForbidden, CodeBanned, err.Error())
-		s.logRefusal("join refused: banned", remote, err)
-	case errors.Is(err, ErrKeyInUse):
-		s.failed(w, remote, op, http.StatusConflict, CodeKeyInUse, err.Error(), err)
-	case errors.Is(err, ErrNoAddress):
-		w.Header().Set("Retry-After", "10")
-		msg := "gateway has no free tunnel address or port block; retry later or use another gateway"
-		if _, detail, ok := strings.Cut(err.Error(), ErrNoAddress.Error()+": "); ok && detail != "" {
-			msg = "gateway has no room for another job (" + detail + "); retry later, use another gateway or ask its admin"
-		}
-		writeError(w, http.StatusServiceUnavailable, CodeNoAddress, msg)
-		if s.logLim.Allow() {
-			s.log.Warn("join refused: no free address", "remote", remote, "err", err, "suppressed", s.suppressed.Swap(0))
-		} else {
-			s.suppressed.Add(1)
-		}
+	case r.code == CodeInternal:
+		s.log.Error("control request: internal error", "op", op, "remote", remote, "err", err)
+	case r.failure:
+		s.logLimited(slog.LevelWarn, "control request failed", "op", op, "remote", remote, "code", r.code, "err", err)
 	default:
-		s.internalError(w, op, remote, err)
+		s.logLimited(slog.LevelInfo, "control request refused", "op", op, "remote", remote, "code", r.code, "err", err)
 	}
 }
 
-// logRefusal logs a refused request at Info, rate-limited.
-func (s *Server) logRefusal(msg string, remote netip.AddrPort, err error) {
-	if s.logLim.Allow() {
-		s.log.Info(msg, "remote", remote, "err", err, "suppressed", s.suppressed.Swap(0))
-	} else {
+// logLimited logs at level, at most as often as logLim allows; the next
+// line logged says how many were suppressed meanwhile.
+func (s *Server) logLimited(level slog.Level, msg string, args ...any) {
+	if !s.logLim.Allow() {
 		s.suppressed.Add(1)
+		return
 	}
-}
-
-func (s *Server) internalError(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
-	writeError(w, http.StatusInternalServerError, CodeInternal, "internal gateway error; the gateway's log has details")
-	s.log.Error("control request: internal error", "op", op, "remote", remote, "err", err)
+	s.log.Log(context.Background(), level, msg, append(args, "suppressed", s.suppressed.Swap(0))...)
 }
 
 func methodNotAllowed(w http.ResponseWriter, allow string) {

@@ -72,6 +72,9 @@ type WatchEvent struct {
 	// Bypass, when set, is the lease's site-local bypass as of now: in
 	// the first event, and in one sent when a reload changed it.
 	Bypass *Bypass `json:"bypass,omitempty"`
+	// Reply, on a lease session only (session.go), answers one of the
+	// client's requests; such an event is not a heartbeat of its own.
+	Reply *SessionReply `json:"reply,omitempty"`
 }
 
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
@@ -81,12 +84,12 @@ func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	lim := s.limitOf(remote)
 	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != TunnelProtocol {
-		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without Upgrade: "+TunnelProtocol, errors.New("no upgrade"))
+		s.leaseError(w, r, lim, "tunnel", remote, fmt.Errorf("%w: tunnel request without Upgrade: %s", ErrBadRequest, TunnelProtocol))
 		return
 	}
 	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
 	if ref.ID == "" || ref.Secret == "" {
-		s.leaseFailed(w, r, lim, remote, "tunnel", http.StatusBadRequest, CodeBadRequest, "tunnel request without lease id or secret", errors.New("no lease"))
+		s.leaseError(w, r, lim, "tunnel", remote, fmt.Errorf("%w: tunnel request without lease id or secret", ErrBadRequest))
 		return
 	}
 	attach, err := s.backend.Tunnel(r.Context(), ref, remote)
@@ -100,12 +103,12 @@ func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	hj, ok := w.(http.Hijacker)
 	if !ok {
-		s.internalError(w, "tunnel", remote, errors.New("connection cannot be taken over"))
+		s.refuse(w, "tunnel", remote, errors.New("connection cannot be taken over"))
 		return
 	}
 	c, rw, err := hj.Hijack()
 	if err != nil {
-		s.internalError(w, "tunnel", remote, fmt.Errorf("take over connection: %w", err))
+		s.refuse(w, "tunnel", remote, fmt.Errorf("take over connection: %w", err))
 		return
 	}
 	c.SetDeadline(time.Time{})
@@ -129,7 +132,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	lim := s.limitOf(remote)
 	ref, err := decodeLeaseRef(http.MaxBytesReader(w, r.Body, maxBodySize))
 	if err != nil {
-		s.leaseFailed(w, r, lim, remote, "watch", http.StatusBadRequest, CodeBadRequest, "invalid watch request: "+err.Error(), err)
+		s.leaseError(w, r, lim, "watch", remote, fmt.Errorf("%w: invalid watch request: %w", ErrBadRequest, err))
 		return
 	}
 	if err := s.backend.CheckLease(ref); err != nil {
@@ -292,11 +295,17 @@ func (c *watchCounts) wake(id string) {
 	}
 }
 
-// WakeWatches makes the open watches of lease id check it at once: when
+// WakeWatches makes the open watches and sessions of lease id check it at
+// once: when
 // the Backend's CheckLease then returns ErrLeaseEnded, the watch sends a
 // last event with Ended and closes. The gateway calls it when it ends a
 // lease on purpose. It does not block.
-func (s *Server) WakeWatches(id string) { s.watches.wake(id) }
+func (s *Server) WakeWatches(id string) {
+	s.watches.wake(id)
+	for _, ss := range s.sessions.of(id) {
+		go ss.tick()
+	}
+}
 
 func headerHas(h http.Header, name, token string) bool {
 	for _, v := range h.Values(name) {

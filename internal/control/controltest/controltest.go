@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ type Backend struct {
 	Instance string
 	// RenewErr, if set, is returned by every Renew.
 	RenewErr error
+
+	// gate, write-locked by Block, stalls CheckLease.
+	gate sync.RWMutex
 
 	mu     sync.Mutex
 	squat  map[wgkey.Key]bool // keys whose joins get ErrKeyInUse
@@ -164,6 +168,8 @@ func (b *Backend) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 
 // CheckLease implements control.Backend.
 func (b *Backend) CheckLease(ref control.LeaseRef) error {
+	b.gate.RLock()
+	b.gate.RUnlock()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lookupLocked(ref)
@@ -177,6 +183,13 @@ func (b *Backend) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan str
 
 // ReportBypass implements control.Backend: it ignores the counters.
 func (b *Backend) ReportBypass(ref control.LeaseRef, counts []control.BypassCount) {}
+
+// Block makes CheckLease wait until Unblock: the server's lease watches
+// and sessions stall, as on a gateway that stopped answering.
+func (b *Backend) Block() { b.gate.Lock() }
+
+// Unblock ends Block.
+func (b *Backend) Unblock() { b.gate.Unlock() }
 
 // SetJoinErr sets JoinErr while the server runs.
 func (b *Backend) SetJoinErr(err error) {
@@ -228,6 +241,8 @@ type Gateway struct {
 	Store   *store.Store
 	Backend *Backend
 	Server  *control.Server
+	// Conns counts the TCP connections the server accepted.
+	Conns atomic.Int64
 }
 
 // Options tune [Start]. The zero value gives the server's defaults.
@@ -280,8 +295,9 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		st.Close()
 		t.Fatalf("controltest: listen: %v", err)
 	}
+	g := &Gateway{Addr: l.Addr().String(), Pin: pin, Store: st, Backend: b, Server: srv}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(l) }()
+	go func() { done <- srv.Serve(countingListener{l, &g.Conns}) }()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -293,7 +309,21 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		}
 		st.Close()
 	})
-	return &Gateway{Addr: l.Addr().String(), Pin: pin, Store: st, Backend: b, Server: srv}
+	return g
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // Token creates a join token valid for an hour and returns its clear text.

@@ -1,0 +1,250 @@
+package control_test
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/control/controltest"
+)
+
+// TestSession checks a job's whole life over one connection: join, the
+// session's first event and heartbeats, renewals, the release; the gateway
+// accepts exactly one TCP connection for all of it.
+func TestSession(t *testing.T) {
+	b := &controltest.Backend{Instance: "abc123"}
+	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: 100 * time.Millisecond})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := control.LeaseRef{ID: lease.ID, Secret: lease.Secret}
+	s, err := c.Attach(ctx, ref)
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if s.Legacy() {
+		t.Fatal("Attach fell back to a watch on a gateway with sessions")
+	}
+	if s.First.Instance != "abc123" || time.Duration(s.First.Heartbeat) != 100*time.Millisecond {
+		t.Errorf("first event %+v, want instance abc123, heartbeat 100ms", s.First)
+	}
+	for i := 0; i < 3; i++ {
+		before := s.LastEvent()
+		time.Sleep(150 * time.Millisecond)
+		if !s.LastEvent().After(before) {
+			t.Fatalf("no heartbeat within 150 ms (interval 100 ms)")
+		}
+		resp, err := s.Renew(ctx, control.RenewRequest{})
+		if err != nil {
+			t.Fatalf("renew %d: %v", i, err)
+		}
+		if resp.Expires.Before(time.Now()) {
+			t.Errorf("renew %d: expires %v, in the past", i, resp.Expires)
+		}
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := s.Next(); err == nil {
+		t.Error("session still open after the release")
+	}
+	if n := gw.Conns.Load(); n != 1 {
+		t.Errorf("the gateway accepted %d connections for join, session, renewals and release, want 1", n)
+	}
+	want := []string{"join", "renew", "renew", "renew", "release"}
+	if got := b.Calls(); !slices.Equal(got, want) {
+		t.Errorf("backend calls %v, want %v", got, want)
+	}
+	if _, err := c.Attach(ctx, ref); !errors.Is(err, control.ErrUnknownLease) {
+		t.Errorf("session of a released lease: got %v, want ErrUnknownLease", err)
+	}
+}
+
+// TestSessionLegacyGateway checks that Attach falls back to a lease watch
+// and separate requests with a gateway that predates sessions.
+func TestSessionLegacyGateway(t *testing.T) {
+	b := &controltest.Backend{Instance: "old"}
+	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: 100 * time.Millisecond})
+	control.DisableSessions(gw.Server)
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	if !s.Legacy() || s.First.Instance != "old" {
+		t.Fatalf("Attach to an old gateway: legacy %v, first %+v; want a watch", s.Legacy(), s.First)
+	}
+	if _, err := s.Renew(ctx, control.RenewRequest{}); err != nil {
+		t.Fatalf("renew: %v", err)
+	}
+	if err := s.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	want := []string{"join", "renew", "release"}
+	if got := b.Calls(); !slices.Equal(got, want) {
+		t.Errorf("backend calls %v, want %v", got, want)
+	}
+}
+
+// TestSessionEnds checks how a session ends: at once when the gateway
+// shuts down; with ErrLeaseEnded and the reason when the gateway ends the
+// lease on purpose (long before the next heartbeat); a renewal of a lease
+// the gateway no longer knows answers ErrUnknownLease.
+func TestSessionEnds(t *testing.T) {
+	b := &controltest.Backend{}
+	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Minute})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	attach := func() (*control.Session, control.Lease) {
+		t.Helper()
+		lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, lease
+	}
+
+	s, lease := attach()
+	b.End(lease.ID, "kicked by admin: abuse report")
+	t0 := time.Now()
+	gw.Server.WakeWatches(lease.ID)
+	_, err := s.Next()
+	if !errors.Is(err, control.ErrLeaseEnded) || !strings.Contains(err.Error(), "abuse report") {
+		t.Errorf("session ended with %v, want ErrLeaseEnded with the reason", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("session told of the end after %v, want at once", d)
+	}
+	s.Close()
+
+	s, lease = attach()
+	b.SetRenewErr(fmt.Errorf("%w: gone", control.ErrUnknownLease))
+	if _, err := s.Renew(ctx, control.RenewRequest{}); !errors.Is(err, control.ErrUnknownLease) {
+		t.Errorf("renewal of an unknown lease: got %v, want ErrUnknownLease", err)
+	}
+	b.SetRenewErr(nil)
+
+	t0 = time.Now()
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := gw.Server.Shutdown(sctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	if _, err := s.Next(); err == nil {
+		t.Fatal("session still open after shutdown")
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("session ended %v after shutdown, want at once", d)
+	}
+	if _, err := s.Renew(ctx, control.RenewRequest{}); err == nil {
+		t.Error("renewal on an ended session succeeded")
+	}
+}
+
+// TestSessionSilent checks that a client gives up on a session that hears
+// nothing for three heartbeats.
+func TestSessionSilent(t *testing.T) {
+	b := &controltest.Backend{}
+	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: 100 * time.Millisecond})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b.Block() // the gateway stops answering: heartbeats stall
+	defer b.Unblock()
+	t0 := time.Now()
+	if _, err := s.Next(); !errors.Is(err, control.ErrWatchSilent) {
+		t.Errorf("got %v, want ErrWatchSilent", err)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Errorf("silence noticed after %v, want about 300 ms", d)
+	}
+}
+
+// TestSessionBadRequests sends malformed lines on a session: each gets a
+// bad_request reply and the session stays usable; a session upgrade
+// without a lease is refused.
+func TestSessionBadRequests(t *testing.T) {
+	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	upgrade := func(id, secret string) *http.Response {
+		t.Helper()
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
+			control.PathSession, control.SessionProtocol, control.HeaderLeaseID, id, control.HeaderLeaseSecret, secret)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := upgrade(lease.ID, "wrong"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("upgrade with a wrong secret: %s, want 404", resp.Status)
+	} else {
+		resp.Body.Close()
+	}
+	if resp := upgrade(lease.ID, lease.Secret); resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %s", resp.Status)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the first event
+		t.Fatal(err)
+	}
+	for _, line := range []string{
+		`not json`,
+		`{"id":1,"op":"dance"}`,
+		`{"id":2,"op":"renew","extra":1}`,
+		`{"id":3,"op":"renew","bypass":[{"rule":""}]}`,
+		`{"id":4,"op":"release","bypass":[{"rule":"x"}]}`,
+		`{"id":5,"op":"renew"}`,
+	} {
+		fmt.Fprintf(conn, "%s\n", line)
+		reply, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		ok := strings.Contains(reply, `"reply"`) && !strings.Contains(reply, `"error"`)
+		if want := strings.Contains(line, `"id":5`); ok != want {
+			t.Errorf("%s: reply %s", line, reply)
+		}
+		if !ok && !strings.Contains(reply, control.CodeBadRequest) {
+			t.Errorf("%s: reply %s, want bad_request", line, reply)
+		}
+	}
+}
