@@ -24,7 +24,7 @@ type Quota struct {
 }
 
 // DefaultJoinsPerMinute is [quota.job] joins_per_minute when not set.
-const DefaultJoinsPerMinute = 600
+const DefaultJoinsPerMinute = 6000
 
 // Quotas are the per-token quotas of a config.
 type Quotas struct {

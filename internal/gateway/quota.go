@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -21,9 +22,10 @@ import (
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
-// Join admission, before a lease is allocated: an admin's ban of the
-// job's token and host (airlock kick --ban), the token's quotas (config
-// [quota]: joins per minute, live leases), and the ownership of the
+// Join admission, before a lease is allocated: the token's join rate
+// (config [quota] joins_per_minute), which shapes a storm (shapeJoin); then
+// an admin's ban of the job's token and host (airlock kick --ban), the
+// token's live leases (max_leases), and the ownership of the
 // public key: a key that holds a live lease may only join again with
 // proof of that lease (control.JoinRequest.Replace), so that knowing a
 // job's public key does not let anyone evict it. The checks and the
@@ -202,10 +204,6 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 				control.ErrQuota, tok.Name, n, q.MaxLeases, tok.Name)
 		}
 	}
-	if !a.joinAllowedLocked(tok.Name, q, now) {
-		return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in a minute, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
-			control.ErrQuota, tok.Name, q.JoinsPerMinute, q.JoinsPerMinute, tok.Name)
-	}
 	n, err := g.jobBlocks(req.Ports, tok.Name, q)
 	if err != nil {
 		return lease.Lease{}, "", nil, err
@@ -236,11 +234,45 @@ func ownsLease(l lease.Lease, ref *control.LeaseRef) bool {
 	return subtle.ConstantTimeCompare(h[:], want[:]) == 1
 }
 
-// joinAllowedLocked takes one join from tok's bucket.
-func (a *admission) joinAllowedLocked(tok string, q config.Quota, now time.Time) bool {
+// joinShapeMax is the longest a join waits at the gateway for its token's
+// join rate (joins_per_minute): a storm of one token's jobs queues for a
+// while instead of failing, and a longer wait is answered 429 with the rest
+// of it as Retry-After, which airlock run waits out too.
+const joinShapeMax = 5 * time.Second
+
+// shapeJoin waits until the join rate of token tok admits one more join,
+// for at most joinShapeMax; when the wait would be longer it returns
+// control.ErrQuota with a Retry-After, and uses up nothing of the rate.
+func (g *gateway) shapeJoin(ctx context.Context, tok string, q config.Quota) error {
 	if q.JoinsPerMinute <= 0 {
-		return true
+		return nil
 	}
+	now := time.Now()
+	r := g.admit.reserveJoin(tok, q, now)
+	d := r.DelayFrom(now)
+	if d == 0 {
+		return nil
+	}
+	if d > joinShapeMax {
+		r.CancelAt(now)
+		return control.WithRetryAfter(fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
+			control.ErrQuota, tok, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), tok), d-joinShapeMax/2)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return ctx.Err()
+	}
+}
+
+// reserveJoin reserves one join of token tok's bucket.
+func (a *admission) reserveJoin(tok string, q config.Quota, now time.Time) *rate.Reservation {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.joins == nil {
 		a.joins = map[string]*joinRate{}
 	}
@@ -249,7 +281,7 @@ func (a *admission) joinAllowedLocked(tok string, q config.Quota, now time.Time)
 		jr = &joinRate{perMin: q.JoinsPerMinute, lim: rate.NewLimiter(rate.Limit(float64(q.JoinsPerMinute)/60), q.JoinsPerMinute)}
 		a.joins[tok] = jr
 	}
-	return jr.lim.AllowN(now, 1)
+	return jr.lim.ReserveN(now, 1)
 }
 
 // banLocked refuses joins of token from host, and from addr, until until.

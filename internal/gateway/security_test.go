@@ -230,13 +230,17 @@ func TestRevokeEndsLeases(t *testing.T) {
 }
 
 // TestTokenQuota checks max_leases and joins_per_minute: the refusal
-// names the quota and what to do, and another token's jobs still join.
+// names the quota and what to do and says when to ask again (Retry-After),
+// and another token's jobs still join; a join a little over its token's
+// rate waits at the gateway instead of being refused.
 func TestTokenQuota(t *testing.T) {
 	g, cc := secGateway(t, `version = 1
 [quota.token.small]
 max_leases = 3
 [quota.token.slow]
 joins_per_minute = 2
+[quota.token.shaped]
+joins_per_minute = 30
 `)
 	small := namedToken(t, g, "small")
 	slow := namedToken(t, g, "slow")
@@ -271,8 +275,23 @@ joins_per_minute = 2
 		}
 	}
 	_, err = cc.Join(ctx, control.JoinRequest{Token: slow, PublicKey: freshKey(t)})
-	if !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), "joins_per_minute = 2") {
-		t.Errorf("3rd join of token slow within a minute: got %v, want ErrQuota naming joins_per_minute", err)
+	var ae *control.APIError
+	if !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), "joins_per_minute = 2") || !errors.As(err, &ae) || ae.RetryAfter < 20*time.Second {
+		t.Errorf("3rd join of token slow within a minute: got %v, want ErrQuota naming joins_per_minute with a Retry-After of about 30 s", err)
+	}
+	// 30 a minute in bursts of 30: the 31st join waits up to two
+	// seconds at the gateway and gets its lease.
+	shaped := namedToken(t, g, "shaped")
+	var last time.Duration
+	for i := 0; i < 31; i++ {
+		t0 := time.Now()
+		if _, err := cc.Join(ctx, control.JoinRequest{Token: shaped, PublicKey: freshKey(t)}); err != nil {
+			t.Fatalf("join %d of token shaped: %v", i+1, err)
+		}
+		last = time.Since(t0)
+	}
+	if last < time.Second {
+		t.Errorf("31st join of a 30-a-minute token took %v, want it to wait at the gateway (1-2 s)", last)
 	}
 }
 
