@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -72,7 +71,7 @@ line does not set it.`,
 	fs.StringVar(&cfg.Pin, "pin", "", "gateway certificate fingerprint sha256:HEX; one for all gateways or one per gateway, comma-separated")
 	fs.StringVar(&cfg.Token, "token", "", "join token; discouraged on the command line, where every user of the node sees it (ps): use --token-file or AIRLOCK_TOKEN")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "`FILE` holding the join token, read once at start")
-	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", 15*time.Second, "how long to wait for the gateway to answer a join")
+	fs.DurationVar(&cfg.JoinTimeout, "join-timeout", client.DefaultJoinTimeout, "how long the job waits for a gateway that cannot take it yet (busy, draining, over a rate or quota, unreachable) before it gives up; a definite refusal (bad token, ban, full gateway) ends it at once")
 	fs.StringVar(&cfg.Transport, "transport", client.TransportAuto, "WireGuard transport: auto (UDP, TCP/TLS on the control port if no UDP handshake within --transport-timeout), udp or tcp")
 	fs.DurationVar(&cfg.TransportTimeout, "transport-timeout", client.DefaultTransportTimeout, "auto transport: how long to wait for a handshake over UDP before switching to TCP")
 	fs.DurationVar(&cfg.FailoverAfter, "failover-after", client.DefaultFailoverAfter, "with several gateways: how long the gateway may be unreachable before the job moves to another")

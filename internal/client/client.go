@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -62,7 +61,9 @@ type Config struct {
 	Args []string
 	// Getenv reads the environment for job metadata; nil means os.Getenv.
 	Getenv func(string) string
-	// JoinTimeout bounds the join request; default 15s.
+	// JoinTimeout bounds how long the job waits for a gateway that
+	// cannot take it yet (busy, draining, over a rate or quota,
+	// unreachable); zero means DefaultJoinTimeout.
 	JoinTimeout time.Duration
 	// Expose lists the job's ports to make reachable from outside through
 	// the gateway's public address (--expose).
@@ -140,7 +141,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 
 // prepare checks cfg, fills in its defaults and finds the gateways and
 // the plan of modes to try.
-func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
+func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if len(cfg.Args) == 0 {
 		return cfg, nil, nil, errors.New("no command given: usage: airlock run [flags] -- CMD [ARGS...]")
 	}
@@ -158,8 +159,8 @@ func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
-	if cfg.JoinTimeout == 0 {
-		cfg.JoinTimeout = 15 * time.Second
+	if cfg.JoinTimeout <= 0 {
+		cfg.JoinTimeout = DefaultJoinTimeout
 	}
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
@@ -183,7 +184,7 @@ func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
 	if cfg.FailoverAfter <= 0 {
 		cfg.FailoverAfter = DefaultFailoverAfter
 	}
-	gws, err := parseGateways(cfg.Gateway, cfg.Pin, cfg.JoinTimeout)
+	gws, err := ParseGateways(cfg.Gateway, cfg.Pin, RequestTimeout)
 	if err != nil {
 		return cfg, nil, nil, err
 	}
@@ -203,26 +204,25 @@ func prepare(cfg Config) (Config, []*gatewayEntry, *plan, error) {
 
 // openSession makes the job's WireGuard key and joins the least loaded
 // gateway. The caller closes the session (release, then its clients).
-func openSession(ctx context.Context, cfg Config, gws []*gatewayEntry, t0 time.Time) (*session, error) {
+func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (*Session, error) {
 	log := cfg.Logger
 	priv, err := wgkey.Generate()
 	if err != nil {
 		return nil, err
 	}
-	sess := &session{
-		log: log, stderr: cfg.Stderr, gws: gws, priv: priv, warnAfter: HandshakeWarnAfter,
-		req: control.JoinRequest{
-			Token:     cfg.Token,
-			PublicKey: priv.PublicKey(),
-			Job:       jobInfo(cfg.Getenv, cfg.Args),
-			Expose:    cfg.Expose,
-			Ports:     cfg.Ports,
-			Version:   version.Get().Version,
+	sess := NewSession(SessionConfig{
+		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv,
+		Join: control.JoinRequest{
+			Token:   cfg.Token,
+			Job:     jobInfo(cfg.Getenv, cfg.Args),
+			Expose:  cfg.Expose,
+			Ports:   cfg.Ports,
+			Version: version.Get().Version,
 		},
-		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter,
-		bypass: bypass.NewEngine(log.With("component", "bypass")),
-	}
-	if err := sess.join(ctx, nil, cfg.JoinTimeout); err != nil {
+		Transport: cfg.Transport, TransportTimeout: cfg.TransportTimeout, FailoverAfter: cfg.FailoverAfter,
+		JoinTimeout: cfg.JoinTimeout, EgressFile: true,
+	})
+	if err := sess.Join(ctx); err != nil {
 		sess.closeClients()
 		return nil, err // the control client names the gateway
 	}
@@ -231,8 +231,8 @@ func openSession(ctx context.Context, cfg Config, gws []*gatewayEntry, t0 time.T
 }
 
 // closeSession releases the lease and closes the control clients.
-func closeSession(s *session, t0 time.Time) {
-	s.release(s.log)
+func closeSession(s *Session, t0 time.Time) {
+	s.Release()
 	s.log.Debug("released", "since_start", time.Since(t0))
 	s.closeClients()
 	s.removeEgressFile()
@@ -267,7 +267,7 @@ var errFallBack = errors.New("no namespace: fall back")
 type netnsJob struct {
 	log  *slog.Logger
 	t0   time.Time // when airlock run started
-	sess *session
+	sess *Session
 	job  *nsexec.Job
 	nsf  *os.File // the job's network namespace, held open until the tunnel is closed
 	wg   bool     // the tunnel runs
@@ -276,7 +276,7 @@ type netnsJob struct {
 // openNetns starts the job's namespace (the job waits for serve) and the
 // tunnel on its TUN. It returns errFallBack if the node cannot make the
 // namespace and another mode is left to try.
-func openNetns(ctx context.Context, cfg Config, sess *session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
+func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
 	job, err := nsexec.Start(ctx, nsexec.Config{
 		Args:    cfg.Args,
@@ -327,7 +327,7 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 		tdev.Close()
 		return err
 	}
-	if err := nj.sess.startTunnel(ctx, dev); err != nil {
+	if err := nj.sess.StartTunnel(ctx, dev); err != nil {
 		dev.Close()
 		return err
 	}
@@ -375,10 +375,10 @@ func (nj *netnsJob) serve(ctx context.Context, sig *jobSignals) (int, error) {
 // whileJobRuns calls wait (which returns when the job has exited) while
 // sess is supervised (renewal, reconnect, failover); supervision stops
 // before it returns. Signals reach the job through jobSignals.
-func whileJobRuns(sess *session, wait func()) {
+func whileJobRuns(sess *Session, wait func()) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); sess.supervise(ctx) }()
+	go func() { defer close(done); sess.Supervise(ctx) }()
 	wait()
 	stop()
 	<-done
@@ -420,19 +420,22 @@ func wrapTUN(f *os.File, mtu int) (tun.Device, error) {
 	return tunnel.WithMTU(dev, mtu), nil
 }
 
+// errBadEndpoint: the lease's WireGuard endpoint is not HOST:PORT.
+var errBadEndpoint = errors.New("gateway sent a bad endpoint")
+
 // resolveEndpoint turns the lease's UDP endpoint into an address. An
 // endpoint with an unspecified or empty host means "the host you dialed".
 func resolveEndpoint(ctx context.Context, endpoint, controlAddr string) (netip.AddrPort, error) {
 	host, port, err := net.SplitHostPort(endpoint)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("gateway sent a bad endpoint %q: %w", endpoint, err)
+		return netip.AddrPort{}, fmt.Errorf("%w %q: %w", errBadEndpoint, endpoint, err)
 	}
 	if a, err := netip.ParseAddr(host); host == "" || (err == nil && a.IsUnspecified()) {
 		host, _, _ = net.SplitHostPort(controlAddr)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("gateway sent a bad endpoint port %q: %w", port, err)
+		return netip.AddrPort{}, fmt.Errorf("%w port %q: %w", errBadEndpoint, port, err)
 	}
 	if a, err := netip.ParseAddr(host); err == nil {
 		return netip.AddrPortFrom(a.Unmap(), uint16(p)), nil

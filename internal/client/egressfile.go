@@ -21,8 +21,12 @@ import (
 const EgressFileEnv = "AIRLOCK_EGRESS_FILE"
 
 // writeEgressFile (re)writes the session's egress file for its current
-// lease, creating its directory at the first call.
-func (s *session) writeEgressFile() {
+// lease, creating its directory at the first call; nothing unless the
+// session was asked for one (SessionConfig.EgressFile).
+func (s *Session) writeEgressFile() {
+	if !s.egressOn {
+		return
+	}
 	if s.egressDir == "" {
 		dir, err := os.MkdirTemp("", "airlock-egress-")
 		if err != nil {
@@ -48,7 +52,7 @@ func (s *session) writeEgressFile() {
 }
 
 // egressFile is the egress file's path, "" before the first write.
-func (s *session) egressFile() string {
+func (s *Session) egressFile() string {
 	if s.egressDir == "" {
 		return ""
 	}
@@ -56,7 +60,7 @@ func (s *session) egressFile() string {
 }
 
 // removeEgressFile removes the egress file's directory.
-func (s *session) removeEgressFile() {
+func (s *Session) removeEgressFile() {
 	if s.egressDir != "" {
 		os.RemoveAll(s.egressDir)
 	}

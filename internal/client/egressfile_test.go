@@ -18,7 +18,7 @@ import (
 // the session.
 func TestEgressFile(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
-	s := &session{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Session{log: slog.New(slog.NewTextHandler(io.Discard, nil)), egressOn: true}
 	s.cur = &gatewayEntry{addr: "gw1:8443"}
 	s.lease = control.Lease{PublicAddr: netip.MustParseAddr("203.0.113.1"), Ports: [2]uint16{20000, 20255}}
 	s.writeEgressFile()

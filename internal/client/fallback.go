@@ -33,7 +33,7 @@ type fallback struct {
 	lease control.Lease
 	// sess is the job's hold on its gateway: transport, lease watch,
 	// renewal, reconnect and failover (session.go).
-	sess *session
+	sess *Session
 	env  []string
 	sig  *jobSignals
 	t0   time.Time
@@ -58,7 +58,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	if err != nil {
 		return ExitFailure, err
 	}
-	if err := f.sess.startTunnel(ctx, us); err != nil {
+	if err := f.sess.StartTunnel(ctx, us); err != nil {
 		us.Close()
 		return ExitFailure, err
 	}

@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -39,9 +41,26 @@ func (l *lockedBuf) String() string {
 
 // testSession joins the in-process gateway g and starts WireGuard on a
 // channel TUN (no packets flow: the gateway is only a control server).
-func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *session {
+func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *Session {
 	t.Helper()
-	gws, err := parseGateways(g.Addr, g.Pin, 5*time.Second)
+	s := newTestSession(t, g, stderr, 5*time.Second)
+	ctx := context.Background()
+	if err := s.Join(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.lease.RenewInterval = control.Duration(50 * time.Millisecond)
+	if err := s.StartTunnel(ctx, tuntest.NewChannelTUN().TUN()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// newTestSession is a session with g, not joined yet, that waits at most
+// joinTimeout for it.
+func newTestSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf, joinTimeout time.Duration) *Session {
+	t.Helper()
+	gws, err := ParseGateways(g.Addr, g.Pin, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,20 +68,15 @@ func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *sessi
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &session{
-		log: slog.New(slog.DiscardHandler), stderr: stderr, gws: gws, priv: priv,
-		req:       control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey()},
-		transport: TransportUDP, wait: time.Second, failover: time.Second, warnAfter: 10 * time.Millisecond,
+	var w io.Writer = io.Discard
+	if stderr != nil {
+		w = stderr
 	}
-	ctx := context.Background()
-	if err := s.join(ctx, nil, 5*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	s.lease.RenewInterval = control.Duration(50 * time.Millisecond)
-	if err := s.startTunnel(ctx, tuntest.NewChannelTUN().TUN()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.wg.Close(); s.closeClients() })
+	s := NewSession(SessionConfig{Logger: slog.New(slog.DiscardHandler), Stderr: w, Gateways: gws, Key: priv,
+		Join:      control.JoinRequest{Token: g.Token(t)},
+		Transport: TransportUDP, TransportTimeout: time.Second, FailoverAfter: time.Second, JoinTimeout: joinTimeout})
+	s.warnAfter = 10 * time.Millisecond
+	t.Cleanup(s.closeClients)
 	return s
 }
 
@@ -102,7 +116,7 @@ func TestSessionLeaseGone(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			done := make(chan struct{})
-			go func() { defer close(done); s.supervise(ctx) }()
+			go func() { defer close(done); s.Supervise(ctx) }()
 			select {
 			case <-done:
 			case <-ctx.Done():
@@ -132,7 +146,7 @@ func TestSessionRejoins(t *testing.T) {
 	b.SetRenewErr(fmt.Errorf("%w: no such lease", control.ErrUnknownLease))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.supervise(ctx) }()
+	go func() { defer close(done); s.Supervise(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		calls := b.Calls()
@@ -171,31 +185,118 @@ func countOf(s []string, v string) int {
 func TestJoinWaitsOutRateLimit(t *testing.T) {
 	b := &controltest.Backend{}
 	g := controltest.Start(t, b, controltest.Options{FailureLimit: 1, FailureBurst: 1})
-	gws, err := parseGateways(g.Addr, g.Pin, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	priv, _ := wgkey.Generate()
+	var stderr lockedBuf
+	s := newTestSession(t, g, &stderr, 10*time.Second)
 	ctx := context.Background()
 	// The neighbour: bad-token joins from the same address until limited.
+	priv, _ := wgkey.Generate()
 	limited := false
 	for i := 0; i < 5 && !limited; i++ {
-		_, err := gws[0].cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey()})
+		_, err := s.gws[0].cc.Join(ctx, control.JoinRequest{Token: "alk1_nope", PublicKey: priv.PublicKey()})
 		limited = errors.Is(err, control.ErrRateLimited)
 	}
 	if !limited {
 		t.Fatal("the bad joins were never rate-limited: the test cannot show the wait")
 	}
-	s := &session{
-		log: slog.New(slog.DiscardHandler), gws: gws, priv: priv,
-		req: control.JoinRequest{Token: g.Token(t), PublicKey: priv.PublicKey()},
-	}
 	start := time.Now()
-	if err := s.join(ctx, nil, 5*time.Second); err != nil {
+	if err := s.Join(ctx); err != nil {
 		t.Fatalf("join from a rate-limited address: %v, want it to wait and succeed", err)
 	}
 	t.Logf("joined after %v", time.Since(start).Round(time.Millisecond))
-	t.Cleanup(s.closeClients)
+	if out := stderr.String(); strings.Count(out, "waiting for it") != 1 || !strings.Contains(out, "rate_limited") {
+		t.Errorf("stderr %q: want one line saying it waits, with the gateway's reason", out)
+	}
+}
+
+// TestJoinWaits checks which refusals a job waits out (the gateway named a
+// Retry-After: busy, draining, a quota; or it does not answer) and which
+// end its start at once (bad token, ban, a full gateway); and that a wait
+// ends at the join timeout with the gateway's last answer.
+func TestJoinWaits(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error // the backend's join error, until cleared
+		wait bool  // the session waits it out
+	}{
+		{"busy", control.WithRetryAfter(control.ErrBusy, time.Second), true},
+		{"draining", control.WithRetryAfter(fmt.Errorf("%w: airlock gateway drain", control.ErrDraining), time.Second), true},
+		{"quota", control.WithRetryAfter(fmt.Errorf("%w: joins_per_minute = 2", control.ErrQuota), time.Second), true},
+		{"internal", control.WithRetryAfter(errors.New("disk full"), time.Second), true},
+		{"full", fmt.Errorf("%w: all 4 port blocks are in use", control.ErrNoAddress), false},
+		{"banned", fmt.Errorf("%w: until tomorrow", control.ErrBanned), false},
+		{"bad request", fmt.Errorf("%w: expose 22: no rule", control.ErrBadRequest), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := &controltest.Backend{}
+			g := controltest.Start(t, b, controltest.Options{})
+			b.SetJoinErr(c.err)
+			var stderr lockedBuf
+			s := newTestSession(t, g, &stderr, 20*time.Second)
+			done := make(chan error, 1)
+			t0 := time.Now()
+			go func() { done <- s.Join(context.Background()) }()
+			select {
+			case err := <-done:
+				if c.wait {
+					t.Fatalf("join ended at once with %v, want it to wait", err)
+				}
+				if err == nil || time.Since(t0) > 5*time.Second {
+					t.Errorf("join: %v after %v, want a refusal at once", err, time.Since(t0))
+				}
+				if stderr.String() != "" {
+					t.Errorf("stderr %q: want nothing (the caller reports the refusal)", stderr.String())
+				}
+				return
+			case <-time.After(1500 * time.Millisecond):
+				if !c.wait {
+					t.Fatal("join still waiting after 1.5 s, want a definite refusal")
+				}
+			}
+			b.SetJoinErr(nil)
+			if err := <-done; err != nil {
+				t.Fatalf("join after the refusal cleared: %v", err)
+			}
+			if out := stderr.String(); strings.Count(out, "waiting for it") != 1 || !strings.Contains(out, "joined gateway") {
+				t.Errorf("stderr %q: want one line saying it waits and one that it joined", out)
+			}
+		})
+	}
+	t.Run("timeout", func(t *testing.T) {
+		t.Parallel()
+		b := &controltest.Backend{}
+		g := controltest.Start(t, b, controltest.Options{})
+		b.SetJoinErr(control.WithRetryAfter(control.ErrBusy, time.Second))
+		s := newTestSession(t, g, nil, 3*time.Second)
+		t0 := time.Now()
+		err := s.Join(context.Background())
+		if !errors.Is(err, control.ErrBusy) || !strings.Contains(err.Error(), "--join-timeout") {
+			t.Errorf("join: %v, want the gateway's busy answer and the timeout named", err)
+		}
+		if d := time.Since(t0); d > 5*time.Second {
+			t.Errorf("gave up after %v, want about 3 s", d)
+		}
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		t.Parallel()
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close() // nothing listens: connection refused
+		gws, err := ParseGateways(addr, "sha256:"+strings.Repeat("ab", 32), time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		priv, _ := wgkey.Generate()
+		s := NewSession(SessionConfig{Gateways: gws, Key: priv, JoinTimeout: 2500 * time.Millisecond})
+		t0 := time.Now()
+		err = s.Join(context.Background())
+		if !errors.Is(err, control.ErrUnreachable) || time.Since(t0) < 500*time.Millisecond {
+			t.Errorf("join of an unreachable gateway: %v after %v, want it to retry, then ErrUnreachable", err, time.Since(t0))
+		}
+	})
 }
 
 // TestSessionNewKeyWhenSquatted checks that a session whose key a
@@ -213,7 +314,7 @@ func TestSessionNewKeyWhenSquatted(t *testing.T) {
 	b.SetRenewErr(fmt.Errorf("%w: no such lease", control.ErrUnknownLease))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); s.supervise(ctx) }()
+	go func() { defer close(done); s.Supervise(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		keys := b.Keys()

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/bypass"
@@ -24,32 +25,54 @@ import (
 // Session theory of operation: a session is the client's hold on one
 // gateway out of the configured ones: its lease, its WireGuard peer and the
 // transport that carries it. Run joins through it before the job's
-// namespace exists, then hands it the job's TUN and starts supervise in
-// the background while the job runs.
+// namespace exists, then hands it the job's TUN and starts Supervise in
+// the background while the job runs. The load generator (test/loadgen)
+// runs the same Session for each of its simulated jobs.
 //
-// supervise first picks the transport (auto: UDP if a handshake completes
+// Join waits: a refusal that clears with time (the gateway answered with a
+// Retry-After: busy, draining, a rate or quota; or it could not be reached
+// or did not answer in time) is retried with jittered backoff for as long
+// as JoinTimeout allows, and the user is told once on stderr. Only a
+// definite refusal (a bad or revoked token, a ban, the policy, a full
+// gateway; with several gateways, from every one) ends the job's start.
+//
+// Supervise first picks the transport (auto: UDP if a handshake completes
 // within TransportTimeout, else the TCP/TLS stream on the control port),
-// then keeps a lease watch open on the gateway. The watch ends at once when
-// the gateway process stops and within three heartbeats (15 s) when the
-// network fails silently, and that silence counts towards the failover
-// threshold; a renewal that finds the lease unknown also ends it. Then the job keeps
-// running and the session reconnects with backoff (250 ms doubling to 2 s):
-// a gateway that comes back with a new instance id (it restarted and
-// restored the lease from its state) gets a fresh handshake, so new
-// connections work again within about a second; a lease the gateway no
-// longer knows is joined again with the same key. With several gateways, a
-// gateway lost for FailoverAfter is given up: the session joins the least
-// loaded other one. Whenever the lease address differs from the one the
-// job's namespace was made with, a tunnel.Readdress decorator on the TUN
-// translates between the two, so the job never needs reconfiguring.
+// then holds the lease through a control session (control.Client.Attach:
+// the join's own connection, upgraded; a lease watch with a gateway that
+// predates sessions), renewing it on the lease's interval. The session
+// ends at once when the gateway process stops and within three heartbeats
+// (15 s) when the network fails silently, and that silence counts towards
+// the failover threshold; a renewal that finds the lease unknown also ends
+// it. Then the job keeps running and the session reconnects with backoff
+// (250 ms doubling to 2 s): a gateway that comes back with a new instance
+// id (it restarted and restored the lease from its state) gets a fresh
+// handshake, so new connections work again within about a second; a lease
+// the gateway no longer knows is joined again with the same key. With
+// several gateways, a gateway lost for FailoverAfter is given up: the
+// session joins the least loaded other one. Whenever the lease address
+// differs from the one the job's namespace was made with, a
+// tunnel.Readdress decorator on the TUN translates between the two, so the
+// job never needs reconfiguring.
 
-// Defaults of the transport and reconnect settings.
+// Defaults of the transport, join and reconnect settings.
 const (
 	DefaultTransportTimeout = 3 * time.Second
 	DefaultFailoverAfter    = 10 * time.Second
-	backoffMin              = 250 * time.Millisecond
-	backoffMax              = 2 * time.Second
-	healthTimeout           = 3 * time.Second
+	// DefaultJoinTimeout is how long a job waits for a gateway that is
+	// busy, draining, over a rate or quota, or unreachable, before it
+	// gives up (--join-timeout): a gateway restart or a site's largest
+	// array must not fail jobs.
+	DefaultJoinTimeout = 5 * time.Minute
+	// RequestTimeout bounds each control request (connecting included).
+	RequestTimeout = 20 * time.Second
+	backoffMin     = 250 * time.Millisecond
+	backoffMax     = 2 * time.Second
+	healthTimeout  = 3 * time.Second
+	// joinBackoffMin and joinBackoffMax bound the waits between joins
+	// when the gateway names none (unreachable, no answer in time).
+	joinBackoffMin = time.Second
+	joinBackoffMax = 15 * time.Second
 )
 
 // Transports of Config.Transport.
@@ -69,21 +92,56 @@ type gatewayEntry struct {
 	last *control.LeaseRef
 }
 
-// session is the client's connection to its current gateway. Its fields
-// are owned by the goroutine that runs supervise once the job runs; before
-// and after that, by Run.
-type session struct {
+// SessionConfig configures a Session.
+type SessionConfig struct {
+	Logger *slog.Logger
+	// Stderr receives what the user must see: waiting for a busy
+	// gateway, a lease gone for good. nil: nothing.
+	Stderr io.Writer
+	// Gateways are the configured gateways (ParseGateways), each with
+	// its own control client.
+	Gateways []Gateway
+	// Key is the job's WireGuard private key.
+	Key wgkey.Key
+	// Join is the join request; its PublicKey is Key's.
+	Join control.JoinRequest
+	// Transport is TransportAuto ("" too), TransportUDP or TransportTCP;
+	// TransportTimeout, FailoverAfter and JoinTimeout are as in Config
+	// (zero: their defaults).
+	Transport                                    string
+	TransportTimeout, FailoverAfter, JoinTimeout time.Duration
+	// EgressFile keeps the job's egress file (EgressFileEnv) up to date.
+	EgressFile bool
+}
+
+// SessionStats counts what a session went through while supervised.
+type SessionStats struct {
+	// RenewErrors counts failed renewals; Lost the times the session with
+	// the gateway ended and had to be reopened; Restarts the gateway
+	// restarts seen (a new instance); Failovers the moves to another
+	// gateway; Rejoins the joins again after the gateway lost the lease.
+	RenewErrors, Lost, Restarts, Failovers, Rejoins uint64
+}
+
+// Session is a job's hold on its gateways (see the theory of operation
+// above). Make it with NewSession; Join, then StartTunnel, then
+// Supervise in the background; Release and Close at the end. Its fields
+// are owned by the goroutine that runs Supervise once it runs; before and
+// after, by the caller. Lease, Gateway and Stats may be called from any
+// goroutine.
+type Session struct {
 	log       *slog.Logger
-	stderr    io.Writer // the user's: loud messages when the lease is gone for good
+	stderr    io.Writer
 	gws       []*gatewayEntry
 	priv      wgkey.Key
 	req       control.JoinRequest
 	transport string // configured: auto, udp or tcp
 	wait      time.Duration
 	failover  time.Duration
+	joinWait  time.Duration // JoinTimeout
 	warnAfter time.Duration // with udp or tcp forced: when to warn about no handshake
 	// bypass is the site-local bypass the gateway sent (lease and
-	// watch); its counters go with every renewal.
+	// session events); its counters go with every renewal.
 	bypass *bypass.Engine
 	// bypassBase are its counters when the current lease began: reports
 	// are per lease.
@@ -92,7 +150,7 @@ type session struct {
 	cur      *gatewayEntry
 	lease    control.Lease
 	endpoint netip.AddrPort
-	instance string // the gateway instance last seen by a watch
+	instance string // the gateway instance last seen by a session
 
 	jobAddr, jobDNS netip.Addr // as the job's namespace was configured
 	// jobAddr6 and jobDNS6: the same for a dual-stack job's IPv6 side
@@ -102,37 +160,114 @@ type session struct {
 	bind              *tunnel.Bind
 	wg                *tunnel.Client
 	using             string // transport in use: udp or tcp
-	// egressDir holds the job's egress file (egressfile.go).
+	// egressOn asks for the job's egress file, kept in egressDir
+	// (egressfile.go).
+	egressOn  bool
 	egressDir string
+
+	// view is what other goroutines may read: the current gateway and
+	// lease.
+	view  atomic.Pointer[sessionView]
+	stats struct{ renewErrors, lost, restarts, failovers, rejoins atomic.Uint64 }
 
 	relMu sync.Mutex
 	rel   struct { // guarded by relMu: the lease to release at exit
 		cc  *control.Client
 		ref control.LeaseRef
+		att *control.Session // the open control session, if any
 	}
 }
 
-// parseGateways is ParseGateways for a session.
-func parseGateways(gateways, pins string, timeout time.Duration) ([]*gatewayEntry, error) {
-	gws, err := ParseGateways(gateways, pins, timeout)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*gatewayEntry, len(gws))
-	for i, g := range gws {
-		out[i] = &gatewayEntry{addr: g.Addr, cc: g.CC}
-	}
-	return out, nil
+// sessionView is a snapshot of a session's gateway and lease.
+type sessionView struct {
+	gateway string
+	lease   control.Lease
 }
 
-// ranked is a gateway with its load report, for ordering.
-type ranked struct {
-	gw     *gatewayEntry
-	health control.Health
+// NewSession returns a session that has not joined yet.
+func NewSession(cfg SessionConfig) *Session {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	stderr := cfg.Stderr
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	gws := make([]*gatewayEntry, len(cfg.Gateways))
+	for i, g := range cfg.Gateways {
+		gws[i] = &gatewayEntry{addr: g.Addr, cc: g.CC}
+	}
+	req := cfg.Join
+	req.PublicKey = cfg.Key.PublicKey()
+	s := &Session{
+		log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
+		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
+	}
+	if s.transport == "" {
+		s.transport = TransportAuto
+	}
+	if s.wait <= 0 {
+		s.wait = DefaultTransportTimeout
+	}
+	if s.failover <= 0 {
+		s.failover = DefaultFailoverAfter
+	}
+	if s.joinWait <= 0 {
+		s.joinWait = DefaultJoinTimeout
+	}
+	return s
+}
+
+// Join joins the least loaded gateway, waiting out refusals that clear
+// with time for at most the session's JoinTimeout.
+func (s *Session) Join(ctx context.Context) error {
+	return s.join(ctx, nil, s.joinWait)
+}
+
+// Lease returns the session's current lease.
+func (s *Session) Lease() control.Lease {
+	if v := s.view.Load(); v != nil {
+		return v.lease
+	}
+	return control.Lease{}
+}
+
+// Gateway returns the address of the session's current gateway, as
+// configured.
+func (s *Session) Gateway() string {
+	if v := s.view.Load(); v != nil {
+		return v.gateway
+	}
+	return ""
+}
+
+// Stats returns the session's counters.
+func (s *Session) Stats() SessionStats {
+	return SessionStats{RenewErrors: s.stats.renewErrors.Load(), Lost: s.stats.lost.Load(),
+		Restarts: s.stats.restarts.Load(), Failovers: s.stats.failovers.Load(), Rejoins: s.stats.rejoins.Load()}
+}
+
+// JobAddr returns the job's tunnel address as its namespace (or stack) was
+// made with: the address the job sends from, whatever the current lease's.
+func (s *Session) JobAddr() netip.Addr { return s.jobAddr }
+
+// setCurrent makes gw and ls the session's gateway and lease.
+func (s *Session) setCurrent(gw *gatewayEntry, ls control.Lease, ep netip.AddrPort) {
+	s.cur, s.lease, s.endpoint = gw, ls, ep
+	gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	s.view.Store(&sessionView{gateway: gw.addr, lease: ls})
+	s.writeEgressFile()
+	s.setBypass(ls.Bypass)
+	s.bypassBase = s.bypass.Report()
+	s.relMu.Lock()
+	s.rel.cc, s.rel.ref = gw.cc, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
+	s.relMu.Unlock()
 }
 
 // rank is Rank over the session's gateways.
-func (s *session) rank(ctx context.Context, skip *gatewayEntry) []ranked {
+func (s *Session) rank(ctx context.Context, skip *gatewayEntry) []*gatewayEntry {
 	gws := make([]Gateway, len(s.gws))
 	si := -1
 	for i, g := range s.gws {
@@ -141,36 +276,87 @@ func (s *session) rank(ctx context.Context, skip *gatewayEntry) []ranked {
 			si = i
 		}
 	}
-	var out []ranked
+	var out []*gatewayEntry
 	for _, r := range Rank(ctx, s.log, gws, si) {
-		out = append(out, ranked{gw: s.gws[r.Index], health: r.Health})
+		out = append(out, s.gws[r.Index])
+		if len(s.gws) > 1 {
+			s.log.Debug("gateway load", "gateway", s.gws[r.Index].addr, "jobs", r.Health.Jobs,
+				"bits_per_sec", int64(r.Health.RxBitsPerSec+r.Health.TxBitsPerSec))
+		}
 	}
 	return out
 }
 
 // join joins the least loaded gateway but skip, trying the others in order
-// when one refuses. It sets s.cur, s.lease and s.endpoint.
-func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Duration) error {
+// when one refuses, and waits out refusals that clear with time (see
+// transient) for at most budget: the first wait is told to the user on
+// stderr, once. It sets the session's gateway and lease.
+func (s *Session) join(ctx context.Context, skip *gatewayEntry, budget time.Duration) error {
+	deadline := time.Now().Add(budget)
+	backoff := joinBackoffMin
+	told := false
+	for {
+		err := s.joinRanked(ctx, skip)
+		if err == nil {
+			if told {
+				fmt.Fprintf(s.stderr, "airlock: joined gateway %s\n", s.cur.addr)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		wait, ok := transient(err)
+		if !ok {
+			return err
+		}
+		if wait <= 0 {
+			wait, backoff = backoff, min(2*backoff, joinBackoffMax)
+		}
+		wait = spreadWait(wait)
+		left := time.Until(deadline)
+		if wait > left {
+			return fmt.Errorf("%w; gave up after waiting %v (--join-timeout)", err, budget.Round(time.Second))
+		}
+		if !told {
+			told = true
+			fmt.Fprintf(s.stderr, "airlock: %s; waiting for it, up to %v more (--join-timeout)\n",
+				waitReason(err), left.Round(time.Second))
+		}
+		s.log.Info("join refused for now; waiting", "err", err, "in", wait.Round(time.Millisecond), "left", left.Round(time.Second))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		case <-t.C:
+		}
+	}
+}
+
+// joinRanked makes one round of joins: the ranked gateways in order, until
+// one takes the job. With several gateways its error joins theirs.
+func (s *Session) joinRanked(ctx context.Context, skip *gatewayEntry) error {
 	rs := s.rank(ctx, skip)
 	if len(rs) == 0 {
-		return fmt.Errorf("no gateway to join: every gateway is unreachable or draining (%s)", s.gatewayList())
+		return errNoGateway{list: s.gatewayList()}
 	}
 	var errs []error
-	for _, r := range rs {
+	for _, gw := range rs {
 		req := s.req
-		req.Replace = r.gw.last
-		ls, err := s.joinOne(ctx, r.gw, req, timeout)
+		req.Replace = gw.last
+		jctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+		ls, err := gw.cc.Join(jctx, req)
 		if errors.Is(err, control.ErrKeyInUse) {
-			if req, err = s.newKey(r.gw, err); err == nil {
-				ls, err = s.joinOne(ctx, r.gw, req, timeout)
+			if req, err = s.newKey(gw, err); err == nil {
+				ls, err = gw.cc.Join(jctx, req)
 			}
 		}
 		var ep netip.AddrPort
 		if err == nil {
-			jctx, cancel := context.WithTimeout(ctx, timeout)
-			ep, err = resolveEndpoint(jctx, ls.Endpoint, r.gw.addr)
-			cancel()
+			ep, err = resolveEndpoint(jctx, ls.Endpoint, gw.addr)
 		}
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
@@ -178,60 +364,75 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 			if len(s.gws) == 1 {
 				return err
 			}
-			s.log.Warn("join refused; trying the next gateway", "gateway", r.gw.addr, "err", err)
+			s.log.Warn("join refused; trying the next gateway", "gateway", gw.addr, "err", err)
 			errs = append(errs, err)
 			continue
 		}
 		if len(s.gws) > 1 {
-			s.log.Info("joined the least loaded gateway", "gateway", r.gw.addr, "jobs", r.health.Jobs,
-				"bits_per_sec", int64(r.health.RxBitsPerSec+r.health.TxBitsPerSec), "of", s.gatewayList())
+			s.log.Info("joined the least loaded gateway", "gateway", gw.addr, "of", s.gatewayList())
 		}
-		s.cur, s.lease, s.endpoint = r.gw, ls, ep
-		s.log.Info("joined", "gateway", r.gw.addr, "lease", ls.ID, "gateway_version", ls.GatewayVersion, "version", s.req.Version)
-		r.gw.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
-		s.learnMembers(ls.Members, timeout)
-		s.writeEgressFile()
-		s.setBypass(ls.Bypass)
-		s.bypassBase = s.bypass.Report()
-		s.relMu.Lock()
-		s.rel.cc, s.rel.ref = r.gw.cc, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
-		s.relMu.Unlock()
+		s.setCurrent(gw, ls, ep)
+		s.learnMembers(ls.Members, RequestTimeout)
 		return nil
 	}
 	return fmt.Errorf("no gateway took the job: %w", errors.Join(errs...))
 }
 
-// rateLimitBudget bounds how long joinOne waits out a gateway's rate
-// limit on this node's address (which a neighbour's failed requests can
-// trigger) before it gives the refusal to the caller.
-const rateLimitBudget = 30 * time.Second
+// errNoGateway: every gateway is draining (or, with several, unreachable).
+type errNoGateway struct{ list string }
 
-// joinOne joins gw, each attempt within timeout. A 429 (the gateway limits
-// failed requests from this node's address) is waited out for the
-// Retry-After the gateway names (1–5 s), for at most rateLimitBudget in
-// all, with a warning; every other error returns at once.
-func (s *session) joinOne(ctx context.Context, gw *gatewayEntry, req control.JoinRequest, timeout time.Duration) (control.Lease, error) {
-	deadline := time.Now().Add(rateLimitBudget)
-	for {
-		jctx, cancel := context.WithTimeout(ctx, timeout)
-		ls, err := gw.cc.Join(jctx, req)
-		cancel()
-		var ae *control.APIError
-		if err == nil || !errors.Is(err, control.ErrRateLimited) || !errors.As(err, &ae) {
-			return ls, err
+func (e errNoGateway) Error() string {
+	return "no gateway to join: every gateway is unreachable or draining (" + e.list + ")"
+}
+
+// transient reports whether a join's error clears with time, and the wait
+// the gateway asked for (0: none named). A gateway's refusal with a
+// Retry-After clears with time (busy, draining, a rate or quota); one
+// without is definite (bad token, ban, policy, a full gateway, a key in
+// use), and so are a wrong pin and a bad endpoint in the lease.
+// Everything else (unreachable, no answer in time, a connection cut) is
+// the gateway being away or busy: it clears with time. With several
+// gateways, the error is transient if any gateway's is, with the shortest
+// wait named.
+func transient(err error) (time.Duration, bool) {
+	for err != nil {
+		switch e := err.(type) {
+		case interface{ Unwrap() []error }:
+			var wait time.Duration
+			found := false
+			for _, x := range e.Unwrap() {
+				if w, ok := transient(x); ok {
+					if !found || (w > 0 && (wait == 0 || w < wait)) {
+						wait = w
+					}
+					found = true
+				}
+			}
+			return wait, found
+		case *control.APIError:
+			return e.RetryAfter, e.RetryAfter > 0
 		}
-		wait := min(max(ae.RetryAfter, time.Second), 5*time.Second)
-		if time.Now().Add(wait).After(deadline) {
-			return ls, err
+		if x, ok := err.(interface{ Is(error) bool }); (ok && x.Is(control.ErrPinMismatch)) || err == control.ErrPinMismatch || err == errBadEndpoint {
+			return 0, false
 		}
-		s.log.Warn("the gateway rate-limits joins from this node's address (failed requests from it, maybe another process's); retrying",
-			"gateway", gw.addr, "in", wait)
-		select {
-		case <-ctx.Done():
-			return ls, context.Cause(ctx)
-		case <-time.After(wait):
-		}
+		err = errors.Unwrap(err)
 	}
+	return 0, true
+}
+
+// waitReason is the user's sentence for a transient join error.
+func waitReason(err error) string {
+	var ae *control.APIError
+	if errors.As(err, &ae) {
+		return fmt.Sprintf("the gateway cannot take the job yet (%s: %s)", ae.Code, ae.Message)
+	}
+	return fmt.Sprintf("the gateway does not answer (%v)", err)
+}
+
+// spreadWait is d with ±20% jitter, and up to 50% more for waits the gateway
+// named, so that the jobs it turned away do not come back all at once.
+func spreadWait(d time.Duration) time.Duration {
+	return jitter(d) + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // maxGateways bounds the gateways a session knows, whatever a fleet's
@@ -242,7 +443,7 @@ const maxGateways = 64
 // the session does not know by address) to the session's list, so that a
 // job given one gateway of a fleet fails over to the others. Their pins
 // come from a gateway this client pinned.
-func (s *session) learnMembers(ms []control.Member, timeout time.Duration) {
+func (s *Session) learnMembers(ms []control.Member, timeout time.Duration) {
 	known := map[string]bool{}
 	for _, g := range s.gws {
 		known[g.addr] = true
@@ -272,7 +473,7 @@ func (s *session) learnMembers(ms []control.Member, timeout time.Duration) {
 	}
 }
 
-func (s *session) gatewayList() string {
+func (s *Session) gatewayList() string {
 	var a []string
 	for _, g := range s.gws {
 		a = append(a, g.addr)
@@ -280,14 +481,17 @@ func (s *session) gatewayList() string {
 	return strings.Join(a, ",")
 }
 
-func (s *session) ref() control.LeaseRef {
+func (s *Session) ref() control.LeaseRef {
 	return control.LeaseRef{ID: s.lease.ID, Secret: s.lease.Secret}
 }
 
-// release gives the current lease back; Run calls it at exit.
-func (s *session) release(log *slog.Logger) {
+// Release gives the current lease back, over the open control session if
+// there is one (no new connection), else with a request; Run calls it at
+// exit.
+func (s *Session) Release() {
 	s.relMu.Lock()
-	cc, ref := s.rel.cc, s.rel.ref
+	cc, ref, att := s.rel.cc, s.rel.ref, s.rel.att
+	s.rel.att = nil
 	s.relMu.Unlock()
 	if cc == nil {
 		return
@@ -296,25 +500,46 @@ func (s *session) release(log *slog.Logger) {
 	defer rcancel()
 	if rep := s.bypassReport(); len(rep) > 0 {
 		// The last counters, so the gateway's totals are complete.
-		if _, err := cc.RenewReport(rctx, control.RenewRequest{LeaseRef: ref, Bypass: rep}); err != nil {
-			log.Debug("final bypass report", "lease", ref.ID, "err", err)
+		var err error
+		if att != nil {
+			_, err = att.Renew(rctx, control.RenewRequest{Bypass: rep})
+		} else {
+			_, err = cc.RenewReport(rctx, control.RenewRequest{LeaseRef: ref, Bypass: rep})
+		}
+		if err != nil {
+			s.log.Debug("final bypass report", "lease", ref.ID, "err", err)
 		}
 	}
+	if att != nil {
+		err := att.Release(rctx)
+		if err == nil || errors.Is(err, control.ErrUnknownLease) {
+			return
+		}
+		s.log.Debug("release over the control session; trying a request", "lease", ref.ID, "err", err)
+	}
 	if err := cc.Release(rctx, ref); err != nil {
-		log.Warn("release lease", "lease", ref.ID, "err", err)
+		s.log.Warn("release lease", "lease", ref.ID, "err", err)
 	}
 }
 
+// Close closes the tunnel (if started) and every control client.
+func (s *Session) Close() {
+	if s.wg != nil {
+		s.wg.Close()
+	}
+	s.closeClients()
+}
+
 // closeClients closes every control client's idle connections.
-func (s *session) closeClients() {
+func (s *Session) closeClients() {
 	for _, g := range s.gws {
 		g.cc.Close()
 	}
 }
 
-// startTunnel starts WireGuard on the job's TUN towards the current
+// StartTunnel starts WireGuard on the job's TUN towards the current
 // gateway. With --transport tcp the stream is opened at once.
-func (s *session) startTunnel(ctx context.Context, dev tun.Device) error {
+func (s *Session) StartTunnel(ctx context.Context, dev tun.Device) error {
 	gwKey := s.lease.GatewayPublicKey // validated by control.Client.Join
 	s.jobAddr = s.lease.Address.Addr()
 	if len(s.lease.DNS) > 0 {
@@ -332,6 +557,7 @@ func (s *session) startTunnel(ctx context.Context, dev tun.Device) error {
 	if s.transport == TransportTCP {
 		if err := s.dialStream(ctx); err != nil {
 			s.wg.Close()
+			s.wg = nil
 			return fmt.Errorf("--transport tcp: %w", err)
 		}
 		s.log.Info("transport: tcp (--transport tcp)", "gateway", s.cur.addr)
@@ -341,7 +567,7 @@ func (s *session) startTunnel(ctx context.Context, dev tun.Device) error {
 
 // dialStream opens the TCP transport to the current gateway and sends
 // everything over it.
-func (s *session) dialStream(ctx context.Context) error {
+func (s *Session) dialStream(ctx context.Context) error {
 	c, remote, err := s.cur.cc.DialTunnel(ctx, s.ref())
 	if err != nil {
 		return err
@@ -355,9 +581,9 @@ func (s *session) dialStream(ctx context.Context) error {
 }
 
 // selectTransport is the auto transport choice at start-up.
-func (s *session) selectTransport(ctx context.Context) {
+func (s *Session) selectTransport(ctx context.Context) {
 	if s.transport != TransportAuto {
-		if !s.waitHandshake(ctx, s.warnAfter) && ctx.Err() == nil {
+		if !s.WaitHandshake(ctx, time.Time{}, s.warnAfter) && ctx.Err() == nil {
 			s.log.Warn("no WireGuard handshake with the gateway yet; the job has no network until it completes",
 				"gateway", s.cur.addr, "transport", s.using, "waited", s.warnAfter,
 				"hint", "with --transport udp, UDP to the gateway may be blocked: try --transport auto")
@@ -365,7 +591,7 @@ func (s *session) selectTransport(ctx context.Context) {
 		return
 	}
 	t0 := time.Now()
-	if s.waitHandshake(ctx, s.wait) {
+	if s.WaitHandshake(ctx, time.Time{}, s.wait) {
 		s.log.Info("transport: udp (WireGuard handshake completed)", "gateway", s.cur.addr, "took", time.Since(t0).Round(time.Millisecond))
 		return
 	}
@@ -379,7 +605,7 @@ func (s *session) selectTransport(ctx context.Context) {
 	}
 	s.log.Warn("transport: tcp: no WireGuard handshake over UDP, switched to TCP/TLS on the control port (is UDP to the gateway blocked?)",
 		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", s.wait)
-	if !s.waitHandshake(ctx, HandshakeWarnAfter) && ctx.Err() == nil {
+	if !s.WaitHandshake(ctx, time.Time{}, HandshakeWarnAfter) && ctx.Err() == nil {
 		s.log.Warn("no WireGuard handshake over TCP either; the job has no network until it completes", "gateway", s.cur.addr)
 	}
 }
@@ -387,52 +613,70 @@ func (s *session) selectTransport(ctx context.Context) {
 // recheckTransport repeats the auto choice after a move to another
 // gateway or lease while on UDP: UDP to the new gateway may be blocked
 // where it was not to the old one.
-func (s *session) recheckTransport(ctx context.Context) {
+func (s *Session) recheckTransport(ctx context.Context) {
 	if s.transport == TransportAuto && s.using == TransportUDP {
 		s.selectTransport(ctx)
 	}
 }
 
-// waitHandshake reports whether a handshake completes within d.
-func (s *session) waitHandshake(ctx context.Context, d time.Duration) bool {
+// WaitHandshake reports whether a handshake later than after completes
+// within d. It reads the device's state only when a handshake message has
+// arrived since it last looked (the device's state is costly to read),
+// and at least every 250 ms.
+func (s *Session) WaitHandshake(ctx context.Context, after time.Time, d time.Duration) bool {
+	done := func() bool { return s.wg.LastHandshake().After(after) }
+	if done() {
+		return true
+	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	poll := time.NewTicker(20 * time.Millisecond)
+	poll := time.NewTicker(5 * time.Millisecond)
 	defer poll.Stop()
+	seen, lastRead := s.bind.HandshakeMessages(), time.Now()
+	var lookUntil time.Time // a handshake message came: look closely until then
 	for {
-		if !s.wg.LastHandshake().IsZero() {
-			return true
-		}
 		select {
 		case <-ctx.Done():
 			return false
 		case <-deadline.C:
-			return !s.wg.LastHandshake().IsZero()
-		case <-poll.C:
+			return done()
+		case now := <-poll.C:
+			if n := s.bind.HandshakeMessages(); n != seen {
+				// wireguard-go may take a moment to process it.
+				seen, lookUntil = n, now.Add(100*time.Millisecond)
+			}
+			if now.Before(lookUntil) || now.Sub(lastRead) >= 250*time.Millisecond {
+				lastRead = now
+				if done() {
+					return true
+				}
+			}
 		}
 	}
 }
 
-// errStreamLost ends a watch when the TCP transport stream closed.
+// errStreamLost ends a control session when the TCP transport stream
+// closed.
 var errStreamLost = errors.New("TCP transport stream closed")
 
-// supervise keeps the job connected until ctx ends; see the theory of
+// Supervise keeps the job connected until ctx ends; see the theory of
 // operation above.
-func (s *session) supervise(ctx context.Context) {
+func (s *Session) Supervise(ctx context.Context) {
 	s.selectTransport(ctx)
 	var lostSince time.Time
 	delay := backoffMin
 	for ctx.Err() == nil {
-		w, err := s.cur.cc.Watch(ctx, s.ref())
+		att, err := s.cur.cc.Attach(ctx, s.ref())
 		var lastHeard time.Time
 		if err == nil {
-			err = s.connected(ctx, w, &lostSince)
-			lastHeard = w.LastEvent()
+			err = s.connected(ctx, att, &lostSince)
+			lastHeard = att.LastEvent()
 			delay = backoffMin
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		s.stats.lost.Add(1)
 		if errors.Is(err, control.ErrLeaseEnded) {
 			s.leaseGone(err, "THE GATEWAY ENDED THIS JOB'S LEASE", "ask the gateway's admin why")
 			return
@@ -443,7 +687,7 @@ func (s *session) supervise(ctx context.Context) {
 				lostSince = time.Time{}
 				continue
 			}
-			if fatalJoinError(jerr) {
+			if _, ok := transient(jerr); !ok {
 				s.leaseGone(jerr, "THE GATEWAY NO LONGER KNOWS THIS JOB'S LEASE (expired while unreachable) AND REFUSES A NEW ONE",
 					"check the token with the gateway's admin")
 				return
@@ -481,34 +725,43 @@ func (s *session) supervise(ctx context.Context) {
 }
 
 // leaseGone tells the user, once and loudly on stderr, that the job lost
-// its network for good, and why; supervise stops after it.
-func (s *session) leaseGone(err error, what, hint string) {
+// its network for good, and why; Supervise stops after it.
+func (s *Session) leaseGone(err error, what, hint string) {
 	fmt.Fprintf(s.stderr, "airlock: %s: %s\n"+
 		"airlock: the job keeps running, but its network through the gateway is cut; %s\n", what, apiMessage(err), hint)
 	s.log.Error("lease gone; not reconnecting", "lease", s.lease.ID, "gateway", s.cur.addr, "err", err)
-}
-
-// fatalJoinError reports whether a join failed for a reason that retrying
-// cannot fix (as opposed to an unreachable or busy gateway).
-func fatalJoinError(err error) bool {
-	return errors.Is(err, control.ErrBadToken) || errors.Is(err, control.ErrPinMismatch) ||
-		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded) || errors.Is(err, control.ErrBanned) ||
-		errors.Is(err, control.ErrVersionUnsupported)
 }
 
 func jitter(d time.Duration) time.Duration {
 	return d - d/5 + time.Duration(rand.Int64N(int64(2*d/5)+1))
 }
 
-// connected runs while the watch w is open: it renews the lease and
-// returns why the watch ended.
-func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *time.Time) error {
-	defer w.Close()
-	if w.First.Bypass != nil {
-		s.setBypass(w.First.Bypass)
+// connected runs while the control session att is open: it renews the
+// lease and returns why the session ended. When ctx ends it leaves att
+// open for Release.
+func (s *Session) connected(ctx context.Context, att *control.Session, lostSince *time.Time) (err error) {
+	s.relMu.Lock()
+	s.rel.att = att
+	s.relMu.Unlock()
+	defer func() {
+		if ctx.Err() != nil {
+			return // Release uses att
+		}
+		s.relMu.Lock()
+		if s.rel.att == att {
+			s.rel.att = nil
+		}
+		s.relMu.Unlock()
+		att.Close()
+	}()
+	if att.First.Bypass != nil {
+		s.setBypass(att.First.Bypass)
 	}
-	restarted := s.instance != "" && w.First.Instance != s.instance
-	s.instance = w.First.Instance
+	restarted := s.instance != "" && att.First.Instance != s.instance
+	s.instance = att.First.Instance
+	if restarted {
+		s.stats.restarts.Add(1)
+	}
 	streamGone := s.using == TransportTCP && (s.bind.Stream() == nil || s.bind.Stream().Err() != nil)
 	if restarted || streamGone || !lostSince.IsZero() {
 		if err := s.reconnect(ctx); err != nil {
@@ -526,7 +779,7 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 	ended := make(chan error, 1)
 	go func() {
 		for {
-			ev, err := w.Next()
+			ev, err := att.Next()
 			if err != nil {
 				ended <- err
 				return
@@ -556,8 +809,11 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := s.cur.cc.RenewReport(rctx, control.RenewRequest{LeaseRef: s.ref(), Bypass: s.bypassReport()})
+			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport()})
 			cancel()
+			if err != nil {
+				s.stats.renewErrors.Add(1)
+			}
 			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
 				return err
 			}
@@ -571,7 +827,7 @@ func (s *session) connected(ctx context.Context, w *control.Watch, lostSince *ti
 // reconnect gives the WireGuard peer fresh handshake state (the gateway
 // restarted, or the path was down long enough for sessions to be lost)
 // and, on the TCP transport, a new stream.
-func (s *session) reconnect(ctx context.Context) error {
+func (s *Session) reconnect(ctx context.Context) error {
 	if s.using == TransportTCP {
 		if err := s.dialStream(ctx); err != nil {
 			return err
@@ -581,7 +837,7 @@ func (s *session) reconnect(ctx context.Context) error {
 }
 
 // rejoin joins the current gateway again after it lost the lease.
-func (s *session) rejoin(ctx context.Context) error {
+func (s *Session) rejoin(ctx context.Context) error {
 	old := s.lease.Address.Addr()
 	req := s.req
 	if s.lease.ID != "" {
@@ -590,27 +846,24 @@ func (s *session) rejoin(ctx context.Context) error {
 		ref := s.ref()
 		req.Replace = &ref
 	}
-	ls, err := s.cur.cc.Join(ctx, req)
+	jctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	ls, err := s.cur.cc.Join(jctx, req)
 	if errors.Is(err, control.ErrKeyInUse) {
 		if req, err = s.newKey(s.cur, err); err == nil {
-			ls, err = s.cur.cc.Join(ctx, req)
+			ls, err = s.cur.cc.Join(jctx, req)
 		}
 	}
 	if err != nil {
 		return err
 	}
-	ep, err := resolveEndpoint(ctx, ls.Endpoint, s.cur.addr)
+	ep, err := resolveEndpoint(jctx, ls.Endpoint, s.cur.addr)
 	if err != nil {
 		return err
 	}
-	s.lease, s.endpoint, s.instance = ls, ep, ""
-	s.cur.last = &control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
-	s.writeEgressFile()
-	s.setBypass(ls.Bypass)
-	s.bypassBase = s.bypass.Report()
-	s.relMu.Lock()
-	s.rel.ref = s.ref()
-	s.relMu.Unlock()
+	s.setCurrent(s.cur, ls, ep)
+	s.instance = ""
+	s.stats.rejoins.Add(1)
 	s.readdress()
 	if err := s.reconnect(ctx); err != nil {
 		return err
@@ -626,7 +879,7 @@ func (s *session) rejoin(ctx context.Context) error {
 // learnt the public key (it is not secret) joined with it while this
 // job's lease was gone. It returns the join request to send with the new
 // key, which has no lease to replace.
-func (s *session) newKey(gw *gatewayEntry, inUse error) (control.JoinRequest, error) {
+func (s *Session) newKey(gw *gatewayEntry, inUse error) (control.JoinRequest, error) {
 	priv, err := wgkey.Generate()
 	if err != nil {
 		return control.JoinRequest{}, fmt.Errorf("%w; and making a new key failed: %w", inUse, err)
@@ -647,12 +900,13 @@ func (s *session) newKey(gw *gatewayEntry, inUse error) (control.JoinRequest, er
 }
 
 // failTo moves the job to the least loaded other gateway.
-func (s *session) failTo(ctx context.Context, lostSince time.Time) error {
+func (s *Session) failTo(ctx context.Context, lostSince time.Time) error {
 	old := s.cur
-	if err := s.join(ctx, old, 15*time.Second); err != nil {
+	if err := s.join(ctx, old, RequestTimeout); err != nil {
 		return err
 	}
 	s.instance = ""
+	s.stats.failovers.Add(1)
 	s.readdress()
 	if err := s.reconnect(ctx); err != nil {
 		return err
@@ -665,7 +919,7 @@ func (s *session) failTo(ctx context.Context, lostSince time.Time) error {
 }
 
 // readdress points the TUN decorator at the current lease.
-func (s *session) readdress() {
+func (s *Session) readdress() {
 	dns := s.jobDNS
 	if len(s.lease.DNS) > 0 {
 		dns = s.lease.DNS[0]
@@ -676,14 +930,14 @@ func (s *session) readdress() {
 
 // setBypass puts the gateway's site-local bypass in force; one that does
 // not compile leaves the old one.
-func (s *session) setBypass(b *control.Bypass) {
+func (s *Session) setBypass(b *control.Bypass) {
 	if err := s.bypass.Update(b); err != nil {
 		s.log.Warn("the gateway sent a site-local bypass this client cannot use; the old one stays in force", "err", err)
 	}
 }
 
 // bypassReport returns the bypass counters of the current lease.
-func (s *session) bypassReport() []control.BypassCount {
+func (s *Session) bypassReport() []control.BypassCount {
 	cur := s.bypass.Report()
 	if len(s.bypassBase) == 0 {
 		return cur

@@ -51,6 +51,8 @@ type Bind struct {
 	in     chan *batch
 	forced atomic.Pointer[StreamEndpoint]
 	rx, tx atomic.Uint64
+	// hs counts received handshake messages (HandshakeMessages).
+	hs atomic.Uint64
 
 	initMu   sync.Mutex
 	lastInit []byte // guarded by initMu: last handshake initiation sent over UDP
@@ -92,6 +94,9 @@ func (b *Bind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	for i, fn := range fns {
+		fns[i] = b.countHandshakes(fn)
+	}
 	b.mu.Lock()
 	b.done = make(chan struct{})
 	b.closed = false
@@ -113,6 +118,9 @@ func (b *Bind) receiveStreams(done chan struct{}) conn.ReceiveFunc {
 			if i >= len(packets) {
 				break
 			}
+			if isHandshake(in.buf[off : off+sz]) {
+				b.hs.Add(1)
+			}
 			copy(packets[i], in.buf[off:off+sz])
 			sizes[i] = sz
 			eps[i] = in.ep
@@ -125,6 +133,32 @@ func (b *Bind) receiveStreams(done chan struct{}) conn.ReceiveFunc {
 		return n, nil
 	}
 }
+
+// countHandshakes wraps a UDP receive function to count the handshake
+// messages it yields.
+func (b *Bind) countHandshakes(fn conn.ReceiveFunc) conn.ReceiveFunc {
+	return func(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
+		n, err := fn(packets, sizes, eps)
+		for i := 0; i < n; i++ {
+			if isHandshake(packets[i][:sizes[i]]) {
+				b.hs.Add(1)
+			}
+		}
+		return n, err
+	}
+}
+
+// isHandshake reports whether p is shaped like a WireGuard handshake
+// initiation or response (message type 1 or 2).
+func isHandshake(p []byte) bool {
+	return len(p) > 0 && (p[0] == 1 || p[0] == 2)
+}
+
+// HandshakeMessages returns how many handshake initiations and responses
+// the bind has received, authenticated or not: a cheap sign that a
+// handshake may have completed, to be confirmed with the device (whose
+// state is costly to read).
+func (b *Bind) HandshakeMessages() uint64 { return b.hs.Load() }
 
 // Close closes the UDP bind and every stream.
 func (b *Bind) Close() error {

@@ -7,33 +7,31 @@
 //
 // # Theory of operation
 //
-// Every simulated job is a real client of the gateway: its own
-// control.Client (its own pinned TLS connection), a join with the token
-// and a fresh WireGuard key, a real wireguard-go device with its own UDP
-// socket doing the real handshake with the gateway, a lease watch and
-// renewals on the lease's interval, exactly as internal/client's session
-// does them (a watch that ends is reopened with backoff; a new gateway
-// instance means a restarted gateway, and the job re-handshakes at once).
-// What is not real is the job's side of the device: a channel TUN
-// (chanTUN) instead of a kernel TUN in a namespace. Through it the job
-// sends hand-made IPv4/UDP datagrams to an outside UDP echo server and
-// waits for the echo: traffic through the tunnel, the gateway's egress,
-// its port blocks and flow table.
+// Every simulated job is airlock run's own client session
+// (internal/client.Session): its own control clients (its own pinned TLS
+// connection), a join with the token and a fresh WireGuard key that waits
+// out a busy gateway exactly as airlock run does, a real wireguard-go
+// device with its own UDP socket doing the real handshake with the
+// gateway (over the TCP/TLS transport if UDP does not complete one, as
+// with --transport auto), and Supervise: the control session over the
+// join's connection, renewals, reconnects after a loss or a gateway
+// restart, failover to another gateway. What is not real is the job's
+// side of the device: a channel TUN (chanTUN) instead of a kernel TUN in
+// a namespace. Through it the job sends hand-made IPv4/UDP datagrams to an
+// outside UDP echo server and waits for the echo: traffic through the
+// tunnel, the gateway's egress, its port blocks and flow table.
 //
-// Latencies are measured per job: join (the control API's answer),
-// handshake (device up until the gateway's handshake response arrives,
-// seen by a conn.Bind wrapper, hsBind) and first echo. Gen.Probe measures
-// how long until every job's traffic flows again (after a gateway
-// restart).
+// Latencies are measured per job: join (the control API's answer, waits
+// included), handshake (device up until the first handshake completes)
+// and first echo. Gen.Probe measures how long until every job's traffic
+// flows again (after a gateway restart).
 //
 // Several gateways (Config.Gateway "a:8443,b:8443,c:8443"): every job
-// joins the least loaded one with internal/client's own choice
-// (client.Rank: the gateways' load reports, fewest jobs first), and, like
-// airlock run's session, a job whose watch has failed for FailoverAfter
-// joins the least loaded other gateway and re-handshakes there. Reports
-// give the spread of jobs over the gateways, and Probe the latencies per
-// gateway the jobs were on when it began (after one was killed: how long
-// until its jobs' traffic flows through the others).
+// joins the least loaded one (client.Rank, inside the session) and fails
+// over as airlock run does. Reports give the spread of jobs over the
+// gateways, and Probe the latencies per gateway the jobs were on when it
+// began (after one was killed: how long until its jobs' traffic flows
+// through the others).
 package loadgen
 
 import (
@@ -43,7 +41,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/netip"
 	"sort"
 	"strconv"
@@ -52,11 +49,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.zx2c4.com/wireguard/conn"
-
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -71,6 +65,12 @@ type Config struct {
 	// job moves to another (several gateways); 0 means airlock run's
 	// default, client.DefaultFailoverAfter.
 	FailoverAfter time.Duration
+	// JoinTimeout is how long a job waits for a gateway that cannot take
+	// it yet; 0 means airlock run's default, client.DefaultJoinTimeout.
+	JoinTimeout time.Duration
+	// Transport is the WireGuard transport (client.TransportAuto when
+	// empty).
+	Transport string
 	// N is the number of jobs; they start evenly spread over Over (0:
 	// all at once).
 	N    int
@@ -80,8 +80,8 @@ type Config struct {
 	// then every EchoEvery (0: only once).
 	Echo      netip.AddrPort
 	EchoEvery time.Duration
-	// Timeout bounds each control request, handshake and echo (default
-	// 10 s).
+	// Timeout bounds each control request, the first handshake and each
+	// echo (default 10 s).
 	Timeout time.Duration
 	// JobPrefix names the jobs' batch job ids (PREFIX-N; default
 	// "load").
@@ -102,21 +102,10 @@ type Gen struct {
 
 // job is one simulated job.
 type job struct {
-	g    *Gen
-	i    int
-	gws  []client.Gateway // each with this job's own control client
-	priv wgkey.Key
-
-	// mu guards the current gateway, lease and endpoint, which a
-	// failover replaces.
-	mu    sync.Mutex
-	cur   int
-	lease control.Lease
-	ep    netip.AddrPort
-
-	wg    *tunnel.Client
+	g     *Gen
+	i     int
+	sess  *client.Session
 	tun   *chanTUN
-	bind  *hsBind
 	sport uint16
 
 	started                 time.Time
@@ -127,18 +116,6 @@ type job struct {
 	seq      atomic.Uint32
 	echoOK   atomic.Uint64
 	echoFail atomic.Uint64
-	renewErr atomic.Uint64
-	watchErr atomic.Uint64
-	restarts atomic.Uint64
-	moves    atomic.Uint64 // failovers to another gateway
-}
-
-// current returns the job's gateway (its index), control client, lease
-// and WireGuard endpoint.
-func (j *job) current() (int, *control.Client, control.Lease, netip.AddrPort) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.cur, j.gws[j.cur].CC, j.lease, j.ep
 }
 
 // New checks cfg and returns a Gen with no jobs running yet.
@@ -155,16 +132,13 @@ func New(cfg Config) (*Gen, error) {
 	if cfg.JobPrefix == "" {
 		cfg.JobPrefix = "load"
 	}
-	if cfg.FailoverAfter == 0 {
-		cfg.FailoverAfter = client.DefaultFailoverAfter
-	}
 	return &Gen{cfg: cfg, log: cfg.Logger, errs: map[string]int{}}, nil
 }
 
 // Start starts the jobs, spread over cfg.Over, and returns once every job
 // has joined, done its handshake and (with Echo) its first echo, or
-// failed. Jobs keep renewing and watching until ctx ends; Close releases
-// them. The report describes the start.
+// failed. Jobs keep their sessions until ctx ends; Close releases them.
+// The report describes the start.
 func (g *Gen) Start(ctx context.Context) Report {
 	g.jobs = make([]*job, g.cfg.N)
 	var wg sync.WaitGroup
@@ -190,7 +164,10 @@ func (g *Gen) Start(ctx context.Context) Report {
 				return
 			}
 			j.ok = true
-			go j.run(ctx)
+			go j.sess.Supervise(ctx)
+			if g.cfg.Echo.IsValid() && g.cfg.EchoEvery > 0 {
+				go j.echoes(ctx)
+			}
 		}()
 	}
 	wg.Wait()
@@ -214,8 +191,7 @@ func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
 		if !j.ok {
 			continue
 		}
-		cur, _, _, _ := j.current()
-		gw := j.gws[cur].Addr
+		gw := j.sess.Gateway()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -250,27 +226,21 @@ func (g *Gen) Probe(ctx context.Context, limit time.Duration) Report {
 // Snapshot reports the running jobs' counters so far.
 func (g *Gen) Snapshot() Report { return g.report("snapshot") }
 
-// Close releases every lease and stops every device.
+// Close releases every lease (over each job's control session) and stops
+// every device. Cancel the context given to Start first.
 func (g *Gen) Close() {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64)
 	for _, j := range g.jobs {
 		if j == nil || !j.ok {
-			if j != nil && j.wg != nil {
-				j.wg.Close()
-			}
 			continue
 		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), g.cfg.Timeout)
-			_, cc, ls, _ := j.current()
-			_ = cc.Release(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret})
-			cancel()
-			j.wg.Close()
-			j.closeClients()
+			j.sess.Release()
+			j.sess.Close()
 		}()
 	}
 	wg.Wait()
@@ -286,50 +256,6 @@ func (g *Gen) countErr(err error) {
 	g.errs[msg]++
 }
 
-// closeClients closes the job's control clients.
-func (j *job) closeClients() {
-	for _, gw := range j.gws {
-		gw.CC.Close()
-	}
-}
-
-// join joins the least loaded gateway but skip (an index, -1 for none),
-// trying the others in order when one refuses, as airlock run's session
-// does (client.Rank), and makes it the job's current gateway.
-func (j *job) join(ctx context.Context, skip int) error {
-	g := j.g
-	rs := client.Rank(ctx, g.log, j.gws, skip)
-	if len(rs) == 0 {
-		return errors.New("join: no gateway to join: every gateway is unreachable or draining")
-	}
-	var errs []error
-	for _, r := range rs {
-		jctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
-		gw := j.gws[r.Index]
-		ls, err := gw.CC.Join(jctx, control.JoinRequest{
-			Token: g.cfg.Token, PublicKey: j.priv.PublicKey(),
-			Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"},
-		})
-		cancel()
-		var ep netip.AddrPort
-		if err == nil {
-			ep, err = endpoint(ls.Endpoint, gw.Addr)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			errs = append(errs, err)
-			continue
-		}
-		j.mu.Lock()
-		j.cur, j.lease, j.ep = r.Index, ls, ep
-		j.mu.Unlock()
-		return nil
-	}
-	return fmt.Errorf("join: %w", errors.Join(errs...))
-}
-
 // start joins, brings the device up, waits for the handshake and the first
 // echo.
 func (j *job) start(ctx context.Context) error {
@@ -339,30 +265,32 @@ func (j *job) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("control client: %w", err)
 	}
-	j.gws = gws
-	if j.priv, err = wgkey.Generate(); err != nil {
+	priv, err := wgkey.Generate()
+	if err != nil {
 		return err
 	}
-	if err := j.join(ctx, -1); err != nil {
-		return err
+	j.sess = client.NewSession(client.SessionConfig{
+		Logger: g.log, Gateways: gws, Key: priv,
+		Join: control.JoinRequest{Token: g.cfg.Token,
+			Job: control.JobInfo{BatchJobID: g.cfg.JobPrefix + "-" + strconv.Itoa(j.i), BatchSystem: "loadgen", Hostname: "loadgen", User: "load", Command: "loadgen"}},
+		Transport: g.cfg.Transport, FailoverAfter: g.cfg.FailoverAfter, JoinTimeout: g.cfg.JoinTimeout,
+	})
+	if err := j.sess.Join(ctx); err != nil {
+		return fmt.Errorf("join: %w", err)
 	}
 	j.joinLat = time.Since(j.started)
-	gwKey := j.lease.GatewayPublicKey
-	j.tun = newChanTUN(j.lease.MTU)
-	j.bind = &hsBind{Bind: conn.NewStdNetBind(), got: make(chan struct{})}
+	j.tun = newChanTUN(j.sess.Lease().MTU)
 	up := time.Now()
-	j.wg, err = tunnel.NewClient(g.log, j.tun, j.bind, j.priv, gwKey, j.ep)
-	if err != nil {
+	if err := j.sess.StartTunnel(ctx, j.tun); err != nil {
 		return fmt.Errorf("wireguard: %w", err)
 	}
-	select {
-	case <-j.bind.got:
-		j.hsLat = time.Since(up)
-	case <-time.After(g.cfg.Timeout):
+	if !j.sess.WaitHandshake(ctx, time.Time{}, g.cfg.Timeout) {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return errors.New("no wireguard handshake")
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	j.hsLat = time.Since(up)
 	if g.cfg.Echo.IsValid() {
 		t := time.Now()
 		if err := j.echo(ctx, g.cfg.Timeout); err != nil {
@@ -376,154 +304,35 @@ func (j *job) start(ctx context.Context) error {
 // abandon releases the lease of a job that failed after its join and
 // stops its device, so that its lease does not linger until it expires.
 func (j *job) abandon() {
-	if j.wg != nil {
-		j.wg.Close()
-	}
-	if len(j.gws) == 0 {
+	if j.sess == nil {
 		return
 	}
-	if _, cc, ls, _ := j.current(); ls.ID != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), j.g.cfg.Timeout)
-		_ = cc.Release(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret})
-		cancel()
-	}
-	j.closeClients()
+	j.sess.Release()
+	j.sess.Close()
 }
 
-// run keeps the lease: watch, renewals, periodic echoes; like
-// internal/client's session, a watch that ends is reopened with backoff
-// (250 ms doubling to 2 s), a new gateway instance or a reconnection after
-// a loss makes the job re-handshake, and with several gateways a gateway
-// lost for FailoverAfter is left for the least loaded other one.
-func (j *job) run(ctx context.Context) {
+// echoes sends an echo every EchoEvery (the first at a random point of
+// the interval, so that the jobs' echoes spread) until ctx ends.
+func (j *job) echoes(ctx context.Context) {
 	g := j.g
-	var echo <-chan time.Time
-	var echoTimer *time.Timer
-	if g.cfg.Echo.IsValid() && g.cfg.EchoEvery > 0 {
-		// Spread the jobs' echoes over the interval.
-		echoTimer = time.NewTimer(time.Duration(rand.Int64N(int64(g.cfg.EchoEvery))))
-		defer echoTimer.Stop()
-		echo = echoTimer.C
-	}
-	instance := ""
-	var lostSince time.Time
-	backoff := 250 * time.Millisecond
-	for ctx.Err() == nil {
-		_, cc, ls, ep := j.current()
-		ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
-		w, err := cc.Watch(ctx, ref)
-		var lastHeard time.Time
-		if err == nil {
-			if (instance != "" && w.First.Instance != instance) || !lostSince.IsZero() {
-				if instance != "" && w.First.Instance != instance {
-					j.restarts.Add(1)
-				}
-				if err := j.wg.SetGateway(ls.GatewayPublicKey, ep); err != nil {
-					g.countErr(fmt.Errorf("re-handshake: %w", err))
-				}
-			}
-			instance, lostSince, backoff = w.First.Instance, time.Time{}, 250*time.Millisecond
-			err = j.connected(ctx, cc, ls, w, echo, echoTimer)
-			lastHeard = w.LastEvent()
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
-			g.countErr(fmt.Errorf("watch: %w", err))
-			return
-		}
-		j.watchErr.Add(1)
-		if lostSince.IsZero() {
-			lostSince = time.Now()
-			if errors.Is(err, control.ErrWatchSilent) && !lastHeard.IsZero() {
-				lostSince = lastHeard
-			}
-		}
-		if len(j.gws) > 1 && time.Since(lostSince) >= g.cfg.FailoverAfter {
-			if err := j.failover(ctx); err == nil {
-				instance, lostSince = "", time.Time{}
-				continue
-			} else {
-				g.countErr(fmt.Errorf("failover: %w", err))
-			}
-		}
-		t := time.NewTimer(backoff - backoff/5 + time.Duration(rand.Int64N(int64(2*backoff/5)+1)))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// connected renews the lease and sends the periodic echoes while the
-// watch w is open, and returns why it ended.
-func (j *job) connected(ctx context.Context, cc *control.Client, ls control.Lease, w *control.Watch, echo <-chan time.Time, echoTimer *time.Timer) error {
-	g := j.g
-	defer w.Close()
-	ref := control.LeaseRef{ID: ls.ID, Secret: ls.Secret}
-	every := time.Duration(ls.RenewInterval)
-	if every <= 0 {
-		every = 30 * time.Second
-	}
-	renew := time.NewTicker(every)
-	defer renew.Stop()
-	ended := make(chan error, 1)
-	go func() {
-		for {
-			if _, err := w.Next(); err != nil {
-				ended <- err
-				return
-			}
-		}
-	}()
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(g.cfg.EchoEvery))))
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-ended:
-			return err
-		case <-renew.C:
-			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := cc.Renew(rctx, ref)
-			cancel()
-			if errors.Is(err, control.ErrUnknownLease) || errors.Is(err, control.ErrLeaseEnded) {
-				j.renewErr.Add(1)
-				return err
-			}
-			if err != nil {
-				j.renewErr.Add(1)
-			}
-		case <-echo:
-			echoTimer.Reset(g.cfg.EchoEvery)
-			if err := j.echo(ctx, g.cfg.Timeout); err != nil {
-				j.echoFail.Add(1)
-			} else {
-				j.echoOK.Add(1)
-			}
+			return
+		case <-t.C:
 		}
+		if err := j.echo(ctx, g.cfg.Timeout); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			j.echoFail.Add(1)
+		} else {
+			j.echoOK.Add(1)
+		}
+		t.Reset(g.cfg.EchoEvery)
 	}
-}
-
-// failover moves the job to the least loaded other gateway: a new lease
-// there and a new WireGuard peer. The lost gateway's lease is not
-// released (it cannot be reached; it expires there), as in airlock run.
-func (j *job) failover(ctx context.Context) error {
-	old, _, _, _ := j.current()
-	j.echoMu.Lock() // no echo from the old lease's address meanwhile
-	defer j.echoMu.Unlock()
-	if err := j.join(ctx, old); err != nil {
-		return err
-	}
-	_, _, ls, ep := j.current()
-	if err := j.wg.SetGateway(ls.GatewayPublicKey, ep); err != nil {
-		return err
-	}
-	j.moves.Add(1)
-	return nil
 }
 
 // echo sends one datagram to the echo server through the tunnel and waits
@@ -533,8 +342,7 @@ func (j *job) echo(ctx context.Context, timeout time.Duration) error {
 	defer j.echoMu.Unlock()
 	seq := j.seq.Add(1)
 	payload := []byte(fmt.Sprintf("%s-%d-%d", j.g.cfg.JobPrefix, j.i, seq))
-	_, _, ls, _ := j.current()
-	pkt := udpPacket(ls.Address.Addr(), j.sport, j.g.cfg.Echo, payload)
+	pkt := udpPacket(j.sess.JobAddr(), j.sport, j.g.cfg.Echo, payload)
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
@@ -558,19 +366,6 @@ func (j *job) echo(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// endpoint resolves the lease's WireGuard endpoint; an unspecified or
-// missing host means the control API's host.
-func endpoint(ep, controlAddr string) (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(ep)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("bad endpoint %q: %w", ep, err)
-	}
-	if a, err := netip.ParseAddr(host); host == "" || (err == nil && a.IsUnspecified()) {
-		host, _, _ = net.SplitHostPort(controlAddr)
-	}
-	return netip.ParseAddrPort(net.JoinHostPort(host, port))
-}
-
 // Report summarizes a phase.
 type Report struct {
 	Phase string `json:"phase"`
@@ -582,7 +377,8 @@ type Report struct {
 	Join      Summary `json:"join"`
 	Handshake Summary `json:"handshake"`
 	Echo      Summary `json:"echo"`
-	// Counters of running jobs; Failovers counts moves to another
+	// Counters of running jobs (client.SessionStats): WatchErrors counts
+	// control sessions lost and reopened, Failovers moves to another
 	// gateway.
 	EchoOK, EchoFail, RenewErrors, WatchErrors, Restarts, Failovers uint64
 	// Gateways is the spread with several gateways: running jobs per
@@ -622,9 +418,8 @@ func (g *Gen) multi() bool { return strings.Contains(g.cfg.Gateway, ",") }
 func (g *Gen) spread() map[string]int {
 	out := map[string]int{}
 	for _, j := range g.jobs {
-		if j != nil && j.ok && len(j.gws) > 0 {
-			cur, _, _, _ := j.current()
-			out[j.gws[cur].Addr]++
+		if j != nil && j.ok {
+			out[j.sess.Gateway()]++
 		}
 	}
 	return out
@@ -653,10 +448,13 @@ func (g *Gen) report(phase string) Report {
 		}
 		r.EchoOK += j.echoOK.Load()
 		r.EchoFail += j.echoFail.Load()
-		r.RenewErrors += j.renewErr.Load()
-		r.WatchErrors += j.watchErr.Load()
-		r.Restarts += j.restarts.Load()
-		r.Failovers += j.moves.Load()
+		if j.ok {
+			st := j.sess.Stats()
+			r.RenewErrors += st.RenewErrors
+			r.WatchErrors += st.Lost
+			r.Restarts += st.Restarts
+			r.Failovers += st.Failovers
+		}
 	}
 	if g.multi() {
 		r.Gateways = g.spread()

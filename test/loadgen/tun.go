@@ -5,9 +5,7 @@ package loadgen
 import (
 	"os"
 	"sync"
-	"sync/atomic"
 
-	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun"
 )
 
@@ -72,37 +70,4 @@ func (t *chanTUN) Close() error {
 		close(t.events)
 	})
 	return nil
-}
-
-// hsBind is a conn.Bind that closes got when the first WireGuard handshake
-// response (message type 2) arrives: the end of the job's handshake.
-type hsBind struct {
-	conn.Bind
-	got  chan struct{}
-	seen atomic.Bool
-}
-
-// messageResponseType is WireGuard's handshake response message type.
-const messageResponseType = 2
-
-func (b *hsBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
-	fns, p, err := b.Bind.Open(port)
-	if err != nil {
-		return nil, 0, err
-	}
-	for i, fn := range fns {
-		fns[i] = func(bufs [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
-			n, err := fn(bufs, sizes, eps)
-			if !b.seen.Load() {
-				for k := 0; k < n; k++ {
-					if sizes[k] > 0 && bufs[k][0] == messageResponseType && b.seen.CompareAndSwap(false, true) {
-						close(b.got)
-						break
-					}
-				}
-			}
-			return n, err
-		}
-	}
-	return fns, p, nil
 }

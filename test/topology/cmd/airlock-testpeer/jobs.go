@@ -37,7 +37,9 @@ func runJobs(args []string) error {
 	hold := fs.Duration("hold", time.Minute, "keep the jobs running this long after they started")
 	echo := fs.String("echo", "", "UDP echo server ADDR:PORT to send a datagram to through each job's tunnel")
 	every := fs.Duration("echo-every", time.Minute, "each job's echo interval while running (0: only at start)")
-	timeout := fs.Duration("timeout", 10*time.Second, "bound of each request, handshake and echo")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound of each request, the first handshake and each echo")
+	joinTimeout := fs.Duration("join-timeout", 0, "how long a job waits for a gateway that cannot take it yet (default: airlock run's)")
+	transport := fs.String("transport", "", "WireGuard transport: auto (default), udp or tcp, as airlock run's --transport")
 	prefix := fs.String("prefix", "load", "batch job id prefix")
 	probeLimit := fs.Duration("probe-limit", 60*time.Second, "SIGUSR1 probe: give up on a job after this long")
 	logLevel := fs.String("log-level", "error", "log level of the jobs' WireGuard devices")
@@ -53,6 +55,7 @@ func runJobs(args []string) error {
 		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl})),
 		Gateway: *gw, Pin: *pin, Token: *token, N: *n, Over: *over,
 		EchoEvery: *every, Timeout: *timeout, JobPrefix: *prefix, FailoverAfter: *failover,
+		JoinTimeout: *joinTimeout, Transport: *transport,
 	}
 	if *echo != "" {
 		ap, err := netip.ParseAddrPort(*echo)
@@ -95,7 +98,7 @@ func runJobs(args []string) error {
 }
 
 // raiseNoFile raises the open-files limit as far as allowed: every job
-// holds a UDP socket and two TLS connections.
+// holds a UDP socket (two: IPv4 and IPv6) and a TLS connection.
 func raiseNoFile() {
 	var r unix.Rlimit
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &r) != nil {
