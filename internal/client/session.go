@@ -315,9 +315,10 @@ func (s *Session) join(ctx context.Context, skip *gatewayEntry, budget time.Dura
 		}
 		wait = spreadWait(wait)
 		left := time.Until(deadline)
-		if wait > left {
+		if left <= 0 {
 			return fmt.Errorf("%w; gave up after waiting %v (--join-timeout)", err, budget.Round(time.Second))
 		}
+		wait = min(wait, left) // then one last try
 		if !told {
 			told = true
 			fmt.Fprintf(s.stderr, "airlock: %s; waiting for it, up to %v more (--join-timeout)\n",

@@ -34,7 +34,7 @@ func TestExampleFile(t *testing.T) {
 	if !cfg.Exposure.Allowed("cms-pilots", policy.ProtoTCP, 8080) || cfg.Exposure.Allowed("other", policy.ProtoTCP, 8080) {
 		t.Error("exposure rules not as in the example")
 	}
-	if got := cfg.Quotas.ForToken("cms-pilots"); got != (Quota{MaxLeases: 5000, JoinsPerMinute: 600}) {
+	if got := cfg.Quotas.ForToken("cms-pilots"); got != (Quota{MaxLeases: 5000, JoinsPerMinute: 6000}) {
 		t.Errorf("cms-pilots quota = %+v", got)
 	}
 }

@@ -12,12 +12,13 @@ import (
 )
 
 // fdsPerIdleJob is how many file descriptors one idle job holds in the
-// gateway: its lease watch and its keep-alive control connection (its
-// WireGuard traffic shares the gateway's one UDP socket). Each flow it
-// opens takes one or two more (the outside socket; with kernel TCP also
-// the accepted job-side socket), so fdsPerJob leaves room for a few.
+// gateway: the connection of its control session (its WireGuard traffic
+// shares the gateway's one UDP socket; a client older than sessions holds
+// two, its lease watch and a kept-alive connection). Each flow it opens
+// takes one or two more (the outside socket; with kernel TCP also the
+// accepted job-side socket), so fdsPerJob leaves room for a few.
 const (
-	fdsPerIdleJob = 2
+	fdsPerIdleJob = 1
 	fdsPerJob     = 8
 	// fdsReserved are the gateway's own descriptors (listeners, state
 	// db, logs, TUNs) and headroom.

@@ -349,8 +349,11 @@ func testAirlock(t *testing.T, mode string) {
 				regexp.MustCompile(`(?i)token`), regexp.MustCompile(`(?i)reject|invalid|denied|unauthori[sz]ed|unknown|not accepted|refused`)}},
 			{"WrongPin", runOpts{pin: wrongPin}, []*regexp.Regexp{
 				regexp.MustCompile(`(?i)fingerprint|pin`)}},
-			{"GatewayDown", runOpts{gateway: closed}, []*regexp.Regexp{
-				regexp.MustCompile(`(?i)gateway`), regexp.MustCompile(`(?i)reach|connect|refused|unreachable|timed? ?out`)}},
+			// A gateway that does not answer may be restarting: the job
+			// waits for it, up to --join-timeout, and says so.
+			{"GatewayDown", runOpts{gateway: closed, flags: []string{"--join-timeout", "4s"}}, []*regexp.Regexp{
+				regexp.MustCompile(`(?i)gateway`), regexp.MustCompile(`(?i)reach|connect|refused|unreachable|timed? ?out`),
+				regexp.MustCompile(`waiting for it`), regexp.MustCompile(`--join-timeout`)}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.o.timeout = 40 * time.Second

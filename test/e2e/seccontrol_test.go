@@ -209,9 +209,12 @@ done`, int(flood/time.Second), gw)
 			sleeper(t, q3, fmt.Sprintf("q3-%d", i))
 		}
 		waitJobs(t, "q3", 3)
-		code, _, stderr := e.runWith(t, runOpts{token: q3}, "true")
-		if code != 125 || !strings.Contains(stderr, "max_leases = 3") || !strings.Contains(stderr, "quota.token.q3.max_leases") {
-			t.Errorf("4th job of token q3: exit %d, stderr %q; want 125 and a refusal naming the quota and what to do", code, stderr)
+		// A quota of jobs at once clears when one ends: the 4th job
+		// waits for it (here at most 3 s), saying so, then gives up.
+		code, _, stderr := e.runWith(t, runOpts{token: q3, flags: []string{"--join-timeout", "3s"}}, "true")
+		if code != 125 || !strings.Contains(stderr, "max_leases = 3") || !strings.Contains(stderr, "quota.token.q3.max_leases") ||
+			!strings.Contains(stderr, "waiting for it") {
+			t.Errorf("4th job of token q3: exit %d, stderr %q; want 125 and a refusal naming the quota and what to do, after waiting", code, stderr)
 		} else {
 			t.Logf("4th job of token q3 refused: %s", strings.TrimSpace(stderr))
 		}

@@ -340,7 +340,7 @@ func TestGateways(t *testing.T) {
 		if code != 0 || !onB.MatchString(out) {
 			t.Errorf("new job while A drains: exit %d, tun0 %q, want B's subnet%s", code, out, e.diag(stderr))
 		}
-		code, out, stderr = e.runWith(t, runOpts{}, "true")
+		code, out, stderr = e.runWith(t, runOpts{flags: []string{"--join-timeout", "3s"}}, "true")
 		if code == 0 || !strings.Contains(stderr, "draining") {
 			t.Errorf("job given only the draining gateway: exit %d, want a failure that says it drains: %s", code, stderr)
 		}
