@@ -162,7 +162,6 @@ func TestStartupAB(t *testing.T) {
 	}
 	tp := topology.New(t, topology.WithPrefix("sa"))
 	u := topology.EnsureUser(t)
-	topology.PrepareTUN(t)
 	_, gateway, pin, token, err := airlockGateway(t, tp, logDir(filepath.Join(out, "logs")), "user")
 	if err != nil {
 		t.Fatal(err)
