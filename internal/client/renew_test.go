@@ -336,3 +336,28 @@ func TestSessionNewKeyWhenSquatted(t *testing.T) {
 		t.Errorf("WireGuard device's key %v, want the new %v", got, s.priv.PublicKey())
 	}
 }
+
+// TestResyncWaitsForGateway: after a loss, a session whose restarted
+// gateway says it will start the handshake (resume) waits that long for
+// it before it starts one itself; without the promise it starts one at
+// once.
+func TestResyncWaitsForGateway(t *testing.T) {
+	g := controltest.Start(t, nil, controltest.Options{})
+	s := testSession(t, g, nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		resume   time.Duration
+		min, max time.Duration
+	}{
+		{0, 0, 200 * time.Millisecond},
+		{400 * time.Millisecond, 400 * time.Millisecond, 2 * time.Second},
+	} {
+		t0 := time.Now()
+		if err := s.resync(ctx, c.resume, t0.Add(-time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(t0); d < c.min || d > c.max {
+			t.Errorf("resync with resume %v took %v, want %v to %v", c.resume, d, c.min, c.max)
+		}
+	}
+}

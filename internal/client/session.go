@@ -765,7 +765,7 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 	}
 	streamGone := s.using == TransportTCP && (s.bind.Stream() == nil || s.bind.Stream().Err() != nil)
 	if restarted || streamGone || !lostSince.IsZero() {
-		if err := s.reconnect(ctx); err != nil {
+		if err := s.resync(ctx, att.First.Resume.Std(), *lostSince); err != nil {
 			return err
 		}
 	}
@@ -823,6 +823,33 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 			}
 		}
 	}
+}
+
+// resync brings the tunnel back after the gateway was lost since lostAt
+// (zero: not known). On UDP nothing is needed if a handshake completed
+// since then (the restarted gateway started it, or the job's own
+// WireGuard did), and if the gateway says it will start one (resume: it
+// restarted and knows the job's endpoint) the session waits that long for
+// it; otherwise, and on the TCP transport, it reconnects at once.
+func (s *Session) resync(ctx context.Context, resume time.Duration, lostAt time.Time) error {
+	if s.using == TransportUDP && !lostAt.IsZero() {
+		if s.wg.LastHandshake().After(lostAt) {
+			s.log.Debug("tunnel already re-established", "gateway", s.cur.addr)
+			return nil
+		}
+		if resume > 0 {
+			t0 := time.Now()
+			if s.WaitHandshake(ctx, lostAt, resume) {
+				s.log.Info("the restarted gateway re-established the tunnel", "gateway", s.cur.addr, "waited", time.Since(t0).Round(time.Millisecond))
+				return nil
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.log.Info("no handshake from the restarted gateway in the time it named; starting one", "gateway", s.cur.addr, "waited", resume)
+		}
+	}
+	return s.reconnect(ctx)
 }
 
 // reconnect gives the WireGuard peer fresh handshake state (the gateway

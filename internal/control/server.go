@@ -84,6 +84,13 @@ type Backend interface {
 	// ErrNotSupported for a backend without site-local bypass (its
 	// watches then carry no bypass at all).
 	LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error)
+	// HandshakeDue returns how long the gateway may still take to start
+	// the WireGuard handshake with the client of the lease ref names
+	// itself (a restarted gateway re-establishes its restored sessions,
+	// paced), or 0 when it will not: the client then starts one. It must
+	// be cheap; it is asked for the first event of every lease session
+	// and watch.
+	HandshakeDue(ref LeaseRef) time.Duration
 	// ReportBypass records the client's cumulative bypass counters for
 	// the lease ref names, after a successful renewal of it. counts has
 	// at most 256 entries with distinct, non-empty rule names. A backend

@@ -176,7 +176,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 // if the backend offers one) and the channel closed when that bypass may
 // have changed.
 func (ss *serverSession) firstEvent() ([]byte, <-chan struct{}) {
-	ev := WatchEvent{Instance: ss.instance, Heartbeat: Duration(ss.s.watchHB)}
+	ev := WatchEvent{Instance: ss.instance, Heartbeat: Duration(ss.s.watchHB),
+		Resume: Duration(ss.s.backend.HandshakeDue(ss.ref))}
 	changed, line := ss.s.watchBypass(ss.ref, ev)
 	if line == nil {
 		line = marshalLine(ev)

@@ -75,6 +75,12 @@ type WatchEvent struct {
 	// Reply, on a lease session only (session.go), answers one of the
 	// client's requests; such an event is not a heartbeat of its own.
 	Reply *SessionReply `json:"reply,omitempty"`
+	// Resume, in the first event only, is set when the gateway will start
+	// the WireGuard handshake with this job itself (it restarted and
+	// knows the job's endpoint; Backend.HandshakeDue): the client waits
+	// that long for it before it starts one, so that thousands of jobs
+	// do not handshake at once.
+	Resume Duration `json:"resume,omitempty"`
 }
 
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
@@ -162,8 +168,10 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 	ev := WatchEvent{Instance: s.backend.Health().Instance, Heartbeat: Duration(s.watchHB)}
 	heartbeat, _ := json.Marshal(ev)
 	heartbeat = append(heartbeat, '\n')
-	line := heartbeat
-	bypassChanged, withBypass := s.watchBypass(ref, ev)
+	first := ev
+	first.Resume = Duration(s.backend.HandshakeDue(ref))
+	line := marshalLine(first)
+	bypassChanged, withBypass := s.watchBypass(ref, first)
 	if withBypass != nil {
 		line = withBypass
 	}

@@ -99,6 +99,9 @@ type gateway struct {
 	res resources
 	// v6 is the IPv6 side: tunnel prefix, egress (dualstack.go).
 	v6 dualState
+	// rehs are the restored peers' endpoints and the handshakes the
+	// gateway starts with them (rehandshake.go).
+	rehs rehandshakes
 }
 
 // owner is what a lease records about its holder.

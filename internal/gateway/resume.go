@@ -24,7 +24,9 @@ import (
 // limits and exposed ports, and closes the records it cannot restore (a
 // changed subnet or port plan). The client's lease id, secret, tunnel
 // address and port block stay valid: it only needs a new handshake, which
-// it starts when its lease watch shows a new gateway instance.
+// the gateway starts itself, paced, where it kept the job's endpoint
+// (rehandshake.go), and the job otherwise when its control session shows a
+// new gateway instance.
 
 // resumeState is what the history keeps of live lease l to restore it.
 func resumeState(l lease.Lease, pub wgkey.Key, expose []control.Port) *store.ResumeState {
@@ -46,6 +48,7 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 	if err != nil {
 		return 0, 0, err
 	}
+	g.loadEndpoints()
 	live, err := g.liveTokens(now)
 	if err != nil {
 		return 0, 0, err
@@ -135,6 +138,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
 		return err
 	}
+	g.restoreEndpoint(pub)
 	g.log.Info("lease restored", "lease", l.ID, "addr", l.Addr, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)
 	return nil
 }

@@ -307,7 +307,8 @@ func (g *gateway) serve(ctx context.Context) error {
 	if r.mx.listener != nil {
 		grp.Go(func() error { return metrics.Serve(gctx, r.mx.listener, r.mx.registry) })
 	}
-	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds}
+	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds,
+		g.endpointLoop, g.rehandshakeLoop}
 	if g.cfg.Reload != nil {
 		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
 	}

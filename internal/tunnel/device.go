@@ -119,6 +119,36 @@ func (g *Gateway) AddPeer(pub wgkey.Key, addrs ...netip.Addr) error {
 	return nil
 }
 
+// SetEndpoint tells the device where peer pub was last heard (a UDP
+// address), so that it can start a handshake with it (Initiate); an unknown
+// peer is not added.
+func (g *Gateway) SetEndpoint(pub wgkey.Key, ep netip.AddrPort) error {
+	cfg := fmt.Sprintf("public_key=%s\nupdate_only=true\nendpoint=%s\n", pub.Hex(), ep)
+	if err := g.dev.IpcSet(cfg); err != nil {
+		return fmt.Errorf("set endpoint of wireguard peer %s: %w", pub, err)
+	}
+	return nil
+}
+
+// Initiate starts a handshake with peer pub at its endpoint (SetEndpoint),
+// as a client would; wireguard-go retries it every 5 s for 90 s if no
+// answer comes. It fails for an unknown peer or one without an endpoint.
+func (g *Gateway) Initiate(pub wgkey.Key) error {
+	peer := g.dev.LookupPeer(device.NoisePublicKey(pub))
+	if peer == nil {
+		return fmt.Errorf("initiate handshake: unknown wireguard peer %s", pub)
+	}
+	if err := peer.SendHandshakeInitiation(false); err != nil {
+		return fmt.Errorf("initiate handshake with wireguard peer %s: %w", pub, err)
+	}
+	return nil
+}
+
+// UnderLoad reports whether the device counts itself under load: so many
+// handshakes queued that it answers new ones with cookies and admits at
+// most 20 a second per source address (wireguard-go's DoS protection).
+func (g *Gateway) UnderLoad() bool { return g.dev.IsUnderLoad() }
+
 // RemovePeer removes the peer with public key pub; unknown keys are ignored.
 func (g *Gateway) RemovePeer(pub wgkey.Key) {
 	g.dev.RemovePeer(device.NoisePublicKey(pub))

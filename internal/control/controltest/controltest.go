@@ -39,6 +39,8 @@ type Backend struct {
 	Instance string
 	// RenewErr, if set, is returned by every Renew.
 	RenewErr error
+	// Resume is what HandshakeDue answers.
+	Resume time.Duration
 
 	// gate, write-locked by Block, stalls CheckLease.
 	gate sync.RWMutex
@@ -180,6 +182,9 @@ func (b *Backend) CheckLease(ref control.LeaseRef) error {
 func (b *Backend) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan struct{}, error) {
 	return nil, nil, control.ErrNotSupported
 }
+
+// HandshakeDue implements control.Backend: Resume, for every lease.
+func (b *Backend) HandshakeDue(ref control.LeaseRef) time.Duration { return b.Resume }
 
 // ReportBypass implements control.Backend: it ignores the counters.
 func (b *Backend) ReportBypass(ref control.LeaseRef, counts []control.BypassCount) {}
