@@ -381,6 +381,9 @@ type Report struct {
 	// control sessions lost and reopened, Failovers moves to another
 	// gateway.
 	EchoOK, EchoFail, RenewErrors, WatchErrors, Restarts, Failovers uint64
+	// Rejoins counts jobs joining again because the gateway had lost
+	// their lease.
+	Rejoins uint64 `json:",omitempty"`
 	// Gateways is the spread with several gateways: running jobs per
 	// gateway (its address as given) at the report.
 	Gateways map[string]int `json:"gateways,omitempty"`
@@ -454,6 +457,7 @@ func (g *Gen) report(phase string) Report {
 			r.WatchErrors += st.Lost
 			r.Restarts += st.Restarts
 			r.Failovers += st.Failovers
+			r.Rejoins += st.Rejoins
 		}
 	}
 	if g.multi() {
