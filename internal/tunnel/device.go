@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"golang.zx2c4.com/wireguard/conn"
-	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	// wireguard-go's device package with smaller per-peer state
+	// (third_party/wireguard-go/README.md).
+	"github.com/airlock-vpn/airlock/third_party/wireguard-go/device"
 )
 
 // KeepaliveInterval is the persistent keepalive the client asks for. It keeps
