@@ -121,10 +121,10 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 	if err != nil {
 		return fmt.Errorf("record lease %s: %w", r.ID, err)
 	}
-	// Batch: joins that arrive together share one transaction and one
-	// fsync (a join storm is otherwise bound by the disk's fsync rate).
-	// The function is idempotent, as Batch requires.
-	err = s.db.Batch(func(tx *bolt.Tx) error {
+	// Group commit (commit.go): joins that arrive together share one
+	// transaction and one fsync, and a lone one waits for nothing. The
+	// function is idempotent, as that requires.
+	err = s.commits.run(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketLeases).Put([]byte(r.ID), v); err != nil {
 			return err
 		}
@@ -156,7 +156,7 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 // RecordLeaseEnd sets the end time and reason of lease id, if it has none
 // yet. An unknown id returns ErrNotFound.
 func (s *Store) RecordLeaseEnd(id string, end time.Time, reason string) error {
-	err := s.db.Batch(func(tx *bolt.Tx) error { // idempotent; see RecordLeaseStart
+	err := s.commits.run(func(tx *bolt.Tx) error { // idempotent; see RecordLeaseStart
 		b := tx.Bucket(bucketLeases)
 		v := b.Get([]byte(id))
 		if v == nil {

@@ -43,6 +43,8 @@ var (
 type Store struct {
 	db   *bolt.DB
 	path string
+	// commits groups the lease history's writes (commit.go).
+	commits groupCommit
 	// journal makes lease history changes append to the journal
 	// (journal.go); set before the store is shared.
 	journal bool
@@ -74,7 +76,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init state db %s: %w", path, err)
 	}
-	return &Store{db: db, path: path}, nil
+	return &Store{db: db, path: path, commits: groupCommit{db: db}}, nil
 }
 
 // Path returns the database file's path.
