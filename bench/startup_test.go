@@ -123,16 +123,19 @@ func benchStartup(t *testing.T, logs logDir, what string, runs int) startupResul
 }
 
 var (
-	flagStartupBins = flag.String("startup.bins", "", "TestStartupAB: LABEL=PATH,... airlock binaries whose `run -- true` is timed, interleaved (default: this tree's build, as \"head\")")
+	flagStartupBins = flag.String("startup.bins", "", "TestStartupAB: LABEL=PATH,... airlock binaries whose `run -- true` is timed, interleaved, each against a gateway of the same binary (default: this tree's build, as \"head\")")
 	flagStartupRuns = flag.Int("startup.runs", 30, "TestStartupAB: runs of each binary")
+	flagStartupGW   = flag.String("startup.gateway", "own", "TestStartupAB: own (each binary's jobs join a gateway of that binary) or head (every binary's jobs join one gateway built from this tree)")
 )
 
 // TestStartupAB times `airlock run -- true` (as the test user in cn, through
 // ip netns exec and setpriv, as benchStartup does) for several airlock
-// binaries against one user-mode gateway built from this tree, runs
-// interleaved (A, B, A, B, ...) so that the machine's load falls on all
-// alike. It writes startup-ab.tsv (label, runs, median, p95, minimum, load
-// average before and after) into the run directory:
+// binaries, each against a user-mode gateway of the same binary in dmz
+// (-startup.gateway own, the default: what a site running that version
+// sees) or all against one gateway of this tree (head), runs interleaved
+// (A, B, A, B, ...) so that the machine's load falls on all alike. It
+// writes startup-ab.tsv (label, runs, median, p95, minimum, load average
+// before and after) into the run directory:
 //
 //	AIRLOCK_BENCH=1 go test -count=1 -v -run TestStartupAB ./bench/ -args \
 //	    -startup.bins=old=/tmp/airlock-930d510,new=$PWD/bin/airlock -startup.runs=40 -bench.out=DIR
@@ -148,30 +151,46 @@ func TestStartupAB(t *testing.T) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	type bin struct{ label, path string }
-	var bins []bin
+	type bin struct {
+		label, path       string
+		gateway, pin, tok string
+	}
+	var bins []*bin
 	for _, f := range splitList(*flagStartupBins) {
 		l, p, ok := strings.Cut(f, "=")
 		if !ok {
 			t.Fatalf("-startup.bins %q: want LABEL=PATH", f)
 		}
-		bins = append(bins, bin{l, p})
+		bins = append(bins, &bin{label: l, path: p})
 	}
+	head := topology.BuildAirlock(t)
 	if len(bins) == 0 {
-		bins = []bin{{"head", topology.BuildAirlock(t)}}
+		bins = []*bin{{label: "head", path: head}}
 	}
 	tp := topology.New(t, topology.WithPrefix("sa"))
 	u := topology.EnsureUser(t)
-	_, gateway, pin, token, err := airlockGateway(t, tp, logDir(filepath.Join(out, "logs")), "user")
-	if err != nil {
-		t.Fatal(err)
+	logs := logDir(filepath.Join(out, "logs"))
+	for k, b := range bins {
+		gwBin := b.path
+		if *flagStartupGW == "head" {
+			gwBin = head
+		}
+		if k > 0 && *flagStartupGW == "head" {
+			b.gateway, b.pin, b.tok = bins[0].gateway, bins[0].pin, bins[0].tok
+			continue
+		}
+		var err error
+		b.gateway, b.pin, b.tok, err = gatewayOf(t, tp, logs, u, gwBin, b.label, 8443+uint16(k))
+		if err != nil {
+			t.Fatalf("%s: %v", b.label, err)
+		}
 	}
 	load0 := loadAvg()
 	durs := make([][]time.Duration, len(bins))
 	for i := 0; i < *flagStartupRuns; i++ {
 		for k, b := range bins {
 			t0 := time.Now()
-			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, b.path, "run", "--gateway", gateway, "--pin", pin, "--token", token, "--", "true")
+			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, b.path, "run", "--gateway", b.gateway, "--pin", b.pin, "--token", b.tok, "--", "true")
 			d := time.Since(t0)
 			if code != 0 {
 				t.Fatalf("%s: exit %d: %.500s", b.label, code, stderr)
@@ -181,6 +200,7 @@ func TestStartupAB(t *testing.T) {
 	}
 	load1 := loadAvg()
 	var st strings.Builder
+	fmt.Fprintf(&st, "# gateway: %s\n", *flagStartupGW)
 	st.WriteString("label\truns\tmedian_ms\tp95_ms\tmin_ms\tload_before\tload_after\tpath\n")
 	for k, b := range bins {
 		sort.Slice(durs[k], func(i, j int) bool { return durs[k][i] < durs[k][j] })
@@ -191,4 +211,33 @@ func TestStartupAB(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("startup-ab.tsv:\n%s", st.String())
+}
+
+// gatewayOf starts an unprivileged user-mode gateway of binary bin in dmz
+// on port and returns its address, pin and a token.
+func gatewayOf(t *testing.T, tp *topology.Topology, logs logDir, u *topology.User, bin, tag string, port uint16) (gateway, pin, token string, err error) {
+	base := topology.TempDir(t)
+	if err := os.Chown(base, u.UID, u.GID); err != nil {
+		return "", "", "", err
+	}
+	state := filepath.Join(base, "state")
+	gw := startDaemon(t, tp, logs, "gateway-"+tag, tp.DMZ, u, "", bin, "gateway", "--state", state,
+		"--listen", fmt.Sprintf("%s:%d", tp.DMZAddrCN, port), "--flow-log", "off")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		vals := readEnv(filepath.Join(state, "join.env"))
+		if vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
+			gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+			break
+		}
+		if ok, _ := gw.exitedCode(); ok || time.Now().After(deadline) {
+			return "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.describe())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	code, out, stderr := tp.Run(t, 30*time.Second, tp.DMZ, u, bin, "token", "create", "--state", state, "--name", "bench", "--ttl", "24h")
+	if code != 0 {
+		return "", "", "", fmt.Errorf("token create: exit %d: %s", code, stderr)
+	}
+	return gateway, pin, strings.TrimSpace(out), nil
 }
