@@ -161,6 +161,7 @@ type Server struct {
 	watchHB  time.Duration
 	watches  watchCounts
 	sessions sessionSet
+	hbLine   atomic.Pointer[heartbeat] // the sessions' heartbeat line
 	// noSessions makes the server answer as one older than lease
 	// sessions (tests).
 	noSessions atomic.Bool

@@ -261,7 +261,7 @@ func (ss *serverSession) tick() {
 		return
 	}
 	ev := WatchEvent{Instance: ss.instance, Heartbeat: Duration(ss.s.watchHB)}
-	line := marshalLine(ev)
+	line := ss.s.heartbeatLine(ss.instance)
 	ss.wmu.Lock()
 	select {
 	case <-ss.bypassCh:
@@ -278,6 +278,23 @@ func (ss *serverSession) tick() {
 		return
 	}
 	ss.timer.Reset(ss.s.watchHB)
+}
+
+// heartbeatLine returns the heartbeat line of instance, marshalled once
+// for all sessions.
+func (s *Server) heartbeatLine(instance string) []byte {
+	if hb := s.hbLine.Load(); hb != nil && hb.instance == instance {
+		return hb.line
+	}
+	hb := &heartbeat{instance: instance, line: marshalLine(WatchEvent{Instance: instance, Heartbeat: Duration(s.watchHB)})}
+	s.hbLine.Store(hb)
+	return hb.line
+}
+
+// heartbeat is a marshalled heartbeat line and the instance it names.
+type heartbeat struct {
+	instance string
+	line     []byte
 }
 
 // send writes ev; false if it could not, and then the session is closed.
