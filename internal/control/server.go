@@ -210,6 +210,10 @@ func NewServer(cfg ServerConfig) *Server {
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: ids.GetCertificate,
 		NextProtos:     []string{"http/1.1"},
+		// Clients keep one connection per job and never resume a TLS
+		// session: a ticket would cost every join an encryption and a
+		// message for nothing.
+		SessionTicketsDisabled: true,
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathJoin, s.handleJoin)
