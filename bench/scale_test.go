@@ -46,13 +46,13 @@ import (
 var (
 	flagScaleN       = flag.Int("scale.n", 2000, "jobs of the storm, idle and restart phases")
 	flagScaleOver    = flag.Duration("scale.over", 10*time.Second, "the storm's jobs start within this long")
-	flagScaleIdle    = flag.Duration("scale.idle", 60*time.Second, "idle window for CPU per job")
+	flagScaleIdle    = flag.Duration("scale.idle", 90*time.Second, "idle window for CPU and memory per job (longer than the gateway's UDP idle timeout, 60 s, so that the first echoes' flows have ended)")
 	flagScaleRamp    = flag.String("scale.ramp", "4000,6000,8000,10000", "larger job counts to try after the main phases (empty: none)")
 	flagScaleBlock   = flag.Int("scale.block", 16, "--block-size of the gateway")
 	flagScaleGwArgs  = flag.String("scale.gwargs", "", "extra gateway arguments, space-separated")
 	flagScaleNoFile  = flag.Uint64("scale.nofile", 0, "RLIMIT_NOFILE for the gateway and generator (0: inherit this machine's)")
 	flagScalePorts   = flag.String("scale.localports", "1024 65535", "net.ipv4.ip_local_port_range in dmz (user mode takes blocks from it)")
-	flagScaleRestart = flag.Bool("scale.restart", true, "measure a gateway restart with the live jobs")
+	flagScaleRestart = flag.String("scale.restart", "term,kill", "gateway restarts with the live jobs, in turn: term (SIGTERM, a clean stop) and kill (SIGKILL, a crash, once the gateway saved every job's endpoint); empty: none")
 	flagScaleRate    = flag.Int("scale.ramprate", 50, "ramp steps start this many jobs per second")
 	flagScalePprof   = flag.Bool("scale.pprof", false, "write the gateway's CPU profile of the storm and its heap and goroutine profiles after the idle phase (admin socket, /debug/pprof) into the run directory")
 )
@@ -167,14 +167,27 @@ func TestScaleBench(t *testing.T) {
 			"-n", strconv.Itoa(n), "-over", over.String(), "-hold", "10h", "-echo", echo.String(), "-echo-every", "0",
 			"-timeout", "20s", "-prefix", prefix)
 	}
-	measure := func(p scalePhase, gen *topology.Process) scalePhase {
+	// startGens starts n jobs over over in one generator process per
+	// genJobs jobs (each holds about three descriptors per job, and
+	// RLIMIT_NOFILE may not be raisable).
+	startGens := func(n int, over time.Duration, prefix string) genSet {
+		k := (n + genJobs - 1) / genJobs
+		var gs genSet
+		for i := 0; i < k; i++ {
+			m := n / k
+			if i == k-1 {
+				m = n - (k-1)*(n/k)
+			}
+			gs = append(gs, startGen(m, over, fmt.Sprintf("%s-%d", prefix, i)))
+		}
+		return gs
+	}
+	measure := func(p scalePhase, gs genSet) scalePhase {
 		p.Load = loadAvg()
 		p.GwRSSKiB = rssKiB(gwPID())
 		p.GwCPU = procCPU(gwPID())
 		p.GatewayFDs = countFDs(gwPID())
-		if gen != nil {
-			p.GenRSSKiB = rssKiB(gen.Cmd.Process.Pid)
-		}
+		p.GenRSSKiB = gs.rss()
 		return p
 	}
 
@@ -195,10 +208,10 @@ func TestScaleBench(t *testing.T) {
 	} else {
 		close(profDone)
 	}
-	gen := startGen(n, *flagScaleOver, "storm")
-	r, ok := genReport(gen, "start", 10*time.Minute)
+	gen := startGens(n, *flagScaleOver, "storm")
+	r, ok := gen.report("start", 1, 20*time.Minute)
 	if !ok {
-		t.Fatalf("storm: no report: %s", tailStr(gen.Stderr(), 2000))
+		t.Fatalf("storm: no report: %s", tailStr(gen[0].Stderr(), 2000))
 	}
 	time.Sleep(5 * time.Second)
 	if err := <-profDone; err != nil {
@@ -206,8 +219,8 @@ func TestScaleBench(t *testing.T) {
 	}
 	storm := measure(scalePhase{Phase: "storm", N: n, Report: r, Seconds: r.Seconds}, gen)
 	storm.RSSPerJob = float64(storm.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
-	storm.Note = fmt.Sprintf("gateway CPU during the storm %.2f s, %.2f ms per job (join, TLS, WireGuard handshake, first echo)",
-		storm.GwCPU-cpu0, (storm.GwCPU-cpu0)*1000/float64(max(r.OK, 1)))
+	storm.Note = fmt.Sprintf("gateway CPU during the storm %.2f s, %.2f ms per job (join, TLS, WireGuard handshake, first echo); %d generator processes",
+		storm.GwCPU-cpu0, (storm.GwCPU-cpu0)*1000/float64(max(r.OK, 1)), len(gen))
 	phases = append(phases, storm)
 	save()
 	t.Logf("%s", storm.Note)
@@ -215,7 +228,9 @@ func TestScaleBench(t *testing.T) {
 		n, *flagScaleOver, r.OK, r.Failed, r.Join.P50, r.Join.P99, r.Join.Max, r.Handshake.P50, r.Handshake.P99, r.Handshake.Max, r.Echo.P50, r.Echo.P99,
 		storm.GwRSSKiB, storm.RSSPerJob, storm.Load, r.Errors)
 
-	// 2. Idle.
+	// 2. Idle: the jobs renew and keep their sessions; their first echo's
+	// UDP flow ends after the gateway's UDP idle timeout (60 s), so a
+	// window of more than that measures idle jobs.
 	c0 := procCPU(gwPID())
 	t0 := time.Now()
 	time.Sleep(*flagScaleIdle)
@@ -230,35 +245,57 @@ func TestScaleBench(t *testing.T) {
 			}
 		}
 	}
-	_ = gen.Signal(syscall.SIGUSR1)
-	pr, _ := genReport(gen, "probe", 3*time.Minute)
+	gen.signal(syscall.SIGUSR1)
+	pr, _ := gen.report("probe", 1, 5*time.Minute)
+	gen.signal(syscall.SIGUSR2)
+	snap, _ := gen.report("snapshot", 1, time.Minute)
+	pr.RenewErrors, pr.WatchErrors = snap.RenewErrors, snap.WatchErrors
 	idle.Report = pr
 	phases = append(phases, idle)
 	save()
-	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), fds %d; probe ok %d failed %d; load %.2f",
-		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.GatewayFDs, pr.OK, pr.Failed, idle.Load)
+	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), fds %d; probe ok %d failed %d; renew errors %d, sessions lost %d; load %.2f",
+		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.GatewayFDs, pr.OK, pr.Failed, pr.RenewErrors, pr.WatchErrors, idle.Load)
 
-	// 3. Restart.
-	if *flagScaleRestart {
+	// 3. Restarts: every job's traffic must flow again (probes from the
+	// moment the restarted gateway is ready).
+	probes := 1
+	for _, how := range strings.Split(*flagScaleRestart, ",") {
+		how = strings.TrimSpace(how)
+		if how == "" {
+			continue
+		}
+		sig := syscall.SIGTERM
+		note := ""
+		if how == "kill" {
+			sig = syscall.SIGKILL
+			// A crash loses the endpoints of the last 15 s: wait until
+			// the gateway saved every job's.
+			t1 := time.Now()
+			for time.Since(t1) < time.Minute && endpointCount(state) < r.OK {
+				time.Sleep(time.Second)
+			}
+			note = fmt.Sprintf("; %d endpoints saved before the kill", endpointCount(state))
+		}
 		t0 := time.Now()
-		_ = gw.Signal(syscall.SIGTERM)
+		_ = gw.Signal(sig)
 		if _, err := gw.Wait(30 * time.Second); err != nil {
 			t.Fatalf("gateway did not stop: %v", err)
 		}
 		stop := time.Since(t0)
 		ready := startGW()
-		_ = gen.Signal(syscall.SIGUSR1)
-		// The first probe report is the idle phase's; wait for the second.
-		pr := waitNth(gen, "probe", 2, 5*time.Minute)
-		rs := measure(scalePhase{Phase: "restart", N: r.OK, Report: pr, Seconds: time.Since(t0).Seconds(),
-			Note: fmt.Sprintf("stop %.2f s, start until join.env %.2f s; probe latencies count from the restarted gateway's start", stop.Seconds(), ready.Seconds())}, gen)
+		gen.signal(syscall.SIGUSR1)
+		probes++
+		pr, _ := gen.report("probe", probes, 5*time.Minute)
+		rs := measure(scalePhase{Phase: "restart-" + how, N: r.OK, Report: pr, Seconds: time.Since(t0).Seconds(),
+			Note: fmt.Sprintf("%s: stop %.2f s, start until join.env %.2f s; probe latencies count from then%s; %s", sig, stop.Seconds(), ready.Seconds(), note,
+				firstMatch(gw.Stderr(), "handshakes with the restored jobs started"))}, gen)
 		phases = append(phases, rs)
 		save()
-		t.Logf("restart with %d leases: stop %v, ready %v; every job flowing again: ok %d failed %d, p50 %.0f p99 %.0f max %.0f ms after start; load %.2f",
-			r.OK, stop.Round(time.Millisecond), ready.Round(time.Millisecond), pr.OK, pr.Failed, pr.Echo.P50, pr.Echo.P99, pr.Echo.Max, rs.Load)
+		t.Logf("restart (%s) with %d leases: stop %v, ready %v; every job flowing again: ok %d failed %d, p50 %.0f p99 %.0f max %.0f ms after ready; load %.2f%s",
+			sig, r.OK, stop.Round(time.Millisecond), ready.Round(time.Millisecond), pr.OK, pr.Failed, pr.Echo.P50, pr.Echo.P99, pr.Echo.Max, rs.Load, note)
 	}
-	_ = gen.Signal(syscall.SIGTERM)
-	end, _ := genReport(gen, "end", 5*time.Minute)
+	gen.signal(syscall.SIGTERM)
+	end, _ := gen.report("end", 1, 5*time.Minute)
 	phases = append(phases, measure(scalePhase{Phase: "end", N: r.OK, Report: end}, nil))
 	save()
 
@@ -271,22 +308,10 @@ func TestScaleBench(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		b := measure(scalePhase{}, nil)
 		over := time.Duration(n / max(*flagScaleRate, 1) * int(time.Second))
-		// One generator process per genJobs jobs: each holds about three
-		// descriptors per job, and RLIMIT_NOFILE may not be raisable.
-		k := (n + genJobs - 1) / genJobs
-		var gens []*topology.Process
-		for i := 0; i < k; i++ {
-			gens = append(gens, startGen(n/k, over, fmt.Sprintf("ramp%d-%d", n, i)))
-		}
-		var r loadgen.Report
-		ok := true
-		var genRSS int64
-		for _, gen := range gens {
-			gr, gok := genReport(gen, "start", 20*time.Minute)
-			ok = ok && gok
-			r = mergeReports(r, gr, len(gens))
-			genRSS += rssKiB(gen.Cmd.Process.Pid)
-		}
+		gens := startGens(n, over, fmt.Sprintf("ramp%d", n))
+		k := len(gens)
+		r, ok := gens.report("start", 1, 30*time.Minute)
+		genRSS := gens.rss()
 		gen := gens[0]
 		p := measure(scalePhase{Phase: "ramp", N: n, Report: r, Seconds: r.Seconds}, nil)
 		p.GenRSSKiB = genRSS
@@ -304,11 +329,9 @@ func TestScaleBench(t *testing.T) {
 		save()
 		t.Logf("ramp %d jobs over %v: ok %d failed %d; join p50 %.0f p99 %.0f ms; hs p99 %.0f ms; gw RSS %d KiB (%.1f KiB/job) fds %d, generator RSS %d KiB; load %.2f; errors %v %s",
 			n, over, r.OK, r.Failed, r.Join.P50, r.Join.P99, r.Handshake.P99, p.GwRSSKiB, p.RSSPerJob, p.GatewayFDs, p.GenRSSKiB, p.Load, r.Errors, p.Note)
+		gens.signal(syscall.SIGTERM)
+		gens.report("end", 1, 5*time.Minute)
 		for _, gen := range gens {
-			_ = gen.Signal(syscall.SIGTERM)
-		}
-		for _, gen := range gens {
-			genReport(gen, "end", 5*time.Minute)
 			gen.Kill()
 		}
 		if !ok || r.Failed > 0 {
@@ -321,7 +344,45 @@ func TestScaleBench(t *testing.T) {
 	}
 }
 
-// genJobs is how many jobs one generator process runs in the ramp.
+// genSet is the generator processes of one phase.
+type genSet []*topology.Process
+
+// signal sends sig to every generator.
+func (gs genSet) signal(sig syscall.Signal) {
+	for _, g := range gs {
+		_ = g.Signal(sig)
+	}
+}
+
+// report merges every generator's nth report of phase; false if one did
+// not come within timeout.
+func (gs genSet) report(phase string, nth int, timeout time.Duration) (loadgen.Report, bool) {
+	var r loadgen.Report
+	ok := true
+	for _, g := range gs {
+		gr := waitNth(g, phase, nth, timeout)
+		ok = ok && gr.Phase == phase
+		r = mergeReports(r, gr, len(gs))
+	}
+	return r, ok
+}
+
+// rss is the generators' resident memory (KiB).
+func (gs genSet) rss() int64 {
+	var n int64
+	for _, g := range gs {
+		n += rssKiB(g.Cmd.Process.Pid)
+	}
+	return n
+}
+
+// endpointCount is how many jobs' endpoints the gateway's state saved.
+func endpointCount(state string) int {
+	b, _ := os.ReadFile(filepath.Join(state, "endpoints"))
+	return strings.Count(string(b), "\n")
+}
+
+// genJobs is how many jobs one generator process runs.
 const genJobs = 4000
 
 // mergeReports adds b, one of n generators' reports, to a: counts and
@@ -333,6 +394,8 @@ func mergeReports(a, b loadgen.Report, n int) loadgen.Report {
 		return loadgen.Summary{N: x.N + y.N, P50: x.P50 + y.P50/float64(n), P90: max(x.P90, y.P90), P99: max(x.P99, y.P99), Max: max(x.Max, y.Max)}
 	}
 	a.Join, a.Handshake, a.Echo = m(a.Join, b.Join), m(a.Handshake, b.Handshake), m(a.Echo, b.Echo)
+	a.EchoOK, a.EchoFail, a.RenewErrors = a.EchoOK+b.EchoOK, a.EchoFail+b.EchoFail, a.RenewErrors+b.RenewErrors
+	a.WatchErrors, a.Restarts, a.Failovers, a.Rejoins = a.WatchErrors+b.WatchErrors, a.Restarts+b.Restarts, a.Failovers+b.Failovers, a.Rejoins+b.Rejoins
 	for k, v := range b.Errors {
 		if a.Errors == nil {
 			a.Errors = map[string]int{}
