@@ -162,6 +162,11 @@ type Server struct {
 	watches  watchCounts
 	sessions sessionSet
 	hbLine   atomic.Pointer[heartbeat] // the sessions' heartbeat line
+	// idle waits for idle sessions' requests (idle_linux.go); nil: each
+	// session has a goroutine that reads it. Serve makes it and Shutdown
+	// ends it, under idleMu; handlers read it once Serve runs.
+	idleMu sync.Mutex
+	idle   *idleWaiter
 	// noSessions makes the server answer as one older than lease
 	// sessions (tests).
 	noSessions atomic.Bool
@@ -243,6 +248,17 @@ func NewServer(cfg ServerConfig) *Server {
 // Serve accepts TLS connections on l and serves the control API until
 // Shutdown, after which it returns nil. It closes l when it returns.
 func (s *Server) Serve(l net.Listener) error {
+	s.idleMu.Lock()
+	select {
+	case <-s.stop:
+	default:
+		if w, err := newIdleWaiter(); err == nil {
+			s.idle = w
+		} else {
+			s.log.Debug("lease sessions are read by a goroutine each", "err", err)
+		}
+	}
+	s.idleMu.Unlock()
 	err := s.http.Serve(tls.NewListener(l, s.tlsConf))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -255,6 +271,11 @@ func (s *Server) Serve(l net.Listener) error {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
 	s.sessions.closeAll()
+	s.idleMu.Lock()
+	if s.idle != nil {
+		s.idle.close()
+	}
+	s.idleMu.Unlock()
 	return s.http.Shutdown(ctx)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -36,10 +38,10 @@ import (
 //     counters) on the lease's renewal interval, OpRelease when the job
 //     ends. The lease is the session's: requests carry no id or secret.
 //
-// The gateway holds one goroutine per session, blocked reading the
-// client's next request; heartbeats are written by a timer (AfterFunc), so
-// an idle job costs the gateway one connection, one goroutine and no
-// wake-ups between heartbeats. A session whose client sent nothing for
+// An idle session costs the gateway its connection and no goroutine: its
+// socket waits in one epoll set for all sessions (idle_linux.go), and a
+// short-lived goroutine reads what arrives; heartbeats are written by a
+// timer (AfterFunc), so there are no wake-ups between them either. A session whose client sent nothing for
 // the server's IdleTimeout, whose lease ended, or whose heartbeat could
 // not be written within a heartbeat interval is closed. Shutdown closes
 // every session at once, so clients learn that the gateway stopped.
@@ -91,6 +93,15 @@ type serverSession struct {
 	remote netip.AddrPort
 	timer  *time.Timer // the next heartbeat
 	closed atomic.Bool
+	// lastRequest is when the client last sent a request (unix nanos).
+	lastRequest atomic.Int64
+
+	// mu serialises closing with arming the idle waiter (idle_linux.go);
+	// it guards inEpoll. fd and waitID are set once, before arming.
+	mu      sync.Mutex
+	inEpoll bool
+	fd      int
+	waitID  uint32
 
 	// wmu serialises writes and guards what follows.
 	wmu      sync.Mutex
@@ -144,12 +155,20 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		ss.br = bufio.NewReaderSize(c, sessionBufSize)
 	}
 	c.SetDeadline(time.Time{})
+	ss.lastRequest.Store(time.Now().UnixNano())
+	// An idle session waits in the idle waiter, without a goroutine;
+	// where there is none (not Linux, or a connection without a socket),
+	// a goroutine of its own reads the session.
+	waiting := s.idle != nil && s.idle.add(ss) == nil
 	// Held until the first event is out, so that no heartbeat precedes it.
 	ss.wmu.Lock()
 	ss.timer = time.AfterFunc(s.watchHB, ss.tick)
 	if !s.sessions.add(ss) {
 		ss.wmu.Unlock()
 		ss.timer.Stop()
+		if waiting {
+			s.idle.remove(ss)
+		}
 		c.Close()
 		return
 	}
@@ -166,10 +185,83 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Debug("session opened", "lease", ref.ID, "remote", remote)
-	// The handler returns: the session's reader runs on a goroutine of
-	// its own, with a fresh small stack, and the HTTP server forgets the
-	// connection.
-	go ss.serve()
+	// The handler returns and the HTTP server forgets the connection.
+	switch {
+	case !waiting:
+		go ss.serve()
+	case ss.br.Buffered() > 0:
+		go ss.readable()
+	default:
+		ss.arm()
+	}
+}
+
+// rawConn returns the session's socket, if it has one.
+func (ss *serverSession) rawConn() (syscall.Conn, bool) {
+	tc, ok := ss.conn.(*tls.Conn)
+	if !ok {
+		return nil, false
+	}
+	sc, ok := tc.NetConn().(syscall.Conn)
+	return sc, ok
+}
+
+// arm puts the session back into the idle waiter, unless it is closed.
+func (ss *serverSession) arm() {
+	ss.mu.Lock()
+	var err error
+	if !ss.closed.Load() {
+		err = ss.s.idle.armLocked(ss)
+	}
+	ss.mu.Unlock()
+	if err != nil {
+		ss.s.log.Warn("session: cannot wait for the client's requests; closing it", "lease", ss.ref.ID, "err", err)
+		ss.close()
+	}
+}
+
+// readableTimeout bounds the wait for the rest of a request that began
+// to arrive.
+const readableTimeout = 30 * time.Second
+
+// readable reads and answers the requests that have arrived (the idle
+// waiter saw the socket readable), then arms the waiter again. It runs on
+// a goroutine of its own that ends when the session is idle again.
+func (ss *serverSession) readable() {
+	// Ordered after the arming that led here (through the kernel, which
+	// the race detector does not see).
+	ss.mu.Lock()
+	ss.mu.Unlock()
+	for {
+		ss.conn.SetReadDeadline(time.Now().Add(readableTimeout))
+		line, err := readLine(ss.br, maxBodySize)
+		if err != nil {
+			if !ss.closed.Load() {
+				ss.s.log.Debug("session ends", "lease", ss.ref.ID, "remote", ss.remote, "err", err)
+			}
+			ss.close()
+			return
+		}
+		ss.lastRequest.Store(time.Now().UnixNano())
+		if !ss.answer(line) {
+			ss.close()
+			return
+		}
+		if ss.br.Buffered() > 0 {
+			continue
+		}
+		// More in the TLS connection's buffer? Look without waiting.
+		ss.conn.SetReadDeadline(time.Now())
+		if _, err := ss.br.Peek(1); err == nil {
+			continue
+		} else if ne := net.Error(nil); !errors.As(err, &ne) || !ne.Timeout() {
+			ss.close()
+			return
+		}
+		break
+	}
+	ss.conn.SetReadDeadline(time.Time{})
+	ss.arm()
 }
 
 // firstEvent returns the session's first line (with the lease's bypass,
@@ -198,6 +290,7 @@ func (ss *serverSession) serve() {
 			}
 			return
 		}
+		ss.lastRequest.Store(time.Now().UnixNano())
 		if !ss.answer(line) {
 			return
 		}
@@ -249,6 +342,11 @@ func (ss *serverSession) answer(line []byte) bool {
 // it, else a heartbeat, and schedules the next.
 func (ss *serverSession) tick() {
 	if ss.closed.Load() {
+		return
+	}
+	if idle := ss.s.http.IdleTimeout; time.Since(time.Unix(0, ss.lastRequest.Load())) > idle {
+		ss.s.log.Debug("session ends: no request", "lease", ss.ref.ID, "remote", ss.remote, "for", idle)
+		ss.close()
 		return
 	}
 	if err := ss.s.backend.CheckLease(ss.ref); err != nil {
@@ -319,12 +417,19 @@ func (ss *serverSession) writeLocked(b []byte) error {
 // close ends the session; it may be called more than once, from any
 // goroutine.
 func (ss *serverSession) close() {
-	if ss.closed.Swap(true) {
+	ss.mu.Lock()
+	if ss.closed.Load() {
+		ss.mu.Unlock()
 		return
 	}
+	ss.closed.Store(true) // under mu: never armed from now on
+	ss.mu.Unlock()
 	ss.timer.Stop()
 	ss.conn.Close()
 	ss.s.sessions.remove(ss)
+	if ss.waitID != 0 {
+		ss.s.idle.remove(ss)
+	}
 }
 
 func marshalLine(v any) []byte {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"testing"
@@ -246,5 +248,65 @@ func TestSessionBadRequests(t *testing.T) {
 		if !ok && !strings.Contains(reply, control.CodeBadRequest) {
 			t.Errorf("%s: reply %s, want bad_request", line, reply)
 		}
+	}
+}
+
+// TestIdleSessionsHoldNoGoroutine opens many sessions: idle, none of them
+// holds a goroutine at the gateway (they wait in the idle waiter); each
+// still answers its renewals, twice in a row (the waiter is armed again),
+// and a session whose client goes away is closed.
+func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the idle waiter is epoll")
+	}
+	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
+	ctx := context.Background()
+	const n = 40
+	var sessions []*control.Session
+	for i := 0; i < n; i++ {
+		c := newClient(t, gw)
+		req := joinReq(gw.Token(t))
+		req.PublicKey[0] = byte(i)
+		lease, err := c.Join(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions = append(sessions, s)
+	}
+	serverGoroutines := func() int {
+		var b strings.Builder
+		pprof.Lookup("goroutine").WriteTo(&b, 2)
+		return strings.Count(b.String(), "(*serverSession).serve") + strings.Count(b.String(), "(*serverSession).readable")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if g := serverGoroutines(); g != 0 {
+		t.Errorf("%d idle sessions hold %d goroutines at the gateway, want none", n, g)
+	}
+	for round := 0; round < 2; round++ {
+		for i, s := range sessions {
+			if _, err := s.Renew(ctx, control.RenewRequest{}); err != nil {
+				t.Fatalf("round %d: renewal on session %d: %v", round, i, err)
+			}
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if g := serverGoroutines(); g != 0 {
+		t.Errorf("after the renewals, %d goroutines at the gateway, want none", g)
+	}
+	before := gw.Server.Sessions()
+	sessions[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for gw.Server.Sessions() != before-1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a session whose client went away still open: %d sessions, want %d", gw.Server.Sessions(), before-1)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, s := range sessions[1:] {
+		s.Close()
 	}
 }
