@@ -54,6 +54,7 @@ var (
 	flagScalePorts   = flag.String("scale.localports", "1024 65535", "net.ipv4.ip_local_port_range in dmz (user mode takes blocks from it)")
 	flagScaleRestart = flag.String("scale.restart", "term,kill", "gateway restarts with the live jobs, in turn: term (SIGTERM, a clean stop) and kill (SIGKILL, a crash, once the gateway saved every job's endpoint); empty: none")
 	flagScaleRate    = flag.Int("scale.ramprate", 50, "ramp steps start this many jobs per second")
+	flagScaleAirlock = flag.String("scale.airlock", "", "airlock binary of the gateway (default: this tree's build), to measure another version with the same load generator")
 	flagScalePprof   = flag.Bool("scale.pprof", false, "write the gateway's CPU profile of the storm and its heap and goroutine profiles after the idle phase (admin socket, /debug/pprof) into the run directory")
 )
 
@@ -109,6 +110,9 @@ func TestScaleBench(t *testing.T) {
 	tp := topology.New(t, topology.WithPrefix("sc"))
 	u := topology.EnsureUser(t)
 	airlock, peer := topology.BuildAirlock(t), topology.BuildPeer(t)
+	if *flagScaleAirlock != "" {
+		airlock = *flagScaleAirlock // another version's gateway, for an A/B
+	}
 	if *flagScalePorts != "" {
 		if code, o, e := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ip_local_port_range="+*flagScalePorts); code != 0 {
 			t.Fatalf("sysctl ip_local_port_range: %s %s", o, e)
