@@ -150,11 +150,19 @@ func (g *gateway) registerTransportMetrics(reg prometheus.Registerer) error {
 		}
 		return 0
 	}
+	sessions := func() float64 {
+		if g.res.srv == nil {
+			return 0
+		}
+		return float64(g.res.srv.Sessions())
+	}
 	rx := func() float64 { r, _ := g.tr.bind.Bytes(); return float64(r) }
 	tx := func() float64 { _, t := g.tr.bind.Bytes(); return float64(t) }
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_tcp_transport_streams",
 			Help: "Jobs whose WireGuard runs over the TCP/TLS transport (stream on the control port) now."}, streams),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_control_sessions",
+			Help: "Open lease sessions: jobs holding their lease over one control connection (clients older than sessions use a lease watch instead)."}, sessions),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_draining",
 			Help: "1 while the gateway drains (airlock gateway drain): new joins refused."}, draining),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_received_bytes_total",
