@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -230,7 +231,7 @@ func TestServeRefusesNonSocket(t *testing.T) {
 func TestHandle(t *testing.T) {
 	dir, _, srv := startGateway(t)
 	srv.Handle("GET /v1/ping", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"pong": "yes"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"pong": "yes"})
 	}))
 	c, err := Dial(dir)
 	if err != nil {

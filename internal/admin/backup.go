@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -38,7 +39,7 @@ func (s *Server) SetBackuper(b Backuper) {
 			// Before the first byte this is a 500; after it, the
 			// client sees a truncated gzip stream and fails.
 			s.log.Error("backup failed", "err", err)
-			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+			httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 			return
 		}
 		s.log.Info("state directory backed up")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 )
 
 // CapturePath is the admin endpoint of a live capture: GET with the query
@@ -44,7 +45,7 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway
 	q := r.URL.Query()
 	req := CaptureRequest{Job: q.Get("job"), Filter: q.Get("filter")}
 	bad := func(msg string) {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
 	}
 	if req.Job == "" || len(req.Job) > 128 {
 		bad("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
@@ -77,16 +78,16 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway
 	}
 	switch {
 	case errors.Is(err, ErrNoSuchJob):
-		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		httpjson.Write(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
 		return
 	case errors.Is(err, ErrAmbiguousJob):
-		writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
+		httpjson.Write(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
 		return
 	case errors.Is(err, ErrBadCapture):
 		bad(err.Error())
 		return
 	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+		httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 		return
 	}
 	defer stop()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 )
 
 // FleetPath is the admin endpoint of airlock status --fleet (registered by
@@ -57,9 +58,9 @@ func (s *Server) fleetKick(ctx context.Context, req KickRequest, ban time.Durati
 
 // WriteJSON writes v as the JSON answer with status, for endpoints
 // registered with Handle.
-func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+func WriteJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, status, v) }
 
 // WriteError writes an admin error answer.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, errorBody{Code: code, Message: msg})
+	httpjson.Write(w, status, errorBody{Code: code, Message: msg})
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 )
 
 // The running gateway's endpoints (registered by SetGateway):
@@ -98,7 +99,7 @@ func (s *Server) SetGateway(g Gateway) {
 	s.gw = g
 	s.mu.Unlock()
 	s.mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, g.Status())
+		httpjson.Write(w, http.StatusOK, g.Status())
 	})
 	s.mux.HandleFunc("GET /v1/flows", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
@@ -106,21 +107,21 @@ func (s *Server) SetGateway(g Gateway) {
 		if v := q.Get("active"); v != "" {
 			var err error
 			if active, err = strconv.ParseBool(v); err != nil {
-				writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad active %q: want true or false", v)})
+				httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad active %q: want true or false", v)})
 				return
 			}
 		}
-		writeJSON(w, http.StatusOK, g.Flows(flows.Filter{Job: q.Get("job")}, active))
+		httpjson.Write(w, http.StatusOK, g.Flows(flows.Filter{Job: q.Get("job")}, active))
 	})
 	s.mux.HandleFunc("POST /v1/kick", func(w http.ResponseWriter, r *http.Request) { s.handleKick(w, r, g) })
 	s.mux.HandleFunc("POST "+DrainPath, func(w http.ResponseWriter, r *http.Request) { s.handleDrain(w, r, g) })
 	s.mux.HandleFunc("POST "+ReloadPath, func(w http.ResponseWriter, r *http.Request) {
 		res, err := g.Reload()
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeBadConfig, Message: err.Error()})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Code: CodeBadConfig, Message: err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpjson.Write(w, http.StatusOK, res)
 	})
 	s.mux.HandleFunc("GET "+CapturePath, func(w http.ResponseWriter, r *http.Request) { s.handleCapture(w, r, g) })
 }
@@ -135,18 +136,18 @@ func (s *Server) gateway() Gateway {
 func (s *Server) handleKick(w http.ResponseWriter, r *http.Request, g Gateway) {
 	var req KickRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad kick request: " + err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad kick request: " + err.Error()})
 		return
 	}
 	if req.Job == "" {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "kick: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)"})
 		return
 	}
 	var ban time.Duration
 	if req.Ban != "" {
 		d, err := time.ParseDuration(req.Ban)
 		if err != nil || d <= 0 {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("kick: bad ban %q: want a positive duration such as 30m or 24h", req.Ban)})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("kick: bad ban %q: want a positive duration such as 30m or 24h", req.Ban)})
 			return
 		}
 		ban = d
@@ -160,16 +161,16 @@ func (s *Server) handleKick(w http.ResponseWriter, r *http.Request, g Gateway) {
 	}
 	switch {
 	case errors.Is(err, ErrNoSuchJob):
-		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
+		httpjson.Write(w, http.StatusNotFound, errorBody{Code: codeNoSuchJob, Message: err.Error()})
 	case errors.Is(err, ErrAmbiguousJob):
-		writeJSON(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
+		httpjson.Write(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
 	case err != nil:
 		s.log.Error("kick failed", "job", req.Job, "err", err)
-		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+		httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 	default:
 		k := res.Kicked[0]
 		s.log.Warn("job kicked by admin: lease ended", "lease", k.Lease, "addr", k.Addr, "job", k.JobID, "reason", req.Reason, "ban", ban)
-		writeJSON(w, http.StatusOK, res)
+		httpjson.Write(w, http.StatusOK, res)
 	}
 }
 
@@ -262,7 +263,7 @@ func (s *Server) endTokenLeases(g Gateway, name, reason string) []KickedLease {
 func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, g Gateway) {
 	var req DrainRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "drain: want {\"drain\": true|false}: " + err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "drain: want {\"drain\": true|false}: " + err.Error()})
 		return
 	}
 	was := g.SetDraining(req.Drain)
@@ -274,7 +275,7 @@ func (s *Server) handleDrain(w http.ResponseWriter, r *http.Request, g Gateway) 
 			s.log.Info("drain ended: taking new jobs again")
 		}
 	}
-	writeJSON(w, http.StatusOK, DrainResponse{Draining: req.Drain, Jobs: jobs})
+	httpjson.Write(w, http.StatusOK, DrainResponse{Draining: req.Drain, Jobs: jobs})
 }
 
 // Drain makes the gateway refuse new joins (on) or take them again.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 )
 
 // RotateKeyRequest is the body of POST /v1/rotate-key: start a rotation of
@@ -48,18 +49,18 @@ func (s *Server) SetKeyRotator(k KeyRotator) {
 	s.mux.HandleFunc("POST "+RotateKeyPath, func(w http.ResponseWriter, r *http.Request) {
 		var req RotateKeyRequest
 		if err := decodeBody(w, r, &req); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "rotate-key: want {\"finish\": true|false}: " + err.Error()})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "rotate-key: want {\"finish\": true|false}: " + err.Error()})
 			return
 		}
 		res, err := k.RotateKey(req.Finish)
 		switch {
 		case errors.Is(err, control.ErrRotation):
-			writeJSON(w, http.StatusConflict, errorBody{Code: codeRotation, Message: err.Error()})
+			httpjson.Write(w, http.StatusConflict, errorBody{Code: codeRotation, Message: err.Error()})
 		case err != nil:
-			writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+			httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 		default:
 			s.log.Warn("gateway TLS key rotation", "finish", req.Finish, "pin", res.Pin)
-			writeJSON(w, http.StatusOK, res)
+			httpjson.Write(w, http.StatusOK, res)
 		}
 	})
 }

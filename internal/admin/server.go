@@ -35,12 +35,12 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -231,7 +231,7 @@ func (s *Server) handleListTokens(w http.ResponseWriter, r *http.Request) {
 	for i := range toks {
 		toks[i].Hash = nil // hashes stay in the state db
 	}
-	writeJSON(w, http.StatusOK, toks)
+	httpjson.Write(w, http.StatusOK, toks)
 }
 
 func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
@@ -239,14 +239,14 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 16<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad create token request: " + err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: "bad create token request: " + err.Error()})
 		return
 	}
 	var ttl time.Duration
 	if req.TTL != "" {
 		var err error
 		if ttl, err = time.ParseDuration(req.TTL); err != nil || ttl < 0 {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad ttl %q: want a duration such as 24h, or 0 for never", req.TTL)})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad ttl %q: want a duration such as 24h, or 0 for never", req.TTL)})
 			return
 		}
 	}
@@ -265,7 +265,7 @@ func (s *Server) handleCreateToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("token created", "name", tok.Name, "expires", tok.Expires)
 	tok.Hash = nil // hashes stay in the state db
-	writeJSON(w, http.StatusOK, createTokenResponse{Secret: secret, Token: tok})
+	httpjson.Write(w, http.StatusOK, createTokenResponse{Secret: secret, Token: tok})
 }
 
 func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
@@ -279,34 +279,22 @@ func (s *Server) handleRevokeToken(w http.ResponseWriter, r *http.Request) {
 		res.Ended = s.endTokenLeases(gw, name, "token "+name+" revoked")
 	}
 	s.log.Info("token revoked", "name", name, "leases_ended", len(res.Ended))
-	writeJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 // writeStoreError maps store sentinels to codes that the client maps back.
 func (s *Server) writeStoreError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, errorBody{Code: codeNotFound, Message: err.Error()})
+		httpjson.Write(w, http.StatusNotFound, errorBody{Code: codeNotFound, Message: err.Error()})
 	case errors.Is(err, store.ErrExists):
-		writeJSON(w, http.StatusConflict, errorBody{Code: codeExists, Message: err.Error()})
+		httpjson.Write(w, http.StatusConflict, errorBody{Code: codeExists, Message: err.Error()})
 	case errors.Is(err, store.ErrInvalidName):
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeInvalidName, Message: err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeInvalidName, Message: err.Error()})
 	case errors.Is(err, store.ErrBadToken):
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: err.Error()})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: err.Error()})
 	default:
 		s.log.Error("admin request failed", "err", err)
-		writeJSON(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
+		httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body, _ = json.Marshal(errorBody{Code: codeInternal, Message: "encode response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
 }

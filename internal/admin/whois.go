@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -22,18 +23,18 @@ func (s *Server) handleWhois(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	addr, err := netip.ParseAddr(q.Get("addr"))
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad addr %q: want an IP address", q.Get("addr"))})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad addr %q: want an IP address", q.Get("addr"))})
 		return
 	}
 	port, err := strconv.ParseUint(q.Get("port"), 10, 16)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad port %q: want 0-65535", q.Get("port"))})
+		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad port %q: want 0-65535", q.Get("port"))})
 		return
 	}
 	at := time.Now()
 	if v := q.Get("at"); v != "" {
 		if at, err = time.Parse(time.RFC3339Nano, v); err != nil {
-			writeJSON(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad at %q: want RFC 3339, e.g. 2026-11-22T10:00:00Z", v)})
+			httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: fmt.Sprintf("bad at %q: want RFC 3339, e.g. 2026-11-22T10:00:00Z", v)})
 			return
 		}
 	}
@@ -45,7 +46,7 @@ func (s *Server) handleWhois(w http.ResponseWriter, r *http.Request) {
 	if recs == nil {
 		recs = []store.LeaseRecord{}
 	}
-	writeJSON(w, http.StatusOK, recs)
+	httpjson.Write(w, http.StatusOK, recs)
 }
 
 // Whois asks the running gateway which leases held addr:port at time at.

@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -321,7 +322,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
 		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
 		"client_version", version.Label(req.Version))
-	writeJSON(w, http.StatusOK, lease)
+	httpjson.Write(w, http.StatusOK, lease)
 }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
@@ -345,7 +346,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		s.backend.ReportBypass(ref, req.Bypass)
 	}
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
-	writeJSON(w, http.StatusOK, resp)
+	httpjson.Write(w, http.StatusOK, resp)
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
@@ -372,7 +373,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, http.MethodGet)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.backend.Health())
+	httpjson.Write(w, http.StatusOK, s.backend.Health())
 }
 
 // admit checks the method and the failure limiter; it writes the error
@@ -449,23 +450,11 @@ func remoteAddr(r *http.Request) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body, _ = json.Marshal(ErrorResponse{Code: CodeInternal, Message: "encode response: " + err.Error()})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	if cw, ok := w.(*codeWriter); ok {
 		cw.code = code
 	}
-	writeJSON(w, status, ErrorResponse{Code: code, Message: msg})
+	httpjson.Write(w, status, ErrorResponse{Code: code, Message: msg})
 }
 
 // decodeJoinRequest reads one JoinRequest from r and validates it: known
