@@ -7,8 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // EgressFileEnv names the file, in the job's environment, that always
@@ -46,9 +44,34 @@ func (s *Session) writeEgressFile() {
 	if s.cur != nil {
 		fmt.Fprintf(&b, "AIRLOCK_GATEWAY=%s\n", s.cur.addr)
 	}
-	if err := store.WriteFileAtomic(s.egressFile(), []byte(b.String()), 0o644); err != nil {
+	if err := replaceFile(s.egressFile(), []byte(b.String()), 0o644); err != nil {
 		s.log.Warn("cannot write the job's egress file", "err", err)
 	}
+}
+
+// replaceFile replaces path with data by a rename, so that a reader sees
+// the old or the new file whole. Unlike store.WriteFileAtomic it does not
+// sync: the file lives as long as the job, and an fsync on the job's
+// start path costs milliseconds (more on a busy node's disk).
+func replaceFile(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 // egressFile is the egress file's path, "" before the first write.
