@@ -318,7 +318,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lease.GatewayVersion = s.version
-	s.log.Info("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
+	s.log.Debug("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
 		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
 		"client_version", version.Label(req.Version))
@@ -364,7 +364,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "release", remote, err)
 		return
 	}
-	s.log.Info("release", "lease", ref.ID, "remote", remote)
+	s.log.Debug("release", "lease", ref.ID, "remote", remote)
 	w.WriteHeader(http.StatusNoContent)
 }
 

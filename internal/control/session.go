@@ -319,7 +319,7 @@ func (ss *serverSession) answer(line []byte) bool {
 		}
 	case req.Op == OpRelease:
 		if err = ss.s.backend.Release(ctx, ss.ref); err == nil {
-			ss.s.log.Info("release", "lease", ss.ref.ID, "remote", ss.remote)
+			ss.s.log.Debug("release", "lease", ss.ref.ID, "remote", ss.remote)
 			end = true
 		}
 	}
