@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
+	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -187,7 +188,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "addr6", l.Addr6, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", job.Block, "exposed", rec.Exposed,
-		"limits", !job.Limits.IsZero())
+		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version))
 	var ports [2]uint16
 	if job.Block != (portblock.Range{}) {
 		ports = [2]uint16{job.Block.Lo, job.Block.Hi}
