@@ -22,6 +22,10 @@ const handshakeTimeout = 30 * time.Second
 // quadratic).
 const handshakePoll = 500 * time.Millisecond
 
+// handshakePollPeers is how many peers make the handshake look-up one
+// poll interval longer: every 5 s with 10,000 jobs.
+const handshakePollPeers = 1000
+
 // handshakeWatch holds the joins whose first WireGuard handshake has not
 // been seen yet. It is safe for concurrent use; the zero value is empty.
 type handshakeWatch struct {
@@ -54,7 +58,7 @@ func (h *handshakeWatch) forget(pub wgkey.Key) {
 // join (airlock_wireguard_first_handshake_seconds), and counts joins
 // without one within handshakeTimeout, until ctx is done.
 func (g *gateway) handshakeLoop(ctx context.Context) {
-	t := time.NewTicker(handshakePoll)
+	t := time.NewTimer(handshakePoll)
 	defer t.Stop()
 	for {
 		select {
@@ -62,6 +66,9 @@ func (g *gateway) handshakeLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// The look-up reads every peer: with many, look less often (the
+		// times measured do not change, only when they are seen).
+		t.Reset(handshakePoll * time.Duration(1+g.leases.Len()/handshakePollPeers))
 		g.handshakes.mu.Lock()
 		n := len(g.handshakes.pending)
 		g.handshakes.mu.Unlock()
