@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package control
 
 // DisableSessions makes s answer lease session upgrades as a gateway that

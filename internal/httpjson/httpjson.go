@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package httpjson writes the JSON responses of Airlock's HTTP APIs (the
 // control API and the admin socket): one JSON object and a newline, with
 // Content-Type and Content-Length set.
