@@ -6,6 +6,7 @@
 package device
 
 import (
+	"crypto/ecdh"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,9 @@ type Device struct {
 		sync.RWMutex
 		privateKey NoisePrivateKey
 		publicKey  NoisePublicKey
+		// ecdh is privateKey as a crypto/ecdh key, made once
+		// (Airlock's patch, noise-helpers.go); nil until a key is set.
+		ecdh *ecdh.PrivateKey
 	}
 
 	peers struct {
@@ -247,7 +251,14 @@ func (device *Device) SetPrivateKey(sk NoisePrivateKey) error {
 
 	// remove peers with matching public keys
 
-	publicKey := sk.publicKey()
+	ek, err := sk.ecdhKey()
+	if err != nil {
+		for _, peer := range lockedPeers {
+			peer.handshake.mutex.RUnlock()
+		}
+		return err
+	}
+	publicKey := NoisePublicKey(ek.PublicKey().Bytes())
 	for key, peer := range device.peers.keyMap {
 		if peer.handshake.remoteStatic.Equals(publicKey) {
 			peer.handshake.mutex.RUnlock()
@@ -260,6 +271,7 @@ func (device *Device) SetPrivateKey(sk NoisePrivateKey) error {
 
 	device.staticIdentity.privateKey = sk
 	device.staticIdentity.publicKey = publicKey
+	device.staticIdentity.ecdh = ek
 	device.cookieChecker.Init(publicKey)
 
 	// do static-static DH pre-computations
@@ -267,7 +279,7 @@ func (device *Device) SetPrivateKey(sk NoisePrivateKey) error {
 	expiredPeers := make([]*Peer, 0, len(device.peers.keyMap))
 	for _, peer := range device.peers.keyMap {
 		handshake := &peer.handshake
-		handshake.precomputedStaticStatic, _ = device.staticIdentity.privateKey.sharedSecret(handshake.remoteStatic)
+		handshake.precomputedStaticStatic, _ = ecdhSharedSecret(ek, handshake.remoteStatic)
 		expiredPeers = append(expiredPeers, peer)
 	}
 

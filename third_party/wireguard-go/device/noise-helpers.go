@@ -6,6 +6,7 @@
 package device
 
 import (
+	"crypto/ecdh"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/subtle"
@@ -96,6 +97,42 @@ func (sk *NoisePrivateKey) publicKey() (pk NoisePublicKey) {
 }
 
 var errInvalidPublicKey = errors.New("invalid public key")
+
+// Airlock's patch: Diffie-Hellman with a crypto/ecdh key made once.
+// curve25519.ScalarMult makes an ecdh.PrivateKey for every call, which
+// computes the key's public key first: a second scalar multiplication
+// for every DH. The device's static key (ecdhStatic) and each handshake's
+// ephemeral key (Handshake.localEphemeralKey) are made once and reused.
+
+// ecdhKey returns sk as a crypto/ecdh key (computing its public key).
+func (sk *NoisePrivateKey) ecdhKey() (*ecdh.PrivateKey, error) {
+	return ecdh.X25519().NewPrivateKey(sk[:])
+}
+
+// ecdhSharedSecret is sharedSecret with k made by ecdhKey.
+func ecdhSharedSecret(k *ecdh.PrivateKey, pk NoisePublicKey) (ss [NoisePublicKeySize]byte, err error) {
+	p, err := ecdh.X25519().NewPublicKey(pk[:])
+	if err != nil {
+		return ss, errInvalidPublicKey
+	}
+	b, err := k.ECDH(p)
+	if err != nil { // a low-order point: the all-zero result
+		return ss, errInvalidPublicKey
+	}
+	copy(ss[:], b)
+	return ss, nil
+}
+
+// newEphemeral makes a handshake's ephemeral key and its crypto/ecdh
+// form, whose public key is the message's.
+func newEphemeral() (NoisePrivateKey, *ecdh.PrivateKey, error) {
+	sk, err := newPrivateKey()
+	if err != nil {
+		return sk, nil, err
+	}
+	k, err := sk.ecdhKey()
+	return sk, k, err
+}
 
 func (sk *NoisePrivateKey) sharedSecret(pk NoisePublicKey) (ss [NoisePublicKeySize]byte, err error) {
 	apk := (*[NoisePublicKeySize]byte)(&pk)

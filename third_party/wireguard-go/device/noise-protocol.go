@@ -6,6 +6,7 @@
 package device
 
 import (
+	"crypto/ecdh"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -215,6 +216,7 @@ type Handshake struct {
 	chainKey                  [blake2s.Size]byte       // chain key
 	presharedKey              NoisePresharedKey        // psk
 	localEphemeral            NoisePrivateKey          // ephemeral secret key
+	localEphemeralKey         *ecdh.PrivateKey         // the same, as a crypto/ecdh key (Airlock's patch)
 	localIndex                uint32                   // used to clear hash-table
 	remoteIndex               uint32                   // index for sending
 	remoteStatic              NoisePublicKey           // long term key
@@ -245,6 +247,7 @@ func mixHash(dst, h *[blake2s.Size]byte, data []byte) {
 
 func (h *Handshake) Clear() {
 	setZero(h.localEphemeral[:])
+	h.localEphemeralKey = nil
 	setZero(h.remoteEphemeral[:])
 	setZero(h.chainKey[:])
 	setZero(h.hash[:])
@@ -279,7 +282,7 @@ func (device *Device) CreateMessageInitiation(peer *Peer) (*MessageInitiation, e
 	var err error
 	handshake.hash = InitialHash
 	handshake.chainKey = InitialChainKey
-	handshake.localEphemeral, err = newPrivateKey()
+	handshake.localEphemeral, handshake.localEphemeralKey, err = newEphemeral()
 	if err != nil {
 		return nil, err
 	}
@@ -288,14 +291,14 @@ func (device *Device) CreateMessageInitiation(peer *Peer) (*MessageInitiation, e
 
 	msg := MessageInitiation{
 		Type:      MessageInitiationType,
-		Ephemeral: handshake.localEphemeral.publicKey(),
+		Ephemeral: NoisePublicKey(handshake.localEphemeralKey.PublicKey().Bytes()),
 	}
 
 	handshake.mixKey(msg.Ephemeral[:])
 	handshake.mixHash(msg.Ephemeral[:])
 
 	// encrypt static key
-	ss, err := handshake.localEphemeral.sharedSecret(handshake.remoteStatic)
+	ss, err := ecdhSharedSecret(handshake.localEphemeralKey, handshake.remoteStatic)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +360,7 @@ func (device *Device) ConsumeMessageInitiation(msg *MessageInitiation) *Peer {
 	// decrypt static key
 	var peerPK NoisePublicKey
 	var key [chacha20poly1305.KeySize]byte
-	ss, err := device.staticIdentity.privateKey.sharedSecret(msg.Ephemeral)
+	ss, err := ecdhSharedSecret(device.staticIdentity.ecdh, msg.Ephemeral)
 	if err != nil {
 		return nil
 	}
@@ -466,20 +469,20 @@ func (device *Device) CreateMessageResponse(peer *Peer) (*MessageResponse, error
 
 	// create ephemeral key
 
-	handshake.localEphemeral, err = newPrivateKey()
+	handshake.localEphemeral, handshake.localEphemeralKey, err = newEphemeral()
 	if err != nil {
 		return nil, err
 	}
-	msg.Ephemeral = handshake.localEphemeral.publicKey()
+	msg.Ephemeral = NoisePublicKey(handshake.localEphemeralKey.PublicKey().Bytes())
 	handshake.mixHash(msg.Ephemeral[:])
 	handshake.mixKey(msg.Ephemeral[:])
 
-	ss, err := handshake.localEphemeral.sharedSecret(handshake.remoteEphemeral)
+	ss, err := ecdhSharedSecret(handshake.localEphemeralKey, handshake.remoteEphemeral)
 	if err != nil {
 		return nil, err
 	}
 	handshake.mixKey(ss[:])
-	ss, err = handshake.localEphemeral.sharedSecret(handshake.remoteStatic)
+	ss, err = ecdhSharedSecret(handshake.localEphemeralKey, handshake.remoteStatic)
 	if err != nil {
 		return nil, err
 	}
@@ -547,14 +550,17 @@ func (device *Device) ConsumeMessageResponse(msg *MessageResponse) *Peer {
 		mixHash(&hash, &handshake.hash, msg.Ephemeral[:])
 		mixKey(&chainKey, &handshake.chainKey, msg.Ephemeral[:])
 
-		ss, err := handshake.localEphemeral.sharedSecret(msg.Ephemeral)
+		if handshake.localEphemeralKey == nil {
+			return false
+		}
+		ss, err := ecdhSharedSecret(handshake.localEphemeralKey, msg.Ephemeral)
 		if err != nil {
 			return false
 		}
 		mixKey(&chainKey, &chainKey, ss[:])
 		setZero(ss[:])
 
-		ss, err = device.staticIdentity.privateKey.sharedSecret(msg.Ephemeral)
+		ss, err = ecdhSharedSecret(device.staticIdentity.ecdh, msg.Ephemeral)
 		if err != nil {
 			return false
 		}
@@ -646,6 +652,7 @@ func (peer *Peer) BeginSymmetricSession() error {
 	setZero(handshake.chainKey[:])
 	setZero(handshake.hash[:]) // Doesn't necessarily need to be zeroed. Could be used for something interesting down the line.
 	setZero(handshake.localEphemeral[:])
+	handshake.localEphemeralKey = nil
 	peer.handshake.state = handshakeZeroed
 
 	// create AEAD instances

@@ -93,7 +93,9 @@ func (device *Device) NewPeer(pk NoisePublicKey) (*Peer, error) {
 	// pre-compute DH
 	handshake := &peer.handshake
 	handshake.mutex.Lock()
-	handshake.precomputedStaticStatic, _ = device.staticIdentity.privateKey.sharedSecret(pk)
+	if device.staticIdentity.ecdh != nil {
+		handshake.precomputedStaticStatic, _ = ecdhSharedSecret(device.staticIdentity.ecdh, pk)
+	}
 	handshake.remoteStatic = pk
 	handshake.mutex.Unlock()
 
