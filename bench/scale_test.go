@@ -46,7 +46,7 @@ import (
 var (
 	flagScaleN       = flag.Int("scale.n", 2000, "jobs of the storm, idle and restart phases")
 	flagScaleOver    = flag.Duration("scale.over", 10*time.Second, "the storm's jobs start within this long")
-	flagScaleIdle    = flag.Duration("scale.idle", 90*time.Second, "idle window for CPU and memory per job (longer than the gateway's UDP idle timeout, 60 s, so that the first echoes' flows have ended)")
+	flagScaleIdle    = flag.Duration("scale.idle", 5*time.Minute, "idle window for CPU and memory per job (longer than the gateway's UDP idle timeout, 60 s, so that the first echoes' flows have ended, and than two of the Go runtime's periodic collections, so that their buffers are released)")
 	flagScaleRamp    = flag.String("scale.ramp", "4000,6000,8000,10000", "larger job counts to try after the main phases (empty: none)")
 	flagScaleBlock   = flag.Int("scale.block", 16, "--block-size of the gateway")
 	flagScaleGwArgs  = flag.String("scale.gwargs", "", "extra gateway arguments, space-separated")
@@ -237,9 +237,18 @@ func TestScaleBench(t *testing.T) {
 	// window of more than that measures idle jobs.
 	c0 := procCPU(gwPID())
 	t0 := time.Now()
-	time.Sleep(*flagScaleIdle)
+	// The resident memory every 30 s of the window: it falls once the Go
+	// runtime's periodic collections (every 2 min) have emptied the pools
+	// that the storm's flows filled.
+	var samples []string
+	for time.Since(t0) < *flagScaleIdle {
+		time.Sleep(min(30*time.Second, *flagScaleIdle-time.Since(t0)))
+		samples = append(samples, fmt.Sprintf("%.0fs:%.1f", time.Since(t0).Seconds(),
+			float64(rssKiB(gwPID())-before.GwRSSKiB)/float64(max(r.OK, 1))))
+	}
 	win := time.Since(t0).Seconds()
 	idle := measure(scalePhase{Phase: "idle", N: r.OK, Seconds: win}, gen)
+	idle.Note = "resident KiB per job above the empty gateway during the window: " + strings.Join(samples, " ")
 	idle.RSSPerJob = float64(idle.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
 	idle.CPUPerJob = (idle.GwCPU - c0) / win * 100 / float64(max(r.OK, 1))
 	if *flagScalePprof {
@@ -257,8 +266,8 @@ func TestScaleBench(t *testing.T) {
 	idle.Report = pr
 	phases = append(phases, idle)
 	save()
-	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), fds %d; probe ok %d failed %d; renew errors %d, sessions lost %d; load %.2f",
-		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.GatewayFDs, pr.OK, pr.Failed, pr.RenewErrors, pr.WatchErrors, idle.Load)
+	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), fds %d; probe ok %d failed %d; renew errors %d, sessions lost %d; load %.2f; %s",
+		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.GatewayFDs, pr.OK, pr.Failed, pr.RenewErrors, pr.WatchErrors, idle.Load, idle.Note)
 
 	// 3. Restarts: every job's traffic must flow again (probes from the
 	// moment the restarted gateway is ready).
