@@ -4,6 +4,7 @@ package store
 
 import (
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -16,7 +17,10 @@ import (
 // join and its release), which made `airlock run -- true` twice as slow
 // (issue 26). groupCommit commits a write at once when no commit is in
 // progress; the writes that arrive meanwhile are committed together right
-// after it, in one transaction and one fsync.
+// after it, in one transaction and one fsync. When commits follow each
+// other (a storm: bbolt syncs twice per commit, and a join arrives every
+// few milliseconds), the next commit waits busyLinger for more writes to
+// share it.
 
 // groupCommit runs write functions in as few bbolt transactions as
 // possible without delaying any. It is safe for concurrent use; set db
@@ -27,7 +31,16 @@ type groupCommit struct {
 	mu    sync.Mutex
 	queue []commitCall // guarded by mu: waiting for the next commit
 	busy  bool         // guarded by mu: a drain goroutine runs
+	last  time.Time    // guarded by mu: when the last commit ended
 }
+
+// busyLinger is how long a commit that follows another within busyWithin
+// waits for more writes: in a storm it halves the syncs, and a lone write
+// never waits.
+const (
+	busyLinger = 3 * time.Millisecond
+	busyWithin = 20 * time.Millisecond
+)
 
 // commitCall is one write and where its result goes.
 type commitCall struct {
@@ -55,11 +68,17 @@ func (g *groupCommit) run(fn func(*bolt.Tx) error) error {
 func (g *groupCommit) drain() {
 	g.mu.Lock()
 	for len(g.queue) > 0 {
+		if time.Since(g.last) < busyWithin {
+			g.mu.Unlock()
+			time.Sleep(busyLinger)
+			g.mu.Lock()
+		}
 		batch := g.queue
 		g.queue = nil
 		g.mu.Unlock()
 		g.commit(batch)
 		g.mu.Lock()
+		g.last = time.Now()
 	}
 	g.busy = false
 	g.mu.Unlock()
