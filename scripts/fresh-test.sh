@@ -41,7 +41,7 @@ while getopts n:r:ko:d opt; do
 	k) keep=1 ;;
 	o) out=$OPTARG ;;
 	d) dry=1 ;;
-	*) sed -n '2,13p' "$0" >&2; exit 2 ;;
+	*) sed -n '/^# fresh-test.sh:/,/^#   -d/p' "$0" >&2; exit 2 ;;
 	esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "fresh-test: run as root (make test needs it)" >&2; exit 2; }
