@@ -91,7 +91,8 @@ type Config struct {
 	Load func() Load
 	// FailClosed refuses joins once the replica has not been confirmed
 	// by the database for Stale (default: joins go on with the cached
-	// tokens and bans).
+	// tokens and bans). A fail-closed node reloads at least every
+	// Stale/3.
 	FailClosed bool
 	Stale      time.Duration
 	// HeartbeatEvery and ResyncEvery default to DefaultHeartbeatEvery and
@@ -150,6 +151,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Stale <= 0 {
 		cfg.Stale = DefaultStale
+	}
+	if cfg.FailClosed && cfg.ResyncEvery > cfg.Stale/3 {
+		// A replica that nothing changes is confirmed only by a reload:
+		// a fail-closed node reloads often enough that an answering
+		// database never lets it go stale (two reloads may fail).
+		cfg.ResyncEvery = max(cfg.Stale/3, 100*time.Millisecond)
 	}
 	if cfg.Load == nil {
 		cfg.Load = func() Load { return Load{} }
