@@ -108,6 +108,9 @@ var refusals = []refusal{
 			return "gateway is draining: it takes no new jobs for now; use another gateway or wait"
 		}},
 	{err: ErrBusy, code: CodeBusy, status: http.StatusServiceUnavailable, wait: time.Second},
+	{err: ErrBadTicket, code: CodeBadTicket, status: http.StatusForbidden, failure: true,
+		message: func(error) string { return ErrBadTicket.Error() }},
+	{err: ErrNoSuchCapture, code: CodeNoSuchCapture, status: http.StatusNotFound},
 	{err: ErrInternal, code: CodeInternal, status: http.StatusInternalServerError, wait: 5 * time.Second,
 		message: func(error) string { return "internal gateway error; the gateway's log has details" }},
 }

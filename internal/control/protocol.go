@@ -218,6 +218,11 @@ const (
 	// gateway serves (HTTP 426); the message names both versions. Final:
 	// the client must be upgraded, not retried.
 	CodeVersionUnsupported = "version_unsupported"
+	// CodeBadTicket answers a relayed capture (PathFleetCapture) whose
+	// ticket the gateway must not serve; CodeNoSuchCapture one whose job
+	// it does not hold (relay.go).
+	CodeBadTicket     = "bad_ticket"
+	CodeNoSuchCapture = "no_such_capture"
 	// CodeBusy answers a request the gateway has no time for now; its
 	// Retry-After says when to ask again.
 	CodeBusy = "busy"
