@@ -226,6 +226,11 @@ const (
 	// CodeBusy answers a request the gateway has no time for now; its
 	// Retry-After says when to ask again.
 	CodeBusy = "busy"
+	// CodeStoreUnavailable answers a join that a fail-closed member of a
+	// fleet cannot check while its database is unreachable (HTTP 503 with
+	// Retry-After); the message says so. Not final: retry, or use another
+	// gateway.
+	CodeStoreUnavailable = "store_unavailable"
 )
 
 // ErrorResponse is the body of every non-2xx response.

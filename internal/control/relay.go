@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Relayed live captures: in a fleet (internal/fleet), `airlock capture` of
@@ -84,6 +86,9 @@ func (s *Server) handleFleetCapture(w http.ResponseWriter, r *http.Request) {
 	serve, err := s.relay.OpenCapture(t)
 	if err != nil {
 		// ErrBadTicket, ErrNoSuchCapture, or the database's trouble.
+		if errors.Is(err, store.ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
 		s.refuse(w, "fleet capture", remote, err)
 		return
 	}

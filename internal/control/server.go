@@ -315,6 +315,10 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, store.ErrBadToken) {
 			err = fmt.Errorf("%w: %w", ErrBadToken, err)
 		}
+		if errors.Is(err, store.ErrUnavailable) {
+			// A fail-closed fleet member without its database.
+			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+		}
 		s.refuse(w, "join", remote, err)
 		return
 	}

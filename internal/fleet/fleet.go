@@ -65,8 +65,9 @@ const (
 )
 
 // ErrUnavailable means the shared database could not be reached for an
-// operation that needs it, or a fail-closed gateway's replica is stale.
-var ErrUnavailable = errors.New("the fleet's database is unreachable")
+// operation that needs it, or a fail-closed gateway's replica is stale
+// (store.ErrUnavailable, which the control API answers with 503).
+var ErrUnavailable = store.ErrUnavailable
 
 // Load is a gateway's load as it heartbeats it.
 type Load struct {
@@ -565,7 +566,7 @@ func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
 		age := now.Sub(n.synced)
 		n.mu.Unlock()
 		if age > n.cfg.Stale {
-			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; joins resume once the database answers",
+			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
 				ErrUnavailable, age.Round(time.Second))
 		}
 	}
