@@ -471,7 +471,11 @@ func TestFleet(t *testing.T) {
 		// C is fail-closed: once its copy is older than fleetStale it
 		// refuses joins, with the reason, while A (and B) go on.
 		time.Sleep(time.Until(down.Add(fleetStale + 5*time.Second)))
-		code, _, stderr := f.runWith(t, on(c), "true")
+		// The refusal clears with time (Retry-After): airlock run would
+		// wait it out for --join-timeout, here 2 s.
+		oc := on(c)
+		oc.flags = append(oc.flags, "--join-timeout", "2s")
+		code, _, stderr := f.runWith(t, oc, "true")
 		if code == 0 || !strings.Contains(stderr, "fail-closed") || !strings.Contains(stderr, "store_unavailable") {
 			t.Errorf("join on fail-closed C %v into the outage: exit %d, want refused as fail-closed (store_unavailable)%s", time.Since(down).Round(time.Second), code, f.diag(stderr))
 		}
