@@ -8,13 +8,18 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // newCaptureCmd is `airlock capture`: a live pcap capture of one job's
@@ -32,7 +37,13 @@ FILTER is a subset of tcpdump's: tcp, udp, icmp, ip, ip6,
 [src|dst] host ADDR, [src|dst] net CIDR, [src|dst] port N,
 [src|dst] portrange N-M, combined with and, or, not and parentheses.
 Flags may come before or after JOB. Only the gateway's user can use the
-admin socket.`),
+admin socket.
+
+In a fleet, a JOB that another gateway holds is captured there and relayed
+through the fleet: asked with --state on any gateway, or with --store on an
+admin host that reaches the holding gateway's control port. The relay is
+authorized by a single-use ticket in the fleet's database, not by anything
+a network peer can present (docs/fleet.md).`),
 		Example: `  airlock capture 4242 tcp port 80 | tcpdump -nr -
   airlock capture 100.64.0.2 -w job.pcap -c 1000`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -50,13 +61,18 @@ admin socket.`),
 	snaplen := fs.IntP("snaplen", "s", 0, "keep at most this many bytes of each packet (default: whole packets)")
 	buffer := fs.Int("buffer", 0, "the gateway's buffer for this capture in bytes; packets that do not fit are dropped (default 4 MiB)")
 	_ = cmd.MarkFlagFilename("write", "pcap")
+	var so storeOpts
+	storeFlags(cmd, &so, "; instead of --state, on an admin host: the capture is relayed from the fleet's gateway that holds JOB")
 	cmd.RunE = func(cmd *cobra.Command, pos []string) error {
-		if err := needState(state); err != nil {
-			return err
+		fromStore := useStore(cmd, so)
+		if !fromStore {
+			if err := needState(state); err != nil {
+				return err
+			}
 		}
 		req := admin.CaptureRequest{Job: pos[0], Filter: strings.Join(pos[1:], " "), Snaplen: *snaplen, Buffer: *buffer}
-		if _, err := capture.ParseFilter(req.Filter); err != nil {
-			return fmt.Errorf("capture: %w", err)
+		if _, err := admin.CheckCapture(req); err != nil {
+			return err
 		}
 		var out io.Writer = stdout
 		toFile := *write != "" && *write != "-"
@@ -67,16 +83,31 @@ admin socket.`),
 		} else if isTerminal(stdout) {
 			return errors.New("capture: refusing to write pcap to a terminal: use -w FILE or pipe it, e.g. | tcpdump -nr -")
 		}
-		c, err := dialAdmin("capture", state)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
 		ctx, stop := signalContext()
 		defer stop()
-		body, err := c.Capture(ctx, req)
-		if err != nil {
-			return err
+		var body io.ReadCloser
+		if fromStore {
+			db, err := so.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer db.Close()
+			var gw store.Member
+			body, _, gw, err = fleet.Capture(ctx, db, fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen,
+				Buffer: req.Buffer, By: adminHostBy("airlock capture --store")}, fleetCaptureTimeout)
+			if err != nil {
+				return fmt.Errorf("capture %s: %w", req.Job, err)
+			}
+			fmt.Fprintf(stderr, "airlock capture: relayed from gateway %s\n", human(gw.Advertise))
+		} else {
+			c, err := dialAdmin("capture", state)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if body, err = c.Capture(ctx, req); err != nil {
+				return err
+			}
 		}
 		defer body.Close()
 		if toFile {
@@ -97,6 +128,22 @@ admin socket.`),
 		return nil
 	}
 	return cmd
+}
+
+// fleetCaptureTimeout bounds the connection to the gateway that holds a
+// job captured with --store and the wait for its answer.
+const fleetCaptureTimeout = 10 * time.Second
+
+// adminHostBy says who runs what on an admin host, as the holding gateway
+// logs it: the user and host as this host names them (claimed, not
+// attested).
+func adminHostBy(what string) string {
+	host, _ := os.Hostname()
+	name := strconv.Itoa(os.Getuid())
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	return fmt.Sprintf("%s by user %s on host %s (as they claim)", what, name, host)
 }
 
 // copyRecords copies a pcap stream from r to w record by record, at most

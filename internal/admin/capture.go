@@ -47,32 +47,30 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway
 	bad := func(msg string) {
 		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: msg})
 	}
-	if req.Job == "" || len(req.Job) > 128 {
-		bad("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
-		return
-	}
 	for _, p := range []struct {
 		name string
 		dst  *int
-		max  int
-	}{{"snaplen", &req.Snaplen, capture.DefaultSnaplen}, {"buffer", &req.Buffer, maxCaptureBuffer}} {
+	}{{"snaplen", &req.Snaplen}, {"buffer", &req.Buffer}} {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 || n > p.max {
-				bad(fmt.Sprintf("capture: bad %s %q: want 0-%d", p.name, v, p.max))
+			if err != nil {
+				bad(fmt.Sprintf("capture: bad %s %q: want a number", p.name, v))
 				return
 			}
 			*p.dst = n
 		}
 	}
-	f, err := capture.ParseFilter(req.Filter)
+	f, err := CheckCapture(req)
 	if err != nil {
-		bad("capture: " + err.Error())
+		bad(err.Error())
 		return
 	}
 	var tap *capture.Tap
 	var stop func()
 	l, err := oneLease(g, req.Job, "capture")
+	if errors.Is(err, ErrNoSuchJob) && s.relayCapture(w, r, req) {
+		return // held by another gateway of the fleet
+	}
 	if err == nil {
 		tap, stop, err = g.StartCapture([]string{l.ID}, req, f)
 	}
@@ -99,6 +97,34 @@ func (s *Server) handleCapture(w http.ResponseWriter, r *http.Request, g Gateway
 	err = tap.Serve(r.Context(), w, func() { _ = rc.Flush() })
 	s.log.Info("live capture ended", "job", req.Job, "filter", req.Filter, "duration", time.Since(start).Round(time.Millisecond), "why", captureEnd(err))
 }
+
+// CheckCapture checks a live capture request as every gateway serves it
+// (its own jobs' or relayed for the fleet): a job named, snaplen and
+// buffer within bounds, a filter that parses. Errors wrap ErrBadCapture.
+func CheckCapture(req CaptureRequest) (*capture.Filter, error) {
+	if req.Job == "" || len(req.Job) > 128 {
+		return nil, badCapture("capture: no job given; want a batch job id, lease id or tunnel address (airlock status lists them)")
+	}
+	for _, p := range []struct {
+		name   string
+		v, max int
+	}{{"snaplen", req.Snaplen, capture.DefaultSnaplen}, {"buffer", req.Buffer, maxCaptureBuffer}} {
+		if p.v < 0 || p.v > p.max {
+			return nil, badCapture(fmt.Sprintf("capture: bad %s %d: want 0-%d", p.name, p.v, p.max))
+		}
+	}
+	f, err := capture.ParseFilter(req.Filter)
+	if err != nil {
+		return nil, badCapture("capture: " + err.Error())
+	}
+	return f, nil
+}
+
+// badCapture is an error that says msg and is ErrBadCapture.
+type badCapture string
+
+func (e badCapture) Error() string        { return string(e) }
+func (e badCapture) Is(target error) bool { return target == ErrBadCapture }
 
 // captureEnd says why a live capture ended.
 func captureEnd(err error) string {

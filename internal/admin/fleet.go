@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -63,4 +64,59 @@ func WriteJSON(w http.ResponseWriter, status int, v any) { httpjson.Write(w, sta
 // WriteError writes an admin error answer.
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	httpjson.Write(w, status, errorBody{Code: code, Message: msg})
+}
+
+// fleetCaptureTimeout bounds the connection to the gateway that holds a
+// relayed capture's job and the wait for its answer.
+const fleetCaptureTimeout = 10 * time.Second
+
+// relayCapture serves req, a live capture of a job that another gateway
+// of the fleet holds, relayed from that gateway (fleet.Capture). It
+// reports false, having written nothing, when this gateway is in no fleet
+// or no gateway of the fleet holds the job.
+func (s *Server) relayCapture(w http.ResponseWriter, r *http.Request, req CaptureRequest) bool {
+	s.mu.Lock()
+	n := s.fleet
+	s.mu.Unlock()
+	if n == nil {
+		return false
+	}
+	body, l, gw, err := n.Capture(r.Context(), fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen, Buffer: req.Buffer}, fleetCaptureTimeout)
+	switch {
+	case errors.Is(err, fleet.ErrNoSuchJob):
+		return false
+	case errors.Is(err, fleet.ErrAmbiguousJob):
+		httpjson.Write(w, http.StatusConflict, errorBody{Code: codeAmbiguousJob, Message: err.Error()})
+		return true
+	case err != nil:
+		httpjson.Write(w, http.StatusBadGateway, errorBody{Code: codeInternal, Message: fmt.Sprintf("capture %s through the fleet: %v", req.Job, err)})
+		return true
+	}
+	defer body.Close()
+	start := time.Now()
+	s.log.Info("live capture relayed from the fleet started", "job", req.Job, "lease", l.ID, "gateway", gw.Advertise, "filter", req.Filter)
+	w.Header().Set("Content-Type", "application/vnd.tcpdump.pcap")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 64<<10)
+	for {
+		k, rerr := body.Read(buf)
+		if k > 0 {
+			if _, err = w.Write(buf[:k]); err != nil {
+				break
+			}
+			_ = rc.Flush()
+		}
+		if rerr != nil {
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+	}
+	if r.Context().Err() != nil {
+		err = r.Context().Err()
+	}
+	s.log.Info("live capture relayed from the fleet ended", "job", req.Job, "gateway", gw.Advertise, "duration", time.Since(start).Round(time.Millisecond), "why", captureEnd(err))
+	return true
 }

@@ -52,6 +52,10 @@ var (
 	// ErrVersionUnsupported means the gateway does not serve this
 	// client's version; the error's message names both and the fix.
 	ErrVersionUnsupported = errors.New("client version not supported by the gateway")
+	// ErrStoreUnavailable means the gateway cannot check joins now: it is
+	// a fail-closed member of a fleet whose database it cannot reach. A
+	// later join, or another gateway, may succeed.
+	ErrStoreUnavailable = errors.New("gateway cannot check joins now")
 	// ErrNotSupported is a Backend's answer to an optional service it
 	// does not offer (the TCP transport, site-local bypass).
 	ErrNotSupported = errors.New("not supported by this gateway")
@@ -108,6 +112,13 @@ var refusals = []refusal{
 			return "gateway is draining: it takes no new jobs for now; use another gateway or wait"
 		}},
 	{err: ErrBusy, code: CodeBusy, status: http.StatusServiceUnavailable, wait: time.Second},
+	{err: ErrBadTicket, code: CodeBadTicket, status: http.StatusForbidden, failure: true,
+		message: func(error) string { return ErrBadTicket.Error() }},
+	{err: ErrNoSuchCapture, code: CodeNoSuchCapture, status: http.StatusNotFound},
+	{err: ErrStoreUnavailable, code: CodeStoreUnavailable, status: http.StatusServiceUnavailable, wait: 10 * time.Second,
+		message: func(err error) string {
+			return strings.TrimPrefix(err.Error(), ErrStoreUnavailable.Error()+": ")
+		}},
 	{err: ErrInternal, code: CodeInternal, status: http.StatusInternalServerError, wait: 5 * time.Second,
 		message: func(error) string { return "internal gateway error; the gateway's log has details" }},
 }

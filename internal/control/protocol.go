@@ -218,9 +218,19 @@ const (
 	// gateway serves (HTTP 426); the message names both versions. Final:
 	// the client must be upgraded, not retried.
 	CodeVersionUnsupported = "version_unsupported"
+	// CodeBadTicket answers a relayed capture (PathFleetCapture) whose
+	// ticket the gateway must not serve; CodeNoSuchCapture one whose job
+	// it does not hold (relay.go).
+	CodeBadTicket     = "bad_ticket"
+	CodeNoSuchCapture = "no_such_capture"
 	// CodeBusy answers a request the gateway has no time for now; its
 	// Retry-After says when to ask again.
 	CodeBusy = "busy"
+	// CodeStoreUnavailable answers a join that a fail-closed member of a
+	// fleet cannot check while its database is unreachable (HTTP 503 with
+	// Retry-After); the message says so. Not final: retry, or use another
+	// gateway.
+	CodeStoreUnavailable = "store_unavailable"
 )
 
 // ErrorResponse is the body of every non-2xx response.

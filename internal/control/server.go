@@ -134,6 +134,9 @@ type ServerConfig struct {
 	// code answered ("" for success) and how long the request took, for
 	// metrics. It must not block.
 	OnJoin func(code string, took time.Duration)
+	// CaptureRelay, if set (a gateway of a fleet), serves
+	// PathFleetCapture (relay.go).
+	CaptureRelay CaptureRelay
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -171,6 +174,7 @@ type Server struct {
 	// noSessions makes the server answer as one older than lease
 	// sessions (tests).
 	noSessions atomic.Bool
+	relay      CaptureRelay
 }
 
 // NewServer returns a server for cfg. It does not listen: call Serve.
@@ -186,6 +190,7 @@ func NewServer(cfg ServerConfig) *Server {
 		logLim:  rate.NewLimiter(1, 10),
 		stop:    make(chan struct{}),
 		watchHB: cfg.WatchHeartbeat,
+		relay:   cfg.CaptureRelay,
 	}
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
@@ -229,6 +234,7 @@ func NewServer(cfg ServerConfig) *Server {
 	mux.HandleFunc(PathTunnel, s.handleTunnel)
 	mux.HandleFunc(PathWatch, s.handleWatch)
 	mux.HandleFunc(PathSession, s.handleSession)
+	mux.HandleFunc(PathFleetCapture, s.handleFleetCapture)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeBadRequest, "no such control API path: "+truncate(r.URL.Path, 100))
 	})
@@ -308,6 +314,10 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errors.Is(err, store.ErrBadToken) {
 			err = fmt.Errorf("%w: %w", ErrBadToken, err)
+		}
+		if errors.Is(err, store.ErrUnavailable) {
+			// A fail-closed fleet member without its database.
+			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		s.refuse(w, "join", remote, err)
 		return

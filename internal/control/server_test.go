@@ -406,3 +406,47 @@ func TestKeepAlive(t *testing.T) {
 		t.Errorf("got %d connections, want 1", got)
 	}
 }
+
+// unavailableStore answers every token check as a fail-closed fleet
+// member that cannot reach its database.
+type unavailableStore struct{ *store.Store }
+
+func (unavailableStore) VerifyToken(string, time.Time) (store.Token, error) {
+	return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed)", store.ErrUnavailable)
+}
+
+// TestStoreUnavailable: a join a fail-closed gateway cannot check is a
+// 503 with Retry-After and the reason, not an internal error, and not
+// counted against the client (no 429 after many).
+func TestStoreUnavailable(t *testing.T) {
+	dir := t.TempDir()
+	cert, pin, _, err := control.LoadOrCreateIdentity(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(filepath.Join(dir, store.FileName), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv := control.NewServer(control.ServerConfig{Store: unavailableStore{st}, Backend: &controltest.Backend{}, Certificate: cert})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(l)
+	defer srv.Shutdown(context.Background())
+	c, err := control.NewClient(l.Addr().String(), pin, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 2 * control.DefaultFailureBurst {
+		_, err := c.Join(context.Background(), joinReq(store.TokenPrefix+"x"))
+		var ae *control.APIError
+		if !errors.Is(err, control.ErrStoreUnavailable) || !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable ||
+			ae.RetryAfter != 10*time.Second || !strings.Contains(ae.Message, "fail-closed") {
+			t.Fatalf("join %d at a fail-closed gateway without its database: got %v, want 503 store_unavailable with Retry-After 10 and the reason", i, err)
+		}
+	}
+}

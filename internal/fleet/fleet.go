@@ -65,8 +65,9 @@ const (
 )
 
 // ErrUnavailable means the shared database could not be reached for an
-// operation that needs it, or a fail-closed gateway's replica is stale.
-var ErrUnavailable = errors.New("the fleet's database is unreachable")
+// operation that needs it, or a fail-closed gateway's replica is stale
+// (store.ErrUnavailable, which the control API answers with 503).
+var ErrUnavailable = store.ErrUnavailable
 
 // Load is a gateway's load as it heartbeats it.
 type Load struct {
@@ -91,7 +92,8 @@ type Config struct {
 	Load func() Load
 	// FailClosed refuses joins once the replica has not been confirmed
 	// by the database for Stale (default: joins go on with the cached
-	// tokens and bans).
+	// tokens and bans). A fail-closed node reloads at least every
+	// Stale/3.
 	FailClosed bool
 	Stale      time.Duration
 	// HeartbeatEvery and ResyncEvery default to DefaultHeartbeatEvery and
@@ -150,6 +152,12 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.Stale <= 0 {
 		cfg.Stale = DefaultStale
+	}
+	if cfg.FailClosed && cfg.ResyncEvery > cfg.Stale/3 {
+		// A replica that nothing changes is confirmed only by a reload:
+		// a fail-closed node reloads often enough that an answering
+		// database never lets it go stale (two reloads may fail).
+		cfg.ResyncEvery = max(cfg.Stale/3, 100*time.Millisecond)
 	}
 	if cfg.Load == nil {
 		cfg.Load = func() Load { return Load{} }
@@ -558,7 +566,7 @@ func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
 		age := now.Sub(n.synced)
 		n.mu.Unlock()
 		if age > n.cfg.Stale {
-			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; joins resume once the database answers",
+			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
 				ErrUnavailable, age.Round(time.Second))
 		}
 	}

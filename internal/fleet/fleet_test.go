@@ -201,6 +201,12 @@ func TestFleet(t *testing.T) {
 		if err := a.node.RecordLeaseStart(rec(0)); err != nil {
 			t.Fatal(err)
 		}
+		// Up, with nothing changing for longer than Stale: the
+		// fail-closed member reloads often enough to go on admitting.
+		time.Sleep(2500 * time.Millisecond)
+		if _, err := f.node.VerifyToken(secret, time.Now()); err != nil {
+			t.Fatalf("fail-closed member, database up, no change for 2.5 s (stale after 2 s): %v", err)
+		}
 		c.Stop(t)
 		// Down: joins go on with the replica (fail-open A), records are
 		// journaled; the fail-closed member refuses once stale.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -296,4 +297,44 @@ func (g *gateway) registerFleetMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// captureRelay is the control server's CaptureRelay: this gateway in a
+// fleet; nil for a single gateway, which has no relayed captures.
+func (g *gateway) captureRelay() control.CaptureRelay {
+	if g.fleet == nil {
+		return nil
+	}
+	return g
+}
+
+// OpenCapture implements control.CaptureRelay: a live capture of a job of
+// this gateway that an admin asked for elsewhere in the fleet, with the
+// checks and limits of a local one (admin.CheckCapture), on the one lease
+// the ticket names.
+func (g *gateway) OpenCapture(t control.CaptureTicket) (func(ctx context.Context, w io.Writer, flush func()) error, error) {
+	c, err := g.fleet.TakeCapture(t)
+	if err != nil {
+		return nil, err
+	}
+	req := admin.CaptureRequest{Job: c.Job, Filter: c.Filter, Snaplen: c.Snaplen, Buffer: c.Buffer}
+	f, err := admin.CheckCapture(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", control.ErrNoSuchCapture, err)
+	}
+	if g.leases.Count(func(l lease.Lease) bool { return l.ID == c.Lease }) == 0 {
+		return nil, fmt.Errorf("%w: lease %s is not live on gateway %s", control.ErrNoSuchCapture, c.Lease, g.advertise)
+	}
+	tap, stop, err := g.StartCapture([]string{c.Lease}, req, f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", control.ErrNoSuchCapture, err)
+	}
+	g.log.Info("live capture relayed to the fleet started", "ticket", c.ID, "job", c.Job, "lease", c.Lease, "filter", c.Filter, "by", c.By)
+	return func(ctx context.Context, w io.Writer, flush func()) error {
+		defer stop()
+		start := time.Now()
+		err := tap.Serve(ctx, w, flush)
+		g.log.Info("live capture relayed to the fleet ended", "ticket", c.ID, "lease", c.Lease, "duration", time.Since(start).Round(time.Millisecond), "err", err)
+		return err
+	}, nil
 }

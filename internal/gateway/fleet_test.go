@@ -3,8 +3,14 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -369,5 +375,182 @@ func TestFleetKeyRotation(t *testing.T) {
 	res, err := adminClient(t, a).Kick(ctx, admin.KickRequest{Job: "rot-1", Reason: "after rotation"})
 	if err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != l.ID {
 		t.Fatalf("kick on A of B's job after B's key rotation and restart: %+v %v", res, err)
+	}
+}
+
+// TestFleetCapture: airlock capture on A of a job that B holds is relayed
+// from B through the fleet, with the selection and filter of a local
+// capture, and ends with the job's lease. B's relay endpoint serves only a
+// ticket made for it in the database, once, with its secret, before it
+// expires, for a lease it holds; a source that keeps presenting bad
+// tickets is rate-limited like one that guesses tokens.
+func TestFleetCapture(t *testing.T) {
+	pgtest.Require(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); c.Write([]byte("HTTP/1.0 200 OK\r\n\r\n")) }()
+		}
+	}()
+	c := pgtest.Start(t)
+	db := c.CreateDB(t)
+	url := c.URL(pgtest.Superuser, db)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, _, err := pgstore.Migrate(ctx, pgstore.Config{URL: url}); err != nil {
+		t.Fatal(err)
+	}
+	fleetCfg := func(subnet string) func(*Config) {
+		return func(cfg *Config) {
+			cfg.Store = StoreConfig{URL: url}
+			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
+		}
+	}
+	a := startGatewayWith(t, fleetCfg("100.64.0.0/16"))
+	b := startGatewayWith(t, fleetCfg("100.65.0.0/16"), remote{job: "198.51.100.7:80", real: ln.Addr().String()})
+	pdb, err := pgstore.Open(ctx, pgstore.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	j := joinJob(t, b, newToken(t, b)) // batch job id t1
+	var bID string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		// B's shipper writes the lease, its heartbeat its member record.
+		if r, err := fleet.FindLease(pdb, "t1"); err == nil {
+			if bID, err = pdb.LeaseMember(r.ID); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B's lease not in the database within 5 s")
+		}
+	}
+
+	ac := adminClient(t, a)
+	if _, err := ac.Capture(ctx, admin.CaptureRequest{Job: "t1", Filter: "port http"}); err == nil {
+		t.Error("relayed capture with a bad filter: got nil error")
+	}
+	live, err := ac.Capture(ctx, admin.CaptureRequest{Job: "t1", Filter: "tcp port 80"})
+	if err != nil {
+		t.Fatalf("capture on A of B's job: %v", err)
+	}
+	defer live.Close()
+	got := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(live); got <- b }()
+	req := "GET /fleet-capture HTTP/1.0\r\nHost: example.org\r\n\r\n"
+	conn, err := j.net.DialContext(ctx, "tcp", "198.51.100.7:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Write([]byte(req))
+	io.Copy(io.Discard, conn)
+	conn.Close()
+	if u, err := j.net.DialContext(ctx, "udp", "198.51.100.7:9"); err == nil { // not "tcp port 80"
+		u.Write([]byte("udp-not-captured"))
+		u.Close()
+	}
+	time.Sleep(300 * time.Millisecond)
+
+	// B's relay endpoint, as a network peer (or a thief of one
+	// ticket) sees it.
+	cb, err := control.NewClient(b.info.Control.String(), b.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	ca, err := control.NewClient(a.info.Control.String(), a.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	ticket := func(lease, gw string, ttl time.Duration) control.CaptureTicket {
+		secret := fmt.Sprintf("secret-%d", time.Now().UnixNano())
+		h := sha256.Sum256([]byte(secret))
+		id, err := pdb.RequestCapture(pgstore.Capture{Lease: lease, Gateway: gw, Job: "t1", By: "test"}, h[:], ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return control.CaptureTicket{ID: id, Secret: secret}
+	}
+	status := func(err error) int {
+		var ae *control.APIError
+		if errors.As(err, &ae) {
+			return ae.Status
+		}
+		return 0
+	}
+	j1 := j.lease.ID
+	good := ticket(j1, bID, time.Minute)
+	if _, err := ca.FleetCapture(ctx, good); status(err) != http.StatusForbidden {
+		t.Errorf("B's ticket presented to A: got %v, want 403", err)
+	}
+	s, err := cb.FleetCapture(ctx, good)
+	if err != nil {
+		t.Fatalf("B's ticket presented to B: %v", err)
+	}
+	s.Close()
+	for _, bad := range []struct {
+		what string
+		t    control.CaptureTicket
+		want int
+	}{
+		{"a used ticket", good, http.StatusForbidden},
+		{"a wrong secret", control.CaptureTicket{ID: ticket(j1, bID, time.Minute).ID, Secret: "guess"}, http.StatusForbidden},
+		{"a ticket for a lease B does not hold", ticket("no-such-lease", bID, time.Minute), http.StatusNotFound},
+	} {
+		if _, err := cb.FleetCapture(ctx, bad.t); status(err) != bad.want {
+			t.Errorf("%s: got %v, want %d", bad.what, err, bad.want)
+		}
+	}
+	expired := ticket(j1, bID, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if _, err := cb.FleetCapture(ctx, expired); status(err) != http.StatusForbidden {
+		t.Errorf("an expired ticket: got %v, want 403", err)
+	}
+
+	// The job's lease ends (a kick through A): both captures end.
+	if _, err := ac.Kick(ctx, admin.KickRequest{Job: "t1", Reason: "capture test"}); err != nil {
+		t.Fatal(err)
+	}
+	var stream []byte
+	select {
+	case stream = <-got:
+	case <-ctx.Done():
+		t.Fatal("the relayed capture did not end with the job's lease")
+	}
+	n, found, udp := 0, false, false
+	for _, p := range pcapPackets(t, stream) {
+		n++
+		if len(p) >= 20 && netip.AddrFrom4([4]byte(p[12:16])) == j.lease.Address.Addr() && bytes.Contains(p, []byte(req)) {
+			found = true
+		}
+		udp = udp || bytes.Contains(p, []byte("udp-not-captured"))
+	}
+	if !found || udp {
+		t.Errorf("relayed capture: %d packets, request from the job found %v (want true), UDP %v (want false)", n, found, udp)
+	}
+	t.Logf("relayed capture: %d packets", n)
+
+	// Guessing goes on: the source is refused before the database is
+	// asked again.
+	limited := false
+	for range 10 {
+		if _, err := cb.FleetCapture(ctx, control.CaptureTicket{ID: 1, Secret: "guess"}); status(err) == http.StatusTooManyRequests {
+			limited = true
+			break
+		}
+	}
+	if !limited {
+		t.Error("10 more bad tickets from one source: never rate-limited (429)")
 	}
 }

@@ -292,6 +292,7 @@ func (g *gateway) openServers() error {
 		OnJoin:          mx.metrics.ObserveJoin,
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
+		CaptureRelay:    g.captureRelay(),
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)

@@ -20,4 +20,8 @@ var (
 	// ErrTokenExpired means a presented token was valid but has expired.
 	// Errors that match it also match ErrBadToken.
 	ErrTokenExpired = errors.New("token expired")
+	// ErrUnavailable means the store cannot answer now: a fleet's shared
+	// database is unreachable, or a fail-closed gateway's copy of it is
+	// too old to trust. The operation may succeed later.
+	ErrUnavailable = errors.New("the fleet's database is unreachable")
 )

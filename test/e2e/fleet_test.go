@@ -49,9 +49,9 @@ type fleetEnv struct {
 const fleetGatewayRole = "airlock_gateway"
 
 // fleetGrants are docs/fleet.md's grants for the gateways' role.
-const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks, airlock_meta to airlock_gateway;
+const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks, airlock_meta, airlock_captures to airlock_gateway;
 grant select on airlock_schema_version to airlock_gateway;
-grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq to airlock_gateway;`
+grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq, airlock_captures_id_seq to airlock_gateway;`
 
 // fleetArgs are every fleet gateway's extra flags: 312 blocks of 128
 // ports, so that one gateway holds the failover's 300 jobs and a job's
@@ -85,17 +85,22 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 		cn, inet   netip.Addr
 		subnet     string
 		name, dirn string
+		extra      []string
 	}{
-		{f.tp.DMZ2, topology.DMZ2AddrCN, topology.DMZ2AddrINET, "100.65.0.0/16", "B", "state-b"},
-		{f.tp.DMZ3, topology.DMZ3AddrCN, topology.DMZ3AddrINET, "100.66.0.0/16", "C", "state-c"},
+		{f.tp.DMZ2, topology.DMZ2AddrCN, topology.DMZ2AddrINET, "100.65.0.0/16", "B", "state-b", nil},
+		// C is fail-closed (DatabaseDown60s): it refuses joins once its
+		// copy of the tokens and bans is 20 s old.
+		{f.tp.DMZ3, topology.DMZ3AddrCN, topology.DMZ3AddrINET, "100.66.0.0/16", "C", "state-c", []string{"--store-fail-closed", "--store-stale", fleetStale.String()}},
 	} {
 		f.tp.SetResolvConf(h.ns, f.dnsAddr)
 		g := &fleetGW{name: h.name, ns: h.ns, state: filepath.Join(filepath.Dir(f.state), h.dirn), egress: h.inet}
 		g.args = append([]string{"gateway", "--state", g.state, "--listen", netip.AddrPortFrom(h.cn, gatewayPort).String(),
 			"--subnet", h.subnet, "--egress-addr", h.inet.String(), "--expose-ports", "8080"}, fleetArgs(f.url)...)
+		g.args = append(g.args, h.extra...)
 		f.startFleetGW(t, g)
 		f.gws = append(f.gws, g)
 	}
+	f.linkGateways(t)
 	// Every gateway registered, and every one has read the others'
 	// records (they do every 2 s).
 	deadline := time.Now().Add(30 * time.Second)
@@ -120,6 +125,56 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 	}
 	time.Sleep(2500 * time.Millisecond)
 	return f
+}
+
+// fleetStale is gateway C's --store-stale (fail-closed).
+const fleetStale = 20 * time.Second
+
+// gatewayTable is inet's routing table for the gateways' traffic to one
+// another (linkGateways).
+const gatewayTable = "127"
+
+// linkGateways lets the gateway hosts reach one another's control ports,
+// as a site's DMZ hosts do: inet forwards between them (table
+// gatewayTable, used for packets that come in from a gateway host), while
+// inet itself, the test's admin host, still reaches only the database
+// (adminHostReachesGateways changes that).
+func (f *fleetEnv) linkGateways(t *testing.T) {
+	t.Helper()
+	ip := func(args ...string) {
+		t.Helper()
+		if code, out, stderr := f.tp.Run(t, 10*time.Second, f.tp.INET, nil, "ip", args...); code != 0 {
+			t.Fatalf("ip %s in inet: exit %d %s %s", strings.Join(args, " "), code, out, stderr)
+		}
+	}
+	if code, out, stderr := f.tp.Run(t, 10*time.Second, f.tp.INET, nil, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"); code != 0 {
+		t.Fatalf("sysctl in inet: exit %d %s %s", code, out, stderr)
+	}
+	for _, h := range []struct {
+		ifname   string
+		cn, inet netip.Addr
+	}{
+		{topology.IfINETToDMZ, f.tp.DMZAddrCN, f.tp.DMZAddrINET},
+		{topology.IfINETToDMZ2, topology.DMZ2AddrCN, topology.DMZ2AddrINET},
+		{topology.IfINETToDMZ3, topology.DMZ3AddrCN, topology.DMZ3AddrINET},
+	} {
+		ip("route", "add", netip.PrefixFrom(h.cn, 24).Masked().String(), "via", h.inet.String(), "table", gatewayTable)
+		ip("rule", "add", "iif", h.ifname, "lookup", gatewayTable)
+	}
+}
+
+// adminHostReachesGateways gives the admin host (inet) routes to the
+// gateways' control ports until the test ends.
+func (f *fleetEnv) adminHostReachesGateways(t *testing.T) {
+	t.Helper()
+	rule := []string{"rule", "add", "iif", "lo", "lookup", gatewayTable}
+	if code, out, stderr := f.tp.Run(t, 10*time.Second, f.tp.INET, nil, "ip", rule...); code != 0 {
+		t.Fatalf("ip %s in inet: exit %d %s %s", strings.Join(rule, " "), code, out, stderr)
+	}
+	t.Cleanup(func() {
+		rule[1] = "del"
+		f.tp.Run(t, 10*time.Second, f.tp.INET, nil, "ip", rule...)
+	})
 }
 
 // startFleetGW starts g (again) and waits for its join.env.
@@ -310,15 +365,79 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("CaptureAcrossTheFleet", func(t *testing.T) {
+		// A job on A makes a request every half second; airlock capture
+		// asked on B, and on the admin host, is relayed from A.
+		dir := topology.TempDir(t)
+		if err := os.Chown(dir, f.gwUser.UID, f.gwUser.GID); err != nil {
+			t.Fatal(err)
+		}
+		url := fmt.Sprintf("http://%s:%d/small", f.tp.INETAddr, f.httpPort)
+		job := f.startWith(t, on(a, "AIRLOCK_JOB_ID=fleet-capture"), "sh", "-c",
+			"ip -o -4 addr show dev tun0; for i in $(seq 60); do curl -sS --max-time 5 -o /dev/null "+url+"; sleep 0.5; done")
+		defer job.Kill()
+		waitStderr(t, job, "transport: ", 30*time.Second)
+		src, ok := tunAddr(job.Stdout())
+		if !ok {
+			t.Fatalf("job's tunnel address not in its output: %s", job.Describe())
+		}
+		filter := []string{"tcp", "port", strconv.Itoa(f.httpPort)}
+		// capture runs airlock capture -c 20 in ns and checks the file
+		// holds the job's requests.
+		capture := func(where, ns string, args ...string) {
+			t.Helper()
+			file := filepath.Join(dir, strings.ReplaceAll(where, " ", "-")+".pcap")
+			args = append(append([]string{"capture"}, args...), append([]string{"-c", "20", "-w", file, "fleet-capture"}, filter...)...)
+			var code int
+			var stderr string
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				// Until A's shipper has written the lease.
+				code, _, stderr = f.tp.Run(t, 30*time.Second, ns, f.gwUser, f.airlock, args...)
+				if code == 0 || !strings.Contains(stderr, "no live lease") || time.Now().After(deadline) {
+					break
+				}
+			}
+			if code != 0 || !strings.Contains(stderr, "20 packets captured") {
+				t.Fatalf("airlock %s (%s) of a job on A: exit %d: %s", strings.Join(args, " "), where, code, stderr)
+			}
+			code, out, tsErr := f.tp.Run(t, 60*time.Second, f.tp.DMZ, nil, "tshark", "-r", file, "-n", "-d", fmt.Sprintf("tcp.port==%d,http", f.httpPort),
+				"-Y", "http.request", "-T", "fields", "-e", "ip.src", "-e", "http.request.uri")
+			if code != 0 || !strings.Contains(out, src.String()+"\t/small") {
+				t.Errorf("capture %s: tshark -r: exit %d %q %s; want GET /small from the job's %s", where, code, out, tsErr, src)
+			}
+			t.Logf("capture of a job on A %s: %s", where, strings.TrimSpace(stderr))
+		}
+		capture("on gateway B", b.ns, "--state", b.state)
+		// An admin host that reaches only the database: the honest
+		// error, no file.
+		file := filepath.Join(dir, "unreachable.pcap")
+		code, _, stderr := f.adminHost(t, append([]string{"capture", "--store", f.ownerURL, "-c", "5", "-w", file, "fleet-capture"}, filter...)...)
+		if code == 0 || !strings.Contains(stderr, "cannot reach the gateway") || !strings.Contains(stderr, a.addr) || !strings.Contains(stderr, "--state") {
+			t.Errorf("capture --store from a host that reaches only the database: exit %d %q; want a refusal naming gateway %s and --state", code, stderr, a.addr)
+		}
+		if _, err := os.Stat(file); err == nil {
+			t.Errorf("a refused capture left %s", file)
+		}
+		f.adminHostReachesGateways(t)
+		capture("from the admin host", f.tp.INET, "--store", f.ownerURL)
+	})
+
 	t.Run("DatabaseDown60s", func(t *testing.T) {
 		// A job on A makes a request every second across the outage.
 		loop := f.startWith(t, on(a), f.requestLoop(70)...)
 		waitStderr(t, loop, "transport: ", 30*time.Second)
-		time.Sleep(2 * time.Second)
+		// A change just before the outage: every gateway's copy of the
+		// tokens and bans is fresh when it starts (C, fail-closed, then
+		// admits for fleetStale).
+		if code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "outage"); code != 0 {
+			t.Fatalf("token create --store: exit %d %s %s", code, out, stderr)
+		}
+		time.Sleep(500 * time.Millisecond)
 		f.pg.Stop(t)
 		down := time.Now()
-		// Joins go on, with the cached token, on every gateway; each
-		// job's lease starts and ends while the database is down.
+		// Joins go on, with the cached token, on every gateway (C's
+		// first, while its copy is younger than fleetStale); each job's
+		// lease starts and ends while the database is down.
 		joined := map[string]bool{}
 		leaseRE := regexp.MustCompile(`msg="job joined" lease=(\S+)`)
 		before := map[*fleetGW]int{}
@@ -326,7 +445,7 @@ func TestFleet(t *testing.T) {
 			before[g] = len(leaseRE.FindAllStringSubmatch(g.proc.Stderr(), -1))
 		}
 		for i := 0; i < 6; i++ {
-			g := f.gws[i%3]
+			g := f.gws[2-i%3]
 			if code, _, stderr := f.runWith(t, on(g), "true"); code != 0 {
 				t.Errorf("join on %s while the database is down: exit %d%s", g.name, code, f.diag(stderr))
 			}
@@ -349,13 +468,40 @@ func TestFleet(t *testing.T) {
 		if len(joined) != 7 {
 			t.Fatalf("gateways logged %d joins during the outage, want 7", len(joined))
 		}
+		// C is fail-closed: once its copy is older than fleetStale it
+		// refuses joins, with the reason, while A (and B) go on.
+		time.Sleep(time.Until(down.Add(fleetStale + 5*time.Second)))
+		// The refusal clears with time (Retry-After): airlock run would
+		// wait it out for --join-timeout, here 2 s.
+		oc := on(c)
+		oc.flags = append(oc.flags, "--join-timeout", "2s")
+		code, _, stderr := f.runWith(t, oc, "true")
+		if code == 0 || !strings.Contains(stderr, "fail-closed") || !strings.Contains(stderr, "store_unavailable") {
+			t.Errorf("join on fail-closed C %v into the outage: exit %d, want refused as fail-closed (store_unavailable)%s", time.Since(down).Round(time.Second), code, f.diag(stderr))
+		}
+		if code, _, stderr := f.runWith(t, on(a), "true"); code != 0 {
+			t.Errorf("join on fail-open A %v into the outage: exit %d%s", time.Since(down).Round(time.Second), code, f.diag(stderr))
+		}
 		time.Sleep(time.Until(down.Add(60 * time.Second)))
 		f.pg.Restart(t)
+		up := time.Now()
 		t.Logf("database down for %v", time.Since(down).Round(time.Second))
+		// C admits again at its first reload once the database is back.
+		for {
+			code, _, stderr := f.runWith(t, on(c), "true")
+			if code == 0 {
+				t.Logf("fail-closed C admits again %v after the database is back", time.Since(up).Round(100*time.Millisecond))
+				break
+			}
+			if time.Since(up) > 20*time.Second {
+				t.Fatalf("fail-closed C still refuses joins 20 s after the database is back: exit %d%s", code, f.diag(stderr))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
 		if _, err := loop.Wait(40 * time.Second); err != nil {
 			t.Fatal(err)
 		}
-		stderr := loop.Stderr()
+		stderr = loop.Stderr()
 		var fails, oks int
 		for _, r := range parseLoop(t, loop.Stdout()) {
 			if r.ok {

@@ -7,6 +7,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
@@ -53,6 +56,7 @@ func TestPostgres(t *testing.T) {
 		{"TLSAndPasswordFile", testTLS},
 		{"Members", testMembers},
 		{"Kicks", testKicks},
+		{"CaptureTickets", testCaptureTickets},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
 	}
@@ -115,37 +119,64 @@ func testMigrate(t *testing.T, c *pgtest.Cluster) {
 
 // testMigrateConcurrent runs four migrations of a fresh database at once
 // (two admins, or an upgrade script on several hosts): the advisory lock
-// serializes them, each migration is applied once, all succeed.
+// serializes them, each migration is applied once, all succeed. Once with
+// the embedded migrations, once with a list whose migrations would notice
+// being applied twice (each adds a row).
 func testMigrateConcurrent(t *testing.T, c *pgtest.Cluster) {
-	db := c.CreateDB(t)
-	cfg := pgstore.Config{URL: c.URL(pgtest.Superuser, db)}
-	errs := make(chan error, 4)
-	applied := make(chan int32, 4)
-	for range 4 {
-		go func() {
-			from, to, err := pgstore.Migrate(context.Background(), cfg)
-			if err == nil && to != pgstore.LatestVersion() {
-				err = fmt.Errorf("ended at version %d", to)
-			}
-			applied <- to - from
-			errs <- err
-		}()
+	ctx := context.Background()
+	ms := []pgstore.Migration{
+		{Name: "001_a", SQL: "create table t_applied (name text); insert into t_applied values ('a');"},
+		{Name: "002_b", SQL: "select pg_sleep(0.05); insert into t_applied values ('b');"},
+		{Name: "003_c", SQL: "insert into t_applied values ('c');"},
 	}
-	var total int32
-	for range 4 {
-		if err := <-errs; err != nil {
-			t.Errorf("concurrent migrate: %v", err)
+	for _, embedded := range []bool{true, false} {
+		db := c.CreateDB(t)
+		url := c.URL(pgtest.Superuser, db)
+		want := int32(len(ms))
+		if embedded {
+			want = pgstore.LatestVersion()
 		}
-		total += <-applied
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() {
+				var to int32
+				var err error
+				if embedded {
+					_, to, err = pgstore.Migrate(ctx, pgstore.Config{URL: url})
+				} else {
+					var conn *pgx.Conn
+					if conn, err = pgx.Connect(ctx, url); err != nil {
+						errs <- err
+						return
+					}
+					defer conn.Close(ctx)
+					_, to, err = pgstore.MigrateWith(ctx, conn, ms)
+				}
+				if err == nil && to != want {
+					err = fmt.Errorf("ended at version %d, want %d", to, want)
+				}
+				errs <- err
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Errorf("concurrent migrate (embedded %v): %v", embedded, err)
+			}
+		}
+		if embedded {
+			s, err := pgstore.Open(ctx, pgstore.Config{URL: url})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			continue
+		}
+		var applied string
+		conn := c.Connect(t, db)
+		if err := conn.QueryRow(ctx, "select string_agg(name, '' order by name) from t_applied").Scan(&applied); err != nil || applied != "abc" {
+			t.Errorf("migrations applied by four concurrent runs: %q %v, want each once (abc)", applied, err)
+		}
 	}
-	if total != pgstore.LatestVersion() {
-		t.Errorf("concurrent migrations applied %d steps in all, want %d (each once)", total, pgstore.LatestVersion())
-	}
-	s, err := pgstore.Open(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
 }
 
 // testMigrateFailure: a migration that fails half-way leaves the schema at
@@ -606,5 +637,45 @@ func TestURLHasPassword(t *testing.T) {
 		if r := pgstore.Redact(tc.url); strings.Contains(r, "secret") || pgstore.URLHasPassword(r) {
 			t.Errorf("Redact(%q) = %q, still with the password", tc.url, r)
 		}
+	}
+}
+
+// testCaptureTickets: a ticket is taken once, by its gateway, with its
+// secret, before it expires; every other attempt is ErrNotFound alike.
+func testCaptureTickets(t *testing.T, c *pgtest.Cluster) {
+	s, _ := open(t, c, "")
+	hash := func(secret string) []byte { h := sha256.Sum256([]byte(secret)); return h[:] }
+	want := pgstore.Capture{Lease: "l1", Gateway: "gw-b", Job: "42", Filter: "tcp port 80", Snaplen: 96, By: "test"}
+	id, err := s.RequestCapture(want, hash("right"), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []struct {
+		what, gw, secret string
+		id               int64
+	}{
+		{"wrong secret", "gw-b", "wrong", id},
+		{"another gateway", "gw-a", "right", id},
+		{"unknown ticket", "gw-b", "right", id + 100},
+	} {
+		if _, err := s.TakeCapture(bad.id, bad.gw, hash(bad.secret)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("take with %s: got %v, want ErrNotFound", bad.what, err)
+		}
+	}
+	got, err := s.TakeCapture(id, "gw-b", hash("right"))
+	want.ID = id
+	if err != nil || got != want {
+		t.Fatalf("take: got %+v %v, want %+v", got, err, want)
+	}
+	if _, err := s.TakeCapture(id, "gw-b", hash("right")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("take twice: got %v, want ErrNotFound", err)
+	}
+	short, err := s.RequestCapture(want, hash("right"), time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if _, err := s.TakeCapture(short, "gw-b", hash("right")); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("take an expired ticket: got %v, want ErrNotFound", err)
 	}
 }
