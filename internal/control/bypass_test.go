@@ -47,9 +47,10 @@ func (b *bypassBackend) set(x *control.Bypass) {
 	b.changed = make(chan struct{})
 }
 
-// TestWatchBypass checks that the first watch event carries the lease's
-// bypass, that a change is sent at once (not at the next heartbeat), and
-// that renewals carry the client's counters, checked by the server.
+// TestWatchBypass checks that the first event carries the lease's
+// bypass, that a change is sent at once (not at the next heartbeat, an
+// hour away here) on a lease session and on a legacy watch, and that
+// renewals carry the client's counters, checked by the server.
 func TestWatchBypass(t *testing.T) {
 	b := &bypassBackend{Backend: &controltest.Backend{Instance: "i"}, changed: make(chan struct{}),
 		cur: &control.Bypass{Rules: []control.Rule{{Name: "squid", To: []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32")}}}, Policy: control.Policy{Default: "allow"}}}
@@ -66,22 +67,34 @@ func TestWatchBypass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if w.First.Bypass == nil || len(w.First.Bypass.Rules) != 1 || w.First.Bypass.Rules[0].Name != "squid" {
-		t.Fatalf("first event %+v, want the bypass", w.First)
+	s, err := c.Attach(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Legacy() {
+		t.Fatal("Attach fell back to a watch on a gateway with sessions")
+	}
+	for name, first := range map[string]control.WatchEvent{"watch": w.First, "session": s.First} {
+		if first.Bypass == nil || len(first.Bypass.Rules) != 1 || first.Bypass.Rules[0].Name != "squid" {
+			t.Fatalf("%s: first event %+v, want the bypass", name, first)
+		}
 	}
 	b.set(&control.Bypass{Policy: control.Policy{Default: "deny"}})
-	got := make(chan control.WatchEvent, 1)
-	go func() {
-		ev, _ := w.Next()
-		got <- ev
-	}()
-	select {
-	case ev := <-got:
-		if ev.Bypass == nil || len(ev.Bypass.Rules) != 0 || ev.Bypass.Policy.Default != "deny" {
-			t.Errorf("event after the change %+v, want the new (empty) bypass", ev)
+	for name, next := range map[string]func() (control.WatchEvent, error){"watch": w.Next, "session": s.Next} {
+		got := make(chan control.WatchEvent, 1)
+		go func() {
+			ev, _ := next()
+			got <- ev
+		}()
+		select {
+		case ev := <-got:
+			if ev.Bypass == nil || len(ev.Bypass.Rules) != 0 || ev.Bypass.Policy.Default != "deny" {
+				t.Errorf("%s: event after the change %+v, want the new (empty) bypass", name, ev)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no event within 5 s of a bypass change", name)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event within 5 s of a bypass change")
 	}
 
 	counts := []control.BypassCount{{Rule: "squid", Flows: 2, BytesOut: 10, BytesIn: 1000}}

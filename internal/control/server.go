@@ -165,6 +165,8 @@ type Server struct {
 	watchHB  time.Duration
 	watches  watchCounts
 	sessions sessionSet
+	// bypassWake wakes the sessions when a bypass notice closes.
+	bypassWake bypassWaker
 	hbLine   atomic.Pointer[heartbeat] // the sessions' heartbeat line
 	// idle waits for idle sessions' requests (idle_linux.go); nil: each
 	// session has a goroutine that reads it. Serve makes it and Shutdown

@@ -176,6 +176,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 	}
 	first, bypassCh := ss.firstEvent()
 	ss.bypassCh = bypassCh
+	s.bypassWake.watch(s, bypassCh)
 	var hdr bytes.Buffer
 	hdr.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + SessionProtocol + "\r\nConnection: Upgrade\r\n\r\n")
 	hdr.Write(first)
@@ -369,6 +370,7 @@ func (ss *serverSession) tick() {
 		if ss.bypassCh, b = ss.s.watchBypass(ss.ref, ev); b != nil {
 			line = b
 		}
+		ss.s.bypassWake.watch(ss.s, ss.bypassCh)
 	default:
 	}
 	err := ss.writeLocked(line)
@@ -538,6 +540,61 @@ func (c *sessionSet) of(id string) []*serverSession {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*serverSession(nil), c.byID[id]...)
+}
+
+// all returns the open sessions.
+func (c *sessionSet) all() []*serverSession {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var all []*serverSession
+	for _, l := range c.byID {
+		all = append(all, l...)
+	}
+	return all
+}
+
+// bypassSpread is the time over which a reload's bypass events go out to
+// all sessions, so that 10,000 of them are not written in one burst.
+const bypassSpread = time.Second
+
+// bypassWaker sends a changed bypass at once instead of at the sessions'
+// next heartbeat: one goroutine per bypass notice channel (the gateway
+// has one at a time, closed at a reload) ticks every session when it
+// closes. The zero value is ready.
+type bypassWaker struct {
+	mu      sync.Mutex
+	watched map[<-chan struct{}]bool // guarded by mu
+}
+
+// watch makes sure that the sessions are ticked when ch closes.
+func (w *bypassWaker) watch(s *Server, ch <-chan struct{}) {
+	if ch == nil {
+		return
+	}
+	w.mu.Lock()
+	if w.watched[ch] {
+		w.mu.Unlock()
+		return
+	}
+	if w.watched == nil {
+		w.watched = map[<-chan struct{}]bool{}
+	}
+	w.watched[ch] = true
+	w.mu.Unlock()
+	go func() {
+		select {
+		case <-ch:
+		case <-s.stop:
+			return
+		}
+		w.mu.Lock()
+		delete(w.watched, ch)
+		w.mu.Unlock()
+		all := s.sessions.all()
+		for i, ss := range all {
+			ss.timer.Reset(time.Duration(i) * (bypassSpread / time.Duration(len(all))))
+		}
+	}()
 }
 
 // len returns the number of open sessions.
