@@ -29,13 +29,17 @@ type Jobs struct {
 	steps   JobSteps
 
 	// mu serialises Add and Remove, so that each is all or nothing
-	// towards the other, and guards byID.
-	mu   sync.Mutex
+	// towards the other; the backend's steps run with it held.
+	mu sync.Mutex
+
+	// byMu guards byID, which steps may read (Get) while mu is held.
+	byMu sync.RWMutex
 	byID map[jobs.ID]Job
 }
 
 // JobSteps are a backend's own steps of AddJob and RemoveJob. Jobs calls
-// them with its lock held: they must not call Jobs.Add or Jobs.Remove.
+// them one at a time; they may call Jobs.Get, Of and Each, not Add or
+// Remove.
 type JobSteps struct {
 	// Add admits j, which Jobs checked, to the backend (egress, port
 	// blocks, token); the job's addresses are in the index and the job
@@ -88,8 +92,8 @@ func (r *Jobs) Lookup(a netip.Addr) (jobs.ID, bool) { return r.index.Lookup(a) }
 
 // Get returns job id as AddJob took it.
 func (r *Jobs) Get(id jobs.ID) (Job, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.byMu.RLock()
+	defer r.byMu.RUnlock()
 	j, ok := r.byID[id]
 	return j, ok
 }
@@ -112,7 +116,7 @@ func (r *Jobs) Add(j Job) error {
 	j.Addrs = unmapAll(j.Addrs)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.byID[j.ID]; ok {
+	if _, ok := r.Get(j.ID); ok {
 		return fmt.Errorf("%s: add job %s: %w", r.name, j.ID, ErrJobExists)
 	}
 	if err := r.index.Add(j.ID, j.Addrs...); err != nil {
@@ -121,7 +125,9 @@ func (r *Jobs) Add(j Job) error {
 		}
 		return fmt.Errorf("%s: add job %s: %w", r.name, j.ID, err)
 	}
+	r.byMu.Lock()
 	r.byID[j.ID] = j
+	r.byMu.Unlock()
 	if r.flows != nil {
 		var public []netip.Addr
 		for _, e := range j.Egress {
@@ -149,7 +155,7 @@ func (r *Jobs) Add(j Job) error {
 func (r *Jobs) Remove(id jobs.ID) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if j, ok := r.byID[id]; ok {
+	if j, ok := r.Get(id); ok {
 		r.removeLocked(j)
 	}
 }
@@ -162,16 +168,20 @@ func (r *Jobs) removeLocked(j Job) {
 		r.flows.RemoveJob(j.ID)
 	}
 	r.index.Remove(j.ID)
+	r.byMu.Lock()
 	delete(r.byID, j.ID)
+	r.byMu.Unlock()
 }
 
-// Each calls fn for every job, with the lock held: fn must not call Jobs.
-func (r *Jobs) Each(fn func(Job)) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// All returns every job as AddJob took it.
+func (r *Jobs) All() []Job {
+	r.byMu.RLock()
+	defer r.byMu.RUnlock()
+	out := make([]Job, 0, len(r.byID))
 	for _, j := range r.byID {
-		fn(j)
+		out = append(out, j)
 	}
+	return out
 }
 
 func unmapAll(as []netip.Addr) []netip.Addr {

@@ -19,7 +19,9 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -139,10 +141,10 @@ func (s *suite) job(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
 	t.Helper()
 	spec = s.nextSpec(spec)
 	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob %s: %v", spec.Addr, err)
+		t.Fatalf("AddJob %s: %v", addrOf(spec, ipfamily.V4), err)
 	}
-	st := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
+	st := s.jobs.addJob(t, s.env.Tunnel, addrOf(spec, ipfamily.V4), addrOf(spec, ipfamily.V6))
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
 	return st, spec
 }
 
@@ -152,15 +154,15 @@ func (s *suite) job6(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
 	t.Helper()
 	spec = s.nextSpec(spec)
 	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob %s: %v", spec.Addr, err)
+		t.Fatalf("AddJob %s: %v", addrOf(spec, ipfamily.V4), err)
 	}
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
-	addr6 := spec.Addr6
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
+	addr6 := addrOf(spec, ipfamily.V6)
 	if !addr6.IsValid() {
-		a := spec.Addr.As4()
+		a := addrOf(spec, ipfamily.V4).As4()
 		addr6 = netip.AddrFrom16([16]byte{0xfd, 0x00, 0x0a, 0x1c, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
 	}
-	return s.jobs.addJob(t, s.env.Tunnel, spec.Addr, addr6), spec
+	return s.jobs.addJob(t, s.env.Tunnel, addrOf(spec, ipfamily.V4), addr6), spec
 }
 
 // nextSpec fills in a fresh address and block.
@@ -169,14 +171,29 @@ func (s *suite) nextSpec(spec forward.Job) forward.Job {
 	i := s.nextJob
 	s.nextJob++
 	s.mu.Unlock()
-	spec.Addr = netip.AddrFrom4([4]byte{100, 64, 1, byte(10 + i)})
-	if s.o.IPv6 {
-		spec.Addr6 = netip.AddrFrom16([16]byte{0xfd, 0x00, 0xa1, 0x0c, 15: byte(10 + i)})
-	}
+	spec.ID = jobs.ID(fmt.Sprintf("lease-%d", i))
+	spec.Addrs = []netip.Addr{netip.AddrFrom4([4]byte{100, 64, 1, byte(10 + i)})}
 	lo := uint16(40000 + BlockSize*i)
-	spec.Block = portblock.Range{Lo: lo, Hi: lo + BlockSize - 1}
-	spec.Ref = flows.JobRef{Lease: fmt.Sprintf("lease-%d", i), JobID: fmt.Sprintf("job-%d", i)}
+	block := portblock.Range{Lo: lo, Hi: lo + BlockSize - 1}
+	spec.Egress = []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: block}}
+	if s.o.IPv6 {
+		spec.Addrs = append(spec.Addrs, netip.AddrFrom16([16]byte{0xfd, 0x00, 0xa1, 0x0c, 15: byte(10 + i)}))
+		spec.Egress = append(spec.Egress, forward.Egress{Addr: netip.IPv6Unspecified(), Block: block})
+	}
+	spec.Ref = jobs.Ref{JobID: fmt.Sprintf("job-%d", i), Token: spec.Ref.Token}
 	return spec
+}
+
+// addrOf returns j's tunnel address of family f (zero: none).
+func addrOf(j forward.Job, f *ipfamily.Family) netip.Addr {
+	a, _ := j.AddrOf(f)
+	return a
+}
+
+// blockOf returns j's IPv4 port block.
+func blockOf(j forward.Job) portblock.Range {
+	e, _ := j.EgressOf(ipfamily.V4)
+	return e.Block
 }
 
 func peer(port uint16) netip.AddrPort { return netip.AddrPortFrom(PeerAddr, port) }
@@ -225,7 +242,7 @@ func (s *suite) testTCP(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	inBlock(t, "tcp", newSources(s.peers.tcpSources(), before), EgressAddr, spec.Block)
+	inBlock(t, "tcp", newSources(s.peers.tcpSources(), before), EgressAddr, blockOf(spec))
 
 	// The outside half-closes first; the job still sends after its EOF.
 	heard := len(s.peers.heardCounts())
@@ -354,7 +371,7 @@ func (s *suite) testUDP(t *testing.T) {
 		}
 		c.Close()
 	}
-	inBlock(t, "udp", newSources(s.peers.udpSources(), before), EgressAddr, spec.Block)
+	inBlock(t, "udp", newSources(s.peers.udpSources(), before), EgressAddr, blockOf(spec))
 }
 
 // waitRecent waits up to d for an ended flow of job matching match in
@@ -625,7 +642,7 @@ func (s *suite) setPolicy(t *testing.T, p *policy.Policy) {
 }
 
 func (s *suite) testRules(t *testing.T) {
-	blue, _ := s.job(t, forward.Job{Token: "blue"})
+	blue, _ := s.job(t, forward.Job{Ref: jobs.Ref{Token: "blue"}})
 	plain, _ := s.job(t, forward.Job{})
 	private := netip.PrefixFrom(PrivatePeerAddr, 32)
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
@@ -645,7 +662,7 @@ func (s *suite) testRules(t *testing.T) {
 	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(PrivatePeerAddr, echoPort), policy.RulePrivate)
 	if s.o.IPv6 || s.o.IPv6Floor {
 		// An IPv4 allow rule does not open the address's NAT64 form.
-		blue6, _ := s.job6(t, forward.Job{Token: "blue"})
+		blue6, _ := s.job6(t, forward.Job{Ref: jobs.Ref{Token: "blue"}})
 		nat64 := netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: 10, 13: 99, 14: 0, 15: 2})
 		s.expectDenied(t, blue6, "tcp", netip.AddrPortFrom(nat64, echoPort), policy.RulePrivate)
 	}
@@ -706,7 +723,7 @@ func (s *suite) testLimits(t *testing.T) {
 		t.Errorf("FlowsRefused: %d before, %d after, want more", before.Limits.FlowsRefused, after.Limits.FlowsRefused)
 	}
 	// Raised limits apply to new flows at once.
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 3}); err != nil {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{MaxFlows: 3}); err != nil {
 		t.Fatalf("SetJobLimits: %v", err)
 	}
 	if c, err := j.DialTCP(ctx, peer(echoPort)); err != nil {
@@ -730,7 +747,7 @@ func (s *suite) testLimits(t *testing.T) {
 	if after.Limits.RateRefused <= before.Limits.RateRefused {
 		t.Errorf("RateRefused: %d before, %d after, want more", before.Limits.RateRefused, after.Limits.RateRefused)
 	}
-	if err := s.b.SetJobLimits(netip.MustParseAddr("100.64.200.200"), limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := s.b.SetJobLimits("no-such-job", limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits of an unknown job: %v, want ErrUnknownJob", err)
 	}
 }
@@ -738,14 +755,14 @@ func (s *suite) testLimits(t *testing.T) {
 func (s *suite) testExposures(t *testing.T) {
 	spec := s.nextSpec(forward.Job{})
 	spec.Exposures = []forward.Exposure{
-		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: spec.Block.Lo},
-		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: spec.Block.Lo + 1},
+		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: blockOf(spec).Lo, PublicAddr: EgressAddr},
+		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: blockOf(spec).Lo + 1, PublicAddr: EgressAddr},
 	}
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob with exposures: %v", err)
 	}
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
-	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
+	j := s.jobs.addJob(t, s.env.Tunnel, addrOf(spec, ipfamily.V4), addrOf(spec, ipfamily.V6))
 
 	ln, err := j.ListenTCP(8080)
 	if err != nil {
@@ -782,8 +799,8 @@ func (s *suite) testExposures(t *testing.T) {
 
 	var tcpErr, udpErr error
 	err = s.out.Do(func() error {
-		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo))
-		udpErr = outsideEcho("udp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo+1))
+		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, blockOf(spec).Lo))
+		udpErr = outsideEcho("udp", netip.AddrPortFrom(EgressAddr, blockOf(spec).Lo+1))
 		return nil
 	})
 	if err != nil {
@@ -797,9 +814,9 @@ func (s *suite) testExposures(t *testing.T) {
 	}
 	// The inbound flows are recorded as the job's.
 	for _, port := range []uint16{8080, 5353} {
-		dst := netip.AddrPortFrom(spec.Addr, port).String()
+		dst := netip.AddrPortFrom(addrOf(spec, ipfamily.V4), port).String()
 		deadline := time.Now().Add(4 * time.Second)
-		for !s.hasFlow(spec.Addr, func(r flows.Record) bool { return r.Direction == flows.Inbound && r.Dst == dst }) {
+		for !s.hasFlow(addrOf(spec, ipfamily.V4), func(r flows.Record) bool { return r.Direction == flows.Inbound && r.Dst == dst }) {
 			if time.Now().After(deadline) {
 				t.Errorf("no inbound flow to %s in the flow table", dst)
 				break
@@ -808,9 +825,9 @@ func (s *suite) testExposures(t *testing.T) {
 		}
 	}
 	// After RemoveJob nothing listens.
-	s.b.RemoveJob(spec.Addr)
+	s.b.RemoveJob(spec.ID)
 	err = s.out.Do(func() error {
-		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo))
+		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, blockOf(spec).Lo))
 		return nil
 	})
 	if err != nil {
@@ -961,31 +978,31 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	// The second exposure's public port is taken on the gateway: AddJob
 	// must fail and leave nothing of the job, the first exposure
 	// included.
-	spec := s.nextSpec(forward.Job{Limits: limits.Job{MaxFlows: 5}, Token: "blue"})
-	taken, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(EgressAddr, spec.Block.Lo+1)))
+	spec := s.nextSpec(forward.Job{Limits: limits.Job{MaxFlows: 5}, Ref: jobs.Ref{Token: "blue"}})
+	taken, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(EgressAddr, blockOf(spec).Lo+1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Exposures = []forward.Exposure{
-		{Proto: ipproto.TCP, JobPort: 80, PublicPort: spec.Block.Lo},
-		{Proto: ipproto.TCP, JobPort: 81, PublicPort: spec.Block.Lo + 1},
+		{Proto: ipproto.TCP, JobPort: 80, PublicPort: blockOf(spec).Lo, PublicAddr: EgressAddr},
+		{Proto: ipproto.TCP, JobPort: 81, PublicPort: blockOf(spec).Lo + 1, PublicAddr: EgressAddr},
 	}
 	err = s.b.AddJob(spec)
 	taken.Close()
 	if err == nil {
 		// Kernel mode: DNAT takes the port before the socket would.
 		// A second exposure the backend cannot take at all instead.
-		s.b.RemoveJob(spec.Addr)
+		s.b.RemoveJob(spec.ID)
 		spec.Exposures[1].Proto = ipproto.Proto(132) // sctp
 		if err = s.b.AddJob(spec); err == nil {
-			s.b.RemoveJob(spec.Addr)
+			s.b.RemoveJob(spec.ID)
 			t.Fatal("AddJob with an sctp exposure: accepted")
 		}
 	}
-	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
+	j := s.jobs.addJob(t, s.env.Tunnel, addrOf(spec, ipfamily.V4), addrOf(spec, ipfamily.V6))
 	var dialErr error
 	s.out.Do(func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo).String(), time.Second)
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(EgressAddr, blockOf(spec).Lo).String(), time.Second)
 		if err == nil {
 			c.Close()
 		}
@@ -995,7 +1012,7 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	if dialErr == nil {
 		t.Error("the first exposure of the failed AddJob still listens")
 	}
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits after the failed AddJob: %v, want ErrUnknownJob", err)
 	}
 	// The same job with free ports is added from scratch.
@@ -1003,7 +1020,7 @@ func (s *suite) testAddJobRollback(t *testing.T) {
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob after the rollback: %v", err)
 	}
-	defer s.b.RemoveJob(spec.Addr)
+	defer s.b.RemoveJob(spec.ID)
 	if err := echoTCP(ctxT(t, 5*time.Second), j, peer(echoPort), 100); err != nil {
 		t.Errorf("the job after the rollback: %v", err)
 	}
@@ -1036,9 +1053,9 @@ func (s *suite) testIsolation(t *testing.T) {
 	var inA, inB int
 	for _, src := range srcs {
 		switch {
-		case src.Port() >= specA.Block.Lo && src.Port() <= specA.Block.Hi:
+		case src.Port() >= blockOf(specA).Lo && src.Port() <= blockOf(specA).Hi:
 			inA++
-		case src.Port() >= specB.Block.Lo && src.Port() <= specB.Block.Hi:
+		case src.Port() >= blockOf(specB).Lo && src.Port() <= blockOf(specB).Hi:
 			inB++
 		default:
 			t.Errorf("source %s in neither job's block", src)
@@ -1060,7 +1077,7 @@ func (s *suite) testIsolation(t *testing.T) {
 	// The flow is in the table before the job goes (kernel mode learns
 	// of flows from conntrack once a second).
 	s.waitFlow(t, a, "tcp", heldSrc, func(flows.Record) bool { return true }, "the held flow")
-	s.b.RemoveJob(specA.Addr)
+	s.b.RemoveJob(specA.ID)
 	s.waitFlow(t, a, "tcp", heldSrc, func(r flows.Record) bool { return r.EndReason == flows.EndJob }, "end reason "+flows.EndJob)
 	if err := echoTCP(ctxT(t, 5*time.Second), b, peer(echoPort), 1000); err != nil {
 		t.Errorf("job b after job a left: %v", err)
@@ -1074,23 +1091,23 @@ func (s *suite) testNotSupported(t *testing.T) {
 		t.Skip("the backend carries IPv6")
 	}
 	spec := s.nextSpec(forward.Job{})
-	spec.Addr6 = netip.MustParseAddr("fd00:a1c::99")
+	spec.Addrs = append(spec.Addrs, netip.MustParseAddr("fd00:a1c::99"))
 	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrNotSupported) {
 		if err == nil {
-			s.b.RemoveJob(spec.Addr)
+			s.b.RemoveJob(spec.ID)
 		}
 		t.Fatalf("AddJob with an IPv6 address: %v, want ErrNotSupported", err)
 	}
-	spec.Addr6 = netip.Addr{}
+	spec.Addrs = spec.Addrs[:1]
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob without it: %v", err)
 	}
-	s.b.RemoveJob(spec.Addr)
+	s.b.RemoveJob(spec.ID)
 	// Adding an address twice fails with ErrJobExists.
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatal(err)
 	}
-	defer s.b.RemoveJob(spec.Addr)
+	defer s.b.RemoveJob(spec.ID)
 	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrJobExists) {
 		t.Errorf("AddJob twice: %v, want ErrJobExists", err)
 	}
@@ -1117,7 +1134,7 @@ func (s *suite) testBandwidth(t *testing.T) {
 		}
 	}
 	timed("job egress limit")
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{}); err != nil {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.b.SetGlobalLimits(0, bwRate); err != nil {

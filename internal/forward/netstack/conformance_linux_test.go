@@ -37,12 +37,12 @@ func newConformanceStack(t *testing.T, tcpStack string, env forwardtest.Env) for
 	}
 	cfg := Config{
 		Logger:         env.Logger,
-		Addr:           env.Tunnel,
+		Addrs:          []netip.Prefix{env.Tunnel},
 		MTU:            env.MTU,
 		DNSUpstreams:   []netip.AddrPort{env.DNS},
 		UDPIdleTimeout: env.UDPIdle,
 		Flows:          env.Flows,
-		EgressAddr:     env.Egress,
+		Egress:         []netip.Addr{env.Egress},
 	}
 	if tcpStack == "kernel" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -38,7 +38,7 @@ func FuzzWrite(f *testing.F) {
 		}
 		return nil, errors.New("fuzz: no dialing")
 	}
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: dial,
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: dial,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		f.Fatal(err)

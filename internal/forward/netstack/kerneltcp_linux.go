@@ -47,6 +47,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -211,7 +212,7 @@ func (k *kernelTCP) divert(p []byte, offset int) int {
 		return toNetstack
 	}
 	ip := header.IPv4(pkt)
-	if ip.Protocol() != uint8(header.TCPProtocolNumber) || k.s.isSelf(ip.DestinationAddress()) {
+	if ip.Protocol() != uint8(header.TCPProtocolNumber) || k.s.isSelf(ipfamily.V4, pkt[ipfamily.V4.DstOff:ipfamily.V4.DstOff+4]) {
 		return toNetstack
 	}
 	ihl := int(ip.HeaderLength())

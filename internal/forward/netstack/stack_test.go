@@ -256,7 +256,7 @@ func TestUDPEcho(t *testing.T) {
 
 func TestCloseUnblocksRead(t *testing.T) {
 	checkGoroutines(t)
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
 	}
