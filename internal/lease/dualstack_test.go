@@ -3,8 +3,8 @@
 package lease
 
 import (
-	"slices"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
