@@ -30,12 +30,11 @@ func TestConformance(t *testing.T) {
 		New: func(t *testing.T, env forwardtest.Env) forward.Backend {
 			routeIPv6(t)
 			f, err := New(Config{
-				Addr6:        netip.MustParsePrefix("fd00:a10c::1/64"),
 				Logger:       env.Logger,
-				Addr:         env.Tunnel,
+				Addrs:        []netip.Prefix{env.Tunnel, netip.MustParsePrefix("fd00:a10c::1/64")},
 				MTU:          env.MTU,
 				DNSUpstreams: []netip.AddrPort{env.DNS},
-				EgressAddr:   env.Egress,
+				Egress:       []netip.Addr{env.Egress},
 				BlockSize:    env.BlockSize,
 				Flows:        env.Flows,
 			})

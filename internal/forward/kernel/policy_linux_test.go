@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/nftables/expr"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -42,7 +41,7 @@ func TestCompilePolicy(t *testing.T) {
 		tags[policy.RuleInternal] != 4 || tags[policy.RuleMetadata] != 4 || tags[policy.RuleDefault] != 1 {
 		t.Errorf("counted tags %v", tags)
 	}
-	if s, ok := c.scopes[1]; !ok || s.set.Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
+	if s, ok := c.scopes[1]; !ok || s.sets[0].Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
 		t.Errorf("scopes %+v, want one set scope1_1 for rule 2", c.scopes)
 	}
 	// host_policy: the tunnel address return, the deny rules, the /32
@@ -62,20 +61,18 @@ func TestPolicyRules(t *testing.T) {
 	f := newTestForwarder(t)
 	defer f.Close()
 	job, other := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
-	for _, j := range []netip.Addr{job, other} {
-		if err := f.AddJob(forward.Job{Addr: j, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
+	add := func(a netip.Addr, token string) {
+		j := v4Job(a, portblock.Range{Lo: 20000, Hi: 20255})
+		j.Ref.Token = token
+		if err := f.AddJob(j); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.setJobToken(job, "lab"); err != nil {
-		t.Fatal(err)
-	}
+	add(job, "lab")
 	if err := f.SetPolicy(testPolicy()); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	if err := f.setJobToken(other, "other"); err != nil {
-		t.Fatal(err)
-	}
+	add(other, "other")
 	out := nftList(t)
 	if out == "" {
 		t.Skip("nft not installed")
@@ -107,7 +104,7 @@ func TestPolicyRules(t *testing.T) {
 	if strings.Contains(out, "scope1_1") || !strings.Contains(out, "scope2_1") || !strings.Contains(out, "elements = { 100.64.0.2, 100.64.0.3 }") {
 		t.Errorf("after replacing the policy:\n%s", out)
 	}
-	f.RemoveJob(other)
+	f.RemoveJob(idOf(other))
 	if out = nftList(t); !strings.Contains(out, "elements = { 100.64.0.2 }") {
 		t.Errorf("removed job still in a scope set:\n%s", out)
 	}
@@ -129,8 +126,8 @@ func TestFloorFromPolicyList(t *testing.T) {
 	for _, p := range testRules.floorV4() {
 		floor[p] = true
 	}
-	if !floor[testRules.addr.Masked()] {
-		t.Errorf("floor %v lacks the tunnel subnet %v", testRules.floorV4(), testRules.addr.Masked())
+	if !floor[testRules.v4().Masked()] {
+		t.Errorf("floor %v lacks the tunnel subnet %v", testRules.floorV4(), testRules.v4().Masked())
 	}
 	c := testRules.compilePolicy(table(), &policy.Policy{}, 1)
 	denied := map[netip.Prefix]string{}
