@@ -118,7 +118,7 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 	st, err := netstack.New(netstack.Config{
 		KernelTCP:    ktcp,
 		Logger:       slog.New(quiet{d.log.Handler()}),
-		Addr:         netip.PrefixFrom(d.dns, d.dns.BitLen()),
+		Addrs:        []netip.Prefix{netip.PrefixFrom(d.dns, d.dns.BitLen())},
 		MTU:          d.mtu,
 		DNSUpstreams: ups,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {

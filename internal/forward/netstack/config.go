@@ -138,8 +138,8 @@ func (c Config) withDefaults() (Config, error) {
 	addrs := make([]netip.Prefix, len(c.Addrs))
 	for i, p := range c.Addrs {
 		f := ipfamily.Of(p.Addr())
-		if !p.IsValid() || f == nil || seen[f.Index] || p.Bits() > f.Bits-2 {
-			return c, fmt.Errorf("netstack config: tunnel addresses %v: want at most one address/prefix per family, each in a subnet of at least 4 addresses", c.Addrs)
+		if !p.IsValid() || f == nil || seen[f.Index] || p.Bits() > f.Bits {
+			return c, fmt.Errorf("netstack config: tunnel addresses %v: want at most one address/prefix per family", c.Addrs)
 		}
 		seen[f.Index] = true
 		addrs[i] = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
