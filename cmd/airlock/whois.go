@@ -83,8 +83,9 @@ an empty list).`,
 			if !r.End.IsZero() {
 				end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
-				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
+			a, _ := r.AttributionAt(ap.Addr())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
+				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr(), a,
 				r.Start.Format(time.RFC3339), end)
 		}
 		return tw.Flush()

@@ -190,7 +190,15 @@ func TestPortBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) == 0 || recs[0].JobID != "job-2" || recs[0].PortLo != leases[1].Ports[0] || recs[0].PortHi != leases[1].Ports[1] {
+	if a, _ := firstAttribution(recs); len(recs) == 0 || recs[0].JobID != "job-2" || a.PortLo != leases[1].Ports[0] || a.PortHi != leases[1].Ports[1] {
 		t.Errorf("whois in job-2's block: got %+v, want job-2 with its block", recs)
 	}
+}
+
+// firstAttribution returns the first attribution of the first of recs.
+func firstAttribution(recs []store.LeaseRecord) (store.Attribution, bool) {
+	if len(recs) == 0 || len(recs[0].Egress) == 0 {
+		return store.Attribution{}, false
+	}
+	return recs[0].Egress[0], true
 }

@@ -232,9 +232,15 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 	return nil, nil
 }
 
-// newForwarder makes the egress backend of eg.mode.
-func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (forward.Backend, error) {
-	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
+// newForwarder makes the egress backend of eg.mode on the gateway's tunnel
+// addresses tunnels, reporting to flow table tb (and its job index).
+func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table) (forward.Backend, error) {
+	var egressAddrs []netip.Addr
+	for _, a := range []netip.Addr{eg.public, eg.public6} {
+		if a.IsValid() && !a.IsUnspecified() {
+			egressAddrs = append(egressAddrs, a)
+		}
+	}
 	if eg.mode == EgressKernel {
 		if !isHostAddr(eg.public) {
 			cfg.Logger.Warn("--egress-addr is not an address of this host; replies to it will not reach the gateway unless the network routes them here", "egress_addr", eg.public)
@@ -242,16 +248,13 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 		f, err := kernel.New(kernel.Config{
 			Logger:       cfg.Logger.With("component", "kernel"),
 			Name:         cfg.TUN,
-			Addr:         addr,
+			Addrs:        tunnels,
 			MTU:          cfg.MTU,
 			DNSUpstreams: cfg.DNSUpstreams,
-			EgressAddr:   eg.public,
+			Egress:       egressAddrs,
+			OwnPrefix:    eg.own,
 			BlockSize:    eg.plan.Size,
 			Flows:        tb,
-			// IPv6 (kernel v6_linux.go); zero without it.
-			Addr6:         tunnel6(cfg, gwAddr),
-			EgressAddr6:   cfg.EgressAddr6,
-			EgressPrefix6: cfg.EgressPrefix6,
 		})
 		if err != nil {
 			return nil, err
@@ -260,8 +263,8 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 	}
 	ns := netstack.Config{
 		Logger:       cfg.Logger.With("component", "netstack"),
-		Addr:         addr,
-		Addr6:        tunnel6(cfg, gwAddr),
+		Addrs:        tunnels,
+		Egress:       egressAddrs,
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,
@@ -275,7 +278,6 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 				return nil, fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' sockets and exposed ports on it", a)
 			}
 		}
-		ns.EgressAddr = eg.public
 	}
 	ns.ExplicitPorts = eg.explicit
 	kns, err := openKernelTCP(cfg)

@@ -409,7 +409,7 @@ func TestLeaseHistory(t *testing.T) {
 		t.Fatalf("lease history: got %d records, want 1: %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr != ls.Address.Addr() {
+	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr() != ls.Address.Addr() {
 		t.Errorf("record: got %+v, want lease %s of slurm-77/alice/cn042 at %v", r, ls.ID, ls.Address.Addr())
 	}
 	if r.End.IsZero() || r.EndReason != "released" {

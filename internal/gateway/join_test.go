@@ -92,8 +92,11 @@ func checkNothingLeft(t *testing.T, g *gateway, addr netip.Addr, exposed netip.A
 			t.Errorf("live lease records after a failed join: got %v, %v; want none", recs, err)
 		}
 	}
-	if err := g.backend.SetJobLimits(addr, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
-		t.Errorf("egress backend after a failed join: SetJobLimits got %v, want ErrUnknownJob (the job is gone)", err)
+	if id, ok := g.index.Lookup(addr); ok {
+		t.Errorf("job index after a failed join: %v is still job %s's", addr, id)
+		if err := g.backend.SetJobLimits(id, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+			t.Errorf("egress backend after a failed join: SetJobLimits got %v, want ErrUnknownJob (the job is gone)", err)
+		}
 	}
 	if js := g.flows.Jobs(); len(js) != 0 {
 		t.Errorf("flow table jobs after a failed join: got %+v, want none", js)

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 // Errors returned by Manager.
@@ -123,6 +125,17 @@ func (l Lease) Addr() netip.Addr {
 		return netip.Addr{}
 	}
 	return l.Addrs[0].Addr()
+}
+
+// AddrOf returns the lease's tunnel address of family f, the zero Addr
+// for none.
+func (l Lease) AddrOf(f *ipfamily.Family) netip.Addr {
+	for _, p := range l.Addrs {
+		if f.Contains(p.Addr()) {
+			return p.Addr()
+		}
+	}
+	return netip.Addr{}
 }
 
 // AddrList returns the lease's tunnel addresses without prefix lengths.

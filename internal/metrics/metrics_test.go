@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
@@ -24,7 +25,10 @@ func (p fakePolicy) RuleDrops() []RuleDrops { return p }
 func TestMetrics(t *testing.T) {
 	tb := flows.New(flows.Config{})
 	job := netip.MustParseAddr("100.64.0.2")
-	tb.AddJob(job, flows.JobRef{Lease: "L"})
+	if err := tb.Index().Add("L", job); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob("L", jobs.Ref{})
 	f := tb.Open(flows.Key{Proto: flows.ProtoTCP, Src: netip.AddrPortFrom(job, 4000), Dst: netip.MustParseAddrPort("192.0.2.1:80")}, flows.Egress)
 	f.AddOut(100, 2)
 	f.AddIn(5000, 4)

@@ -3,6 +3,7 @@
 package store
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 )
@@ -96,6 +97,14 @@ type Attribution struct {
 	PortLo uint16     `json:"port_lo"`
 	PortHi uint16     `json:"port_hi"`
 	Own    bool       `json:"own,omitempty"`
+}
+
+// String shows a as ADDR:LO-HI, or ADDR (own) for a job's own address.
+func (a Attribution) String() string {
+	if a.Own {
+		return a.Addr.String() + " (own)"
+	}
+	return fmt.Sprintf("%s:%d-%d", a.Addr, a.PortLo, a.PortHi)
 }
 
 // Attributions returns where r's flows left from, the keys whois finds it

@@ -102,6 +102,22 @@ func (r LeaseRecord) TunnelAddr() netip.Addr {
 	return r.TunnelAddrs[0]
 }
 
+// AttributionAt returns the attribution of r that names addr (an
+// unspecified one of addr's family names every address of it); else its
+// first, and false if it has none.
+func (r LeaseRecord) AttributionAt(addr netip.Addr) (Attribution, bool) {
+	as := Attributions(r)
+	for _, a := range as {
+		if a.Addr == addr.Unmap() || a.Addr.IsUnspecified() && a.Addr.Is4() == addr.Unmap().Is4() {
+			return a, true
+		}
+	}
+	if len(as) > 0 {
+		return as[0], true
+	}
+	return Attribution{}, false
+}
+
 // seenAt reports whether r's job was seen outside at addr:port at time at:
 // one of its attributions has addr (an unspecified one: every address of
 // its family) and, unless it is the job's own address, port in its block.
