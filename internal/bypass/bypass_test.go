@@ -180,7 +180,7 @@ type pair struct {
 
 func newPair(t *testing.T, b *control.Bypass, dial func(ctx context.Context, network, address string) (net.Conn, error)) *pair {
 	t.Helper()
-	job, err := userstack.New(userstack.Config{Addr: jobAddr, DNS: []netip.Addr{dnsAddr}, MTU: 1420})
+	job, err := userstack.New(userstack.Config{Addrs: []netip.Addr{jobAddr}, DNS: []netip.Addr{dnsAddr}, MTU: 1420})
 	if err != nil {
 		t.Fatal(err)
 	}

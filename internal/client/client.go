@@ -242,12 +242,9 @@ func closeSession(s *session, t0 time.Time) {
 // credentials, with its exposed addresses and port block) and tells the
 // user where its ports are exposed.
 func jobEnvironment(cfg Config, ls control.Lease) ([]string, error) {
-	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
+	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.AllExposed())
 	if err == nil {
 		env, err = portsEnv(env, cfg.Ports, ls)
-	}
-	if err == nil {
-		env, err = exposedEnv6(env, cfg.Expose, ls.Exposed6)
 	}
 	if err != nil {
 		return nil, err
@@ -279,13 +276,10 @@ type netnsJob struct {
 func openNetns(ctx context.Context, cfg Config, sess *session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
 	job, err := nsexec.Start(ctx, nsexec.Config{
-		Args:    cfg.Args,
-		Env:     env,
-		Address: ls.Address,
-		Gateway: ls.Gateway,
-		// Address6 and Gateway6 are zero for an IPv4-only lease.
-		Address6: ls.Address6,
-		Gateway6: ls.Gateway6,
+		Args:     cfg.Args,
+		Env:      env,
+		Addrs:    ls.TunnelAddrs(),
+		Gateways: ls.Gateways(),
 		MTU:      ls.MTU,
 		DNS:      ls.DNS,
 		Logger:   log,

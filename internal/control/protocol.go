@@ -162,6 +162,38 @@ type Member struct {
 	Pin     string `json:"pin"`
 }
 
+// TunnelAddrs returns the job's tunnel addresses as one list: Address,
+// then Address6 for a dual-stack lease. The protocol keeps a field per
+// family, as clients of every version know them; inside a client, a
+// lease's addresses are this list.
+func (l Lease) TunnelAddrs() []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range []netip.Prefix{l.Address, l.Address6} {
+		if p.IsValid() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Gateways returns the gateway's tunnel addresses as one list: Gateway,
+// then Gateway6.
+func (l Lease) Gateways() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range []netip.Addr{l.Gateway, l.Gateway6} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// AllExposed returns the inbound mappings of both families: Exposed, then
+// Exposed6.
+func (l Lease) AllExposed() []Exposed {
+	return append(append([]Exposed(nil), l.Exposed...), l.Exposed6...)
+}
+
 // LeaseRef names a lease in renew and release requests.
 type LeaseRef struct {
 	ID     string `json:"id"`
