@@ -24,6 +24,7 @@ import (
 type Jobs struct {
 	name    string // the backend's name, for errors
 	tunnels [ipfamily.N]netip.Prefix
+	subnets []netip.Prefix // tunnels, masked, in family order
 	index   *jobs.Index
 	flows   *flows.Table
 	steps   JobSteps
@@ -76,12 +77,17 @@ func NewJobs(name string, tunnels []netip.Prefix, index *jobs.Index, fl *flows.T
 			return nil, fmt.Errorf("%s: tunnel subnets %v: want at most one valid prefix per address family", name, tunnels)
 		}
 		r.tunnels[f.Index] = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
+		r.subnets = append(r.subnets, r.tunnels[f.Index].Masked())
 	}
 	return r, nil
 }
 
 // Index returns the job index.
 func (r *Jobs) Index() *jobs.Index { return r.index }
+
+// Subnets returns the gateway's tunnel subnets, masked (policy.Flow's
+// Tunnels); the caller must not modify them.
+func (r *Jobs) Subnets() []netip.Prefix { return r.subnets }
 
 // Tunnel returns the gateway's tunnel address of family f with the
 // subnet's length, invalid if the backend has none of f.

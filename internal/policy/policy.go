@@ -146,12 +146,9 @@ type Flow struct {
 	// Host reports that Dst (or an IPv4 address it embeds, see Embedded)
 	// is one of the gateway host's own addresses.
 	Host bool
-	// Tunnel is the gateway's tunnel subnet; the floor closes all of it
-	// (the zero Prefix: none).
-	Tunnel netip.Prefix
-	// Tunnel6 is the gateway's IPv6 tunnel prefix, closed by the floor
-	// like Tunnel (the zero Prefix: none).
-	Tunnel6 netip.Prefix
+	// Tunnels are the gateway's tunnel subnets (at most one per family);
+	// the floor closes all of them.
+	Tunnels []netip.Prefix
 }
 
 // Verdict is Decide's answer.
@@ -218,8 +215,8 @@ func ValidateName(n string) error {
 // Decide returns the verdict for a new flow. It allocates nothing.
 func (p *Policy) Decide(f Flow) Verdict {
 	dst := f.Dst.Unmap()
-	prot, prange := Builtin(dst, f.Tunnel, f.Host)
-	if prot == RuleFloor || f.Tunnel6.IsValid() && f.Tunnel6.Masked().Contains(dst) {
+	prot, prange := Builtin(dst, f.Tunnels, f.Host)
+	if prot == RuleFloor {
 		return Verdict{Deny, RuleFloor}
 	}
 	for i := range p.Rules {

@@ -73,15 +73,19 @@ func evalRule(t *testing.T, r []expr.Any, p pkt) *expr.Verdict {
 			}
 		case *expr.Payload:
 			var b []byte
+			f := v4Family
+			if p.nfproto == unix.NFPROTO_IPV6 {
+				f = v6Family
+			}
+			// Addresses: any bytes of one of them.
+			in := func(at int) bool {
+				return int(e.Offset) >= at && int(e.Offset+e.Len) <= at+f.Bits/8
+			}
 			switch {
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 8:
-				b = p.srcB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 24:
-				b = p.dstB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 12:
-				b = p.srcB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 16:
-				b = p.dstB
+			case e.Base == expr.PayloadBaseNetworkHeader && in(f.SrcOff):
+				b = p.srcB[int(e.Offset)-f.SrcOff:][:e.Len]
+			case e.Base == expr.PayloadBaseNetworkHeader && in(f.DstOff):
+				b = p.dstB[int(e.Offset)-f.DstOff:][:e.Len]
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
 				b = []byte{byte(p.dport >> 8), byte(p.dport)}
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 1:
@@ -224,7 +228,7 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 			{Name: "web", Action: policy.Allow, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}},
 		}},
 	}
-	tunnel4 := testRules6.tunnels[0].Masked()
+	subnets := []netip.Prefix{testRules6.tunnels[0].Masked(), testRules6.tunnels[1].Masked()}
 	floor := testRules6.floor6Rules()
 	checked := 0
 	for name, p := range policies {
@@ -240,7 +244,7 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 				proto policy.Proto
 				port  uint16
 			}{{policy.ProtoTCP, 443}, {policy.ProtoTCP, 25}, {policy.ProtoICMP, 0}} {
-				want := p.Decide(policy.Flow{Proto: fl.proto, Dst: dst, Port: fl.port, Tunnel: tunnel4})
+				want := p.Decide(policy.Flow{Proto: fl.proto, Dst: dst, Port: fl.port, Tunnels: subnets})
 				got := kernelVerdict(t, floor, c, fl.proto, dst, fl.port)
 				checked++
 				if got.Action != want.Action || got.Action == policy.Deny && strings.HasPrefix(want.Rule, "builtin") && got.Rule != want.Rule {

@@ -60,18 +60,51 @@ func (f *nftFamily) match() []expr.Any { return nfproto(expr.CmpOpEq, f.nfproto)
 
 // maskedMatch matches the source (src) or destination address of the
 // family's packets whose bits under mask equal val (op CmpOpEq; CmpOpNeq:
-// differ): a load, an and unless mask is all ones, a compare.
+// differ): a load, an and unless the loaded bytes' mask is all ones, a
+// compare. As nft encodes a prefix, a prefix of whole bytes loads only
+// those bytes, and any other mask only the bytes from its first non-zero
+// one to its last: that keeps rules small (the kernel refuses a rule of
+// 4 KiB of expressions, and an IPv6 allow rule of everything cuts out
+// dozens of ranges) while `nft list` still shows prefixes as such.
 func maskedMatch(f *nftFamily, src bool, op expr.CmpOp, val, mask []byte) []expr.Any {
 	off := f.DstOff
 	if src {
 		off = f.SrcOff
 	}
-	n := uint32(f.Bits / 8)
-	e := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(off), Len: n}}
-	if !bytes.Equal(mask, bytes.Repeat([]byte{0xff}, int(n))) {
-		e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: bytes.Clone(mask), Xor: make([]byte, n)})
+	lo, hi := span(mask)
+	n := uint32(hi - lo)
+	e := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(off + lo), Len: n}}
+	if !bytes.Equal(mask[lo:hi], bytes.Repeat([]byte{0xff}, int(n))) {
+		e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: bytes.Clone(mask[lo:hi]), Xor: make([]byte, n)})
 	}
-	return append(e, &expr.Cmp{Op: op, Register: 1, Data: bytes.Clone(val)})
+	return append(e, &expr.Cmp{Op: op, Register: 1, Data: bytes.Clone(val[lo:hi])})
+}
+
+// span returns the bytes [lo, hi) of an address that maskedMatch loads
+// for mask (never none).
+func span(mask []byte) (lo, hi int) {
+	ones := 0 // the prefix length, if mask is a prefix's
+	for ones < 8*len(mask) && mask[ones/8]&(0x80>>(ones%8)) != 0 {
+		ones++
+	}
+	prefix := true
+	for i := ones; i < 8*len(mask); i++ {
+		prefix = prefix && mask[i/8]&(0x80>>(i%8)) == 0
+	}
+	switch {
+	case prefix && ones%8 == 0 && ones > 0:
+		return 0, ones / 8
+	case prefix:
+		return 0, len(mask)
+	}
+	lo, hi = 0, len(mask)
+	for mask[lo] == 0 {
+		lo++
+	}
+	for mask[hi-1] == 0 {
+		hi--
+	}
+	return lo, hi
 }
 
 // addrMatch matches the source (src) or destination address against

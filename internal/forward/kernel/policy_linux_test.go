@@ -132,9 +132,13 @@ func TestFloorFromPolicyList(t *testing.T) {
 	c := testRules.compilePolicy(table(), &policy.Policy{}, 1)
 	denied := map[netip.Prefix]string{}
 	for _, r := range c.main {
-		for _, x := range r.exprs {
-			if cmp, ok := x.(*expr.Cmp); ok && len(cmp.Data) == 4 && cmp.Op == expr.CmpOpEq {
-				a := netip.AddrFrom4([4]byte(cmp.Data))
+		for i, x := range r.exprs {
+			// A destination prefix: its bytes (whole bytes only) or
+			// the address, loaded from offset 16.
+			if cmp, ok := x.(*expr.Cmp); ok && i > 0 && cmp.Op == expr.CmpOpEq && dstLoad(r.exprs[:i]) {
+				var b [4]byte
+				copy(b[:], cmp.Data)
+				a := netip.AddrFrom4(b)
 				for _, pr := range policy.Ranges() {
 					if pr.Prefix.Addr() == a {
 						denied[pr.Prefix] = r.tag
@@ -168,6 +172,44 @@ func TestFloorFromPolicyList(t *testing.T) {
 			if !covered {
 				t.Errorf("%v (%s): an allow of 0.0.0.0/0 does not exclude it", pr.Prefix, pr.Name)
 			}
+		}
+	}
+}
+
+// dstLoad reports whether the last load of exprs is of the IPv4
+// destination address, from its first byte.
+func dstLoad(exprs []expr.Any) bool {
+	for i := len(exprs) - 1; i >= 0; i-- {
+		if pl, ok := exprs[i].(*expr.Payload); ok {
+			return pl.Base == expr.PayloadBaseNetworkHeader && pl.Offset == 16
+		}
+	}
+	return false
+}
+
+// TestSpan: a prefix of whole bytes loads only those, another prefix the
+// whole address, any other mask the bytes from its first set bit's to its
+// last's.
+func TestSpan(t *testing.T) {
+	mask := func(p string) []byte {
+		m := prefixRange(netip.MustParsePrefix(p), "").mask
+		return m[:]
+	}
+	for _, tc := range []struct {
+		mask   []byte
+		lo, hi int
+	}{
+		{mask("2002:a00::/24"), 0, 3},
+		{mask("64:ff9b::a00:0/104"), 0, 13},
+		{mask("64:ff9b::ac10:0/108"), 0, 16},
+		{mask("::/0"), 0, 16},
+		{[]byte{0xff, 0xff, 0, 0}, 0, 2},
+		{[]byte{0xff, 0xfe, 0, 0}, 0, 4},
+		{[]byte{0, 0xff, 0, 0xf0}, 1, 4},
+		{append(mask("2001::/32")[:12:12], 0xff, 0, 0, 0), 0, 13},
+	} {
+		if lo, hi := span(tc.mask); lo != tc.lo || hi != tc.hi {
+			t.Errorf("span(%x) = %d, %d; want %d, %d", tc.mask, lo, hi, tc.lo, tc.hi)
 		}
 	}
 }

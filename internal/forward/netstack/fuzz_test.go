@@ -30,7 +30,7 @@ func FuzzWrite(f *testing.F) {
 	denied := make(chan string, 1)
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(address)
-		if err != nil || (&policy.Policy{}).Decide(policy.Flow{Proto: policy.ProtoTCP, Dst: ap.Addr(), Port: ap.Port(), Tunnel: gwPrefix.Masked()}).Action != policy.Allow {
+		if err != nil || (&policy.Policy{}).Decide(policy.Flow{Proto: policy.ProtoTCP, Dst: ap.Addr(), Port: ap.Port(), Tunnels: []netip.Prefix{gwPrefix.Masked()}}).Action != policy.Allow {
 			select {
 			case denied <- address:
 			default:

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -71,8 +70,7 @@ func (s *Stack) checkFlow(srcAP netip.AddrPort, proto policy.Proto, dst netip.Ad
 		Dst:     a,
 		Port:    dst.Port(),
 		Host:    host,
-		Tunnel:  s.reg.Tunnel(ipfamily.V4).Masked(),
-		Tunnel6: s.reg.Tunnel(ipfamily.V6).Masked(),
+		Tunnels: s.reg.Subnets(),
 	}
 	if j := s.jobOf(src); j != nil {
 		f.Token = j.token
