@@ -109,7 +109,7 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		ups = []netip.AddrPort{netip.AddrPortFrom(d.dns, 53)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ktcp, err := usernet.Open(ctx, netip.PrefixFrom(d.job, d.job.BitLen()), d.mtu)
+	ktcp, err := usernet.Open(ctx, []netip.Prefix{netip.PrefixFrom(d.job, d.job.BitLen())}, d.mtu)
 	cancel()
 	if err != nil {
 		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)

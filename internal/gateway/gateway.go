@@ -201,9 +201,12 @@ const (
 	TCPStackNetstack = "netstack"
 )
 
-// openKernelTCP makes the private namespace for user mode's kernel TCP
-// if cfg.TCPStack asks for it; nil means the netstack terminates TCP.
-func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
+// openKernelTCP makes the private namespace for user mode's kernel TCP,
+// for jobs of the tunnel subnets of tunnels (both families), if
+// cfg.TCPStack asks for it; nil means the netstack terminates TCP. Where
+// the namespace cannot carry IPv6 (IPv6 off in the host's kernel), it
+// carries IPv4 alone and the netstack keeps jobs' IPv6 TCP.
+func openKernelTCP(cfg Config, tunnels []netip.Prefix) (*usernet.Namespace, error) {
 	switch cfg.TCPStack {
 	case "", TCPStackNetstack:
 		return nil, nil
@@ -211,15 +214,22 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 	default:
 		return nil, fmt.Errorf("bad tcp stack %q: want %s, %s or %s", cfg.TCPStack, TCPStackAuto, TCPStackKernel, TCPStackNetstack)
 	}
-	if !cfg.Subnet.Addr().Is4() {
-		if cfg.TCPStack == TCPStackKernel {
-			return nil, fmt.Errorf("--tcp-stack kernel: subnet %s is not IPv4", cfg.Subnet)
+	var subnets, v4 []netip.Prefix
+	for _, p := range tunnels {
+		subnets = append(subnets, p.Masked())
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked())
 		}
-		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := usernet.Open(ctx, cfg.Subnet, cfg.MTU)
+	ns, err := usernet.Open(ctx, subnets, cfg.MTU)
+	if err != nil && len(v4) > 0 && len(v4) < len(subnets) {
+		if ns4, err4 := usernet.Open(ctx, v4, cfg.MTU); err4 == nil {
+			cfg.Logger.Warn("the kernel's TCP terminates jobs' IPv4 only, the user-space netstack their IPv6: the private namespace has no IPv6 here", "err", err)
+			return ns4, nil
+		}
+	}
 	if err == nil {
 		return ns, nil
 	}
@@ -280,7 +290,7 @@ func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table
 		}
 	}
 	ns.ExplicitPorts = eg.explicit
-	kns, err := openKernelTCP(cfg)
+	kns, err := openKernelTCP(cfg, tunnels)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)
 	}

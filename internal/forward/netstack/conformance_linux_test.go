@@ -52,7 +52,11 @@ func newConformanceStack(t *testing.T, tcpStack string, env forwardtest.Env) for
 	if tcpStack == "kernel" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ns, err := usernet.Open(ctx, env.Tunnels[0].Masked(), env.MTU)
+		var subnets []netip.Prefix
+		for _, p := range env.Tunnels {
+			subnets = append(subnets, p.Masked())
+		}
+		ns, err := usernet.Open(ctx, subnets, env.MTU)
 		if err != nil {
 			t.Fatalf("open private namespace for kernel tcp: %v", err)
 		}
