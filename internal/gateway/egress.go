@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -102,7 +101,7 @@ type egressEnv struct {
 	defaultSource func() (netip.Addr, error)
 }
 
-var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: defaultRouteSource}
+var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) }}
 
 // planEgress validates the egress flags and picks the defaults.
 func planEgress(c Config, env egressEnv) (egress, error) {
@@ -191,12 +190,23 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	return e, nil
 }
 
+// routeProbe is, per family, an outside destination whose route stands for
+// the default route's where the route names no gateway.
+var routeProbe = [ipfamily.N]net.IP{net.IPv4(192, 0, 2, 1), net.ParseIP("2001:4860:4860::8888")}
+
 // defaultRouteSource returns the preferred source address of the host's
-// IPv4 default route.
-func defaultRouteSource() (netip.Addr, error) {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+// default route of family f: its prefsrc, else the source the kernel picks
+// towards its gateway (IPv4) or an outside destination. An IPv6 link-local
+// source is no public address.
+func defaultRouteSource(f *ipfamily.Family) (netip.Addr, error) {
+	routes, err := netlink.RouteList(nil, []int{netlink.FAMILY_V4, netlink.FAMILY_V6}[f.Index])
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("list routes: %w", err)
+	}
+	usable := func(b net.IP) (netip.Addr, bool) {
+		a, ok := netip.AddrFromSlice(b)
+		a = a.Unmap()
+		return a, ok && f.Contains(a) && !a.IsUnspecified() && !a.IsLinkLocalUnicast()
 	}
 	for _, r := range routes {
 		if r.Dst != nil {
@@ -204,23 +214,28 @@ func defaultRouteSource() (netip.Addr, error) {
 				continue
 			}
 		}
-		if a, ok := netip.AddrFromSlice(r.Src); ok && a.Unmap().IsValid() && !a.IsUnspecified() {
-			return a.Unmap(), nil
+		if a, ok := usable(r.Src); ok {
+			return a, nil
 		}
 		// No prefsrc on the route: ask the kernel which source it picks.
-		dst := r.Gw
-		if dst == nil {
-			dst = net.IPv4(192, 0, 2, 1)
+		dst := routeProbe[f.Index]
+		if f == ipfamily.V4 && r.Gw != nil {
+			dst = r.Gw
 		}
 		got, err := netlink.RouteGet(dst)
 		if err == nil && len(got) > 0 {
-			if a, ok := netip.AddrFromSlice(got[0].Src); ok && !a.Unmap().IsUnspecified() {
-				return a.Unmap(), nil
+			if a, ok := usable(got[0].Src); ok {
+				return a, nil
 			}
 		}
 	}
-	return netip.Addr{}, errors.New("this host has no IPv4 default route with a source address")
+	return netip.Addr{}, fmt.Errorf("this host has no %s default route with a global source address", f)
 }
+
+// EgressSource returns the address a user-mode gateway's jobs' flows of
+// family f leave from without --egress-addr or --egress-addr6: the source
+// of the host's default route of that family.
+func EgressSource(f *ipfamily.Family) (netip.Addr, error) { return defaultRouteSource(f) }
 
 // isHostAddr reports whether a is configured on one of the host's
 // interfaces.
@@ -303,22 +318,6 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 	return nil
 }
 
-// defaultRouteSource6 returns the source address the host picks for an
-// outside IPv6 destination: a connected UDP socket sends nothing, but the
-// kernel resolves the route and the source address.
-func defaultRouteSource6() (netip.Addr, error) {
-	c, err := net.DialUDP("udp6", nil, &net.UDPAddr{IP: net.ParseIP("2001:4860:4860::8888"), Port: 53})
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("this host has no IPv6 default route: %w", err)
-	}
-	defer c.Close()
-	a := c.LocalAddr().(*net.UDPAddr).AddrPort().Addr().Unmap()
-	if !a.Is6() || a.IsUnspecified() || a.IsLinkLocalUnicast() {
-		return netip.Addr{}, fmt.Errorf("this host's IPv6 default route has no global source address (got %s)", a)
-	}
-	return a, nil
-}
-
 // checkEgressPrefix6 validates --egress-prefix6: an IPv6 prefix of at
 // most /96, so that every IPv4 tunnel address of subnet has its own
 // address in it.
@@ -360,8 +359,3 @@ func CheckLocalPrefix6(p netip.Prefix, probe netip.Addr) error {
 	}
 	return nil
 }
-
-// IPv6EgressSource returns the address a user-mode gateway's jobs' IPv6
-// flows leave from without --egress-addr6: the source the host picks for
-// an outside IPv6 destination.
-func IPv6EgressSource() (netip.Addr, error) { return defaultRouteSource6() }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -145,7 +146,7 @@ func TestPortBlocks(t *testing.T) {
 		priv, _ := wgkey.Generate()
 		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: job}})
 	}
-	wantPub, err := defaultRouteSource()
+	wantPub, err := defaultRouteSource(ipfamily.V4)
 	if err != nil {
 		wantPub = netip.IPv4Unspecified()
 	}

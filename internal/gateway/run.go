@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/limits"
@@ -188,7 +190,7 @@ func (g *gateway) openEgress() error {
 	if g.leases, err = lease.NewStride(cfg.Subnet, g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
 		return err
 	}
-	if err := g.egress.planEgress6(cfg, g.leases, defaultRouteSource6); err != nil {
+	if err := g.egress.planEgress6(cfg, g.leases, func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V6) }); err != nil {
 		return err
 	}
 	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
