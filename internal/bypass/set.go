@@ -48,6 +48,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // ForJob returns the bypass the gateway sends to a job that joined with
@@ -192,7 +193,7 @@ func decodeRule(c control.Rule, action bool) (policy.Rule, error) {
 	}
 	r.Proto = c.Proto // validated as it was decoded
 	for _, pr := range c.Ports {
-		r.Ports = append(r.Ports, policy.PortRange{Lo: pr[0], Hi: pr[1]})
+		r.Ports = append(r.Ports, portblock.Range{Lo: pr[0], Hi: pr[1]})
 	}
 	return r, nil // Validate checks names, prefixes and ports
 }

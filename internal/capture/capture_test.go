@@ -20,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // nopTUN is a tun.Device whose Write swallows packets and whose Read
@@ -145,7 +146,7 @@ func TestFilter(t *testing.T) {
 }
 
 func TestFilterRules(t *testing.T) {
-	rules := []policy.Rule{{Name: "web", To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 80, Hi: 80}}}}
+	rules := []policy.Rule{{Name: "web", To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 80, Hi: 80}}}}
 	f, _ := ParseFilter("")
 	f = f.WithRules(rules)
 	for _, tt := range []struct {

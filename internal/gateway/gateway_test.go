@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -70,7 +71,7 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		RenewInterval: 2 * time.Second,
 		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
+		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}}}},
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			for _, r := range remotes {
 				if r.job == address {

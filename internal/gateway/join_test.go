@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -48,7 +49,7 @@ func openGateway(t *testing.T) *gateway {
 		StateDir:     filepath.Join(t.TempDir(), "state"),
 		Listen:       "127.0.0.1:0",
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		ExposePorts:  &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
+		ExposePorts:  &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}}}},
 		EgressAddr:   hostAddr(),
 	}
 	if err := cfg.setDefaults(); err != nil {

@@ -5,6 +5,8 @@ package policy
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // gwTunnel is the tunnel subnet of the tests (the gateway's default).
@@ -284,7 +286,7 @@ func TestEmbeddingsList(t *testing.T) {
 func TestDecideTunnels(t *testing.T) {
 	p := &Policy{Rules: []Rule{
 		{Name: "ula", Action: Allow, To: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}},
-		{Name: "no-v6-ssh", Action: Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, Proto: ProtoTCP, Ports: []PortRange{{Lo: 22, Hi: 22}}},
+		{Name: "no-v6-ssh", Action: Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 22, Hi: 22}}},
 	}}
 	tun6 := netip.MustParsePrefix("fd12:3456:789a::/48")
 	for _, tc := range []struct {

@@ -43,6 +43,7 @@ import (
 	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Action is a rule's or the default verdict.
@@ -86,19 +87,6 @@ const (
 // ParseProto parses "tcp", "udp", "icmp" or "any" ("" is any).
 func ParseProto(s string) (Proto, error) { return ipproto.Parse(s) }
 
-// PortRange is an inclusive range of ports, Lo <= Hi, Lo >= 1.
-type PortRange struct{ Lo, Hi uint16 }
-
-func (r PortRange) String() string {
-	if r.Lo == r.Hi {
-		return fmt.Sprint(r.Lo)
-	}
-	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
-}
-
-// Contains reports whether p is in r.
-func (r PortRange) Contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
-
 // Names of the built-in rules, as Verdict.Rule and in Counters.
 const (
 	RuleFloor     = "builtin-floor"      // loopback, unspecified, multicast, broadcast, the tunnel subnet
@@ -121,7 +109,7 @@ type Rule struct {
 	Proto Proto
 	// Ports restricts the rule to TCP and UDP flows to these destination
 	// ports (Proto must not be ProtoICMP).
-	Ports []PortRange
+	Ports []portblock.Range
 	// Tokens restricts the rule to jobs that joined with these token
 	// names.
 	Tokens []string

@@ -660,10 +660,10 @@ func (s *suite) testRules(t *testing.T, f *ipfamily.Family) {
 	at := sides[f.Index]
 	private := hostPrefix(at.private)
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
-		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoUDP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
+		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoUDP, Ports: []portblock.Range{{Lo: echoPort, Hi: echoPort}}},
 		{Name: "no-ping-private", Action: policy.Deny, To: []netip.Prefix{private}, Proto: policy.ProtoICMP},
 		{Name: "blue-private", Action: policy.Allow, To: []netip.Prefix{private, hostPrefix(PrivatePeerAddr)}, Tokens: []string{"blue"}},
-		{Name: "no-discard", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: closedPort, Hi: closedPort}}},
+		{Name: "no-discard", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: closedPort, Hi: closedPort}}},
 	}})
 	t.Cleanup(func() { s.b.SetPolicy(&policy.Policy{}) })
 	ctx := ctxT(t, 10*time.Second)
@@ -698,7 +698,7 @@ func (s *suite) testRules(t *testing.T, f *ipfamily.Family) {
 	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(floorAddr[f.Index], 80), policy.RuleFloor)
 	// Default deny, with one allow.
 	s.setPolicy(t, &policy.Policy{Default: policy.Deny, Rules: []policy.Rule{
-		{Name: "echo-only", Action: policy.Allow, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
+		{Name: "echo-only", Action: policy.Allow, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: echoPort, Hi: echoPort}}},
 	}})
 	if err := echoTCP(ctx, plain, peer(f, echoPort), 1000); err != nil {
 		t.Errorf("default deny, allowed echo: %v", err)

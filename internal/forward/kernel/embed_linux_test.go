@@ -219,13 +219,13 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 			To: pf("2001::/32", "2001:0:a00::/40", "2001:0:808:808::f5ff:0/112")}}},
 		"allow-private": {Rules: []policy.Rule{
 			{Name: "ula", Action: policy.Allow, To: pf("fc00::/7", "fe80::/10", "2002:a00::/24")},
-			{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+			{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 			{Name: "meta", Action: policy.Allow, To: pf("fd00:ec2::254/128")},
 		}},
 		"icmp-only": {Default: policy.Deny, Rules: []policy.Rule{{Name: "ping", Action: policy.Allow, Proto: policy.ProtoICMP}}},
 		"web": {Default: policy.Deny, Rules: []policy.Rule{
 			{Name: "deny-doc", Action: policy.Deny, To: pf("2001:db8:dead::/48")},
-			{Name: "web", Action: policy.Allow, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}},
+			{Name: "web", Action: policy.Allow, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}},
 		}},
 	}
 	subnets := []netip.Prefix{testRules6.tunnels[0].Masked(), testRules6.tunnels[1].Masked()}

@@ -63,6 +63,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Names of the policy chains and tags.
@@ -277,7 +278,7 @@ func protoMatches(r policy.Rule, icmp byte) [][]expr.Any {
 }
 
 // dportRange matches the transport destination port against a range.
-func dportRange(pr policy.PortRange) []expr.Any {
+func dportRange(pr portblock.Range) []expr.Any {
 	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 	if pr.Lo == pr.Hi {
 		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(pr.Lo)}}

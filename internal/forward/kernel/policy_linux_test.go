@@ -15,10 +15,10 @@ import (
 
 func testPolicy() *policy.Policy {
 	return &policy.Policy{Default: policy.Deny, Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 587}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 587}}},
 		{Name: "lab", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Tokens: []string{"lab"}},
-		{Name: "web", Action: policy.Allow, Proto: policy.ProtoAny, Ports: []policy.PortRange{{Lo: 443, Hi: 443}}},
-		{Name: "host-web", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}},
+		{Name: "web", Action: policy.Allow, Proto: policy.ProtoAny, Ports: []portblock.Range{{Lo: 443, Hi: 443}}},
+		{Name: "host-web", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}},
 		{Name: "v6", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}},
 	}}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 var (
@@ -69,7 +70,7 @@ func TestBothFamilies(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := &policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/48")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/48")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 		{Name: "lab6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}, Tokens: []string{"other"}},
 	}}
 	if err := p.s.SetPolicy(pol); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // recLog collects flow records.
@@ -182,7 +183,7 @@ func TestFlowDenied(t *testing.T) {
 	tb := flows.New(flows.Config{Log: log})
 	p := newPair(t, Config{Flows: tb})
 	if err := p.s.SetPolicy(&policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}

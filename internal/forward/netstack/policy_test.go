@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPolicy checks that the user-mode forwarder enforces the policy before
@@ -26,7 +27,7 @@ func TestPolicy(t *testing.T) {
 		p.dial.route(d, ln)
 	}
 	pol := &policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 		{Name: "lab", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Tokens: []string{"lab"}},
 	}}
 	if err := p.s.SetPolicy(pol); err != nil {
