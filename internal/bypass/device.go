@@ -19,6 +19,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
@@ -32,9 +33,11 @@ import (
 // the other methods are safe for concurrent use.
 type Device struct {
 	tun.Device
-	eng       *Engine
-	log       *slog.Logger
-	job, dns  netip.Addr // the job's address and resolver in its namespace
+	eng *Engine
+	log *slog.Logger
+	// job and dns are, by family, the job's address and its resolver
+	// (the gateway's tunnel address) in its namespace (zero: none).
+	job, dns  [ipfamily.N]netip.Addr
 	mtu       int
 	pumpDone  chan struct{}
 	closeOnce sync.Once
@@ -53,11 +56,21 @@ type Device struct {
 // TUN's virtio-net header).
 const offset = 16
 
-// Wrap returns dev decorated for bypass: job is the job's address, dns its
-// resolver address (the gateway's tunnel address), mtu the tunnel's. The
-// Device closes dev when it is closed.
-func (e *Engine) Wrap(dev tun.Device, job, dns netip.Addr, mtu int) (*Device, error) {
-	d := &Device{Device: dev, eng: e, log: e.log, job: job, dns: dns, mtu: mtu}
+// Wrap returns dev decorated for bypass: jobs are the job's addresses (at
+// most one per family), dns its resolver's (the gateway's tunnel
+// addresses), mtu the tunnel's. The Device closes dev when it is closed.
+func (e *Engine) Wrap(dev tun.Device, jobs, dns []netip.Addr, mtu int) (*Device, error) {
+	d := &Device{Device: dev, eng: e, log: e.log, mtu: mtu}
+	for _, a := range jobs {
+		if f := ipfamily.Of(a); f != nil {
+			d.job[f.Index] = a.Unmap()
+		}
+	}
+	for _, a := range dns {
+		if f := ipfamily.Of(a); f != nil {
+			d.dns[f.Index] = a.Unmap()
+		}
+	}
 	if err := d.update(e.Set()); err != nil {
 		return nil, err
 	}
@@ -102,14 +115,23 @@ func (d *Device) stack() *netstack.Stack {
 // (internal/usernet, as in the user-mode gateway) where this user may
 // create one, else by the netstack.
 func (d *Device) start(s *Set) (*netstack.Stack, error) {
+	var jobs, selves []netip.Prefix
+	for _, f := range ipfamily.All {
+		if a := d.job[f.Index]; a.IsValid() {
+			jobs = append(jobs, netip.PrefixFrom(a, f.Bits))
+		}
+		if a := d.dns[f.Index]; a.IsValid() {
+			selves = append(selves, netip.PrefixFrom(a, f.Bits))
+		}
+	}
 	ups := s.Resolvers()
-	if len(ups) == 0 {
+	if len(ups) == 0 && len(selves) > 0 {
 		// No local domains (yet): no query is diverted; the netstack
 		// still needs an upstream to start.
-		ups = []netip.AddrPort{netip.AddrPortFrom(d.dns, 53)}
+		ups = []netip.AddrPort{netip.AddrPortFrom(selves[0].Addr(), 53)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ktcp, err := usernet.Open(ctx, []netip.Prefix{netip.PrefixFrom(d.job, d.job.BitLen())}, d.mtu)
+	ktcp, err := usernet.Open(ctx, jobs, d.mtu)
 	cancel()
 	if err != nil {
 		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
@@ -118,7 +140,7 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 	st, err := netstack.New(netstack.Config{
 		KernelTCP:    ktcp,
 		Logger:       slog.New(quiet{d.log.Handler()}),
-		Addrs:        []netip.Prefix{netip.PrefixFrom(d.dns, d.dns.BitLen())},
+		Addrs:        selves,
 		MTU:          d.mtu,
 		DNSUpstreams: ups,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -139,7 +161,7 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 	d.st.Store(st)
 	d.pumpDone = make(chan struct{})
 	go d.pump(st)
-	d.log.Debug("site-local bypass stack started", "job", d.job, "dns", d.dns)
+	d.log.Debug("site-local bypass stack started", "job", jobs, "dns", selves)
 	return st, nil
 }
 
@@ -222,28 +244,42 @@ func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	return k
 }
 
-// diverts decides one packet from the job: IPv4 from the job's own
-// address to a destination an entry matches (fragments: any to an entry's
-// prefixes, so that the netstack reassembles them and checks the whole
-// datagram), or a UDP DNS query to the job's resolver for a local name.
+// diverts decides one packet from the job: from the job's own address of
+// its family to a destination an entry matches (fragments: any to an
+// entry's prefixes, so that the netstack reassembles them and checks the
+// whole datagram), or a UDP DNS query to the job's resolver for a local
+// name. IPv6 packets with extension headers other than a fragment header
+// go to the gateway.
 func (d *Device) diverts(s *Set, pkt []byte) bool {
-	if len(pkt) < 20 || pkt[0]>>4 != 4 {
+	f := ipfamily.OfPacket(pkt)
+	if f == nil || len(pkt) < f.HeaderLen {
 		return false
 	}
-	ihl := int(pkt[0]&0x0f) * 4
-	if ihl < 20 || len(pkt) < ihl {
+	src, dst := f.Addr(pkt, f.SrcOff), f.Addr(pkt, f.DstOff)
+	if src != d.job[f.Index] {
 		return false
 	}
-	src := netip.AddrFrom4([4]byte(pkt[12:16]))
-	dst := netip.AddrFrom4([4]byte(pkt[16:20]))
-	if src != d.job {
-		return false
+	var off int
+	var proto uint8
+	var frag bool
+	if f == ipfamily.V4 {
+		off, proto = int(pkt[0]&0x0f)*4, pkt[f.ProtoOff]
+		if off < f.HeaderLen || len(pkt) < off {
+			return false
+		}
+		frag = binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // MF or an offset
+	} else {
+		off, proto = f.HeaderLen, pkt[f.ProtoOff]
+		if proto == ipv6Fragment {
+			if len(pkt) < f.HeaderLen+8 {
+				return false
+			}
+			off, proto, frag = f.HeaderLen+8, pkt[f.HeaderLen], true
+		}
 	}
-	proto := pkt[9]
-	frag := binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // MF or an offset
-	if dst == d.dns {
-		return proto == 17 && !frag && len(pkt) >= ihl+8 &&
-			binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]) == 53 && s.IsLocal(QueryName(pkt[ihl+8:]))
+	if dst == d.dns[f.Index] {
+		return proto == 17 && !frag && len(pkt) >= off+8 &&
+			binary.BigEndian.Uint16(pkt[off+2:off+4]) == 53 && s.IsLocal(QueryName(pkt[off+8:]))
 	}
 	if !s.Covers(dst) {
 		return false
@@ -253,21 +289,24 @@ func (d *Device) diverts(s *Set, pkt []byte) bool {
 	}
 	switch proto {
 	case 6, 17:
-		if len(pkt) < ihl+4 {
+		if len(pkt) < off+4 {
 			return false
 		}
 		pp := policy.ProtoTCP
 		if proto == 17 {
 			pp = policy.ProtoUDP
 		}
-		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]))
+		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[off+2:off+4]))
 		return ok
-	case 1:
+	case f.ICMP:
 		_, ok := s.Match(policy.ProtoICMP, dst, 0)
 		return ok
 	}
 	return false
 }
+
+// ipv6Fragment is IPv6's fragment header (next header 44).
+const ipv6Fragment = 44
 
 // QueryName returns the question name of a DNS query message, or "".
 func QueryName(msg []byte) string {

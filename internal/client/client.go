@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -316,7 +317,14 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dev, err := nj.sess.bypass.Wrap(tdev, ls.Address.Addr(), leaseDNS(ls), ls.MTU)
+	var jobAddrs []netip.Addr
+	for _, p := range ls.TunnelAddrs() {
+		jobAddrs = append(jobAddrs, p.Addr())
+	}
+	// The job's resolvers, the gateway's tunnel addresses for a family
+	// the lease names none of (the Device takes the first of each).
+	resolvers := append(slices.Clone(ls.DNS), ls.Gateways()...)
+	dev, err := nj.sess.bypass.Wrap(tdev, jobAddrs, resolvers, ls.MTU)
 	if err != nil {
 		tdev.Close()
 		return err
