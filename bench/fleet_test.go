@@ -251,7 +251,7 @@ func TestFleetBenchSizing(t *testing.T) {
 			Command: "/usr/bin/python3", Token: "cms-pilots", Remote: fmt.Sprintf("10.1.%d.%d:%d", i%200, i%250, 40000+i%20000),
 			Gateway: "gw1.example.org:8443", TunnelAddrs: []netip.Addr{netip.AddrFrom4([4]byte{100, 64, byte(blk / 250), byte(blk%250 + 2)})},
 			Egress: []store.Attribution{{Addr: pubs[i%3], PortLo: uint16(20000 + 16*blk), PortHi: uint16(20000 + 16*blk + 15)}},
-			Start: start, End: start.Add(6 * time.Hour), EndReason: "released"}
+			Start:  start, End: start.Add(6 * time.Hour), EndReason: "released"}
 	}
 	w0 := time.Now()
 	const batch = 1000
