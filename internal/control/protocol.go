@@ -166,23 +166,18 @@ type Member struct {
 // then Address6 for a dual-stack lease. The protocol keeps a field per
 // family, as clients of every version know them; inside a client, a
 // lease's addresses are this list.
-func (l Lease) TunnelAddrs() []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range []netip.Prefix{l.Address, l.Address6} {
-		if p.IsValid() {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (l Lease) TunnelAddrs() []netip.Prefix { return valid(l.Address, l.Address6) }
 
 // Gateways returns the gateway's tunnel addresses as one list: Gateway,
 // then Gateway6.
-func (l Lease) Gateways() []netip.Addr {
-	var out []netip.Addr
-	for _, a := range []netip.Addr{l.Gateway, l.Gateway6} {
-		if a.IsValid() {
-			out = append(out, a)
+func (l Lease) Gateways() []netip.Addr { return valid(l.Gateway, l.Gateway6) }
+
+// valid returns the valid ones of xs, in order.
+func valid[T interface{ IsValid() bool }](xs ...T) []T {
+	var out []T
+	for _, x := range xs {
+		if x.IsValid() {
+			out = append(out, x)
 		}
 	}
 	return out
