@@ -58,7 +58,7 @@ type Config struct {
 	// address of it.
 	Subnet netip.Prefix
 	// Subnet6, NoIPv6, EgressAddr6 and EgressPrefix6 configure IPv6 in
-	// the tunnel (dualstack.go): the IPv6 tunnel prefix (zero: the one
+	// the tunnel (subnets.go, egress.go): the IPv6 tunnel prefix (zero: the one
 	// kept in the state dir, else a random ULA /48), IPv6 off, where jobs'
 	// IPv6 flows leave from (zero: the IPv6 default route's source) or a
 	// routed prefix that gives each job its own public IPv6 address.
