@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
@@ -42,10 +43,18 @@ type Device struct {
 	pumpDone  chan struct{}
 	closeOnce sync.Once
 
-	// st is the netstack, created when the first packet is diverted.
+	// st is the netstack, created when the first packet is diverted;
+	// origin the stack that reaches the gateway's resolver as the job
+	// (origin.go), made with it where the TUN can wake Read (file).
 	mu       sync.Mutex // guards creating st and startErr
 	st       atomic.Pointer[netstack.Stack]
+	origin   atomic.Pointer[originStack]
 	startErr error
+	// file is the job's TUN's file, whose read deadline interrupts a Read
+	// blocked on it when the origin stack has packets (nil: no DNS over
+	// TCP diverted); blocked says a Read waits on it.
+	file    *os.File
+	blocked atomic.Bool
 
 	// Read's scratch, owned by the reading goroutine.
 	div  [][]byte
@@ -61,6 +70,9 @@ const offset = 16
 // addresses), mtu the tunnel's. The Device closes dev when it is closed.
 func (e *Engine) Wrap(dev tun.Device, jobs, dns []netip.Addr, mtu int) (*Device, error) {
 	d := &Device{Device: dev, eng: e, log: e.log, mtu: mtu}
+	if f, ok := dev.(interface{ File() *os.File }); ok {
+		d.file = f.File()
+	}
 	for _, a := range jobs {
 		if f := ipfamily.Of(a); f != nil {
 			d.job[f.Index] = a.Unmap()
@@ -137,8 +149,17 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
 		ktcp = nil
 	}
+	if d.file != nil {
+		o, err := newOriginStack(d.job, d.mtu, d.wake)
+		if err != nil {
+			d.log.Debug("site-local bypass: DNS over TCP to the gateway's resolver unavailable", "err", err)
+		} else {
+			d.origin.Store(o)
+		}
+	}
 	st, err := netstack.New(netstack.Config{
 		KernelTCP:    ktcp,
+		DNSRoute:     d.routeDNS,
 		Logger:       slog.New(quiet{d.log.Handler()}),
 		Addrs:        selves,
 		MTU:          d.mtu,
@@ -152,10 +173,12 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		},
 	})
 	if err != nil {
+		d.closeOrigin()
 		return nil, fmt.Errorf("site-local bypass: %w", err)
 	}
 	if err := st.SetPolicy(s.Policy()); err != nil {
 		st.Close()
+		d.closeOrigin()
 		return nil, err
 	}
 	d.st.Store(st)
@@ -193,11 +216,30 @@ func (d *Device) pump(st *netstack.Stack) {
 	}
 }
 
-// Read implements tun.Device: it reads the job's packets and keeps those
-// it diverts to the netstack out of what it returns.
+// Read implements tun.Device: it returns the origin stack's packets for
+// the gateway first, then reads the job's packets and keeps those it
+// diverts to the netstack out of what it returns.
 func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 	for {
+		o := d.origin.Load()
+		if o != nil {
+			d.blocked.Store(true)
+			if n := o.read(bufs, sizes, off); n > 0 {
+				d.blocked.Store(false)
+				return n, nil
+			}
+		}
 		n, err := d.Device.Read(bufs, sizes, off)
+		if o != nil {
+			d.blocked.Store(false)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				d.file.SetReadDeadline(time.Time{})
+				if n == 0 {
+					continue
+				}
+				err = nil
+			}
+		}
 		s := d.eng.Set()
 		if n == 0 || s.IsEmpty() && d.st.Load() == nil {
 			return n, err
@@ -206,6 +248,80 @@ func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 		if n > 0 || err != nil {
 			return n, err
 		}
+	}
+}
+
+// wake interrupts a Read blocked on the job's TUN: the origin stack has
+// packets for the gateway.
+func (d *Device) wake() {
+	if d.blocked.Load() {
+		d.file.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Write implements tun.Device: the gateway's packets to the origin stack's
+// ports go to it, the rest to the job.
+func (d *Device) Write(bufs [][]byte, off int) (int, error) {
+	o := d.origin.Load()
+	if o == nil {
+		return d.Device.Write(bufs, off)
+	}
+	keep := make([][]byte, 0, len(bufs))
+	for _, b := range bufs {
+		if off < len(b) && o.takes(b[off:]) {
+			o.deliver(b[off:])
+			continue
+		}
+		keep = append(keep, b)
+	}
+	if len(keep) == 0 {
+		return len(bufs), nil
+	}
+	if _, err := d.Device.Write(keep, off); err != nil {
+		return 0, err
+	}
+	return len(bufs), nil
+}
+
+// routeDNS is the bypass netstack's DNS route: a query over TCP (a
+// connection to the job's resolver that diverts took whole) for a name
+// outside the local domains goes to the gateway's resolver through the
+// tunnel, as the job (origin stack); everything else to the site
+// resolvers.
+func (d *Device) routeDNS(ctx context.Context, req *dns.Msg, network string) (*dns.Msg, bool, error) {
+	if network != "tcp" || len(req.Question) != 1 || d.eng.Set().IsLocal(req.Question[0].Name) {
+		return nil, false, nil
+	}
+	o := d.origin.Load()
+	if o == nil {
+		return nil, true, errors.New("dns over tcp: no way to the gateway's resolver")
+	}
+	for _, f := range ipfamily.All {
+		if !d.dns[f.Index].IsValid() || !d.job[f.Index].IsValid() {
+			continue
+		}
+		c, err := o.dialTCP(ctx, netip.AddrPortFrom(d.dns[f.Index], 53))
+		if err != nil {
+			return nil, true, fmt.Errorf("dns over tcp to the gateway's resolver: %w", err)
+		}
+		defer c.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			c.SetDeadline(dl)
+		}
+		conn := &dns.Conn{Conn: c}
+		if err := conn.WriteMsg(req); err != nil {
+			return nil, true, err
+		}
+		resp, err := conn.ReadMsg()
+		return resp, true, err
+	}
+	return nil, true, errors.New("dns over tcp: the job has no address of its resolver's family")
+}
+
+// closeOrigin stops the origin stack, if any.
+func (d *Device) closeOrigin() {
+	if o := d.origin.Swap(nil); o != nil {
+		o.close()
 	}
 }
 
@@ -278,8 +394,18 @@ func (d *Device) diverts(s *Set, pkt []byte) bool {
 		}
 	}
 	if dst == d.dns[f.Index] {
-		return proto == 17 && !frag && len(pkt) >= off+8 &&
-			binary.BigEndian.Uint16(pkt[off+2:off+4]) == 53 && s.IsLocal(QueryName(pkt[off+8:]))
+		switch {
+		case frag || len(pkt) < off+8 || binary.BigEndian.Uint16(pkt[off+2:off+4]) != 53:
+			return false
+		case proto == 17:
+			return s.IsLocal(QueryName(pkt[off+8:]))
+		case proto == 6:
+			// DNS over TCP: the whole connection, when there are
+			// local names to answer and the gateway's resolver can
+			// be reached for the rest (routeDNS).
+			return d.file != nil && s.HasLocal()
+		}
+		return false
 	}
 	if !s.Covers(dst) {
 		return false
@@ -342,6 +468,7 @@ func (d *Device) Close() error {
 			st.Close()
 			<-d.pumpDone
 		}
+		d.closeOrigin()
 		d.eng.mu.Lock()
 		if d.eng.dev == d {
 			d.eng.dev = nil

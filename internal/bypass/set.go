@@ -246,6 +246,9 @@ func (s *Set) Allowed(proto policy.Proto, dst netip.Addr, port uint16, host bool
 // Policy returns the gateway's policy for the job.
 func (s *Set) Policy() *policy.Policy { return s.gateway }
 
+// HasLocal reports whether s names local domains (and so resolvers).
+func (s *Set) HasLocal() bool { return s != nil && len(s.domains) > 0 }
+
 // IsLocal reports whether name (a DNS name, with or without the final
 // dot, any case) is in one of the local domains.
 func (s *Set) IsLocal(name string) bool {

@@ -11,6 +11,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -49,6 +51,9 @@ type Config struct {
 	// ResolvConf. Loopback resolvers (e.g. 127.0.0.53) are fine: the
 	// gateway process itself queries them.
 	DNSUpstreams []netip.AddrPort
+	// DNSRoute, if set, may answer a query to Addr:53 instead of the
+	// upstreams (dnsfwd.Config.Route).
+	DNSRoute func(ctx context.Context, req *dns.Msg, network string) (*dns.Msg, bool, error)
 
 	// ResolvConf is the resolv.conf read when DNSUpstreams is empty;
 	// "" means DefaultResolvConf.

@@ -31,6 +31,7 @@ func startDNS(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
 	return dnsfwd.Start(dnsfwd.Config{
 		Logger:    s.log,
 		Upstreams: s.cfg.DNSUpstreams,
+		Route:     s.cfg.DNSRoute,
 		Observe: func(failed bool) {
 			s.stats.dnsQueries.Add(1)
 			if failed {
