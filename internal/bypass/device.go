@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,7 +264,7 @@ func (d *Device) wake() {
 // ports go to it, the rest to the job.
 func (d *Device) Write(bufs [][]byte, off int) (int, error) {
 	o := d.origin.Load()
-	if o == nil {
+	if o == nil || !slices.ContainsFunc(bufs, func(b []byte) bool { return off < len(b) && o.takes(b[off:]) }) {
 		return d.Device.Write(bufs, off)
 	}
 	keep := make([][]byte, 0, len(bufs))
