@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package gateway
 
 // The gateway's tunnel subnets, one per address family. The IPv4 one is

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package ipfamily is the table of IP address families: what differs
 // between IPv4 and IPv6 where Airlock reads or writes packets and
 // addresses (the fixed header's length, where its addresses and its

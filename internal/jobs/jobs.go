@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package jobs names the gateway's jobs. A job is an ID (its lease id); its
 // tunnel addresses, at most one per address family, are attributes of the
 // job, not its name. One Index maps every tunnel address back to its job,
