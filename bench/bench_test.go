@@ -74,7 +74,41 @@ var (
 	flagTSV      = flag.String("bench.tsv", "", "throughput TSV (default results/STAMP.tsv; latency rows go to …-latency.tsv)")
 	flagShim     = flag.String("bench.shim", "", "path of the built fakeroot.so (ocserv-slirp needs it)")
 	flagCommit   = flag.String("bench.commit", "", "commit the airlock binary was built from (default: git HEAD)")
+	flagBinRevs  = flag.String("bench.bin-commits", "", "the commits of -bench.bins, NAME=COMMIT comma-separated, for the rows of their configurations")
+	flagBins     = flag.String("bench.bins", "", "other airlock binaries for A/B runs, NAME=PATH comma-separated: an airlock configuration with the suffix @NAME runs that binary (e.g. -bench.configs airlock,airlock@old -bench.bins old=/tmp/airlock-main)")
 )
+
+// commitOf returns the commit of configuration cfg's binary: its @NAME's
+// from -bench.bin-commits, else the run's.
+func commitOf(cfg, run string) string {
+	_, tag, ok := strings.Cut(cfg, "@")
+	if !ok {
+		return run
+	}
+	for _, kv := range splitList(*flagBinRevs) {
+		if name, rev, ok := strings.Cut(kv, "="); ok && name == tag {
+			return rev
+		}
+	}
+	return "unknown"
+}
+
+// airlockBin returns the airlock binary of a configuration's @NAME suffix
+// (-bench.bins), or the one under test without a suffix.
+func airlockBin(t *testing.T, tag string) (string, error) {
+	if tag == "" {
+		return topology.BuildAirlock(t), nil
+	}
+	for _, kv := range splitList(*flagBins) {
+		if name, path, ok := strings.Cut(kv, "="); ok && name == tag {
+			if _, err := os.Stat(path); err != nil {
+				return "", fmt.Errorf("-bench.bins %s: %w", tag, err)
+			}
+			return path, nil
+		}
+	}
+	return "", fmt.Errorf("configuration @%s: no such binary in -bench.bins", tag)
+}
 
 // TestBench is the benchmark entry point; see the file comment.
 func TestBench(t *testing.T) {
@@ -214,7 +248,8 @@ func (b *bencher) runLink(t *testing.T, rate string, wan wanProfile, streams []i
 		if byName[cfg] != nil || (!contains(splitList(*flagConfigs), cfg) && !latCfgs[cfg]) {
 			continue
 		}
-		base, v6 := strings.CutSuffix(cfg, "-v6")
+		name, tag, _ := strings.Cut(cfg, "@")
+		base, v6 := strings.CutSuffix(name, "-v6")
 		tg := &target{name: cfg, v6: v6}
 		byName[cfg] = tg
 		targets = append(targets, tg)
@@ -222,8 +257,10 @@ func (b *bencher) runLink(t *testing.T, rate string, wan wanProfile, streams []i
 		var err error
 		if v6 && !strings.HasPrefix(base, "airlock") {
 			err = fmt.Errorf("only airlock configurations have an IPv6 variant")
+		} else if tag != "" && !strings.HasPrefix(base, "airlock") {
+			err = fmt.Errorf("only airlock configurations take another binary (@%s)", tag)
 		} else {
-			st, err = newStack(t, base, opts, logs(cfg))
+			st, err = newStack(t, base, tag, opts, logs(cfg))
 		}
 		if err != nil {
 			tg.failed = err.Error()
@@ -286,7 +323,7 @@ func (b *bencher) runLink(t *testing.T, rate string, wan wanProfile, streams []i
 }
 
 func (b *bencher) notMeasured(cfg, link, reason string) {
-	_ = b.rows.Row(record.Row{Date: now(), Mode: b.mode, Config: cfg, Commit: b.commit, Link: link,
+	_ = b.rows.Row(record.Row{Date: now(), Mode: b.mode, Config: cfg, Commit: commitOf(cfg, b.commit), Link: link,
 		GwCPU: -1, ClientCPU: -1, IperfCliCPU: -1, IperfSrvCPU: -1, NatIperfCli: -1, NatIperfSrv: -1, IdleCPU: -1,
 		Note: "not measured: " + reason})
 }
@@ -339,7 +376,7 @@ func (b *bencher) gate(t *testing.T, tg *target, what string) (load1, busy, idle
 // point measures one run of tg and its native run.
 func (b *bencher) point(t *testing.T, tg, native *target, u *topology.User, link string, n int, dir string, rep int) record.Row {
 	what := fmt.Sprintf("%s %s P%d %s rep %d", tg.name, link, n, dir, rep)
-	r := record.Row{Date: now(), Mode: b.mode, Config: tg.name, Commit: b.commit, Link: link, Streams: n, Dir: dir,
+	r := record.Row{Date: now(), Mode: b.mode, Config: tg.name, Commit: commitOf(tg.name, b.commit), Link: link, Streams: n, Dir: dir,
 		Duration: *flagDuration, Rep: rep, Kept: true, GwCPU: -1, ClientCPU: -1}
 	var gaveUp bool
 	r.LoadBefore, r.BusyBefore, r.IdleCPU, r.Retries, gaveUp = b.gate(t, tg, what)

@@ -249,9 +249,9 @@ func TestFleetBenchSizing(t *testing.T) {
 		return store.LeaseRecord{ID: fmt.Sprintf("%024x", i), JobID: strconv.Itoa(4000000 + i), BatchSystem: "slurm",
 			User: fmt.Sprintf("user%03d", i%300), UID: 10000 + i%300, Host: fmt.Sprintf("node%04d.cluster.example.org", i%2000),
 			Command: "/usr/bin/python3", Token: "cms-pilots", Remote: fmt.Sprintf("10.1.%d.%d:%d", i%200, i%250, 40000+i%20000),
-			Gateway: "gw1.example.org:8443", TunnelAddr: netip.AddrFrom4([4]byte{100, 64, byte(blk / 250), byte(blk%250 + 2)}),
-			PublicAddr: pubs[i%3], PortLo: uint16(20000 + 16*blk), PortHi: uint16(20000 + 16*blk + 15),
-			Start: start, End: start.Add(6 * time.Hour), EndReason: "released"}
+			Gateway: "gw1.example.org:8443", TunnelAddrs: []netip.Addr{netip.AddrFrom4([4]byte{100, 64, byte(blk / 250), byte(blk%250 + 2)})},
+			Egress: []store.Attribution{{Addr: pubs[i%3], PortLo: uint16(20000 + 16*blk), PortHi: uint16(20000 + 16*blk + 15)}},
+			Start:  start, End: start.Add(6 * time.Hour), EndReason: "released"}
 	}
 	w0 := time.Now()
 	const batch = 1000
@@ -276,7 +276,7 @@ func TestFleetBenchSizing(t *testing.T) {
 		i := (k * 7919) % n
 		r := rec(i)
 		q0 := time.Now()
-		got, err := st.Whois(r.PublicAddr, r.PortLo+uint16(k%16), r.Start.Add(time.Hour))
+		got, err := st.Whois(r.Egress[0].Addr, r.Egress[0].PortLo+uint16(k%16), r.Start.Add(time.Hour))
 		lat = append(lat, time.Since(q0))
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,11 @@
 # Options: --duration S --reps N --configs LIST --links LIST --streams LIST
 #   --latency LIST --latency-links LIST --warmup S --maxload PER_CORE
 #   --retries N --wait-budget DURATION --startup N --wan LIST --impaired
-#   --cc ALGO --no-commit --perf --breakdown
+#   --cc ALGO --no-commit --perf --breakdown --ab REV
+#
+# --ab REV builds airlock also at REV (a clean export) as the binary of the
+# configurations with the suffix @base (e.g. --configs airlock,airlock@base):
+# an interleaved A/B of two commits in one run.
 #
 # Needs root (namespaces, veth, tc). Installs what it needs (bench/setup.sh),
 # builds airlock from a clean export of the committed HEAD (uncommitted work
@@ -28,7 +32,7 @@ mode=full duration=10 reps=3 startup=20 warmup=3 maxload=0.25 retries=5 waitbudg
 configs=native,airlock,airlock-v6,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn
 latency=native,airlock,ocserv,ocserv-dtls,wireguard-go,openvpn
 links=1gbit,uncapped latlinks=1gbit streams=1,10
-wan= tcpcc= commit=yes perf= breakdown=false
+wan= tcpcc= commit=yes perf= breakdown=false ab=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--duration) duration=$2; shift 2 ;;
@@ -50,9 +54,10 @@ while [ $# -gt 0 ]; do
 	--no-commit) commit=no; shift ;;
 	--perf) perf=yes; shift ;;
 	--breakdown) breakdown=true; shift ;;
+	--ab) ab=$2; shift 2 ;;
 	--impaired) wan=10-0,10-0.1,10-1,40-0,40-0.1,40-1 links=1gbit startup=0 latency=
 		configs=airlock,airlock-netstack,airlock-kernel,airlock-tcp,ocserv,ocserv-dtls; shift ;;
-	-h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,29p' "$0"; exit 0 ;;
 	*) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
 	esac
 done
@@ -106,6 +111,15 @@ git -C "$root" archive HEAD | tar -x -C "$work/src"
 (cd "$work/src" && CGO_ENABLED=0 go build -o "$work/airlock" ./cmd/airlock)
 make -s -C "$work/src/preload" && cp "$work/src/preload/libairlock-preload.so" "$work/"
 cc -shared -fPIC -Wall -Wextra -pedantic -O2 -o "$work/fakeroot.so" "$here/fakeroot/fakeroot.c" -ldl
+bins= abrev=
+if [ -n "$ab" ]; then
+	abrev=$(git -C "$root" rev-parse "$ab")
+	echo "run.sh: building airlock at $abrev for the @base configurations"
+	mkdir "$work/ab"
+	git -C "$root" archive "$abrev" | tar -x -C "$work/ab"
+	(cd "$work/ab" && CGO_ENABLED=0 go build -o "$work/airlock-base" ./cmd/airlock)
+	bins="base=$work/airlock-base"
+fi
 
 echo "run.sh: rows in $tsv; logs in $out"
 cd "$here"
@@ -116,7 +130,7 @@ AIRLOCK_BENCH=1 AIRLOCK_TEST_BIN="$work/airlock" AIRLOCK_TEST_PRELOAD="$work/lib
 	-bench.latency="$latency" -bench.latency-links="$latlinks" -bench.warmup="$warmup" \
 	-bench.maxload="$maxload" -bench.retries="$retries" -bench.wait-budget="$waitbudget" \
 	-bench.wan="$wan" -bench.cc="$tcpcc" -bench.shim="$work/fakeroot.so" -bench.commit="$head" \
-	-bench.out="$out" -bench.tsv="$tsv" -bench.perf="$perfdir" -bench.breakdown="$breakdown" >"$out/log.txt" 2>&1 || rc=$?
+	-bench.out="$out" -bench.tsv="$tsv" -bench.perf="$perfdir" -bench.breakdown="$breakdown" -bench.bins="$bins" -bench.bin-commits="${abrev:+base=$abrev}" >"$out/log.txt" 2>&1 || rc=$?
 grep -E 'LOAD GATE|NOT MEASURED|FELL BACK|--- FAIL|^(ok|FAIL)' "$out/log.txt" || true
 [ "$rc" = 0 ] || echo "run.sh: TestBench failed (exit $rc); the rows measured are in $tsv; log: $out/log.txt" >&2
 

@@ -52,19 +52,26 @@ type stack interface {
 
 // newStack builds the topology for cfg and sets the configuration up on
 // it; its daemons write their output to files in logs.
-func newStack(t *testing.T, cfg string, opts []topology.Option, logs logDir) (stack, error) {
+func newStack(t *testing.T, cfg, binTag string, opts []topology.Option, logs logDir) (stack, error) {
+	bin, err := airlockBin(t, binTag)
+	if err != nil {
+		return nil, err
+	}
+	if binTag != "" && cfg != "airlock" && cfg != "airlock-kernel" && cfg != "airlock-netstack" && cfg != "airlock-tcp" {
+		return nil, fmt.Errorf("configuration %s@%s: another binary only for airlock, airlock-kernel, airlock-netstack and airlock-tcp", cfg, binTag)
+	}
 	switch cfg {
 	case "native":
 		return &nativeStack{topo: topology.New(t, append(opts, topology.WithNativeRouting())...)}, nil
 	case "airlock":
-		return newAirlock(t, topology.New(t, opts...), logs, "user", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, bin, "user", "--transport", "udp")
 	case "airlock-kernel":
-		return newAirlock(t, topology.New(t, opts...), logs, "kernel", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, bin, "kernel", "--transport", "udp")
 	case "airlock-netstack":
-		return newAirlock(t, topology.New(t, opts...), logs, "user-netstack", "--transport", "udp")
+		return newAirlock(t, topology.New(t, opts...), logs, bin, "user-netstack", "--transport", "udp")
 	case "airlock-tcp":
 		// Airlock (user mode) forced onto its TCP/TLS transport.
-		return newAirlock(t, topology.New(t, opts...), logs, "user", "--transport", "tcp")
+		return newAirlock(t, topology.New(t, opts...), logs, bin, "user", "--transport", "tcp")
 	case "airlock-seccomp":
 		return newAirlockFallback(t, topology.New(t, opts...), logs, "seccomp")
 	case "airlock-preload":
@@ -119,6 +126,7 @@ type airlockStack struct {
 	topo       *topology.Topology
 	gw, client int
 	jobPID     int
+	bin        string   // the airlock binary
 	runArgs    []string // airlock run … (without "-- sleep")
 }
 
@@ -131,7 +139,7 @@ func (s *airlockStack) check(int64) error           { return nil }
 // tunnel) and returns its job wrapper.
 func (s *airlockStack) second(t *testing.T, logs logDir) (func(argv ...string) []string, error) {
 	u := topology.EnsureUser(t)
-	p := startDaemon(t, s.topo, logs, "airlock-run-2", s.topo.CN, u, "", topology.BuildAirlock(t), append(s.runArgs, "--", "sleep", "100000")...)
+	p := startDaemon(t, s.topo, logs, "airlock-run-2", s.topo.CN, u, "", s.bin, append(s.runArgs, "--", "sleep", "100000")...)
 	var pid int
 	if err := waitUntil(20*time.Second, p, func() bool {
 		pid = findDescendant(p.pid(), "sleep")
@@ -148,9 +156,8 @@ func (s *airlockStack) clientRoots() []int  { return []int{s.client} }
 // test user) or "kernel" (as root, --egress kernel --egress-addr dmz's inet
 // address, as test/e2e does) and returns its process, the join values and
 // a token.
-func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, mode string) (gw *daemon, gateway, pin, token string, err error) {
+func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, bin, mode string) (gw *daemon, gateway, pin, token string, err error) {
 	u := topology.EnsureUser(t)
-	bin := topology.BuildAirlock(t)
 	tp.SetResolvConf(tp.DMZ, tp.INETAddr)
 	base := topology.TempDir(t)
 	state := filepath.Join(base, "state")
@@ -209,16 +216,16 @@ func readEnv(path string) map[string]string {
 
 // newAirlock starts the gateway in egress mode mode and a job; runFlags
 // go to airlock run (e.g. --transport tcp).
-func newAirlock(t *testing.T, tp *topology.Topology, logs logDir, mode string, runFlags ...string) (stack, error) {
+func newAirlock(t *testing.T, tp *topology.Topology, logs logDir, bin, mode string, runFlags ...string) (stack, error) {
 	u := topology.EnsureUser(t)
-	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, mode)
+	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, bin, mode)
 	if err != nil {
 		return nil, err
 	}
 	runArgs := append([]string{"run", "--gateway", gateway, "--pin", pin, "--token", token}, runFlags...)
 	args := append(append([]string{}, runArgs...), "--", "sleep", "100000")
-	p := startDaemon(t, tp, logs, "airlock-run", tp.CN, u, "", topology.BuildAirlock(t), args...)
-	s := &airlockStack{topo: tp, gw: gw.pid(), client: p.pid(), runArgs: runArgs}
+	p := startDaemon(t, tp, logs, "airlock-run", tp.CN, u, "", bin, args...)
+	s := &airlockStack{topo: tp, gw: gw.pid(), client: p.pid(), bin: bin, runArgs: runArgs}
 	if err := waitUntil(20*time.Second, p, func() bool {
 		s.jobPID = findDescendant(s.client, "sleep")
 		return s.jobPID != 0 && tcpCheckIn(t, tp, nsJobPeer(t, s.jobPID))
@@ -254,7 +261,7 @@ func (s *airlockFallbackStack) clientRoots() []int  { return nil }
 
 func newAirlockFallback(t *testing.T, tp *topology.Topology, logs logDir, mode string) (stack, error) {
 	u := topology.EnsureUser(t)
-	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, "user")
+	gw, gateway, pin, token, err := airlockGateway(t, tp, logs, topology.BuildAirlock(t), "user")
 	if err != nil {
 		return nil, err
 	}

@@ -63,12 +63,12 @@ func benchStartup(t *testing.T, logs logDir, what string, runs int) startupResul
 	switch what {
 	case "airlock":
 		res.what = "airlock run -- true"
-		_, gateway, pin, token, err := airlockGateway(t, tp, logs, "user")
+		bin := topology.BuildAirlock(t)
+		_, gateway, pin, token, err := airlockGateway(t, tp, logs, bin, "user")
 		if err != nil {
 			res.note = err.Error()
 			return res
 		}
-		bin := topology.BuildAirlock(t)
 		for i := 0; i < runs; i++ {
 			t0 := time.Now()
 			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, bin, "run", "--gateway", gateway, "--pin", pin, "--token", token, "--", "true")

@@ -24,6 +24,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
@@ -132,7 +133,7 @@ func (o *outside) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, er
 	return (&net.Dialer{}).DialContext(ctx, "udp", o.echo.String())
 }
 
-func (o *outside) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+func (o *outside) ListenUDP(ctx context.Context, _ *ipfamily.Family) (net.PacketConn, error) {
 	return net.ListenPacket("udp", "127.0.0.1:0")
 }
 

@@ -54,6 +54,7 @@ func run() error {
 	docs := flag.String("docs", "", "docs/benchmarks.md to update between the markers (full runs only)")
 	plots := flag.String("plots", "", "directory for the PNG plots (needs gnuplot)")
 	plot := flag.String("gp", "", "gnuplot script (default: plot.gp next to this command's source, bench/plot.gp)")
+	newer := flag.Bool("newer", false, "with several -in files: a later file's rows replace the earlier files' rows of the same configuration and link (a run of some configurations on top of a full run)")
 	flag.Parse()
 	if *in == "" {
 		return errors.New("-in is required")
@@ -70,6 +71,10 @@ func run() error {
 			continue
 		}
 		rep.name += "," + r.name
+		if *newer {
+			rep.rows = replaced(rep.rows, r.rows, func(x record.Row) [2]string { return [2]string{x.Config, x.Link} })
+			rep.lat = replaced(rep.lat, r.lat, func(x record.Latency) [2]string { return [2]string{x.Config, x.Link} })
+		}
 		rep.rows = append(rep.rows, r.rows...)
 		rep.lat = append(rep.lat, r.lat...)
 	}
@@ -106,6 +111,22 @@ func run() error {
 		}
 	}
 	return nil
+}
+
+// replaced returns old without the rows whose key (configuration, link)
+// a row of newer has.
+func replaced[T any](old, newer []T, key func(T) [2]string) []T {
+	in := map[[2]string]bool{}
+	for _, x := range newer {
+		in[key(x)] = true
+	}
+	var out []T
+	for _, x := range old {
+		if !in[key(x)] {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // report is one run's rows.

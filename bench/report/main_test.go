@@ -108,3 +108,14 @@ func TestSplice(t *testing.T) {
 		t.Error("no markers: got no error")
 	}
 }
+
+// TestReplaced: -newer keeps an earlier run's rows only for the
+// configurations and links the later run did not measure.
+func TestReplaced(t *testing.T) {
+	old := []record.Row{{Config: "airlock", Link: "uncapped", Mbps: 1}, {Config: "airlock", Link: "1gbit", Mbps: 2}, {Config: "ocserv", Link: "uncapped", Mbps: 3}}
+	newer := []record.Row{{Config: "airlock", Link: "uncapped", Mbps: 4}}
+	got := replaced(old, newer, func(x record.Row) [2]string { return [2]string{x.Config, x.Link} })
+	if len(got) != 2 || got[0].Mbps != 2 || got[1].Mbps != 3 {
+		t.Errorf("replaced = %+v, want the 1gbit airlock row and the ocserv row", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 func TestHuman(t *testing.T) {
@@ -38,7 +39,7 @@ func TestHuman(t *testing.T) {
 // cannot reach the admin's terminal raw.
 func TestStatusEscapes(t *testing.T) {
 	st := admin.Status{Jobs: []admin.JobStatus{{
-		JobStats: flows.JobStats{JobRef: flows.JobRef{Lease: "l1", JobID: "42\x1b]0;pwned\x07", Token: "t"}},
+		JobStats: flows.JobStats{Lease: "l1", Ref: jobs.Ref{JobID: "42\x1b]0;pwned\x07", Token: "t"}},
 		Host:     "cn1\nFAKE LINE", User: "root\tx", Started: time.Unix(0, 0),
 	}}}
 	var b bytes.Buffer

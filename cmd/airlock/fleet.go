@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -138,12 +139,12 @@ func printFleetStatus(w io.Writer, st fleet.Status) error {
 	fmt.Fprintln(tw, "GATEWAY\tJOB\tLEASE\tUSER\tHOST\tTOKEN\tTUNNEL\tPUBLIC\tSINCE")
 	for _, m := range st.Members {
 		for _, r := range m.Leases {
-			pub := "-"
-			if r.PublicAddr.IsValid() {
-				pub = fmt.Sprintf("%s:%d-%d", r.PublicAddr, r.PortLo, r.PortHi)
+			var pub []string
+			for _, a := range store.Attributions(r) {
+				pub = append(pub, a.String())
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", human(m.Advertise), orDash(human(r.JobID)), r.ID, orDash(human(r.User)),
-				orDash(human(r.Host)), orDash(r.Token), r.TunnelAddr, pub, r.Start.Format(time.RFC3339))
+				orDash(human(r.Host)), orDash(r.Token), r.TunnelAddr(), orDash(strings.Join(pub, " ")), r.Start.Format(time.RFC3339))
 		}
 	}
 	return tw.Flush()
@@ -178,7 +179,7 @@ func storeKick(ctx context.Context, o storeOpts, job, reason string, ban time.Du
 		if !kr.Ended {
 			return fmt.Errorf("kick %q: gateway %s: %s", job, r.Gateway, kr.Error)
 		}
-		res.Kicked = []admin.KickedLease{{Lease: r.ID, JobID: r.JobID, Addr: r.TunnelAddr, Token: r.Token, Host: r.Host, Gateway: r.Gateway}}
+		res.Kicked = []admin.KickedLease{{Lease: r.ID, JobID: r.JobID, Addr: r.TunnelAddr(), Token: r.Token, Host: r.Host, Gateway: r.Gateway}}
 		if ban > 0 {
 			res.BannedUntil = time.Now().Add(ban)
 		}

@@ -9,9 +9,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/version"
@@ -39,7 +41,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	stateFlag(cmd, &cfg.StateDir, "AIRLOCK_GATEWAY_STATE")
 	fs.StringVar(&cfg.Listen, "listen", gateway.DefaultListen, "ADDR:PORT for the control API (TCP) and WireGuard (UDP)")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "HOST:PORT clients dial (default: derived from --listen)")
-	subnet := fs.String("subnet", gateway.DefaultSubnet, "tunnel address subnet; the gateway takes its first address")
+	af := addAddrFlags(fs)
 	fs.IntVar(&cfg.MTU, "mtu", gateway.DefaultMTU, "tunnel MTU")
 	fs.DurationVar(&cfg.RenewInterval, "renew-interval", gateway.DefaultRenewInterval, "how often clients renew their lease")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
@@ -52,8 +54,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	setEnv(fs.Lookup("store"), "AIRLOCK_GATEWAY_STORE", StoreEnv)
 	dns := fs.String("dns-upstream", "", "comma-separated IP[:PORT] resolvers for jobs' DNS (default: this host's /etc/resolv.conf)")
 	fs.StringVar(&cfg.Egress, "egress", gateway.EgressUser, "egress mode: user (unprivileged, user-space stack) or kernel (root or CAP_NET_ADMIN: kernel TUN, ip_forward, nftables SNAT)")
-	fs.StringVar(&cfg.TCPStack, "tcp-stack", gateway.TCPStackAuto, "user mode: what terminates jobs' IPv4 TCP: kernel (the host kernel's TCP in a private user namespace; needs unprivileged user namespaces and /dev/net/tun), netstack (gVisor, user space), or auto (kernel where possible)")
-	egressAddr := fs.String("egress-addr", "", "public IPv4 address(es) jobs' connections leave from and exposed ports listen on: one address, several comma-separated, or a prefix (an egress pool: blocks from every address × --egress-ports) (default: the source address of the default route)")
+	fs.StringVar(&cfg.TCPStack, "tcp-stack", gateway.TCPStackAuto, "user mode: what terminates jobs' TCP (both address families): kernel (the host kernel's TCP in a private user namespace; needs unprivileged user namespaces and /dev/net/tun), netstack (gVisor, user space), or auto (kernel where possible)")
 	exposePorts := fs.String("expose-ports", "", "without --config: job ports any job may expose (airlock run --expose), comma-separated PORT[-PORT][/tcp|/udp]; default none")
 	egressPorts := fs.String("egress-ports", "", "LO-HI source ports split into per-job blocks (user: default net.ipv4.ip_local_port_range, outside it sockets bind explicitly; kernel: default 20000-59999)")
 	fs.IntVar(&cfg.BlockSize, "block-size", gateway.DefaultBlockSize, "ports per job block; a job's outside connections use only its block. It is the base block: a job may ask for more (airlock run --ports, or its token's block_size), up to --max-block-size")
@@ -72,7 +73,6 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	fs.Float64Var(&cfg.Limits.Job.DNSQueriesPerSec, "job-dns-queries-per-sec", 0, "per-job DNS queries per second to the gateway (bursts of the same number); more are answered REFUSED (default 0: 100)")
 	fs.StringVar(&lf.tokens, "job-limits-tokens", "", "comma-separated token names whose jobs get the --job-* limits (default: every job)")
 	flowf := addFlowFlags(fs)
-	v6f := addIPv6Flags(fs)
 	fs.Func("capture", "write every job's decrypted packets as a pcap stream to this file (created 0600), named pipe or tap:NAME (repeatable; docs/capture.md)", func(s string) error {
 		if err := capture.ValidateTo(s); err != nil {
 			return err
@@ -99,13 +99,13 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 		cfg.Logger = log
 		cfg.Version = version.Get().Version
 		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale)
-		if cfg.Subnet, err = netip.ParsePrefix(*subnet); err != nil {
-			return fmt.Errorf("bad --subnet: %w", err)
+		if err := af.parse(&cfg); err != nil {
+			return err
 		}
 		if cfg.DNSUpstreams, err = parseUpstreams(*dns); err != nil {
 			return err
 		}
-		if err := parseEgress(&cfg, *egressAddr, *egressPorts); err != nil {
+		if err := parseEgress(&cfg, *egressPorts); err != nil {
 			return err
 		}
 		if cfg.ExposePorts, err = gateway.ParseExposePorts(*exposePorts); err != nil {
@@ -115,9 +115,6 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 			return err
 		}
 		if err := flowf.parse(&cfg); err != nil {
-			return err
-		}
-		if err := v6f.parse(&cfg); err != nil {
 			return err
 		}
 		if *check {
@@ -133,23 +130,89 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	return cmd
 }
 
-// parseEgress checks the egress flags' syntax; gateway.Run checks them
-// against the host (port range, default route) before opening any socket.
-func parseEgress(cfg *gateway.Config, addr, ports string) error {
-	switch cfg.Egress {
-	case gateway.EgressUser, gateway.EgressKernel:
-	default:
-		return fmt.Errorf("bad --egress %q: want %s or %s", cfg.Egress, gateway.EgressUser, gateway.EgressKernel)
+// addrFlags are the gateway's address flags of both families: the tunnel
+// subnets, where jobs' flows leave from, and (IPv6 alone) the routed
+// prefix of jobs' own addresses.
+type addrFlags struct {
+	subnet, subnet6, egressAddr, egressAddr6, egressPrefix6 string
+}
+
+func addAddrFlags(fs *pflag.FlagSet) *addrFlags {
+	f := &addrFlags{}
+	fs.StringVar(&f.subnet, "subnet", gateway.DefaultSubnet, "tunnel address subnet; the gateway takes its first address")
+	fs.StringVar(&f.subnet6, "subnet6", "", "IPv6 tunnel prefix, at most /96; each job's IPv6 address embeds its IPv4 one in the last 32 bits, the gateway's is the one embedding its IPv4 tunnel address (default: a random unique-local /48 made at first start and kept in the state dir; \""+gateway.Subnet6Off+"\": IPv4 only)")
+	fs.StringVar(&f.egressAddr, "egress-addr", "", "public IPv4 address(es) jobs' connections leave from and exposed ports listen on: one address, several comma-separated, or a prefix (an egress pool: blocks from every address × --egress-ports) (default: the source address of the default route)")
+	fs.StringVar(&f.egressAddr6, "egress-addr6", "", "IPv6 address jobs' IPv6 connections leave from (with their port block) and exposed ports listen on (default: the source address of the IPv6 default route)")
+	fs.StringVar(&f.egressPrefix6, "egress-prefix6", "", "a routed IPv6 prefix (at most /96) that gives each job its own public IPv6 address (embedding its IPv4 tunnel address): its IPv6 flows leave from it with any port; user mode needs the prefix routed to this host and a local route (ip -6 route add local PREFIX dev lo), kernel mode routes it")
+	return f
+}
+
+// parse checks the address flags' syntax and families; gateway.Run checks
+// them against the host.
+func (f *addrFlags) parse(cfg *gateway.Config) error {
+	var err error
+	if cfg.Subnet, err = netip.ParsePrefix(f.subnet); err != nil {
+		return fmt.Errorf("bad --subnet: %w", err)
 	}
-	if addr != "" {
-		as, err := portblock.ParseAddrs(addr)
+	switch f.subnet6 {
+	case "":
+	case gateway.Subnet6Off:
+		cfg.NoIPv6 = true
+	default:
+		if cfg.Subnet6, err = parsePrefixFlag("--subnet6", f.subnet6, ipfamily.V6, 128); err != nil {
+			return err
+		}
+	}
+	if f.egressAddr != "" {
+		as, err := portblock.ParseAddrs(f.egressAddr)
 		if err != nil {
-			return fmt.Errorf("bad --egress-addr %q: %w; want IP addresses or a prefix, comma-separated", addr, err)
+			return fmt.Errorf("bad --egress-addr %q: %w; want IP addresses or a prefix, comma-separated", f.egressAddr, err)
 		}
 		cfg.EgressAddr = as[0]
 		if len(as) > 1 {
 			cfg.EgressAddrs = as
 		}
+	}
+	if f.egressAddr6 != "" {
+		cfg.EgressAddr6, err = netip.ParseAddr(f.egressAddr6)
+		if err != nil {
+			return fmt.Errorf("bad --egress-addr6: %w", err)
+		}
+		if !ipfamily.V6.Contains(cfg.EgressAddr6) {
+			return fmt.Errorf("bad --egress-addr6 %s: want an IPv6 address", f.egressAddr6)
+		}
+	}
+	if f.egressPrefix6 != "" {
+		if cfg.EgressPrefix6, err = parsePrefixFlag("--egress-prefix6", f.egressPrefix6, ipfamily.V6, 96); err != nil {
+			return err
+		}
+		if cfg.EgressPrefix6 != cfg.EgressPrefix6.Masked() {
+			return fmt.Errorf("bad --egress-prefix6 %s: want the prefix %s", f.egressPrefix6, cfg.EgressPrefix6.Masked())
+		}
+	}
+	return nil
+}
+
+// parsePrefixFlag parses flag's value s: a prefix of family fam of at most
+// maxBits bits.
+func parsePrefixFlag(flag, s string, fam *ipfamily.Family, maxBits int) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("bad %s: %w", flag, err)
+	}
+	if !fam.Contains(p.Addr()) || p.Addr().Is4In6() || p.Bits() > maxBits {
+		return netip.Prefix{}, fmt.Errorf("bad %s %s: want an %s prefix of at most /%d", flag, s, fam, maxBits)
+	}
+	return p, nil
+}
+
+// parseEgress checks the egress flags' syntax; gateway.Run checks them
+// against the host (port range, default route) before opening any socket.
+func parseEgress(cfg *gateway.Config, ports string) error {
+	switch cfg.Egress {
+	case gateway.EgressUser, gateway.EgressKernel:
+	default:
+		return fmt.Errorf("bad --egress %q: want %s or %s", cfg.Egress, gateway.EgressUser, gateway.EgressKernel)
 	}
 	if ports != "" {
 		r, err := portblock.ParseRange(ports)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/pflag"
+
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -14,31 +16,74 @@ import (
 
 func TestParseEgress(t *testing.T) {
 	for _, tt := range []struct {
-		mode, addr, ports string
-		block             int
-		wantErr           string
-		wantAddr          netip.Addr
-		wantPorts         portblock.Range
+		mode, ports string
+		block       int
+		wantErr     string
+		wantPorts   portblock.Range
 	}{
 		{mode: "user", block: 256},
-		{mode: "kernel", addr: "203.0.113.1", ports: "20000-29999", block: 128,
-			wantAddr: netip.MustParseAddr("203.0.113.1"), wantPorts: portblock.Range{Lo: 20000, Hi: 29999}},
+		{mode: "kernel", ports: "20000-29999", block: 128, wantPorts: portblock.Range{Lo: 20000, Hi: 29999}},
 		{mode: "fast", block: 256, wantErr: `bad --egress "fast"`},
-		{mode: "kernel", addr: "gateway.example", block: 256, wantErr: "bad --egress-addr"},
 		{mode: "kernel", ports: "30000", block: 256, wantErr: "bad --egress-ports"},
 		{mode: "kernel", ports: "3-2", block: 256, wantErr: "bad --egress-ports"},
 		{mode: "user", block: 0, wantErr: "bad --block-size"},
 	} {
 		cfg := gateway.Config{Egress: tt.mode, BlockSize: tt.block}
-		err := parseEgress(&cfg, tt.addr, tt.ports)
+		err := parseEgress(&cfg, tt.ports)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%+v: got %v, want error with %q", tt, err, tt.wantErr)
 			}
 			continue
 		}
-		if err != nil || cfg.EgressAddr != tt.wantAddr || cfg.EgressPorts != tt.wantPorts {
-			t.Errorf("%+v: got %v, %v, %v; want %v, %v", tt, err, cfg.EgressAddr, cfg.EgressPorts, tt.wantAddr, tt.wantPorts)
+		if err != nil || cfg.EgressPorts != tt.wantPorts {
+			t.Errorf("%+v: got %v, %v; want %v", tt, err, cfg.EgressPorts, tt.wantPorts)
+		}
+	}
+}
+
+// TestAddrFlags: the address flags of both families.
+func TestAddrFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+		want func(gateway.Config) bool
+	}{
+		{nil, true, func(c gateway.Config) bool {
+			return c.Subnet == netip.MustParsePrefix(gateway.DefaultSubnet) && !c.Subnet6.IsValid() && !c.NoIPv6 && !c.EgressAddr.IsValid()
+		}},
+		{[]string{"--subnet", "10.8.0.0/16"}, true, func(c gateway.Config) bool { return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") }},
+		{[]string{"--subnet", "10.8.0.0"}, false, nil},
+		{[]string{"--egress-addr", "203.0.113.1"}, true, func(c gateway.Config) bool { return c.EgressAddr == netip.MustParseAddr("203.0.113.1") }},
+		{[]string{"--egress-addr", "203.0.113.1,203.0.113.2"}, true, func(c gateway.Config) bool { return len(c.EgressAddrs) == 2 }},
+		{[]string{"--egress-addr", "gateway.example"}, false, nil},
+		{[]string{"--subnet6", "off"}, true, func(c gateway.Config) bool { return c.NoIPv6 }},
+		{[]string{"--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool { return c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") }},
+		{[]string{"--subnet6", "fd00:1::"}, false, nil},
+		{[]string{"--subnet6", "10.0.0.0/8"}, false, nil},
+		{[]string{"--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool { return c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") }},
+		{[]string{"--egress-addr6", "203.0.113.1"}, false, nil},
+		{[]string{"--egress-addr6", "::ffff:203.0.113.1"}, false, nil},
+		{[]string{"--egress-prefix6", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
+			return c.EgressPrefix6 == netip.MustParsePrefix("2001:db8:ee::/96")
+		}},
+		{[]string{"--egress-prefix6", "2001:db8:ee::/112"}, false, nil},
+		{[]string{"--egress-prefix6", "2001:db8:ee::1/96"}, false, nil},
+		{[]string{"--egress-prefix6", "203.0.113.0/24"}, false, nil},
+	} {
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		f := addAddrFlags(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var cfg gateway.Config
+		err := f.parse(&cfg)
+		if (err == nil) != tc.ok {
+			t.Errorf("%v: err %v, want ok %v", tc.args, err, tc.ok)
+			continue
+		}
+		if err == nil && !tc.want(cfg) {
+			t.Errorf("%v: got %+v", tc.args, cfg)
 		}
 	}
 }

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"net/netip"
 	"text/tabwriter"
 	"time"
 
@@ -83,11 +84,33 @@ an empty list).`,
 			if !r.End.IsZero() {
 				end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s:%d-%d\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
-				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr, r.PublicAddr, r.PortLo, r.PortHi,
+			a, _ := r.AttributionAt(ap.Addr())
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
+				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr(), a,
 				r.Start.Format(time.RFC3339), end)
 		}
 		return tw.Flush()
 	}
 	return cmd
+}
+
+// parseWhoisAddr parses whois's argument: IP:PORT, [IPV6]:PORT, or a bare
+// IP (port 0), which finds jobs' own public IPv6 addresses by address
+// alone.
+func parseWhoisAddr(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+		return netip.AddrPortFrom(a.Unmap(), 0), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("whois: bad address %q: want IP:PORT, e.g. 203.0.113.1:20311 or [2001:db8::1]:20311, or a bare IP for a job's own IPv6 address", truncateArg(s))
+}
+
+// truncateArg bounds an argument echoed in an error.
+func truncateArg(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
 }

@@ -50,7 +50,7 @@ func (s *Server) fleetKick(ctx context.Context, req KickRequest, ban time.Durati
 	case !res.Ended:
 		return KickResult{}, fmt.Errorf("%w %q: gateway %s: %s", ErrNoSuchJob, req.Job, r.Gateway, res.Error)
 	}
-	out := KickResult{Kicked: []KickedLease{{Lease: r.ID, JobID: r.JobID, Addr: r.TunnelAddr, Token: r.Token, Host: r.Host, Gateway: r.Gateway}}}
+	out := KickResult{Kicked: []KickedLease{{Lease: r.ID, JobID: r.JobID, Addr: r.TunnelAddr(), Token: r.Token, Host: r.Host, Gateway: r.Gateway}}}
 	if ban > 0 {
 		out.BannedUntil = time.Now().Add(ban)
 	}

@@ -29,7 +29,7 @@ func (g *fuzzGateway) Flows(f flows.Filter, activeOnly bool) FlowList {
 	return FlowList{Active: []flows.Record{}}
 }
 func (g *fuzzGateway) Leases() []LiveLease {
-	return []LiveLease{{ID: "l1", Addr: netip.MustParseAddr("100.64.0.2"), JobID: "4242", Token: "other"}}
+	return []LiveLease{{ID: "l1", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, JobID: "4242", Token: "other"}}
 }
 func (g *fuzzGateway) EndLease(id, by, reason, why string) (KickedLease, bool) {
 	g.kicked = append(g.kicked, id)

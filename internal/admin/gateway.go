@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,16 +65,22 @@ type Gateway interface {
 // LiveLease is a live lease as the admin API matches and reports it. The
 // job's fields come from its client: escape them before printing.
 type LiveLease struct {
-	ID   string
-	Addr netip.Addr
-	// Addr6 is the job's IPv6 tunnel address; the zero Addr if it has
-	// none.
-	Addr6 netip.Addr
+	ID string
+	// Addrs are the job's tunnel addresses, its first one first.
+	Addrs []netip.Addr
 	JobID string
 	Host  string
 	User  string
 	Token string
 	Start time.Time
+}
+
+// Addr returns the job's first tunnel address.
+func (l LiveLease) Addr() netip.Addr {
+	if len(l.Addrs) == 0 {
+		return netip.Addr{}
+	}
+	return l.Addrs[0]
 }
 
 // DrainRequest is the body of POST /v1/drain.
@@ -206,7 +213,7 @@ func leasesOf(g Gateway, job string) ([]LiveLease, error) {
 	var byID, byBatch []LiveLease
 	for _, l := range g.Leases() {
 		switch {
-		case l.ID == job || l.Addr.String() == job || l.Addr6.IsValid() && l.Addr6.String() == job:
+		case l.ID == job || slices.ContainsFunc(l.Addrs, func(a netip.Addr) bool { return a.String() == job }):
 			byID = append(byID, l)
 		case l.JobID != "" && l.JobID == job:
 			byBatch = append(byBatch, l)
@@ -236,7 +243,7 @@ func oneLease(g Gateway, job, op string) (LiveLease, error) {
 		var list []string
 		for _, l := range match {
 			list = append(list, fmt.Sprintf("lease %s at %s (host %q, user %q, token %s, since %s)",
-				l.ID, l.Addr, l.Host, l.User, l.Token, l.Start.UTC().Format(time.RFC3339)))
+				l.ID, l.Addr(), l.Host, l.User, l.Token, l.Start.UTC().Format(time.RFC3339)))
 		}
 		return LiveLease{}, fmt.Errorf("%w: %d live leases claim batch job id %q; %s one by its lease id or tunnel address: %s",
 			ErrAmbiguousJob, len(match), job, op, strings.Join(list, "; "))
@@ -253,7 +260,7 @@ func (s *Server) endTokenLeases(g Gateway, name, reason string) []KickedLease {
 			continue
 		}
 		if k, ok := g.EndLease(l.ID, "airlock token revoke", reason, reason); ok {
-			s.log.Warn("token revoked: lease ended", "lease", l.ID, "addr", l.Addr, "token", name)
+			s.log.Warn("token revoked: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", name)
 			out = append(out, k)
 		}
 	}

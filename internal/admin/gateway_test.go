@@ -42,9 +42,9 @@ func (g *leaseGateway) StartCapture([]string, CaptureRequest, *capture.Filter) (
 
 func TestKick(t *testing.T) {
 	leases := []LiveLease{
-		{ID: "a", Addr: netip.MustParseAddr("100.64.0.2"), JobID: "42", Host: "n1"},
-		{ID: "b", Addr: netip.MustParseAddr("100.64.0.3"), JobID: "42", Host: "n2"},
-		{ID: "c", Addr: netip.MustParseAddr("100.64.0.4"), JobID: "a"},
+		{ID: "a", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, JobID: "42", Host: "n1"},
+		{ID: "b", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.3")}, JobID: "42", Host: "n2"},
+		{ID: "c", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.4")}, JobID: "a"},
 	}
 	for _, tc := range []struct {
 		name    string
@@ -118,8 +118,8 @@ func (g *captureGateway) StartCapture(ids []string, _ CaptureRequest, _ *capture
 // or address selects its one lease.
 func TestCaptureAmbiguous(t *testing.T) {
 	g := &captureGateway{leaseGateway: leaseGateway{leases: []LiveLease{
-		{ID: "a", Addr: netip.MustParseAddr("100.64.0.2"), JobID: "42", Host: "n1"},
-		{ID: "b", Addr: netip.MustParseAddr("100.64.0.3"), JobID: "42", Host: "n2"},
+		{ID: "a", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, JobID: "42", Host: "n1"},
+		{ID: "b", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.3")}, JobID: "42", Host: "n2"},
 	}}}
 	s := NewServer(nil, nil)
 	w := httptest.NewRecorder()

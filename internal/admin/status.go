@@ -76,9 +76,9 @@ type JobStatus struct {
 	Transport string `json:"transport"`
 	// Ports is the job's egress port block, LO-HI, "" if none.
 	Ports string `json:"ports,omitempty"`
-	// Addr6 is a dual-stack job's IPv6 tunnel address (its flows count
-	// under Addr).
-	Addr6 netip.Addr `json:"addr6,omitzero"`
+	// Addrs are all the job's tunnel addresses (its flows of every
+	// family count under Addr, its first).
+	Addrs []netip.Addr `json:"addrs,omitempty"`
 }
 
 // FlowList is the answer to GET /v1/flows.

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,18 +20,22 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/userstack"
 )
 
 var (
-	jobAddr  = netip.MustParseAddr("100.64.0.2")
-	dnsAddr  = netip.MustParseAddr("100.64.0.1")
-	siteHost = netip.MustParseAddr("10.20.0.5")
+	jobAddr   = netip.MustParseAddr("100.64.0.2")
+	dnsAddr   = netip.MustParseAddr("100.64.0.1")
+	siteHost  = netip.MustParseAddr("10.20.0.5")
+	jobAddr6  = netip.MustParseAddr("fd00:a1::6440:2")
+	dnsAddr6  = netip.MustParseAddr("fd00:a1::6440:1")
+	siteHost6 = netip.MustParseAddr("fd20::5")
 )
 
 // testConfig is a gateway config with one bypass entry for every token
-// (10.20.0.5 TCP 80 and 3128), one for token "cms" only, local domain
+// (10.20.0.5 and fd20::5, TCP 80 and 3128), one for token "cms" only, local domain
 // site.test, and a policy that denies 10.20.0.5:3128.
 func testConfig(t *testing.T, resolver string) *config.Config {
 	t.Helper()
@@ -43,7 +48,7 @@ ports = [3128]
 [[policy.rule]]
 name = "site"
 action = "allow"
-to = ["10.20.0.0/16"]
+to = ["10.20.0.0/16", "fd20::/16"]
 [[policy.rule]]
 name = "cms-only"
 action = "allow"
@@ -51,7 +56,7 @@ to = ["10.30.0.0/16"]
 tokens = ["cms"]
 [[bypass]]
 name = "squid"
-to = ["10.20.0.5"]
+to = ["10.20.0.5", "fd20::5"]
 proto = "tcp"
 ports = [80, 3128]
 [[bypass]]
@@ -180,7 +185,7 @@ type pair struct {
 
 func newPair(t *testing.T, b *control.Bypass, dial func(ctx context.Context, network, address string) (net.Conn, error)) *pair {
 	t.Helper()
-	job, err := userstack.New(userstack.Config{Addr: jobAddr, DNS: []netip.Addr{dnsAddr}, MTU: 1420})
+	job, err := userstack.New(userstack.Config{Addrs: []netip.Addr{jobAddr, jobAddr6}, DNS: []netip.Addr{dnsAddr}, MTU: 1420})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +194,7 @@ func newPair(t *testing.T, b *control.Bypass, dial func(ctx context.Context, net
 	if err := p.eng.Update(b); err != nil {
 		t.Fatal(err)
 	}
-	if p.dev, err = p.eng.Wrap(job, jobAddr, dnsAddr, 1420); err != nil {
+	if p.dev, err = p.eng.Wrap(job, []netip.Addr{jobAddr, jobAddr6}, []netip.Addr{dnsAddr, dnsAddr6}, 1420); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -238,6 +243,9 @@ func TestDevice(t *testing.T) {
 		m := new(dns.Msg)
 		m.SetReply(r)
 		rr, _ := dns.NewRR(r.Question[0].Name + " 60 IN A 10.20.0.5")
+		if r.Question[0].Qtype == dns.TypeAAAA {
+			rr, _ = dns.NewRR(r.Question[0].Name + " 60 IN AAAA fd20::5")
+		}
 		m.Answer = append(m.Answer, rr)
 		w.WriteMsg(m)
 	})}
@@ -263,36 +271,40 @@ func TestDevice(t *testing.T) {
 
 	// A local name: answered by the site resolver through the bypass.
 	addrs, err := p.job.LookupHost(ctx, "squid.site.test")
-	if err != nil || len(addrs) != 1 || addrs[0] != siteHost {
-		t.Fatalf("LookupHost(squid.site.test) = %v, %v; want %v from the site resolver", addrs, err, siteHost)
+	if err != nil || !slices.Contains(addrs, siteHost) || !slices.Contains(addrs, siteHost6) || len(addrs) != 2 {
+		t.Fatalf("LookupHost(squid.site.test) = %v, %v; want %v and %v from the site resolver", addrs, err, siteHost, siteHost6)
 	}
-	// A bypassed destination: echoed by the "site", counted.
-	c, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 80))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A bypassed destination of each family: echoed by the "site",
+	// counted.
 	msg := []byte("hello through the bypass")
-	c.Write(msg)
-	got := make([]byte, len(msg))
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
-		t.Fatalf("echo = %q, %v", got, err)
-	}
-	c.Close()
-	if d := dialled(); len(d) != 1 || d[0] != "tcp4 10.20.0.5:80" {
-		t.Errorf("dialled %v, want one tcp4 10.20.0.5:80", d)
+	for i, dst := range []netip.AddrPort{netip.AddrPortFrom(siteHost, 80), netip.AddrPortFrom(siteHost6, 80)} {
+		c, err := p.job.DialTCP(ctx, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(msg)
+		got := make([]byte, len(msg))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+			t.Fatalf("echo from %s = %q, %v", dst, got, err)
+		}
+		c.Close()
+		want := []string{"tcp4 10.20.0.5:80", "tcp6 [fd20::5]:80"}[:i+1]
+		if d := dialled(); !slices.Equal(d, want) {
+			t.Errorf("dialled %v, want %v", d, want)
+		}
 	}
 	var rep control.BypassCount
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		// Both directions: the echo may be counted in before the
 		// writer's own count of what it sent.
-		if r := p.eng.Report(); len(r) == 1 && r[0].BytesIn == uint64(len(msg)) && r[0].BytesOut == uint64(len(msg)) {
+		if r := p.eng.Report(); len(r) == 1 && r[0].BytesIn == 2*uint64(len(msg)) && r[0].BytesOut == 2*uint64(len(msg)) {
 			rep = r[0]
 			break
 		}
 	}
-	if rep != (control.BypassCount{Rule: "squid", Flows: 1, BytesOut: uint64(len(msg)), BytesIn: uint64(len(msg))}) {
-		t.Errorf("report %+v, want squid: 1 flow, %d bytes each way", p.eng.Report(), len(msg))
+	if rep != (control.BypassCount{Rule: "squid", Flows: 2, BytesOut: 2 * uint64(len(msg)), BytesIn: 2 * uint64(len(msg))}) {
+		t.Errorf("report %+v, want squid: 2 flows, %d bytes each way", p.eng.Report(), 2*len(msg))
 	}
 	if n := p.toGW.Load(); n != 0 {
 		t.Errorf("%d packets of bypassed flows went to the gateway", n)
@@ -302,7 +314,7 @@ func TestDevice(t *testing.T) {
 	if _, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 3128)); err == nil {
 		t.Error("10.20.0.5:3128 (bypass entry, denied by the policy): connected")
 	}
-	if d := dialled(); len(d) != 1 {
+	if d := dialled(); len(d) != 2 {
 		t.Errorf("dialled %v after a denied flow", d)
 	}
 	// Not a bypass destination: the packets go to the gateway.
@@ -321,7 +333,7 @@ func TestDevice(t *testing.T) {
 	dctx, dcancel = context.WithTimeout(ctx, 300*time.Millisecond)
 	p.job.DialTCP(dctx, netip.AddrPortFrom(siteHost, 80))
 	dcancel()
-	if d := dialled(); p.toGW.Load() == before || len(d) != 1 {
+	if d := dialled(); p.toGW.Load() == before || len(d) != 2 {
 		t.Errorf("after the entry was removed: %d packets to the gateway, dialled %v", p.toGW.Load()-before, d)
 	}
 }
@@ -332,8 +344,21 @@ func TestDiverts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Device{job: jobAddr, dns: dnsAddr}
+	d := &Device{job: [ipfamily.N]netip.Addr{jobAddr, jobAddr6}, dns: [ipfamily.N]netip.Addr{dnsAddr, dnsAddr6}}
 	pkt := func(src, dst netip.Addr, proto byte, frag uint16, l4 []byte) []byte {
+		if src.Is6() {
+			// frag: a fragment header with that offset and M flag.
+			b := make([]byte, 40, 48+len(l4))
+			b[0] = 0x60
+			b[6] = proto
+			copy(b[8:24], src.AsSlice())
+			copy(b[24:40], dst.AsSlice())
+			if frag != 0 {
+				b[6] = ipv6Fragment
+				b = append(b, proto, 0, byte(frag>>8), byte(frag), 0, 0, 0, 1)
+			}
+			return append(b, l4...)
+		}
 		b := make([]byte, 20, 20+len(l4))
 		b[0] = 0x45
 		b[6], b[7] = byte(frag>>8), byte(frag)
@@ -366,7 +391,17 @@ func TestDiverts(t *testing.T) {
 		{"local dns query", pkt(jobAddr, dnsAddr, 17, 0, append(port(53), local...)), true},
 		{"other dns query", pkt(jobAddr, dnsAddr, 17, 0, append(port(53), outside...)), false},
 		{"local query over tcp", pkt(jobAddr, dnsAddr, 6, 0, append(port(53), local...)), false},
-		{"ipv6", append([]byte{0x60}, make([]byte, 60)...), false},
+		{"ipv6: tcp to the entry", pkt(jobAddr6, siteHost6, 6, 0, port(80)), true},
+		{"ipv6: tcp to an excluded port", pkt(jobAddr6, siteHost6, 6, 0, port(22)), false},
+		{"ipv6: spoofed source", pkt(netip.MustParseAddr("fd00:a1::6440:3"), siteHost6, 6, 0, port(80)), false},
+		{"ipv6: the job's IPv4 address's entry, over IPv6", pkt(jobAddr6, netip.MustParseAddr("::ffff:10.20.0.6"), 6, 0, port(80)), false},
+		{"ipv6: fragment to the entry's host", pkt(jobAddr6, siteHost6, 17, 0x0001, port(22)), true},
+		{"ipv6: icmpv6 to a tcp entry", pkt(jobAddr6, siteHost6, 58, 0, []byte{128, 0, 0, 0}), false},
+		{"ipv6: hop-by-hop header", pkt(jobAddr6, siteHost6, 0, 0, append([]byte{6, 0, 0, 0, 0, 0, 0, 0}, port(80)...)), false},
+		{"ipv6: local dns query", pkt(jobAddr6, dnsAddr6, 17, 0, append(port(53), local...)), true},
+		{"ipv6: other dns query", pkt(jobAddr6, dnsAddr6, 17, 0, append(port(53), outside...)), false},
+		{"ipv6: a query to the IPv4 resolver's address", pkt(jobAddr6, netip.MustParseAddr("::ffff:100.64.0.1"), 17, 0, append(port(53), local...)), false},
+		{"not ip", append([]byte{0x50}, make([]byte, 60)...), false},
 	} {
 		if got := d.diverts(s, tc.pkt); got != tc.want {
 			t.Errorf("%s: diverts = %v, want %v", tc.name, got, tc.want)

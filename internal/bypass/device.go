@@ -11,14 +11,17 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/miekg/dns"
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/forward/netstack"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
@@ -32,17 +35,27 @@ import (
 // the other methods are safe for concurrent use.
 type Device struct {
 	tun.Device
-	eng       *Engine
-	log       *slog.Logger
-	job, dns  netip.Addr // the job's address and resolver in its namespace
+	eng *Engine
+	log *slog.Logger
+	// job and dns are, by family, the job's address and its resolver
+	// (the gateway's tunnel address) in its namespace (zero: none).
+	job, dns  [ipfamily.N]netip.Addr
 	mtu       int
 	pumpDone  chan struct{}
 	closeOnce sync.Once
 
-	// st is the netstack, created when the first packet is diverted.
+	// st is the netstack, created when the first packet is diverted;
+	// origin the stack that reaches the gateway's resolver as the job
+	// (origin.go), made with it where the TUN can wake Read (file).
 	mu       sync.Mutex // guards creating st and startErr
 	st       atomic.Pointer[netstack.Stack]
+	origin   atomic.Pointer[originStack]
 	startErr error
+	// file is the job's TUN's file, whose read deadline interrupts a Read
+	// blocked on it when the origin stack has packets (nil: no DNS over
+	// TCP diverted); blocked says a Read waits on it.
+	file    *os.File
+	blocked atomic.Bool
 
 	// Read's scratch, owned by the reading goroutine.
 	div  [][]byte
@@ -53,11 +66,24 @@ type Device struct {
 // TUN's virtio-net header).
 const offset = 16
 
-// Wrap returns dev decorated for bypass: job is the job's address, dns its
-// resolver address (the gateway's tunnel address), mtu the tunnel's. The
-// Device closes dev when it is closed.
-func (e *Engine) Wrap(dev tun.Device, job, dns netip.Addr, mtu int) (*Device, error) {
-	d := &Device{Device: dev, eng: e, log: e.log, job: job, dns: dns, mtu: mtu}
+// Wrap returns dev decorated for bypass: jobs are the job's addresses (at
+// most one per family), dns its resolver's (the gateway's tunnel
+// addresses), mtu the tunnel's. The Device closes dev when it is closed.
+func (e *Engine) Wrap(dev tun.Device, jobs, dns []netip.Addr, mtu int) (*Device, error) {
+	d := &Device{Device: dev, eng: e, log: e.log, mtu: mtu}
+	if f, ok := dev.(interface{ File() *os.File }); ok {
+		d.file = f.File()
+	}
+	for _, a := range jobs {
+		if f := ipfamily.Of(a); f != nil {
+			d.job[f.Index] = a.Unmap()
+		}
+	}
+	for _, a := range dns {
+		if f := ipfamily.Of(a); f != nil {
+			d.dns[f.Index] = a.Unmap()
+		}
+	}
 	if err := d.update(e.Set()); err != nil {
 		return nil, err
 	}
@@ -102,23 +128,41 @@ func (d *Device) stack() *netstack.Stack {
 // (internal/usernet, as in the user-mode gateway) where this user may
 // create one, else by the netstack.
 func (d *Device) start(s *Set) (*netstack.Stack, error) {
+	var jobs, selves []netip.Prefix
+	for _, f := range ipfamily.All {
+		if a := d.job[f.Index]; a.IsValid() {
+			jobs = append(jobs, netip.PrefixFrom(a, f.Bits))
+		}
+		if a := d.dns[f.Index]; a.IsValid() {
+			selves = append(selves, netip.PrefixFrom(a, f.Bits))
+		}
+	}
 	ups := s.Resolvers()
-	if len(ups) == 0 {
+	if len(ups) == 0 && len(selves) > 0 {
 		// No local domains (yet): no query is diverted; the netstack
 		// still needs an upstream to start.
-		ups = []netip.AddrPort{netip.AddrPortFrom(d.dns, 53)}
+		ups = []netip.AddrPort{netip.AddrPortFrom(selves[0].Addr(), 53)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ktcp, err := usernet.Open(ctx, netip.PrefixFrom(d.job, d.job.BitLen()), d.mtu)
+	ktcp, err := usernet.Open(ctx, jobs, d.mtu)
 	cancel()
 	if err != nil {
 		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
 		ktcp = nil
 	}
+	if d.file != nil {
+		o, err := newOriginStack(d.job, d.mtu, d.wake)
+		if err != nil {
+			d.log.Debug("site-local bypass: DNS over TCP to the gateway's resolver unavailable", "err", err)
+		} else {
+			d.origin.Store(o)
+		}
+	}
 	st, err := netstack.New(netstack.Config{
 		KernelTCP:    ktcp,
+		DNSRoute:     d.routeDNS,
 		Logger:       slog.New(quiet{d.log.Handler()}),
-		Addr:         netip.PrefixFrom(d.dns, d.dns.BitLen()),
+		Addrs:        selves,
 		MTU:          d.mtu,
 		DNSUpstreams: ups,
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
@@ -130,16 +174,18 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		},
 	})
 	if err != nil {
+		d.closeOrigin()
 		return nil, fmt.Errorf("site-local bypass: %w", err)
 	}
 	if err := st.SetPolicy(s.Policy()); err != nil {
 		st.Close()
+		d.closeOrigin()
 		return nil, err
 	}
 	d.st.Store(st)
 	d.pumpDone = make(chan struct{})
 	go d.pump(st)
-	d.log.Debug("site-local bypass stack started", "job", d.job, "dns", d.dns)
+	d.log.Debug("site-local bypass stack started", "job", jobs, "dns", selves)
 	return st, nil
 }
 
@@ -171,11 +217,30 @@ func (d *Device) pump(st *netstack.Stack) {
 	}
 }
 
-// Read implements tun.Device: it reads the job's packets and keeps those
-// it diverts to the netstack out of what it returns.
+// Read implements tun.Device: it returns the origin stack's packets for
+// the gateway first, then reads the job's packets and keeps those it
+// diverts to the netstack out of what it returns.
 func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 	for {
+		o := d.origin.Load()
+		if o != nil {
+			d.blocked.Store(true)
+			if n := o.read(bufs, sizes, off); n > 0 {
+				d.blocked.Store(false)
+				return n, nil
+			}
+		}
 		n, err := d.Device.Read(bufs, sizes, off)
+		if o != nil {
+			d.blocked.Store(false)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				d.file.SetReadDeadline(time.Time{})
+				if n == 0 {
+					continue
+				}
+				err = nil
+			}
+		}
 		s := d.eng.Set()
 		if n == 0 || s.IsEmpty() && d.st.Load() == nil {
 			return n, err
@@ -184,6 +249,80 @@ func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 		if n > 0 || err != nil {
 			return n, err
 		}
+	}
+}
+
+// wake interrupts a Read blocked on the job's TUN: the origin stack has
+// packets for the gateway.
+func (d *Device) wake() {
+	if d.blocked.Load() {
+		d.file.SetReadDeadline(time.Unix(1, 0))
+	}
+}
+
+// Write implements tun.Device: the gateway's packets to the origin stack's
+// ports go to it, the rest to the job.
+func (d *Device) Write(bufs [][]byte, off int) (int, error) {
+	o := d.origin.Load()
+	if o == nil || !slices.ContainsFunc(bufs, func(b []byte) bool { return off < len(b) && o.takes(b[off:]) }) {
+		return d.Device.Write(bufs, off)
+	}
+	keep := make([][]byte, 0, len(bufs))
+	for _, b := range bufs {
+		if off < len(b) && o.takes(b[off:]) {
+			o.deliver(b[off:])
+			continue
+		}
+		keep = append(keep, b)
+	}
+	if len(keep) == 0 {
+		return len(bufs), nil
+	}
+	if _, err := d.Device.Write(keep, off); err != nil {
+		return 0, err
+	}
+	return len(bufs), nil
+}
+
+// routeDNS is the bypass netstack's DNS route: a query over TCP (a
+// connection to the job's resolver that diverts took whole) for a name
+// outside the local domains goes to the gateway's resolver through the
+// tunnel, as the job (origin stack); everything else to the site
+// resolvers.
+func (d *Device) routeDNS(ctx context.Context, req *dns.Msg, network string) (*dns.Msg, bool, error) {
+	if network != "tcp" || len(req.Question) != 1 || d.eng.Set().IsLocal(req.Question[0].Name) {
+		return nil, false, nil
+	}
+	o := d.origin.Load()
+	if o == nil {
+		return nil, true, errors.New("dns over tcp: no way to the gateway's resolver")
+	}
+	for _, f := range ipfamily.All {
+		if !d.dns[f.Index].IsValid() || !d.job[f.Index].IsValid() {
+			continue
+		}
+		c, err := o.dialTCP(ctx, netip.AddrPortFrom(d.dns[f.Index], 53))
+		if err != nil {
+			return nil, true, fmt.Errorf("dns over tcp to the gateway's resolver: %w", err)
+		}
+		defer c.Close()
+		if dl, ok := ctx.Deadline(); ok {
+			c.SetDeadline(dl)
+		}
+		conn := &dns.Conn{Conn: c}
+		if err := conn.WriteMsg(req); err != nil {
+			return nil, true, err
+		}
+		resp, err := conn.ReadMsg()
+		return resp, true, err
+	}
+	return nil, true, errors.New("dns over tcp: the job has no address of its resolver's family")
+}
+
+// closeOrigin stops the origin stack, if any.
+func (d *Device) closeOrigin() {
+	if o := d.origin.Swap(nil); o != nil {
+		o.close()
 	}
 }
 
@@ -222,28 +361,52 @@ func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	return k
 }
 
-// diverts decides one packet from the job: IPv4 from the job's own
-// address to a destination an entry matches (fragments: any to an entry's
-// prefixes, so that the netstack reassembles them and checks the whole
-// datagram), or a UDP DNS query to the job's resolver for a local name.
+// diverts decides one packet from the job: from the job's own address of
+// its family to a destination an entry matches (fragments: any to an
+// entry's prefixes, so that the netstack reassembles them and checks the
+// whole datagram), or a UDP DNS query to the job's resolver for a local
+// name. IPv6 packets with extension headers other than a fragment header
+// go to the gateway.
 func (d *Device) diverts(s *Set, pkt []byte) bool {
-	if len(pkt) < 20 || pkt[0]>>4 != 4 {
+	f := ipfamily.OfPacket(pkt)
+	if f == nil || len(pkt) < f.HeaderLen {
 		return false
 	}
-	ihl := int(pkt[0]&0x0f) * 4
-	if ihl < 20 || len(pkt) < ihl {
+	src, dst := f.Addr(pkt, f.SrcOff), f.Addr(pkt, f.DstOff)
+	if src != d.job[f.Index] {
 		return false
 	}
-	src := netip.AddrFrom4([4]byte(pkt[12:16]))
-	dst := netip.AddrFrom4([4]byte(pkt[16:20]))
-	if src != d.job {
-		return false
+	var off int
+	var proto uint8
+	var frag bool
+	if f == ipfamily.V4 {
+		off, proto = int(pkt[0]&0x0f)*4, pkt[f.ProtoOff]
+		if off < f.HeaderLen || len(pkt) < off {
+			return false
+		}
+		frag = binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // MF or an offset
+	} else {
+		off, proto = f.HeaderLen, pkt[f.ProtoOff]
+		if proto == ipv6Fragment {
+			if len(pkt) < f.HeaderLen+8 {
+				return false
+			}
+			off, proto, frag = f.HeaderLen+8, pkt[f.HeaderLen], true
+		}
 	}
-	proto := pkt[9]
-	frag := binary.BigEndian.Uint16(pkt[6:8])&0x3fff != 0 // MF or an offset
-	if dst == d.dns {
-		return proto == 17 && !frag && len(pkt) >= ihl+8 &&
-			binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]) == 53 && s.IsLocal(QueryName(pkt[ihl+8:]))
+	if dst == d.dns[f.Index] {
+		switch {
+		case frag || len(pkt) < off+8 || binary.BigEndian.Uint16(pkt[off+2:off+4]) != 53:
+			return false
+		case proto == 17:
+			return s.IsLocal(QueryName(pkt[off+8:]))
+		case proto == 6:
+			// DNS over TCP: the whole connection, when there are
+			// local names to answer and the gateway's resolver can
+			// be reached for the rest (routeDNS).
+			return d.file != nil && s.HasLocal()
+		}
+		return false
 	}
 	if !s.Covers(dst) {
 		return false
@@ -253,21 +416,24 @@ func (d *Device) diverts(s *Set, pkt []byte) bool {
 	}
 	switch proto {
 	case 6, 17:
-		if len(pkt) < ihl+4 {
+		if len(pkt) < off+4 {
 			return false
 		}
 		pp := policy.ProtoTCP
 		if proto == 17 {
 			pp = policy.ProtoUDP
 		}
-		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[ihl+2:ihl+4]))
+		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[off+2:off+4]))
 		return ok
-	case 1:
+	case f.ICMP:
 		_, ok := s.Match(policy.ProtoICMP, dst, 0)
 		return ok
 	}
 	return false
 }
+
+// ipv6Fragment is IPv6's fragment header (next header 44).
+const ipv6Fragment = 44
 
 // QueryName returns the question name of a DNS query message, or "".
 func QueryName(msg []byte) string {
@@ -303,6 +469,7 @@ func (d *Device) Close() error {
 			st.Close()
 			<-d.pumpDone
 		}
+		d.closeOrigin()
 		d.eng.mu.Lock()
 		if d.eng.dev == d {
 			d.eng.dev = nil

@@ -3,17 +3,20 @@
 package bypass
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -127,20 +130,24 @@ func (e *Engine) Dial(ctx context.Context, network string, dst netip.AddrPort) (
 }
 
 // LookupHost resolves a name in a local domain through the site
-// resolvers, from the node. ok is false for other names.
+// resolvers, from the node: its IPv4 addresses, then its IPv6 ones. ok is
+// false for other names.
 func (e *Engine) LookupHost(ctx context.Context, name string) (addrs []netip.Addr, ok bool, err error) {
 	s := e.Set()
 	if !s.IsLocal(name) {
 		return nil, false, nil
 	}
 	r := e.resolver(s)
-	ips, err := r.LookupNetIP(ctx, "ip4", name)
+	ips, err := r.LookupNetIP(ctx, "ip", name)
 	if err != nil {
 		return nil, true, err
 	}
 	for _, a := range ips {
 		addrs = append(addrs, a.Unmap())
 	}
+	// IPv4 first: a client that takes the first address keeps working
+	// on a node without IPv6.
+	slices.SortStableFunc(addrs, func(a, b netip.Addr) int { return cmp.Compare(ipfamily.Of(a).Index, ipfamily.Of(b).Index) })
 	return addrs, true, nil
 }
 

@@ -48,6 +48,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // ForJob returns the bypass the gateway sends to a job that joined with
@@ -192,7 +193,7 @@ func decodeRule(c control.Rule, action bool) (policy.Rule, error) {
 	}
 	r.Proto = c.Proto // validated as it was decoded
 	for _, pr := range c.Ports {
-		r.Ports = append(r.Ports, policy.PortRange{Lo: pr[0], Hi: pr[1]})
+		r.Ports = append(r.Ports, portblock.Range{Lo: pr[0], Hi: pr[1]})
 	}
 	return r, nil // Validate checks names, prefixes and ports
 }
@@ -244,6 +245,9 @@ func (s *Set) Allowed(proto policy.Proto, dst netip.Addr, port uint16, host bool
 
 // Policy returns the gateway's policy for the job.
 func (s *Set) Policy() *policy.Policy { return s.gateway }
+
+// HasLocal reports whether s names local domains (and so resolvers).
+func (s *Set) HasLocal() bool { return s != nil && len(s.domains) > 0 }
 
 // IsLocal reports whether name (a DNS name, with or without the final
 // dot, any case) is in one of the local domains.

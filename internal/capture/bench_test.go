@@ -20,7 +20,7 @@ func BenchmarkWrite(b *testing.B) {
 	}
 	for _, mode := range []string{"none", "capture", "stalled"} {
 		b.Run(mode, func(b *testing.B) {
-			dev := NewDevice(&nopTUN{})
+			dev := NewDevice(&nopTUN{}, nil)
 			if mode != "none" {
 				tap := dev.NewTap(TapConfig{Name: mode})
 				dev.Attach(tap)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"io"
 	"net/netip"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // nopTUN is a tun.Device whose Write swallows packets and whose Read
@@ -144,7 +146,7 @@ func TestFilter(t *testing.T) {
 }
 
 func TestFilterRules(t *testing.T) {
-	rules := []policy.Rule{{Name: "web", To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 80, Hi: 80}}}}
+	rules := []policy.Rule{{Name: "web", To: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 80, Hi: 80}}}}
 	f, _ := ParseFilter("")
 	f = f.WithRules(rules)
 	for _, tt := range []struct {
@@ -195,9 +197,10 @@ func TestRingBounded(t *testing.T) {
 func TestTapStream(t *testing.T) {
 	job, other, web := "100.64.0.2", "100.64.0.3", "192.0.2.10"
 	reply := ipv4(web, job, protoTCP, 80, 40000, 100)
-	dev := NewDevice(&nopTUN{in: [][]byte{reply, ipv4(web, other, protoTCP, 80, 40001, 100)}})
-	dev.AddJob(netip.MustParseAddr(job), JobRef{Lease: "L1", JobID: "4242", Token: "cms"})
-	dev.AddJob(netip.MustParseAddr(other), JobRef{Lease: "L2", JobID: "4243", Token: "atlas"})
+	var index jobs.Index
+	dev := NewDevice(&nopTUN{in: [][]byte{reply, ipv4(web, other, protoTCP, 80, 40001, 100)}}, &index)
+	addJob(t, dev, &index, "L1", jobs.Ref{JobID: "4242", Token: "cms"}, job)
+	addJob(t, dev, &index, "L2", jobs.Ref{JobID: "4243", Token: "atlas"}, other)
 	tap := dev.NewTap(TapConfig{Name: "t", Tokens: []string{"cms"}, Snaplen: 60, Buffer: 1 << 20})
 	dev.Attach(tap)
 
@@ -246,13 +249,14 @@ func TestTapStream(t *testing.T) {
 
 // TestEndWithJobs: a live capture of one job ends when the job leaves.
 func TestEndWithJobs(t *testing.T) {
-	dev := NewDevice(&nopTUN{})
-	a := netip.MustParseAddr("100.64.0.2")
-	dev.AddJob(a, JobRef{Lease: "L1"})
+	var index jobs.Index
+	dev := NewDevice(&nopTUN{}, &index)
+	addJob(t, dev, &index, "L1", jobs.Ref{}, "100.64.0.2")
 	tap := dev.NewTap(TapConfig{Name: "live", Jobs: []string{"L1"}, EndWithJobs: true})
 	dev.Attach(tap)
 	dev.Write([][]byte{ipv4("100.64.0.2", "192.0.2.1", protoUDP, 1, 2, 3)}, 0)
-	dev.RemoveJob(a)
+	dev.RemoveJob("L1")
+	index.Remove("L1")
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -271,7 +275,7 @@ func TestAllocs(t *testing.T) {
 	for i := range bufs {
 		bufs[i] = pkt
 	}
-	dev := NewDevice(&nopTUN{in: bufs})
+	dev := NewDevice(&nopTUN{in: bufs}, nil)
 	sizes := make([]int, len(bufs))
 	rbufs := make([][]byte, len(bufs))
 	for i := range rbufs {
@@ -303,7 +307,7 @@ func TestFeedFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	dev := NewDevice(&nopTUN{})
+	dev := NewDevice(&nopTUN{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -360,7 +364,7 @@ func TestFeedFIFO(t *testing.T) {
 // TestFeedFileMode: a feed's new file is 0600.
 func TestFeedFileMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "feed.pcap")
-	dev := NewDevice(&nopTUN{})
+	dev := NewDevice(&nopTUN{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -433,7 +437,7 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 // TestSnaplenEthernet: an Ethernet capture's snaplen counts the IP
 // packet; the header comes on top.
 func TestSnaplenEthernet(t *testing.T) {
-	dev := NewDevice(&nopTUN{})
+	dev := NewDevice(&nopTUN{}, nil)
 	tap := dev.NewTap(TapConfig{Name: "eth", Snaplen: 4, Link: LinkEthernet})
 	dev.Attach(tap)
 	pkt := ipv4("100.64.0.2", "192.0.2.1", protoUDP, 1, 2, 3)
@@ -456,7 +460,7 @@ func TestSnaplenEthernet(t *testing.T) {
 // TestEndWithJobsGone: a live capture of a job that left before it was
 // attached ends at once.
 func TestEndWithJobsGone(t *testing.T) {
-	dev := NewDevice(&nopTUN{})
+	dev := NewDevice(&nopTUN{}, nil)
 	tap := dev.NewTap(TapConfig{Name: "live", Jobs: []string{"gone"}, EndWithJobs: true})
 	dev.Attach(tap)
 	select {
@@ -464,4 +468,17 @@ func TestEndWithJobsGone(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Fatal("Done not closed for a capture whose job is gone")
 	}
+}
+
+// addJob indexes addrs as job id's and tells dev about the job.
+func addJob(t *testing.T, dev *Device, index *jobs.Index, id jobs.ID, ref jobs.Ref, addrs ...string) {
+	t.Helper()
+	var as []netip.Addr
+	for _, a := range addrs {
+		as = append(as, netip.MustParseAddr(a))
+	}
+	if err := index.Add(id, as...); err != nil {
+		t.Fatal(err)
+	}
+	dev.AddJob(id, ref)
 }

@@ -3,7 +3,6 @@
 package capture
 
 import (
-	"net/netip"
 	"slices"
 	"sort"
 	"sync"
@@ -11,12 +10,9 @@ import (
 	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
-)
 
-// JobRef names a job for the taps' selection.
-type JobRef struct {
-	Lease, JobID, Token string
-}
+	"github.com/airlock-vpn/airlock/internal/jobs"
+)
 
 // Device is a tun.Device decorator that copies the packets passing through
 // it to the attached taps: Write's packets (sent by jobs) before the
@@ -28,16 +24,24 @@ type Device struct {
 	// taps is the attached taps, nil when there are none.
 	taps atomic.Pointer[[]*Tap]
 
+	// index finds the job of a packet's tunnel address.
+	index *jobs.Index
+
 	mu       sync.Mutex
 	attached []*Tap
-	jobs     map[netip.Addr]JobRef
+	jobs     map[jobs.ID]jobs.Ref
 	counters map[string]*Counters
 	active   map[string]int
 }
 
-// NewDevice wraps dev.
-func NewDevice(dev tun.Device) *Device {
-	return &Device{Device: dev, jobs: map[netip.Addr]JobRef{}, counters: map[string]*Counters{}, active: map[string]int{}}
+// NewDevice wraps dev; index is the gateway's job index, which maps the
+// jobs' packets to their jobs (nil: a fresh one, for a device whose taps
+// select no jobs).
+func NewDevice(dev tun.Device, index *jobs.Index) *Device {
+	if index == nil {
+		index = new(jobs.Index)
+	}
+	return &Device{Device: dev, index: index, jobs: map[jobs.ID]jobs.Ref{}, counters: map[string]*Counters{}, active: map[string]int{}}
 }
 
 // Read reads packets for jobs and copies them to the taps.
@@ -81,7 +85,7 @@ func (d *Device) NewTap(cfg TapConfig) *Tap {
 		c = &Counters{}
 		d.counters[cfg.Name] = c
 	}
-	return &Tap{cfg: cfg, ring: newRing(cfg.Buffer), counters: c, done: make(chan struct{})}
+	return &Tap{cfg: cfg, index: d.index, ring: newRing(cfg.Buffer), counters: c, done: make(chan struct{})}
 }
 
 // Attach starts copying packets to t, from an empty ring.
@@ -90,10 +94,10 @@ func (d *Device) Attach(t *Tap) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(t.cfg.Tokens) > 0 || len(t.cfg.Jobs) > 0 {
-		set := map[netip.Addr]struct{}{}
-		for a, j := range d.jobs {
-			if t.selects(a, j) {
-				set[a] = struct{}{}
+		set := map[jobs.ID]struct{}{}
+		for id, ref := range d.jobs {
+			if t.selects(id, ref) {
+				set[id] = struct{}{}
 			}
 		}
 		t.jobs.Store(&set)
@@ -131,48 +135,57 @@ func (d *Device) publishLocked() {
 	d.taps.Store(&taps)
 }
 
-// selects reports whether t's selection names the job at addr.
-func (t *Tap) selects(addr netip.Addr, j JobRef) bool {
-	return slices.Contains(t.cfg.Tokens, j.Token) ||
-		slices.Contains(t.cfg.Jobs, addr.String()) || slices.Contains(t.cfg.Jobs, j.Lease) ||
-		(j.JobID != "" && slices.Contains(t.cfg.Jobs, j.JobID))
+// selects reports whether t's selection names job id: by its token, batch
+// job id, lease id or one of its tunnel addresses.
+func (t *Tap) selects(id jobs.ID, ref jobs.Ref) bool {
+	if slices.Contains(t.cfg.Tokens, ref.Token) || slices.Contains(t.cfg.Jobs, string(id)) ||
+		(ref.JobID != "" && slices.Contains(t.cfg.Jobs, ref.JobID)) {
+		return true
+	}
+	for _, a := range t.index.Addrs(id) {
+		if slices.Contains(t.cfg.Jobs, a.String()) {
+			return true
+		}
+	}
+	return false
 }
 
-// AddJob tells the taps about a job that joined.
-func (d *Device) AddJob(addr netip.Addr, j JobRef) {
+// AddJob tells the taps about job id, which joined: its tunnel addresses
+// must be in the device's index.
+func (d *Device) AddJob(id jobs.ID, ref jobs.Ref) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.jobs[addr] = j
+	d.jobs[id] = ref
 	for _, t := range d.attached {
 		old := t.jobs.Load()
-		if old == nil || !t.selects(addr, j) {
+		if old == nil || !t.selects(id, ref) {
 			continue
 		}
-		set := make(map[netip.Addr]struct{}, len(*old)+1)
+		set := make(map[jobs.ID]struct{}, len(*old)+1)
 		for a := range *old {
 			set[a] = struct{}{}
 		}
-		set[addr] = struct{}{}
+		set[id] = struct{}{}
 		t.jobs.Store(&set)
 	}
 }
 
-// RemoveJob tells the taps about a job that left.
-func (d *Device) RemoveJob(addr netip.Addr) {
+// RemoveJob tells the taps about job id, which left.
+func (d *Device) RemoveJob(id jobs.ID) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	delete(d.jobs, addr)
+	delete(d.jobs, id)
 	for _, t := range d.attached {
 		old := t.jobs.Load()
 		if old == nil {
 			continue
 		}
-		if _, ok := (*old)[addr]; !ok {
+		if _, ok := (*old)[id]; !ok {
 			continue
 		}
-		set := make(map[netip.Addr]struct{}, len(*old))
+		set := make(map[jobs.ID]struct{}, len(*old))
 		for a := range *old {
-			if a != addr {
+			if a != id {
 				set[a] = struct{}{}
 			}
 		}

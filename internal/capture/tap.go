@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // DefaultBuffer is a tap's ring size unless told otherwise.
@@ -48,10 +50,11 @@ type Counters struct {
 // Safe for concurrent use.
 type Tap struct {
 	cfg      TapConfig
+	index    *jobs.Index // the device's: a packet's job by its address
 	ring     *ring
 	counters *Counters
-	// jobs is the set of selected job addresses; nil selects every job.
-	jobs atomic.Pointer[map[netip.Addr]struct{}]
+	// jobs is the set of selected jobs; nil selects every job.
+	jobs atomic.Pointer[map[jobs.ID]struct{}]
 
 	doneOnce sync.Once
 	done     chan struct{}
@@ -65,12 +68,17 @@ func (t *Tap) Done() <-chan struct{} { return t.done }
 
 func (t *Tap) end() { t.doneOnce.Do(func() { close(t.done) }) }
 
-// selected reports whether t selects job; jobs is t.jobs loaded.
-func selected(jobs *map[netip.Addr]struct{}, job netip.Addr) bool {
-	if jobs == nil {
+// selected reports whether t selects the job at tunnel address addr; set
+// is t.jobs loaded.
+func (t *Tap) selected(set *map[jobs.ID]struct{}, addr netip.Addr) bool {
+	if set == nil {
 		return true
 	}
-	_, ok := (*jobs)[job]
+	id, ok := t.index.Lookup(addr)
+	if !ok {
+		return false
+	}
+	_, ok = (*set)[id]
 	return ok
 }
 
@@ -80,7 +88,7 @@ type recordRoom [recordHeaderLen + ethHeaderLen]byte
 // add queues the selected packets of a batch: packet i is bufs[i][offset:]
 // (sizes nil) or bufs[i][offset:offset+sizes[i]]. It allocates nothing.
 func (t *Tap) add(bufs [][]byte, sizes []int, offset int, out bool, ts time.Time) {
-	jobs := t.jobs.Load()
+	set := t.jobs.Load()
 	var hdr recordRoom
 	var p packet
 	queued := false
@@ -91,7 +99,7 @@ func (t *Tap) add(bufs [][]byte, sizes []int, offset int, out bool, ts time.Time
 		} else {
 			b = b[offset:]
 		}
-		if !p.parse(b, out) || !selected(jobs, p.job()) || !t.cfg.Filter.matchPacket(&p) {
+		if !p.parse(b, out) || !t.selected(set, p.job()) || !t.cfg.Filter.matchPacket(&p) {
 			continue
 		}
 		h := hdr[:recordHeaderLen]

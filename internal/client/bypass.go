@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/bypass"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 )
 
@@ -62,6 +63,16 @@ func (d bypassDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn
 		return c, err
 	}
 	return newSplitDNS(c, d.eng), nil
+}
+
+// ListenUDP opens the tunnel's unconnected UDP socket of family f (SOCKS
+// UDP ASSOCIATE) with the bypass in front (bypassPacketConn).
+func (d bypassDialer) ListenUDP(ctx context.Context, f *ipfamily.Family) (net.PacketConn, error) {
+	pc, err := d.stackDialer.ListenUDP(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return newBypassPacketConn(pc, d), nil
 }
 
 func (d bypassDialer) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {
@@ -274,3 +285,182 @@ func (s *splitDNSTCP) RemoteAddr() net.Addr {
 func (s *splitDNSTCP) SetDeadline(t time.Time) error      { return nil }
 func (s *splitDNSTCP) SetReadDeadline(t time.Time) error  { return nil }
 func (s *splitDNSTCP) SetWriteDeadline(t time.Time) error { return nil }
+
+// maxBypassSockets bounds the host sockets one bypassPacketConn opens (one
+// per bypassed destination, and one to the site resolver).
+const maxBypassSockets = 64
+
+// bypassPacketConn is the tunnel's unconnected UDP socket of a SOCKS UDP
+// association with the bypass in front: a datagram to a destination a
+// bypass entry takes (and the gateway's policy allows) goes from the node
+// through a host socket connected to it (one per destination, counted
+// under the entry), a query for a local name to the tunnel's DNS server
+// goes to the site resolver, the rest into the tunnel; ReadFrom returns
+// the replies of all of them, each from the destination the job sent to.
+// A datagram a bypass entry takes but the policy denies is dropped.
+type bypassPacketConn struct {
+	net.PacketConn // the tunnel's
+	d              bypassDialer
+	in             chan udpDatagram
+	done           chan struct{}
+	once           sync.Once
+
+	mu     sync.Mutex
+	direct map[netip.AddrPort]net.Conn // guarded by mu: host sockets by the job's destination
+	site   net.Conn                    // guarded by mu: the site resolver's
+}
+
+type udpDatagram struct {
+	b    []byte
+	from netip.AddrPort
+}
+
+func newBypassPacketConn(pc net.PacketConn, d bypassDialer) *bypassPacketConn {
+	p := &bypassPacketConn{PacketConn: pc, d: d, in: make(chan udpDatagram, 64), done: make(chan struct{}), direct: map[netip.AddrPort]net.Conn{}}
+	go p.receiveTunnel()
+	return p
+}
+
+// deliver queues a datagram for ReadFrom; false once p is closed.
+func (p *bypassPacketConn) deliver(b []byte, from netip.AddrPort) bool {
+	select {
+	case p.in <- udpDatagram{b, from}:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *bypassPacketConn) receiveTunnel() {
+	for {
+		b := make([]byte, 65535)
+		n, from, err := p.PacketConn.ReadFrom(b)
+		if err != nil {
+			p.Close()
+			return
+		}
+		ap, err := netip.ParseAddrPort(from.String())
+		if err != nil {
+			continue
+		}
+		if !p.deliver(b[:n], netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())) {
+			return
+		}
+	}
+}
+
+// receive passes c's datagrams to ReadFrom as from dst until c fails.
+func (p *bypassPacketConn) receive(c net.Conn, dst netip.AddrPort) {
+	for {
+		b := make([]byte, 65535)
+		n, err := c.Read(b)
+		if err != nil {
+			return
+		}
+		if !p.deliver(b[:n], dst) {
+			return
+		}
+	}
+}
+
+// hostConn returns the host socket for a datagram b to dst, opening it if
+// needed; ok is false if the datagram goes into the tunnel.
+func (p *bypassPacketConn) hostConn(dst netip.AddrPort, b []byte) (c net.Conn, ok bool, err error) {
+	eng := p.d.eng
+	if dst == netip.AddrPortFrom(p.d.dns, 53) {
+		if !eng.Set().IsLocal(bypass.QueryName(b)) {
+			return nil, false, nil
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.site == nil {
+			rs := eng.Set().Resolvers()
+			if len(rs) == 0 {
+				return nil, false, nil
+			}
+			if p.site, err = net.DialTimeout("udp", rs[0].String(), bypass.DialTimeout); err != nil {
+				return nil, true, err
+			}
+			go p.receive(p.site, dst)
+		}
+		return p.site, true, nil
+	}
+	p.mu.Lock()
+	c = p.direct[dst]
+	n := len(p.direct)
+	p.mu.Unlock()
+	if c != nil {
+		return c, true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bypass.DialTimeout)
+	defer cancel()
+	c, err = eng.Dial(ctx, "udp", dst)
+	switch {
+	case errors.Is(err, bypass.ErrNotBypassed):
+		return nil, false, nil
+	case err != nil:
+		return nil, true, err
+	case n >= maxBypassSockets:
+		c.Close()
+		return nil, true, fmt.Errorf("udp associate: more than %d bypassed destinations", maxBypassSockets)
+	}
+	p.mu.Lock()
+	if old := p.direct[dst]; old != nil {
+		p.mu.Unlock()
+		c.Close()
+		return old, true, nil
+	}
+	select {
+	case <-p.done:
+		p.mu.Unlock()
+		c.Close()
+		return nil, true, net.ErrClosed
+	default:
+	}
+	p.direct[dst] = c
+	p.mu.Unlock()
+	go p.receive(c, dst)
+	return c, true, nil
+}
+
+func (p *bypassPacketConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return p.PacketConn.WriteTo(b, addr)
+	}
+	dst := netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	c, ok, err := p.hostConn(dst, b)
+	switch {
+	case !ok:
+		return p.PacketConn.WriteTo(b, addr)
+	case err != nil:
+		return 0, err
+	}
+	return c.Write(b)
+}
+
+func (p *bypassPacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	select {
+	case d := <-p.in:
+		return copy(b, d.b), net.UDPAddrFromAddrPort(d.from), nil
+	case <-p.done:
+		return 0, nil, net.ErrClosed
+	}
+}
+
+// Close closes the tunnel's socket and every host socket.
+func (p *bypassPacketConn) Close() error {
+	p.once.Do(func() {
+		close(p.done)
+		p.PacketConn.Close()
+		p.mu.Lock()
+		for _, c := range p.direct {
+			c.Close()
+		}
+		if p.site != nil {
+			p.site.Close()
+		}
+		p.mu.Unlock()
+	})
+	return nil
+}

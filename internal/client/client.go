@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -242,12 +243,9 @@ func closeSession(s *Session, t0 time.Time) {
 // credentials, with its exposed addresses and port block) and tells the
 // user where its ports are exposed.
 func jobEnvironment(cfg Config, ls control.Lease) ([]string, error) {
-	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
+	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.AllExposed())
 	if err == nil {
 		env, err = portsEnv(env, cfg.Ports, ls)
-	}
-	if err == nil {
-		env, err = exposedEnv6(env, cfg.Expose, ls.Exposed6)
 	}
 	if err != nil {
 		return nil, err
@@ -279,13 +277,10 @@ type netnsJob struct {
 func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
 	job, err := nsexec.Start(ctx, nsexec.Config{
-		Args:    cfg.Args,
-		Env:     env,
-		Address: ls.Address,
-		Gateway: ls.Gateway,
-		// Address6 and Gateway6 are zero for an IPv4-only lease.
-		Address6: ls.Address6,
-		Gateway6: ls.Gateway6,
+		Args:     cfg.Args,
+		Env:      env,
+		Addrs:    ls.TunnelAddrs(),
+		Gateways: ls.Gateways(),
 		MTU:      ls.MTU,
 		DNS:      ls.DNS,
 		Logger:   log,
@@ -322,7 +317,14 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dev, err := nj.sess.bypass.Wrap(tdev, ls.Address.Addr(), leaseDNS(ls), ls.MTU)
+	var jobAddrs []netip.Addr
+	for _, p := range ls.TunnelAddrs() {
+		jobAddrs = append(jobAddrs, p.Addr())
+	}
+	// The job's resolvers, the gateway's tunnel addresses for a family
+	// the lease names none of (the Device takes the first of each).
+	resolvers := append(slices.Clone(ls.DNS), ls.Gateways()...)
+	dev, err := nj.sess.bypass.Wrap(tdev, jobAddrs, resolvers, ls.MTU)
 	if err != nil {
 		tdev.Close()
 		return err

@@ -30,6 +30,23 @@ func TestExposedEnv(t *testing.T) {
 	if _, err := exposedEnv(nil, []control.Port{tcp, {Proto: control.ProtoTCP, Port: 1}}, got); err == nil {
 		t.Error("exposure not asked for: got no error")
 	}
+	// Both families: the IPv6 mappings get AIRLOCK_EXPOSED6_ names,
+	// inherited ones of both are dropped, and a gateway without IPv6
+	// egress may send none.
+	a6 := netip.MustParseAddr("2001:db8::1")
+	both := append(append([]control.Exposed(nil), got...),
+		control.Exposed{Port: tcp, PublicAddr: a6, PublicPort: 33023}, control.Exposed{Port: udp, PublicAddr: a6, PublicPort: 33022})
+	env, err = exposedEnv([]string{"A=1", "AIRLOCK_EXPOSED6_9=[::1]:1"}, asked, both)
+	want = append(want, "AIRLOCK_EXPOSED6_8080=[2001:db8::1]:33023", "AIRLOCK_EXPOSED6_8080_UDP=[2001:db8::1]:33022")
+	if err != nil || !reflect.DeepEqual(env, want) {
+		t.Errorf("both families: got %q, %v; want %q", env, err, want)
+	}
+	if _, err := exposedEnv(nil, asked[:1], append(got[:1:1], control.Exposed{Port: udp, PublicAddr: a6, PublicPort: 1})); err == nil {
+		t.Error("an IPv6 exposure not asked for: no error")
+	}
+	if _, err := exposedEnv(nil, asked, both[2:]); err == nil {
+		t.Error("IPv6 exposures without the IPv4 ones: no error")
+	}
 }
 
 func TestCheckExpose(t *testing.T) {

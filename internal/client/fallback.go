@@ -19,6 +19,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
@@ -51,10 +52,9 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 		return ExitFailure, err
 	}
 	ls := f.lease
-	addr := ls.Address.Addr()
-	// Addr6 is zero for an IPv4-only lease: IPv6 destinations then fail
+	// An IPv4-only lease has no IPv6 address: IPv6 destinations then fail
 	// with ENETUNREACH, so that dual-stack programs use IPv4.
-	us, err := userstack.New(userstack.Config{Addr: addr, Addr6: ls.Address6.Addr(), DNS: ls.DNS, MTU: ls.MTU})
+	us, err := userstack.New(userstack.Config{Addrs: addrsOf(ls.TunnelAddrs()), DNS: ls.DNS, MTU: ls.MTU})
 	if err != nil {
 		return ExitFailure, err
 	}
@@ -251,7 +251,7 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 	} {
 		env = setEnv(env, kv[0], kv[1])
 	}
-	if f.lease.Address6.IsValid() {
+	if f.dialer.us.Has(ipfamily.V6) {
 		// The preload library's getaddrinfo returns AAAA records first.
 		env = setEnv(env, "AIRLOCK_IPV6", "1")
 	}
@@ -357,18 +357,17 @@ func exposeInStack(ctx context.Context, svc *sync.WaitGroup, log *slog.Logger, u
 			log.Warn("exposed UDP ports are not carried without a network namespace", "port", x.Port.Port)
 			continue
 		}
-		l, err := us.ListenTCP(x.Port.Port)
-		if err != nil {
-			log.Warn("cannot carry exposed port", "port", x.Port.Port, "err", err)
-			continue
-		}
-		listeners := []net.Listener{l}
-		if us.HasIPv6() {
-			if l6, err := us.ListenTCP6(x.Port.Port); err != nil {
-				log.Warn("cannot carry exposed port over IPv6", "port", x.Port.Port, "err", err)
-			} else {
-				listeners = append(listeners, l6)
+		var listeners []net.Listener
+		for _, fam := range ipfamily.All {
+			if !us.Has(fam) {
+				continue
 			}
+			l, err := us.ListenTCP(fam, x.Port.Port)
+			if err != nil {
+				log.Warn("cannot carry exposed port", "port", x.Port.Port, "family", fam, "err", err)
+				continue
+			}
+			listeners = append(listeners, l)
 		}
 		local := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), x.Port.Port)
 		for _, l := range listeners {

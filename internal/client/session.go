@@ -152,14 +152,13 @@ type Session struct {
 	endpoint netip.AddrPort
 	instance string // the gateway instance last seen by a session
 
-	jobAddr, jobDNS netip.Addr // as the job's namespace was configured
-	// jobAddr6 and jobDNS6: the same for a dual-stack job's IPv6 side
-	// (zero for an IPv4-only one).
-	jobAddr6, jobDNS6 netip.Addr
-	rd                *tunnel.Readdress
-	bind              *tunnel.Bind
-	wg                *tunnel.Client
-	using             string // transport in use: udp or tcp
+	// jobAddrs and jobDNS are the job's tunnel addresses and resolvers
+	// as its namespace was configured (both families).
+	jobAddrs, jobDNS []netip.Addr
+	rd               *tunnel.Readdress
+	bind             *tunnel.Bind
+	wg               *tunnel.Client
+	using            string // transport in use: udp or tcp
 	// egressOn asks for the job's egress file, kept in egressDir
 	// (egressfile.go).
 	egressOn  bool
@@ -249,9 +248,15 @@ func (s *Session) Stats() SessionStats {
 		Restarts: s.stats.restarts.Load(), Failovers: s.stats.failovers.Load(), Rejoins: s.stats.rejoins.Load()}
 }
 
-// JobAddr returns the job's tunnel address as its namespace (or stack) was
-// made with: the address the job sends from, whatever the current lease's.
-func (s *Session) JobAddr() netip.Addr { return s.jobAddr }
+// JobAddr returns the job's (first) tunnel address as its namespace (or
+// stack) was made with: the address the job sends from, whatever the
+// current lease's.
+func (s *Session) JobAddr() netip.Addr {
+	if len(s.jobAddrs) == 0 {
+		return netip.Addr{}
+	}
+	return s.jobAddrs[0]
+}
 
 // setCurrent makes gw and ls the session's gateway and lease.
 func (s *Session) setCurrent(gw *gatewayEntry, ls control.Lease, ep netip.AddrPort) {
@@ -542,11 +547,7 @@ func (s *Session) closeClients() {
 // gateway. With --transport tcp the stream is opened at once.
 func (s *Session) StartTunnel(ctx context.Context, dev tun.Device) error {
 	gwKey := s.lease.GatewayPublicKey // validated by control.Client.Join
-	s.jobAddr = s.lease.Address.Addr()
-	if len(s.lease.DNS) > 0 {
-		s.jobDNS = s.lease.DNS[0]
-	}
-	s.jobAddr6, s.jobDNS6 = s.lease.Address6.Addr(), s.lease.Gateway6
+	s.jobAddrs, s.jobDNS = addrsOf(s.lease.TunnelAddrs()), s.lease.DNS
 	s.rd = tunnel.NewReaddress(dev)
 	s.bind = tunnel.NewBind(nil, s.log.With("component", "transport"))
 	var err error
@@ -898,7 +899,7 @@ func (s *Session) rejoin(ctx context.Context) error {
 	}
 	s.recheckTransport(ctx)
 	s.log.Warn("the gateway had lost this job's lease; joined again", "gateway", s.cur.addr,
-		"lease", ls.ID, "old_addr", old, "new_addr", ls.Address.Addr(), "job_addr", s.jobAddr)
+		"lease", ls.ID, "old_addr", old, "new_addrs", ls.TunnelAddrs(), "job_addrs", s.jobAddrs)
 	return nil
 }
 
@@ -942,18 +943,23 @@ func (s *Session) failTo(ctx context.Context, lostSince time.Time) error {
 	s.recheckTransport(ctx)
 	s.log.Warn("failed over to another gateway: the job's open connections are broken, new ones go through it",
 		"from", old.addr, "to", s.cur.addr, "lost_for", time.Since(lostSince).Round(time.Millisecond),
-		"lease_addr", s.lease.Address.Addr(), "job_addr", s.jobAddr, "transport", s.using)
+		"lease_addrs", s.lease.TunnelAddrs(), "job_addrs", s.jobAddrs, "transport", s.using)
 	return nil
 }
 
-// readdress points the TUN decorator at the current lease.
+// readdress points the TUN decorator at the current lease: the job keeps
+// its addresses and resolvers of each family.
 func (s *Session) readdress() {
-	dns := s.jobDNS
-	if len(s.lease.DNS) > 0 {
-		dns = s.lease.DNS[0]
+	s.rd.Set(s.jobAddrs, addrsOf(s.lease.TunnelAddrs()), s.jobDNS, s.lease.DNS)
+}
+
+// addrsOf returns the addresses of ps.
+func addrsOf(ps []netip.Prefix) []netip.Addr {
+	out := make([]netip.Addr, len(ps))
+	for i, p := range ps {
+		out[i] = p.Addr()
 	}
-	s.rd.Set(s.jobAddr, s.lease.Address.Addr(), s.jobDNS, dns)
-	s.rd.SetIPv6(s.jobAddr6, s.lease.Address6.Addr(), s.jobDNS6, s.lease.Gateway6)
+	return out
 }
 
 // setBypass puts the gateway's site-local bypass in force; one that does

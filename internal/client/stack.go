@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/userstack"
 )
 
@@ -111,8 +112,8 @@ func (d *stackDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn
 	return c, nil
 }
 
-func (d *stackDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
-	c, err := d.us.ListenUDP(v6)
+func (d *stackDialer) ListenUDP(ctx context.Context, f *ipfamily.Family) (net.PacketConn, error) {
+	c, err := d.us.ListenUDP(f)
 	if err != nil {
 		return nil, errnoFor(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func TestParseBypass(t *testing.T) {
@@ -37,7 +38,7 @@ resolvers = ["10.20.0.53", "10.20.0.54:5353"]
 	}
 	r := b.Rules[0]
 	if r.Name != "squid" || r.Action != policy.Allow || r.Proto != policy.ProtoTCP || len(r.To) != 2 ||
-		r.To[0] != netip.MustParsePrefix("10.20.0.5/32") || len(r.Ports) != 2 || r.Ports[1] != (policy.PortRange{Lo: 8000, Hi: 8080}) ||
+		r.To[0] != netip.MustParsePrefix("10.20.0.5/32") || len(r.Ports) != 2 || r.Ports[1] != (portblock.Range{Lo: 8000, Hi: 8080}) ||
 		len(r.Tokens) != 1 {
 		t.Errorf("rule 1 = %+v", r)
 	}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -416,20 +417,20 @@ func parseMatch(r *policy.Rule, proto string, ports []any, tokens []string, key 
 }
 
 // parsePorts reads a list of ports: numbers, "N" or "LO-HI".
-func parsePorts(in []any, key string, bad func(string, string, ...any)) []policy.PortRange {
+func parsePorts(in []any, key string, bad func(string, string, ...any)) []portblock.Range {
 	if in != nil && len(in) == 0 {
 		bad(key, "empty list: omit ports for every port, or list ports and LO-HI ranges")
 	}
-	var out []policy.PortRange
+	var out []portblock.Range
 	for _, x := range in {
-		var r policy.PortRange
+		var r portblock.Range
 		var err error
 		switch v := x.(type) {
 		case int64:
 			if v < 1 || v > 65535 {
 				err = fmt.Errorf("port %d: want 1-65535", v)
 			}
-			r = policy.PortRange{Lo: uint16(v), Hi: uint16(v)}
+			r = portblock.Range{Lo: uint16(v), Hi: uint16(v)}
 		case string:
 			r, err = parsePortRange(v)
 		default:
@@ -444,7 +445,7 @@ func parsePorts(in []any, key string, bad func(string, string, ...any)) []policy
 	return out
 }
 
-func parsePortRange(s string) (policy.PortRange, error) {
+func parsePortRange(s string) (portblock.Range, error) {
 	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
 	if !isRange {
 		hi = lo
@@ -452,9 +453,9 @@ func parsePortRange(s string) (policy.PortRange, error) {
 	l, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
 	h, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
 	if err1 != nil || err2 != nil || l == 0 || l > h {
-		return policy.PortRange{}, fmt.Errorf("port range %q: want N or LO-HI with 1 <= LO <= HI <= 65535", s)
+		return portblock.Range{}, fmt.Errorf("port range %q: want N or LO-HI with 1 <= LO <= HI <= 65535", s)
 	}
-	return policy.PortRange{Lo: uint16(l), Hi: uint16(h)}, nil
+	return portblock.Range{Lo: uint16(l), Hi: uint16(h)}, nil
 }
 
 func parseTokens(in []string, key string, bad func(string, string, ...any)) []string {

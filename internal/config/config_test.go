@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func TestExampleFile(t *testing.T) {
@@ -68,7 +69,7 @@ max_flows = 0
 	}
 	r := p.Rules[0]
 	if r.Name != "rule1" || r.Proto != policy.ProtoUDP || len(r.To) != 2 || r.To[0].String() != "203.0.113.7/32" ||
-		len(r.Ports) != 2 || r.Ports[1] != (policy.PortRange{Lo: 5000, Hi: 5010}) {
+		len(r.Ports) != 2 || r.Ports[1] != (portblock.Range{Lo: 5000, Hi: 5010}) {
 		t.Errorf("rule 1 = %+v", r)
 	}
 	if got := cfg.Limits.ForToken("a.b"); got != (limits.Job{NewFlowsPerSec: 0.5}) {

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Warning is an entry of a valid config that can never take effect: a
@@ -85,7 +86,7 @@ func shadows(a, b policy.Rule) bool {
 			return false
 		}
 		for _, pb := range b.Ports {
-			if !slices.ContainsFunc(a.Ports, func(pa policy.PortRange) bool { return pa.Lo <= pb.Lo && pb.Hi <= pa.Hi }) {
+			if !slices.ContainsFunc(a.Ports, func(pa portblock.Range) bool { return pa.Lo <= pb.Lo && pb.Hi <= pa.Hi }) {
 				return false
 			}
 		}
@@ -134,7 +135,7 @@ func covering(ps []netip.Prefix, p netip.Prefix) (netip.Prefix, bool) {
 // name a protected range to open it; cover invalid: no prefix at all).
 func namesProtected(ps []netip.Prefix, cover netip.Prefix) bool {
 	for _, p := range ps {
-		prot, r := policy.Builtin(p.Addr(), netip.Prefix{}, false)
+		prot, r := policy.Builtin(p.Addr(), nil, false)
 		if prot == "" || prot == policy.RuleFloor {
 			continue
 		}

@@ -164,6 +164,33 @@ type Member struct {
 	Pin string `json:"pin"`
 }
 
+// TunnelAddrs returns the job's tunnel addresses as one list: Address,
+// then Address6 for a dual-stack lease. The protocol keeps a field per
+// family, as clients of every version know them; inside a client, a
+// lease's addresses are this list.
+func (l Lease) TunnelAddrs() []netip.Prefix { return valid(l.Address, l.Address6) }
+
+// Gateways returns the gateway's tunnel addresses as one list: Gateway,
+// then Gateway6.
+func (l Lease) Gateways() []netip.Addr { return valid(l.Gateway, l.Gateway6) }
+
+// valid returns the valid ones of xs, in order.
+func valid[T interface{ IsValid() bool }](xs ...T) []T {
+	var out []T
+	for _, x := range xs {
+		if x.IsValid() {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// AllExposed returns the inbound mappings of both families: Exposed, then
+// Exposed6.
+func (l Lease) AllExposed() []Exposed {
+	return append(append([]Exposed(nil), l.Exposed...), l.Exposed6...)
+}
+
 // LeaseRef names a lease in renew and release requests.
 type LeaseRef struct {
 	ID     string `json:"id"`

@@ -167,7 +167,7 @@ type Server struct {
 	sessions sessionSet
 	// bypassWake wakes the sessions when a bypass notice closes.
 	bypassWake bypassWaker
-	hbLine   atomic.Pointer[heartbeat] // the sessions' heartbeat line
+	hbLine     atomic.Pointer[heartbeat] // the sessions' heartbeat line
 	// idle waits for idle sessions' requests (idle_linux.go); nil: each
 	// session has a goroutine that reads it. Serve makes it and Shutdown
 	// ends it, under idleMu; handlers read it once Serve runs.

@@ -38,6 +38,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Upstreams are tried in order for every query.
 	Upstreams []netip.AddrPort
+	// Route, if set, may take a query from the upstreams: it returns the
+	// answer to relay and true, or false to leave the query to them.
+	// network is "udp" or "tcp", how the job asked.
+	Route func(ctx context.Context, req *dns.Msg, network string) (resp *dns.Msg, ok bool, err error)
 	// Observe, if set, is called after every query with whether it
 	// failed (answered SERVFAIL). It must not block.
 	Observe func(failed bool)
@@ -275,8 +279,17 @@ func unmapped(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// exchange tries the upstreams in order and returns the first answer.
+// exchange asks Route, then tries the upstreams in order and returns the
+// first answer.
 func (s *Server) exchange(req *dns.Msg, c *dns.Client) (*dns.Msg, error) {
+	if s.cfg.Route != nil {
+		ctx, cancel := context.WithTimeout(s.ctx, UpstreamTimeout)
+		resp, ok, err := s.cfg.Route(ctx, req, c.Net)
+		cancel()
+		if ok {
+			return resp, err
+		}
+	}
 	var errs []error
 	for _, up := range s.cfg.Upstreams {
 		ctx, cancel := context.WithTimeout(s.ctx, UpstreamTimeout)

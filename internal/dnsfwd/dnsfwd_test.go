@@ -3,12 +3,14 @@
 package dnsfwd
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -212,5 +214,67 @@ func TestOnlyStandardQueries(t *testing.T) {
 	m.SetQuestion("test.example.", dns.TypeA)
 	if _, _, err := (&dns.Client{Timeout: 5 * time.Second}).Exchange(m, pc.LocalAddr().String()); err != nil || reached.Load() != 1 {
 		t.Errorf("standard query: %v, reached the upstream %d times; want once", err, reached.Load())
+	}
+}
+
+// TestRoute: a Route that takes a query answers it instead of the
+// upstreams, and is told how the job asked; one that leaves it lets the
+// upstreams answer.
+func TestRoute(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var nets []string
+	s, err := Start(Config{
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Upstreams: []netip.AddrPort{upstream(t)},
+		Route: func(ctx context.Context, req *dns.Msg, network string) (*dns.Msg, bool, error) {
+			mu.Lock()
+			nets = append(nets, network)
+			mu.Unlock()
+			if req.Question[0].Name != "routed.example." || network != "tcp" {
+				return nil, false, nil
+			}
+			m := new(dns.Msg)
+			m.SetReply(req)
+			rr, _ := dns.NewRR("routed.example. 60 IN A 192.0.2.99")
+			m.Answer = append(m.Answer, rr)
+			return m, true, nil
+		},
+	}, pc, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, tc := range []struct{ proto, name, want string }{
+		{"tcp", "routed.example.", "192.0.2.99"},
+		{"tcp", "test.example.", "192.0.2.7"},
+		{"udp", "routed.example.", ""}, // the upstream: NXDOMAIN
+	} {
+		c := &dns.Client{Net: tc.proto, Timeout: 5 * time.Second}
+		m := new(dns.Msg)
+		m.SetQuestion(tc.name, dns.TypeA)
+		r, _, err := c.Exchange(m, pc.LocalAddr().String())
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.proto, tc.name, err)
+		}
+		got := ""
+		if len(r.Answer) == 1 {
+			got = r.Answer[0].(*dns.A).A.String()
+		}
+		if got != tc.want {
+			t.Errorf("%s %s: %q, want %q", tc.proto, tc.name, got, tc.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(nets) != 3 || nets[0] != "tcp" || nets[2] != "udp" {
+		t.Errorf("Route saw %v, want tcp, tcp, udp", nets)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // slowUpstream answers every query after delay.
@@ -62,8 +63,16 @@ func TestJobLimits(t *testing.T) {
 	ml := &memLog{}
 	tb := flows.New(flows.Config{Log: ml})
 	flooder, quiet := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
-	tb.AddJob(flooder, flows.JobRef{Lease: "LF", JobID: "flooder"})
-	tb.AddJob(quiet, flows.JobRef{Lease: "LQ", JobID: "quiet"})
+	for _, j := range []struct {
+		id    jobs.ID
+		addr  netip.Addr
+		batch string
+	}{{"LF", flooder, "flooder"}, {"LQ", quiet, "quiet"}} {
+		if err := tb.Index().Add(j.id, j.addr); err != nil {
+			t.Fatal(err)
+		}
+		tb.AddJob(j.id, jobs.Ref{JobID: j.batch})
+	}
 	s, err := Start(Config{
 		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Upstreams: []netip.AddrPort{slowUpstream(t, 300*time.Millisecond)},

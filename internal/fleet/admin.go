@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -82,7 +84,7 @@ func FindLease(db *pgstore.Store, job string) (store.LeaseRecord, error) {
 		switch {
 		case r.ID == job:
 			byID = append(byID, r)
-		case r.TunnelAddr.String() == job || r.TunnelAddr6.IsValid() && r.TunnelAddr6.String() == job || r.JobID != "" && r.JobID == job:
+		case slices.ContainsFunc(r.TunnelAddrs, func(a netip.Addr) bool { return a.String() == job }) || r.JobID != "" && r.JobID == job:
 			other = append(other, r)
 		}
 	}
@@ -98,7 +100,7 @@ func FindLease(db *pgstore.Store, job string) (store.LeaseRecord, error) {
 	}
 	var list []string
 	for _, r := range match {
-		list = append(list, fmt.Sprintf("lease %s on gateway %s (host %q, address %s)", r.ID, r.Gateway, r.Host, r.TunnelAddr))
+		list = append(list, fmt.Sprintf("lease %s on gateway %s (host %q, address %s)", r.ID, r.Gateway, r.Host, r.TunnelAddr()))
 	}
 	return store.LeaseRecord{}, fmt.Errorf("%w %q: kick one by its lease id: %s", ErrAmbiguousJob, job, strings.Join(list, "; "))
 }

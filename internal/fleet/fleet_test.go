@@ -152,7 +152,7 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("B's replica of bans: got %+v", bs)
 		}
 		// A kick of a lease that B holds, asked from an admin host.
-		rec := store.LeaseRecord{ID: "lease1", JobID: "42", Gateway: "sha256:b:8443", TunnelAddr: netip.MustParseAddr("100.64.0.2"), Start: time.Now()}
+		rec := store.LeaseRecord{ID: "lease1", JobID: "42", Gateway: "sha256:b:8443", TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Start: time.Now()}
 		if err := b.node.RecordLeaseStart(rec); err != nil {
 			t.Fatal(err)
 		}
@@ -195,8 +195,8 @@ func TestFleet(t *testing.T) {
 			t.Fatal("token not replicated")
 		}
 		rec := func(i int) store.LeaseRecord {
-			return store.LeaseRecord{ID: "l" + string(rune('a'+i)), Gateway: "sha256:a:8443", TunnelAddr: netip.MustParseAddr("100.64.0.2"),
-				PublicAddr: netip.MustParseAddr("203.0.113.1"), PortLo: uint16(20000 + 256*i), PortHi: uint16(20255 + 256*i), Start: time.Now()}
+			return store.LeaseRecord{ID: "l" + string(rune('a'+i)), Gateway: "sha256:a:8443", TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")},
+				Egress: []store.Attribution{{Addr: netip.MustParseAddr("203.0.113.1"), PortLo: uint16(20000 + 256*i), PortHi: uint16(20255 + 256*i)}}, Start: time.Now()}
 		}
 		if err := a.node.RecordLeaseStart(rec(0)); err != nil {
 			t.Fatal(err)

@@ -4,11 +4,12 @@ package flows
 
 import (
 	"math"
-	"net/netip"
 	"sort"
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // Bypassed is the verdict of a flow log row that aggregates a job's
@@ -56,7 +57,7 @@ type jobBypass struct {
 	rows      *rate.Limiter // flow log rows (nil until the first)
 }
 
-// ReportBypass records what the client of the job at addr says it
+// ReportBypass records what the client of job id says it
 // carried around the gateway: counts are cumulative for the job's lease,
 // by entry, and to names each entry's destinations for the flow log. The
 // increase over the previous report goes to the job's and the
@@ -68,11 +69,10 @@ type jobBypass struct {
 // client never starts over. A report beyond bypassReportRate per lease is
 // held back, superseded by the next one or applied at the job's end;
 // reports for an unknown job are ignored.
-func (t *Table) ReportBypass(addr netip.Addr, counts []BypassStats, to func(rule string) string) {
+func (t *Table) ReportBypass(id jobs.ID, counts []BypassStats, to func(rule string) string) {
 	now := time.Now()
-	addr = addr.Unmap()
 	t.mu.Lock()
-	j := t.jobs[addr]
+	j := t.jobs[id]
 	if j == nil {
 		t.mu.Unlock()
 		return
@@ -91,17 +91,16 @@ func (t *Table) ReportBypass(addr netip.Addr, counts []BypassStats, to func(rule
 		return
 	}
 	b.pending, b.pendingTo = nil, nil
-	rows, refused := t.applyBypassLocked(addr, j, counts, to, now, true)
-	ref := j.ref
+	rows, refused := t.applyBypassLocked(j, counts, to, now, true)
 	t.mu.Unlock()
-	t.bypassWritten(rows, refused, addr, ref)
+	t.bypassWritten(rows, refused, j)
 }
 
-// applyBypassLocked applies one report of job j at addr: the totals, and
+// applyBypassLocked applies one report of job j: the totals, and
 // the rows the job's budget allows (all pending rows with budget false).
 // It returns the rows to write and how many entries it refused. t.mu
 // must be held.
-func (t *Table) applyBypassLocked(addr netip.Addr, j *job, counts []BypassStats, to func(string) string, now time.Time, budget bool) (rows []Record, refused int) {
+func (t *Table) applyBypassLocked(j *job, counts []BypassStats, to func(string) string, now time.Time, budget bool) (rows []Record, refused int) {
 	b := &j.bypass
 	if t.bypass == nil {
 		t.bypass = make(map[string]*BypassStats)
@@ -129,7 +128,7 @@ func (t *Table) applyBypassLocked(addr netip.Addr, j *job, counts []BypassStats,
 		g.BytesOut = satAdd(g.BytesOut, d.BytesOut)
 		g.BytesIn = satAdd(g.BytesIn, d.BytesIn)
 		if budget && b.rows.AllowN(now, 1) {
-			rows = append(rows, t.bypassRowLocked(addr, j, c.Rule, now))
+			rows = append(rows, t.bypassRowLocked(j, c.Rule, now))
 		}
 	}
 	t.bypassRefused += uint64(refused)
@@ -137,20 +136,21 @@ func (t *Table) applyBypassLocked(addr netip.Addr, j *job, counts []BypassStats,
 }
 
 // bypassWritten writes rows and warns (rate-limited) about refused
-// entries of the job at addr.
-func (t *Table) bypassWritten(rows []Record, refused int, addr netip.Addr, ref JobRef) {
+// entries of job j (its id, address and ref are fixed).
+func (t *Table) bypassWritten(rows []Record, refused int, j *job) {
 	if refused > 0 && t.warnLim.Allow() {
 		t.log.Warn("bypass report refused: counters went down (a client reports cumulative counters per lease)",
-			"job_addr", addr, "lease", ref.Lease, "job", ref.JobID, "entries", refused)
+			"job_addr", j.addr, "lease", j.id, "job", j.ref.JobID, "entries", refused)
 	}
 	for _, r := range rows {
 		t.write(r)
 	}
 }
 
-// bypassRowLocked returns the flow log row of rule for job j at addr: the
-// increase since its last row, and marks it logged. t.mu must be held.
-func (t *Table) bypassRowLocked(addr netip.Addr, j *job, rule string, now time.Time) Record {
+// bypassRowLocked returns the flow log row of rule for job j (from its
+// first address): the increase since its last row, and marks it logged.
+// t.mu must be held.
+func (t *Table) bypassRowLocked(j *job, rule string, now time.Time) Record {
 	b := &j.bypass
 	cur, was := b.last[rule], b.logged[rule]
 	since, ok := b.loggedAt[rule]
@@ -159,8 +159,8 @@ func (t *Table) bypassRowLocked(addr netip.Addr, j *job, rule string, now time.T
 	}
 	b.logged[rule], b.loggedAt[rule] = cur, now
 	return Record{
-		ID: t.nextID.Add(1), Proto: "any", Src: addr.String(), Dst: b.to[rule], Direction: Egress,
-		JobAddr: addr.String(), JobRef: j.ref, Verdict: Bypassed,
+		ID: t.nextID.Add(1), Proto: "any", Src: addrString(j.addr), Dst: b.to[rule], Direction: Egress,
+		JobAddr: addrString(j.addr), Lease: j.id, Ref: j.ref, Verdict: Bypassed,
 		BytesOut: cur.BytesOut - was.BytesOut, BytesIn: cur.BytesIn - was.BytesIn, Flows: cur.Flows - was.Flows, Bypass: rule,
 		Start: since, End: now, EndReason: "reported",
 	}
@@ -169,15 +169,15 @@ func (t *Table) bypassRowLocked(addr netip.Addr, j *job, rule string, now time.T
 // bypassEndLocked applies j's last report held back by the cap and
 // returns the rows of its increases that no row has carried yet, for the
 // end of the job. t.mu must be held.
-func (t *Table) bypassEndLocked(addr netip.Addr, j *job, now time.Time) (rows []Record, refused int) {
+func (t *Table) bypassEndLocked(j *job, now time.Time) (rows []Record, refused int) {
 	b := &j.bypass
 	if b.pending != nil {
-		_, refused = t.applyBypassLocked(addr, j, b.pending, b.pendingTo, now, false)
+		_, refused = t.applyBypassLocked(j, b.pending, b.pendingTo, now, false)
 		b.pending, b.pendingTo = nil, nil
 	}
 	for rule, cur := range b.last {
 		if cur != b.logged[rule] {
-			rows = append(rows, t.bypassRowLocked(addr, j, rule, now))
+			rows = append(rows, t.bypassRowLocked(j, rule, now))
 		}
 	}
 	sort.Slice(rows, func(a, c int) bool { return rows[a].Bypass < rows[c].Bypass })

@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/netip"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // TestReportBypass checks that a client's cumulative bypass counts become
@@ -15,13 +17,13 @@ func TestReportBypass(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
 	job := netip.MustParseAddr("100.64.0.2")
-	tb.AddJob(job, JobRef{Lease: "L", JobID: "42", Token: "cms"})
+	addJob(t, tb, "L", jobs.Ref{JobID: "42", Token: "cms"}, job)
 	to := func(string) string { return "10.20.0.5/32" }
 
-	tb.ReportBypass(job, []BypassStats{{Rule: "squid", Flows: 2, BytesOut: 100, BytesIn: 5000}}, to)
-	tb.ReportBypass(job, []BypassStats{{Rule: "squid", Flows: 2, BytesOut: 100, BytesIn: 5000}}, to) // no change: no row
-	tb.ReportBypass(job, []BypassStats{{Rule: "squid", Flows: 3, BytesOut: 150, BytesIn: 9000}, {Rule: "xrootd", Flows: 1, BytesIn: 7}}, to)
-	tb.ReportBypass(netip.MustParseAddr("100.64.0.9"), []BypassStats{{Rule: "squid", Flows: 99}}, to) // unknown job
+	tb.ReportBypass("L", []BypassStats{{Rule: "squid", Flows: 2, BytesOut: 100, BytesIn: 5000}}, to)
+	tb.ReportBypass("L", []BypassStats{{Rule: "squid", Flows: 2, BytesOut: 100, BytesIn: 5000}}, to) // no change: no row
+	tb.ReportBypass("L", []BypassStats{{Rule: "squid", Flows: 3, BytesOut: 150, BytesIn: 9000}, {Rule: "xrootd", Flows: 1, BytesIn: 7}}, to)
+	tb.ReportBypass("L9", []BypassStats{{Rule: "squid", Flows: 99}}, to) // unknown job
 
 	rows := ml.all()
 	if len(rows) != 3 {
@@ -45,7 +47,7 @@ func TestReportBypass(t *testing.T) {
 	}
 	// Counts that went down are refused (a lease's client never starts
 	// over) and counted; the totals stay.
-	tb.ReportBypass(job, []BypassStats{{Rule: "squid", Flows: 1, BytesIn: 10}}, to)
+	tb.ReportBypass("L", []BypassStats{{Rule: "squid", Flows: 1, BytesIn: 10}}, to)
 	if st := tb.Stats(); st.Bypass[0].Flows != 3 || st.Bypass[0].BytesIn != 9000 || st.BypassRefused != 1 {
 		t.Errorf("after counts went down: %+v, refused %d; want 3 flows, 9000 in, 1 refused", st.Bypass[0], st.BypassRefused)
 	}
@@ -61,7 +63,7 @@ func TestReportBypass(t *testing.T) {
 func TestReportBypassHostile(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
-	tb.AddJob(jobA, JobRef{Lease: "L", JobID: "42"})
+	addJob(t, tb, "L", jobs.Ref{JobID: "42"}, jobA)
 	to := func(string) string { return "10.20.0.5/32" }
 	total := func() BypassStats {
 		for _, b := range tb.Stats().Bypass {
@@ -77,7 +79,7 @@ func TestReportBypassHostile(t *testing.T) {
 		if i%2 == 1 {
 			v = math.MaxUint64
 		}
-		tb.ReportBypass(jobA, []BypassStats{{Rule: "squid", Flows: v, BytesOut: v, BytesIn: v}}, to)
+		tb.ReportBypass("L", []BypassStats{{Rule: "squid", Flows: v, BytesOut: v, BytesIn: v}}, to)
 		got := total()
 		if got.Flows < prev.Flows || got.BytesOut < prev.BytesOut || got.BytesIn < prev.BytesIn {
 			t.Fatalf("report %d: totals went down from %+v to %+v (wrapped)", i, prev, got)
@@ -95,15 +97,15 @@ func TestReportBypassHostile(t *testing.T) {
 	// every byte is in the totals and, once the job ends, in the log.
 	ml2 := &memLog{}
 	tb2 := New(Config{Log: ml2})
-	tb2.AddJob(jobA, JobRef{Lease: "L2", JobID: "43"})
+	addJob(t, tb2, "L2", jobs.Ref{JobID: "43"}, jobA)
 	for i := 1; i <= 5000; i++ {
-		tb2.ReportBypass(jobA, []BypassStats{{Rule: "squid", Flows: uint64(i), BytesIn: uint64(10 * i)}}, to)
+		tb2.ReportBypass("L2", []BypassStats{{Rule: "squid", Flows: uint64(i), BytesIn: uint64(10 * i)}}, to)
 	}
 	if n := len(ml2.all()); n > 20 {
 		t.Errorf("5000 reports wrote %d flow log rows, want a budget of about 10", n)
 	}
-	tb2.CloseJob(jobA, EndJob)
-	tb2.RemoveJob(jobA)
+	tb2.CloseJob("L2", EndJob)
+	tb2.RemoveJob("L2")
 	var flows, in uint64
 	for _, r := range ml2.all() {
 		if r.Verdict == Bypassed {

@@ -64,8 +64,7 @@ func (t *Table) DNS(q DNSQuery) {
 	}
 	t.dns.add(result)
 	t.mu.Lock()
-	jaddr = t.canonLocked(jaddr)
-	ref, lim := t.logsOfLocked(jaddr)
+	r, lim := t.attributionLocked(jaddr)
 	t.mu.Unlock()
 	if t.out == nil {
 		return
@@ -80,11 +79,9 @@ func (t *Table) DNS(q DNSQuery) {
 		return
 	}
 	info := q.Info
-	t.write(Record{
-		ID: t.nextID.Add(1), Proto: q.Proto.String(), Src: q.Src.String(), Dst: q.Dst.String(),
-		Direction: Egress, JobAddr: jaddr.String(), JobRef: ref, Verdict: q.Verdict,
-		Start: q.Start, End: q.End, EndReason: EndClosed, Suppressed: supp, DNS: &info,
-	})
+	r.ID, r.Proto, r.Src, r.Dst = t.nextID.Add(1), q.Proto.String(), q.Src.String(), q.Dst.String()
+	r.Direction, r.Verdict, r.Start, r.End, r.EndReason, r.Suppressed, r.DNS = Egress, q.Verdict, q.Start, q.End, EndClosed, supp, &info
+	t.write(r)
 }
 
 // logLimits are one job's (or the unknown addresses') log budgets.

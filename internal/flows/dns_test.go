@@ -3,6 +3,7 @@
 package flows
 
 import (
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"net/netip"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ func TestRefuseLimitedPerJob(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
 	jobB := netip.MustParseAddr("100.64.0.3")
-	tb.AddJob(jobA, JobRef{Lease: "LA", JobID: "flooder"})
-	tb.AddJob(jobB, JobRef{Lease: "LB", JobID: "quiet"})
+	addJob(t, tb, "LA", jobs.Ref{JobID: "flooder"}, jobA)
+	addJob(t, tb, "LB", jobs.Ref{JobID: "quiet"}, jobB)
 	for range 10 * refusalLogBurst {
 		tb.Refuse(key(ProtoTCP, netip.AddrPortFrom(jobA, 1), out1), Egress, FlowLimit)
 		tb.DNS(DNSQuery{Proto: ProtoUDP, Src: netip.AddrPortFrom(jobA, 2), Dst: netip.MustParseAddrPort("100.64.0.1:53"),
@@ -52,7 +53,7 @@ func TestRefuseLimitedPerJob(t *testing.T) {
 func TestDNSRecordsLimited(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
-	tb.AddJob(jobA, JobRef{Lease: "LA"})
+	addJob(t, tb, "LA", jobs.Ref{}, jobA)
 	const n = 3 * dnsLogBurst
 	for i := range n {
 		rc := "NOERROR"

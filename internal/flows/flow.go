@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // Protocols of [Key.Proto].
@@ -92,33 +93,23 @@ type Key struct {
 	Dst   netip.AddrPort
 }
 
-// JobRef is what the table knows about the job a tunnel address belongs
-// to.
-type JobRef struct {
-	// Lease is the lease id.
-	Lease string `json:"lease"`
-	// JobID is the batch system's job id, empty outside one.
-	JobID string `json:"job_id,omitempty"`
-	// Token is the name of the token the job joined with.
-	Token string `json:"token,omitempty"`
-	// PublicAddr is the gateway's egress address the job's flows leave
-	// from (and its exposed ports listen on); with the job's port block
-	// in the lease history it attributes what the outside saw.
-	PublicAddr netip.Addr `json:"public_addr,omitzero"`
-}
-
 // Flow is one tracked flow. Its counters may be updated from any goroutine
 // without locks; the zero value is not usable, get one from [Table.Open].
 type Flow struct {
-	id    uint64
-	t     *Table
-	key   Key
-	job   JobRef
-	jaddr netip.Addr
-	dir   string
-	start time.Time
-	bulk  int       // index into t.bulk, -1 for none
-	jt    *counters // the job's totals, nil for an unknown job
+	id  uint64
+	t   *Table
+	key Key
+	// job is the flow's job ("" for an address of no known job), ref
+	// and public what records say of it, jaddr its (first) tunnel
+	// address.
+	job    jobs.ID
+	ref    jobs.Ref
+	public netip.Addr
+	jaddr  netip.Addr
+	dir    string
+	start  time.Time
+	bulk   int       // index into t.bulk, -1 for none
+	jt     *counters // the job's totals, nil for an unknown job
 
 	bytesOut, bytesIn, pktsOut, pktsIn atomic.Uint64
 	lastSeen                           atomic.Int64 // unix nanoseconds
@@ -247,16 +238,25 @@ type Record struct {
 	Dst   string `json:"dst"`
 	// Direction is Egress or Inbound.
 	Direction string `json:"direction"`
-	// JobAddr is the job's tunnel address.
+	// JobAddr is the job's (first) tunnel address, whichever family the
+	// flow is of.
 	JobAddr string `json:"job_addr,omitempty"`
-	JobRef
-	Verdict    string    `json:"verdict"`
-	BytesOut   uint64    `json:"bytes_out"`
-	BytesIn    uint64    `json:"bytes_in"`
-	PacketsOut uint64    `json:"packets_out"`
-	PacketsIn  uint64    `json:"packets_in"`
-	Start      time.Time `json:"start"`
-	LastSeen   time.Time `json:"last_seen,omitzero"`
+	// Lease is the job's ID, its lease id ("" for an address of no known
+	// job).
+	Lease jobs.ID `json:"lease"`
+	jobs.Ref
+	// PublicAddr is the gateway's egress address the job's flows of the
+	// flow's address family leave from (and its exposed ports listen
+	// on); with the job's port block in the lease history it attributes
+	// what the outside saw.
+	PublicAddr netip.Addr `json:"public_addr,omitzero"`
+	Verdict    string     `json:"verdict"`
+	BytesOut   uint64     `json:"bytes_out"`
+	BytesIn    uint64     `json:"bytes_in"`
+	PacketsOut uint64     `json:"packets_out"`
+	PacketsIn  uint64     `json:"packets_in"`
+	Start      time.Time  `json:"start"`
+	LastSeen   time.Time  `json:"last_seen,omitzero"`
 	// End is zero while the flow is active.
 	End       time.Time `json:"end,omitzero"`
 	EndReason string    `json:"end_reason,omitempty"`
@@ -279,7 +279,7 @@ func (f *Flow) record(end time.Time, reason string) Record {
 	bo, bi, po, pi := f.counts()
 	r := Record{
 		ID: f.id, Proto: f.key.Proto.String(), Src: f.key.Src.String(), Dst: f.key.Dst.String(),
-		Direction: f.dir, JobAddr: f.jaddr.String(), JobRef: f.job, Verdict: Allowed,
+		Direction: f.dir, JobAddr: addrString(f.jaddr), Lease: f.job, Ref: f.ref, PublicAddr: f.public, Verdict: Allowed,
 		BytesOut: bo, BytesIn: bi, PacketsOut: po, PacketsIn: pi,
 		Start: f.start, End: end, EndReason: reason,
 	}
@@ -294,3 +294,11 @@ func (f *Flow) record(end time.Time, reason string) Record {
 
 // Counters returns the flow's bytes and packets so far, each way.
 func (f *Flow) Counters() (bytesOut, bytesIn, pktsOut, pktsIn uint64) { return f.counts() }
+
+// addrString formats a for a record: "" for the zero Addr.
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return ""
+	}
+	return a.String()
+}

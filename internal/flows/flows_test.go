@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -56,7 +57,7 @@ func TestFlowLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := New(Config{Log: ml, Bulk: bulk, Idle: DefaultTimeouts()})
-	tb.AddJob(jobA, JobRef{Lease: "L1", JobID: "1234", Token: "cms"})
+	addJob(t, tb, "L1", jobs.Ref{JobID: "1234", Token: "cms"}, jobA)
 
 	f := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobA, 40000), out1), Egress)
 	f.AddOut(100, 0)
@@ -93,7 +94,7 @@ func TestFlowLifecycle(t *testing.T) {
 		{"src", r.Src, "100.64.0.2:40000"},
 		{"dst", r.Dst, "192.0.2.10:443"},
 		{"job", r.JobID, "1234"},
-		{"lease", r.Lease, "L1"},
+		{"lease", r.Lease, jobs.ID("L1")},
 		{"token", r.Token, "cms"},
 		{"direction", r.Direction, Egress},
 		{"verdict", r.Verdict, Allowed},
@@ -124,7 +125,7 @@ func TestFlowLifecycle(t *testing.T) {
 
 func TestInboundJobAttribution(t *testing.T) {
 	tb := New(Config{})
-	tb.AddJob(jobA, JobRef{Lease: "L1"})
+	addJob(t, tb, "L1", jobs.Ref{}, jobA)
 	f := tb.Open(key(ProtoTCP, out1, netip.AddrPortFrom(jobA, 8080)), Inbound)
 	f.AddOut(7, 1)
 	if js := tb.Jobs(); js[0].BytesOut != 7 || js[0].ActiveFlows != 1 {
@@ -138,7 +139,7 @@ func TestInboundJobAttribution(t *testing.T) {
 
 func TestSetAbsolute(t *testing.T) {
 	tb := New(Config{})
-	tb.AddJob(jobA, JobRef{Lease: "L1"})
+	addJob(t, tb, "L1", jobs.Ref{}, jobA)
 	f := tb.Open(key(ProtoUDP, netip.AddrPortFrom(jobA, 5353), out1), Egress)
 	for _, c := range []struct{ bo, po, bi, pi uint64 }{{10, 1, 0, 0}, {30, 2, 50, 1}, {20, 1, 50, 1}, {30, 2, 80, 2}} {
 		f.Set(c.bo, c.po, c.bi, c.pi)
@@ -152,7 +153,7 @@ func TestSetAbsolute(t *testing.T) {
 func TestRefuseRateLimited(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
-	tb.AddJob(jobA, JobRef{Lease: "L1", JobID: "j"})
+	addJob(t, tb, "L1", jobs.Ref{JobID: "j"}, jobA)
 	const n = refusalLogBurst + 30
 	for range n {
 		tb.Refuse(key(ProtoTCP, netip.AddrPortFrom(jobA, 1), out1), Egress, FlowLimit)
@@ -213,7 +214,7 @@ func TestLogWriteErrorCounted(t *testing.T) {
 
 func TestAddAllocs(t *testing.T) {
 	tb := New(Config{})
-	tb.AddJob(jobA, JobRef{Lease: "L1"})
+	addJob(t, tb, "L1", jobs.Ref{}, jobA)
 	f := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobA, 2), out1), Egress)
 	if n := testing.AllocsPerRun(1000, func() { f.AddOut(1400, 1); f.AddIn(1400, 1) }); n != 0 {
 		t.Fatalf("AddOut/AddIn allocate %v per call, want 0", n)
@@ -367,7 +368,7 @@ func FuzzParseBulkRule(f *testing.F) {
 
 func TestRecent(t *testing.T) {
 	tb := New(Config{})
-	tb.AddJob(jobA, JobRef{Lease: "L1", JobID: "a"})
+	addJob(t, tb, "L1", jobs.Ref{JobID: "a"}, jobA)
 	for i := range recentLen + 10 {
 		f := tb.Open(key(ProtoUDP, netip.AddrPortFrom(jobA, uint16(i+1)), out1), Egress)
 		f.End(EndClosed)
@@ -388,12 +389,14 @@ func TestCloseJob(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml})
 	jobB := netip.MustParseAddr("100.64.0.3")
+	addJob(t, tb, "LA", jobs.Ref{}, jobA)
+	addJob(t, tb, "LB", jobs.Ref{}, jobB)
 	a := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobA, 1), out1), Egress)
 	b := tb.Open(key(ProtoTCP, netip.AddrPortFrom(jobB, 1), out1), Egress)
 	var ca, cb closeCount
 	a.SetCloser(&ca)
 	b.SetCloser(&cb)
-	tb.CloseJob(jobA, EndJob)
+	tb.CloseJob("LA", EndJob)
 	if ca.n != 1 || cb.n != 0 || !a.Ended() || b.Ended() {
 		t.Fatalf("CloseJob(jobA): a closed %d ended %v, b closed %d ended %v", ca.n, a.Ended(), cb.n, b.Ended())
 	}
@@ -408,7 +411,10 @@ func TestRecordPublicAddr(t *testing.T) {
 	ml := &memLog{}
 	tb := New(Config{Log: ml, Idle: DefaultTimeouts()})
 	pub := netip.MustParseAddr("203.0.113.7")
-	tb.AddJob(jobA, JobRef{Lease: "L1", PublicAddr: pub})
+	if err := tb.Index().Add("L1", jobA); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob("L1", jobs.Ref{}, pub)
 	tb.Open(key(ProtoUDP, netip.AddrPortFrom(jobA, 40000), out1), Egress).End(EndClosed)
 	ml.mu.Lock()
 	defer ml.mu.Unlock()
@@ -418,5 +424,65 @@ func TestRecordPublicAddr(t *testing.T) {
 	b, err := json.Marshal(ml.recs[0])
 	if err != nil || !strings.Contains(string(b), `"public_addr":"203.0.113.7"`) {
 		t.Errorf("record JSON %s (%v), want public_addr", b, err)
+	}
+}
+
+// addJob indexes addrs as job id's and registers the job in tb.
+func addJob(t *testing.T, tb *Table, id jobs.ID, ref jobs.Ref, addrs ...netip.Addr) {
+	t.Helper()
+	if err := tb.Index().Add(id, addrs...); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob(id, ref)
+}
+
+// TestJobOfBothFamilies: the flows of every tunnel address of a job are
+// the job's, with the job's first address and the public address of the
+// flow's family in their records, and are found and closed by the job.
+func TestJobOfBothFamilies(t *testing.T) {
+	ml := &memLog{}
+	tb := New(Config{Log: ml})
+	a4, a6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00::6440:2")
+	pub4, pub6 := netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("2001:db8::1")
+	if err := tb.Index().Add("L1", a4, a6); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob("L1", jobs.Ref{JobID: "42"}, pub4, pub6)
+	out6 := netip.MustParseAddrPort("[2001:db8:1::10]:443")
+	f4 := tb.Open(key(ProtoTCP, netip.AddrPortFrom(a4, 40000), out1), Egress)
+	f6 := tb.Open(key(ProtoTCP, netip.AddrPortFrom(a6, 40001), out6), Egress)
+	f6.AddOut(10, 1)
+	for _, c := range []struct {
+		filter string
+		want   int
+	}{{"L1", 2}, {a4.String(), 2}, {a6.String(), 2}, {"42", 2}, {"fd00::1", 0}} {
+		if n := len(tb.Active(Filter{Job: c.filter})); n != c.want {
+			t.Errorf("Active(%s): %d flows, want %d", c.filter, n, c.want)
+		}
+	}
+	if js := tb.Jobs(); len(js) != 1 || js[0].Addr != a4 || js[0].BytesOut != 10 || js[0].ActiveFlows != 2 {
+		t.Errorf("job stats %+v, want one job at %v with both flows", js, a4)
+	}
+	tb.CloseJob("L1", EndJob)
+	if !f4.Ended() || !f6.Ended() {
+		t.Fatal("CloseJob left a flow of the job open")
+	}
+	recs := ml.all()
+	if len(recs) != 2 {
+		t.Fatalf("records %+v", recs)
+	}
+	for _, r := range recs {
+		want := pub4
+		if r.Src == netip.AddrPortFrom(a6, 40001).String() {
+			want = pub6
+		}
+		if r.Lease != "L1" || r.JobAddr != a4.String() || r.PublicAddr != want || r.JobID != "42" {
+			t.Errorf("record %+v: want lease L1, job address %v, public %v", r, a4, want)
+		}
+	}
+	// An address of no job stays itself.
+	tb.Refuse(key(ProtoUDP, netip.MustParseAddrPort("100.64.0.99:1"), out1), Egress, FlowLimit)
+	if r := ml.all()[2]; r.Lease != "" || r.JobAddr != "100.64.0.99" {
+		t.Errorf("refusal of an unknown address: %+v", r)
 	}
 }

@@ -3,6 +3,7 @@
 package flows
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"net/netip"
@@ -13,7 +14,9 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // Default idle timeouts: a flow without traffic for this long is ended
@@ -75,6 +78,10 @@ type Config struct {
 	Bulk []BulkRule
 	// Idle are the idle timeouts; see DefaultTimeouts.
 	Idle Timeouts
+	// Jobs is the index of jobs' tunnel addresses that attributes flows
+	// to jobs; the egress backend that reports to the table adds and
+	// removes the addresses. nil: a fresh index (Table.Index).
+	Jobs *jobs.Index
 }
 
 // RecordWriter takes flow records. WriteRecord is called from many
@@ -117,7 +124,12 @@ func (c *counters) snapshot() Traffic {
 
 // job is one job's entry.
 type job struct {
-	ref    JobRef
+	id  jobs.ID
+	ref jobs.Ref
+	// addr is the job's first tunnel address, public its egress address
+	// per family (zero: none on record).
+	addr   netip.Addr
+	public [ipfamily.N]netip.Addr
 	totals counters
 	// logs are the job's own log rate limits.
 	logs   logLimits
@@ -137,6 +149,8 @@ type Table struct {
 	out  RecordWriter
 	bulk []BulkRule
 	idle Timeouts
+	// index maps job-side addresses to jobs.
+	index *jobs.Index
 
 	nextID atomic.Uint64
 	totals counters
@@ -153,10 +167,9 @@ type Table struct {
 	recent   []Record // ring of the last recentLen logged records
 	next     int      // where the next record goes in recent
 	active   map[uint64]*Flow
-	jobs     map[netip.Addr]*job
-	aliases  map[netip.Addr]netip.Addr // job-side address → job's address (dualstack.go)
-	opened   uint64                    // flows opened since start
-	verdicts map[string]uint64         // flows by verdict (allowed and refusals)
+	jobs     map[jobs.ID]*job
+	opened   uint64            // flows opened since start
+	verdicts map[string]uint64 // flows by verdict (allowed and refusals)
 	logErrs  uint64
 	bypass   map[string]*BypassStats // reported bypass totals by rule (bypass.go)
 	// bypassRefused counts bypass report entries refused (bypass.go).
@@ -174,8 +187,13 @@ func New(cfg Config) *Table {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	index := cfg.Jobs
+	if index == nil {
+		index = new(jobs.Index)
+	}
 	return &Table{
 		log:        log,
+		index:      index,
 		out:        cfg.Log,
 		bulk:       cfg.Bulk,
 		idle:       cfg.Idle,
@@ -183,39 +201,61 @@ func New(cfg Config) *Table {
 		anon:       newLogLimits(),
 		warnLim:    rate.NewLimiter(rate.Every(10*time.Second), 1),
 		active:     make(map[uint64]*Flow),
-		jobs:       make(map[netip.Addr]*job),
+		jobs:       make(map[jobs.ID]*job),
 		verdicts:   make(map[string]uint64),
 	}
 }
 
-// AddJob registers the job at tunnel address addr, so that its flows are
-// attributed to ref. Adding an address again replaces its entry (and its
-// totals).
-func (t *Table) AddJob(addr netip.Addr, ref JobRef) {
+// Index returns the job index the table attributes flows with.
+func (t *Table) Index() *jobs.Index { return t.index }
+
+// AddJob registers job id, so that the flows of its tunnel addresses (the
+// index's) are attributed to it with ref, and each flow's record carries
+// the address of public of its family (at most one per family; unspecified
+// addresses are left out) as the public address. Adding an id again
+// replaces its entry (and its totals).
+func (t *Table) AddJob(id jobs.ID, ref jobs.Ref, public ...netip.Addr) {
+	j := &job{id: id, ref: ref, start: time.Now(), logs: newLogLimits()}
+	if addrs := t.index.Addrs(id); len(addrs) > 0 {
+		j.addr = addrs[0]
+	}
+	for _, a := range public {
+		if f := ipfamily.Of(a); f != nil && !a.IsUnspecified() {
+			j.public[f.Index] = a.Unmap()
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.jobs[addr.Unmap()] = &job{ref: ref, start: time.Now(), logs: newLogLimits()}
+	t.jobs[id] = j
 }
 
-// RemoveJob forgets the job at addr, after writing the flow log rows of
-// its site-local bypass that its budget held back (bypass.go). Its active
+// RemoveJob forgets job id, after writing the flow log rows of its
+// site-local bypass that its budget held back (bypass.go). Its active
 // flows stay in the table until they end (the backend ends them as the
 // job's state goes).
-func (t *Table) RemoveJob(addr netip.Addr) {
-	addr = addr.Unmap()
+func (t *Table) RemoveJob(id jobs.ID) {
 	t.mu.Lock()
-	j := t.jobs[addr]
+	j := t.jobs[id]
 	var rows []Record
 	var refused int
 	if j != nil {
-		rows, refused = t.bypassEndLocked(addr, j, time.Now())
+		rows, refused = t.bypassEndLocked(j, time.Now())
 	}
-	delete(t.jobs, addr)
-	t.removeAliasesLocked(addr)
+	delete(t.jobs, id)
 	t.mu.Unlock()
 	if j != nil {
-		t.bypassWritten(rows, refused, addr, j.ref)
+		t.bypassWritten(rows, refused, j)
 	}
+}
+
+// jobOfLocked returns the entry of the job whose tunnel address is a; nil
+// for an address of no registered job. t.mu must be held.
+func (t *Table) jobOfLocked(a netip.Addr) *job {
+	id, ok := t.index.Lookup(a)
+	if !ok {
+		return nil
+	}
+	return t.jobs[id]
 }
 
 // jobAddr returns the job-side address of a flow.
@@ -244,9 +284,9 @@ func (t *Table) Open(k Key, dir string) *Flow {
 	}
 	f.lastSeen.Store(now.UnixNano())
 	t.mu.Lock()
-	f.jaddr = t.canonLocked(f.jaddr)
-	if j := t.jobs[f.jaddr]; j != nil {
-		f.job, f.jt = j.ref, &j.totals
+	if j := t.jobOfLocked(f.jaddr); j != nil {
+		f.job, f.ref, f.jt = j.id, j.ref, &j.totals
+		f.public, f.jaddr = j.publicOf(f.jaddr), j.addr
 		j.active++
 		j.flows++
 	}
@@ -260,13 +300,24 @@ func (t *Table) Open(k Key, dir string) *Flow {
 	return f
 }
 
-// logsOfLocked returns the job at jaddr and its log budgets; an address
-// that is no known job's shares the anonymous budgets. t.mu must be held.
-func (t *Table) logsOfLocked(jaddr netip.Addr) (JobRef, *logLimits) {
-	if j := t.jobs[jaddr]; j != nil {
-		return j.ref, &j.logs
+// publicOf returns the job's public address of the family of a.
+func (j *job) publicOf(a netip.Addr) netip.Addr {
+	if f := ipfamily.Of(a); f != nil {
+		return j.public[f.Index]
 	}
-	return JobRef{}, &t.anon
+	return netip.Addr{}
+}
+
+// attribution is what a record of a flow at job-side address a says of
+// its job, and the job's log budgets; an address that is no known job's
+// keeps itself as the job address and shares the anonymous budgets. t.mu
+// must be held.
+func (t *Table) attributionLocked(a netip.Addr) (Record, *logLimits) {
+	j := t.jobOfLocked(a)
+	if j == nil {
+		return Record{JobAddr: addrString(a)}, &t.anon
+	}
+	return Record{JobAddr: addrString(j.addr), Lease: j.id, Ref: j.ref, PublicAddr: j.publicOf(a)}, &j.logs
 }
 
 // Refuse records a flow the backend or the policy refused with verdict
@@ -276,11 +327,9 @@ func (t *Table) logsOfLocked(jaddr netip.Addr) (JobRef, *logLimits) {
 // allocate when the record is suppressed.
 func (t *Table) Refuse(k Key, dir, verdict string) {
 	now := time.Now()
-	jaddr := jobAddr(k, dir)
 	t.mu.Lock()
-	jaddr = t.canonLocked(jaddr)
 	t.verdicts[verdict]++
-	ref, lim := t.logsOfLocked(jaddr)
+	r, lim := t.attributionLocked(jobAddr(k, dir))
 	t.mu.Unlock()
 	if t.out == nil {
 		return
@@ -289,11 +338,8 @@ func (t *Table) Refuse(k Key, dir, verdict string) {
 	if !ok {
 		return
 	}
-	r := Record{
-		ID: t.nextID.Add(1), Proto: k.Proto.String(), Src: k.Src.String(), Dst: k.Dst.String(),
-		Direction: dir, JobAddr: jaddr.String(), JobRef: ref, Verdict: verdict,
-		Start: now, End: now, Suppressed: supp,
-	}
+	r.ID, r.Proto, r.Src, r.Dst = t.nextID.Add(1), k.Proto.String(), k.Src.String(), k.Dst.String()
+	r.Direction, r.Verdict, r.Start, r.End, r.Suppressed = dir, verdict, now, now, supp
 	if b := matchBulk(t.bulk, k.Proto, outside(k, dir)); b >= 0 {
 		r.Bulk = t.bulk[b].Name
 	}
@@ -304,7 +350,7 @@ func (t *Table) Refuse(k Key, dir, verdict string) {
 func (t *Table) end(f *Flow, reason string, now time.Time) {
 	t.mu.Lock()
 	delete(t.active, f.id)
-	if j := t.jobs[f.jaddr]; j != nil && &j.totals == f.jt {
+	if j := t.jobs[f.job]; j != nil && &j.totals == f.jt {
 		j.active--
 	}
 	t.mu.Unlock()
@@ -413,15 +459,27 @@ func (t *Table) EndAll(reason string) {
 	}
 }
 
-// Filter selects flows for Active.
+// Filter selects flows for Active and Recent.
 type Filter struct {
-	// Job matches a flow's batch job id, lease id or job address; ""
+	// Job matches a flow's batch job id, lease id or job address (any
+	// tunnel address of a live job: its flows of both families); ""
 	// matches every flow.
 	Job string
 }
 
-func (fl Filter) match(r *Record) bool {
-	return fl.Job == "" || fl.Job == r.JobID || fl.Job == r.Lease || fl.Job == r.JobAddr
+// matcher returns fl's match function; the job of an address is looked up
+// once, in index.
+func (fl Filter) matcher(index *jobs.Index) func(*Record) bool {
+	if fl.Job == "" {
+		return func(*Record) bool { return true }
+	}
+	var id jobs.ID
+	if a, err := netip.ParseAddr(fl.Job); err == nil {
+		id, _ = index.Lookup(a)
+	}
+	return func(r *Record) bool {
+		return fl.Job == r.JobID || fl.Job == string(r.Lease) || fl.Job == r.JobAddr || (id != "" && r.Lease == id)
+	}
 }
 
 // Active returns the active flows matching fl, oldest first.
@@ -433,9 +491,10 @@ func (t *Table) Active(fl Filter) []Record {
 	}
 	t.mu.Unlock()
 	out := make([]Record, 0, len(all))
+	match := fl.matcher(t.index)
 	for _, f := range all {
 		r := f.record(time.Time{}, "")
-		if fl.match(&r) {
+		if match(&r) {
 			out = append(out, r)
 		}
 	}
@@ -445,8 +504,13 @@ func (t *Table) Active(fl Filter) []Record {
 
 // JobStats is one job's traffic as status shows it.
 type JobStats struct {
+	// Addr is the job's first tunnel address.
 	Addr netip.Addr `json:"addr"`
-	JobRef
+	// Lease is the job's ID.
+	Lease jobs.ID `json:"lease"`
+	jobs.Ref
+	// PublicAddr is the job's first public address on record.
+	PublicAddr netip.Addr `json:"public_addr,omitzero"`
 	Traffic
 	// RateOut and RateIn are the bits per second over the last second.
 	RateOut     float64 `json:"rate_out_bps"`
@@ -463,14 +527,19 @@ func (t *Table) Jobs() []JobStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := make([]JobStats, 0, len(t.jobs))
-	for a, j := range t.jobs {
+	for _, j := range t.jobs {
 		out = append(out, JobStats{
-			Addr: a, JobRef: j.ref, Traffic: j.totals.snapshot(),
+			Addr: j.addr, Lease: j.id, Ref: j.ref, PublicAddr: cmp.Or(j.public[0], j.public[1]), Traffic: j.totals.snapshot(),
 			RateOut: j.rateOut, RateIn: j.rateIn, ActiveFlows: j.active, Flows: j.flows,
 			Bypass: bypassOfLocked(j),
 		})
 	}
-	sort.Slice(out, func(i, k int) bool { return out[i].Addr.Less(out[k].Addr) })
+	sort.Slice(out, func(i, k int) bool {
+		if out[i].Addr != out[k].Addr {
+			return out[i].Addr.Less(out[k].Addr)
+		}
+		return out[i].Lease < out[k].Lease
+	})
 	return out
 }
 
@@ -553,22 +622,22 @@ func (t *Table) Recent(fl Filter) []Record {
 	}
 	t.mu.Unlock()
 	out := all[:0]
+	match := fl.matcher(t.index)
 	for i := range all {
-		if fl.match(&all[i]) {
+		if match(&all[i]) {
 			out = append(out, all[i])
 		}
 	}
 	return out
 }
 
-// CloseJob ends the active flows of the job at addr with reason and closes
-// them in the backend (a lease ended: its flows must not outlive it).
-func (t *Table) CloseJob(addr netip.Addr, reason string) {
-	addr = addr.Unmap()
+// CloseJob ends the active flows of job id with reason and closes them in
+// the backend (a lease ended: its flows must not outlive it).
+func (t *Table) CloseJob(id jobs.ID, reason string) {
 	var mine []*Flow
 	t.mu.Lock()
 	for _, f := range t.active {
-		if f.jaddr == addr {
+		if f.job == id && id != "" {
 			mine = append(mine, f)
 		}
 	}

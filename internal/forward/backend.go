@@ -8,7 +8,8 @@ import (
 
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -28,11 +29,16 @@ import (
 // flow, undoes what the backend changed on the host, and makes pending and
 // future Read and Write calls return an error; it is idempotent.
 //
-// Jobs. AddJob admits a job before its WireGuard peer is; RemoveJob forgets
-// it after the peer is gone. Between the two, the job's new flows leave
-// from its egress address and port block, are decided by the policy in
-// force with the job's token, and are held to its limits; its exposures
-// carry inbound connections to it.
+// Jobs. A job is its ID (jobs.ID); its tunnel addresses, at most one per
+// address family, are attributes. AddJob admits a job before its WireGuard
+// peer is; RemoveJob forgets it after the peer is gone. Between the two,
+// the job's new flows of each family leave from its egress address and
+// port block of that family, are decided by the policy in force with the
+// job's token, and are held to its limits, which count the flows of all
+// its addresses together; its exposures carry inbound connections to it.
+// The backend adds the job's addresses to the job index it was made with
+// (each backend's Config.Jobs; the flow table's, which the gateway shares
+// with its capture taps) and removes them with the job.
 //
 // Flow events. A backend is made with a *flows.Table (nil: none; the field
 // is in each backend's Config) and reports to it every flow it carries:
@@ -42,9 +48,10 @@ import (
 // with the verdict (flows.Denied(rule), flows.FlowLimit,
 // flows.NewFlowRate, flows.BlockExhausted, ...): flows.Table.Refuse per
 // flow, or flows.Table.CountRefused where the refusals happen in the
-// kernel and only their counters can be read. AddJob
-// registers Job.Ref in the table, so the job's flows are attributed;
-// RemoveJob ends the job's open flows (flows.EndJob) and forgets it.
+// kernel and only their counters can be read. AddJob registers the job in
+// the table, so the flows of all its addresses are attributed to it;
+// RemoveJob ends the job's open flows (flows.EndJob) and forgets it. Jobs
+// (jobs.go) is the part of AddJob and RemoveJob every backend shares.
 type Backend interface {
 	tun.Device
 
@@ -52,22 +59,22 @@ type Backend interface {
 	// job is in force (address, egress address, port block, token,
 	// limits, exposures, flow attribution); on error nothing of it
 	// remains and the backend is as it was before the call. A job whose
-	// Addr is already added fails with ErrJobExists and is left as it
-	// was.
+	// ID, or one of whose addresses, is already added fails with
+	// ErrJobExists and is left as it was.
 	AddJob(job Job) error
 
-	// RemoveJob removes the job at addr (its Job.Addr): its exposures
-	// and their connections, its port block and egress address, its
-	// token and limits, its DNS state; its open flows end with
-	// flows.EndJob. It is a no-op for an address AddJob did not add.
-	RemoveJob(addr netip.Addr)
+	// RemoveJob removes job id: its exposures and their connections, its
+	// addresses, port blocks and egress addresses, its token and limits,
+	// its DNS state; its open flows end with flows.EndJob. It is a no-op
+	// for an ID AddJob did not add.
+	RemoveJob(id jobs.ID)
 
-	// SetJobLimits replaces the limits of the job at addr (a zero
-	// limits.Job removes them). Bandwidth limits take effect for the
-	// job's open flows too, flow limits for its new flows. It returns
-	// ErrUnknownJob for an address AddJob did not add; on any error the
-	// job keeps its old limits.
-	SetJobLimits(addr netip.Addr, l limits.Job) error
+	// SetJobLimits replaces the limits of job id (a zero limits.Job
+	// removes them). Bandwidth limits take effect for the job's open
+	// flows too, flow limits for its new flows. It returns ErrUnknownJob
+	// for an ID AddJob did not add; on any error the job keeps its old
+	// limits.
+	SetJobLimits(id jobs.ID, l limits.Job) error
 
 	// SetPolicy replaces the egress policy (package policy) for flows
 	// opened afterwards; flows already open are left alone. On error the
@@ -93,39 +100,67 @@ type Backend interface {
 // Job is one job's state in an egress backend, as AddJob takes it. Fields
 // may be added; their zero value keeps today's behaviour.
 type Job struct {
-	// Addr is the job's tunnel address, in the backend's tunnel subnet.
-	// It names the job in every other call. Required.
-	Addr netip.Addr
-	// Addr6 is the job's IPv6 tunnel address; the zero Addr means the job
-	// has none. A backend without IPv6 tunnel addresses rejects a valid
-	// one with ErrNotSupported.
-	Addr6 netip.Addr
-	// Egress is the public IPv4 address the job's outside flows leave
-	// from and its exposures listen on; the zero Addr means the
-	// backend's configured egress address.
-	Egress netip.Addr
-	// Egress6 is the public IPv6 address of the job's outside IPv6 flows;
-	// the zero Addr means the backend's choice. A backend without IPv6
-	// egress rejects a valid one with ErrNotSupported.
-	Egress6 netip.Addr
-	// Block is the job's port block: the source ports its outside TCP
-	// and UDP flows use, on Egress. The zero Range means the job has
-	// none (any port).
-	Block portblock.Range
-	// Block6 is the port block of the job's IPv6 flows on Egress6: the
-	// job's Block when Egress6 is shared by jobs, the zero Range (any
-	// port, no translation) when Egress6 is the job's own address
-	// (--egress-prefix6).
-	Block6 portblock.Range
-	// Token is the name of the token the job joined with, for
-	// token-scoped policy rules; "" matches only rules without tokens.
-	Token string
-	// Ref attributes the job's flows in the flow table.
-	Ref flows.JobRef
-	// Limits are the job's traffic limits (zero: none).
+	// ID names the job in every other call. Required.
+	ID jobs.ID
+	// Addrs are the job's tunnel addresses: at least one, at most one
+	// per address family, each a host address of the backend's tunnel
+	// subnet of its family other than the gateway's. A backend without
+	// a tunnel subnet of a family rejects an address of it with
+	// ErrNotSupported.
+	Addrs []netip.Addr
+	// Egress says where the job's outside flows leave from: at most one
+	// entry per family, for a family of Addrs. A family without one
+	// leaves from the backend's configured egress address of the family,
+	// with any source port.
+	Egress []Egress
+	// Ref attributes the job's flows in the flow table; Ref.Token, the
+	// name of the token the job joined with, scopes token-scoped policy
+	// rules ("" matches only rules without tokens).
+	Ref jobs.Ref
+	// Limits are the job's traffic limits (zero: none), for the flows of
+	// all its addresses together.
 	Limits limits.Job
 	// Exposures are the job's inbound mappings (`airlock run --expose`).
 	Exposures []Exposure
+}
+
+// Egress is where a job's outside flows of one address family leave from.
+type Egress struct {
+	// Addr is the public address, of the flows' family. The family's
+	// unspecified address means the backend's configured egress address
+	// of that family (user mode without one: the host's choice per
+	// destination).
+	Addr netip.Addr
+	// Block is the job's port block: the source ports of its outside TCP
+	// and UDP flows of the family, on Addr. The zero Range means any
+	// port.
+	Block portblock.Range
+	// Own says Addr is the job's own public address (--egress-prefix6):
+	// no other job's flows leave from it, so the job keeps its ports
+	// (Block must be zero) and its exposures listen at their job port.
+	Own bool
+}
+
+// EgressOf returns the job's egress entry of address family f, and false
+// if it has none.
+func (j Job) EgressOf(f *ipfamily.Family) (Egress, bool) {
+	for _, e := range j.Egress {
+		if f.Contains(e.Addr) {
+			return e, true
+		}
+	}
+	return Egress{}, false
+}
+
+// AddrOf returns the job's tunnel address of family f, and false if it
+// has none.
+func (j Job) AddrOf(f *ipfamily.Family) (netip.Addr, bool) {
+	for _, a := range j.Addrs {
+		if f.Contains(a) {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
 }
 
 // Stats are an egress backend's cumulative counters, for metrics and logs.
@@ -150,7 +185,8 @@ var (
 	// ErrUnknownJob is returned by SetJobLimits for a job AddJob did not
 	// add.
 	ErrUnknownJob = errors.New("unknown job")
-	// ErrJobExists is returned by AddJob for an address already added.
+	// ErrJobExists is returned by AddJob for an ID or a tunnel address
+	// already added.
 	ErrJobExists = errors.New("job already added")
 	// ErrNotSupported is wrapped by the errors of calls that ask a
 	// backend for something it cannot do (e.g. an IPv6 tunnel address on

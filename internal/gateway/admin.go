@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -32,21 +33,21 @@ func (g *gateway) Status() admin.Status {
 		Draining:   g.tr.draining.Load(),
 		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
 	}
-	byAddr := map[string]flows.JobStats{}
+	byID := map[jobs.ID]flows.JobStats{}
 	if g.flows != nil {
 		for _, js := range g.flows.Jobs() {
-			byAddr[js.Addr.String()] = js
+			byID[js.Lease] = js
 		}
 		st.Totals = g.flows.Stats()
 	}
 	for _, l := range g.leases.Leases() {
 		o, _ := l.Owner.(owner)
-		js, ok := byAddr[l.Addr.String()]
+		js, ok := byID[jobs.ID(l.ID)]
 		if !ok {
-			js = flows.JobStats{Addr: l.Addr, JobRef: flows.JobRef{Lease: l.ID, JobID: o.Job.BatchJobID, Token: o.Token}}
+			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Job.BatchJobID, Token: o.Token}}
 		}
 		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires,
-			Transport: g.transportOf(l.ID), Addr6: l.Addr6}
+			Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}
@@ -84,7 +85,7 @@ func (g *gateway) Leases() []admin.LiveLease {
 	out := make([]admin.LiveLease, 0, len(ls))
 	for _, l := range ls {
 		o, _ := l.Owner.(owner)
-		out = append(out, admin.LiveLease{ID: l.ID, Addr: l.Addr, Addr6: l.Addr6, JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
+		out = append(out, admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
 			User: o.Job.User, Token: o.Token, Start: l.Start})
 	}
 	return out
@@ -95,7 +96,7 @@ func (g *gateway) Leases() []admin.LiveLease {
 // that host or network end.
 func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.Time, string) {
 	var o owner
-	if ll, ok := g.leases.ByAddr(l.Addr); ok && ll.ID == l.ID {
+	if ll, ok := g.leases.ByID(l.ID); ok {
 		o, _ = ll.Owner.(owner)
 	} else {
 		o = owner{Job: control.JobInfo{Hostname: l.Host}, Token: l.Token}
@@ -132,7 +133,7 @@ func (g *gateway) endLease(id, by, reason, why string) (admin.KickedLease, bool)
 		g.wakeWatches(l.ID)
 	}
 	o, _ := l.Owner.(owner)
-	return admin.KickedLease{Lease: l.ID, JobID: o.Job.BatchJobID, Addr: l.Addr, Token: o.Token, Host: o.Job.Hostname}, true
+	return admin.KickedLease{Lease: l.ID, JobID: o.Job.BatchJobID, Addr: l.Addr(), Token: o.Token, Host: o.Job.Hostname}, true
 }
 
 // kickList remembers kicked leases for a while, so that their clients'

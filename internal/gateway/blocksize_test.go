@@ -166,7 +166,7 @@ func TestBlockSizePerJob(t *testing.T) {
 	for _, ls := range []control.Lease{big, mid, small, last} {
 		for _, port := range []uint16{ls.Ports[0], ls.Ports[1]} {
 			recs, err := st.Whois(ls.PublicAddr, port, time.Now())
-			if err != nil || len(recs) != 1 || recs[0].ID != ls.ID || recs[0].PortLo != ls.Ports[0] || recs[0].PortHi != ls.Ports[1] {
+			if a, _ := firstAttribution(recs); err != nil || len(recs) != 1 || recs[0].ID != ls.ID || a.PortLo != ls.Ports[0] || a.PortHi != ls.Ports[1] {
 				t.Errorf("whois %v:%d: %+v, %v; want exactly lease %s with %v", ls.PublicAddr, port, recs, err, ls.ID, ls.Ports)
 			}
 		}

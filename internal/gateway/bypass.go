@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 var _ control.Backend = (*gateway)(nil)
@@ -85,7 +86,7 @@ func (g *gateway) ReportBypass(ref control.LeaseRef, counts []control.BypassCoun
 			in = append(in, flows.BypassStats{Rule: c.Rule, Flows: c.Flows, BytesOut: c.BytesOut, BytesIn: c.BytesIn})
 		}
 	}
-	g.flows.ReportBypass(l.Addr, in, func(rule string) string { return to[rule] })
+	g.flows.ReportBypass(jobs.ID(l.ID), in, func(rule string) string { return to[rule] })
 }
 
 func prefixList(ps []netip.Prefix) string {

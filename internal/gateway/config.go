@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
@@ -107,8 +108,8 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		if lim == old.Limits.ForToken(o.Token) {
 			continue
 		}
-		if err := g.backend.SetJobLimits(l.Addr, lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
-			g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "addr", l.Addr, "err", err)
+		if err := g.backend.SetJobLimits(jobs.ID(l.ID), lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
+			g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "lease", l.ID, "addrs", l.Addrs, "err", err)
 			continue
 		}
 		res.Jobs++

@@ -3,14 +3,17 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
@@ -55,6 +58,38 @@ type egress struct {
 	// explicit means the blocks lie outside the host's ephemeral range
 	// (user mode): sockets bind to their port themselves.
 	explicit bool
+	// public6 is where jobs' IPv6 flows leave from, with their port
+	// block; own, if valid, is --egress-prefix6: each job's IPv6 flows
+	// leave from its own address in it, with any port. Both zero: jobs
+	// get no IPv6 (planEgress6).
+	public6 netip.Addr
+	own     netip.Prefix
+}
+
+// egressOf returns where the flows of lease l leave from, one entry per
+// address family of its tunnel addresses: from its block's pool address
+// with its block (the family of that address; the other family's flows of
+// a pool of IPv6 addresses leave from the kernel's choice with the same
+// block), IPv6 from the IPv6 egress address with the same block, or from
+// the job's own address in --egress-prefix6 (the one that embeds its IPv4
+// tunnel address, like its IPv6 tunnel address) with its own ports.
+func (g *gateway) egressOf(l lease.Lease) []forward.Egress {
+	block, at := g.block(l), g.blockAddr(l)
+	var out []forward.Egress
+	for _, a := range l.AddrList() {
+		f := ipfamily.Of(a)
+		switch {
+		case f.Contains(at):
+			out = append(out, forward.Egress{Addr: at, Block: block})
+		case f == ipfamily.V6 && g.egress.own.IsValid():
+			out = append(out, forward.Egress{Addr: lease.Embed6(g.egress.own, l.Addr()), Own: true})
+		case f == ipfamily.V6 && g.egress.public6.IsValid():
+			out = append(out, forward.Egress{Addr: g.egress.public6, Block: block})
+		default:
+			out = append(out, forward.Egress{Addr: f.Unspecified, Block: block})
+		}
+	}
+	return out
 }
 
 // egressEnv is what planEgress needs from the host; tests replace it.
@@ -66,7 +101,7 @@ type egressEnv struct {
 	defaultSource func() (netip.Addr, error)
 }
 
-var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: defaultRouteSource}
+var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) }}
 
 // planEgress validates the egress flags and picks the defaults.
 func planEgress(c Config, env egressEnv) (egress, error) {
@@ -155,12 +190,23 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	return e, nil
 }
 
+// routeProbe is, per family, an outside destination whose route stands for
+// the default route's where the route names no gateway.
+var routeProbe = [ipfamily.N]net.IP{net.IPv4(192, 0, 2, 1), net.ParseIP("2001:4860:4860::8888")}
+
 // defaultRouteSource returns the preferred source address of the host's
-// IPv4 default route.
-func defaultRouteSource() (netip.Addr, error) {
-	routes, err := netlink.RouteList(nil, netlink.FAMILY_V4)
+// default route of family f: its prefsrc, else the source the kernel picks
+// towards its gateway (IPv4) or an outside destination. An IPv6 link-local
+// source is no public address.
+func defaultRouteSource(f *ipfamily.Family) (netip.Addr, error) {
+	routes, err := netlink.RouteList(nil, []int{netlink.FAMILY_V4, netlink.FAMILY_V6}[f.Index])
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("list routes: %w", err)
+	}
+	usable := func(b net.IP) (netip.Addr, bool) {
+		a, ok := netip.AddrFromSlice(b)
+		a = a.Unmap()
+		return a, ok && f.Contains(a) && !a.IsUnspecified() && !a.IsLinkLocalUnicast()
 	}
 	for _, r := range routes {
 		if r.Dst != nil {
@@ -168,23 +214,28 @@ func defaultRouteSource() (netip.Addr, error) {
 				continue
 			}
 		}
-		if a, ok := netip.AddrFromSlice(r.Src); ok && a.Unmap().IsValid() && !a.IsUnspecified() {
-			return a.Unmap(), nil
+		if a, ok := usable(r.Src); ok {
+			return a, nil
 		}
 		// No prefsrc on the route: ask the kernel which source it picks.
-		dst := r.Gw
-		if dst == nil {
-			dst = net.IPv4(192, 0, 2, 1)
+		dst := routeProbe[f.Index]
+		if f == ipfamily.V4 && r.Gw != nil {
+			dst = r.Gw
 		}
 		got, err := netlink.RouteGet(dst)
 		if err == nil && len(got) > 0 {
-			if a, ok := netip.AddrFromSlice(got[0].Src); ok && !a.Unmap().IsUnspecified() {
-				return a.Unmap(), nil
+			if a, ok := usable(got[0].Src); ok {
+				return a, nil
 			}
 		}
 	}
-	return netip.Addr{}, errors.New("this host has no IPv4 default route with a source address")
+	return netip.Addr{}, fmt.Errorf("this host has no %s default route with a global source address", f)
 }
+
+// EgressSource returns the address a user-mode gateway's jobs' flows of
+// family f leave from without --egress-addr or --egress-addr6: the source
+// of the host's default route of that family.
+func EgressSource(f *ipfamily.Family) (netip.Addr, error) { return defaultRouteSource(f) }
 
 // isHostAddr reports whether a is configured on one of the host's
 // interfaces.
@@ -218,4 +269,93 @@ func (e egress) logPublic(log *slog.Logger) {
 	}
 	log.Warn("no egress address: this host has no IPv4 default route with a source address; jobs' flows leave from the kernel's choice "+
 		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
+}
+
+// planEgress6 finds where jobs' IPv6 flows leave from (--egress-prefix6,
+// else --egress-addr6, else the source of the host's IPv6 default route)
+// and, if they have somewhere to, makes the lease manager dual-stack: its
+// leases then carry IPv6 addresses in --subnet6. Without the IPv6 tunnel
+// prefix (IPv6 off) it does nothing.
+func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (netip.Addr, error)) error {
+	log := cfg.Logger
+	if !cfg.Subnet6.IsValid() {
+		return nil
+	}
+	switch {
+	case cfg.EgressPrefix6.IsValid():
+		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.Subnet); err != nil {
+			return err
+		}
+		e.own = cfg.EgressPrefix6.Masked()
+		if cfg.Egress != EgressKernel {
+			if err := checkOwnPrefix6(log, e.own, lease.Embed6(e.own, cfg.Subnet.Addr().Next())); err != nil {
+				return err
+			}
+		}
+	case cfg.EgressAddr6.IsValid():
+		a := cfg.EgressAddr6.Unmap()
+		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+			return fmt.Errorf("--egress-addr6 %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
+		}
+		if !isHostAddr(a) {
+			return fmt.Errorf("--egress-addr6 %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
+		}
+		e.public6 = a
+	default:
+		a, err := source6()
+		if err != nil {
+			// IPv6 addresses would only make jobs try IPv6 first for
+			// dual-stack names, and fail.
+			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr6 (or --egress-prefix6) to give them IPv6", "err", err)
+			return nil
+		}
+		e.public6 = a
+	}
+	if err := leases.SetPrefix6(cfg.Subnet6); err != nil {
+		return err
+	}
+	log.Info("IPv6 in the tunnel", "subnet6", cfg.Subnet6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	return nil
+}
+
+// checkEgressPrefix6 validates --egress-prefix6: an IPv6 prefix of at
+// most /96, so that every IPv4 tunnel address of subnet has its own
+// address in it.
+func checkEgressPrefix6(p, subnet netip.Prefix) error {
+	if err := lease.CheckPrefix6(p); err != nil {
+		return fmt.Errorf("--egress-prefix6: %w", err)
+	}
+	a := p.Addr()
+	if a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+		return fmt.Errorf("--egress-prefix6 %s: want a routed unicast prefix", p)
+	}
+	return nil
+}
+
+// checkOwnPrefix6 checks, for user mode, the admin's one-time setup for
+// --egress-prefix6 (CheckLocalPrefix6); the gateway does not start
+// without it.
+func checkOwnPrefix6(log *slog.Logger, p netip.Prefix, probe netip.Addr) error {
+	if err := CheckLocalPrefix6(p, probe); err != nil {
+		return fmt.Errorf("--egress-prefix6 %s: %w", p, err)
+	}
+	log.Info("--egress-prefix6: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
+	return nil
+}
+
+// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix6,
+// is a local route of this host (probing its address probe; the zero
+// Addr means the prefix's first address): jobs' sockets bind to
+// addresses of the prefix that no interface has (IPV6_FREEBIND, no
+// privilege needed), and the host accepts the replies the site routes to
+// it only through such a route. The error says the fix.
+func CheckLocalPrefix6(p netip.Prefix, probe netip.Addr) error {
+	if !probe.IsValid() {
+		probe = p.Masked().Addr().Next()
+	}
+	routes, err := netlink.RouteGet(probe.AsSlice())
+	if err != nil || len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
+		return fmt.Errorf("the prefix is not a local route of this host, so replies to jobs' own addresses would not reach them; as root, once: ip -6 route add local %s dev lo (and have the site route %s to this host)", p.Masked(), p.Masked())
+	}
+	return nil
 }

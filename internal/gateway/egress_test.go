@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -145,7 +146,7 @@ func TestPortBlocks(t *testing.T) {
 		priv, _ := wgkey.Generate()
 		return cc.Join(context.Background(), control.JoinRequest{Token: tok, PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: job}})
 	}
-	wantPub, err := defaultRouteSource()
+	wantPub, err := defaultRouteSource(ipfamily.V4)
 	if err != nil {
 		wantPub = netip.IPv4Unspecified()
 	}
@@ -190,7 +191,15 @@ func TestPortBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) == 0 || recs[0].JobID != "job-2" || recs[0].PortLo != leases[1].Ports[0] || recs[0].PortHi != leases[1].Ports[1] {
+	if a, _ := firstAttribution(recs); len(recs) == 0 || recs[0].JobID != "job-2" || a.PortLo != leases[1].Ports[0] || a.PortHi != leases[1].Ports[1] {
 		t.Errorf("whois in job-2's block: got %+v, want job-2 with its block", recs)
 	}
+}
+
+// firstAttribution returns the first attribution of the first of recs.
+func firstAttribution(recs []store.LeaseRecord) (store.Attribution, bool) {
+	if len(recs) == 0 || len(recs[0].Egress) == 0 {
+		return store.Attribution{}, false
+	}
+	return recs[0].Egress[0], true
 }

@@ -40,7 +40,7 @@ func ParseExposePorts(s string) (*policy.Exposure, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bad --expose-ports %q: want PORT[-PORT][/tcp|/udp]: %w", f, err)
 		}
-		ex.Rules = append(ex.Rules, policy.ExposeRule{Proto: p, Ports: []policy.PortRange{{Lo: r.Lo, Hi: r.Hi}}})
+		ex.Rules = append(ex.Rules, policy.ExposeRule{Proto: p, Ports: []portblock.Range{{Lo: r.Lo, Hi: r.Hi}}})
 	}
 	return ex, nil
 }

@@ -133,7 +133,7 @@ func (g *gateway) onFleetRevoke(token string) {
 	for _, l := range g.leases.Leases() {
 		if o, _ := l.Owner.(owner); o.Token == token {
 			if _, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
-				g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addr", l.Addr, "token", token)
+				g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", token)
 			}
 		}
 	}
@@ -166,7 +166,7 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 		}
 		if banCovers(b, o.Job.Hostname, o.Remote.Addr()) {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
-				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addr", l.Addr, "token", b.Token, "host", o.Job.Hostname)
+				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Job.Hostname)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // FlowLogFile is the flow log's default name inside the state directory.
@@ -52,9 +53,9 @@ func (c FlowsConfig) idle() flows.Timeouts {
 	}
 }
 
-// openFlows opens the flow log and makes the flow table. The returned
-// close function closes the log.
-func openFlows(cfg Config) (*flows.Table, func() error, error) {
+// openFlows opens the flow log and makes the flow table on job index
+// index. The returned close function closes the log.
+func openFlows(cfg Config, index *jobs.Index) (*flows.Table, func() error, error) {
 	fc := cfg.Flows
 	var w flows.RecordWriter
 	closeLog := func() error { return nil }
@@ -74,6 +75,7 @@ func openFlows(cfg Config) (*flows.Table, func() error, error) {
 		Log:    w,
 		Bulk:   fc.Bulk,
 		Idle:   fc.idle(),
+		Jobs:   index,
 	})
 	return tb, closeLog, nil
 }

@@ -58,7 +58,7 @@ type Config struct {
 	// address of it.
 	Subnet netip.Prefix
 	// Subnet6, NoIPv6, EgressAddr6 and EgressPrefix6 configure IPv6 in
-	// the tunnel (dualstack.go): the IPv6 tunnel prefix (zero: the one
+	// the tunnel (subnets.go, egress.go): the IPv6 tunnel prefix (zero: the one
 	// kept in the state dir, else a random ULA /48), IPv6 off, where jobs'
 	// IPv6 flows leave from (zero: the IPv6 default route's source) or a
 	// routed prefix that gives each job its own public IPv6 address.
@@ -201,9 +201,12 @@ const (
 	TCPStackNetstack = "netstack"
 )
 
-// openKernelTCP makes the private namespace for user mode's kernel TCP
-// if cfg.TCPStack asks for it; nil means the netstack terminates TCP.
-func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
+// openKernelTCP makes the private namespace for user mode's kernel TCP,
+// for jobs of the tunnel subnets of tunnels (both families), if
+// cfg.TCPStack asks for it; nil means the netstack terminates TCP. Where
+// the namespace cannot carry IPv6 (IPv6 off in the host's kernel), it
+// carries IPv4 alone and the netstack keeps jobs' IPv6 TCP.
+func openKernelTCP(cfg Config, tunnels []netip.Prefix) (*usernet.Namespace, error) {
 	switch cfg.TCPStack {
 	case "", TCPStackNetstack:
 		return nil, nil
@@ -211,15 +214,22 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 	default:
 		return nil, fmt.Errorf("bad tcp stack %q: want %s, %s or %s", cfg.TCPStack, TCPStackAuto, TCPStackKernel, TCPStackNetstack)
 	}
-	if !cfg.Subnet.Addr().Is4() {
-		if cfg.TCPStack == TCPStackKernel {
-			return nil, fmt.Errorf("--tcp-stack kernel: subnet %s is not IPv4", cfg.Subnet)
+	var subnets, v4 []netip.Prefix
+	for _, p := range tunnels {
+		subnets = append(subnets, p.Masked())
+		if p.Addr().Is4() {
+			v4 = append(v4, p.Masked())
 		}
-		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := usernet.Open(ctx, cfg.Subnet, cfg.MTU)
+	ns, err := usernet.Open(ctx, subnets, cfg.MTU)
+	if err != nil && len(v4) > 0 && len(v4) < len(subnets) {
+		if ns4, err4 := usernet.Open(ctx, v4, cfg.MTU); err4 == nil {
+			cfg.Logger.Warn("the kernel's TCP terminates jobs' IPv4 only, the user-space netstack their IPv6: the private namespace has no IPv6 here", "err", err)
+			return ns4, nil
+		}
+	}
 	if err == nil {
 		return ns, nil
 	}
@@ -232,9 +242,15 @@ func openKernelTCP(cfg Config) (*usernet.Namespace, error) {
 	return nil, nil
 }
 
-// newForwarder makes the egress backend of eg.mode.
-func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (forward.Backend, error) {
-	addr := netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())
+// newForwarder makes the egress backend of eg.mode on the gateway's tunnel
+// addresses tunnels, reporting to flow table tb (and its job index).
+func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table) (forward.Backend, error) {
+	var egressAddrs []netip.Addr
+	for _, a := range []netip.Addr{eg.public, eg.public6} {
+		if a.IsValid() && !a.IsUnspecified() {
+			egressAddrs = append(egressAddrs, a)
+		}
+	}
 	if eg.mode == EgressKernel {
 		if !isHostAddr(eg.public) {
 			cfg.Logger.Warn("--egress-addr is not an address of this host; replies to it will not reach the gateway unless the network routes them here", "egress_addr", eg.public)
@@ -242,16 +258,13 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 		f, err := kernel.New(kernel.Config{
 			Logger:       cfg.Logger.With("component", "kernel"),
 			Name:         cfg.TUN,
-			Addr:         addr,
+			Addrs:        tunnels,
 			MTU:          cfg.MTU,
 			DNSUpstreams: cfg.DNSUpstreams,
-			EgressAddr:   eg.public,
+			Egress:       egressAddrs,
+			OwnPrefix:    eg.own,
 			BlockSize:    eg.plan.Size,
 			Flows:        tb,
-			// IPv6 (kernel v6_linux.go); zero without it.
-			Addr6:         tunnel6(cfg, gwAddr),
-			EgressAddr6:   cfg.EgressAddr6,
-			EgressPrefix6: cfg.EgressPrefix6,
 		})
 		if err != nil {
 			return nil, err
@@ -260,8 +273,8 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 	}
 	ns := netstack.Config{
 		Logger:       cfg.Logger.With("component", "netstack"),
-		Addr:         addr,
-		Addr6:        tunnel6(cfg, gwAddr),
+		Addrs:        tunnels,
+		Egress:       egressAddrs,
 		MTU:          cfg.MTU,
 		DNSUpstreams: cfg.DNSUpstreams,
 		Dial:         cfg.Dial,
@@ -275,10 +288,9 @@ func newForwarder(cfg Config, eg egress, gwAddr netip.Addr, tb *flows.Table) (fo
 				return nil, fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' sockets and exposed ports on it", a)
 			}
 		}
-		ns.EgressAddr = eg.public
 	}
 	ns.ExplicitPorts = eg.explicit
-	kns, err := openKernelTCP(cfg)
+	kns, err := openKernelTCP(cfg, tunnels)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -70,7 +71,7 @@ func startGatewayWith(t testing.TB, mod func(*Config), remotes ...remote) *testG
 		RenewInterval: 2 * time.Second,
 		LeaseTTL:      10 * time.Second,
 		DNSUpstreams:  []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
+		ExposePorts:   &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}}}},
 		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
 			for _, r := range remotes {
 				if r.job == address {
@@ -409,7 +410,7 @@ func TestLeaseHistory(t *testing.T) {
 		t.Fatalf("lease history: got %d records, want 1: %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr != ls.Address.Addr() {
+	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr() != ls.Address.Addr() {
 		t.Errorf("record: got %+v, want lease %s of slurm-77/alice/cn042 at %v", r, ls.ID, ls.Address.Addr())
 	}
 	if r.End.IsZero() || r.EndReason != "released" {

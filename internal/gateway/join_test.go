@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -48,7 +49,7 @@ func openGateway(t *testing.T) *gateway {
 		StateDir:     filepath.Join(t.TempDir(), "state"),
 		Listen:       "127.0.0.1:0",
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
-		ExposePorts:  &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}}}},
+		ExposePorts:  &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}}}},
 		EgressAddr:   hostAddr(),
 	}
 	if err := cfg.setDefaults(); err != nil {
@@ -92,8 +93,11 @@ func checkNothingLeft(t *testing.T, g *gateway, addr netip.Addr, exposed netip.A
 			t.Errorf("live lease records after a failed join: got %v, %v; want none", recs, err)
 		}
 	}
-	if err := g.backend.SetJobLimits(addr, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
-		t.Errorf("egress backend after a failed join: SetJobLimits got %v, want ErrUnknownJob (the job is gone)", err)
+	if id, ok := g.index.Lookup(addr); ok {
+		t.Errorf("job index after a failed join: %v is still job %s's", addr, id)
+		if err := g.backend.SetJobLimits(id, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+			t.Errorf("egress backend after a failed join: SetJobLimits got %v, want ErrUnknownJob (the job is gone)", err)
+		}
 	}
 	if js := g.flows.Jobs(); len(js) != 0 {
 		t.Errorf("flow table jobs after a failed join: got %+v, want none", js)

@@ -8,8 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
@@ -38,11 +36,8 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		PortBlocks: func() (int, int) {
 			return g.leases.BlocksUsed(), g.egress.pool.Blocks()
 		},
-		Start: g.started,
-	}
-	src.Limits = func() (limits.Stats, error) {
-		st, err := g.backend.Stats()
-		return st.Limits, err
+		Start:   g.started,
+		Backend: g.backend.Stats,
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
@@ -64,7 +59,6 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err := reg.Register(bi); err != nil {
 		return gatewayMetrics{}, err
 	}
-	m.SetPolicy(policyDrops{g.backend})
 	gm := gatewayMetrics{metrics: m, registry: reg}
 	if g.cfg.Metrics != "" {
 		if gm.listener, err = metrics.Listen(g.cfg.Metrics, g.cfg.MetricsPublic); err != nil {
@@ -73,20 +67,4 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		g.log.Info("metrics listening", "addr", gm.listener.Addr().String(), "path", "/metrics")
 	}
 	return gm, nil
-}
-
-// policyDrops adapts the egress backend's policy drop counters to the
-// metrics' RuleDropCounter.
-type policyDrops struct{ b forward.Backend }
-
-func (d policyDrops) RuleDrops() []metrics.RuleDrops {
-	st, err := d.b.Stats()
-	if err != nil {
-		return nil
-	}
-	out := make([]metrics.RuleDrops, 0, len(st.PolicyDrops))
-	for rule, n := range st.PolicyDrops {
-		out = append(out, metrics.RuleDrops{Rule: rule, Drops: n})
-	}
-	return out
 }

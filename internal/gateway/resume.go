@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -90,8 +91,8 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		return fmt.Errorf("bad secret hash")
 	}
 	l := lease.Lease{
-		ID: r.ID, Addr: r.TunnelAddr, Block: rs.Block, Blocks: rs.Blocks, PublicKey: pub,
-		Start: r.Start, Expires: now.Add(g.leases.TTL()),
+		ID: r.ID, Addrs: []netip.Prefix{netip.PrefixFrom(r.TunnelAddr(), g.cfg.Subnet.Bits())}, Block: rs.Block, Blocks: rs.Blocks,
+		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
 	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command}, Token: r.Token, Remote: remote}
@@ -102,8 +103,13 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", rs.Block, l.Blocks, g.egress.pool.Blocks())
 	}
 	block, pubAddr := g.block(l), g.blockAddr(l)
-	if rs.Block >= 0 && (block.Lo != r.PortLo || block.Hi != r.PortHi || (r.PublicAddr.IsValid() && pubAddr != r.PublicAddr)) {
-		return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, r.PublicAddr, r.PortLo, r.PortHi)
+	for _, a := range store.Attributions(r) {
+		if rs.Block < 0 || a.Own {
+			continue
+		}
+		if a.PortLo != block.Lo || a.PortHi != block.Hi || ipfamily.Of(a.Addr) == ipfamily.Of(pubAddr) && a.Addr != pubAddr {
+			return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, a.Addr, a.PortLo, a.PortHi)
+		}
 	}
 	var expose []control.Port
 	for _, s := range rs.Expose {
@@ -113,10 +119,9 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		}
 		expose = append(expose, p)
 	}
-	if err := g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
+	if l, err = g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
 		return err
 	}
-	l = g.leaseAddr6(l)
 	added := false
 	defer func() {
 		if err == nil {
@@ -135,10 +140,10 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		return fmt.Errorf("add job to egress: %w", err)
 	}
 	added = true
-	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
+	if err = g.wg.AddPeer(pub, l.AddrList()...); err != nil {
 		return err
 	}
 	g.restoreEndpoint(pub)
-	g.log.Info("lease restored", "lease", l.ID, "addr", l.Addr, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)
+	g.log.Info("lease restored", "lease", l.ID, "addrs", l.Addrs, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,8 +104,8 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 			if r.End.IsZero() || r.EndReason != "released" || r.Resume != nil {
 				t.Errorf("released restored lease: end %v %q, resume %+v", r.End, r.EndReason, r.Resume)
 			}
-			if len(r.Exposed) != 1 {
-				t.Errorf("exposed %v, want the one port", r.Exposed)
+			if len(r.Exposed) != 2 || !strings.HasPrefix(r.Exposed[0], "tcp/8080=") || !strings.HasPrefix(r.Exposed[1], "tcp/8080=[") {
+				t.Errorf("exposed %v, want the one port, on the IPv4 and the IPv6 egress address", r.Exposed)
 			}
 		case ls2.ID:
 			if !r.End.IsZero() || r.Resume == nil || r.Resume.Block < 0 {

@@ -64,7 +64,7 @@ func TestRevokeRace(t *testing.T) {
 	if _, err := g.Renew(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret}); !errors.Is(err, control.ErrLeaseEnded) {
 		t.Errorf("renewal of a lease whose token was revoked: %v, want ErrLeaseEnded", err)
 	}
-	if _, ok := g.leases.ByAddr(l.Address.Addr()); ok {
+	if _, ok := g.leases.ByID(l.ID); ok {
 		t.Errorf("lease %s of a revoked token still live after its renewal", l.ID)
 	}
 }

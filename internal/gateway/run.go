@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -19,6 +20,8 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/metrics"
@@ -184,7 +187,10 @@ func (g *gateway) openEgress() error {
 	}
 	eg.logPublic(g.log)
 	g.egress, g.exposeAddr = eg, exposeAddr(eg)
-	tb, closeFlowLog, err := openFlows(cfg)
+	// One job index for the flow table, the egress backend (which adds
+	// and removes jobs' addresses) and the capture taps.
+	g.index = new(jobs.Index)
+	tb, closeFlowLog, err := openFlows(cfg, g.index)
 	if err != nil {
 		return err
 	}
@@ -198,6 +204,10 @@ func (g *gateway) openEgress() error {
 	if g.leases, err = lease.NewStride(cfg.Subnet, g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
 		return err
 	}
+	if err := g.egress.planEgress6(cfg, g.leases, func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V6) }); err != nil {
+		return err
+	}
+	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
 	conf := g.conf.Load()
 	g.warnBlockSizes(conf.Quotas)
 	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
@@ -221,15 +231,12 @@ func (g *gateway) openTunnel() error {
 	if port == 0 {
 		port = uint16(ln.Addr().(*net.TCPAddr).Port)
 	}
-	dev, err := newForwarder(cfg, g.egress, g.gwAddr, g.flows)
+	dev, err := newForwarder(cfg, g.egress, g.tunnels, g.flows)
 	if err != nil {
 		return err
 	}
 	g.backend = dev
 	g.onClose(func() { dev.Close() })
-	if g.v6, err = setupDualStack(cfg, g.leases, defaultRouteSource6); err != nil {
-		return err
-	}
 	if err := setBackend(dev, g.conf.Load()); err != nil {
 		return err
 	}
@@ -238,7 +245,7 @@ func (g *gateway) openTunnel() error {
 		return err
 	}
 	// Both egress modes' packets pass here: the capture feeds' tap.
-	g.capture = capture.NewDevice(dev)
+	g.capture = capture.NewDevice(dev, g.index)
 	g.wg, err = tunnel.NewGateway(log, g.capture, bind, g.wgPriv, port)
 	if err != nil {
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
@@ -383,7 +390,7 @@ func (g *gateway) ready() {
 	g.log.Info("gateway ready",
 		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addr", g.gwAddr, "tunnel_addr6", g.v6.gw, "egress", eg.mode, "egress_addr", eg.public,
+		"subnet", cfg.Subnet, "tunnel_addrs", g.tunnels, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),

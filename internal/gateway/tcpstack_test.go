@@ -32,10 +32,9 @@ func TestOpenKernelTCPUnavailable(t *testing.T) {
 			cfg := Config{
 				Logger:   slog.New(slog.NewTextHandler(&logs, nil)),
 				TCPStack: tc.stack,
-				Subnet:   netip.MustParsePrefix("100.64.0.0/16"),
 				MTU:      DefaultMTU,
 			}
-			ns, err := openKernelTCP(cfg)
+			ns, err := openKernelTCP(cfg, []netip.Prefix{netip.MustParsePrefix("100.64.0.1/16"), netip.MustParsePrefix("fd00:a10c::1/64")})
 			if ns != nil {
 				ns.Close()
 				t.Fatal("got a private namespace, want none")

@@ -94,7 +94,7 @@ func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 		if old != nil {
 			old.Close()
 		}
-		g.log.Info("job uses the TCP transport", "lease", l.ID, "addr", l.Addr, "remote", remote, "replaced_stream", old != nil)
+		g.log.Info("job uses the TCP transport", "lease", l.ID, "addrs", l.Addrs, "remote", remote, "replaced_stream", old != nil)
 		go func() {
 			<-s.Done()
 			g.tr.mu.Lock()

@@ -28,16 +28,6 @@ func Embed6(p netip.Prefix, a netip.Addr) netip.Addr {
 	return netip.AddrFrom16(b)
 }
 
-// Extract4 returns the IPv4 address that a, an address of prefix p,
-// embeds, and whether a is in p.
-func Extract4(p netip.Prefix, a netip.Addr) (netip.Addr, bool) {
-	if !p.IsValid() || !a.Is6() || a.Is4In6() || !p.Contains(a) {
-		return netip.Addr{}, false
-	}
-	b := a.As16()
-	return netip.AddrFrom4([4]byte(b[12:])), true
-}
-
 // CheckPrefix6 validates p as the IPv6 tunnel prefix beside the IPv4
 // tunnel subnet.
 func CheckPrefix6(p netip.Prefix) error {
@@ -53,8 +43,8 @@ func CheckPrefix6(p netip.Prefix) error {
 }
 
 // SetPrefix6 makes the Manager a dual-stack one: every lease handed out or
-// restored from now on carries Addr6, the address of p that embeds its
-// IPv4 address. It fails if p is not a valid IPv6 prefix of at most /96 or
+// restored from now on carries a second address, the one of p that embeds
+// its IPv4 address. It fails if p is not a valid IPv6 prefix of at most /96 or
 // if the Manager's own subnet is not IPv4. Call it before the first
 // Allocate or Restore.
 func (m *Manager) SetPrefix6(p netip.Prefix) error {
@@ -87,22 +77,4 @@ func (m *Manager) Gateway6() netip.Addr {
 		return netip.Addr{}
 	}
 	return Embed6(m.prefix6, m.gateway)
-}
-
-// addr6Locked returns the IPv6 address of the job at IPv4 address a, or
-// the zero Addr for an IPv4-only Manager.
-func (m *Manager) addr6Locked(a netip.Addr) netip.Addr {
-	if !m.prefix6.IsValid() {
-		return netip.Addr{}
-	}
-	return Embed6(m.prefix6, a)
-}
-
-// v4Locked maps a lookup address to the IPv4 tunnel address it names: a
-// itself, or the IPv4 address an IPv6 tunnel address embeds.
-func (m *Manager) v4Locked(a netip.Addr) netip.Addr {
-	if v4, ok := Extract4(m.prefix6, a); ok {
-		return v4
-	}
-	return a.Unmap()
 }

@@ -4,6 +4,7 @@ package lease
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 )
@@ -14,12 +15,6 @@ func TestEmbed6(t *testing.T) {
 	if want := netip.MustParseAddr("fd12:3456:789a::6440:2"); a != want {
 		t.Errorf("Embed6 = %v, want %v", a, want)
 	}
-	if v4, ok := Extract4(p, a); !ok || v4 != netip.MustParseAddr("100.64.0.2") {
-		t.Errorf("Extract4(%v) = %v, %v", a, v4, ok)
-	}
-	if _, ok := Extract4(p, netip.MustParseAddr("fd00::1")); ok {
-		t.Error("Extract4 of an address outside the prefix: ok")
-	}
 	for _, bad := range []string{"fd00::/97", "10.0.0.0/8", "::ffff:0:0/96"} {
 		if err := CheckPrefix6(netip.MustParsePrefix(bad)); err == nil {
 			t.Errorf("CheckPrefix6(%s): no error", bad)
@@ -28,7 +23,7 @@ func TestEmbed6(t *testing.T) {
 }
 
 // TestDualStackLeases: leases carry the IPv6 address that embeds their
-// IPv4 one, also when restored; ByAddr finds them by either.
+// IPv4 one, also when restored.
 func TestDualStackLeases(t *testing.T) {
 	m, err := New(netip.MustParsePrefix("100.64.0.0/16"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
 	if err != nil {
@@ -49,20 +44,22 @@ func TestDualStackLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Addr6 != Embed6(p6, l.Addr) {
-		t.Errorf("lease %v has IPv6 address %v, want %v", l.Addr, l.Addr6, Embed6(p6, l.Addr))
-	}
-	if got, ok := m.ByAddr(l.Addr6); !ok || got.ID != l.ID {
-		t.Errorf("ByAddr(%v) = %v, %v", l.Addr6, got.ID, ok)
+	want := []netip.Prefix{netip.PrefixFrom(l.Addr(), 16), netip.PrefixFrom(Embed6(p6, l.Addr()), 48)}
+	if !slices.Equal(l.Addrs, want) {
+		t.Errorf("lease addresses %v, want %v", l.Addrs, want)
 	}
 	if _, err := m.Release(l.ID, secret); err != nil {
 		t.Fatal(err)
 	}
-	r := Lease{ID: "r", Addr: netip.MustParseAddr("100.64.0.9"), Block: -1, PublicKey: [32]byte{2}, Start: now, Expires: now.Add(time.Minute)}
-	if err := m.Restore(r, [32]byte{}); err != nil {
+	r := Lease{ID: "r", Addrs: []netip.Prefix{netip.MustParsePrefix("100.64.0.9/32")}, Block: -1, PublicKey: [32]byte{2}, Start: now, Expires: now.Add(time.Minute)}
+	got, err := m.Restore(r, [32]byte{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got, ok := m.ByAddr(netip.MustParseAddr("fd12:3456:789a::6440:9")); !ok || got.Addr6 != netip.MustParseAddr("fd12:3456:789a::6440:9") {
-		t.Errorf("restored lease: %+v, %v", got, ok)
+	if want := []netip.Addr{netip.MustParseAddr("100.64.0.9"), netip.MustParseAddr("fd12:3456:789a::6440:9")}; !slices.Equal(got.AddrList(), want) {
+		t.Errorf("restored lease: %v, want %v", got.Addrs, want)
+	}
+	if l, ok := m.ByID("r"); !ok || !slices.Equal(l.Addrs, got.Addrs) {
+		t.Errorf("ByID of the restored lease: %+v, %v", l, ok)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 // Errors returned by Manager.
@@ -28,14 +30,15 @@ var (
 	ErrNoPortBlock = errors.New("no free egress port block")
 )
 
-// Lease is one job's hold on a tunnel address.
+// Lease is one job's hold on its tunnel addresses.
 type Lease struct {
+	// ID is the lease id, which names the job (jobs.ID) everywhere.
 	ID string
-	// Addr is the job's tunnel address.
-	Addr netip.Addr
-	// Addr6 is the job's IPv6 tunnel address (dualstack.go); the zero
-	// Addr when the Manager is IPv4-only.
-	Addr6 netip.Addr
+	// Addrs are the job's tunnel addresses with their subnets' lengths:
+	// first the one the Manager allocates in its subnet (Addr), then,
+	// from a dual-stack Manager, the IPv6 one derived from it
+	// (dualstack.go).
+	Addrs []netip.Prefix
 	// Block is the index of the job's (first) egress port block, or -1
 	// when the Manager hands out no blocks.
 	Block int
@@ -115,6 +118,45 @@ func NewStride(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, block
 	}, nil
 }
 
+// Addr returns the lease's first tunnel address, the one the Manager
+// allocates (the zero Addr for a lease without addresses).
+func (l Lease) Addr() netip.Addr {
+	if len(l.Addrs) == 0 {
+		return netip.Addr{}
+	}
+	return l.Addrs[0].Addr()
+}
+
+// AddrOf returns the lease's tunnel address of family f, the zero Addr
+// for none.
+func (l Lease) AddrOf(f *ipfamily.Family) netip.Addr {
+	for _, p := range l.Addrs {
+		if f.Contains(p.Addr()) {
+			return p.Addr()
+		}
+	}
+	return netip.Addr{}
+}
+
+// AddrList returns the lease's tunnel addresses without prefix lengths.
+func (l Lease) AddrList() []netip.Addr {
+	out := make([]netip.Addr, len(l.Addrs))
+	for i, p := range l.Addrs {
+		out[i] = p.Addr()
+	}
+	return out
+}
+
+// addrsLocked returns the tunnel addresses of the job at a, the address
+// the Manager allocates.
+func (m *Manager) addrsLocked(a netip.Addr) []netip.Prefix {
+	out := []netip.Prefix{netip.PrefixFrom(a, m.prefix.Bits())}
+	if m.prefix6.IsValid() {
+		out = append(out, netip.PrefixFrom(Embed6(m.prefix6, a), m.prefix6.Bits()))
+	}
+	return out
+}
+
 // TTL returns how long a lease lives without renewal.
 func (m *Manager) TTL() time.Duration { return m.ttl }
 
@@ -180,8 +222,7 @@ func (m *Manager) AllocateRun(pub [32]byte, owner any, now time.Time, n int) (l 
 	}
 	nl := &Lease{
 		ID:         id,
-		Addr:       addr,
-		Addr6:      m.addr6Locked(addr),
+		Addrs:      m.addrsLocked(addr),
 		Block:      block,
 		Blocks:     blocks,
 		PublicKey:  pub,
@@ -262,7 +303,7 @@ func (m *Manager) Release(id, secret string) (Lease, error) {
 
 func (m *Manager) removeLocked(l *Lease) {
 	delete(m.byID, l.ID)
-	delete(m.byAddr, l.Addr)
+	delete(m.byAddr, l.Addr())
 	for _, b := range m.run(*l) {
 		if m.byBlock[b] == l {
 			delete(m.byBlock, b)
@@ -295,7 +336,7 @@ func (m *Manager) Leases() []Lease {
 		out = append(out, *l)
 	}
 	m.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr().Less(out[j].Addr()) })
 	return out
 }
 
@@ -317,11 +358,11 @@ func randomString(n int) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-// ByAddr returns the live lease of tunnel address a, IPv4 or IPv6.
-func (m *Manager) ByAddr(a netip.Addr) (Lease, bool) {
+// ByID returns the live lease with id (expired but not yet swept too).
+func (m *Manager) ByID(id string) (Lease, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	l, ok := m.byAddr[m.v4Locked(a)]
+	l, ok := m.byID[id]
 	if !ok {
 		return Lease{}, false
 	}
@@ -347,37 +388,40 @@ func (m *Manager) Check(id, secret string, now time.Time) (Lease, error) {
 }
 
 // Restore puts back a lease that a previous run of the gateway handed out
-// (l with the hash of its secret), for example after a restart. It fails
-// if l's address is not usable in this subnet, its block does not exist,
-// or either (or its id or key) is already taken.
-func (m *Manager) Restore(l Lease, secretHash [32]byte) error {
+// (l with the hash of its secret), for example after a restart, and
+// returns it as restored, with all its addresses. l needs only its first
+// address (Addr); the others are derived again. It fails if that address
+// is not usable in this subnet, its block does not exist, or either (or
+// its id or key) is already taken.
+func (m *Manager) Restore(l Lease, secretHash [32]byte) (Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	a := l.Addr().Unmap()
 	switch {
-	case !m.usable(l.Addr):
-		return fmt.Errorf("restore lease %s: address %s not usable in %s", l.ID, l.Addr, m.prefix)
+	case !m.usable(a):
+		return Lease{}, fmt.Errorf("restore lease %s: address %s not usable in %s", l.ID, a, m.prefix)
 	case !m.runExistsLocked(l):
-		return fmt.Errorf("restore lease %s: port blocks %d (%d of them, %d apart) do not exist (%d blocks)", l.ID, l.Block, l.Blocks, m.stride, m.blocks)
-	case m.byID[l.ID] != nil || m.byAddr[l.Addr] != nil || m.byKey[l.PublicKey] != nil:
-		return fmt.Errorf("restore lease %s: id, address or key already leased", l.ID)
+		return Lease{}, fmt.Errorf("restore lease %s: port blocks %d (%d of them, %d apart) do not exist (%d blocks)", l.ID, l.Block, l.Blocks, m.stride, m.blocks)
+	case m.byID[l.ID] != nil || m.byAddr[a] != nil || m.byKey[l.PublicKey] != nil:
+		return Lease{}, fmt.Errorf("restore lease %s: id, address or key already leased", l.ID)
 	case !m.runFreeLocked(l.Block, max(l.Blocks, 1)):
-		return fmt.Errorf("restore lease %s: port block %d already leased", l.ID, l.Block)
+		return Lease{}, fmt.Errorf("restore lease %s: port block %d already leased", l.ID, l.Block)
 	}
 	nl := l
 	nl.secretHash = secretHash
-	nl.Addr6 = m.addr6Locked(nl.Addr)
+	nl.Addrs = m.addrsLocked(a)
 	if nl.Block >= 0 && nl.Blocks == 0 {
 		nl.Blocks = 1
 	}
 	m.byID[nl.ID] = &nl
-	m.byAddr[nl.Addr] = &nl
+	m.byAddr[a] = &nl
 	m.byKey[nl.PublicKey] = &nl
 	m.holdRunLocked(&nl)
 	if nl.Block >= 0 && nl.Block >= m.nextBlock {
 		m.nextBlock = (nl.Block + 1) % m.blocks
 	}
-	if m.next.Less(nl.Addr.Next()) {
-		m.next = nl.Addr.Next()
+	if m.next.Less(a.Next()) {
+		m.next = a.Next()
 	}
-	return nil
+	return nl, nil
 }

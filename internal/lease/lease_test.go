@@ -21,7 +21,7 @@ func TestAllocateSkipsReserved(t *testing.T) {
 		if err != nil {
 			t.Fatalf("allocate %d: %v", i, err)
 		}
-		got = append(got, l.Addr)
+		got = append(got, l.Addr())
 	}
 	want := []string{"100.64.0.2", "100.64.0.3", "100.64.0.4", "100.64.0.5", "100.64.0.6"}
 	for i := range want {
@@ -67,8 +67,8 @@ func TestRenewReleaseExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l2.Addr == l.Addr {
-		t.Errorf("freed address reused at once: %v", l2.Addr)
+	if l2.Addr() == l.Addr() {
+		t.Errorf("freed address reused at once: %v", l2.Addr())
 	}
 	if _, err := m.Release(l2.ID, s2); err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestAllocateIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := l.Addr.String(), "fd00::2"; got != want {
+	if got, want := l.Addr().String(), "fd00::2"; got != want {
 		t.Errorf("got %v, want %v", got, want)
 	}
 }
@@ -135,8 +135,8 @@ func TestPortBlocks(t *testing.T) {
 	if err != nil || c.Block != 0 {
 		t.Fatalf("after release: block %d, %v; want 0", c.Block, err)
 	}
-	if got, ok := m.ByAddr(c.Addr); !ok || got.ID != c.ID {
-		t.Errorf("ByAddr(%v): got %v, %v", c.Addr, got.ID, ok)
+	if got, ok := m.ByID(c.ID); !ok || got.Addr() != c.Addr() {
+		t.Errorf("ByID(%v): got %v, %v", c.ID, got.Addr(), ok)
 	}
 }
 
@@ -151,13 +151,13 @@ func TestRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := m.Remove(l.ID)
-	if err != nil || got.Addr != l.Addr {
-		t.Fatalf("Remove: got %v, %v; want the lease of %s", got, err, l.Addr)
+	if err != nil || got.Addr() != l.Addr() {
+		t.Fatalf("Remove: got %v, %v; want the lease of %s", got, err, l.Addr())
 	}
 	if _, err := m.Renew(l.ID, secret, now); !errors.Is(err, ErrUnknownLease) {
 		t.Errorf("Renew after Remove: got %v, want ErrUnknownLease", err)
 	}
-	if _, ok := m.ByAddr(l.Addr); ok || m.Len() != 0 {
+	if _, ok := m.ByID(l.ID); ok || m.Len() != 0 {
 		t.Errorf("lease still held after Remove")
 	}
 	if _, err := m.Remove(l.ID); !errors.Is(err, ErrUnknownLease) {
@@ -177,7 +177,7 @@ func TestRestore(t *testing.T) {
 	}
 	// A second manager (the restarted gateway) takes the lease back.
 	m2, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 4)
-	if err := m2.Restore(l, l.SecretHash()); err != nil {
+	if _, err := m2.Restore(l, l.SecretHash()); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
 	if _, err := m2.Renew(l.ID, secret, now); err != nil {
@@ -186,21 +186,21 @@ func TestRestore(t *testing.T) {
 	if _, err := m2.Check(l.ID, "wrong", now); err != ErrUnknownLease {
 		t.Errorf("check with a wrong secret: got %v", err)
 	}
-	if err := m2.Restore(l, l.SecretHash()); err == nil {
+	if _, err := m2.Restore(l, l.SecretHash()); err == nil {
 		t.Errorf("restoring the same lease twice succeeded")
 	}
 	// New leases avoid the restored address and block.
 	n, _, _, err := m2.Allocate([32]byte{2}, nil, now)
-	if err != nil || n.Addr == l.Addr || n.Block == l.Block {
+	if err != nil || n.Addr() == l.Addr() || n.Block == l.Block {
 		t.Errorf("new lease %+v, %v collides with restored %+v", n, err, l)
 	}
 	bad := l
-	bad.ID, bad.PublicKey, bad.Addr, bad.Block = "x", [32]byte{3}, netip.MustParseAddr("100.65.0.9"), 1
-	if err := m2.Restore(bad, l.SecretHash()); err == nil {
+	bad.ID, bad.PublicKey, bad.Addrs, bad.Block = "x", [32]byte{3}, []netip.Prefix{netip.MustParsePrefix("100.65.0.9/24")}, 1
+	if _, err := m2.Restore(bad, l.SecretHash()); err == nil {
 		t.Errorf("restored an address outside the subnet")
 	}
-	bad.Addr, bad.Block = netip.MustParseAddr("100.64.0.77"), 9
-	if err := m2.Restore(bad, l.SecretHash()); err == nil {
+	bad.Addrs, bad.Block = []netip.Prefix{netip.MustParsePrefix("100.64.0.77/24")}, 9
+	if _, err := m2.Restore(bad, l.SecretHash()); err == nil {
 		t.Errorf("restored a block that does not exist")
 	}
 	if _, err := m2.Remove(l.ID); err != nil {

@@ -69,8 +69,8 @@ func TestAllocateRun(t *testing.T) {
 func TestRestoreRun(t *testing.T) {
 	m, _ := NewStride(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 8, 2)
 	now := time.Now()
-	l := Lease{ID: "a", Addr: netip.MustParseAddr("100.64.0.2"), Block: 1, Blocks: 3, PublicKey: [32]byte{1}, Start: now, Expires: now.Add(time.Minute)}
-	if err := m.Restore(l, [32]byte{}); err != nil {
+	l := Lease{ID: "a", Addrs: []netip.Prefix{netip.MustParsePrefix("100.64.0.2/24")}, Block: 1, Blocks: 3, PublicKey: [32]byte{1}, Start: now, Expires: now.Add(time.Minute)}
+	if _, err := m.Restore(l, [32]byte{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := m.BlocksUsed(); got != 3 {
@@ -79,14 +79,14 @@ func TestRestoreRun(t *testing.T) {
 	for _, tc := range []struct {
 		block, blocks int
 	}{{5, 1}, {3, 2}, {6, 2}, {7, 1 + 1}} {
-		r := Lease{ID: "b", Addr: netip.MustParseAddr("100.64.0.3"), Block: tc.block, Blocks: tc.blocks, PublicKey: [32]byte{2}, Start: now, Expires: now.Add(time.Minute)}
-		if err := m.Restore(r, [32]byte{}); err == nil {
+		r := Lease{ID: "b", Addrs: []netip.Prefix{netip.MustParsePrefix("100.64.0.3/24")}, Block: tc.block, Blocks: tc.blocks, PublicKey: [32]byte{2}, Start: now, Expires: now.Add(time.Minute)}
+		if _, err := m.Restore(r, [32]byte{}); err == nil {
 			t.Errorf("restore of blocks %d ×%d next to 1 ×3 of 8 (stride 2) succeeded", tc.block, tc.blocks)
 			_, _ = m.Remove("b")
 		}
 	}
-	r := Lease{ID: "c", Addr: netip.MustParseAddr("100.64.0.4"), Block: 0, Blocks: 4, PublicKey: [32]byte{3}, Start: now, Expires: now.Add(time.Minute)}
-	if err := m.Restore(r, [32]byte{}); err != nil {
+	r := Lease{ID: "c", Addrs: []netip.Prefix{netip.MustParsePrefix("100.64.0.4/24")}, Block: 0, Blocks: 4, PublicKey: [32]byte{3}, Start: now, Expires: now.Add(time.Minute)}
+	if _, err := m.Restore(r, [32]byte{}); err != nil {
 		t.Errorf("restore of 0 ×4: %v", err)
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sort"
 	"sync"
 	"time"
 
@@ -25,29 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/limits"
+	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
 // Namespace prefixes every series name.
 const Namespace = "airlock"
-
-// RuleDrops is one policy rule's count of dropped (denied) flows or
-// packets since the gateway started.
-type RuleDrops struct {
-	// Rule names the rule as the policy names it (e.g. its index and
-	// action, "3:deny tcp 25"); "default" for the default verdict.
-	Rule  string
-	Drops uint64
-}
-
-// RuleDropCounter is implemented by the policy engine. RuleDrops returns
-// the cumulative drops of every rule that has dropped anything (or every
-// rule); counts must never decrease while the gateway runs, except that a
-// rule removed by a reload may disappear. It is called at every scrape,
-// concurrently with everything else, and must not block.
-type RuleDropCounter interface {
-	RuleDrops() []RuleDrops
-}
 
 // Source is what the scrape-time series read. Every field may be nil.
 type Source struct {
@@ -55,8 +36,12 @@ type Source struct {
 	Jobs func() int
 	// Flows is the flow table.
 	Flows *flows.Table
-	// Limits returns the egress backend's limit counters.
-	Limits func() (limits.Stats, error)
+	// Backend returns the egress backend's counters (its limits' and
+	// each policy rule's drops), read once per scrape. Counts must never
+	// decrease while the gateway runs, except that a rule removed by a
+	// reload may disappear. It is called concurrently with everything
+	// else and must not block.
+	Backend func() (forward.Stats, error)
 	// PortBlocks returns the port blocks in use and in total.
 	PortBlocks func() (used, total int)
 	// Start is when the gateway started.
@@ -158,19 +143,9 @@ func (m *Metrics) ObserveHandshake(d time.Duration) { m.handshake.Observe(d.Seco
 // HandshakeMissing counts a join whose first handshake never came.
 func (m *Metrics) HandshakeMissing() { m.noHandshake.Inc() }
 
-// SetPolicy makes the policy drops series read p (nil: none).
-func (m *Metrics) SetPolicy(p RuleDropCounter) {
-	m.col.mu.Lock()
-	m.col.policy = p
-	m.col.mu.Unlock()
-}
-
 // collector reads the scrape-time series from a Source.
 type collector struct {
 	src Source
-
-	mu     sync.Mutex
-	policy RuleDropCounter
 
 	jobs, flowsActive, portBlocks, portBlocksUsed, start     *prometheus.Desc
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
@@ -262,26 +237,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		counter(c.dnsLogSupp, st.DNSLogSuppressed)
 	}
-	if c.src.Limits != nil {
-		if ls, err := c.src.Limits(); err == nil {
-			counter(c.limitDrops, ls.FlowsRefused, "flow_limit")
-			counter(c.limitDrops, ls.RateRefused, "new_flow_rate")
-			counter(c.limitDrops, ls.Dropped, "bandwidth")
-		}
-	}
-	c.mu.Lock()
-	p := c.policy
-	c.mu.Unlock()
-	if p != nil {
-		drops := p.RuleDrops()
-		sort.Slice(drops, func(i, j int) bool { return drops[i].Rule < drops[j].Rule })
-		seen := map[string]bool{}
-		for _, d := range drops {
-			if seen[d.Rule] { // a duplicate label set would fail the scrape
-				continue
+	if c.src.Backend != nil {
+		if st, err := c.src.Backend(); err == nil {
+			counter(c.limitDrops, st.Limits.FlowsRefused, "flow_limit")
+			counter(c.limitDrops, st.Limits.RateRefused, "new_flow_rate")
+			counter(c.limitDrops, st.Limits.Dropped, "bandwidth")
+			for rule, n := range st.PolicyDrops {
+				counter(c.policyDrops, n, rule)
 			}
-			seen[d.Rule] = true
-			counter(c.policyDrops, d.Drops, d.Rule)
 		}
 	}
 }

@@ -14,17 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 )
-
-type fakePolicy []RuleDrops
-
-func (p fakePolicy) RuleDrops() []RuleDrops { return p }
 
 func TestMetrics(t *testing.T) {
 	tb := flows.New(flows.Config{})
 	job := netip.MustParseAddr("100.64.0.2")
-	tb.AddJob(job, flows.JobRef{Lease: "L"})
+	if err := tb.Index().Add("L", job); err != nil {
+		t.Fatal(err)
+	}
+	tb.AddJob("L", jobs.Ref{})
 	f := tb.Open(flows.Key{Proto: flows.ProtoTCP, Src: netip.AddrPortFrom(job, 4000), Dst: netip.MustParseAddrPort("192.0.2.1:80")}, flows.Egress)
 	f.AddOut(100, 2)
 	f.AddIn(5000, 4)
@@ -34,17 +35,20 @@ func TestMetrics(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
+	backendCalls := 0
 	m, err := New(reg, Source{
-		Jobs:       func() int { return 1 },
-		Flows:      tb,
-		Limits:     func() (limits.Stats, error) { return limits.Stats{FlowsRefused: 1, Dropped: 7}, nil },
+		Jobs:  func() int { return 1 },
+		Flows: tb,
+		Backend: func() (forward.Stats, error) {
+			backendCalls++
+			return forward.Stats{Limits: limits.Stats{FlowsRefused: 1, Dropped: 7}, PolicyDrops: map[string]uint64{"1:deny tcp 25": 3, "default": 9}}, nil
+		},
 		PortBlocks: func() (int, int) { return 1, 156 },
 		Start:      time.Unix(1700000000, 0),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.SetPolicy(fakePolicy{{Rule: "1:deny tcp 25", Drops: 3}, {Rule: "1:deny tcp 25", Drops: 3}, {Rule: "default", Drops: 9}})
 	m.ObserveJoin("", 3*time.Millisecond)
 	m.ObserveJoin("bad_token", time.Millisecond)
 
@@ -57,6 +61,9 @@ func TestMetrics(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	body := string(b)
+	if backendCalls != 1 {
+		t.Errorf("one scrape read the backend's counters %d times, want once", backendCalls)
+	}
 	for _, want := range []string{
 		"airlock_jobs 1",
 		"airlock_joins_total 1",

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
@@ -71,7 +72,7 @@ func setupNamespace(cfg childConfig) (int, error) {
 		unix.Close(tunFD)
 		return -1, &reexec.StepError{Step: stepResolv, Err: err}
 	}
-	if err := bindGaiConf("/etc/gai.conf", cfg.Address6); err != nil {
+	if err := bindGaiConf("/etc/gai.conf", prefixOf(ipfamily.V6, cfg.Addrs)); err != nil {
 		unix.Close(tunFD)
 		return -1, &reexec.StepError{Step: stepResolv, Err: err}
 	}
@@ -117,8 +118,8 @@ func createTUN(name string) (int, error) {
 	return fd, nil
 }
 
-// configureNetwork sets the TUN's MTU and address, brings it and lo up and
-// routes the default route of the address family through the TUN.
+// configureNetwork sets the TUN's MTU and addresses, brings it and lo up
+// and routes the default route of each address's family through the TUN.
 func configureNetwork(cfg childConfig) error {
 	// One netlink socket for all requests: each package-level netlink call
 	// would open its own.
@@ -134,12 +135,12 @@ func configureNetwork(cfg childConfig) error {
 	if err := h.LinkSetMTU(link, cfg.MTU); err != nil {
 		return fmt.Errorf("set mtu %d on %q: %w", cfg.MTU, cfg.TUNName, err)
 	}
-	addr := &netlink.Addr{IPNet: prefixIPNet(cfg.Address)}
-	if cfg.Address.Addr().Is6() {
-		addr.Flags = unix.IFA_F_NODAD
-	}
-	if err := h.AddrAdd(link, addr); err != nil {
-		return fmt.Errorf("add address %s to %q: %w", cfg.Address, cfg.TUNName, err)
+	for _, p := range cfg.Addrs {
+		// No duplicate address detection (IPv6): the tunnel has no
+		// other hosts.
+		if err := h.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(p), Flags: unix.IFA_F_NODAD}); err != nil {
+			return fmt.Errorf("add address %s to %q: %w", p, cfg.TUNName, err)
+		}
 	}
 	if err := h.LinkSetUp(link); err != nil {
 		return fmt.Errorf("set %q up: %w", cfg.TUNName, err)
@@ -151,47 +152,44 @@ func configureNetwork(cfg childConfig) error {
 	if err := h.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("set lo up: %w", err)
 	}
-	bits := cfg.Address.Addr().BitLen()
-	route := &netlink.Route{
-		LinkIndex: link.Attrs().Index,
-		Dst:       &net.IPNet{IP: make(net.IP, bits/8), Mask: net.CIDRMask(0, bits)},
-	}
-	if cfg.Gateway.IsValid() {
-		route.Gw = cfg.Gateway.AsSlice()
-		route.Flags = int(netlink.FLAG_ONLINK)
-	} else {
-		route.Scope = netlink.SCOPE_LINK
-	}
-	if err := h.RouteAdd(route); err != nil {
-		return fmt.Errorf("add default route via %s dev %q: %w", cfg.Gateway, cfg.TUNName, err)
-	}
-	return configureIPv6(h, link, cfg)
-}
-
-// configureIPv6 gives a dual-stack job its IPv6 address (no duplicate
-// address detection: the tunnel has no other hosts) and IPv6 default
-// route through the TUN.
-func configureIPv6(h *netlink.Handle, link netlink.Link, cfg childConfig) error {
-	if !cfg.Address6.IsValid() {
-		return nil
-	}
-	if err := h.AddrAdd(link, &netlink.Addr{IPNet: prefixIPNet(cfg.Address6), Flags: unix.IFA_F_NODAD}); err != nil {
-		return fmt.Errorf("add address %s to %q: %w", cfg.Address6, cfg.TUNName, err)
-	}
-	route := &netlink.Route{
-		LinkIndex: link.Attrs().Index,
-		Dst:       &net.IPNet{IP: make(net.IP, net.IPv6len), Mask: net.CIDRMask(0, 128)},
-	}
-	if cfg.Gateway6.IsValid() {
-		route.Gw = cfg.Gateway6.AsSlice()
-		route.Flags = int(netlink.FLAG_ONLINK)
-	} else {
-		route.Scope = netlink.SCOPE_LINK
-	}
-	if err := h.RouteAdd(route); err != nil {
-		return fmt.Errorf("add ipv6 default route via %s dev %q: %w", cfg.Gateway6, cfg.TUNName, err)
+	for _, p := range cfg.Addrs {
+		f := ipfamily.Of(p.Addr())
+		route := &netlink.Route{
+			LinkIndex: link.Attrs().Index,
+			Dst:       &net.IPNet{IP: f.Unspecified.AsSlice(), Mask: net.CIDRMask(0, f.Bits)},
+		}
+		gw := addrOf(f, cfg.Gateways)
+		if gw.IsValid() {
+			route.Gw = gw.AsSlice()
+			route.Flags = int(netlink.FLAG_ONLINK)
+		} else {
+			route.Scope = netlink.SCOPE_LINK
+		}
+		if err := h.RouteAdd(route); err != nil {
+			return fmt.Errorf("add %s default route via %s dev %q: %w", f, gw, cfg.TUNName, err)
+		}
 	}
 	return nil
+}
+
+// prefixOf returns the prefix of family f in ps, the zero Prefix for none.
+func prefixOf(f *ipfamily.Family, ps []netip.Prefix) netip.Prefix {
+	for _, p := range ps {
+		if f.Contains(p.Addr()) {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}
+
+// addrOf returns the address of family f in as, the zero Addr for none.
+func addrOf(f *ipfamily.Family, as []netip.Addr) netip.Addr {
+	for _, a := range as {
+		if f.Contains(a) {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 func prefixIPNet(p netip.Prefix) *net.IPNet {

@@ -125,11 +125,11 @@ func TestConfigValidation(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"no-args", Config{Address: addr}, "no command"},
+		{"no-args", Config{Addrs: []netip.Prefix{addr}}, "no command"},
 		{"no-address", Config{Args: []string{"true"}}, "no valid tunnel address"},
-		{"family", Config{Args: []string{"true"}, Address: addr, Gateway: netip.MustParseAddr("fd00::1")}, "different families"},
-		{"long-name", Config{Args: []string{"true"}, Address: addr, TUNName: "a-very-long-tun-name"}, "longer than 15"},
-		{"mtu", Config{Args: []string{"true"}, Address: addr, MTU: 100}, "mtu 100 out of range"},
+		{"family", Config{Args: []string{"true"}, Addrs: []netip.Prefix{addr}, Gateways: []netip.Addr{netip.MustParseAddr("fd00::1")}}, "different families"},
+		{"long-name", Config{Args: []string{"true"}, Addrs: []netip.Prefix{addr}, TUNName: "a-very-long-tun-name"}, "longer than 15"},
+		{"mtu", Config{Args: []string{"true"}, Addrs: []netip.Prefix{addr}, MTU: 100}, "mtu 100 out of range"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.cfg.withDefaults()
@@ -138,7 +138,7 @@ func TestConfigValidation(t *testing.T) {
 			}
 		})
 	}
-	c, err := Config{Args: []string{"true"}, Address: addr}.withDefaults()
+	c, err := Config{Args: []string{"true"}, Addrs: []netip.Prefix{addr}}.withDefaults()
 	if err != nil || c.TUNName != DefaultTUNName || c.MTU != DefaultMTU || c.Logger == nil || c.Stdout != nil && c.Stdout.Name() != "/dev/stdout" {
 		t.Errorf("defaults: got %+v, %v", c, err)
 	}

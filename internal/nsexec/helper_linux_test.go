@@ -128,13 +128,13 @@ func helperRunJob(t *testing.T, spec helperSpec, res *helperResult) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	j, err := Start(ctx, Config{
-		Args:    spec.Args,
-		Stdout:  outW,
-		Stderr:  errW,
-		Address: netip.MustParsePrefix("100.64.0.2/16"),
-		Gateway: netip.MustParseAddr("100.64.0.1"),
-		MTU:     1380,
-		DNS:     dns,
+		Args:     spec.Args,
+		Stdout:   outW,
+		Stderr:   errW,
+		Addrs:    []netip.Prefix{netip.MustParsePrefix("100.64.0.2/16")},
+		Gateways: []netip.Addr{netip.MustParseAddr("100.64.0.1")},
+		MTU:      1380,
+		DNS:      dns,
 	})
 	if err != nil {
 		res.StartErr = err.Error()

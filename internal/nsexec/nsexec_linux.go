@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
@@ -48,18 +49,16 @@ type Config struct {
 
 	// TUNName is the TUN device's name; "" means DefaultTUNName.
 	TUNName string
-	// Address is the job's tunnel address with its subnet length, e.g.
-	// 100.64.0.2/16.
-	Address netip.Prefix
-	// Gateway is the gateway's tunnel address, the next hop of the default
-	// route (0.0.0.0/0 or ::/0, by Address's family) through the TUN. If
-	// invalid, the default route goes straight to the TUN.
-	Gateway netip.Addr
-	// Address6 and Gateway6, if valid, make the job dual-stack: the TUN
-	// gets Address6 too (IPv6, without duplicate address detection) and
-	// the IPv6 default route goes through the TUN to Gateway6.
-	Address6 netip.Prefix
-	Gateway6 netip.Addr
+	// Addrs are the job's tunnel addresses with their subnets' lengths,
+	// e.g. 100.64.0.2/16 and fd00:a1::6440:2/48: at least one, at most
+	// one per address family. The TUN gets each (without duplicate
+	// address detection: the tunnel has no other hosts), and the default
+	// route of each one's family (0.0.0.0/0, ::/0) goes through the TUN.
+	Addrs []netip.Prefix
+	// Gateways are the gateway's tunnel addresses, at most one per
+	// family: the next hop of the default route of its family. A family
+	// without one routes straight to the TUN.
+	Gateways []netip.Addr
 	// MTU is the TUN's MTU; 0 means DefaultMTU.
 	MTU int
 	// DNS are written as nameserver lines into the job's private
@@ -74,17 +73,23 @@ func (c Config) withDefaults() (Config, error) {
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return c, errors.New("no command to run")
 	}
-	if !c.Address.IsValid() {
+	var addrs, gws [ipfamily.N]bool
+	for _, p := range c.Addrs {
+		f := ipfamily.Of(p.Addr())
+		if !p.IsValid() || f == nil || p.Addr().Is4In6() || addrs[f.Index] {
+			return c, fmt.Errorf("tunnel addresses %v: want valid addresses, at most one per family", c.Addrs)
+		}
+		addrs[f.Index] = true
+	}
+	if len(c.Addrs) == 0 {
 		return c, errors.New("no valid tunnel address")
 	}
-	if c.Gateway.IsValid() && c.Gateway.Is4() != c.Address.Addr().Is4() {
-		return c, fmt.Errorf("gateway %s and address %s are of different families", c.Gateway, c.Address)
-	}
-	if c.Address6.IsValid() && (!c.Address.Addr().Is4() || !c.Address6.Addr().Is6() || c.Address6.Addr().Is4In6()) {
-		return c, fmt.Errorf("ipv6 address %s beside %s: want an IPv6 address beside an IPv4 one", c.Address6, c.Address)
-	}
-	if c.Gateway6.IsValid() && (!c.Address6.IsValid() || !c.Gateway6.Is6()) {
-		return c, fmt.Errorf("ipv6 gateway %s without an IPv6 address", c.Gateway6)
+	for _, g := range c.Gateways {
+		f := ipfamily.Of(g)
+		if f == nil || gws[f.Index] || !addrs[f.Index] {
+			return c, fmt.Errorf("gateway %s and addresses %v: want at most one gateway per family of the addresses (different families?)", g, c.Addrs)
+		}
+		gws[f.Index] = true
 	}
 	if c.TUNName == "" {
 		c.TUNName = DefaultTUNName
@@ -149,8 +154,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		return nil, fmt.Errorf("start job namespace: %w", err)
 	}
 	ccfg, err := json.Marshal(childConfig{
-		TUNName: cfg.TUNName, Address: cfg.Address, Gateway: cfg.Gateway, MTU: cfg.MTU, DNS: cfg.DNS,
-		Address6: cfg.Address6, Gateway6: cfg.Gateway6,
+		TUNName: cfg.TUNName, Addrs: cfg.Addrs, Gateways: cfg.Gateways, MTU: cfg.MTU, DNS: cfg.DNS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start job namespace: encode config: %w", err)
@@ -197,7 +201,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	}
 	j.tun = tun
 	j.log.Info("job namespace ready", "pid", cmd.Process.Pid, "tun", cfg.TUNName,
-		"address", cfg.Address, "mtu", cfg.MTU, "netns", j.netns.Ino)
+		"addrs", cfg.Addrs, "mtu", cfg.MTU, "netns", j.netns.Ino)
 	return j, nil
 }
 

@@ -244,11 +244,11 @@ func TestJobAsRoot(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	j, err := Start(ctx, Config{
-		Args:    []string{"sh", "-c", "id -u; ip -o link show dev tun9; ip -6 route show default"},
-		Stdout:  outW,
-		TUNName: "tun9",
-		Address: netip.MustParsePrefix("fd00::2/64"),
-		Gateway: netip.MustParseAddr("fd00::1"),
+		Args:     []string{"sh", "-c", "id -u; ip -o link show dev tun9; ip -6 route show default"},
+		Stdout:   outW,
+		TUNName:  "tun9",
+		Addrs:    []netip.Prefix{netip.MustParsePrefix("fd00::2/64")},
+		Gateways: []netip.Addr{netip.MustParseAddr("fd00::1")},
 	})
 	outW.Close()
 	if err != nil {
@@ -283,7 +283,7 @@ func TestJobAsRoot(t *testing.T) {
 func TestCleanupBeforeRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	j, err := Start(ctx, Config{Args: []string{"true"}, Address: netip.MustParsePrefix("10.9.0.2/24")})
+	j, err := Start(ctx, Config{Args: []string{"true"}, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}})
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -355,7 +355,7 @@ func parseResult(t *testing.T, out []byte) helperResult {
 func TestStartCanceled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	j, err := Start(ctx, Config{Args: []string{"true"}, Address: netip.MustParsePrefix("10.9.0.2/24")})
+	j, err := Start(ctx, Config{Args: []string{"true"}, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}})
 	if err == nil {
 		j.TUN().Close()
 		j.Cleanup()

@@ -33,14 +33,11 @@ const (
 
 // childConfig is what the child needs to set up the namespace.
 type childConfig struct {
-	TUNName string       `json:"tun"`
-	Address netip.Prefix `json:"address"`
-	Gateway netip.Addr   `json:"gateway"`
-	MTU     int          `json:"mtu"`
-	DNS     []netip.Addr `json:"dns"`
-	// Address6 and Gateway6: the job's IPv6 side (Config).
-	Address6 netip.Prefix `json:"address6,omitzero"`
-	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
+	TUNName  string         `json:"tun"`
+	Addrs    []netip.Prefix `json:"addrs"`
+	Gateways []netip.Addr   `json:"gateways"`
+	MTU      int            `json:"mtu"`
+	DNS      []netip.Addr   `json:"dns"`
 }
 
 // setupError maps a child's reply to the error Start returns.

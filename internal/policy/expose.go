@@ -2,7 +2,11 @@
 
 package policy
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
+)
 
 // ExposeRule allows jobs of some tokens to expose some of their ports
 // (`airlock run --expose`). Empty Tokens means every token; ProtoAny means
@@ -10,7 +14,7 @@ import "fmt"
 type ExposeRule struct {
 	Tokens []string
 	Proto  Proto
-	Ports  []PortRange
+	Ports  []portblock.Range
 }
 
 // Exposure is the list of ExposeRules; a job may expose a port if any rule

@@ -196,8 +196,8 @@ var (
 // prefix it protects, or "" if none does. It is the one definition of the
 // floor and the built-in protections:
 //
-//   - RuleFloor: a is invalid, in a floor range of the list, or in the
-//     gateway's tunnel subnet (tunnel; its address is the gateway's own,
+//   - RuleFloor: a is invalid, in a floor range of the list, or in one of
+//     the gateway's tunnel subnets (tunnels; their addresses are its own,
 //     whose DNS and echo the gateway serves itself before any flow is
 //     decided). No allow rule opens it.
 //   - RuleHost if host (a is one of the gateway host's own addresses), with
@@ -209,18 +209,18 @@ var (
 // of them; the floor wins, then the most specific protected prefix (for
 // an embedded address, its image in a). IPv4-mapped addresses are judged
 // as the IPv4 address they map. It allocates nothing.
-func Builtin(a netip.Addr, tunnel netip.Prefix, host bool) (rule string, protected netip.Prefix) {
+func Builtin(a netip.Addr, tunnels []netip.Prefix, host bool) (rule string, protected netip.Prefix) {
 	a = a.Unmap()
 	if !a.IsValid() {
 		return RuleFloor, netip.Prefix{}
 	}
-	rule, protected = builtin1(a, tunnel)
+	rule, protected = builtin1(a, tunnels)
 	if rule == RuleFloor {
 		return rule, protected
 	}
 	v4, off, n := Embedded(a)
 	for i := 0; i < n; i++ {
-		r, p := builtin1(v4[i], tunnel)
+		r, p := builtin1(v4[i], tunnels)
 		if r == RuleFloor {
 			return RuleFloor, p
 		}
@@ -240,9 +240,11 @@ func Builtin(a netip.Addr, tunnel netip.Prefix, host bool) (rule string, protect
 
 // builtin1 judges a alone: the tunnel subnet, then the most specific list
 // entry.
-func builtin1(a netip.Addr, tunnel netip.Prefix) (string, netip.Prefix) {
-	if tunnel.IsValid() && tunnel.Masked().Contains(a) {
-		return RuleFloor, tunnel.Masked()
+func builtin1(a netip.Addr, tunnels []netip.Prefix) (string, netip.Prefix) {
+	for _, t := range tunnels {
+		if t.IsValid() && t.Masked().Contains(a) {
+			return RuleFloor, t.Masked()
+		}
 	}
 	best := -1
 	for i := range ranges {

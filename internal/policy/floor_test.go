@@ -5,15 +5,17 @@ package policy
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // gwTunnel is the tunnel subnet of the tests (the gateway's default).
-var gwTunnel = netip.MustParsePrefix("100.64.0.0/16")
+var gwTunnel = []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")}
 
 // verdict of a registry entry without any rule: "allow" or the rule that
 // denies it.
 func noRuleVerdict(a netip.Addr) string {
-	v := (&Policy{Default: Allow}).Decide(Flow{Proto: ProtoTCP, Dst: a, Port: 80, Tunnel: gwTunnel})
+	v := (&Policy{Default: Allow}).Decide(Flow{Proto: ProtoTCP, Dst: a, Port: 80, Tunnels: gwTunnel})
 	if v.Action == Allow {
 		return "allow"
 	}
@@ -207,7 +209,7 @@ func TestEmbeddedIPv4(t *testing.T) {
 		{"169.254.169.254/32", Deny}, // the IPv4 rule does not match the IPv6 form
 	} {
 		p := &Policy{Rules: []Rule{{Name: "r", Action: Allow, To: pfx(tc.to)}}}
-		if got := p.Decide(Flow{Proto: ProtoTCP, Dst: a("64:ff9b::a9fe:a9fe"), Port: 80, Tunnel: gwTunnel}); got.Action != tc.want {
+		if got := p.Decide(Flow{Proto: ProtoTCP, Dst: a("64:ff9b::a9fe:a9fe"), Port: 80, Tunnels: gwTunnel}); got.Action != tc.want {
 			t.Errorf("allow %s: 64:ff9b::a9fe:a9fe got %+v, want %v", tc.to, got, tc.want)
 		}
 	}
@@ -235,7 +237,7 @@ func TestNamingOpens(t *testing.T) {
 		{"169.254.0.0/16", "169.254.1.1", Verdict{Allow, "r"}},
 	} {
 		p := &Policy{Default: Allow, Rules: []Rule{{Name: "r", Action: Allow, To: pfx(tc.to)}}}
-		if got := p.Decide(Flow{Proto: ProtoUDP, Dst: a(tc.dst), Port: 53, Tunnel: gwTunnel}); got != tc.want {
+		if got := p.Decide(Flow{Proto: ProtoUDP, Dst: a(tc.dst), Port: 53, Tunnels: gwTunnel}); got != tc.want {
 			t.Errorf("allow %s, dst %s: got %+v, want %+v", tc.to, tc.dst, got, tc.want)
 		}
 	}
@@ -274,6 +276,32 @@ func TestEmbeddingsList(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: Embedded(%v) = %v at %v (%d), want %v at %d", e.Name, a, got, off, n, v4, e.Off)
+		}
+	}
+}
+
+// TestDecideTunnels: the floor closes the IPv6 tunnel prefix like the IPv4
+// one, even under an allow rule that names it; IPv6 rules decide IPv6
+// flows.
+func TestDecideTunnels(t *testing.T) {
+	p := &Policy{Rules: []Rule{
+		{Name: "ula", Action: Allow, To: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}},
+		{Name: "no-v6-ssh", Action: Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 22, Hi: 22}}},
+	}}
+	tun6 := netip.MustParsePrefix("fd12:3456:789a::/48")
+	for _, tc := range []struct {
+		dst  string
+		port uint16
+		want Verdict
+	}{
+		{"fd12:3456:789a::6440:2", 80, Verdict{Deny, RuleFloor}},
+		{"fd99::1", 80, Verdict{Allow, "ula"}},
+		{"2001:db8::5", 22, Verdict{Deny, "no-v6-ssh"}},
+		{"2001:db8::5", 443, Verdict{Allow, RuleDefault}},
+	} {
+		got := p.Decide(Flow{Proto: ProtoTCP, Dst: netip.MustParseAddr(tc.dst), Port: tc.port, Tunnels: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), tun6}})
+		if got != tc.want {
+			t.Errorf("Decide(%s:%d) = %v, want %v", tc.dst, tc.port, got, tc.want)
 		}
 	}
 }

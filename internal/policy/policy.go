@@ -43,6 +43,7 @@ import (
 	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Action is a rule's or the default verdict.
@@ -86,19 +87,6 @@ const (
 // ParseProto parses "tcp", "udp", "icmp" or "any" ("" is any).
 func ParseProto(s string) (Proto, error) { return ipproto.Parse(s) }
 
-// PortRange is an inclusive range of ports, Lo <= Hi, Lo >= 1.
-type PortRange struct{ Lo, Hi uint16 }
-
-func (r PortRange) String() string {
-	if r.Lo == r.Hi {
-		return fmt.Sprint(r.Lo)
-	}
-	return fmt.Sprintf("%d-%d", r.Lo, r.Hi)
-}
-
-// Contains reports whether p is in r.
-func (r PortRange) Contains(p uint16) bool { return p >= r.Lo && p <= r.Hi }
-
 // Names of the built-in rules, as Verdict.Rule and in Counters.
 const (
 	RuleFloor     = "builtin-floor"      // loopback, unspecified, multicast, broadcast, the tunnel subnet
@@ -121,7 +109,7 @@ type Rule struct {
 	Proto Proto
 	// Ports restricts the rule to TCP and UDP flows to these destination
 	// ports (Proto must not be ProtoICMP).
-	Ports []PortRange
+	Ports []portblock.Range
 	// Tokens restricts the rule to jobs that joined with these token
 	// names.
 	Tokens []string
@@ -146,12 +134,9 @@ type Flow struct {
 	// Host reports that Dst (or an IPv4 address it embeds, see Embedded)
 	// is one of the gateway host's own addresses.
 	Host bool
-	// Tunnel is the gateway's tunnel subnet; the floor closes all of it
-	// (the zero Prefix: none).
-	Tunnel netip.Prefix
-	// Tunnel6 is the gateway's IPv6 tunnel prefix, closed by the floor
-	// like Tunnel (the zero Prefix: none).
-	Tunnel6 netip.Prefix
+	// Tunnels are the gateway's tunnel subnets (at most one per family);
+	// the floor closes all of them.
+	Tunnels []netip.Prefix
 }
 
 // Verdict is Decide's answer.
@@ -218,8 +203,8 @@ func ValidateName(n string) error {
 // Decide returns the verdict for a new flow. It allocates nothing.
 func (p *Policy) Decide(f Flow) Verdict {
 	dst := f.Dst.Unmap()
-	prot, prange := Builtin(dst, f.Tunnel, f.Host)
-	if prot == RuleFloor || f.Tunnel6.IsValid() && f.Tunnel6.Masked().Contains(dst) {
+	prot, prange := Builtin(dst, f.Tunnels, f.Host)
+	if prot == RuleFloor {
 		return Verdict{Deny, RuleFloor}
 	}
 	for i := range p.Rules {

@@ -5,6 +5,8 @@ package policy
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func pfx(s ...string) []netip.Prefix {
@@ -19,10 +21,10 @@ func TestDecide(t *testing.T) {
 	p := &Policy{
 		Default: Allow,
 		Rules: []Rule{
-			{Name: "no-smtp", Action: Deny, Proto: ProtoTCP, Ports: []PortRange{{25, 25}, {465, 465}}},
-			{Name: "cms-xrootd", Action: Allow, To: pfx("10.1.0.0/16"), Proto: ProtoTCP, Ports: []PortRange{{1094, 1095}}, Tokens: []string{"cms"}},
+			{Name: "no-smtp", Action: Deny, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 465}}},
+			{Name: "cms-xrootd", Action: Allow, To: pfx("10.1.0.0/16"), Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 1094, Hi: 1095}}, Tokens: []string{"cms"}},
 			{Name: "metadata", Action: Allow, To: pfx("169.254.169.254/32"), Tokens: []string{"cloud"}},
-			{Name: "host-web", Action: Allow, To: pfx("203.0.113.1/32"), Proto: ProtoTCP, Ports: []PortRange{{8080, 8080}}},
+			{Name: "host-web", Action: Allow, To: pfx("203.0.113.1/32"), Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}},
 			{Name: "wide", Action: Allow, To: pfx("0.0.0.0/0", "::/0")},
 			{Name: "never", Action: Deny, To: pfx("198.51.100.0/24")},
 		},
@@ -73,7 +75,7 @@ func TestDecideDefault(t *testing.T) {
 	}{
 		{Policy{}, Verdict{Allow, RuleDefault}},
 		{Policy{Default: Deny}, Verdict{Deny, RuleDefault}},
-		{Policy{Default: Deny, Rules: []Rule{{Name: "web", Action: Allow, Proto: ProtoTCP, Ports: []PortRange{{80, 80}, {443, 443}}}}}, Verdict{Allow, "web"}},
+		{Policy{Default: Deny, Rules: []Rule{{Name: "web", Action: Allow, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 80, Hi: 80}, {Lo: 443, Hi: 443}}}}}, Verdict{Allow, "web"}},
 		{Policy{Default: Allow, Rules: []Rule{{Name: "only-b", Action: Deny, Tokens: []string{"b"}}}}, Verdict{Allow, RuleDefault}},
 	} {
 		if got := tc.p.Decide(Flow{Token: "a", Proto: ProtoTCP, Dst: a, Port: 443}); got != tc.want {
@@ -93,9 +95,9 @@ func TestValidate(t *testing.T) {
 		r    Rule
 	}{
 		{"unmasked", Rule{Name: "a", To: pfx("10.1.2.3/8")}},
-		{"icmp ports", Rule{Name: "a", Proto: ProtoICMP, Ports: []PortRange{{1, 2}}}},
-		{"port 0", Rule{Name: "a", Ports: []PortRange{{0, 10}}}},
-		{"reversed", Rule{Name: "a", Ports: []PortRange{{10, 5}}}},
+		{"icmp ports", Rule{Name: "a", Proto: ProtoICMP, Ports: []portblock.Range{{Lo: 1, Hi: 2}}}},
+		{"port 0", Rule{Name: "a", Ports: []portblock.Range{{Lo: 0, Hi: 10}}}},
+		{"reversed", Rule{Name: "a", Ports: []portblock.Range{{Lo: 10, Hi: 5}}}},
 		{"reserved", Rule{Name: "builtin-x"}},
 		{"default", Rule{Name: "default"}},
 		{"empty name", Rule{}},
@@ -118,8 +120,8 @@ func TestExposure(t *testing.T) {
 		t.Error("nil Exposure must allow everything")
 	}
 	e := &Exposure{Rules: []ExposeRule{
-		{Tokens: []string{"web"}, Proto: ProtoTCP, Ports: []PortRange{{8000, 8999}}},
-		{Proto: ProtoUDP, Ports: []PortRange{{5000, 5000}}},
+		{Tokens: []string{"web"}, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 8000, Hi: 8999}}},
+		{Proto: ProtoUDP, Ports: []portblock.Range{{Lo: 5000, Hi: 5000}}},
 	}}
 	if err := e.Validate(); err != nil {
 		t.Fatal(err)
@@ -157,7 +159,7 @@ func TestCounters(t *testing.T) {
 }
 
 func TestDecideAllocs(t *testing.T) {
-	p := &Policy{Rules: []Rule{{Name: "a", Action: Deny, Proto: ProtoTCP, Ports: []PortRange{{25, 25}}, Tokens: []string{"x"}}}}
+	p := &Policy{Rules: []Rule{{Name: "a", Action: Deny, Proto: ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}, Tokens: []string{"x"}}}}
 	f := Flow{Token: "x", Proto: ProtoTCP, Dst: netip.MustParseAddr("192.0.2.1"), Port: 25}
 	if n := testing.AllocsPerRun(100, func() { p.Decide(f) }); n != 0 {
 		t.Errorf("Decide allocates %v times", n)

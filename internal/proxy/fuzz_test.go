@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"log/slog"
 	"net"
 	"net/http"
@@ -102,7 +103,7 @@ func (d *fuzzDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn,
 	return nil, syscall.ECONNREFUSED
 }
 
-func (d *fuzzDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+func (d *fuzzDialer) ListenUDP(ctx context.Context, _ *ipfamily.Family) (net.PacketConn, error) {
 	return nil, syscall.EACCES
 }
 

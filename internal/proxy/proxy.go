@@ -34,6 +34,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"io"
 	"net"
 	"net/netip"
@@ -48,9 +49,9 @@ type Dialer interface {
 	DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
 	// DialUDP opens a UDP socket connected to dst.
 	DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error)
-	// ListenUDP opens an unconnected UDP socket (any local port) of dst's
-	// family.
-	ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error)
+	// ListenUDP opens an unconnected UDP socket (any local port) of
+	// address family f.
+	ListenUDP(ctx context.Context, f *ipfamily.Family) (net.PacketConn, error)
 	// LookupHost resolves name through the tunnel's DNS server.
 	LookupHost(ctx context.Context, name string) ([]netip.Addr, error)
 }

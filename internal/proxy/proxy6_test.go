@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"io"
 	"log/slog"
 	"net"
@@ -47,8 +48,8 @@ func (d *dialer6) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, er
 	return nd.DialContext(ctx, "udp", dst.String())
 }
 
-func (d *dialer6) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
-	if v6 {
+func (d *dialer6) ListenUDP(ctx context.Context, f *ipfamily.Family) (net.PacketConn, error) {
+	if f == ipfamily.V6 {
 		return net.ListenPacket("udp6", "[::1]:0")
 	}
 	return net.ListenPacket("udp4", "127.0.0.1:0")

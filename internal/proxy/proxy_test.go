@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 	"io"
 	"log/slog"
@@ -35,7 +36,7 @@ func (d hostDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, 
 	return nd.DialContext(ctx, "udp", dst.String())
 }
 
-func (d hostDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+func (d hostDialer) ListenUDP(ctx context.Context, _ *ipfamily.Family) (net.PacketConn, error) {
 	return net.ListenPacket("udp4", "127.0.0.1:0")
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"io"
 	"log/slog"
 	"net"
@@ -369,8 +370,8 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 	peers := defaultPeers(s.Peers)
 
 	var mu sync.Mutex
-	var peer netip.AddrPort // the client's UDP socket, once one has been admitted
-	tunnels := map[bool]net.PacketConn{}
+	var peer netip.AddrPort             // the client's UDP socket, once one has been admitted
+	tunnels := map[int]net.PacketConn{} // by ipfamily.Family.Index
 	defer func() {
 		mu.Lock()
 		for _, pc := range tunnels {
@@ -441,12 +442,12 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 		if err != nil {
 			continue
 		}
-		v6 := dst.Addr().Is6()
+		f := ipfamily.Of(dst.Addr())
 		mu.Lock()
-		pc := tunnels[v6]
+		pc := tunnels[f.Index]
 		mu.Unlock()
 		if pc == nil {
-			pc, err = s.Dialer.ListenUDP(actx, v6)
+			pc, err = s.Dialer.ListenUDP(actx, f)
 			if err != nil {
 				if s.logLimit.Allow() {
 					s.Logger.Debug("udp associate: open tunnel socket", "err", err)
@@ -454,7 +455,7 @@ func (s *SOCKS) associate(ctx context.Context, c net.Conn, br *bufio.Reader, req
 				continue
 			}
 			mu.Lock()
-			tunnels[v6] = pc
+			tunnels[f.Index] = pc
 			mu.Unlock()
 			go back(pc)
 		}

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 )
@@ -154,7 +155,7 @@ func (hostDialer) DialTCP(ctx context.Context, dst netip.AddrPort) (net.Conn, er
 func (hostDialer) DialUDP(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
 	return (&net.Dialer{}).DialContext(ctx, "udp", dst.String())
 }
-func (hostDialer) ListenUDP(ctx context.Context, v6 bool) (net.PacketConn, error) {
+func (hostDialer) ListenUDP(ctx context.Context, _ *ipfamily.Family) (net.PacketConn, error) {
 	return net.ListenPacket("udp", "127.0.0.1:0")
 }
 func (hostDialer) LookupHost(ctx context.Context, name string) ([]netip.Addr, error) {

@@ -3,6 +3,7 @@
 package store
 
 import (
+	"fmt"
 	"net/netip"
 	"time"
 )
@@ -92,28 +93,46 @@ type Ban struct {
 // Attribution is one place a lease was seen outside: a public address with
 // the lease's port block, or (Own) the job's own address with any port.
 type Attribution struct {
-	Addr           netip.Addr
-	PortLo, PortHi uint16
-	Own            bool
+	Addr   netip.Addr `json:"addr"`
+	PortLo uint16     `json:"port_lo"`
+	PortHi uint16     `json:"port_hi"`
+	Own    bool       `json:"own,omitempty"`
+}
+
+// String shows a as ADDR:LO-HI, or ADDR (own) for a job's own address.
+func (a Attribution) String() string {
+	if a.Own {
+		return a.Addr.String() + " (own)"
+	}
+	return fmt.Sprintf("%s:%d-%d", a.Addr, a.PortLo, a.PortHi)
 }
 
 // Attributions returns where r's flows left from, the keys whois finds it
-// by: its IPv4 (or unspecified) public address with its port block, and its
-// IPv6 egress address with the same block or, with Own6, by address alone.
+// by: its egress entries (one per address family), each a public address
+// with its port block or, with Own, the job's own address with any port
+// (0-65535).
 func Attributions(r LeaseRecord) []Attribution {
-	var out []Attribution
-	if r.PublicAddr.IsValid() && r.PortLo <= r.PortHi {
-		out = append(out, Attribution{Addr: r.PublicAddr.Unmap(), PortLo: r.PortLo, PortHi: r.PortHi})
-	}
-	if r.PublicAddr6.IsValid() && r.PublicAddr6 != r.PublicAddr {
-		switch {
-		case r.Own6:
-			out = append(out, Attribution{Addr: r.PublicAddr6, PortLo: 0, PortHi: 65535, Own: true})
-		case r.PortHi >= r.PortLo && r.PortHi != 0:
-			out = append(out, Attribution{Addr: r.PublicAddr6, PortLo: r.PortLo, PortHi: r.PortHi})
+	out := make([]Attribution, 0, len(r.Egress))
+	for _, a := range r.Egress {
+		a.Addr = a.Addr.Unmap()
+		if a.Own {
+			a.PortLo, a.PortHi = 0, 65535
+		}
+		if a.Addr.IsValid() && a.PortLo <= a.PortHi {
+			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// key returns a's key in the attribution index of the bbolt store: the
+// address with the block's first port, or 0 for an own address.
+func (a Attribution) key(r LeaseRecord) []byte {
+	port := a.PortLo
+	if a.Own {
+		port = 0
+	}
+	return attrKey(a.Addr, port, r.Start, r.ID)
 }
 
 // Member is one gateway of a fleet as it registers itself in the shared

@@ -40,7 +40,7 @@ func TestActiveLeasesResume(t *testing.T) {
 	s, _ := openTemp(t)
 	rs := &ResumeState{SecretHash: make([]byte, 32), PublicKey: "k", Block: 3, Expose: []string{"8080/tcp"}}
 	for _, id := range []string{"a", "b"} {
-		if err := s.RecordLeaseStart(LeaseRecord{ID: id, TunnelAddr: netip.MustParseAddr("100.64.0.2"), Start: t0, Resume: rs}); err != nil {
+		if err := s.RecordLeaseStart(LeaseRecord{ID: id, TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Start: t0, Resume: rs}); err != nil {
 			t.Fatal(err)
 		}
 	}

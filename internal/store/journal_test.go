@@ -17,7 +17,7 @@ func TestJournal(t *testing.T) {
 	}
 	defer s.Close()
 	t0 := time.Now()
-	r := LeaseRecord{ID: "a", TunnelAddr: netip.MustParseAddr("100.64.0.2"), Start: t0, Resume: &ResumeState{PublicKey: "k"}}
+	r := LeaseRecord{ID: "a", TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Start: t0, Resume: &ResumeState{PublicKey: "k"}}
 	if err := s.RecordLeaseStart(r); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 // Buckets of the attribution history.
@@ -46,24 +48,15 @@ type LeaseRecord struct {
 	// Gateway is the advertised address (HOST:PORT) of the gateway that
 	// held the lease; empty in records of a gateway older than fleets.
 	Gateway string `json:"gateway,omitempty"`
-	// TunnelAddr is the job's address inside the tunnel.
-	TunnelAddr netip.Addr `json:"tunnel_addr"`
-	// TunnelAddr6 is the job's IPv6 address inside the tunnel; invalid
-	// for an IPv4-only lease.
-	TunnelAddr6 netip.Addr `json:"tunnel_addr6,omitzero"`
-	// PublicAddr6 is where the job's IPv6 flows left from, with the same
-	// port block PortLo..PortHi (or, with Own6, any port); invalid when
-	// the lease had no IPv6 egress address on record.
-	PublicAddr6 netip.Addr `json:"public_addr6,omitzero"`
-	// Own6 reports that PublicAddr6 was the job's own address (the
-	// gateway's --egress-prefix6): whois finds it by address alone.
-	Own6 bool `json:"own6,omitempty"`
-	// PublicAddr and PortLo..PortHi are the job's port block on the
-	// gateway's public address; PublicAddr is invalid when the lease had
-	// no block.
-	PublicAddr netip.Addr `json:"public_addr,omitzero"`
-	PortLo     uint16     `json:"port_lo,omitempty"`
-	PortHi     uint16     `json:"port_hi,omitempty"`
+	// TunnelAddrs are the job's addresses inside the tunnel: first the
+	// one its lease allocated, then (dual stack) its IPv6 one.
+	TunnelAddrs []netip.Addr `json:"tunnel_addrs"`
+	// Egress lists where the job's flows left from, at most one entry per
+	// address family (Attributions): a public address with the job's
+	// port block, or (Own) the job's own address with any port. An
+	// unspecified address stands for every address of the gateway host
+	// of its family. Empty when the lease had no port block.
+	Egress []Attribution `json:"egress,omitempty"`
 	// Exposed lists the job's inbound mappings as PROTO/PORT=IP:PUBPORT,
 	// e.g. "tcp/8080=203.0.113.1:33023" (airlock run --expose).
 	Exposed []string  `json:"exposed,omitempty"`
@@ -100,6 +93,98 @@ func (r LeaseRecord) covers(at time.Time) bool {
 	return !at.Before(r.Start) && (r.End.IsZero() || at.Before(r.End))
 }
 
+// TunnelAddr returns the job's first tunnel address (the zero Addr for a
+// record without one).
+func (r LeaseRecord) TunnelAddr() netip.Addr {
+	if len(r.TunnelAddrs) == 0 {
+		return netip.Addr{}
+	}
+	return r.TunnelAddrs[0]
+}
+
+// AttributionAt returns the attribution of r that names addr (an
+// unspecified one of addr's family names every address of it); else its
+// first, and false if it has none.
+func (r LeaseRecord) AttributionAt(addr netip.Addr) (Attribution, bool) {
+	as := Attributions(r)
+	for _, a := range as {
+		if a.Addr == addr.Unmap() || a.Addr.IsUnspecified() && a.Addr.Is4() == addr.Unmap().Is4() {
+			return a, true
+		}
+	}
+	if len(as) > 0 {
+		return as[0], true
+	}
+	return Attribution{}, false
+}
+
+// seenAt reports whether r's job was seen outside at addr:port at time at:
+// one of its attributions has addr (an unspecified one: every address of
+// its family) and, unless it is the job's own address, port in its block.
+func (r LeaseRecord) seenAt(addr netip.Addr, port uint16, at time.Time) bool {
+	if !r.covers(at) {
+		return false
+	}
+	for _, a := range Attributions(r) {
+		if a.Own {
+			if a.Addr == addr {
+				return true
+			}
+			continue
+		}
+		sameFamily := a.Addr.Is4() == addr.Is4()
+		if (a.Addr == addr || a.Addr.IsUnspecified() && sameFamily) && a.PortLo <= port && port <= a.PortHi {
+			return true
+		}
+	}
+	return false
+}
+
+// legacyLeaseRecord holds the fields a LeaseRecord had before it kept
+// lists (one per address family); UnmarshalJSON turns them into the
+// lists, so histories written by older gateways answer whois alike.
+type legacyLeaseRecord struct {
+	TunnelAddr  netip.Addr `json:"tunnel_addr"`
+	TunnelAddr6 netip.Addr `json:"tunnel_addr6"`
+	PublicAddr  netip.Addr `json:"public_addr"`
+	PortLo      uint16     `json:"port_lo"`
+	PortHi      uint16     `json:"port_hi"`
+	PublicAddr6 netip.Addr `json:"public_addr6"`
+	Own6        bool       `json:"own6"`
+}
+
+// UnmarshalJSON decodes a record, also one in the format before lists.
+func (r *LeaseRecord) UnmarshalJSON(b []byte) error {
+	type plain LeaseRecord
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = LeaseRecord(p)
+	if len(r.TunnelAddrs) > 0 || len(r.Egress) > 0 {
+		return nil
+	}
+	var old legacyLeaseRecord
+	if err := json.Unmarshal(b, &old); err != nil {
+		return err
+	}
+	for _, a := range []netip.Addr{old.TunnelAddr, old.TunnelAddr6} {
+		if a.IsValid() {
+			r.TunnelAddrs = append(r.TunnelAddrs, a)
+		}
+	}
+	if old.PublicAddr.IsValid() && old.PortLo <= old.PortHi && !(old.PublicAddr.IsUnspecified() && old.PublicAddr6.IsValid()) {
+		r.Egress = append(r.Egress, Attribution{Addr: old.PublicAddr, PortLo: old.PortLo, PortHi: old.PortHi})
+	}
+	switch {
+	case old.PublicAddr6.IsValid() && old.Own6:
+		r.Egress = append(r.Egress, Attribution{Addr: old.PublicAddr6, PortHi: 65535, Own: true})
+	case old.PublicAddr6.IsValid() && old.PortHi != 0:
+		r.Egress = append(r.Egress, Attribution{Addr: old.PublicAddr6, PortLo: old.PortLo, PortHi: old.PortHi})
+	}
+	return nil
+}
+
 func attrKey(addr netip.Addr, port uint16, start time.Time, id string) []byte {
 	k := make([]byte, 0, 26+len(id))
 	a := addr.As16()
@@ -114,8 +199,10 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 	if r.ID == "" {
 		return fmt.Errorf("record lease: empty id")
 	}
-	if r.PublicAddr.IsValid() && r.PortHi < r.PortLo {
-		return fmt.Errorf("record lease %s: port block %d-%d reversed", r.ID, r.PortLo, r.PortHi)
+	for _, a := range r.Egress {
+		if !a.Addr.IsValid() || a.PortHi < a.PortLo {
+			return fmt.Errorf("record lease %s: egress %v port block %d-%d: want an address and LO <= HI", r.ID, a.Addr, a.PortLo, a.PortHi)
+		}
 	}
 	v, err := json.Marshal(r)
 	if err != nil {
@@ -131,19 +218,20 @@ func (s *Store) RecordLeaseStart(r LeaseRecord) error {
 		if err := s.journalTx(tx, r); err != nil {
 			return err
 		}
-		if err := putAttr6(tx, r); err != nil {
-			return err
-		}
-		if !r.PublicAddr.IsValid() {
-			return nil
-		}
-		if err := tx.Bucket(bucketAttribution).Put(attrKey(r.PublicAddr, r.PortLo, r.Start, r.ID), nil); err != nil {
-			return err
-		}
 		meta := tx.Bucket(bucketMeta)
-		span := r.PortHi - r.PortLo
-		if old := meta.Get(metaMaxSpan); old == nil || binary.BigEndian.Uint16(old) < span {
-			return meta.Put(metaMaxSpan, binary.BigEndian.AppendUint16(nil, span))
+		for _, a := range Attributions(r) {
+			if err := tx.Bucket(bucketAttribution).Put(a.key(r), nil); err != nil {
+				return err
+			}
+			if a.Own {
+				continue
+			}
+			span := a.PortHi - a.PortLo
+			if old := meta.Get(metaMaxSpan); old == nil || binary.BigEndian.Uint16(old) < span {
+				if err := meta.Put(metaMaxSpan, binary.BigEndian.AppendUint16(nil, span)); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	})
@@ -248,29 +336,26 @@ func (s *Store) ActiveLeases() ([]LeaseRecord, error) {
 }
 
 // Whois returns the leases whose port block on addr contained port at time
-// at, newest first. Normally that is one lease or none. Records whose
-// public address is unspecified (0.0.0.0 or ::, "every address of the
-// gateway host", as user-mode egress records them) match every address of
-// their family.
+// at, or whose own address addr was then, newest first. Normally that is
+// one lease or none. Records whose public address is unspecified (0.0.0.0
+// or ::, "every address of the gateway host", as user-mode egress records
+// them) match every address of their family.
 func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord, error) {
 	var out []LeaseRecord
 	addr = addr.Unmap()
-	unspec := netip.IPv6Unspecified()
-	if addr.Is4() {
-		unspec = netip.IPv4Unspecified()
+	keys := []netip.Addr{addr}
+	if unspec := ipfamily.Of(addr).Unspecified; addr != unspec {
+		keys = append(keys, unspec)
 	}
 	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		if out, err = whoisTx(tx, addr, port, at, out); err != nil {
-			return err
+		seen := map[string]bool{}
+		for _, k := range keys {
+			var err error
+			if out, err = whoisTx(tx, k, addr, port, at, seen, out); err != nil {
+				return err
+			}
 		}
-		if out, err = whoisOwn6Tx(tx, addr, at, out); err != nil {
-			return err
-		}
-		if addr != unspec {
-			out, err = whoisTx(tx, unspec, port, at, out)
-		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("whois %s:%d: %w", addr, port, err)
@@ -279,19 +364,41 @@ func (s *Store) Whois(addr netip.Addr, port uint16, at time.Time) ([]LeaseRecord
 	return out, nil
 }
 
-// whoisTx appends to out the records of blocks on addr that contained port
-// at time at.
-func whoisTx(tx *bolt.Tx, addr netip.Addr, port uint16, at time.Time, out []LeaseRecord) ([]LeaseRecord, error) {
-	a16 := addr.As16()
+// whoisTx appends to out the records seen at addr:port at time at among the
+// candidates of attribution keys of keyAddr (addr, or its family's
+// unspecified address): those whose first port lies up to the widest block
+// below port, and those of own addresses (first port 0). seen holds the
+// ids appended already.
+func whoisTx(tx *bolt.Tx, keyAddr, addr netip.Addr, port uint16, at time.Time, seen map[string]bool, out []LeaseRecord) ([]LeaseRecord, error) {
+	a16 := keyAddr.As16()
 	var span uint16
 	if v := tx.Bucket(bucketMeta).Get(metaMaxSpan); v != nil {
 		span = binary.BigEndian.Uint16(v)
 	}
 	leases := tx.Bucket(bucketLeases)
+	consider := func(k []byte) error {
+		id := string(k[26:])
+		if seen[id] {
+			return nil
+		}
+		v := leases.Get(k[26:])
+		if v == nil {
+			return nil // pruned
+		}
+		var r LeaseRecord
+		if err := json.Unmarshal(v, &r); err != nil {
+			return fmt.Errorf("lease %q: %w", id, err)
+		}
+		if r.seenAt(addr, port, at) {
+			seen[id] = true
+			out = append(out, r)
+		}
+		return nil
+	}
 	c := tx.Bucket(bucketAttribution).Cursor()
 	// Start just above every key with first port == port and walk down
 	// to first port == port-span.
-	seek := attrKey(addr, port, time.Unix(0, -1), "")
+	seek := attrKey(keyAddr, port, time.Unix(0, -1), "")
 	k, _ := c.Seek(append(seek, 0xff))
 	if k == nil {
 		k, _ = c.Last()
@@ -309,16 +416,18 @@ func whoisTx(tx *bolt.Tx, addr netip.Addr, port uint16, at time.Time, out []Leas
 		if port-lo > span {
 			break
 		}
-		v := leases.Get(k[26:])
-		if v == nil {
-			continue // pruned
+		if err := consider(k); err != nil {
+			return out, err
 		}
-		var r LeaseRecord
-		if err := json.Unmarshal(v, &r); err != nil {
-			return out, fmt.Errorf("lease %q: %w", k[26:], err)
+	}
+	// Own addresses: first port 0, whatever the port asked.
+	own := attrKey(keyAddr, 0, time.Time{}, "")[:18]
+	for k, _ := c.Seek(own); k != nil && bytes.HasPrefix(k, own); k, _ = c.Next() {
+		if len(k) < 26 {
+			continue
 		}
-		if port <= r.PortHi && r.covers(at) && !(r.Own6 && r.PublicAddr6 == addr) {
-			out = append(out, r)
+		if err := consider(k); err != nil {
+			return out, err
 		}
 	}
 	return out, nil
@@ -361,11 +470,8 @@ func (s *Store) PruneLeases(cutoff time.Time) (int, error) {
 				return nil
 			}
 			leaseKeys = append(leaseKeys, bytes.Clone(k))
-			if r.PublicAddr.IsValid() {
-				attrKeys = append(attrKeys, attrKey(r.PublicAddr, r.PortLo, r.Start, r.ID))
-			}
-			if k := attrKey6(r); k != nil {
-				attrKeys = append(attrKeys, k)
+			for _, a := range Attributions(r) {
+				attrKeys = append(attrKeys, a.key(r))
 			}
 			return nil
 		})

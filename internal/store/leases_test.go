@@ -3,8 +3,10 @@
 package store
 
 import (
+	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -18,11 +20,11 @@ func TestWhois(t *testing.T) {
 	pub := netip.MustParseAddr("203.0.113.1")
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	recs := []LeaseRecord{
-		{ID: "a", JobID: "job-a", PublicAddr: pub, PortLo: 20000, PortHi: 20255, Start: t0},
-		{ID: "b", JobID: "job-b", PublicAddr: pub, PortLo: 20256, PortHi: 20511, Start: t0.Add(time.Minute)},
+		{ID: "a", JobID: "job-a", Egress: []Attribution{{Addr: pub, PortLo: 20000, PortHi: 20255}}, Start: t0},
+		{ID: "b", JobID: "job-b", Egress: []Attribution{{Addr: pub, PortLo: 20256, PortHi: 20511}}, Start: t0.Add(time.Minute)},
 		// c reuses a's block after a ended.
-		{ID: "c", JobID: "job-c", PublicAddr: pub, PortLo: 20000, PortHi: 20255, Start: t0.Add(2 * time.Hour)},
-		{ID: "d", JobID: "job-d", PublicAddr: netip.MustParseAddr("203.0.113.9"), PortLo: 20000, PortHi: 20255, Start: t0},
+		{ID: "c", JobID: "job-c", Egress: []Attribution{{Addr: pub, PortLo: 20000, PortHi: 20255}}, Start: t0.Add(2 * time.Hour)},
+		{ID: "d", JobID: "job-d", Egress: []Attribution{{Addr: netip.MustParseAddr("203.0.113.9"), PortLo: 20000, PortHi: 20255}}, Start: t0},
 		{ID: "noblock", JobID: "x", Start: t0},
 	}
 	for _, r := range recs {
@@ -100,8 +102,8 @@ func TestWhoisUnspecified(t *testing.T) {
 	defer s.Close()
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for _, r := range []LeaseRecord{
-		{ID: "u", JobID: "job-u", PublicAddr: netip.IPv4Unspecified(), PortLo: 32768, PortHi: 33023, Start: t0},
-		{ID: "k", JobID: "job-k", PublicAddr: netip.MustParseAddr("203.0.113.1"), PortLo: 20000, PortHi: 20255, Start: t0},
+		{ID: "u", JobID: "job-u", Egress: []Attribution{{Addr: netip.IPv4Unspecified(), PortLo: 32768, PortHi: 33023}}, Start: t0},
+		{ID: "k", JobID: "job-k", Egress: []Attribution{{Addr: netip.MustParseAddr("203.0.113.1"), PortLo: 20000, PortHi: 20255}}, Start: t0},
 	} {
 		if err := s.RecordLeaseStart(r); err != nil {
 			t.Fatal(err)
@@ -131,6 +133,104 @@ func TestWhoisUnspecified(t *testing.T) {
 		}
 		if id != tt.want || len(got) > 1 {
 			t.Errorf("whois %s:%d: got %q (%d records), want %q", tt.addr, tt.port, id, len(got), tt.want)
+		}
+	}
+}
+
+// TestWhoisBothFamilies: a lease's IPv6 egress address answers whois with
+// its port block like its IPv4 one; a job's own IPv6 address (Own)
+// answers by address and time alone; pruning removes every key.
+func TestWhoisBothFamilies(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), FileName), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pub4 := netip.MustParseAddr("203.0.113.1")
+	pub6 := netip.MustParseAddr("2001:db8:113::1")
+	own := netip.MustParseAddr("2001:db8:aa::6440:3")
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	for _, r := range []LeaseRecord{
+		{ID: "a", JobID: "job-a", Egress: []Attribution{{Addr: pub4, PortLo: 20000, PortHi: 20255}, {Addr: pub6, PortLo: 20000, PortHi: 20255}}, Start: t0},
+		{ID: "b", JobID: "job-b", Egress: []Attribution{{Addr: pub4, PortLo: 20256, PortHi: 20511}, {Addr: own, Own: true}}, Start: t0},
+		// An IPv6-only job's block: no IPv4 address on record.
+		{ID: "c", JobID: "job-c", Egress: []Attribution{{Addr: pub6, PortLo: 20512, PortHi: 20767}}, Start: t0},
+	} {
+		if err := s.RecordLeaseStart(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.RecordLeaseEnd("b", t0.Add(time.Hour), "released"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr netip.Addr
+		port uint16
+		at   time.Time
+		want string
+	}{
+		{pub6, 20100, t0.Add(time.Minute), "job-a"},
+		{pub4, 20100, t0.Add(time.Minute), "job-a"},
+		{pub6, 20300, t0.Add(time.Minute), ""}, // b's IPv6 flows left from its own address
+		{pub6, 20600, t0.Add(time.Minute), "job-c"},
+		{pub4, 20600, t0.Add(time.Minute), ""},
+		{netip.IPv4Unspecified(), 20600, t0.Add(time.Minute), ""},
+		{own, 80, t0.Add(time.Minute), "job-b"},
+		{own, 65535, t0.Add(time.Minute), "job-b"},
+		{own, 80, t0.Add(2 * time.Hour), ""},
+		{netip.MustParseAddr("2001:db8:aa::6440:4"), 80, t0.Add(time.Minute), ""},
+	} {
+		recs, err := s.Whois(tc.addr, tc.port, tc.at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := ""
+		if len(recs) > 1 {
+			t.Errorf("whois %v:%d: %d records, want at most 1", tc.addr, tc.port, len(recs))
+		}
+		if len(recs) > 0 {
+			got = recs[0].JobID
+		}
+		if got != tc.want {
+			t.Errorf("whois %v:%d at %v: got %q, want %q", tc.addr, tc.port, tc.at, got, tc.want)
+		}
+	}
+	if n, err := s.PruneLeases(t0.Add(3 * time.Hour)); err != nil || n != 1 {
+		t.Fatalf("PruneLeases: %d, %v; want 1", n, err)
+	}
+	if recs, _ := s.Whois(own, 80, t0.Add(time.Minute)); len(recs) != 0 {
+		t.Errorf("whois after prune: %+v", recs)
+	}
+}
+
+// TestLegacyRecord: a record in the format before lists (one field per
+// family) is read as lists, and whois finds it as before.
+func TestLegacyRecord(t *testing.T) {
+	for _, tc := range []struct {
+		json        string
+		tunnel      []netip.Addr
+		attribution []Attribution
+	}{
+		{`{"id":"a","tunnel_addr":"100.64.0.2","public_addr":"203.0.113.1","port_lo":20000,"port_hi":20255,"start":"2026-11-23T10:00:00Z"}`,
+			[]netip.Addr{netip.MustParseAddr("100.64.0.2")},
+			[]Attribution{{Addr: netip.MustParseAddr("203.0.113.1"), PortLo: 20000, PortHi: 20255}}},
+		{`{"id":"b","tunnel_addr":"100.64.0.3","tunnel_addr6":"fd00::6440:3","public_addr":"203.0.113.1","public_addr6":"2001:db8::1","port_lo":20256,"port_hi":20511,"start":"2026-11-23T10:00:00Z"}`,
+			[]netip.Addr{netip.MustParseAddr("100.64.0.3"), netip.MustParseAddr("fd00::6440:3")},
+			[]Attribution{{Addr: netip.MustParseAddr("203.0.113.1"), PortLo: 20256, PortHi: 20511}, {Addr: netip.MustParseAddr("2001:db8::1"), PortLo: 20256, PortHi: 20511}}},
+		{`{"id":"c","tunnel_addr":"100.64.0.4","tunnel_addr6":"fd00::6440:4","public_addr":"203.0.113.1","public_addr6":"2001:db8:aa::6440:4","own6":true,"port_lo":20512,"port_hi":20767,"start":"2026-11-23T10:00:00Z"}`,
+			[]netip.Addr{netip.MustParseAddr("100.64.0.4"), netip.MustParseAddr("fd00::6440:4")},
+			[]Attribution{{Addr: netip.MustParseAddr("203.0.113.1"), PortLo: 20512, PortHi: 20767}, {Addr: netip.MustParseAddr("2001:db8:aa::6440:4"), PortHi: 65535, Own: true}}},
+		// The 0.0.0.0 an IPv6-only job's block was carried on is dropped.
+		{`{"id":"d","tunnel_addr":"100.64.0.5","tunnel_addr6":"fd00::6440:5","public_addr":"0.0.0.0","public_addr6":"2001:db8::1","port_lo":20768,"port_hi":21023,"start":"2026-11-23T10:00:00Z"}`,
+			[]netip.Addr{netip.MustParseAddr("100.64.0.5"), netip.MustParseAddr("fd00::6440:5")},
+			[]Attribution{{Addr: netip.MustParseAddr("2001:db8::1"), PortLo: 20768, PortHi: 21023}}},
+	} {
+		var r LeaseRecord
+		if err := json.Unmarshal([]byte(tc.json), &r); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(r.TunnelAddrs, tc.tunnel) || !slices.Equal(Attributions(r), tc.attribution) {
+			t.Errorf("%s: tunnel %v, attributions %+v; want %v, %+v", r.ID, r.TunnelAddrs, Attributions(r), tc.tunnel, tc.attribution)
 		}
 	}
 }

@@ -22,14 +22,17 @@
 //
 //  1. creates a TUN (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR, so the parent enables
 //     TSO/GRO offloads on it) with the tunnel MTU, brings it and lo up and
-//     routes the jobs' subnet through it;
-//  2. makes every IPv4 address local ("ip route add local 0.0.0.0/0 dev
-//     lo", the AnyIP idiom), so the kernel accepts a job's connection to
-//     any destination as its own;
-//  3. opens one TCP listener bound to 0.0.0.0:PORT with IP_TRANSPARENT and
-//     installs one nftables rule, "iif tun tcp tproxy to :PORT", that hands
-//     every TCP SYN arriving on the TUN to that listener; the accepted
-//     socket's local address is the job's original destination;
+//     routes the jobs' subnets (one per address family) through it;
+//  2. makes every address of each of those families local ("ip route add
+//     local 0.0.0.0/0 dev lo", "ip -6 route add local ::/0 dev lo", the
+//     AnyIP idiom), so the kernel accepts a job's connection to any
+//     destination as its own;
+//  3. opens one dual-stack TCP listener bound to [::]:PORT (IPV6_V6ONLY
+//     off) with IP_TRANSPARENT and installs one nftables rule in an inet
+//     table, "iif tun tcp tproxy to :PORT", that hands every TCP SYN of
+//     either family arriving on the TUN to that listener; the accepted
+//     socket's local address is the job's original destination (an
+//     IPv4 one IPv4-mapped);
 //  4. sends the TUN and listener descriptors to the parent (SCM_RIGHTS) on a
 //     socketpair and exits; or, if a step failed, the step and its errno
 //     (internal/reexec, as for every helper child).
@@ -59,6 +62,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
@@ -90,10 +94,14 @@ type Namespace struct {
 	// TUN is the TUN device's file, with IFF_VNET_HDR set and in
 	// blocking mode.
 	TUN *os.File
-	// Listener accepts the jobs' TCP connections; an accepted
-	// connection's LocalAddr is the job's destination and its RemoteAddr
-	// the job's tunnel address and port.
+	// Listener accepts the jobs' TCP connections of both families; an
+	// accepted connection's LocalAddr is the job's destination and its
+	// RemoteAddr the job's tunnel address and port (IPv4 ones
+	// IPv4-mapped).
 	Listener *net.TCPListener
+	// Subnets are the jobs' subnets the namespace routes, one per
+	// address family it carries.
+	Subnets []netip.Prefix
 }
 
 // Close closes the TUN and the listener.
@@ -111,23 +119,34 @@ var initCalled atomic.Bool
 
 // childConfig is what the child needs.
 type childConfig struct {
-	Subnet netip.Prefix `json:"subnet"`
-	MTU    int          `json:"mtu"`
+	Subnets []netip.Prefix `json:"subnets"`
+	MTU     int            `json:"mtu"`
 }
 
-// Open creates the private namespace for jobs in subnet (IPv4) with TUN
-// MTU mtu. It fails where the host forbids unprivileged user namespaces or
-// /dev/net/tun, or the kernel lacks nftables tproxy; the error says which.
-func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error) {
+// Open creates the private namespace for jobs in subnets (at most one per
+// address family) with TUN MTU mtu. It fails where the host forbids
+// unprivileged user namespaces or /dev/net/tun, or the kernel lacks
+// nftables tproxy or IPv6 (with an IPv6 subnet); the error says which.
+func Open(ctx context.Context, subnets []netip.Prefix, mtu int) (*Namespace, error) {
 	if !initCalled.Load() {
 		// The child is this binary re-executed; without Init in its main
 		// it would run as something else (a test binary: its tests).
 		return nil, errors.New("open private namespace: usernet.Init is not called in this binary's main")
 	}
-	if !subnet.Addr().Is4() {
-		return nil, fmt.Errorf("open private namespace: subnet %s is not IPv4", subnet)
+	var seen [ipfamily.N]bool
+	cfg := childConfig{MTU: mtu}
+	for _, p := range subnets {
+		f := ipfamily.Of(p.Addr())
+		if f == nil || !p.IsValid() || p.Addr().Is4In6() || seen[f.Index] {
+			return nil, fmt.Errorf("open private namespace: subnets %v: want at most one IPv4 and one IPv6 prefix", subnets)
+		}
+		seen[f.Index] = true
+		cfg.Subnets = append(cfg.Subnets, p.Masked())
 	}
-	raw, err := json.Marshal(childConfig{Subnet: subnet.Masked(), MTU: mtu})
+	if len(cfg.Subnets) == 0 {
+		return nil, errors.New("open private namespace: no subnet")
+	}
+	raw, err := json.Marshal(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open private namespace: %w", err)
 	}
@@ -161,7 +180,7 @@ func Open(ctx context.Context, subnet netip.Prefix, mtu int) (*Namespace, error)
 		tunFile.Close()
 		return nil, fmt.Errorf("open private namespace: listener: %w", err)
 	}
-	return &Namespace{TUN: tunFile, Listener: ln.(*net.TCPListener)}, nil
+	return &Namespace{TUN: tunFile, Listener: ln.(*net.TCPListener), Subnets: cfg.Subnets}, nil
 }
 
 // Init must be called first thing in main. If this process is the child
@@ -232,8 +251,8 @@ func createTUN(name string) (int, error) {
 	return fd, nil
 }
 
-// configureLinks brings lo and the TUN up, routes the jobs' subnet through
-// the TUN and makes every IPv4 address local.
+// configureLinks brings lo and the TUN up, routes the jobs' subnets through
+// the TUN and makes every address of their families local.
 func configureLinks(cfg childConfig) error {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
@@ -243,6 +262,13 @@ func configureLinks(cfg childConfig) error {
 	link, err := h.LinkByName(TUNName)
 	if err != nil {
 		return fmt.Errorf("find %s: %w", TUNName, err)
+	}
+	for _, sub := range cfg.Subnets {
+		if sub.Addr().Is6() {
+			if err := enableIPv6(); err != nil {
+				return err
+			}
+		}
 	}
 	if err := h.LinkSetMTU(link, cfg.MTU); err != nil {
 		return fmt.Errorf("set mtu %d on %s: %w", cfg.MTU, TUNName, err)
@@ -257,31 +283,67 @@ func configureLinks(cfg childConfig) error {
 	if err := h.LinkSetUp(lo); err != nil {
 		return fmt.Errorf("set lo up: %w", err)
 	}
-	sub := cfg.Subnet
-	if err := h.RouteAdd(&netlink.Route{
-		LinkIndex: link.Attrs().Index,
-		Dst:       &net.IPNet{IP: sub.Addr().AsSlice(), Mask: net.CIDRMask(sub.Bits(), 32)},
-		Scope:     netlink.SCOPE_LINK,
-	}); err != nil {
-		return fmt.Errorf("route %s via %s: %w", sub, TUNName, err)
-	}
-	if err := h.RouteAdd(&netlink.Route{
-		LinkIndex: lo.Attrs().Index,
-		Dst:       &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)},
-		Type:      unix.RTN_LOCAL,
-		Scope:     netlink.SCOPE_HOST,
-		Table:     unix.RT_TABLE_MAIN,
-	}); err != nil {
-		return fmt.Errorf("make every address local: %w", err)
+	for _, sub := range cfg.Subnets {
+		f := ipfamily.Of(sub.Addr())
+		if err := h.RouteAdd(&netlink.Route{
+			LinkIndex: link.Attrs().Index,
+			Dst:       ipNet(sub),
+			Scope:     netlink.SCOPE_LINK,
+		}); err != nil {
+			return fmt.Errorf("route %s via %s: %w", sub, TUNName, err)
+		}
+		if err := h.RouteAdd(&netlink.Route{
+			LinkIndex: lo.Attrs().Index,
+			Dst:       ipNet(f.All),
+			Type:      unix.RTN_LOCAL,
+			Scope:     netlink.SCOPE_HOST,
+			Table:     unix.RT_TABLE_MAIN,
+		}); err != nil {
+			return fmt.Errorf("make every %s address local: %w", f, err)
+		}
 	}
 	return nil
 }
 
-// transparentListener opens the TCP listener on 0.0.0.0 with a kernel-chosen
-// port and IP_TRANSPARENT, which tproxy requires of the sockets it steers
-// connections to.
+func ipNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+// enableIPv6 turns IPv6 on in the namespace (a new namespace may start
+// with it off, the host's default for new ones; the TUN would drop every
+// IPv6 packet) and keeps the TUN without a link-local address, so that
+// it sends no router solicitations or duplicate address probes of its
+// own to the jobs.
+func enableIPv6() error {
+	for _, dev := range []string{"all", "default", "lo", TUNName} {
+		if err := writeSysctl("net/ipv6/conf/"+dev+"/disable_ipv6", "0"); err != nil {
+			return fmt.Errorf("enable IPv6 (%s): %w", dev, err)
+		}
+	}
+	if err := writeSysctl("net/ipv6/conf/"+TUNName+"/addr_gen_mode", "1"); err != nil {
+		return fmt.Errorf("no link-local address on %s: %w", TUNName, err)
+	}
+	return nil
+}
+
+// writeSysctl writes a sysctl of the namespace, e.g.
+// "net/ipv6/conf/all/disable_ipv6".
+func writeSysctl(name, value string) error {
+	return os.WriteFile("/proc/sys/"+name, []byte(value), 0)
+}
+
+// transparentListener opens the TCP listener on [::] with a kernel-chosen
+// port, IPV6_V6ONLY off (IPv4 connections arrive IPv4-mapped) and
+// IP_TRANSPARENT, which tproxy requires of the sockets it steers
+// connections to (one flag for both families: IPV6_TRANSPARENT sets the
+// same). Without IPv6 in the namespace it falls back to 0.0.0.0.
 func transparentListener() (fd, port int, err error) {
-	fd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	family := unix.AF_INET6
+	fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if errors.Is(err, unix.EAFNOSUPPORT) {
+		family = unix.AF_INET
+		fd, err = unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	}
 	if err != nil {
 		return -1, 0, fmt.Errorf("listener socket: %w", err)
 	}
@@ -292,28 +354,42 @@ func transparentListener() (fd, port int, err error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_TRANSPARENT, 1); err != nil {
 		return fail("IP_TRANSPARENT", err)
 	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{}); err != nil {
+	var sa unix.Sockaddr = &unix.SockaddrInet4{}
+	if family == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0); err != nil {
+			return fail("IPV6_V6ONLY", err)
+		}
+		sa = &unix.SockaddrInet6{}
+	}
+	if err := unix.Bind(fd, sa); err != nil {
 		return fail("bind", err)
 	}
 	if err := unix.Listen(fd, 4096); err != nil {
 		return fail("listen", err)
 	}
-	sa, err := unix.Getsockname(fd)
+	got, err := unix.Getsockname(fd)
 	if err != nil {
 		return fail("getsockname", err)
 	}
-	return fd, sa.(*unix.SockaddrInet4).Port, nil
+	switch a := got.(type) {
+	case *unix.SockaddrInet6:
+		return fd, a.Port, nil
+	case *unix.SockaddrInet4:
+		return fd, a.Port, nil
+	}
+	return fail("getsockname", fmt.Errorf("address %T", got))
 }
 
-// installTProxy adds the one rule that steers TCP arriving on the TUN to
-// the listener on port: table ip airlock, chain prerouting (filter,
-// priority mangle): iifname airlock0 meta l4proto tcp tproxy to :port.
+// installTProxy adds the one rule that steers TCP of both families
+// arriving on the TUN to the listener on port: table inet airlock, chain
+// prerouting (filter, priority mangle): iifname airlock0 meta l4proto tcp
+// tproxy to :port.
 func installTProxy(port int) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "airlock"})
+	t := c.AddTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: "airlock"})
 	pol := nftables.ChainPolicyAccept
 	ch := c.AddChain(&nftables.Chain{
 		Name: "prerouting", Table: t, Type: nftables.ChainTypeFilter,
@@ -327,7 +403,8 @@ func installTProxy(port int) error {
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
 		&expr.Immediate{Register: 1, Data: binaryPort(port)},
-		&expr.TProxy{Family: byte(nftables.TableFamilyIPv4), TableFamily: byte(nftables.TableFamilyIPv4), RegPort: 1},
+		// No address, so one rule serves both families.
+		&expr.TProxy{Family: byte(unix.NFPROTO_UNSPEC), TableFamily: byte(nftables.TableFamilyINet), RegPort: 1},
 	}})
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("install tproxy rule (kernel needs nft_tproxy): %w", err)

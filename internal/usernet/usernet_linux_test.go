@@ -22,41 +22,81 @@ func TestMain(m *testing.M) {
 
 const vnetHdrLen = 10 // struct virtio_net_hdr
 
-// tcpPacket builds an IPv4 TCP packet with a zero virtio-net header in
-// front, as a TUN with IFF_VNET_HDR expects.
+// tcpPacket builds a TCP packet of src's family with a zero virtio-net
+// header in front, as a TUN with IFF_VNET_HDR expects.
 func tcpPacket(src, dst netip.AddrPort, seq, ack uint32, flags header.TCPFlags) []byte {
-	b := make([]byte, vnetHdrLen+header.IPv4MinimumSize+header.TCPMinimumSize)
+	hl := header.IPv4MinimumSize
+	if src.Addr().Is6() {
+		hl = header.IPv6MinimumSize
+	}
+	b := make([]byte, vnetHdrLen+hl+header.TCPMinimumSize)
 	p := b[vnetHdrLen:]
-	ip := header.IPv4(p)
-	ip.Encode(&header.IPv4Fields{
-		TotalLength: uint16(len(p)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: tcpip.AddrFrom4(src.Addr().As4()), DstAddr: tcpip.AddrFrom4(dst.Addr().As4()),
-	})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	tcp := header.TCP(p[header.IPv4MinimumSize:])
+	srcA, dstA := tcpip.AddrFromSlice(src.Addr().AsSlice()), tcpip.AddrFromSlice(dst.Addr().AsSlice())
+	if src.Addr().Is6() {
+		header.IPv6(p).Encode(&header.IPv6Fields{
+			PayloadLength: header.TCPMinimumSize, TransportProtocol: header.TCPProtocolNumber, HopLimit: 64,
+			SrcAddr: srcA, DstAddr: dstA,
+		})
+	} else {
+		ip := header.IPv4(p)
+		ip.Encode(&header.IPv4Fields{
+			TotalLength: uint16(len(p)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+			SrcAddr: srcA, DstAddr: dstA,
+		})
+		ip.SetChecksum(^ip.CalculateChecksum())
+	}
+	tcp := header.TCP(p[hl:])
 	tcp.Encode(&header.TCPFields{
 		SrcPort: src.Port(), DstPort: dst.Port(), SeqNum: seq, AckNum: ack,
 		DataOffset: header.TCPMinimumSize, Flags: flags, WindowSize: 65535,
 	})
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), header.TCPMinimumSize)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, srcA, dstA, header.TCPMinimumSize)
 	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
 	return b
 }
 
+// tcpOf returns the TCP segment of the IP packet p, nil if p is not TCP
+// (IPv6: without extension headers).
+func tcpOf(p []byte) header.TCP {
+	switch {
+	case len(p) >= header.IPv4MinimumSize && p[0]>>4 == 4:
+		ip := header.IPv4(p)
+		if ip.Protocol() == uint8(header.TCPProtocolNumber) {
+			return header.TCP(ip.Payload())
+		}
+	case len(p) >= header.IPv6MinimumSize && p[0]>>4 == 6:
+		ip := header.IPv6(p)
+		if ip.TransportProtocol() == header.TCPProtocolNumber {
+			return header.TCP(p[header.IPv6MinimumSize:])
+		}
+	}
+	return nil
+}
+
 // TestHandshakeReachesListener sends a job's SYN for an outside address
 // into the TUN, answers the kernel's SYN-ACK, and expects the listener to
-// accept a connection whose local address is the original destination.
+// accept a connection whose local address is the original destination:
+// over each address family, through one namespace for both.
 func TestHandshakeReachesListener(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := Open(ctx, netip.MustParsePrefix("100.64.0.0/16"), 1420)
+	ns, err := Open(ctx, []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), netip.MustParsePrefix("fd00:a10c::/64")}, 1420)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer ns.Close()
+	for _, tc := range []struct {
+		name     string
+		job, dst netip.AddrPort
+	}{
+		{"IPv4", netip.MustParseAddrPort("100.64.0.2:40000"), netip.MustParseAddrPort("203.0.113.9:5201")},
+		{"IPv6", netip.MustParseAddrPort("[fd00:a10c::2]:40000"), netip.MustParseAddrPort("[2001:db8::9]:5201")},
+	} {
+		t.Run(tc.name, func(t *testing.T) { handshake(t, ns, tc.job, tc.dst) })
+	}
+}
 
-	job := netip.MustParseAddrPort("100.64.0.2:40000")
-	dst := netip.MustParseAddrPort("203.0.113.9:5201")
+func handshake(t *testing.T, ns *Namespace, job, dst netip.AddrPort) {
 	if _, err := ns.TUN.Write(tcpPacket(job, dst, 1000, 0, header.TCPFlagSyn)); err != nil {
 		t.Fatalf("write SYN: %v", err)
 	}
@@ -67,12 +107,7 @@ func TestHandshakeReachesListener(t *testing.T) {
 		if err != nil {
 			t.Fatalf("read tun: %v", err)
 		}
-		p := header.IPv4(buf[vnetHdrLen:n])
-		if p.Protocol() != uint8(header.TCPProtocolNumber) {
-			continue
-		}
-		tcp := header.TCP(p.Payload())
-		if tcp.Flags() == header.TCPFlagSyn|header.TCPFlagAck {
+		if tcp := tcpOf(buf[vnetHdrLen:n]); tcp != nil && tcp.Flags() == header.TCPFlagSyn|header.TCPFlagAck {
 			synack = tcp
 		}
 	}
@@ -92,10 +127,11 @@ func TestHandshakeReachesListener(t *testing.T) {
 		t.Fatalf("accept: %v", err)
 	}
 	defer c.Close()
-	if got := c.LocalAddr().(*net.TCPAddr).AddrPort(); got != dst {
+	unmap := func(a netip.AddrPort) netip.AddrPort { return netip.AddrPortFrom(a.Addr().Unmap(), a.Port()) }
+	if got := unmap(c.LocalAddr().(*net.TCPAddr).AddrPort()); got != dst {
 		t.Errorf("accepted local address %v, want the job's destination %v", got, dst)
 	}
-	if got := c.RemoteAddr().(*net.TCPAddr).AddrPort(); got != job {
+	if got := unmap(c.RemoteAddr().(*net.TCPAddr).AddrPort()); got != job {
 		t.Errorf("accepted remote address %v, want the job %v", got, job)
 	}
 }

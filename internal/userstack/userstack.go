@@ -33,6 +33,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/stacklink"
 )
 
@@ -49,12 +50,11 @@ const (
 
 // Config configures a Stack.
 type Config struct {
-	// Addr is the job's tunnel address (from the lease).
-	Addr netip.Addr
-	// Addr6, if valid, is the job's IPv6 tunnel address: the stack then
-	// dials IPv6 destinations from it and looks up AAAA records first.
-	// Without it IPv6 destinations are unreachable (ENETUNREACH).
-	Addr6 netip.Addr
+	// Addrs are the job's tunnel addresses (from the lease), at most one
+	// per address family: the stack dials destinations of each family
+	// from it, and with an IPv6 one looks up AAAA records first. A family
+	// without one is unreachable (ENETUNREACH). Required: at least one.
+	Addrs []netip.Addr
 	// DNS lists the tunnel's DNS servers.
 	DNS []netip.Addr
 	// MTU of the tunnel.
@@ -65,7 +65,9 @@ type Config struct {
 // WireGuard device and dials through it. It is safe for concurrent use;
 // its zero value is not usable (use New).
 type Stack struct {
-	cfg    Config
+	cfg Config
+	// addr are cfg.Addrs by family (zero: none).
+	addr   [ipfamily.N]netip.Addr
 	ns     *stack.Stack
 	link   *stacklink.Link
 	events chan tun.Event
@@ -74,17 +76,23 @@ type Stack struct {
 	once   sync.Once
 }
 
-// New builds the stack with cfg.Addr as its only address and a default
-// route into the tunnel.
+// New builds the stack with cfg.Addrs as its addresses and default routes
+// into the tunnel.
 func New(cfg Config) (*Stack, error) {
-	if !cfg.Addr.IsValid() || cfg.MTU <= 0 {
-		return nil, fmt.Errorf("user-space stack: need an address and an MTU, got %v and %d", cfg.Addr, cfg.MTU)
+	if len(cfg.Addrs) == 0 || cfg.MTU <= 0 {
+		return nil, fmt.Errorf("user-space stack: need an address and an MTU, got %v and %d", cfg.Addrs, cfg.MTU)
 	}
-	if cfg.Addr6.IsValid() && (!cfg.Addr6.Is6() || cfg.Addr6.Is4In6()) {
-		return nil, fmt.Errorf("user-space stack: IPv6 address %v is not IPv6", cfg.Addr6)
+	var addr [ipfamily.N]netip.Addr
+	for _, a := range cfg.Addrs {
+		f := ipfamily.Of(a)
+		if f == nil || a.Is4In6() || addr[f.Index].IsValid() {
+			return nil, fmt.Errorf("user-space stack: addresses %v: want at most one per family", cfg.Addrs)
+		}
+		addr[f.Index] = a
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stack{
+		addr:   addr,
 		cfg:    cfg,
 		link:   stacklink.New(uint32(cfg.MTU), queueLen, nil),
 		events: make(chan tun.Event, 1),
@@ -113,10 +121,7 @@ func (s *Stack) setup() error {
 	if err := s.ns.CreateNIC(nicID, s.link); err != nil {
 		return tcpipErr("create nic", err)
 	}
-	for _, a := range []netip.Addr{s.cfg.Addr, s.cfg.Addr6} {
-		if !a.IsValid() {
-			continue
-		}
+	for _, a := range s.cfg.Addrs {
 		pa := tcpip.ProtocolAddress{
 			Protocol:          proto(a),
 			AddressWithPrefix: tcpip.AddrFromSlice(a.AsSlice()).WithPrefix(),
@@ -190,17 +195,33 @@ func (s *Stack) Close() error {
 	return nil
 }
 
-// HasIPv6 reports whether the stack has an IPv6 address.
-func (s *Stack) HasIPv6() bool { return s.cfg.Addr6.IsValid() }
+// Has reports whether the stack has an address of family f.
+func (s *Stack) Has(f *ipfamily.Family) bool { return s.addr[f.Index].IsValid() }
 
 // ErrNoIPv6 is returned for IPv6 destinations when the lease has no IPv6
-// address; it wraps ENETUNREACH, as a kernel without an IPv6 route says.
-var ErrNoIPv6 = fmt.Errorf("the tunnel has no IPv6 address: %w", syscall.ENETUNREACH)
+// address (errNoAddr for IPv4 ones without an IPv4 address); both wrap
+// ENETUNREACH, as a kernel without a route of the family says.
+var (
+	ErrNoIPv6 = fmt.Errorf("the tunnel has no IPv6 address: %w", syscall.ENETUNREACH)
+	errNoIPv4 = fmt.Errorf("the tunnel has no IPv4 address: %w", syscall.ENETUNREACH)
+)
+
+// addrOf returns the stack's address of family f, or an error wrapping
+// ENETUNREACH.
+func (s *Stack) addrOf(f *ipfamily.Family) (netip.Addr, error) {
+	if a := s.addr[f.Index]; a.IsValid() {
+		return a, nil
+	}
+	if f == ipfamily.V6 {
+		return netip.Addr{}, ErrNoIPv6
+	}
+	return netip.Addr{}, errNoIPv4
+}
 
 // reachable checks that the stack has an address of dst's family.
 func (s *Stack) reachable(dst netip.Addr) error {
-	if dst.Unmap().Is6() && !s.HasIPv6() {
-		return fmt.Errorf("%v: %w", dst, ErrNoIPv6)
+	if _, err := s.addrOf(ipfamily.Of(dst)); err != nil {
+		return fmt.Errorf("%v: %w", dst, err)
 	}
 	return nil
 }
@@ -222,32 +243,25 @@ func (s *Stack) DialUDP(dst netip.AddrPort) (*gonet.UDPConn, error) {
 	return gonet.DialUDP(s.ns, nil, &fa, proto(dst.Addr().Unmap()))
 }
 
-// ListenUDP opens an unconnected UDP socket on the tunnel address of the
-// family asked for.
-func (s *Stack) ListenUDP(v6 bool) (*gonet.UDPConn, error) {
-	a := s.cfg.Addr
-	if v6 {
-		if !s.HasIPv6() {
-			return nil, ErrNoIPv6
-		}
-		a = s.cfg.Addr6
+// ListenUDP opens an unconnected UDP socket on the tunnel address of
+// family f.
+func (s *Stack) ListenUDP(f *ipfamily.Family) (*gonet.UDPConn, error) {
+	a, err := s.addrOf(f)
+	if err != nil {
+		return nil, err
 	}
 	la := full(netip.AddrPortFrom(a, 0))
 	return gonet.DialUDP(s.ns, &la, nil, proto(a))
 }
 
-// ListenTCP listens on port of the tunnel address (exposed ports).
-func (s *Stack) ListenTCP(port uint16) (*gonet.TCPListener, error) {
-	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr, port)), proto(s.cfg.Addr))
-}
-
-// ListenTCP6 listens on port of the IPv6 tunnel address (exposed ports
-// reached over IPv6); ErrNoIPv6 without one.
-func (s *Stack) ListenTCP6(port uint16) (*gonet.TCPListener, error) {
-	if !s.HasIPv6() {
-		return nil, ErrNoIPv6
+// ListenTCP listens on port of the tunnel address of family f (exposed
+// ports reached over f).
+func (s *Stack) ListenTCP(f *ipfamily.Family, port uint16) (*gonet.TCPListener, error) {
+	a, err := s.addrOf(f)
+	if err != nil {
+		return nil, err
 	}
-	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(s.cfg.Addr6, port)), proto(s.cfg.Addr6))
+	return gonet.ListenTCP(s.ns, full(netip.AddrPortFrom(a, port)), proto(a))
 }
 
 // LookupHost resolves name through the tunnel's DNS servers and returns
@@ -259,7 +273,7 @@ func (s *Stack) LookupHost(ctx context.Context, name string) ([]netip.Addr, erro
 	if len(s.cfg.DNS) == 0 {
 		return nil, &net.DNSError{Err: "no DNS server in the lease", Name: name}
 	}
-	if !s.HasIPv6() {
+	if !s.Has(ipfamily.V6) {
 		addrs, err := s.lookup(ctx, name, dns.TypeA)
 		var de *net.DNSError
 		if len(addrs) > 0 || (errors.As(err, &de) && de.IsNotFound) {

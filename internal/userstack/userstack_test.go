@@ -5,6 +5,7 @@ package userstack
 import (
 	"context"
 	"errors"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"io"
 	"net"
 	"net/netip"
@@ -22,8 +23,8 @@ import (
 func pair(t *testing.T) (a, b *Stack) {
 	t.Helper()
 	return pairOf(t,
-		Config{Addr: netip.MustParseAddr("100.64.0.2"), DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
-		Config{Addr: netip.MustParseAddr("100.64.0.1"), MTU: 1420})
+		Config{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
+		Config{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420})
 }
 
 // pairOf is pair with the stacks' configurations.
@@ -70,7 +71,7 @@ func TestStack(t *testing.T) {
 	defer cancel()
 
 	// TCP: 4 MiB one way and back, through GSO segments and GRO.
-	l, err := b.ListenTCP(80)
+	l, err := b.ListenTCP(ipfamily.V4, 80)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestStack(t *testing.T) {
 	}
 
 	// DNS over UDP through the stack.
-	pc, err := b.ListenUDP(false)
+	pc, err := b.ListenUDP(ipfamily.V4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,12 +149,12 @@ func TestStack(t *testing.T) {
 func TestStackIPv6(t *testing.T) {
 	job6, gw6 := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::1")
 	a, b := pairOf(t,
-		Config{Addr: netip.MustParseAddr("100.64.0.2"), Addr6: job6, DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
-		Config{Addr: netip.MustParseAddr("100.64.0.1"), Addr6: gw6, MTU: 1420})
+		Config{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2"), job6}, DNS: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, MTU: 1420},
+		Config{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.1"), gw6}, MTU: 1420})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	l, err := b.ListenTCP6(80)
+	l, err := b.ListenTCP(ipfamily.V6, 80)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestStackIPv6(t *testing.T) {
 	}
 
 	// UDP from the IPv6 address.
-	srv, err := b.ListenUDP(true)
+	srv, err := b.ListenUDP(ipfamily.V6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func TestStackIPv6(t *testing.T) {
 	}
 
 	// A stack without an IPv6 address refuses IPv6 destinations.
-	v4only, err := New(Config{Addr: netip.MustParseAddr("100.64.0.3"), MTU: 1420})
+	v4only, err := New(Config{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.3")}, MTU: 1420})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,7 +264,7 @@ func TestStackIPv6(t *testing.T) {
 	if _, err := v4only.DialUDP(netip.AddrPortFrom(gw6, 53)); !errors.Is(err, syscall.ENETUNREACH) {
 		t.Errorf("DialUDP to IPv6 without an IPv6 address: got %v, want ENETUNREACH", err)
 	}
-	if _, err := v4only.ListenUDP(true); !errors.Is(err, syscall.ENETUNREACH) {
+	if _, err := v4only.ListenUDP(ipfamily.V6); !errors.Is(err, syscall.ENETUNREACH) {
 		t.Errorf("ListenUDP(v6) without an IPv6 address: got %v, want ENETUNREACH", err)
 	}
 }

@@ -62,7 +62,7 @@ func checkJobPorts(t *testing.T, e *env, addrs []netip.Addr) {
 			t.Errorf("connection from %v, want %v with a port in %v", ap, pub, r)
 		}
 		recs = e.whois(t, ap, during)
-		if len(recs) != 1 || recs[0].JobID != job || recs[0].PortLo != r.Lo || recs[0].PortHi != r.Hi {
+		if a, _ := attributionAt(recs, ap.Addr()); len(recs) != 1 || recs[0].JobID != job || a.PortLo != r.Lo || a.PortHi != r.Hi {
 			t.Errorf("whois %v: %+v, want exactly job %s with ports %v", ap, recs, job, r)
 		}
 	}

@@ -41,6 +41,8 @@ func bypassConfig(withAllow, withBypass bool, squidPort, httpPort int) string {
 //     proxy by a local domain name: the bytes never reach the gateway (its
 //     flow counters do not move), the client reports the flow and its bytes
 //     (status, metrics, a flow log row marked bypass);
+//   - DNS over TCP: a local name is answered by the site's resolver,
+//     another by the gateway's;
 //   - a destination outside the bypass still goes through the gateway;
 //   - a local name that resolves outside the entries (rebinding) is not
 //     bypassed: it goes through the gateway;
@@ -148,6 +150,17 @@ func TestBypass(t *testing.T) {
 			}
 			if float64(logged) != m1[inKey] {
 				t.Errorf("flow log rows marked bypass sum to %d bytes in, metrics say %v", logged, m1[inKey])
+			}
+
+			// DNS over TCP to the job's resolver: a local name from the
+			// site resolver, another from the gateway's (netns mode: the
+			// connection is terminated in the client, the rest asked
+			// through the tunnel; the fallbacks split per query).
+			for name, want := range map[string]string{"squid.site.test": topology.SiteAddr.String(), zoneName: tp.INETAddr.String()} {
+				code, out, stderr := e.runWith(t, o, "dig", "+short", "+tcp", "+time=3", "+tries=2", name)
+				if code != 0 || strings.TrimSpace(out) != want {
+					t.Errorf("dig +tcp %s: exit %d, %q, want %s%s", name, code, out, want, e.diag(stderr))
+				}
 			}
 
 			// Outside the bypass: through the gateway.

@@ -114,7 +114,7 @@ func checkExpose(t *testing.T, e *env) {
 		}
 	}
 	// whois with the announced outside address and a time names the job.
-	if recs := e.whois(t, a.tcp, time.Now()); len(recs) != 1 || recs[0].JobID != "expose-a" || recs[0].PublicAddr != e.tp.DMZAddrINET {
+	if recs := e.whois(t, a.tcp, time.Now()); len(recs) != 1 || recs[0].JobID != "expose-a" || recs[0].Egress[0].Addr != e.tp.DMZAddrINET {
 		t.Errorf("whois %v now: got %+v, want exactly job expose-a with public address %v", a.tcp, recs, e.tp.DMZAddrINET)
 	}
 	// Ports that are not exposed: in b's block (below its exposure) and in

@@ -191,11 +191,11 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 				t.Errorf("whois %v: got %+v, want exactly job %s", ap, recs, job)
 				continue
 			}
-			if ap.Port() < recs[0].PortLo || ap.Port() > recs[0].PortHi {
-				t.Errorf("port %d outside the job's block %d-%d", ap.Port(), recs[0].PortLo, recs[0].PortHi)
+			if a, _ := attributionAt(recs, ap.Addr()); a.Addr != ap.Addr() || ap.Port() < a.PortLo || ap.Port() > a.PortHi {
+				t.Errorf("port %d outside the job's block %+v", ap.Port(), a)
 			}
-			if !recs[0].TunnelAddr6.IsValid() || !j.addr.Masked().Contains(recs[0].TunnelAddr6) {
-				t.Errorf("whois record's IPv6 tunnel address %v, want one of %v", recs[0].TunnelAddr6, j.addr.Masked())
+			if len(recs[0].TunnelAddrs) != 2 || !j.addr.Masked().Contains(recs[0].TunnelAddrs[1]) {
+				t.Errorf("whois record's tunnel addresses %v, want an IPv6 one of %v", recs[0].TunnelAddrs, j.addr.Masked())
 			}
 		}
 	})
@@ -237,8 +237,8 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 		for _, js := range e.status(t).Jobs {
 			if js.JobID == "expose-v6" {
 				found = true
-				if !js.Addr6.IsValid() || !j.addr.Masked().Contains(js.Addr6) {
-					t.Errorf("airlock status: job expose-v6 has addr6 %v, want one of %v", js.Addr6, j.addr.Masked())
+				if len(js.Addrs) != 2 || !j.addr.Masked().Contains(js.Addrs[1]) {
+					t.Errorf("airlock status: job expose-v6 has addresses %v, want an IPv6 one of %v", js.Addrs, j.addr.Masked())
 				}
 			}
 		}
@@ -413,10 +413,11 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	x := e.startExposed(t, "own6", "--expose", "8080")
 	defer x.p.Kill()
 	recs := e.whois(t, x.tcp, time.Now())
-	if len(recs) != 1 || !recs[0].Own6 || !ownPrefix6.Contains(recs[0].PublicAddr6) {
+	own6, _ := attributionAt(recs, x.tcp.Addr())
+	if len(recs) != 1 || !own6.Own || !ownPrefix6.Contains(own6.Addr) {
 		t.Fatalf("whois %v: %+v, want one lease with its own IPv6 address in %v", x.tcp, recs, ownPrefix6)
 	}
-	ap := netip.AddrPortFrom(recs[0].PublicAddr6, 8080)
+	ap := netip.AddrPortFrom(own6.Addr, 8080)
 	code, gout, _ := tp.Run(t, 15*time.Second, tp.V6Host, nil, e.peer, "tcpget", ap.String())
 	if code != 0 || !strings.Contains(gout, "hello from own6") {
 		t.Errorf("tcpget %v from v6h (the job's own address and port): exit %d, %q%s", ap, code, gout, e.diag(""))

@@ -57,7 +57,7 @@ func TestEgressPool(t *testing.T) {
 						t.Errorf("jobs %s and %s both left from %v; want one address each", other, jobs[i], ap.Addr())
 					}
 					used[ap.Addr()] = jobs[i]
-					if recs := e.whois(t, ap, during); len(recs) != 1 || recs[0].JobID != jobs[i] || recs[0].PublicAddr != ap.Addr() {
+					if recs := e.whois(t, ap, during); len(recs) != 1 || recs[0].JobID != jobs[i] || recs[0].Egress[0].Addr != ap.Addr() {
 						t.Errorf("whois %v: got %+v, want exactly job %s at %v", ap, recs, jobs[i], ap.Addr())
 					}
 				}

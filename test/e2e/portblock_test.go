@@ -62,7 +62,8 @@ func checkPortBlocks(t *testing.T, e *env) (map[uint16]string, time.Time) {
 			t.Errorf("whois %v:%d: got %+v, want exactly job %s", e.tp.DMZAddrINET, p, recs, job)
 			continue
 		}
-		b := [2]uint16{recs[0].PortLo, recs[0].PortHi}
+		a, _ := attributionAt(recs, e.tp.DMZAddrINET)
+		b := [2]uint16{a.PortLo, a.PortHi}
 		if old, ok := blocks[job]; ok && old != b {
 			t.Errorf("job %s used ports of two blocks: %v and %v", job, old, b)
 		}
@@ -87,6 +88,15 @@ func (e *env) whois(t *testing.T, ap netip.AddrPort, at time.Time) []store.Lease
 		t.Fatalf("airlock whois --json: %v: %q", err, out)
 	}
 	return recs
+}
+
+// attributionAt returns where the first of recs was seen at addr (its
+// attribution of addr's family).
+func attributionAt(recs []store.LeaseRecord, addr netip.Addr) (store.Attribution, bool) {
+	if len(recs) == 0 {
+		return store.Attribution{}, false
+	}
+	return recs[0].AttributionAt(addr)
 }
 
 // checkRestart restarts the gateway and checks that whois still answers

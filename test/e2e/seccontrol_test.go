@@ -230,7 +230,7 @@ done`, int(flood/time.Second), gw)
 		var lease string
 		for _, j := range e.status(t).Jobs {
 			if j.Token == "banme" {
-				lease = j.Lease
+				lease = string(j.Lease)
 			}
 		}
 		sleeper(t, ban, "dup")

@@ -14,11 +14,15 @@
 // user namespace: no privilege on the host is needed (nor used when the
 // tests run as root). Inside, [Run] builds the topology:
 //
-//	job stacks (gVisor, one per job) ── packet device ── backend ── egress0 203.0.113.1/24
+//	job stacks (gVisor, one per job) ── packet device ── backend ── egress0 203.0.113.1/24, 2001:db8:e::1/64
 //	                                                                   │ veth
-//	                                  outside namespace:  peer0 203.0.113.2/24, 10.99.0.2/24
+//	                      outside namespace:  peer0 203.0.113.2/24, 10.99.0.2/24, 2001:db8:e::2/64, fd99::2/64
 //
-// The job side is real TCP/IP: one gVisor stack per job address, attached
+// Every job has an address of each family (100.64.1.x, fd00:a10c::1:x)
+// and every data-plane test runs once per family (subtests IPv4 and
+// IPv6), so that a backend that breaks one family fails by name.
+//
+// The job side is real TCP/IP: one gVisor stack per job, attached
 // to the backend's packet device (its tun.Device Read and Write, as the
 // WireGuard device would be) by two pumps that carry whole IP packets. The
 // outside is real sockets in a network namespace of its own ([Outside]):

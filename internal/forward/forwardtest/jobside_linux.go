@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.zx2c4.com/wireguard/tun"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
@@ -78,17 +80,11 @@ func (n *jobNet) readLoop() {
 }
 
 func (n *jobNet) deliver(b []byte) {
-	var dst netip.Addr
-	proto := ipv4.ProtocolNumber
-	switch {
-	case len(b) >= header.IPv4MinimumSize && b[0]>>4 == 4:
-		dst = netip.AddrFrom4([4]byte(b[16:20]))
-	case len(b) >= header.IPv6MinimumSize && b[0]>>4 == 6:
-		dst = netip.AddrFrom16([16]byte(b[24:40]))
-		proto = ipv6.ProtocolNumber
-	default:
+	f := ipfamily.OfPacket(b)
+	if f == nil || len(b) < f.HeaderLen {
 		return
 	}
+	dst, proto := f.Addr(b, f.DstOff), networkProto[f.Index]
 	n.mu.Lock()
 	ep := n.jobs[dst]
 	n.mu.Unlock()
@@ -111,20 +107,26 @@ func (n *jobNet) close() {
 // job's tunnel address (and, if set, its IPv6 address) and default routes
 // into the backend's device.
 type JobStack struct {
-	// Addr is the job's tunnel address.
-	Addr netip.Addr
-	// Addr6 is the job's IPv6 address, if it has one.
-	Addr6 netip.Addr
+	// Addrs are the job's tunnel addresses by family (zero: none).
+	Addrs [ipfamily.N]netip.Addr
 	s     *stack.Stack
 }
+
+// Addr returns the job's tunnel address of family f (zero: none).
+func (j *JobStack) Addr(f *ipfamily.Family) netip.Addr { return j.Addrs[f.Index] }
+
+// networkProto are gVisor's network protocol numbers by family.
+var networkProto = [ipfamily.N]tcpip.NetworkProtocolNumber{ipv4.ProtocolNumber, ipv6.ProtocolNumber}
 
 // linkQueue is a job link's queue length in packets: a job's largest
 // send buffer in MTU packets, so the channel endpoint never drops.
 func linkQueue(mtu int) int { return 2 * (4 << 20) / mtu }
 
-// addJob attaches a new job stack with addresses addr (in prefix's
-// subnet) and addr6 (optional); it is removed in t.Cleanup.
-func (n *jobNet) addJob(t testing.TB, prefix netip.Prefix, addr, addr6 netip.Addr) *JobStack {
+// addJob attaches a new job stack with the job's addresses addrs (at most
+// one per family), each with the length of the tunnel subnet of its
+// family in tunnels, and a default route of each family; it is removed in
+// t.Cleanup.
+func (n *jobNet) addJob(t testing.TB, tunnels []netip.Prefix, addrs []netip.Addr) *JobStack {
 	t.Helper()
 	s := stack.New(stack.Options{
 		NetworkProtocols:   []stack.NetworkProtocolFactory{ipv4.NewProtocol, ipv6.NewProtocol},
@@ -134,33 +136,27 @@ func (n *jobNet) addJob(t testing.TB, prefix netip.Prefix, addr, addr6 netip.Add
 	s.SetTransportProtocolOption(tcp.ProtocolNumber, &sack)
 	ep := channel.New(linkQueue(n.mtu), uint32(n.mtu), "")
 	if err := s.CreateNIC(1, ep); err != nil {
-		t.Fatalf("job %s: create nic: %v", addr, err)
+		t.Fatalf("job %v: create nic: %v", addrs, err)
 	}
-	pa := tcpip.ProtocolAddress{
-		Protocol:          ipv4.ProtocolNumber,
-		AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom4(addr.As4()), PrefixLen: prefix.Bits()},
-	}
-	if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
-		t.Fatalf("job %s: add address: %v", addr, err)
-	}
-	routes := []tcpip.Route{{Destination: header.IPv4EmptySubnet, NIC: 1}}
-	if addr6.IsValid() {
-		pa6 := tcpip.ProtocolAddress{
-			Protocol:          ipv6.ProtocolNumber,
-			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFrom16(addr6.As16()), PrefixLen: 64},
+	j := &JobStack{s: s}
+	var routes []tcpip.Route
+	for _, a := range addrs {
+		f := ipfamily.Of(a)
+		pa := tcpip.ProtocolAddress{
+			Protocol:          networkProto[f.Index],
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFromSlice(a.AsSlice()), PrefixLen: bitsOf(f, tunnels)},
 		}
-		if err := s.AddProtocolAddress(1, pa6, stack.AddressProperties{}); err != nil {
-			t.Fatalf("job %s: add address %s: %v", addr, addr6, err)
+		if err := s.AddProtocolAddress(1, pa, stack.AddressProperties{}); err != nil {
+			t.Fatalf("job %v: add address %v: %v", addrs, a, err)
 		}
-		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: 1})
+		routes = append(routes, tcpip.Route{Destination: tcpip.AddressWithPrefix{Address: tcpip.AddrFromSlice(f.Unspecified.AsSlice())}.Subnet(), NIC: 1})
+		j.Addrs[f.Index] = a
 	}
 	s.SetRouteTable(routes)
-	j := &JobStack{Addr: addr, Addr6: addr6, s: s}
 
 	n.mu.Lock()
-	n.jobs[addr] = ep
-	if addr6.IsValid() {
-		n.jobs[addr6] = ep
+	for _, a := range addrs {
+		n.jobs[a] = ep
 	}
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(n.ctx)
@@ -184,8 +180,9 @@ func (n *jobNet) addJob(t testing.TB, prefix netip.Prefix, addr, addr6 netip.Add
 	}()
 	t.Cleanup(func() {
 		n.mu.Lock()
-		delete(n.jobs, addr)
-		delete(n.jobs, addr6)
+		for _, a := range addrs {
+			delete(n.jobs, a)
+		}
 		n.mu.Unlock()
 		cancel()
 		<-done
@@ -196,13 +193,20 @@ func (n *jobNet) addJob(t testing.TB, prefix netip.Prefix, addr, addr6 netip.Add
 	return j
 }
 
+// bitsOf returns the length of the subnet of family f in tunnels (the
+// family's full length without one).
+func bitsOf(f *ipfamily.Family, tunnels []netip.Prefix) int {
+	for _, p := range tunnels {
+		if f.Contains(p.Addr()) {
+			return p.Bits()
+		}
+	}
+	return f.Bits
+}
+
 func fullAddr(ap netip.AddrPort) (tcpip.FullAddress, tcpip.NetworkProtocolNumber) {
 	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
-	proto := ipv4.ProtocolNumber
-	if ap.Addr().Is6() {
-		proto = ipv6.ProtocolNumber
-	}
-	return tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(ap.Addr().AsSlice()), Port: ap.Port()}, proto
+	return tcpip.FullAddress{NIC: 1, Addr: tcpip.AddrFromSlice(ap.Addr().AsSlice()), Port: ap.Port()}, networkProto[ipfamily.Of(ap.Addr()).Index]
 }
 
 // DialTCP connects from the job to dst.
@@ -217,23 +221,28 @@ func (j *JobStack) DialUDP(dst netip.AddrPort) (*gonet.UDPConn, error) {
 	return gonet.DialUDP(j.s, nil, &fa, proto)
 }
 
-// ListenTCP listens on the job's address, port port.
-func (j *JobStack) ListenTCP(port uint16) (*gonet.TCPListener, error) {
-	fa, proto := fullAddr(netip.AddrPortFrom(j.Addr, port))
+// ListenTCP listens on the job's address of family f, port port.
+func (j *JobStack) ListenTCP(f *ipfamily.Family, port uint16) (*gonet.TCPListener, error) {
+	fa, proto := fullAddr(netip.AddrPortFrom(j.Addr(f), port))
 	return gonet.ListenTCP(j.s, fa, proto)
 }
 
-// ListenUDP binds a UDP socket on the job's address, port port.
-func (j *JobStack) ListenUDP(port uint16) (*gonet.UDPConn, error) {
-	fa, _ := fullAddr(netip.AddrPortFrom(j.Addr, port))
-	return gonet.DialUDP(j.s, &fa, nil, ipv4.ProtocolNumber)
+// ListenUDP binds a UDP socket on the job's address of family f, port
+// port.
+func (j *JobStack) ListenUDP(f *ipfamily.Family, port uint16) (*gonet.UDPConn, error) {
+	fa, proto := fullAddr(netip.AddrPortFrom(j.Addr(f), port))
+	return gonet.DialUDP(j.s, &fa, nil, proto)
 }
 
-// Ping sends one ICMPv4 echo request with payload to dst from the job and
-// waits until timeout for its reply.
+// icmpProto are gVisor's ICMP transport protocol numbers by family.
+var icmpProto = [ipfamily.N]tcpip.TransportProtocolNumber{icmp.ProtocolNumber4, icmp.ProtocolNumber6}
+
+// Ping sends one echo request (ICMP or ICMPv6, by dst's family) with
+// payload to dst from the job and waits until timeout for its reply.
 func (j *JobStack) Ping(dst netip.Addr, payload []byte, timeout time.Duration) error {
+	f := ipfamily.Of(dst)
 	var wq waiter.Queue
-	ep, terr := j.s.NewEndpoint(icmp.ProtocolNumber4, ipv4.ProtocolNumber, &wq)
+	ep, terr := j.s.NewEndpoint(icmpProto[f.Index], networkProto[f.Index], &wq)
 	if terr != nil {
 		return fmt.Errorf("ping endpoint: %s", terr)
 	}
@@ -242,10 +251,10 @@ func (j *JobStack) Ping(dst netip.Addr, payload []byte, timeout time.Duration) e
 	wq.EventRegister(&we)
 	defer wq.EventUnregister(&we)
 
+	// Echo request and reply share ICMP's and ICMPv6's layout.
 	msg := make([]byte, header.ICMPv4MinimumSize+len(payload))
-	icmpHdr := header.ICMPv4(msg)
-	icmpHdr.SetType(header.ICMPv4Echo)
-	icmpHdr.SetSequence(1)
+	msg[0] = f.EchoRequest
+	header.ICMPv4(msg).SetSequence(1)
 	copy(msg[header.ICMPv4MinimumSize:], payload)
 	fa, _ := fullAddr(netip.AddrPortFrom(dst, 0))
 	var r bytesReader
@@ -269,9 +278,9 @@ func (j *JobStack) Ping(dst netip.Addr, payload []byte, timeout time.Duration) e
 		if terr != nil {
 			return fmt.Errorf("ping %s: read: %s", dst, terr)
 		}
-		reply := header.ICMPv4(w.b)
-		if len(reply) >= header.ICMPv4MinimumSize && reply.Type() == header.ICMPv4EchoReply {
-			if got := string(reply.Payload()); got != string(payload) {
+		reply := w.b
+		if len(reply) >= header.ICMPv4MinimumSize && reply[0] == f.EchoReply {
+			if got := string(reply[header.ICMPv4MinimumSize:]); got != string(payload) {
 				return fmt.Errorf("ping %s: reply payload %q, want %q", dst, got, payload)
 			}
 			return nil

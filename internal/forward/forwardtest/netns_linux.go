@@ -43,6 +43,19 @@ var (
 	// the floor protects (RFC 1918), routed from the gateway, for rules
 	// that open a protected range.
 	PrivatePeerAddr = netip.MustParseAddr("10.99.0.2")
+
+	// EgressAddr6, PeerAddr6 and PrivatePeerAddr6 are the same over
+	// IPv6: documentation addresses on the link, and a unique-local one
+	// (protected, builtin-private) behind the peer.
+	EgressAddr6      = netip.MustParseAddr("2001:db8:e::1")
+	PeerAddr6        = netip.MustParseAddr("2001:db8:e::2")
+	PrivatePeerAddr6 = netip.MustParseAddr("fd99::2")
+
+	// OwnPrefix is the routed prefix of jobs' own public IPv6 addresses
+	// (--egress-prefix6): the outside routes it to EgressAddr6, and a
+	// backend's test makes the gateway's side of it (user mode: a local
+	// route; kernel mode does it itself).
+	OwnPrefix = netip.MustParsePrefix("2001:db8:77::/64")
 )
 
 // Isolate re-executes the running test binary to run the calling test
@@ -106,7 +119,9 @@ func Isolate(t *testing.T) bool {
 // Outside is the world outside the gateway in an [Isolate]d test: a
 // network namespace of its own, linked to the test's namespace (the
 // gateway's) by a veth pair, with the gateway's end at EgressAddr/24 and
-// the peer's at PeerAddr/24 and PrivatePeerAddr/24. Sockets the test
+// EgressAddr6/64 and the peer's at PeerAddr/24, PrivatePeerAddr/24,
+// PeerAddr6/64 and PrivatePeerAddr6/64; the peer routes OwnPrefix to the
+// gateway. Sockets the test
 // opens inside [Outside.Do] live there: real peers reached only through
 // the backend's egress.
 type Outside struct {
@@ -193,12 +208,17 @@ func (o *Outside) link() error {
 	if err := addrUp(gw, EgressAddr, 24); err != nil {
 		return err
 	}
-	// The outside peer is the gateway's default router, as on a real
-	// host: every destination is routable, so what stops a job's flow
-	// is the backend, not a missing route.
-	route := &netlink.Route{LinkIndex: gw.Attrs().Index, Gw: PeerAddr.AsSlice()}
-	if err := netlink.RouteAdd(route); err != nil {
-		return fmt.Errorf("default route: %w", err)
+	if err := addrUp(gw, EgressAddr6, 64); err != nil {
+		return err
+	}
+	// The outside peer is the gateway's default router of both families,
+	// as on a real host: every destination is routable, so what stops a
+	// job's flow is the backend, not a missing route.
+	for _, via := range []netip.Addr{PeerAddr, PeerAddr6} {
+		route := &netlink.Route{LinkIndex: gw.Attrs().Index, Gw: via.AsSlice()}
+		if err := netlink.RouteAdd(route); err != nil {
+			return fmt.Errorf("default route via %s: %w", via, err)
+		}
 	}
 	return o.Do(func() error {
 		lo, err := netlink.LinkByName("lo")
@@ -212,22 +232,27 @@ func (o *Outside) link() error {
 		if err != nil {
 			return err
 		}
-		if err := addrUp(p, PeerAddr, 24); err != nil {
-			return err
+		for _, a := range []netip.Prefix{netip.PrefixFrom(PeerAddr, 24), netip.PrefixFrom(PrivatePeerAddr, 24),
+			netip.PrefixFrom(PeerAddr6, 64), netip.PrefixFrom(PrivatePeerAddr6, 64)} {
+			if err := addrUp(p, a.Addr(), a.Bits()); err != nil {
+				return err
+			}
 		}
-		a := &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(PrivatePeerAddr, 24))}
-		if err := netlink.AddrAdd(p, a); err != nil {
-			return fmt.Errorf("address %s: %w", a, err)
+		// Replies to the gateway's public addresses go back on the link,
+		// and jobs' own addresses are routed to the gateway; nothing else
+		// is (jobs' tunnel addresses never appear outside: the backends
+		// re-originate or source-NAT).
+		own := &netlink.Route{LinkIndex: p.Attrs().Index, Dst: prefixNet(OwnPrefix), Gw: EgressAddr6.AsSlice()}
+		if err := netlink.RouteAdd(own); err != nil {
+			return fmt.Errorf("route %s via %s: %w", OwnPrefix, EgressAddr6, err)
 		}
-		// Replies to the gateway's public address go back on the link;
-		// nothing else is routed (jobs' tunnel addresses never appear
-		// outside: the backends re-originate or source-NAT).
 		return nil
 	})
 }
 
 func addrUp(l netlink.Link, a netip.Addr, bits int) error {
-	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, bits))}); err != nil {
+	// No duplicate address detection (IPv6): the link is ours alone.
+	if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(a, bits)), Flags: unix.IFA_F_NODAD}); err != nil {
 		return fmt.Errorf("address %s on %s: %w", a, l.Attrs().Name, err)
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
@@ -257,6 +282,21 @@ func (o *Outside) Do(fn func() error) error {
 		errc <- err
 	}()
 	return <-errc
+}
+
+// LocalRoute makes every address of p local to the test's (gateway's)
+// network namespace, as `ip route add local P dev lo` does: sockets bind
+// them with IP_FREEBIND and receive what is routed there.
+func LocalRoute(p netip.Prefix) error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	r := &netlink.Route{LinkIndex: lo.Attrs().Index, Dst: prefixNet(p), Type: unix.RTN_LOCAL, Table: unix.RT_TABLE_LOCAL}
+	if err := netlink.RouteAdd(r); err != nil {
+		return fmt.Errorf("local route %s: %w", p, err)
+	}
+	return nil
 }
 
 // WriteSysctl writes a sysctl of the test's (gateway's) network namespace,

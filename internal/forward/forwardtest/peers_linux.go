@@ -83,17 +83,21 @@ func (p *peers) udpSources() []netip.AddrPort {
 	return append([]netip.AddrPort(nil), p.udpSrcs...)
 }
 
-// startPeers opens the outside servers on PeerAddr and PrivatePeerAddr;
-// they stop in t.Cleanup.
+// startPeers opens the outside servers on PeerAddr and PrivatePeerAddr,
+// and the same on PeerAddr6 and PrivatePeerAddr6; they stop in t.Cleanup.
 func startPeers(t *testing.T, o *Outside) *peers {
 	t.Helper()
 	p := &peers{conns: []net.Conn{}}
 	var closers []io.Closer
 	var wg sync.WaitGroup
 	err := o.Do(func() error {
-		for _, ap := range []netip.AddrPort{
-			netip.AddrPortFrom(PeerAddr, echoPort), netip.AddrPortFrom(PeerAddr, sinkPort), netip.AddrPortFrom(PrivatePeerAddr, echoPort),
-		} {
+		var echo, speak, dnsAt []netip.AddrPort
+		for _, p := range [][2]netip.Addr{{PeerAddr, PrivatePeerAddr}, {PeerAddr6, PrivatePeerAddr6}} {
+			echo = append(echo, netip.AddrPortFrom(p[0], echoPort), netip.AddrPortFrom(p[0], sinkPort), netip.AddrPortFrom(p[1], echoPort))
+			speak = append(speak, netip.AddrPortFrom(p[0], speakPort))
+			dnsAt = append(dnsAt, netip.AddrPortFrom(p[0], dnsPort))
+		}
+		for _, ap := range echo {
 			ln, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
 			if err != nil {
 				return err
@@ -115,38 +119,42 @@ func startPeers(t *testing.T, o *Outside) *peers {
 				p.serveUDPEcho(uc)
 			}()
 		}
-		sl, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(PeerAddr, speakPort)))
-		if err != nil {
-			return err
-		}
-		closers = append(closers, sl)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p.serveSpeakFirst(sl, &wg)
-		}()
-		pc, err := net.ListenPacket("udp", netip.AddrPortFrom(PeerAddr, dnsPort).String())
-		if err != nil {
-			return err
-		}
-		tl, err := net.Listen("tcp", netip.AddrPortFrom(PeerAddr, dnsPort).String())
-		if err != nil {
-			pc.Close()
-			return err
-		}
-		for _, srv := range []*dns.Server{
-			{PacketConn: pc, Handler: dns.HandlerFunc(serveDNS)},
-			{Listener: tl, Handler: dns.HandlerFunc(serveDNS)},
-		} {
-			closers = append(closers, closerFunc(srv.Shutdown))
-			started := make(chan struct{})
-			srv.NotifyStartedFunc = func() { close(started) }
+		for _, ap := range speak {
+			sl, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(ap))
+			if err != nil {
+				return err
+			}
+			closers = append(closers, sl)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				srv.ActivateAndServe()
+				p.serveSpeakFirst(sl, &wg)
 			}()
-			<-started
+		}
+		for _, ap := range dnsAt {
+			pc, err := net.ListenPacket("udp", ap.String())
+			if err != nil {
+				return err
+			}
+			tl, err := net.Listen("tcp", ap.String())
+			if err != nil {
+				pc.Close()
+				return err
+			}
+			for _, srv := range []*dns.Server{
+				{PacketConn: pc, Handler: dns.HandlerFunc(serveDNS)},
+				{Listener: tl, Handler: dns.HandlerFunc(serveDNS)},
+			} {
+				closers = append(closers, closerFunc(srv.Shutdown))
+				started := make(chan struct{})
+				srv.NotifyStartedFunc = func() { close(started) }
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					srv.ActivateAndServe()
+				}()
+				<-started
+			}
 		}
 		return nil
 	})

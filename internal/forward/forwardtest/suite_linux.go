@@ -19,14 +19,17 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-// Tunnel is the gateway's tunnel address and subnet in the suite.
-var Tunnel = netip.MustParsePrefix("100.64.0.1/16")
+// Tunnels are the gateway's tunnel addresses with their subnets' lengths
+// in the suite, one per family.
+var Tunnels = []netip.Prefix{netip.MustParsePrefix("100.64.0.1/16"), netip.MustParsePrefix("fd00:a10c::1/64")}
 
 // BlockSize is the size of every job's port block in the suite.
 const BlockSize = 8
@@ -37,10 +40,16 @@ const UDPIdle = 2 * time.Second
 // Env is what the suite gives a backend's constructor.
 type Env struct {
 	Logger *slog.Logger
-	// Tunnel is the gateway's tunnel address with the subnet's length.
-	Tunnel netip.Prefix
-	// Egress is the gateway's public address (on EgressLink).
-	Egress netip.Addr
+	// Tunnels are the gateway's tunnel addresses with the subnets'
+	// lengths, one per family.
+	Tunnels []netip.Prefix
+	// Egress are the gateway's public addresses (on EgressLink), one per
+	// family.
+	Egress []netip.Addr
+	// OwnPrefix is the routed prefix of jobs' own public IPv6 addresses
+	// (a kernel-mode backend's Config.OwnPrefix; a user-mode test gives
+	// it a local route).
+	OwnPrefix netip.Prefix
 	// DNS is the upstream resolver jobs' queries go to.
 	DNS netip.AddrPort
 	// Flows is the flow table the backend reports to.
@@ -61,21 +70,20 @@ type Options struct {
 	// IPBytes says the backend's flow records count IP bytes, headers
 	// included (kernel mode: conntrack), not the flows' payload bytes.
 	IPBytes bool
-	// IPv6 says the backend carries jobs' IPv6 (then the floor's IPv6
-	// rows, with the IPv4-embedding addresses, are checked too).
-	IPv6 bool
-	// IPv6Floor says the backend judges jobs' IPv6 flows by the floor and
-	// the policy even without IPv6 tunnel addresses (user mode: its
-	// netstack takes any packet). With neither, the floor's IPv6 rows
-	// are checked only not to connect.
-	IPv6Floor bool
 }
+
+// side is the outside's addresses of one family: the gateway's public
+// address, the peer's, and the peer's in a protected range.
+type side struct{ egress, peer, private netip.Addr }
+
+var sides = [ipfamily.N]side{{EgressAddr, PeerAddr, PrivatePeerAddr}, {EgressAddr6, PeerAddr6, PrivatePeerAddr6}}
 
 // suite is one Run: the backend, the job side and the outside.
 type suite struct {
 	o       Options
 	b       forward.Backend
 	env     Env
+	subnets []netip.Prefix // env.Tunnels, masked
 	jobs    *jobNet
 	out     *Outside
 	peers   *peers
@@ -85,7 +93,8 @@ type suite struct {
 
 // Run runs the conformance suite against the backend that o.New makes. The
 // calling test must be Isolate'd. Subtests share one backend; each adds
-// the jobs it needs.
+// the jobs it needs. Every data-plane subtest runs once per address family
+// (subtests IPv4 and IPv6), with jobs that have an address of each.
 func Run(t *testing.T, o Options) {
 	checkGoroutines(t)
 	out := NewOutside(t)
@@ -93,13 +102,17 @@ func Run(t *testing.T, o Options) {
 	s.peers = startPeers(t, out)
 	s.env = Env{
 		Logger:    slog.New(slog.DiscardHandler),
-		Tunnel:    Tunnel,
-		Egress:    EgressAddr,
+		Tunnels:   Tunnels,
+		Egress:    []netip.Addr{EgressAddr, EgressAddr6},
+		OwnPrefix: OwnPrefix,
 		DNS:       netip.AddrPortFrom(PeerAddr, dnsPort),
 		Flows:     flows.New(flows.Config{}),
 		UDPIdle:   UDPIdle,
 		BlockSize: BlockSize,
 		MTU:       1420,
+	}
+	for _, p := range Tunnels {
+		s.subnets = append(s.subnets, p.Masked())
 	}
 	s.b = o.New(t, s.env)
 	s.jobs = newJobNet(s.b, s.env.MTU)
@@ -107,79 +120,100 @@ func Run(t *testing.T, o Options) {
 		s.b.Close()
 		s.jobs.close()
 	})
+	perFamily := func(fn func(*testing.T, *ipfamily.Family)) func(*testing.T) {
+		return func(t *testing.T) {
+			for _, f := range ipfamily.All {
+				t.Run(f.Name, func(t *testing.T) { fn(t, f) })
+			}
+		}
+	}
 	tests := []struct {
 		name string
 		fn   func(*testing.T)
 	}{
-		{"TCP", s.testTCP},
-		{"TCPRefused", s.testTCPRefused},
-		{"UDP", s.testUDP},
-		{"UDPIdle", s.testUDPIdle},
-		{"Ping", s.testPing},
-		{"DNS", s.testDNS},
-		{"BlockExhausted", s.testBlockExhausted},
+		{"TCP", perFamily(s.testTCP)},
+		{"TCPRefused", perFamily(s.testTCPRefused)},
+		{"UDP", perFamily(s.testUDP)},
+		{"UDPIdle", perFamily(s.testUDPIdle)},
+		{"Ping", perFamily(s.testPing)},
+		{"DNS", perFamily(s.testDNS)},
+		{"BlockExhausted", perFamily(s.testBlockExhausted)},
 		{"Floor", s.testFloor},
-		{"Rules", s.testRules},
-		{"Limits", s.testLimits},
-		{"Bandwidth", s.testBandwidth},
+		{"Rules", perFamily(s.testRules)},
+		{"Limits", perFamily(s.testLimits)},
+		{"LimitsAcrossFamilies", s.testLimitsAcrossFamilies},
+		{"Bandwidth", perFamily(s.testBandwidth)},
 		{"Exposures", s.testExposures},
-		{"Accounting", s.testAccounting},
+		{"OwnAddress", s.testOwnAddress},
+		{"Accounting", perFamily(s.testAccounting)},
 		{"AddJobRollback", s.testAddJobRollback},
-		{"Isolation", s.testIsolation},
-		{"NotSupported", s.testNotSupported},
+		{"Isolation", perFamily(s.testIsolation)},
+		{"JobIdentity", s.testJobIdentity},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, tc.fn)
 	}
 }
 
-// job adds a new job (the next free tunnel address and port block, with
+// job adds a new job (the next free tunnel addresses and port block, with
 // spec's other fields) and its stack; RemoveJob in t.Cleanup.
 func (s *suite) job(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
 	t.Helper()
 	spec = s.nextSpec(spec)
 	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob %s: %v", spec.Addr, err)
+		t.Fatalf("AddJob %s %v: %v", spec.ID, spec.Addrs, err)
 	}
-	st := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
+	st := s.jobs.addJob(t, s.env.Tunnels, spec.Addrs)
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
 	return st, spec
 }
 
-// job6 is job with an IPv6 address on the job's stack even where the
-// backend gives the job none, so that IPv6 flows are sent.
-func (s *suite) job6(t *testing.T, spec forward.Job) (*JobStack, forward.Job) {
-	t.Helper()
-	spec = s.nextSpec(spec)
-	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob %s: %v", spec.Addr, err)
-	}
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
-	addr6 := spec.Addr6
-	if !addr6.IsValid() {
-		a := spec.Addr.As4()
-		addr6 = netip.AddrFrom16([16]byte{0xfd, 0x00, 0x0a, 0x1c, 12: a[0], 13: a[1], 14: a[2], 15: a[3]})
-	}
-	return s.jobs.addJob(t, s.env.Tunnel, spec.Addr, addr6), spec
-}
-
-// nextSpec fills in a fresh address and block.
+// nextSpec fills in a fresh ID, an address of each family and the egress
+// entries: IPv4 from the backend's configured address (the unspecified
+// address), IPv6 from EgressAddr6 named; both with the same port block.
 func (s *suite) nextSpec(spec forward.Job) forward.Job {
 	s.mu.Lock()
 	i := s.nextJob
 	s.nextJob++
 	s.mu.Unlock()
-	spec.Addr = netip.AddrFrom4([4]byte{100, 64, 1, byte(10 + i)})
-	if s.o.IPv6 {
-		spec.Addr6 = netip.AddrFrom16([16]byte{0xfd, 0x00, 0xa1, 0x0c, 15: byte(10 + i)})
+	spec.ID = jobs.ID(fmt.Sprintf("lease-%d", i))
+	spec.Addrs = []netip.Addr{
+		netip.AddrFrom4([4]byte{100, 64, 1, byte(10 + i)}),
+		netip.AddrFrom16([16]byte{0xfd, 0x00, 0xa1, 0x0c, 13: 1, 15: byte(10 + i)}),
 	}
 	lo := uint16(40000 + BlockSize*i)
-	spec.Block = portblock.Range{Lo: lo, Hi: lo + BlockSize - 1}
-	spec.Ref = flows.JobRef{Lease: fmt.Sprintf("lease-%d", i), JobID: fmt.Sprintf("job-%d", i)}
+	block := portblock.Range{Lo: lo, Hi: lo + BlockSize - 1}
+	spec.Egress = []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: block}, {Addr: EgressAddr6, Block: block}}
+	spec.Ref = jobs.Ref{JobID: fmt.Sprintf("job-%d", i), Token: spec.Ref.Token}
 	return spec
 }
 
-func peer(port uint16) netip.AddrPort { return netip.AddrPortFrom(PeerAddr, port) }
+// addrOf returns j's tunnel address of family f (zero: none).
+func addrOf(j forward.Job, f *ipfamily.Family) netip.Addr {
+	a, _ := j.AddrOf(f)
+	return a
+}
+
+// blockOf returns j's port block of family f.
+func blockOf(j forward.Job, f *ipfamily.Family) portblock.Range {
+	e, _ := j.EgressOf(f)
+	return e.Block
+}
+
+// peer is the outside peer's address of family f, port port.
+func peer(f *ipfamily.Family, port uint16) netip.AddrPort {
+	return netip.AddrPortFrom(sides[f.Index].peer, port)
+}
+
+// tunnel is the gateway's tunnel address of family f.
+func (s *suite) tunnel(f *ipfamily.Family) netip.Addr {
+	for _, p := range s.env.Tunnels {
+		if f.Contains(p.Addr()) {
+			return p.Addr()
+		}
+	}
+	return netip.Addr{}
+}
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
@@ -204,8 +238,8 @@ func inBlock(t *testing.T, what string, srcs []netip.AddrPort, egress netip.Addr
 func newSources(all []netip.AddrPort, n int) []netip.AddrPort { return all[n:] }
 
 // testTCP: bytes both ways, the job's half-close carried to the outside
-// and the outside's back, source ports from the job's block.
-func (s *suite) testTCP(t *testing.T) {
+// and the outside's back, source ports from the job's block of the family.
+func (s *suite) testTCP(t *testing.T, f *ipfamily.Family) {
 	j, spec := s.job(t, forward.Job{})
 	before := len(s.peers.tcpSources())
 	var wg sync.WaitGroup
@@ -215,7 +249,7 @@ func (s *suite) testTCP(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- echoTCP(ctxT(t, 15*time.Second), j, peer(echoPort), 200<<10+i)
+			errs <- echoTCP(ctxT(t, 15*time.Second), j, peer(f, echoPort), 200<<10+i)
 		}()
 	}
 	wg.Wait()
@@ -225,13 +259,13 @@ func (s *suite) testTCP(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	inBlock(t, "tcp", newSources(s.peers.tcpSources(), before), EgressAddr, spec.Block)
+	inBlock(t, "tcp", newSources(s.peers.tcpSources(), before), sides[f.Index].egress, blockOf(spec, f))
 
 	// The outside half-closes first; the job still sends after its EOF.
 	heard := len(s.peers.heardCounts())
-	c, err := j.DialTCP(ctxT(t, 10*time.Second), peer(speakPort))
+	c, err := j.DialTCP(ctxT(t, 10*time.Second), peer(f, speakPort))
 	if err != nil {
-		t.Fatalf("dial %s: %v", peer(speakPort), err)
+		t.Fatalf("dial %s: %v", peer(f, speakPort), err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -310,9 +344,9 @@ func refusedFast(t *testing.T, j *JobStack, dst netip.AddrPort) {
 	}
 }
 
-func (s *suite) testTCPRefused(t *testing.T) {
+func (s *suite) testTCPRefused(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
-	refusedFast(t, j, peer(closedPort))
+	refusedFast(t, j, peer(f, closedPort))
 }
 
 // echoUDP sends count datagrams of size n from c and expects each back.
@@ -341,11 +375,11 @@ func echoUDP(c net.Conn, count, n int) error {
 	return nil
 }
 
-func (s *suite) testUDP(t *testing.T) {
+func (s *suite) testUDP(t *testing.T, f *ipfamily.Family) {
 	j, spec := s.job(t, forward.Job{})
 	before := len(s.peers.udpSources())
 	for i := range 3 {
-		c, err := j.DialUDP(peer(echoPort))
+		c, err := j.DialUDP(peer(f, echoPort))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,15 +388,16 @@ func (s *suite) testUDP(t *testing.T) {
 		}
 		c.Close()
 	}
-	inBlock(t, "udp", newSources(s.peers.udpSources(), before), EgressAddr, spec.Block)
+	inBlock(t, "udp", newSources(s.peers.udpSources(), before), sides[f.Index].egress, blockOf(spec, f))
 }
 
-// waitRecent waits up to d for an ended flow of job matching match in
-// the flow table's recent records.
-func (s *suite) waitRecent(job netip.Addr, d time.Duration, match func(flows.Record) bool) (flows.Record, bool) {
+// waitRecent waits up to d for an ended flow of job (a flows.Filter's
+// Job: an address of a live job, or its ID) matching match in the flow
+// table's recent records.
+func (s *suite) waitRecent(job string, d time.Duration, match func(flows.Record) bool) (flows.Record, bool) {
 	deadline := time.Now().Add(d)
 	for {
-		for _, r := range s.env.Flows.Recent(flows.Filter{Job: job.String()}) {
+		for _, r := range s.env.Flows.Recent(flows.Filter{Job: job}) {
 			if match(r) {
 				return r, true
 			}
@@ -374,9 +409,9 @@ func (s *suite) waitRecent(job netip.Addr, d time.Duration, match func(flows.Rec
 	}
 }
 
-func (s *suite) testUDPIdle(t *testing.T) {
+func (s *suite) testUDPIdle(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
-	c, err := j.DialUDP(peer(echoPort))
+	c, err := j.DialUDP(peer(f, echoPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,11 +420,11 @@ func (s *suite) testUDPIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := c.LocalAddr().String()
-	r, ok := s.waitRecent(j.Addr, UDPIdle+4*time.Second, func(r flows.Record) bool {
+	r, ok := s.waitRecent(j.Addr(f).String(), UDPIdle+4*time.Second, func(r flows.Record) bool {
 		return r.Proto == "udp" && r.Src == src && r.Verdict == flows.Allowed
 	})
 	if !ok {
-		t.Fatalf("udp flow %s: not ended %v after its last datagram (idle timeout %v); active: %+v", src, UDPIdle+4*time.Second, UDPIdle, s.env.Flows.Active(flows.Filter{Job: j.Addr.String()}))
+		t.Fatalf("udp flow %s: not ended %v after its last datagram (idle timeout %v); active: %+v", src, UDPIdle+4*time.Second, UDPIdle, s.env.Flows.Active(flows.Filter{Job: j.Addr(f).String()}))
 	}
 	t.Logf("ended: %s after %v", r.EndReason, r.End.Sub(r.LastSeen).Round(100*time.Millisecond))
 	// A new datagram after expiry opens a new flow that works.
@@ -398,19 +433,21 @@ func (s *suite) testUDPIdle(t *testing.T) {
 	}
 }
 
-func (s *suite) testPing(t *testing.T) {
+func (s *suite) testPing(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
-	if err := j.Ping(PeerAddr, []byte("airlock suite"), 3*time.Second); err != nil {
+	if err := j.Ping(sides[f.Index].peer, []byte("airlock suite"), 3*time.Second); err != nil {
 		t.Error(err)
 	}
-	if err := j.Ping(s.env.Tunnel.Addr(), []byte("gateway"), 3*time.Second); err != nil {
+	if err := j.Ping(s.tunnel(f), []byte("gateway"), 3*time.Second); err != nil {
 		t.Errorf("gateway tunnel address: %v", err)
 	}
 }
 
-func (s *suite) testDNS(t *testing.T) {
+// testDNS: the gateway's resolver at its tunnel address of the family,
+// over UDP and TCP.
+func (s *suite) testDNS(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
-	c, err := j.DialUDP(netip.AddrPortFrom(s.env.Tunnel.Addr(), 53))
+	c, err := j.DialUDP(netip.AddrPortFrom(s.tunnel(f), 53))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,7 +455,7 @@ func (s *suite) testDNS(t *testing.T) {
 	if err := lookupA(c, DNSName, DNSAnswer); err != nil {
 		t.Errorf("udp: %v", err)
 	}
-	tc, err := j.DialTCP(ctxT(t, 5*time.Second), netip.AddrPortFrom(s.env.Tunnel.Addr(), 53))
+	tc, err := j.DialTCP(ctxT(t, 5*time.Second), netip.AddrPortFrom(s.tunnel(f), 53))
 	if err != nil {
 		t.Fatalf("dns over tcp: %v", err)
 	}
@@ -428,7 +465,7 @@ func (s *suite) testDNS(t *testing.T) {
 	}
 }
 
-func (s *suite) testBlockExhausted(t *testing.T) {
+func (s *suite) testBlockExhausted(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
 	ctx := ctxT(t, 10*time.Second)
 	var held []net.Conn
@@ -438,14 +475,14 @@ func (s *suite) testBlockExhausted(t *testing.T) {
 		}
 	}()
 	for i := range BlockSize {
-		c, err := j.DialTCP(ctx, peer(echoPort))
+		c, err := j.DialTCP(ctx, peer(f, echoPort))
 		if err != nil {
 			t.Fatalf("connection %d of a block of %d: %v", i+1, BlockSize, err)
 		}
 		held = append(held, c)
 	}
 	before, _ := s.b.Stats()
-	refusedFast(t, j, peer(echoPort))
+	refusedFast(t, j, peer(f, echoPort))
 	after, err := s.b.Stats()
 	if err != nil {
 		t.Fatal(err)
@@ -455,8 +492,8 @@ func (s *suite) testBlockExhausted(t *testing.T) {
 	}
 	// The block is full towards one destination only (ports are shared
 	// across destinations; a closed port stays in TIME_WAIT).
-	if err := echoTCP(ctx, j, peer(sinkPort), 100); err != nil {
-		t.Errorf("another destination with the block full towards %s: %v", peer(echoPort), err)
+	if err := echoTCP(ctx, j, peer(f, sinkPort), 100); err != nil {
+		t.Errorf("another destination with the block full towards %s: %v", peer(f, echoPort), err)
 	}
 }
 
@@ -520,13 +557,13 @@ type floorCase struct {
 }
 
 // floorCases derives the cases from policy.Ranges: an address inside each
-// protected range (and the tunnel subnet, the gateway's own public
-// address), with the rule policy.Builtin names for it, plus the addresses
-// that embed a protected IPv4 address.
+// protected range (and the tunnel subnets, the gateway's own public
+// addresses), with the rule policy.Builtin names for it, plus the
+// addresses that embed a protected IPv4 address.
 func (s *suite) floorCases() []floorCase {
 	var out []floorCase
 	add := func(a netip.Addr, host bool) {
-		rule, _ := policy.Builtin(a, s.env.Tunnel.Masked(), host)
+		rule, _ := policy.Builtin(a, s.subnets, host)
 		if rule == "" {
 			return
 		}
@@ -559,12 +596,15 @@ func (s *suite) floorCases() []floorCase {
 		}
 		add(a, false)
 	}
-	// The tunnel subnet (another job), the gateway's own public address,
-	// shared address space outside the tunnel subnet, NAT64 discovery.
+	// The tunnel subnets (another job), the gateway's own public
+	// addresses, shared address space outside the tunnel subnet, NAT64
+	// discovery.
 	add(netip.MustParseAddr("100.64.7.7"), false)
+	add(netip.MustParseAddr("fd00:a10c::7:7"), false)
 	add(netip.MustParseAddr("100.100.0.10"), false)
 	add(netip.MustParseAddr("192.0.0.170"), false)
 	add(EgressAddr, true)
+	add(EgressAddr6, true)
 	// IPv4-embedding IPv6 forms of protected IPv4 addresses.
 	for _, s := range []string{
 		"::ffff:0.1.2.3", "::ffff:10.1.2.3", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1",
@@ -576,35 +616,13 @@ func (s *suite) floorCases() []floorCase {
 	return out
 }
 
+// testFloor: every row of the built-in table, of both families, from a
+// job with an address of each.
 func (s *suite) testFloor(t *testing.T) {
-	j, _ := s.job6(t, forward.Job{})
-	var unjudged []netip.AddrPort // IPv6 rows of a backend without IPv6
+	j, _ := s.job(t, forward.Job{})
 	for _, c := range s.floorCases() {
-		dst := netip.AddrPortFrom(c.dst, 80)
-		if c.dst.Is6() && !s.o.IPv6 && !s.o.IPv6Floor {
-			unjudged = append(unjudged, dst)
-			continue
-		}
 		t.Run(c.dst.String(), func(t *testing.T) {
-			s.expectDenied(t, j, c.proto, dst, c.rule)
-		})
-	}
-	if len(unjudged) > 0 {
-		// Dropped, not refused: dial them all at once, each must fail.
-		t.Run("ipv6-not-carried", func(t *testing.T) {
-			var wg sync.WaitGroup
-			for _, dst := range unjudged {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					conn, err := j.DialTCP(ctxT(t, time.Second), dst)
-					if err == nil {
-						conn.Close()
-						t.Errorf("dial %s: connected, want denied", dst)
-					}
-				}()
-			}
-			wg.Wait()
+			s.expectDenied(t, j, c.proto, netip.AddrPortFrom(c.dst, 80), c.rule)
 		})
 	}
 }
@@ -624,63 +642,92 @@ func (s *suite) setPolicy(t *testing.T, p *policy.Policy) {
 	}
 }
 
-func (s *suite) testRules(t *testing.T) {
-	blue, _ := s.job(t, forward.Job{Token: "blue"})
+// hostPrefix is the prefix of a alone.
+func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
+
+// Per family: an address the floor closes (0.0.0.0/8 and its NAT64
+// form), and one in a protected range (RFC 1918, unique local).
+var (
+	floorAddr   = [ipfamily.N]netip.Addr{netip.MustParseAddr("0.1.2.3"), netip.MustParseAddr("64:ff9b::1:203")}
+	privateAddr = [ipfamily.N]netip.Addr{netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("fd12::3")}
+)
+
+// testRules: rules by token, protocol and port, over the family's
+// addresses; the floor stays closed under an allow of everything.
+func (s *suite) testRules(t *testing.T, f *ipfamily.Family) {
+	blue, _ := s.job(t, forward.Job{Ref: jobs.Ref{Token: "blue"}})
 	plain, _ := s.job(t, forward.Job{})
-	private := netip.PrefixFrom(PrivatePeerAddr, 32)
+	at := sides[f.Index]
+	private := hostPrefix(at.private)
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
-		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoUDP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
+		{Name: "no-echo-udp", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoUDP, Ports: []portblock.Range{{Lo: echoPort, Hi: echoPort}}},
 		{Name: "no-ping-private", Action: policy.Deny, To: []netip.Prefix{private}, Proto: policy.ProtoICMP},
-		{Name: "blue-private", Action: policy.Allow, To: []netip.Prefix{private}, Tokens: []string{"blue"}},
-		{Name: "no-discard", Action: policy.Deny, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: closedPort, Hi: closedPort}}},
+		{Name: "blue-private", Action: policy.Allow, To: []netip.Prefix{private, hostPrefix(PrivatePeerAddr)}, Tokens: []string{"blue"}},
+		{Name: "no-discard", Action: policy.Deny, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: closedPort, Hi: closedPort}}},
 	}})
 	t.Cleanup(func() { s.b.SetPolicy(&policy.Policy{}) })
 	ctx := ctxT(t, 10*time.Second)
 
 	// An allow rule scoped to a token opens a protected range for that
 	// token only.
-	if err := echoTCP(ctx, blue, netip.AddrPortFrom(PrivatePeerAddr, echoPort), 1000); err != nil {
-		t.Errorf("token blue to %s: %v", PrivatePeerAddr, err)
+	if err := echoTCP(ctx, blue, netip.AddrPortFrom(at.private, echoPort), 1000); err != nil {
+		t.Errorf("token blue to %s: %v", at.private, err)
 	}
-	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(PrivatePeerAddr, echoPort), policy.RulePrivate)
-	if s.o.IPv6 || s.o.IPv6Floor {
+	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(at.private, echoPort), policy.RulePrivate)
+	if f == ipfamily.V6 {
 		// An IPv4 allow rule does not open the address's NAT64 form.
-		blue6, _ := s.job6(t, forward.Job{Token: "blue"})
 		nat64 := netip.AddrFrom16([16]byte{0, 0x64, 0xff, 0x9b, 12: 10, 13: 99, 14: 0, 15: 2})
-		s.expectDenied(t, blue6, "tcp", netip.AddrPortFrom(nat64, echoPort), policy.RulePrivate)
+		s.expectDenied(t, blue, "tcp", netip.AddrPortFrom(nat64, echoPort), policy.RulePrivate)
 	}
 	// Deny rules by protocol and port, counted by name.
-	s.expectDenied(t, plain, "tcp", peer(closedPort), "no-discard")
-	s.expectDenied(t, plain, "udp", peer(echoPort), "no-echo-udp")
-	// ICMP echo: by rule, and by the floor (a protected range).
-	s.expectDenied(t, blue, "icmp", netip.AddrPortFrom(PrivatePeerAddr, 0), "no-ping-private")
-	s.expectDenied(t, plain, "icmp", netip.MustParseAddrPort("10.1.2.3:0"), policy.RulePrivate)
-	if err := plain.Ping(PeerAddr, []byte("allowed"), 3*time.Second); err != nil {
-		t.Errorf("ping %s, allowed by default: %v", PeerAddr, err)
+	s.expectDenied(t, plain, "tcp", peer(f, closedPort), "no-discard")
+	s.expectDenied(t, plain, "udp", peer(f, echoPort), "no-echo-udp")
+	// ICMP echo: by rule, and by the built-in protection of a range.
+	s.expectDenied(t, blue, "icmp", netip.AddrPortFrom(at.private, 0), "no-ping-private")
+	s.expectDenied(t, plain, "icmp", netip.AddrPortFrom(privateAddr[f.Index], 0), policy.RulePrivate)
+	if err := plain.Ping(at.peer, []byte("allowed"), 3*time.Second); err != nil {
+		t.Errorf("ping %s, allowed by default: %v", at.peer, err)
 	}
-	if err := echoTCP(ctx, plain, peer(echoPort), 1000); err != nil {
+	if err := echoTCP(ctx, plain, peer(f, echoPort), 1000); err != nil {
 		t.Errorf("tcp echo, allowed by default: %v", err)
 	}
 	// The floor stays closed whatever the rules.
 	s.setPolicy(t, &policy.Policy{Default: policy.Allow, Rules: []policy.Rule{
-		{Name: "open-all", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
+		{Name: "open-all", Action: policy.Allow, To: []netip.Prefix{f.All}},
 	}})
-	s.expectDenied(t, plain, "tcp", netip.MustParseAddrPort("0.1.2.3:80"), policy.RuleFloor)
+	s.expectDenied(t, plain, "tcp", netip.AddrPortFrom(floorAddr[f.Index], 80), policy.RuleFloor)
 	// Default deny, with one allow.
 	s.setPolicy(t, &policy.Policy{Default: policy.Deny, Rules: []policy.Rule{
-		{Name: "echo-only", Action: policy.Allow, To: []netip.Prefix{netip.PrefixFrom(PeerAddr, 32)}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: echoPort, Hi: echoPort}}},
+		{Name: "echo-only", Action: policy.Allow, To: []netip.Prefix{hostPrefix(at.peer)}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: echoPort, Hi: echoPort}}},
 	}})
-	if err := echoTCP(ctx, plain, peer(echoPort), 1000); err != nil {
+	if err := echoTCP(ctx, plain, peer(f, echoPort), 1000); err != nil {
 		t.Errorf("default deny, allowed echo: %v", err)
 	}
-	s.expectDenied(t, plain, "tcp", peer(sinkPort), policy.RuleDefault)
+	s.expectDenied(t, plain, "tcp", peer(f, sinkPort), policy.RuleDefault)
 	// The old counts survive SetPolicy.
 	if d := s.drops(t); d["no-discard"] == 0 || d["no-echo-udp"] == 0 {
 		t.Errorf("drop counts after SetPolicy: %v, want the replaced rules' counts kept", d)
 	}
 }
 
-func (s *suite) testLimits(t *testing.T) {
+// refusedCount expects a dial from j to dst refused at once, and the
+// backend's count that what reads grown.
+func (s *suite) refusedCount(t *testing.T, j *JobStack, dst netip.AddrPort, name string, what func(forward.Stats) uint64) {
+	t.Helper()
+	before, _ := s.b.Stats()
+	refusedFast(t, j, dst)
+	after, err := s.b.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if what(after) <= what(before) {
+		t.Errorf("%s: %d before, %d after, want more", name, what(before), what(after))
+	}
+}
+
+func flowsRefused(st forward.Stats) uint64 { return st.Limits.FlowsRefused }
+
+func (s *suite) testLimits(t *testing.T, f *ipfamily.Family) {
 	j, spec := s.job(t, forward.Job{Limits: limits.Job{MaxFlows: 2}})
 	ctx := ctxT(t, 10*time.Second)
 	var held []net.Conn
@@ -690,68 +737,55 @@ func (s *suite) testLimits(t *testing.T) {
 		}
 	}()
 	for i := range 2 {
-		c, err := j.DialTCP(ctx, peer(echoPort))
+		c, err := j.DialTCP(ctx, peer(f, echoPort))
 		if err != nil {
 			t.Fatalf("flow %d of 2: %v", i+1, err)
 		}
 		held = append(held, c)
 	}
-	before, _ := s.b.Stats()
-	refusedFast(t, j, peer(echoPort))
-	after, err := s.b.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Limits.FlowsRefused <= before.Limits.FlowsRefused {
-		t.Errorf("FlowsRefused: %d before, %d after, want more", before.Limits.FlowsRefused, after.Limits.FlowsRefused)
-	}
+	s.refusedCount(t, j, peer(f, echoPort), "FlowsRefused", flowsRefused)
 	// Raised limits apply to new flows at once.
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 3}); err != nil {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{MaxFlows: 3}); err != nil {
 		t.Fatalf("SetJobLimits: %v", err)
 	}
-	if c, err := j.DialTCP(ctx, peer(echoPort)); err != nil {
+	if c, err := j.DialTCP(ctx, peer(f, echoPort)); err != nil {
 		t.Errorf("third flow under MaxFlows 3: %v", err)
 	} else {
 		held = append(held, c)
 	}
 	// New flows per second: one at once, the next refused.
 	k, _ := s.job(t, forward.Job{Limits: limits.Job{NewFlowsPerSec: 0.2}})
-	if c, err := k.DialTCP(ctx, peer(echoPort)); err != nil {
+	if c, err := k.DialTCP(ctx, peer(f, echoPort)); err != nil {
 		t.Errorf("first flow under 0.2 new flows/s: %v", err)
 	} else {
 		held = append(held, c)
 	}
-	before, _ = s.b.Stats()
-	refusedFast(t, k, peer(echoPort))
-	after, err = s.b.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if after.Limits.RateRefused <= before.Limits.RateRefused {
-		t.Errorf("RateRefused: %d before, %d after, want more", before.Limits.RateRefused, after.Limits.RateRefused)
-	}
-	if err := s.b.SetJobLimits(netip.MustParseAddr("100.64.200.200"), limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	s.refusedCount(t, k, peer(f, echoPort), "RateRefused", func(st forward.Stats) uint64 { return st.Limits.RateRefused })
+	if err := s.b.SetJobLimits("no-such-job", limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits of an unknown job: %v, want ErrUnknownJob", err)
 	}
 }
 
-func (s *suite) testExposures(t *testing.T) {
-	spec := s.nextSpec(forward.Job{})
-	spec.Exposures = []forward.Exposure{
-		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: spec.Block.Lo},
-		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: spec.Block.Lo + 1},
+// testLimitsAcrossFamilies: a job's limits count its flows of both
+// families together: a job is one ID, not one address.
+func (s *suite) testLimitsAcrossFamilies(t *testing.T) {
+	j, _ := s.job(t, forward.Job{Limits: limits.Job{MaxFlows: 2}})
+	ctx := ctxT(t, 10*time.Second)
+	for _, f := range ipfamily.All {
+		c, err := j.DialTCP(ctx, peer(f, echoPort))
+		if err != nil {
+			t.Fatalf("the job's %s flow, one of 2: %v", f, err)
+		}
+		defer c.Close()
 	}
-	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob with exposures: %v", err)
+	for _, f := range ipfamily.All {
+		s.refusedCount(t, j, peer(f, echoPort), "FlowsRefused ("+f.Name+", a third flow)", flowsRefused)
 	}
-	t.Cleanup(func() { s.b.RemoveJob(spec.Addr) })
-	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
+}
 
-	ln, err := j.ListenTCP(8080)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+// serveEcho echoes every TCP connection ln accepts, and every datagram
+// uc reads, until they are closed.
+func serveEcho(ln net.Listener, uc net.PacketConn) {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -764,11 +798,9 @@ func (s *suite) testExposures(t *testing.T) {
 			}()
 		}
 	}()
-	uc, err := j.ListenUDP(5353)
-	if err != nil {
-		t.Fatal(err)
+	if uc == nil {
+		return
 	}
-	defer uc.Close()
 	go func() {
 		buf := make([]byte, 2048)
 		for {
@@ -779,45 +811,136 @@ func (s *suite) testExposures(t *testing.T) {
 			uc.WriteTo(buf[:n], from)
 		}
 	}()
+}
 
-	var tcpErr, udpErr error
-	err = s.out.Do(func() error {
-		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo))
-		udpErr = outsideEcho("udp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo+1))
-		return nil
-	})
+// listenEcho opens the job's echo servers on its address of family f:
+// TCP on tcpPort, UDP on udpPort (0: none); closed in t.Cleanup.
+func listenEcho(t *testing.T, j *JobStack, f *ipfamily.Family, tcpPort, udpPort uint16) {
+	t.Helper()
+	ln, err := j.ListenTCP(f, tcpPort)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tcpErr != nil {
-		t.Errorf("tcp exposure: %v", tcpErr)
-	}
-	if udpErr != nil {
-		t.Errorf("udp exposure: %v", udpErr)
-	}
-	// The inbound flows are recorded as the job's.
-	for _, port := range []uint16{8080, 5353} {
-		dst := netip.AddrPortFrom(spec.Addr, port).String()
-		deadline := time.Now().Add(4 * time.Second)
-		for !s.hasFlow(spec.Addr, func(r flows.Record) bool { return r.Direction == flows.Inbound && r.Dst == dst }) {
-			if time.Now().After(deadline) {
-				t.Errorf("no inbound flow to %s in the flow table", dst)
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+	t.Cleanup(func() { ln.Close() })
+	var uc net.PacketConn
+	if udpPort != 0 {
+		u, err := j.ListenUDP(f, udpPort)
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { u.Close() })
+		uc = u
+	}
+	serveEcho(ln, uc)
+}
+
+// testExposures: one job with TCP and UDP exposures at the gateway's
+// public address of each family; each reaches the job's address of its
+// family, recorded as the job's inbound flow, until RemoveJob.
+func (s *suite) testExposures(t *testing.T) {
+	spec := s.nextSpec(forward.Job{})
+	for _, f := range ipfamily.All {
+		lo := blockOf(spec, f).Lo
+		spec.Exposures = append(spec.Exposures,
+			forward.Exposure{Proto: ipproto.TCP, JobPort: 8080, PublicPort: lo, PublicAddr: sides[f.Index].egress},
+			forward.Exposure{Proto: ipproto.UDP, JobPort: 5353, PublicPort: lo + 1, PublicAddr: sides[f.Index].egress})
+	}
+	if err := s.b.AddJob(spec); err != nil {
+		t.Fatalf("AddJob with exposures: %v", err)
+	}
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
+	j := s.jobs.addJob(t, s.env.Tunnels, spec.Addrs)
+	for _, f := range ipfamily.All {
+		listenEcho(t, j, f, 8080, 5353)
+	}
+	public := func(f *ipfamily.Family, port uint16) netip.AddrPort {
+		return netip.AddrPortFrom(sides[f.Index].egress, blockOf(spec, f).Lo+port)
+	}
+	for _, f := range ipfamily.All {
+		t.Run(f.Name, func(t *testing.T) {
+			var tcpErr, udpErr error
+			err := s.out.Do(func() error {
+				tcpErr = outsideEcho("tcp", public(f, 0))
+				udpErr = outsideEcho("udp", public(f, 1))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tcpErr != nil {
+				t.Errorf("tcp exposure: %v", tcpErr)
+			}
+			if udpErr != nil {
+				t.Errorf("udp exposure: %v", udpErr)
+			}
+			// The inbound flows are recorded as the job's.
+			for _, port := range []uint16{8080, 5353} {
+				dst := netip.AddrPortFrom(addrOf(spec, f), port).String()
+				deadline := time.Now().Add(4 * time.Second)
+				for !s.hasFlow(addrOf(spec, f).String(), func(r flows.Record) bool {
+					return r.Direction == flows.Inbound && r.Dst == dst && r.Lease == spec.ID
+				}) {
+					if time.Now().After(deadline) {
+						t.Errorf("no inbound flow of %s to %s in the flow table", spec.ID, dst)
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		})
 	}
 	// After RemoveJob nothing listens.
-	s.b.RemoveJob(spec.Addr)
-	err = s.out.Do(func() error {
-		tcpErr = outsideEcho("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
+	s.b.RemoveJob(spec.ID)
+	for _, f := range ipfamily.All {
+		var tcpErr error
+		if err := s.out.Do(func() error { tcpErr = outsideEcho("tcp", public(f, 0)); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if tcpErr == nil {
+			t.Errorf("tcp exposure at %s after RemoveJob: still reaches the job", public(f, 0))
+		}
 	}
-	if tcpErr == nil {
-		t.Error("tcp exposure after RemoveJob: still reaches the job")
+}
+
+// testOwnAddress: a job whose IPv6 egress entry is its own public address
+// (in OwnPrefix, --egress-prefix6): its flows leave from that address, and
+// an exposure there listens at the job's port.
+func (s *suite) testOwnAddress(t *testing.T) {
+	spec := s.nextSpec(forward.Job{})
+	own := netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 0, 0x77, 15: addrOf(spec, ipfamily.V4).As4()[3]})
+	if !OwnPrefix.Contains(own) {
+		t.Fatalf("own address %v outside %v", own, OwnPrefix)
+	}
+	spec.Egress[1] = forward.Egress{Addr: own, Own: true}
+	spec.Exposures = []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8081, PublicPort: 8081, PublicAddr: own}}
+	if err := s.b.AddJob(spec); err != nil {
+		t.Fatalf("AddJob with an own IPv6 address: %v", err)
+	}
+	t.Cleanup(func() { s.b.RemoveJob(spec.ID) })
+	j := s.jobs.addJob(t, s.env.Tunnels, spec.Addrs)
+	listenEcho(t, j, ipfamily.V6, 8081, 0)
+
+	before := len(s.peers.tcpSources())
+	if err := echoTCP(ctxT(t, 10*time.Second), j, peer(ipfamily.V6, echoPort), 10000); err != nil {
+		t.Fatalf("tcp from the own address: %v", err)
+	}
+	for _, src := range newSources(s.peers.tcpSources(), before) {
+		if src.Addr() != own {
+			t.Errorf("the peer saw source %s, want the job's own address %s", src, own)
+		}
+	}
+	// IPv4 still leaves from the gateway's shared address and block.
+	before = len(s.peers.tcpSources())
+	if err := echoTCP(ctxT(t, 10*time.Second), j, peer(ipfamily.V4, echoPort), 1000); err != nil {
+		t.Fatalf("tcp over IPv4: %v", err)
+	}
+	inBlock(t, "tcp over IPv4", newSources(s.peers.tcpSources(), before), EgressAddr, blockOf(spec, ipfamily.V4))
+	var err error
+	if oerr := s.out.Do(func() error { err = outsideEcho("tcp", netip.AddrPortFrom(own, 8081)); return nil }); oerr != nil {
+		t.Fatal(oerr)
+	}
+	if err != nil {
+		t.Errorf("exposure at the own address [%s]:8081: %v", own, err)
 	}
 }
 
@@ -866,10 +989,17 @@ func outsideEcho(network string, addr netip.AddrPort) error {
 	return err
 }
 
-func (s *suite) testAccounting(t *testing.T) {
+// udpHeaders and tcpHeaders are the IP and transport header bytes of a
+// UDP datagram and the range of a TCP segment's, by family.
+var (
+	udpHeaders = [ipfamily.N]uint64{28, 48}
+	tcpHeaders = [ipfamily.N][2]uint64{{40, 60}, {60, 80}}
+)
+
+func (s *suite) testAccounting(t *testing.T, f *ipfamily.Family) {
 	j, _ := s.job(t, forward.Job{})
 	// UDP: 5 datagrams of 300 bytes each way.
-	c, err := j.DialUDP(peer(echoPort))
+	c, err := j.DialUDP(peer(f, echoPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -888,17 +1018,17 @@ func (s *suite) testAccounting(t *testing.T) {
 	src := c.LocalAddr().String()
 	per := uint64(size)
 	if s.o.IPBytes {
-		per += 28 // IPv4 and UDP headers
+		per += udpHeaders[f.Index]
 	}
 	want := count * per
-	s.waitFlow(t, j, "udp", src, func(r flows.Record) bool {
+	s.waitFlow(t, j.Addr(f).String(), "udp", src, func(r flows.Record) bool {
 		return r.BytesOut == want && r.BytesIn == want && r.PacketsOut == count && r.PacketsIn == count
 	}, fmt.Sprintf("%d bytes and %d packets each way", want, count))
 
-	// TCP: the stream's bytes each way (IP bytes: with 40 to 60 bytes of
-	// headers per packet).
+	// TCP: the stream's bytes each way (IP bytes: with the family's
+	// headers per packet, options included).
 	const n = 20000
-	tc, err := j.DialTCP(ctxT(t, 5*time.Second), peer(echoPort))
+	tc, err := j.DialTCP(ctxT(t, 5*time.Second), peer(f, echoPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -914,17 +1044,18 @@ func (s *suite) testAccounting(t *testing.T) {
 		if !s.o.IPBytes {
 			return bytes == n
 		}
-		return bytes >= n+40*pkts && bytes <= n+60*pkts
+		h := tcpHeaders[f.Index]
+		return bytes >= n+h[0]*pkts && bytes <= n+h[1]*pkts
 	}
-	s.waitFlow(t, j, "tcp", tsrc, func(r flows.Record) bool {
+	s.waitFlow(t, j.Addr(f).String(), "tcp", tsrc, func(r flows.Record) bool {
 		return exact(r.BytesOut, r.PacketsOut) && exact(r.BytesIn, r.PacketsIn)
 	}, fmt.Sprintf("%d stream bytes each way", n))
 }
 
-// hasFlow reports whether job's flows (active or ended) hold one that
-// matches.
-func (s *suite) hasFlow(job netip.Addr, match func(flows.Record) bool) bool {
-	fl := flows.Filter{Job: job.String()}
+// hasFlow reports whether job's flows (active or ended; job as for
+// waitRecent) hold one that matches.
+func (s *suite) hasFlow(job string, match func(flows.Record) bool) bool {
+	fl := flows.Filter{Job: job}
 	for _, r := range append(s.env.Flows.Active(fl), s.env.Flows.Recent(fl)...) {
 		if match(r) {
 			return true
@@ -933,14 +1064,14 @@ func (s *suite) hasFlow(job netip.Addr, match func(flows.Record) bool) bool {
 	return false
 }
 
-// waitFlow waits up to 4 s for job j's flow from src (active or ended)
-// to satisfy ok.
-func (s *suite) waitFlow(t *testing.T, j *JobStack, proto, src string, ok func(flows.Record) bool, want string) {
+// waitFlow waits up to 4 s for job's flow from src (active or ended; job
+// as for waitRecent) to satisfy ok.
+func (s *suite) waitFlow(t *testing.T, job string, proto, src string, ok func(flows.Record) bool, want string) {
 	t.Helper()
 	deadline := time.Now().Add(4 * time.Second)
 	for {
 		var seen []flows.Record
-		fl := flows.Filter{Job: j.Addr.String()}
+		fl := flows.Filter{Job: job}
 		for _, r := range append(s.env.Flows.Active(fl), s.env.Flows.Recent(fl)...) {
 			if r.Proto == proto && r.Src == src {
 				if ok(r) {
@@ -957,63 +1088,79 @@ func (s *suite) waitFlow(t *testing.T, j *JobStack, proto, src string, ok func(f
 	}
 }
 
+// testAddJobRollback: an AddJob that fails on its last exposure leaves
+// nothing of the job, the exposures of both families before it included.
 func (s *suite) testAddJobRollback(t *testing.T) {
-	// The second exposure's public port is taken on the gateway: AddJob
-	// must fail and leave nothing of the job, the first exposure
-	// included.
-	spec := s.nextSpec(forward.Job{Limits: limits.Job{MaxFlows: 5}, Token: "blue"})
-	taken, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(EgressAddr, spec.Block.Lo+1)))
+	// The last exposure's public port is taken on the gateway: AddJob
+	// must fail and leave nothing of the job.
+	spec := s.nextSpec(forward.Job{Limits: limits.Job{MaxFlows: 5}, Ref: jobs.Ref{Token: "blue"}})
+	lo := blockOf(spec, ipfamily.V4).Lo
+	taken, err := net.ListenTCP("tcp", net.TCPAddrFromAddrPort(netip.AddrPortFrom(EgressAddr, lo+1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spec.Exposures = []forward.Exposure{
-		{Proto: ipproto.TCP, JobPort: 80, PublicPort: spec.Block.Lo},
-		{Proto: ipproto.TCP, JobPort: 81, PublicPort: spec.Block.Lo + 1},
+		{Proto: ipproto.TCP, JobPort: 80, PublicPort: lo, PublicAddr: EgressAddr},
+		{Proto: ipproto.TCP, JobPort: 80, PublicPort: blockOf(spec, ipfamily.V6).Lo, PublicAddr: EgressAddr6},
+		{Proto: ipproto.TCP, JobPort: 81, PublicPort: lo + 1, PublicAddr: EgressAddr},
 	}
 	err = s.b.AddJob(spec)
 	taken.Close()
 	if err == nil {
 		// Kernel mode: DNAT takes the port before the socket would.
-		// A second exposure the backend cannot take at all instead.
-		s.b.RemoveJob(spec.Addr)
-		spec.Exposures[1].Proto = ipproto.Proto(132) // sctp
+		// A last exposure the backend cannot take at all instead.
+		s.b.RemoveJob(spec.ID)
+		spec.Exposures[2].Proto = ipproto.Proto(132) // sctp
 		if err = s.b.AddJob(spec); err == nil {
-			s.b.RemoveJob(spec.Addr)
+			s.b.RemoveJob(spec.ID)
 			t.Fatal("AddJob with an sctp exposure: accepted")
 		}
 	}
-	j := s.jobs.addJob(t, s.env.Tunnel, spec.Addr, spec.Addr6)
-	var dialErr error
-	s.out.Do(func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(EgressAddr, spec.Block.Lo).String(), time.Second)
-		if err == nil {
-			c.Close()
+	j := s.jobs.addJob(t, s.env.Tunnels, spec.Addrs)
+	for _, x := range spec.Exposures[:2] {
+		at := netip.AddrPortFrom(x.PublicAddr, x.PublicPort)
+		var dialErr error
+		s.out.Do(func() error {
+			c, err := net.DialTimeout("tcp", at.String(), time.Second)
+			if err == nil {
+				c.Close()
+			}
+			dialErr = err
+			return nil
+		})
+		if dialErr == nil {
+			t.Errorf("the exposure at %s of the failed AddJob still listens", at)
 		}
-		dialErr = err
-		return nil
-	})
-	if dialErr == nil {
-		t.Error("the first exposure of the failed AddJob still listens")
 	}
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits after the failed AddJob: %v, want ErrUnknownJob", err)
 	}
+	for _, a := range spec.Addrs {
+		if id, ok := s.env.Flows.Index().Lookup(a); ok {
+			t.Errorf("the job index still maps %s to %s after the failed AddJob", a, id)
+		}
+	}
 	// The same job with free ports is added from scratch.
-	spec.Exposures = spec.Exposures[:1]
+	spec.Exposures = spec.Exposures[:2]
 	if err := s.b.AddJob(spec); err != nil {
 		t.Fatalf("AddJob after the rollback: %v", err)
 	}
-	defer s.b.RemoveJob(spec.Addr)
-	if err := echoTCP(ctxT(t, 5*time.Second), j, peer(echoPort), 100); err != nil {
-		t.Errorf("the job after the rollback: %v", err)
+	defer s.b.RemoveJob(spec.ID)
+	for _, f := range ipfamily.All {
+		if err := echoTCP(ctxT(t, 5*time.Second), j, peer(f, echoPort), 100); err != nil {
+			t.Errorf("the job after the rollback, %s: %v", f, err)
+		}
 	}
 }
 
-func (s *suite) testIsolation(t *testing.T) {
+// testIsolation: jobs cannot reach each other's addresses of the family;
+// concurrent transfers each leave from their job's block; RemoveJob ends
+// the job's flows and leaves the other's.
+func (s *suite) testIsolation(t *testing.T, f *ipfamily.Family) {
 	a, specA := s.job(t, forward.Job{})
 	b, specB := s.job(t, forward.Job{})
 	// Jobs cannot reach each other.
-	s.expectDenied(t, a, "tcp", netip.AddrPortFrom(b.Addr, 22), policy.RuleFloor)
+	s.expectDenied(t, a, "tcp", netip.AddrPortFrom(b.Addr(f), 22), policy.RuleFloor)
 	// Concurrent transfers each leave from their own block.
 	before := len(s.peers.tcpSources())
 	var wg sync.WaitGroup
@@ -1022,7 +1169,7 @@ func (s *suite) testIsolation(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- echoTCP(ctxT(t, 15*time.Second), j, peer(echoPort), 300<<10)
+			errs <- echoTCP(ctxT(t, 15*time.Second), j, peer(f, echoPort), 300<<10)
 		}()
 	}
 	wg.Wait()
@@ -1036,9 +1183,9 @@ func (s *suite) testIsolation(t *testing.T) {
 	var inA, inB int
 	for _, src := range srcs {
 		switch {
-		case src.Port() >= specA.Block.Lo && src.Port() <= specA.Block.Hi:
+		case blockOf(specA, f).Contains(src.Port()):
 			inA++
-		case src.Port() >= specB.Block.Lo && src.Port() <= specB.Block.Hi:
+		case blockOf(specB, f).Contains(src.Port()):
 			inB++
 		default:
 			t.Errorf("source %s in neither job's block", src)
@@ -1048,7 +1195,7 @@ func (s *suite) testIsolation(t *testing.T) {
 		t.Errorf("connections per block: %d and %d, want 2 and 2", inA, inB)
 	}
 	// Removing one job ends its open flows and leaves the other working.
-	held, err := a.DialTCP(ctxT(t, 5*time.Second), peer(echoPort))
+	held, err := a.DialTCP(ctxT(t, 5*time.Second), peer(f, echoPort))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1059,40 +1206,73 @@ func (s *suite) testIsolation(t *testing.T) {
 	}
 	// The flow is in the table before the job goes (kernel mode learns
 	// of flows from conntrack once a second).
-	s.waitFlow(t, a, "tcp", heldSrc, func(flows.Record) bool { return true }, "the held flow")
-	s.b.RemoveJob(specA.Addr)
-	s.waitFlow(t, a, "tcp", heldSrc, func(r flows.Record) bool { return r.EndReason == flows.EndJob }, "end reason "+flows.EndJob)
-	if err := echoTCP(ctxT(t, 5*time.Second), b, peer(echoPort), 1000); err != nil {
+	s.waitFlow(t, a.Addr(f).String(), "tcp", heldSrc, func(flows.Record) bool { return true }, "the held flow")
+	s.b.RemoveJob(specA.ID)
+	// Gone from the index, the job's flows are found by its ID.
+	s.waitFlow(t, string(specA.ID), "tcp", heldSrc, func(r flows.Record) bool { return r.EndReason == flows.EndJob }, "end reason "+flows.EndJob)
+	if err := echoTCP(ctxT(t, 5*time.Second), b, peer(f, echoPort), 1000); err != nil {
 		t.Errorf("job b after job a left: %v", err)
 	}
 }
 
-// testNotSupported: a backend without IPv6 rejects a job's IPv6 address
-// with ErrNotSupported, and nothing of the job remains.
-func (s *suite) testNotSupported(t *testing.T) {
-	if s.o.IPv6 {
-		t.Skip("the backend carries IPv6")
-	}
-	spec := s.nextSpec(forward.Job{})
-	spec.Addr6 = netip.MustParseAddr("fd00:a1c::99")
-	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrNotSupported) {
-		if err == nil {
-			s.b.RemoveJob(spec.Addr)
+// testJobIdentity: a job is its ID. Its addresses map to it in the
+// backend's job index while it lives; an ID or an address taken by a
+// live job is refused with ErrJobExists and changes nothing; a job with
+// an address of one family only works over that family.
+func (s *suite) testJobIdentity(t *testing.T) {
+	j, spec := s.job(t, forward.Job{})
+	index := s.env.Flows.Index()
+	for _, a := range spec.Addrs {
+		if id, ok := index.Lookup(a); !ok || id != spec.ID {
+			t.Errorf("index: %s is %q (%v), want %s", a, id, ok, spec.ID)
 		}
-		t.Fatalf("AddJob with an IPv6 address: %v, want ErrNotSupported", err)
 	}
-	spec.Addr6 = netip.Addr{}
-	if err := s.b.AddJob(spec); err != nil {
-		t.Fatalf("AddJob without it: %v", err)
-	}
-	s.b.RemoveJob(spec.Addr)
-	// Adding an address twice fails with ErrJobExists.
-	if err := s.b.AddJob(spec); err != nil {
-		t.Fatal(err)
-	}
-	defer s.b.RemoveJob(spec.Addr)
 	if err := s.b.AddJob(spec); !errors.Is(err, forward.ErrJobExists) {
-		t.Errorf("AddJob twice: %v, want ErrJobExists", err)
+		t.Errorf("AddJob of a live ID: %v, want ErrJobExists", err)
+	}
+	for _, f := range ipfamily.All {
+		other := s.nextSpec(forward.Job{})
+		other.Addrs = []netip.Addr{addrOf(spec, f)}
+		e, _ := other.EgressOf(f)
+		other.Egress = []forward.Egress{e}
+		if err := s.b.AddJob(other); !errors.Is(err, forward.ErrJobExists) {
+			if err == nil {
+				s.b.RemoveJob(other.ID)
+			}
+			t.Errorf("AddJob of another ID with the live job's %s address: %v, want ErrJobExists", f, err)
+		}
+		if id, _ := index.Lookup(addrOf(spec, f)); id != spec.ID {
+			t.Errorf("index after the refused AddJob: %s is %q, want %s", addrOf(spec, f), id, spec.ID)
+		}
+		if err := echoTCP(ctxT(t, 5*time.Second), j, peer(f, echoPort), 100); err != nil {
+			t.Errorf("the live job after the refused AddJob, %s: %v", f, err)
+		}
+	}
+	// Jobs of one family only.
+	for _, f := range ipfamily.All {
+		t.Run(f.Name+"Only", func(t *testing.T) {
+			one := s.nextSpec(forward.Job{})
+			one.Addrs = []netip.Addr{addrOf(one, f)}
+			e, _ := one.EgressOf(f)
+			one.Egress = []forward.Egress{e}
+			if err := s.b.AddJob(one); err != nil {
+				t.Fatalf("AddJob with %s only: %v", f, err)
+			}
+			defer s.b.RemoveJob(one.ID)
+			k := s.jobs.addJob(t, s.env.Tunnels, one.Addrs)
+			if err := echoTCP(ctxT(t, 5*time.Second), k, peer(f, echoPort), 1000); err != nil {
+				t.Error(err)
+			}
+			if err := k.Ping(s.tunnel(f), []byte("gateway"), 3*time.Second); err != nil {
+				t.Errorf("gateway tunnel address: %v", err)
+			}
+		})
+	}
+	s.b.RemoveJob(spec.ID)
+	for _, a := range spec.Addrs {
+		if id, ok := index.Lookup(a); ok {
+			t.Errorf("index after RemoveJob: %s is still %s", a, id)
+		}
 	}
 }
 
@@ -1100,14 +1280,14 @@ func (s *suite) testNotSupported(t *testing.T) {
 // slow an echo of bwBytes to about bwBytes*8/bwRate seconds (1.05 s; both
 // backends measured 0.98-1.09 s); the check allows 0.7 of that for the
 // shapers' bursts. Load only makes it slower.
-func (s *suite) testBandwidth(t *testing.T) {
+func (s *suite) testBandwidth(t *testing.T, f *ipfamily.Family) {
 	const bwRate, bwBytes = 8_000_000, 1 << 20
 	min := time.Duration(float64(bwBytes*8)/bwRate*0.7*1e9) * time.Nanosecond
 	j, spec := s.job(t, forward.Job{Limits: limits.Job{EgressBitsPerSec: bwRate}})
 	timed := func(what string) {
 		t.Helper()
 		start := time.Now()
-		if err := echoTCP(ctxT(t, 15*time.Second), j, peer(echoPort), bwBytes); err != nil {
+		if err := echoTCP(ctxT(t, 15*time.Second), j, peer(f, echoPort), bwBytes); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		d := time.Since(start)
@@ -1117,7 +1297,7 @@ func (s *suite) testBandwidth(t *testing.T) {
 		}
 	}
 	timed("job egress limit")
-	if err := s.b.SetJobLimits(spec.Addr, limits.Job{}); err != nil {
+	if err := s.b.SetJobLimits(spec.ID, limits.Job{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.b.SetGlobalLimits(0, bwRate); err != nil {

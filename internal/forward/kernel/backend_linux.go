@@ -5,104 +5,51 @@ package kernel
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/netip"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
-	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
-// AddJob implements forward.Backend: the job's SNAT rules into its port
-// block, its IPv6 side (Addr6: its IPv6 NAT rules from Egress6 and
-// Block6), its token's policy scope, its flow limits and shaping, its DNAT
-// rules for exposures, and its entry in the flow table; if any part fails,
-// everything done so far is undone.
-func (f *Forwarder) AddJob(j forward.Job) error {
-	addr := j.Addr
-	if err := f.checkJob(j); err != nil {
-		return fmt.Errorf("kernel egress: add job %v: %w", addr, err)
-	}
-	f.jobMu.Lock()
-	defer f.jobMu.Unlock()
-	f.mu.Lock()
-	_, exists := f.jobs[addr]
-	f.mu.Unlock()
-	if exists {
-		return fmt.Errorf("kernel egress: add job %v: %w", addr, forward.ErrJobExists)
-	}
-	if err := f.addJob(addr, j.Egress, j.Block); err != nil {
-		return err
-	}
-	var err error
-	if j.Addr6.IsValid() {
-		// Before the token, limits and exposures: they cover the
-		// job's IPv6 address too.
-		err = f.addJob6(addr, j.Addr6, j.Egress6, j.Block6)
-	}
-	if err == nil {
-		err = f.setJobToken(addr, j.Token)
-	}
-	if err == nil && f.flows != nil {
-		f.flows.AddJob(addr, j.Ref)
-		if j.Addr6.IsValid() {
-			f.flows.AddJobAlias(j.Addr6, addr)
-		}
-	}
-	if err == nil && !j.Limits.IsZero() {
-		err = f.SetJobLimits(addr, j.Limits)
-	}
-	if err == nil && len(j.Exposures) > 0 {
-		err = f.expose(addr, j.Exposures)
-	}
-	if err != nil {
-		f.removeJobLocked(addr)
-		return fmt.Errorf("kernel egress: add job %v: %w", addr, err)
-	}
-	return nil
-}
-
-// checkJob rejects what AddJob cannot take before anything is changed.
-func (f *Forwarder) checkJob(j forward.Job) error {
-	if !j.Addr.Is4() || !f.rules.addr.Contains(j.Addr) || j.Addr == f.rules.addr.Addr() {
-		return fmt.Errorf("job address %v: want a host address of the tunnel subnet %v other than the gateway's", j.Addr, f.rules.addr.Masked())
-	}
-	if (j.Addr6.IsValid() || j.Egress6.IsValid()) && !f.rules.v6() {
-		return fmt.Errorf("ipv6 tunnel address %v, egress %v: the gateway has no IPv6 tunnel address: %w", j.Addr6, j.Egress6, forward.ErrNotSupported)
-	}
-	if (j.Egress6.IsValid() || j.Block6 != (portblock.Range{})) && !j.Addr6.IsValid() {
-		return fmt.Errorf("ipv6 egress address %v, block %v without an ipv6 tunnel address", j.Egress6, j.Block6)
-	}
-	if j.Egress.IsValid() && (!j.Egress.Is4() || j.Egress.IsUnspecified()) {
-		return fmt.Errorf("egress address %v: want a unicast IPv4 address", j.Egress)
-	}
-	if j.Addr6.IsValid() {
-		if err := f.rules.checkJob6(j.Addr, j.Addr6, j.Egress6, j.Block6); err != nil {
-			return err
-		}
-	}
-	return j.Limits.Validate()
-}
+// AddJob implements forward.Backend (forward.Jobs: checks, index, flow
+// table, one undo path) with kernel mode's steps: the job's SNAT rules
+// into its port blocks and its token's policy scope (addJob), its flow
+// limits and shaping (SetJobLimits), its DNAT rules for exposures
+// (expose), and removeJob.
+func (f *Forwarder) AddJob(j forward.Job) error { return f.reg.Add(j) }
 
 // RemoveJob implements forward.Backend: it deletes the job's DNAT, SNAT
 // and limit rules, its policy scope and conntrack entries, and ends its
 // flows in the flow table.
-func (f *Forwarder) RemoveJob(addr netip.Addr) {
-	f.jobMu.Lock()
-	defer f.jobMu.Unlock()
-	f.removeJobLocked(addr)
+func (f *Forwarder) RemoveJob(id jobs.ID) { f.reg.Remove(id) }
+
+// jobSteps are kernel mode's steps of AddJob and RemoveJob.
+func (f *Forwarder) jobSteps() forward.JobSteps {
+	return forward.JobSteps{
+		Add:       f.addJob,
+		SetLimits: f.SetJobLimits,
+		Expose:    f.expose,
+		Remove:    f.removeJob,
+	}
 }
 
-// removeJobLocked undoes AddJob; it is harmless for parts that were never
-// added. jobMu is held.
-func (f *Forwarder) removeJobLocked(addr netip.Addr) {
-	f.unexpose(addr)
-	f.removeJob(addr)
-	if f.flows != nil {
-		f.flows.CloseJob(addr, flows.EndJob)
-		f.flows.RemoveJob(addr)
+// addJob is AddJob's first step: kernel mode's checks, the NAT rules and
+// the token's scope sets.
+func (f *Forwarder) addJob(j forward.Job) error {
+	if err := f.rules.checkJob(j); err != nil {
+		return err
 	}
+	if err := f.addNAT(j); err != nil {
+		return err
+	}
+	return f.setJobToken(j.ID)
+}
+
+// removeJob undoes addJob, SetJobLimits and expose; it is harmless for
+// parts that were never added.
+func (f *Forwarder) removeJob(j forward.Job) {
+	f.unexpose(j.ID)
+	f.removeNAT(j)
 }
 
 // Stats implements forward.Backend, from the nftables counters and the

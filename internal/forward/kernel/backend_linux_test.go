@@ -13,15 +13,16 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestAddJobAllOrNothing checks the contract's AddJob in kernel mode: a job
 // whose last part (an exposure nftables cannot express) fails leaves no
-// SNAT, limit or DNAT rule, token or flow table entry; an address added
-// twice and IPv6 addresses are refused without changing anything;
-// RemoveJob removes every part.
+// SNAT, limit or DNAT rule, token or flow table entry; an ID or address
+// added twice and IPv6 addresses (without an IPv6 tunnel address) are
+// refused without changing anything; RemoveJob removes every part.
 func TestAddJobAllOrNothing(t *testing.T) {
 	if !inFreshNetns(t) {
 		return
@@ -32,33 +33,31 @@ func TestAddJobAllOrNothing(t *testing.T) {
 	defer f.Close()
 	addr := netip.MustParseAddr("100.64.0.2")
 	job := forward.Job{
-		Addr:   addr,
-		Block:  portblock.Range{Lo: 20000, Hi: 20255},
-		Token:  "lab",
-		Ref:    flows.JobRef{Lease: "L", JobID: "42", Token: "lab"},
+		ID:     "L",
+		Addrs:  []netip.Addr{addr},
+		Egress: []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: portblock.Range{Lo: 20000, Hi: 20255}}},
+		Ref:    jobs.Ref{JobID: "42", Token: "lab"},
 		Limits: limits.Job{MaxFlows: 5, NewFlowsPerSec: 10},
 		Exposures: []forward.Exposure{
-			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255},
-			{Proto: ipproto.Proto(132), JobPort: 9, PublicPort: 20254},
+			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255, PublicAddr: egressAddr},
+			{Proto: ipproto.Proto(132), JobPort: 9, PublicPort: 20254, PublicAddr: egressAddr},
 		},
 	}
 	nothingLeft := func(t *testing.T, what string) {
 		t.Helper()
-		if n := jobRuleCount(t, addr); n != 0 {
+		if n := jobRuleCount(t, "L"); n != 0 {
 			t.Errorf("%s: %d snat rules left", what, n)
 		}
 		f.mu.Lock()
-		_, job := f.jobs[addr]
-		nLimits, nExposed := len(f.limitRules[addr]), len(f.exposed[addr])
-		_, tok := f.tokens[addr]
+		kj := f.jobs["L"]
 		f.mu.Unlock()
-		if job || nLimits != 0 || nExposed != 0 || tok {
-			t.Errorf("%s: job %v, %d limit rules, %d dnat rules, token %v left", what, job, nLimits, nExposed, tok)
+		if kj != nil {
+			t.Errorf("%s: the job's state is left: %+v", what, kj)
 		}
 		if js := tb.Jobs(); len(js) != 0 {
 			t.Errorf("%s: the flow table still has %+v", what, js)
 		}
-		if err := f.SetJobLimits(addr, limits.Job{}); !errors.Is(err, forward.ErrUnknownJob) {
+		if err := f.SetJobLimits("L", limits.Job{}); !errors.Is(err, forward.ErrUnknownJob) {
 			t.Errorf("%s: SetJobLimits got %v, want ErrUnknownJob", what, err)
 		}
 	}
@@ -69,15 +68,21 @@ func TestAddJobAllOrNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mod  func(*forward.Job)
+		want error
 	}{
-		{"ipv6 address", func(j *forward.Job) { j.Addr6 = netip.MustParseAddr("fd00::2") }},
-		{"ipv6 egress", func(j *forward.Job) { j.Egress6 = netip.MustParseAddr("2001:db8::1") }},
+		{"ipv6 address", func(j *forward.Job) { j.Addrs = append(j.Addrs, netip.MustParseAddr("fd00::2")) }, forward.ErrNotSupported},
+		{"ipv6 egress", func(j *forward.Job) {
+			j.Egress = append(j.Egress, forward.Egress{Addr: netip.MustParseAddr("2001:db8::1")})
+		}, nil},
+		{"own address without the prefix", func(j *forward.Job) {
+			j.Egress = []forward.Egress{{Addr: netip.MustParseAddr("198.51.100.9"), Own: true}}
+		}, nil},
 	} {
 		j := job
 		j.Exposures = job.Exposures[:1]
 		tc.mod(&j)
-		if err := f.AddJob(j); !errors.Is(err, forward.ErrNotSupported) {
-			t.Errorf("%s: AddJob got %v, want ErrNotSupported", tc.name, err)
+		if err := f.AddJob(j); err == nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: AddJob got %v, want an error (%v)", tc.name, err, tc.want)
 		}
 		nothingLeft(t, tc.name)
 	}
@@ -89,29 +94,34 @@ func TestAddJobAllOrNothing(t *testing.T) {
 	if err := f.AddJob(job); !errors.Is(err, forward.ErrJobExists) {
 		t.Errorf("AddJob again: got %v, want ErrJobExists", err)
 	}
-	f.mu.Lock()
-	nLimits, nExposed, tok := len(f.limitRules[addr]), len(f.exposed[addr]), f.tokens[addr]
-	f.mu.Unlock()
-	if n := jobRuleCount(t, addr); n != 3 || nLimits == 0 || nExposed == 0 || tok != "lab" {
-		t.Errorf("after AddJob: %d snat rules, %d limit rules, %d dnat rules, token %q; want 3, some, some, lab", n, nLimits, nExposed, tok)
+	other := job
+	other.ID, other.Exposures = "M", nil
+	if err := f.AddJob(other); !errors.Is(err, forward.ErrJobExists) {
+		t.Errorf("AddJob of another job at the address: got %v, want ErrJobExists", err)
 	}
-	if js := tb.Jobs(); len(js) != 1 || js[0].JobRef != job.Ref {
+	f.mu.Lock()
+	kj := *f.jobs["L"]
+	f.mu.Unlock()
+	if n := jobRuleCount(t, "L"); n != 3 || len(kj.limits) == 0 || len(kj.exposed) == 0 || kj.token != "lab" {
+		t.Errorf("after AddJob: %d snat rules, %d limit rules, %d dnat rules, token %q; want 3, some, some, lab", n, len(kj.limits), len(kj.exposed), kj.token)
+	}
+	if js := tb.Jobs(); len(js) != 1 || js[0].Ref != job.Ref || js[0].Lease != "L" {
 		t.Errorf("flow table jobs: got %+v, want the job's ref", js)
 	}
 	if _, err := f.Stats(); err != nil {
 		t.Errorf("Stats: %v", err)
 	}
-	f.RemoveJob(addr)
+	f.RemoveJob("L")
 	nothingLeft(t, "RemoveJob")
 }
 
-// TestAddJobAllOrNothing6 checks AddJob's IPv6 side in kernel mode: with an
-// IPv6 tunnel address configured a job's Addr6 is taken (its IPv6 NAT
-// rules, its own address in set own6, its flow table alias); a job whose
-// last part fails after its IPv6 side was added leaves none of it; an
-// Addr6 outside the IPv6 tunnel subnet is refused before anything
-// changes.
-func TestAddJobAllOrNothing6(t *testing.T) {
+// TestAddJobAllOrNothingBothFamilies checks AddJob of a job with
+// addresses of both families in kernel mode: with an IPv6 tunnel address
+// configured its IPv6 address is taken (its NAT rule, its own address in
+// set own6, its flow table entry); a job whose last part fails after its
+// IPv6 side was added leaves none of it; an IPv6 address outside the IPv6
+// tunnel subnet is refused before anything changes.
+func TestAddJobAllOrNothingBothFamilies(t *testing.T) {
 	if !inFreshNetns(t) {
 		return
 	}
@@ -119,48 +129,49 @@ func TestAddJobAllOrNothing6(t *testing.T) {
 	tb := flows.New(flows.Config{})
 	f := newTestForwarder(t, func(c *Config) {
 		c.Flows = tb
-		c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
-		c.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/64")
+		c.Addrs = append(c.Addrs, netip.MustParsePrefix("fd00:a1::1/64"))
+		c.OwnPrefix = netip.MustParsePrefix("2001:db8:77::/64")
 	})
 	defer f.Close()
 	addr, addr6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00:a1::2")
 	own := netip.MustParseAddr("2001:db8:77::2")
 	job := forward.Job{
-		Addr:    addr,
-		Addr6:   addr6,
-		Egress6: own,
-		Block:   portblock.Range{Lo: 20000, Hi: 20255},
-		Token:   "lab",
-		Ref:     flows.JobRef{Lease: "L", JobID: "42", Token: "lab"},
-		Limits:  limits.Job{MaxFlows: 5},
+		ID:    "L",
+		Addrs: []netip.Addr{addr, addr6},
+		Egress: []forward.Egress{
+			{Addr: netip.IPv4Unspecified(), Block: portblock.Range{Lo: 20000, Hi: 20255}},
+			{Addr: own, Own: true},
+		},
+		Ref:    jobs.Ref{JobID: "42", Token: "lab"},
+		Limits: limits.Job{MaxFlows: 5},
 		Exposures: []forward.Exposure{
 			{Proto: ipproto.UDP, JobPort: 5353, PublicPort: 5353, PublicAddr: own},
-			{Proto: ipproto.Proto(132), JobPort: 9, PublicPort: 20254},
+			{Proto: ipproto.Proto(132), JobPort: 9, PublicPort: 20254, PublicAddr: egressAddr},
 		},
 	}
-	state := func() (snat4, snat6, own6 int, has6 bool) {
+	state := func() (snat, own6 int, kj *kjob) {
 		t.Helper()
 		c, err := nftables.New()
 		if err != nil {
 			t.Fatal(err)
 		}
-		els, err := c.GetSetElements(own6Set(table()))
+		els, err := c.GetSetElements(ownSet(table()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.mu.Lock()
-		_, has6 = f.jobs6[addr]
+		kj = f.jobs["L"]
 		f.mu.Unlock()
-		return jobRuleCount(t, addr), taggedCount(t, jobTag6(addr)), len(els), has6
+		return jobRuleCount(t, "L"), len(els), kj
 	}
 	if err := f.AddJob(job); err == nil {
 		t.Fatal("AddJob succeeded with an sctp exposure")
 	}
-	if s4, s6, o, has6 := state(); s4 != 0 || s6 != 0 || o != 0 || has6 || len(tb.Jobs()) != 0 {
-		t.Errorf("after a failed AddJob: %d snat rules, %d IPv6 snat rules, %d own6 elements, IPv6 side %v, flow table %+v left", s4, s6, o, has6, tb.Jobs())
+	if n, o, kj := state(); n != 0 || o != 0 || kj != nil || len(tb.Jobs()) != 0 {
+		t.Errorf("after a failed AddJob: %d snat rules, %d own6 elements, state %+v, flow table %+v left", n, o, kj, tb.Jobs())
 	}
 	bad := job
-	bad.Addr6 = netip.MustParseAddr("fd00:b1::2")
+	bad.Addrs = []netip.Addr{addr, netip.MustParseAddr("fd00:b1::2")}
 	if err := f.AddJob(bad); err == nil {
 		t.Error("AddJob accepted an IPv6 address outside the IPv6 tunnel subnet")
 	}
@@ -168,15 +179,15 @@ func TestAddJobAllOrNothing6(t *testing.T) {
 	if err := f.AddJob(job); err != nil {
 		t.Fatalf("AddJob: %v", err)
 	}
-	if s4, s6, o, has6 := state(); s4 != 3 || s6 == 0 || o != 1 || !has6 {
-		t.Errorf("after AddJob: %d snat rules, %d IPv6 snat rules, %d own6 elements, IPv6 side %v; want 3, some, 1, true", s4, s6, o, has6)
+	if n, o, kj := state(); n != 4 || o != 1 || kj == nil || kj.own != addr6 || len(kj.exposed) != 1 {
+		t.Errorf("after AddJob: %d snat rules, %d own6 elements, state %+v; want 4 (3 IPv4, 1 IPv6), 1, own %v, one dnat rule", n, o, kj, addr6)
 	}
-	if js := tb.Jobs(); len(js) != 1 || js[0].JobRef != job.Ref {
+	if js := tb.Jobs(); len(js) != 1 || js[0].Ref != job.Ref {
 		t.Errorf("flow table jobs: got %+v, want the job's ref", js)
 	}
-	f.RemoveJob(addr)
-	if s4, s6, o, has6 := state(); s4 != 0 || s6 != 0 || o != 0 || has6 || len(tb.Jobs()) != 0 {
-		t.Errorf("after RemoveJob: %d snat rules, %d IPv6 snat rules, %d own6 elements, IPv6 side %v, flow table %+v left", s4, s6, o, has6, tb.Jobs())
+	f.RemoveJob("L")
+	if n, o, kj := state(); n != 0 || o != 0 || kj != nil || len(tb.Jobs()) != 0 {
+		t.Errorf("after RemoveJob: %d snat rules, %d own6 elements, state %+v, flow table %+v left", n, o, kj, tb.Jobs())
 	}
 }
 
@@ -187,8 +198,8 @@ func taggedCount(t *testing.T, tag []byte) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post, _, _, _, _, _, _ := chains(table())
-	rules, err := c.GetRules(table(), post)
+	t0 := table()
+	rules, err := c.GetRules(t0, chainsOf(t0).post)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,3 +211,6 @@ func taggedCount(t *testing.T, tag []byte) int {
 	}
 	return n
 }
+
+// jobRuleCount returns how many postrouting rules carry job id's tag.
+func jobRuleCount(t *testing.T, id jobs.ID) int { return taggedCount(t, jobTag(id)) }

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // DefaultName is the TUN's name when Config.Name is empty.
@@ -18,17 +19,28 @@ type Config struct {
 	Logger *slog.Logger
 	// Name is the TUN interface name; "" means DefaultName.
 	Name string
-	// Addr is the gateway's tunnel address with the tunnel subnet's length,
-	// e.g. 100.64.0.1/16. Required, IPv4.
-	Addr netip.Prefix
+	// Addrs are the gateway's tunnel addresses with their subnets'
+	// lengths, at most one per family, e.g. 100.64.0.1/16 and
+	// fd00:a1::1/64: the TUN gets them, a DNS relay listens on port 53 of
+	// each, and jobs' addresses are in their subnets. The IPv4 one is
+	// required; without an IPv6 one jobs get no IPv6 (embed_linux.go).
+	Addrs []netip.Prefix
 	// MTU of the TUN; 0 means DefaultMTU.
 	MTU int
-	// DNSUpstreams are the resolvers that jobs' queries to Addr:53 are
-	// relayed to; empty means the nameservers of /etc/resolv.conf.
+	// DNSUpstreams are the resolvers that jobs' queries to the tunnel
+	// addresses' port 53 are relayed to; empty means the nameservers of
+	// /etc/resolv.conf.
 	DNSUpstreams []netip.AddrPort
-	// EgressAddr is the public IPv4 address jobs' traffic is source-NATed
-	// to. Required.
-	EgressAddr netip.Addr
+	// Egress are the public addresses jobs' traffic is source-NATed to
+	// where a job's egress entry of the family names none, at most one per
+	// family. The IPv4 one is required; without an IPv6 one, jobs' IPv6
+	// is masqueraded (the outgoing interface's address).
+	Egress []netip.Addr
+	// OwnPrefix is the IPv6 prefix the site routes to the gateway host
+	// (--egress-prefix6): New routes it to the TUN, and AddJob maps a job
+	// whose IPv6 egress entry is an own address in it one to one. The
+	// zero Prefix means none.
+	OwnPrefix netip.Prefix
 	// BlockSize is the number of ports of every job's block. A job's new
 	// flow to a destination that already has this many of its flows is
 	// refused at once (TCP reset, ICMP unreachable), since SNAT would have
@@ -37,17 +49,8 @@ type Config struct {
 	// Flows, if non-nil, is the flow table that jobs' flows are recorded
 	// in, from conntrack (flows_linux.go).
 	Flows *flows.Table
-	// Addr6 is the gateway's IPv6 tunnel address with the IPv6 tunnel
-	// subnet's length, e.g. fd00:a1::1/64; the zero Prefix means jobs
-	// get no IPv6 (v6_linux.go).
-	Addr6 netip.Prefix
-	// EgressAddr6 is the public IPv6 address jobs' IPv6 traffic is
-	// source-NATed to when a job's Egress6 names none; the zero Addr means the
-	// outgoing interface's address (masquerade). Used only with Addr6.
-	EgressAddr6 netip.Addr
-	// EgressPrefix6 is the prefix the site routes to the gateway host
-	// (--egress-prefix6): New routes it to the TUN, and AddJob maps a
-	// job to its own address in it one to one. The zero Prefix means
-	// none.
-	EgressPrefix6 netip.Prefix
+	// Jobs is the job index AddJob adds jobs' addresses to; nil means the
+	// flow table's, or a fresh one without a flow table. With a flow table
+	// it must be the table's.
+	Jobs *jobs.Index
 }

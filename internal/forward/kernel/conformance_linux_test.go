@@ -3,14 +3,10 @@
 package kernel
 
 import (
-	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"testing"
-
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/forward/forwardtest"
@@ -26,16 +22,14 @@ func TestConformance(t *testing.T) {
 	}
 	forwardtest.Run(t, forwardtest.Options{
 		IPBytes: true,
-		IPv6:    true,
 		New: func(t *testing.T, env forwardtest.Env) forward.Backend {
-			routeIPv6(t)
 			f, err := New(Config{
-				Addr6:        netip.MustParsePrefix("fd00:a10c::1/64"),
 				Logger:       env.Logger,
-				Addr:         env.Tunnel,
+				Addrs:        env.Tunnels,
 				MTU:          env.MTU,
 				DNSUpstreams: []netip.AddrPort{env.DNS},
-				EgressAddr:   env.Egress,
+				Egress:       env.Egress,
+				OwnPrefix:    env.OwnPrefix,
 				BlockSize:    env.BlockSize,
 				Flows:        env.Flows,
 			})
@@ -65,23 +59,5 @@ func TestConformanceUnprivileged(t *testing.T) {
 		t.Skip("not root: TestConformance itself runs unprivileged")
 	}
 	u := topology.EnsureUser(t)
-	forwardtest.RunAs(t, u, "^TestConformance$/^(TCP|Ping|DNS|Floor|Limits|Bandwidth|Exposures|Accounting)$")
-}
-
-// routeIPv6 gives the suite's egress link an IPv6 address and default
-// route (nobody answers there), so that jobs' IPv6 flows reach the forward
-// chain and only the backend's floor and policy stop them.
-func routeIPv6(t *testing.T) {
-	t.Helper()
-	l, err := netlink.LinkByName(forwardtest.EgressLink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("2001:db8:e::1"), Mask: net.CIDRMask(64, 128)}, Flags: unix.IFA_F_NODAD}
-	if err := netlink.AddrAdd(l, a); err != nil {
-		t.Fatalf("ipv6 address: %v", err)
-	}
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Gw: net.ParseIP("2001:db8:e::2")}); err != nil {
-		t.Fatalf("ipv6 default route: %v", err)
-	}
+	forwardtest.RunAs(t, u, "^TestConformance$/^(TCP|Ping|DNS|Floor|Limits|Bandwidth|Exposures|OwnAddress|Accounting)$")
 }

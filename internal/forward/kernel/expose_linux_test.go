@@ -13,18 +13,19 @@ import (
 )
 
 func TestExposeRulesValidate(t *testing.T) {
-	r := ruleset{tun: DefaultName, addr: tunnelAddr, egress: egressAddr}
-	job := netip.MustParseAddr("100.64.0.2")
+	r := ruleset{tun: DefaultName, tunnels: [2]netip.Prefix{tunnelAddr}, egress: [2]netip.Addr{egressAddr}}
+	job := forward.Job{ID: "L", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}}
 	for _, tc := range []struct {
 		ex []forward.Exposure
 		n  int
 		ok bool
 	}{
 		{nil, 0, true},
-		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254}}, 2, true},
-		{[]forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 8080, PublicPort: 20255}}, 0, false},
-		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 0, PublicPort: 20255}}, 0, false},
-		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 80, PublicPort: 0}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255, PublicAddr: egressAddr}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254, PublicAddr: egressAddr}}, 2, true},
+		{[]forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 8080, PublicPort: 20255, PublicAddr: egressAddr}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 0, PublicPort: 20255, PublicAddr: egressAddr}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 80, PublicPort: 0, PublicAddr: egressAddr}}, 0, false},
+		{[]forward.Exposure{{Proto: ipproto.TCP, JobPort: 80, PublicPort: 80, PublicAddr: netip.MustParseAddr("2001:db8::1")}}, 0, false}, // no IPv6 address
 	} {
 		rules, err := r.exposeRules(job, tc.ex)
 		if (err == nil) != tc.ok || len(rules) != tc.n {
@@ -40,12 +41,14 @@ func TestExpose(t *testing.T) {
 	setupNetns(t, "0")
 	f := newTestForwarder(t)
 	defer f.Close()
-	job := netip.MustParseAddr("100.64.0.2")
-	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
+	job := forward.Job{ID: "L", Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")},
+		Egress: []forward.Egress{{Addr: egressAddr, Block: portblock.Range{Lo: 20000, Hi: 20255}}}}
+	if err := f.AddJob(job); err != nil {
 		t.Fatal(err)
 	}
-	ex := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254}}
-	if err := f.expose(job, ex); err != nil {
+	ex := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20255, PublicAddr: egressAddr}, {Proto: ipproto.UDP, JobPort: 53, PublicPort: 20254, PublicAddr: egressAddr}}
+	job.Exposures = ex
+	if err := f.expose(job); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}
 	out := nftList(t)
@@ -59,21 +62,22 @@ func TestExpose(t *testing.T) {
 		}
 	}
 	// Exposing again replaces.
-	if err := f.expose(job, ex[:1]); err != nil {
+	job.Exposures = ex[:1]
+	if err := f.expose(job); err != nil {
 		t.Fatalf("Expose again: %v", err)
 	}
 	if out := nftList(t); out != "" && (strings.Contains(out, "dport 20254") || !strings.Contains(out, "dport 20255")) {
 		t.Errorf("second Expose did not replace the rules:\n%s", out)
 	}
-	if err := f.expose(netip.MustParseAddr("10.0.0.1"), ex); err == nil {
-		t.Error("Expose accepted an address outside the tunnel subnet")
+	if err := f.expose(forward.Job{ID: "M", Addrs: job.Addrs, Exposures: ex}); err == nil {
+		t.Error("Expose accepted a job not added")
 	}
-	f.unexpose(job)
+	f.unexpose("L")
 	if out := nftList(t); out != "" && strings.Contains(out, "dnat ip to") {
 		t.Errorf("dnat rules after Unexpose:\n%s", out)
 	}
-	f.unexpose(job) // twice is harmless
-	if got := jobRuleCount(t, job); got != 3 {
+	f.unexpose("L") // twice is harmless
+	if got := jobRuleCount(t, "L"); got != 3 {
 		t.Errorf("snat rules after Unexpose: got %d, want 3 (untouched)", got)
 	}
 }

@@ -89,10 +89,10 @@ type jobNets struct {
 
 // newJobNets returns the job addresses of ruleset r.
 func newJobNets(r ruleset) jobNets {
-	n := jobNets{subnets: []netip.Prefix{r.addr.Masked()}, gws: []netip.Addr{r.addr.Addr()}}
-	if r.v6() {
-		n.subnets = append(n.subnets, r.addr6.Masked())
-		n.gws = append(n.gws, r.addr6.Addr())
+	var n jobNets
+	for _, f := range r.families() {
+		n.subnets = append(n.subnets, r.tunnels[f.Index].Masked())
+		n.gws = append(n.gws, r.tunnels[f.Index].Addr())
 	}
 	return n
 }
@@ -318,7 +318,7 @@ func (c entryCloser) Close() error {
 			return err
 		}
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family(c.k.src.Addr()), fl); err != nil {
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, famOf(c.k.src.Addr()).netlink, fl); err != nil {
 		c.log.log.Debug("kernel egress: delete idle conntrack entry", "err", err)
 		return err
 	}

@@ -102,7 +102,7 @@ func TestClassify(t *testing.T) {
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, ok := classify(&c.ct, newJobNets(ruleset{addr: subnet, addr6: subnet6}))
+			got, ok := classify(&c.ct, newJobNets(ruleset{tunnels: [2]netip.Prefix{subnet, subnet6}}))
 			if ok != c.ok {
 				t.Fatalf("ok: got %v, want %v", ok, c.ok)
 			}

@@ -23,61 +23,59 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
-	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/policy"
-	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Defaults for zero Config fields.
 const (
 	DefaultMTU        = 1420
 	DefaultResolvConf = "/etc/resolv.conf"
-	// ipForwardPath is the sysctl that makes the host route between the
-	// TUN and its other interfaces (per network namespace).
-	ipForwardPath = "/proc/sys/net/ipv4/ip_forward"
 )
 
 // ErrNotPrivileged is wrapped by errors caused by missing privileges.
 var ErrNotPrivileged = errors.New("kernel egress needs root or CAP_NET_ADMIN")
 
-// job6 is the IPv6 side of a job (Job.Addr6, addJob6).
-type job6 struct {
-	addr, egress netip.Addr
-	// isOwn: egress is the job's own address in --egress-prefix6.
-	isOwn bool
-	// rules are its postrouting rules, with handles.
-	rules []*nftables.Rule
+// kjob is the Forwarder's state of one job: its addresses, its token (for
+// the policy's scope sets), whether its IPv6 tunnel address is in the set
+// of jobs with an own address, and its rules with their handles.
+type kjob struct {
+	addrs []netip.Addr
+	token string
+	// own is the job's tunnel address in the own6 set, zero for none.
+	own netip.Addr
+	// nat are its postrouting rules, exposed its prerouting DNAT rules,
+	// limits its jumps in job_limits.
+	nat, exposed, limits []*nftables.Rule
 }
-
-// own reports whether the job has its own public IPv6 address.
-func (j job6) own() bool { return j.isOwn }
 
 // Forwarder is the kernel-mode egress: a kernel TUN whose packets the host
 // forwards, with per-job SNAT into the job's port block. It implements
-// forward.Backend (Read, Write, ... are the TUN's; backend.go). It is
+// forward.Backend (Read, Write, ... are the TUN's; backend_linux.go). It is
 // safe for concurrent use.
 type Forwarder struct {
 	tun.Device
+	cfg   Config
 	log   *slog.Logger
 	rules ruleset
-	dns   *dnsfwd.Server
-	dns6  *dnsfwd.Server // nil without IPv6
+	// reg is the job bookkeeping every backend shares (AddJob,
+	// RemoveJob, the job index).
+	reg *forward.Jobs
+	// dns are the DNS relays on the tunnel addresses, by family.
+	dns [ipfamily.N]*dnsfwd.Server
+	// upstreams are the DNS relays' resolvers.
+	upstreams []netip.AddrPort
 
-	// oldIPForward is the ip_forward value to restore at Close ("" means
-	// leave it).
-	oldIPForward string
-	// oldIPv6Forward likewise for net.ipv6.conf.all.forwarding.
-	oldIPv6Forward string
+	// oldForward are the forwarding sysctls' values to restore at Close
+	// by family ("" means leave it); stale those a killed run left in its
+	// table's state chain.
+	oldForward, staleForward [ipfamily.N]string
 
 	closeOnce sync.Once
 	closeErr  error
 
-	// jobMu serialises AddJob and RemoveJob (backend_linux.go), so that
-	// each is all or nothing towards the other.
-	jobMu sync.Mutex
-	// flows is Config.Flows: AddJob registers jobs in it.
-	flows *flows.Table
 	// blockSize is Config.BlockSize, for the refusal log; stopRefusals
 	// stops refusalLoop and waits for it.
 	blockSize    int
@@ -86,19 +84,10 @@ type Forwarder struct {
 	mu     sync.Mutex
 	nft    *nftables.Conn
 	closed bool
-	jobs   map[netip.Addr][]*nftables.Rule // rules with their handles
-	// jobs6 holds the IPv6 side of the jobs that have one, by IPv4
-	// address.
-	jobs6 map[netip.Addr]job6
-	// exposed holds each job's prerouting DNAT rules, with handles.
-	exposed map[netip.Addr][]*nftables.Rule
-	// limitRules holds each job's flow limit rules, with handles.
-	limitRules map[netip.Addr][]*nftables.Rule
+	// jobs holds each job's state and rules, by ID.
+	jobs map[jobs.ID]*kjob
 	// tc shapes bandwidth; nil until a bandwidth limit is first set.
 	tc *tcShaper
-	// tokens holds each job's token name (AddJob, setJobToken), for the scope
-	// sets of token-scoped policy rules.
-	tokens map[netip.Addr]string
 	// policy is the policy in force; policyGen numbers its scope sets;
 	// policyCarried holds the drop counts of replaced policy rules.
 	policy        *compiledPolicy
@@ -127,8 +116,29 @@ func privError(op string, err error) error {
 }
 
 // New creates the TUN, configures it, enables forwarding and programs the
-// nftables table. On error everything it made is undone.
-func New(cfg Config) (_ *Forwarder, err error) {
+// nftables table, in phases like the gateway's open: newForwarder (the
+// config, nothing on the host), then openTUN, openTable,
+// enableForwarding, startDNS and startAccounting, each of which leaves
+// what it made for teardown, the one undo path, if a later one fails.
+func New(cfg Config) (*Forwarder, error) {
+	f, err := newForwarder(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, phase := range []func() error{f.openTUN, f.openTable, f.enableForwarding, f.startDNS, f.startAccounting} {
+		if err := phase(); err != nil {
+			f.teardown()
+			return nil, err
+		}
+	}
+	f.startRefusalLog()
+	f.logReady()
+	return f, nil
+}
+
+// newForwarder checks cfg and returns the Forwarder it describes, with
+// nothing made on the host yet.
+func newForwarder(cfg Config) (*Forwarder, error) {
 	if cfg.Logger == nil {
 		return nil, errors.New("kernel egress: no logger")
 	}
@@ -139,141 +149,153 @@ func New(cfg Config) (_ *Forwarder, err error) {
 		cfg.MTU = DefaultMTU
 	}
 	f := &Forwarder{
-		log: cfg.Logger,
-		rules: ruleset{tun: cfg.Name, addr: cfg.Addr, egress: cfg.EgressAddr, blockSize: uint32(cfg.BlockSize),
-			addr6: cfg.Addr6, egress6: cfg.EgressAddr6, prefix6: cfg.EgressPrefix6},
-		jobs:    make(map[netip.Addr][]*nftables.Rule),
-		jobs6:   make(map[netip.Addr]job6),
-		exposed: make(map[netip.Addr][]*nftables.Rule),
-
-		limitRules:    make(map[netip.Addr][]*nftables.Rule),
-		tokens:        make(map[netip.Addr]string),
+		cfg:           cfg,
+		log:           cfg.Logger,
+		rules:         ruleset{tun: cfg.Name, own: cfg.OwnPrefix, blockSize: uint32(cfg.BlockSize)},
+		jobs:          make(map[jobs.ID]*kjob),
 		policyCarried: make(map[string]uint64),
 		tunName:       cfg.Name,
-		flows:         cfg.Flows,
 		blockSize:     cfg.BlockSize,
+	}
+	for _, p := range cfg.Addrs {
+		if fam := ipfamily.Of(p.Addr()); fam != nil {
+			if f.rules.tunnels[fam.Index].IsValid() {
+				return nil, fmt.Errorf("kernel egress: tunnel addresses %v: two of %s", cfg.Addrs, fam)
+			}
+			f.rules.tunnels[fam.Index] = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
+		}
+	}
+	for _, a := range cfg.Egress {
+		if fam := ipfamily.Of(a); fam != nil {
+			if f.rules.egress[fam.Index].IsValid() {
+				return nil, fmt.Errorf("kernel egress: egress addresses %v: two of %s", cfg.Egress, fam)
+			}
+			f.rules.egress[fam.Index] = a.Unmap()
+		}
 	}
 	if err := f.rules.validate(); err != nil {
 		return nil, err
 	}
-	upstreams := cfg.DNSUpstreams
-	if len(upstreams) == 0 {
-		if upstreams, err = dnsfwd.ReadResolvConf(DefaultResolvConf); err != nil {
+	var tunnels []netip.Prefix
+	for _, p := range f.rules.tunnels {
+		if p.IsValid() {
+			tunnels = append(tunnels, p)
+		}
+	}
+	reg, err := forward.NewJobs("kernel egress", tunnels, cfg.Jobs, cfg.Flows, f.jobSteps())
+	if err != nil {
+		return nil, err
+	}
+	f.reg = reg
+	f.upstreams = cfg.DNSUpstreams
+	if len(f.upstreams) == 0 {
+		if f.upstreams, err = dnsfwd.ReadResolvConf(DefaultResolvConf); err != nil {
 			return nil, fmt.Errorf("kernel egress: %w", err)
 		}
 	}
+	return f, nil
+}
+
+// openTUN opens the nftables connection, creates the TUN, deletes what a
+// killed gateway left (its table, remembering the forwarding values it
+// kept; its ifb) and gives the TUN its addresses and routes. The TUN comes
+// first: if another gateway holds it (EBUSY), its table is not stale.
+func (f *Forwarder) openTUN() error {
+	var err error
 	if f.nft, err = nftables.New(nftables.WithSockOptions(bigAcks)); err != nil {
-		return nil, privError("kernel egress: open nftables netlink socket", err)
+		return privError("kernel egress: open nftables netlink socket", err)
 	}
-	// The TUN first: if another gateway holds it (EBUSY), its table is
-	// not stale.
-	dev, err := tun.CreateTUN(cfg.Name, cfg.MTU)
+	dev, err := tun.CreateTUN(f.cfg.Name, f.cfg.MTU)
 	if err != nil {
-		f.nft.CloseLasting()
 		if errors.Is(err, unix.EBUSY) {
-			return nil, fmt.Errorf("kernel egress: create tun %q: %w (is another kernel-mode gateway running in this network namespace?)", cfg.Name, err)
+			return fmt.Errorf("kernel egress: create tun %q: %w (is another kernel-mode gateway running in this network namespace?)", f.cfg.Name, err)
 		}
-		return nil, privError(fmt.Sprintf("kernel egress: create tun %q", cfg.Name), err)
+		return privError(fmt.Sprintf("kernel egress: create tun %q", f.cfg.Name), err)
 	}
 	f.Device = dev
-	staleForward, staleForward6, err := f.removeStale()
-	if err == nil {
-		err = removeStaleIFB(cfg.Name, f.log)
+	if err := f.removeStale(); err != nil {
+		return err
 	}
-	if err != nil {
-		dev.Close()
-		return nil, err
+	if err := removeStaleIFB(f.cfg.Name, f.log); err != nil {
+		return err
 	}
-	defer func() {
-		if err != nil {
-			f.teardown()
-		}
-	}()
-	if err := f.configureLink(cfg.Name); err != nil {
-		return nil, err
-	}
+	return f.configureLink(f.cfg.Name)
+}
 
-	old, err := readSysctl(ipForwardPath)
-	if err != nil {
-		return nil, fmt.Errorf("kernel egress: %w", err)
-	}
-	if staleForward != "" {
-		old = staleForward // what the host had before the killed run
-	}
-	old6 := ""
-	if f.rules.v6() {
-		if old6, err = readSysctl(ipv6FwdPath); err != nil {
-			return nil, fmt.Errorf("kernel egress: %w (IPv6 disabled on this host?)", err)
+// openTable programs the nftables table with the forwarding values to
+// restore at Close (those a killed run kept, else the current ones).
+func (f *Forwarder) openTable() error {
+	for _, fam := range f.rules.families() {
+		old, err := readSysctl(fam.forwarding)
+		if err != nil {
+			return fmt.Errorf("kernel egress: %w (%s disabled on this host?)", err, fam)
 		}
-		if staleForward6 != "" {
-			old6 = staleForward6
+		if f.staleForward[fam.Index] != "" {
+			old = f.staleForward[fam.Index] // what the host had before the killed run
+		}
+		if old != "1" {
+			f.oldForward[fam.Index] = old
 		}
 	}
-	if err := f.program(old, old6); err != nil {
-		return nil, err
-	}
-	if err := writeSysctl(ipForwardPath, "1"); err != nil {
-		return nil, privError("kernel egress: enable net.ipv4.ip_forward", err)
-	}
-	if old != "1" {
-		f.oldIPForward = old
-	}
-	if f.rules.v6() {
-		if old6 != "1" {
+	return f.program()
+}
+
+// enableForwarding switches forwarding on for every family the table
+// carries.
+func (f *Forwarder) enableForwarding() error {
+	for _, fam := range f.rules.families() {
+		if fam.Family == ipfamily.V6 && f.oldForward[fam.Index] != "" {
 			warnAcceptRA(f.log)
 		}
-		if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
-			return nil, privError("kernel egress: enable net.ipv6.conf.all.forwarding", err)
-		}
-		if old6 != "1" {
-			f.oldIPv6Forward = old6
+		if err := writeSysctl(fam.forwarding, "1"); err != nil {
+			return privError("kernel egress: enable "+strings.TrimPrefix(fam.forwarding, "/proc/sys/"), err)
 		}
 	}
+	return nil
+}
 
-	gw := cfg.Addr.Addr()
-	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(gw, 53).String())
-	if err != nil {
-		return nil, privError("kernel egress: dns relay on the tunnel address", err)
-	}
-	ln, err := net.Listen("tcp4", netip.AddrPortFrom(gw, 53).String())
-	if err != nil {
-		pc.Close()
-		return nil, privError("kernel egress: dns relay on the tunnel address", err)
-	}
-	if f.dns, err = dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln); err != nil {
-		return nil, fmt.Errorf("kernel egress: %w", err)
-	}
-	if f.rules.v6() {
-		if f.dns6, err = startDNS6(cfg, f.rules.addr6.Addr(), upstreams); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Flows != nil {
-		old, err := enableConntrackAcct()
+// startDNS starts a DNS relay on every tunnel address.
+func (f *Forwarder) startDNS() error {
+	for _, fam := range f.rules.families() {
+		d, err := startDNS(f.cfg, f.rules.tunnels[fam.Index].Addr(), f.upstreams)
 		if err != nil {
-			return nil, privError("kernel egress: enable conntrack accounting (net.netfilter.nf_conntrack_acct) for the flow table", err)
+			return err
 		}
-		f.oldCTAcct = old
-		f.acct = newAccountant(cfg.Flows, f.rules, f)
-		ctx, cancel := context.WithCancel(context.Background())
-		f.stopAcct, f.acctDone = cancel, make(chan struct{})
-		go func() {
-			defer close(f.acctDone)
-			f.acct.run(ctx)
-		}()
+		f.dns[fam.Index] = d
 	}
-	f.startRefusalLog()
-	f.log.Info("kernel egress ready", "tun", cfg.Name, "addr", cfg.Addr, "mtu", cfg.MTU,
-		"egress_addr", cfg.EgressAddr, "table", "inet "+TableName, "dns_upstreams", upstreams)
-	if f.rules.prefix6.IsValid() {
-		for _, m := range CheckPrefix6(f.rules.prefix6, cfg.Name) {
-			f.log.Error("kernel egress: "+m, "egress_prefix6", f.rules.prefix6)
+	return nil
+}
+
+// startAccounting feeds the flow table from conntrack, if there is one.
+func (f *Forwarder) startAccounting() error {
+	if f.cfg.Flows == nil {
+		return nil
+	}
+	old, err := enableConntrackAcct()
+	if err != nil {
+		return privError("kernel egress: enable conntrack accounting (net.netfilter.nf_conntrack_acct) for the flow table", err)
+	}
+	f.oldCTAcct = old
+	f.acct = newAccountant(f.cfg.Flows, f.rules, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	f.stopAcct, f.acctDone = cancel, make(chan struct{})
+	go func() {
+		defer close(f.acctDone)
+		f.acct.run(ctx)
+	}()
+	return nil
+}
+
+// logReady logs the Forwarder's set-up, and what is missing on the host
+// for --egress-prefix6.
+func (f *Forwarder) logReady() {
+	f.log.Info("kernel egress ready", "tun", f.cfg.Name, "addrs", f.cfg.Addrs, "mtu", f.cfg.MTU,
+		"egress_addrs", f.cfg.Egress, "egress_prefix6", f.rules.own, "table", "inet "+TableName, "dns_upstreams", f.upstreams)
+	if f.rules.own.IsValid() {
+		for _, m := range CheckPrefix6(f.rules.own, f.cfg.Name) {
+			f.log.Error("kernel egress: "+m, "egress_prefix6", f.rules.own)
 		}
 	}
-	if f.rules.v6() {
-		f.log.Info("kernel egress: IPv6 ready", "addr6", f.rules.addr6, "egress_addr6", f.rules.egress6, "egress_prefix6", f.rules.prefix6)
-	}
-	return f, nil
 }
 
 // nftRcvBuf is the receive buffer of the nftables netlink socket: every
@@ -306,29 +328,26 @@ func bigAcks(c *mdnetlink.Conn) error {
 	return nil
 }
 
-// configureLink gives the TUN its address and brings it up.
+// configureLink gives the TUN its addresses and brings it up, and routes
+// the prefix of jobs' own addresses to it.
 func (f *Forwarder) configureLink(name string) error {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
 		return fmt.Errorf("kernel egress: find link %q: %w", name, err)
 	}
-	p := f.rules.addr
-	ipnet := &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
-	if err := netlink.AddrReplace(link, &netlink.Addr{IPNet: ipnet}); err != nil {
-		return privError(fmt.Sprintf("kernel egress: set address %s on %s", p, name), err)
-	}
-	if p6 := f.rules.addr6; p6.IsValid() {
-		// No duplicate address detection: the DNS relay binds the
+	for _, fam := range f.rules.families() {
+		p := f.rules.tunnels[fam.Index]
+		// No duplicate address detection (IPv6): the DNS relay binds the
 		// address at once, and nothing else is on a TUN.
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: p6.Addr().AsSlice(), Mask: net.CIDRMask(p6.Bits(), 128)}, Flags: unix.IFA_F_NODAD}
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), fam.Bits)}, Flags: unix.IFA_F_NODAD}
 		if err := netlink.AddrReplace(link, a); err != nil {
-			return privError(fmt.Sprintf("kernel egress: set address %s on %s (IPv6 disabled on it? net.ipv6.conf.%s.disable_ipv6)", p6, name, name), err)
+			return privError(fmt.Sprintf("kernel egress: set address %s on %s (%s disabled on it? net.ipv6.conf.%s.disable_ipv6)", p, name, fam, name), err)
 		}
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
 		return privError(fmt.Sprintf("kernel egress: bring %s up", name), err)
 	}
-	if p := f.rules.prefix6; p.IsValid() {
+	if p := f.rules.own; p.IsValid() {
 		// Jobs' own addresses live behind the TUN.
 		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 128)}}
 		if err := netlink.RouteReplace(r); err != nil {
@@ -338,79 +357,72 @@ func (f *Forwarder) configureLink(name string) error {
 	return nil
 }
 
-// removeStale deletes a table a previous run left and returns the
-// ip_forward and IPv6 forwarding values that run remembered ("" if none).
-func (f *Forwarder) removeStale() (old, old6 string, err error) {
+// removeStale deletes a table a previous run left and keeps the
+// forwarding values that run remembered in staleForward.
+func (f *Forwarder) removeStale() error {
 	t, err := f.nft.ListTableOfFamily(TableName, nftables.TableFamilyINet)
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) || errors.Is(err, os.ErrNotExist) {
-			return "", "", nil
+			return nil
 		}
-		return "", "", privError("kernel egress: list nftables tables", err)
+		return privError("kernel egress: list nftables tables", err)
 	}
-	_, _, _, _, _, state, _ := chains(t)
-	if rules, err := f.nft.GetRules(t, state); err == nil {
+	if rules, err := f.nft.GetRules(t, chainsOf(t).state); err == nil {
 		for _, r := range rules {
-			if v, ok := parseStateTag(r.UserData, stateTagPrefix); ok {
-				old = v
-			}
-			if v, ok := parseStateTag(r.UserData, stateTagPref6); ok {
-				old6 = v
+			for _, fam := range nftFamilies {
+				if v, ok := parseStateTag(r.UserData, fam.stateTag); ok {
+					f.staleForward[fam.Index] = v
+				}
 			}
 		}
 	}
 	f.nft.DelTable(t)
 	if err := f.nft.Flush(); err != nil {
-		return "", "", privError("kernel egress: delete stale nftables table inet "+TableName, err)
+		return privError("kernel egress: delete stale nftables table inet "+TableName, err)
 	}
 	f.log.Warn("deleted the nftables table a previous gateway left behind (killed with SIGKILL?)",
-		"table", "inet "+TableName, "ip_forward_before_it", old, "ipv6_forwarding_before_it", old6)
-	return old, old6, nil
+		"table", "inet "+TableName, "ip_forward_before_it", f.staleForward[0], "ipv6_forwarding_before_it", f.staleForward[1])
+	return nil
 }
 
 // program creates the table with its chains and static rules in one
 // batch.
-func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
+func (f *Forwarder) program() error {
 	t := f.nft.AddTable(table())
-	post, fwd, fromJobs, input, toHost, state, refuse := chains(t)
-	floor6 := floor6Chain(t)
-	for _, c := range []*nftables.Chain{post, preChain(t), refuse, floor6, fromJobs, toHost, state, fwd, input} {
-		f.nft.AddChain(c)
+	c := chainsOf(t)
+	for _, ch := range []*nftables.Chain{c.post, c.pre, c.refuse, c.floor6, c.fromJobs, c.toHost, c.state, c.fwd, c.input} {
+		f.nft.AddChain(ch)
 	}
-	add := func(c *nftables.Chain, rules [][]expr.Any) {
+	add := func(ch *nftables.Chain, rules [][]expr.Any) {
 		for _, e := range rules {
-			f.nft.AddRule(&nftables.Rule{Table: t, Chain: c, Exprs: e})
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
 		}
 	}
-	add(refuse, refuseRules())
+	add(c.refuse, refuseRules())
 	// The floor chain before the chains that go to it (floor6).
-	f.nft.AddChain(floorChain(t))
+	f.nft.AddChain(c.floor)
 	f.nft.AddRule(floorRule(t))
-	if f.rules.blockSize > 0 {
-		if err := f.nft.AddSet(connsSet(t), nil); err != nil {
-			return fmt.Errorf("kernel egress: add set %s: %w", setConns, err)
-		}
-	}
-	if f.rules.v6() {
-		if err := f.nft.AddSet(own6Set(t), nil); err != nil {
-			return fmt.Errorf("kernel egress: add set %s: %w", setOwn6, err)
-		}
+	for _, fam := range f.rules.families() {
 		if f.rules.blockSize > 0 {
-			if err := f.nft.AddSet(connsSet6(t), nil); err != nil {
-				return fmt.Errorf("kernel egress: add set %s: %w", setConns6, err)
+			if err := f.nft.AddSet(connsSet(t, fam), nil); err != nil {
+				return fmt.Errorf("kernel egress: add set %s: %w", fam.conns, err)
 			}
 		}
-		add(floor6, f.rules.floor6Rules())
 	}
-	limits, overFlows, overRate := limitChains(t)
-	for _, c := range []*nftables.Chain{limits, overFlows, overRate} {
-		f.nft.AddChain(c)
+	if f.rules.has(ipfamily.V6) {
+		if err := f.nft.AddSet(ownSet(t), nil); err != nil {
+			return fmt.Errorf("kernel egress: add set %s: %w", setOwn, err)
+		}
+		add(c.floor6, f.rules.floor6Rules())
 	}
-	add(overFlows, overRules())
-	add(overRate, overRules())
+	for _, ch := range []*nftables.Chain{c.limits, c.overFlows, c.overRate} {
+		f.nft.AddChain(ch)
+	}
+	add(c.overFlows, overRules())
+	add(c.overRate, overRules())
 	pol, polHost, polDeny := policyChains(t)
-	for _, c := range []*nftables.Chain{polDeny, pol, polHost} {
-		f.nft.AddChain(c)
+	for _, ch := range []*nftables.Chain{polDeny, pol, polHost} {
+		f.nft.AddChain(ch)
 	}
 	add(polDeny, policyDenyRules())
 	f.policy = f.rules.compilePolicy(t, &policy.Policy{}, 0)
@@ -418,18 +430,17 @@ func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
 		return err
 	}
 	for _, e := range f.rules.fromJobsRules() {
-		r := &nftables.Rule{Table: t, Chain: fromJobs, Exprs: e}
+		r := &nftables.Rule{Table: t, Chain: c.fromJobs, Exprs: e}
 		if isBlockLimit(e) {
 			r.UserData = []byte(blockLimitTag)
 		}
 		f.nft.AddRule(r)
 	}
-	add(toHost, f.rules.toHostRules())
-	add(fwd, f.rules.forwardRules())
-	add(input, f.rules.inputRules())
-	f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPrefix, oldIPForward)})
-	if f.rules.v6() {
-		f.nft.AddRule(&nftables.Rule{Table: t, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPref6, oldIPv6Forward)})
+	add(c.toHost, f.rules.toHostRules())
+	add(c.fwd, f.rules.forwardRules())
+	add(c.input, f.rules.inputRules())
+	for _, fam := range f.rules.families() {
+		f.nft.AddRule(&nftables.Rule{Table: t, Chain: c.state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(fam.stateTag, f.oldForward[fam.Index])})
 	}
 	if err := f.nft.Flush(); err != nil {
 		return privError("kernel egress: create nftables table inet "+TableName, err)
@@ -437,95 +448,40 @@ func (f *Forwarder) program(oldIPForward, oldIPv6Forward string) error {
 	return nil
 }
 
-// addJob source-NATs the traffic of the job at addr to the egress address
-// and, for TCP and UDP, to the ports of block. Adding an address again
-// replaces its rules.
-func (f *Forwarder) addJob(addr, egress netip.Addr, block portblock.Range) error {
-	if !addr.Is4() || !f.rules.addr.Contains(addr) {
-		return fmt.Errorf("kernel egress: job address %v outside the tunnel subnet %v", addr, f.rules.addr.Masked())
-	}
-	if egress.IsValid() && (!egress.Is4() || egress.IsUnspecified()) {
-		return fmt.Errorf("kernel egress: job %v: egress address %v: want a unicast IPv4 address", addr, egress)
-	}
+// addNAT source-NATs the traffic of job j, each of its addresses to its
+// egress of the address's family (natRules), and puts its IPv6 address in
+// the own6 set if that family's egress is its own address. It records the
+// job's state (with its token) in f.jobs.
+func (f *Forwarder) addNAT(j forward.Job) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return errClosed
 	}
 	t := table()
-	post, _, _, _, _, _, _ := chains(t)
-	old := f.jobs[addr]
-	tag := jobTag(addr)
-	for _, e := range f.rules.jobRules(addr, egress, block) {
-		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
-	}
-	for _, r := range old {
-		if err := f.nft.DelRule(r); err != nil {
-			return err
+	post := chainsOf(t).post
+	tag := jobTag(j.ID)
+	kj := &kjob{addrs: j.Addrs, token: j.Ref.Token}
+	for _, a := range j.Addrs {
+		e := f.rules.egressOf(j, famOf(a))
+		for _, ex := range f.rules.natRules(a, e) {
+			f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: ex, UserData: tag})
+		}
+		if e.own {
+			kj.own = a
+			if err := f.nft.SetAddElements(ownSet(t), []nftables.SetElement{{Key: a.AsSlice()}}); err != nil {
+				return err
+			}
 		}
 	}
 	if err := f.nft.Flush(); err != nil {
-		return fmt.Errorf("kernel egress: add snat rules for %v: %w", addr, err)
+		return fmt.Errorf("kernel egress: add nat rules of %s %v: %w", j.ID, j.Addrs, err)
 	}
-	mine, err := f.taggedLocked(post, tag)
-	if err != nil {
-		return err
-	}
-	f.jobs[addr] = mine
-	return nil
-}
-
-// addJob6 adds the IPv6 address addr6 to the job at job (after addJob;
-// AddJob's Job.Addr6, Egress6 and Block6), whose IPv6 flows leave from
-// egress6 with a port of block (v6_linux.go): egress6 zero means the
-// configured IPv6 egress address (none: the outgoing interface's address,
-// masquerade); an egress6 in the routed --egress-prefix6 is the job's own
-// public address, mapped one to one without port translation (block must
-// be zero). Adding again replaces the job's IPv6 side; removeJob removes
-// it with the rest of the job.
-func (f *Forwarder) addJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error {
-	if err := f.rules.checkJob6(job, addr6, egress6, block); err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed {
-		return errClosed
-	}
-	if _, ok := f.jobs[job]; !ok {
-		return fmt.Errorf("kernel egress: add IPv6 address of %v: %w", job, forward.ErrUnknownJob)
-	}
-	t := table()
-	post, _, _, _, _, _, _ := chains(t)
-	tag := jobTag6(job)
-	for _, e := range f.rules.jobRules6(addr6, egress6, block) {
-		f.nft.AddRule(&nftables.Rule{Table: t, Chain: post, Exprs: e, UserData: tag})
-	}
-	old, had := f.jobs6[job]
-	for _, r := range old.rules {
-		if err := f.nft.DelRule(r); err != nil {
-			return err
-		}
-	}
-	if had && old.own() {
-		if err := f.nft.SetDeleteElements(own6Set(t), []nftables.SetElement{{Key: old.addr.AsSlice()}}); err != nil {
-			return err
-		}
-	}
-	new6 := job6{addr: addr6, egress: egress6, isOwn: f.rules.own6(egress6)}
-	if new6.own() {
-		if err := f.nft.SetAddElements(own6Set(t), []nftables.SetElement{{Key: addr6.AsSlice()}}); err != nil {
-			return err
-		}
-	}
-	if err := f.nft.Flush(); err != nil {
-		return fmt.Errorf("kernel egress: add IPv6 nat rules for %v: %w", addr6, err)
-	}
+	f.jobs[j.ID] = kj
 	var err error
-	if new6.rules, err = f.taggedLocked(post, tag); err != nil {
+	if kj.nat, err = f.taggedLocked(post, tag); err != nil {
 		return err
 	}
-	f.jobs6[job] = new6
 	return nil
 }
 
@@ -546,50 +502,41 @@ func (f *Forwarder) taggedLocked(c *nftables.Chain, tag []byte) ([]*nftables.Rul
 	return mine, nil
 }
 
-// removeJob deletes the job's NAT rules, its limits and its conntrack
-// entries.
-func (f *Forwarder) removeJob(addr netip.Addr) {
+// removeNAT deletes the job's NAT rules, its own6 element, its limits, its
+// policy scope and its conntrack entries, and ends its flows.
+func (f *Forwarder) removeNAT(j forward.Job) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	rules, ok := f.jobs[addr]
+	kj, ok := f.jobs[j.ID]
 	if !ok || f.closed {
 		return
 	}
-	delete(f.jobs, addr)
-	j6, has6 := f.jobs6[addr]
-	if f.dns != nil {
-		f.dns.RemoveJob(addr)
-	}
-	if f.dns6 != nil && has6 {
-		f.dns6.RemoveJob(j6.addr)
-	}
-	for _, r := range append(rules, j6.rules...) {
+	for _, r := range kj.nat {
 		if err := f.nft.DelRule(r); err != nil {
-			f.log.Error("kernel egress: delete snat rule", "job", addr, "err", err)
+			f.log.Error("kernel egress: delete snat rule", "job", j.ID, "err", err)
 		}
 	}
-	if has6 && j6.own() {
-		if err := f.nft.SetDeleteElements(own6Set(table()), []nftables.SetElement{{Key: j6.addr.AsSlice()}}); err != nil {
-			f.log.Error("kernel egress: delete the job from set "+setOwn6, "job", addr, "err", err)
+	if kj.own.IsValid() {
+		if err := f.nft.SetDeleteElements(ownSet(table()), []nftables.SetElement{{Key: kj.own.AsSlice()}}); err != nil {
+			f.log.Error("kernel egress: delete the job from set "+setOwn, "job", j.ID, "err", err)
 		}
 	}
 	if err := f.nft.Flush(); err != nil {
-		f.log.Error("kernel egress: delete snat rules", "job", addr, "err", err)
+		f.log.Error("kernel egress: delete snat rules", "job", j.ID, "err", err)
 	}
-	f.removeLimitsLocked(addr)
+	f.removeLimitsLocked(j.ID, kj)
 	if f.acct != nil {
 		f.acct.poll() // the job's flows' last counters, before the flush
 	}
-	f.forgetTokenLocked(addr)
-	delete(f.jobs6, addr)
-	f.flushConntrack(addr)
-	if has6 {
-		f.flushConntrack(j6.addr)
-	}
-	if f.acct != nil {
-		f.acct.endJob(addr)
-		if has6 {
-			f.acct.endJob(j6.addr)
+	f.forgetTokenLocked(j.ID, kj)
+	delete(f.jobs, j.ID)
+	for _, a := range kj.addrs {
+		f.flushConntrack(a)
+		if f.acct != nil {
+			f.acct.endJob(a)
+		}
+		if d := f.dns[famOf(a).Index]; d != nil {
+			d.RemoveJob(a)
 		}
 	}
 }
@@ -601,7 +548,7 @@ func (f *Forwarder) flushConntrack(addr netip.Addr) {
 	if err := filter.AddIP(netlink.ConntrackOrigSrcIP, addr.AsSlice()); err != nil {
 		return
 	}
-	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family(addr), filter); err != nil {
+	if _, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, famOf(addr).netlink, filter); err != nil {
 		f.log.Warn("kernel egress: cannot flush the job's conntrack entries; its flows keep their mappings until they time out", "job", addr, "err", err)
 	}
 }
@@ -613,25 +560,25 @@ func (f *Forwarder) Jobs() int {
 	return len(f.jobs)
 }
 
-// Close stops the DNS relay, deletes the nftables table and the ifb
-// device, restores ip_forward and closes (and so removes) the TUN with its
-// qdiscs. Pending Read and Write
-// calls return an error. Close is idempotent.
+// Close stops the DNS relays, deletes the nftables table and the ifb
+// device, restores the forwarding sysctls and closes (and so removes) the
+// TUN with its qdiscs. Pending Read and Write calls return an error. Close
+// is idempotent.
 func (f *Forwarder) Close() error {
 	f.closeOnce.Do(func() { f.closeErr = f.teardown() })
 	return f.closeErr
 }
 
+// teardown undoes what New's phases made, also after a phase failed.
 func (f *Forwarder) teardown() error {
 	var errs []error
 	if f.stopRefusals != nil {
 		f.stopRefusals()
 	}
-	if f.dns != nil {
-		f.dns.Close()
-	}
-	if f.dns6 != nil {
-		f.dns6.Close()
+	for _, d := range f.dns {
+		if d != nil {
+			d.Close()
+		}
 	}
 	if f.stopAcct != nil {
 		f.stopAcct()
@@ -646,9 +593,6 @@ func (f *Forwarder) teardown() error {
 	f.mu.Lock()
 	f.closed = true
 	f.jobs = nil
-	f.jobs6 = nil
-	f.exposed = nil
-	f.limitRules = nil
 	if f.tc != nil {
 		if err := f.tc.close(); err != nil {
 			errs = append(errs, err)
@@ -656,20 +600,20 @@ func (f *Forwarder) teardown() error {
 		f.tc = nil
 	}
 	if f.nft != nil {
-		f.nft.DelTable(table())
-		if err := f.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("delete nftables table inet %s: %w", TableName, err))
+		if f.Device != nil {
+			f.nft.DelTable(table())
+			if err := f.nft.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, fmt.Errorf("delete nftables table inet %s: %w", TableName, err))
+			}
 		}
+		f.nft.CloseLasting()
 	}
 	f.mu.Unlock()
-	if f.oldIPForward != "" {
-		if err := writeSysctl(ipForwardPath, f.oldIPForward); err != nil {
-			errs = append(errs, fmt.Errorf("restore net.ipv4.ip_forward=%s: %w", f.oldIPForward, err))
-		}
-	}
-	if f.oldIPv6Forward != "" {
-		if err := writeSysctl(ipv6FwdPath, f.oldIPv6Forward); err != nil {
-			errs = append(errs, fmt.Errorf("restore net.ipv6.conf.all.forwarding=%s: %w", f.oldIPv6Forward, err))
+	for _, fam := range nftFamilies {
+		if v := f.oldForward[fam.Index]; v != "" {
+			if err := writeSysctl(fam.forwarding, v); err != nil {
+				errs = append(errs, fmt.Errorf("restore %s=%s: %w", fam.forwarding, v, err))
+			}
 		}
 	}
 	if f.Device != nil {
@@ -723,8 +667,7 @@ func (f *Forwarder) blockRefusals() (uint64, error) {
 		return 0, errClosed
 	}
 	t := table()
-	_, _, fromJobs, _, _, _, _ := chains(t)
-	rules, err := f.nft.GetRules(t, fromJobs)
+	rules, err := f.nft.GetRules(t, chainsOf(t).fromJobs)
 	if err != nil {
 		return 0, fmt.Errorf("kernel egress: list rules: %w", err)
 	}

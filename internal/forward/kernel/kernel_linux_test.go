@@ -5,6 +5,7 @@ package kernel
 import (
 	"bytes"
 	"errors"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"io"
 	"log/slog"
 	"net"
@@ -85,7 +86,7 @@ func setupNetns(t *testing.T, ipForward string) {
 	if err := netlink.LinkSetUp(mustLink(t, "outside1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSysctl(ipForwardPath, ipForward); err != nil {
+	if err := writeSysctl(v4Family.forwarding, ipForward); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,14 +106,23 @@ func newTestForwarderFlows(t *testing.T, tb *flows.Table) *Forwarder {
 	return newTestForwarder(t, func(c *Config) { c.Flows = tb })
 }
 
+// idOf is the ID of the test job at addr.
+func idOf(addr netip.Addr) jobs.ID { return jobs.ID(addr.String()) }
+
+// v4Job is a job at the IPv4 address addr (its ID idOf(addr)) with port
+// block block on the forwarder's egress address.
+func v4Job(addr netip.Addr, block portblock.Range) forward.Job {
+	return forward.Job{ID: idOf(addr), Addrs: []netip.Addr{addr}, Egress: []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: block}}}
+}
+
 // newTestForwarder makes a forwarder on tunnelAddr and egressAddr; mods
 // change its config first.
 func newTestForwarder(t *testing.T, mods ...func(*Config)) *Forwarder {
 	t.Helper()
 	cfg := Config{
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Addr:         tunnelAddr,
-		EgressAddr:   egressAddr,
+		Addrs:        []netip.Prefix{tunnelAddr},
+		Egress:       []netip.Addr{egressAddr},
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")},
 		BlockSize:    256,
 	}
@@ -145,27 +155,6 @@ func hasTable(t *testing.T) bool {
 	return false
 }
 
-// jobRuleCount returns how many postrouting rules carry addr's tag.
-func jobRuleCount(t *testing.T, addr netip.Addr) int {
-	t.Helper()
-	c, err := nftables.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	post, _, _, _, _, _, _ := chains(table())
-	rules, err := c.GetRules(table(), post)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range rules {
-		if bytes.Equal(r.UserData, jobTag(addr)) {
-			n++
-		}
-	}
-	return n
-}
-
 // nftList returns `nft list table inet airlock`, or "" if nft is missing.
 func nftList(t *testing.T) string {
 	t.Helper()
@@ -181,7 +170,7 @@ func nftList(t *testing.T) string {
 
 func sysctl(t *testing.T) string {
 	t.Helper()
-	v, err := readSysctl(ipForwardPath)
+	v, err := readSysctl(v4Family.forwarding)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,10 +207,10 @@ func TestLifecycle(t *testing.T) {
 
 	job := netip.MustParseAddr("100.64.0.2")
 	block := portblock.Range{Lo: 20000, Hi: 20255}
-	if err := f.AddJob(forward.Job{Addr: job, Block: block}); err != nil {
+	if err := f.AddJob(v4Job(job, block)); err != nil {
 		t.Fatalf("AddJob: %v", err)
 	}
-	if got := jobRuleCount(t, job); got != 3 {
+	if got := jobRuleCount(t, idOf(job)); got != 3 {
 		t.Errorf("rules for %v after AddJob: got %d, want 3", job, got)
 	}
 	if out := nftList(t); out != "" {
@@ -252,30 +241,30 @@ func TestLifecycle(t *testing.T) {
 		}
 	}
 	// Adding the address again fails and leaves the job as it was.
-	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20256, Hi: 20511}}); !errors.Is(err, forward.ErrJobExists) {
+	if err := f.AddJob(v4Job(job, portblock.Range{Lo: 20256, Hi: 20511})); !errors.Is(err, forward.ErrJobExists) {
 		t.Fatalf("AddJob again: got %v, want ErrJobExists", err)
 	}
-	if got := jobRuleCount(t, job); got != 3 {
+	if got := jobRuleCount(t, idOf(job)); got != 3 {
 		t.Errorf("rules for %v after a second AddJob: got %d, want 3", job, got)
 	}
 	if out := nftList(t); out != "" && (!strings.Contains(out, ":20000-20255") || strings.Contains(out, ":20256-20511")) {
 		t.Errorf("second AddJob changed the block:\n%s", out)
 	}
 	other := netip.MustParseAddr("100.64.0.3")
-	if err := f.AddJob(forward.Job{Addr: other, Block: portblock.Range{Lo: 30000, Hi: 30255}}); err != nil {
+	if err := f.AddJob(v4Job(other, portblock.Range{Lo: 30000, Hi: 30255})); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.AddJob(forward.Job{Addr: netip.MustParseAddr("10.0.0.1"), Block: block}); err == nil {
+	if err := f.AddJob(v4Job(netip.MustParseAddr("10.0.0.1"), block)); err == nil {
 		t.Error("AddJob accepted an address outside the tunnel subnet")
 	}
-	f.RemoveJob(job)
-	if got := jobRuleCount(t, job); got != 0 {
+	f.RemoveJob(idOf(job))
+	if got := jobRuleCount(t, idOf(job)); got != 0 {
 		t.Errorf("rules for %v after RemoveJob: got %d, want 0", job, got)
 	}
-	if got := jobRuleCount(t, other); got != 3 {
+	if got := jobRuleCount(t, idOf(other)); got != 3 {
 		t.Errorf("rules for the other job after RemoveJob: got %d, want 3", got)
 	}
-	f.RemoveJob(job) // twice is harmless
+	f.RemoveJob(idOf(job)) // twice is harmless
 
 	if err := f.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -292,7 +281,7 @@ func TestLifecycle(t *testing.T) {
 	if got := sysctl(t); got != "0" {
 		t.Errorf("ip_forward after Close: got %s, want 0 (restored)", got)
 	}
-	if err := f.AddJob(forward.Job{Addr: other, Block: block}); err == nil {
+	if err := f.AddJob(v4Job(other, block)); err == nil {
 		t.Error("AddJob after Close succeeded")
 	}
 }
@@ -310,20 +299,20 @@ func TestStaleTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := c.AddTable(table())
-	post, _, _, _, _, state, _ := chains(tb)
+	post, state := chainsOf(tb).post, chainsOf(tb).state
 	c.AddChain(post)
 	c.AddChain(state)
 	stale := netip.MustParseAddr("100.64.0.9")
-	for _, e := range testRules.jobRules(stale, netip.Addr{}, portblock.Range{Lo: 40000, Hi: 40255}) {
-		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: e, UserData: jobTag(stale)})
+	for _, e := range testRules.natRules(stale, jobEgress{addr: egressAddr, block: portblock.Range{Lo: 40000, Hi: 40255}}) {
+		c.AddRule(&nftables.Rule{Table: tb, Chain: post, Exprs: e, UserData: jobTag(idOf(stale))})
 	}
-	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(stateTagPrefix, "0")})
+	c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: stateTag(v4Family.stateTag, "0")})
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
 	f := newTestForwarder(t)
-	if got := jobRuleCount(t, stale); got != 0 {
+	if got := jobRuleCount(t, idOf(stale)); got != 0 {
 		t.Errorf("stale job rules after New: got %d, want 0", got)
 	}
 	if !hasTable(t) {
@@ -349,15 +338,15 @@ func TestTUNBusy(t *testing.T) {
 	setupNetns(t, "0")
 	f := newTestForwarder(t)
 	defer f.Close()
-	if err := f.AddJob(forward.Job{Addr: netip.MustParseAddr("100.64.0.2"), Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
+	if err := f.AddJob(v4Job(netip.MustParseAddr("100.64.0.2"), portblock.Range{Lo: 20000, Hi: 20255})); err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Addr: tunnelAddr, EgressAddr: egressAddr,
+	_, err := New(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Addrs: []netip.Prefix{tunnelAddr}, Egress: []netip.Addr{egressAddr},
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:53")}})
 	if err == nil || !strings.Contains(err.Error(), "another") {
 		t.Errorf("second New: got %v, want an error naming another gateway", err)
 	}
-	if got := jobRuleCount(t, netip.MustParseAddr("100.64.0.2")); got != 3 {
+	if got := jobRuleCount(t, idOf(netip.MustParseAddr("100.64.0.2"))); got != 3 {
 		t.Errorf("first forwarder's job rules after the failed second New: got %d, want 3", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
@@ -37,10 +38,10 @@ var errNotLinux = fmt.Errorf("kernel egress needs Linux: %w", forward.ErrNotSupp
 func (*Forwarder) AddJob(forward.Job) error { return errNotLinux }
 
 // RemoveJob implements forward.Backend.
-func (*Forwarder) RemoveJob(netip.Addr) {}
+func (*Forwarder) RemoveJob(jobs.ID) {}
 
 // SetJobLimits implements forward.Backend.
-func (*Forwarder) SetJobLimits(netip.Addr, limits.Job) error { return errNotLinux }
+func (*Forwarder) SetJobLimits(jobs.ID, limits.Job) error { return errNotLinux }
 
 // SetPolicy implements forward.Backend.
 func (*Forwarder) SetPolicy(*policy.Policy) error { return errNotLinux }

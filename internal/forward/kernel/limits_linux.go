@@ -5,13 +5,13 @@ package kernel
 // Limits in kernel mode. Theory of operation:
 //
 // Flow limits are nftables rules in a chain per job with limits,
-// limits_JOB, which the chain job_limits (from_jobs jumps to it for every
-// packet from a job) jumps to for the job's addresses (`ip saddr JOB jump
-// limits_JOB`, and `ip6 saddr JOB6 jump limits_JOB` for its IPv6
-// address): `ct state new ct count over N goto over_flows` and `ct state
-// new limit rate over R/second burst ⌈R⌉ packets goto over_rate`. One
-// chain for both addresses makes one count and one rate for the job's IPv4
-// and IPv6 flows together. Both over_ chains count and then refuse like
+// limits_ID, which the chain job_limits (from_jobs jumps to it for every
+// packet from a job) jumps to for each of the job's addresses (`ip saddr
+// JOB jump limits_ID`, `ip6 saddr JOB6 jump limits_ID`): `ct state new ct
+// count over N goto over_flows` and `ct state new limit rate over
+// R/second burst ⌈R⌉ packets goto over_rate`. One chain for all its
+// addresses makes one count and one rate for the job's flows of both
+// families together. Both over_ chains count and then refuse like
 // any refused flow (TCP reset, ICMP port unreachable for UDP), so the job
 // fails at once.
 //
@@ -26,17 +26,16 @@ package kernel
 // ceiling within a few per cent.
 
 import (
-	"bytes"
 	"fmt"
 	"math"
 	"net/netip"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
@@ -60,8 +59,8 @@ func overRules() [][]expr.Any {
 	return [][]expr.Any{{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}}
 }
 
-// limitTag marks the flow limit rules of the job at addr.
-func limitTag(addr netip.Addr) []byte { return []byte(limitTagPrefix + addr.String()) }
+// limitTag marks the flow limit jumps of job id.
+func limitTag(id jobs.ID) []byte { return []byte(limitTagPrefix + string(id)) }
 
 // newFlowsLimit converts a new-flow rate to nftables' integer limit: per
 // second for rates of 1 and more (rounded), else per minute. The burst
@@ -74,25 +73,26 @@ func newFlowsLimit(perSec float64) (rate uint64, unit expr.LimitTime, burst uint
 	return uint64(max(1, math.Round(perSec*60))), expr.LimitTimeMinute, 1
 }
 
-// jobLimitChain returns the chain of the flow limits of the job at addr.
-func jobLimitChain(t *nftables.Table, addr netip.Addr) *nftables.Chain {
-	return &nftables.Chain{Name: "limits_" + addr.String(), Table: t}
+// jobLimitChain returns the chain of the flow limits of job id.
+func jobLimitChain(t *nftables.Table, id jobs.ID) *nftables.Chain {
+	return &nftables.Chain{Name: "limits_" + string(id), Table: t}
 }
 
-// jobLimitJumps are the rules of job_limits that send the packets of the
-// job at addr (and addr6, if valid) to its chain.
-func (r ruleset) jobLimitJumps(addr, addr6 netip.Addr) [][]expr.Any {
-	ch := jobLimitChain(nil, addr).Name
-	rules := [][]expr.Any{cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), []expr.Any{jump(ch)})}
-	if addr6.IsValid() {
-		rules = append(rules, cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), []expr.Any{jump(ch)}))
+// jobLimitJumps are the rules of job_limits that send the packets of each
+// of job id's addresses to its chain.
+func (r ruleset) jobLimitJumps(id jobs.ID, addrs []netip.Addr) [][]expr.Any {
+	ch := jobLimitChain(nil, id).Name
+	var rules [][]expr.Any
+	for _, a := range addrs {
+		f := famOf(a)
+		rules = append(rules, cat(f.match(), addrMatch(true, expr.CmpOpEq, netip.PrefixFrom(a, f.Bits)), []expr.Any{jump(ch)}))
 	}
 	return rules
 }
 
-// jobLimitRules are the flow limit rules of the job at addr, for its own
-// chain (none for a job without flow limits).
-func (r ruleset) jobLimitRules(addr netip.Addr, l limits.Job) [][]expr.Any {
+// jobLimitRules are the flow limit rules of a job's own chain (none for a
+// job without flow limits).
+func (r ruleset) jobLimitRules(l limits.Job) [][]expr.Any {
 	match := ctState(expr.CtStateBitNEW)
 	var rules [][]expr.Any
 	if l.MaxFlows > 0 {
@@ -112,8 +112,8 @@ func (r ruleset) jobLimitRules(addr netip.Addr, l limits.Job) [][]expr.Any {
 }
 
 // SetJobLimits implements forward.Backend: it replaces the job's flow
-// limit rules and its tc classes.
-func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
+// limit rules and its tc classes, for all its addresses.
+func (f *Forwarder) SetJobLimits(id jobs.ID, l limits.Job) error {
 	if err := l.Validate(); err != nil {
 		return fmt.Errorf("kernel egress: %w", err)
 	}
@@ -122,20 +122,18 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
 	if f.closed {
 		return errClosed
 	}
-	if _, ok := f.jobs[job]; !ok {
-		return fmt.Errorf("kernel egress: set limits of %v: %w", job, forward.ErrUnknownJob)
+	kj, ok := f.jobs[id]
+	if !ok {
+		return fmt.Errorf("kernel egress: set limits of %s: %w", id, forward.ErrUnknownJob)
 	}
-	if f.dns != nil {
-		if err := f.dns.SetJobLimits(job, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
-			return fmt.Errorf("kernel egress: %w", err)
+	for _, a := range kj.addrs {
+		if d := f.dns[famOf(a).Index]; d != nil {
+			if err := d.SetJobLimits(a, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+				return fmt.Errorf("kernel egress: %w", err)
+			}
 		}
 	}
-	if j6, ok := f.jobs6[job]; ok && f.dns6 != nil {
-		if err := f.dns6.SetJobLimits(j6.addr, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
-			return fmt.Errorf("kernel egress: %w", err)
-		}
-	}
-	if err := f.setFlowLimitsLocked(job, l); err != nil {
+	if err := f.setFlowLimitsLocked(id, kj, l); err != nil {
 		return err
 	}
 	if l.EgressBitsPerSec == 0 && l.IngressBitsPerSec == 0 && f.tc == nil {
@@ -144,21 +142,21 @@ func (f *Forwarder) SetJobLimits(job netip.Addr, l limits.Job) error {
 	if err := f.ensureShaperLocked(); err != nil {
 		return err
 	}
-	return f.tc.setJob(job, f.jobs6[job].addr, l.EgressBitsPerSec, l.IngressBitsPerSec)
+	return f.tc.setJob(id, kj.addrs, l.EgressBitsPerSec, l.IngressBitsPerSec)
 }
 
 // setFlowLimitsLocked replaces the job's chain and its jumps in
 // job_limits.
-func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l limits.Job) error {
+func (f *Forwarder) setFlowLimitsLocked(id jobs.ID, kj *kjob, l limits.Job) error {
 	t := table()
 	limits, _, _ := limitChains(t)
-	old := f.limitRules[job]
-	tag := limitTag(job)
-	rules := f.rules.jobLimitRules(job, l)
+	old := kj.limits
+	tag := limitTag(id)
+	rules := f.rules.jobLimitRules(l)
 	if len(old) == 0 && len(rules) == 0 {
 		return nil
 	}
-	ch := jobLimitChain(t, job)
+	ch := jobLimitChain(t, id)
 	for _, r := range old {
 		if err := f.nft.DelRule(r); err != nil {
 			return err
@@ -177,48 +175,41 @@ func (f *Forwarder) setFlowLimitsLocked(job netip.Addr, l limits.Job) error {
 		for _, e := range rules {
 			f.nft.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: e})
 		}
-		for _, e := range f.rules.jobLimitJumps(job, f.jobs6[job].addr) {
+		for _, e := range f.rules.jobLimitJumps(id, kj.addrs) {
 			f.nft.AddRule(&nftables.Rule{Table: t, Chain: limits, Exprs: e, UserData: tag})
 		}
 	}
 	if err := f.nft.Flush(); err != nil {
-		return fmt.Errorf("kernel egress: set flow limits of %v: %w", job, err)
+		return fmt.Errorf("kernel egress: set flow limits of %s: %w", id, err)
 	}
-	delete(f.limitRules, job)
+	kj.limits = nil
 	if len(rules) == 0 {
 		return nil
 	}
-	all, err := f.nft.GetRules(t, limits)
-	if err != nil {
-		return fmt.Errorf("kernel egress: list limit rules: %w", err)
-	}
-	for _, r := range all {
-		if bytes.Equal(r.UserData, tag) {
-			f.limitRules[job] = append(f.limitRules[job], r)
-		}
-	}
-	return nil
+	var err error
+	kj.limits, err = f.taggedLocked(limits, tag)
+	return err
 }
 
 // removeLimitsLocked deletes the job's limits; errors are logged.
-func (f *Forwarder) removeLimitsLocked(job netip.Addr) {
-	if rules := f.limitRules[job]; len(rules) > 0 {
-		delete(f.limitRules, job)
+func (f *Forwarder) removeLimitsLocked(id jobs.ID, kj *kjob) {
+	if rules := kj.limits; len(rules) > 0 {
+		kj.limits = nil
 		for _, r := range rules {
 			if err := f.nft.DelRule(r); err != nil {
-				f.log.Error("kernel egress: delete flow limit rule", "job", job, "err", err)
+				f.log.Error("kernel egress: delete flow limit rule", "job", id, "err", err)
 			}
 		}
-		ch := jobLimitChain(table(), job)
+		ch := jobLimitChain(table(), id)
 		f.nft.FlushChain(ch)
 		f.nft.DelChain(ch)
 		if err := f.nft.Flush(); err != nil {
-			f.log.Error("kernel egress: delete flow limit rules", "job", job, "err", err)
+			f.log.Error("kernel egress: delete flow limit rules", "job", id, "err", err)
 		}
 	}
 	if f.tc != nil {
-		if err := f.tc.removeJob(job); err != nil {
-			f.log.Error("kernel egress: delete the job's tc classes", "job", job, "err", err)
+		if err := f.tc.removeJob(id); err != nil {
+			f.log.Error("kernel egress: delete the job's tc classes", "job", id, "err", err)
 		}
 	}
 }

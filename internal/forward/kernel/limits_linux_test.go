@@ -19,11 +19,10 @@ import (
 )
 
 func TestJobLimitRules(t *testing.T) {
-	job := netip.MustParseAddr("100.64.0.9")
-	if got := testRules.jobLimitRules(job, limits.Job{EgressBitsPerSec: 1e6}); len(got) != 0 {
+	if got := testRules.jobLimitRules(limits.Job{EgressBitsPerSec: 1e6}); len(got) != 0 {
 		t.Errorf("bandwidth only: got %d flow rules, want 0", len(got))
 	}
-	rules := testRules.jobLimitRules(job, limits.Job{MaxFlows: 7, NewFlowsPerSec: 2.4})
+	rules := testRules.jobLimitRules(limits.Job{MaxFlows: 7, NewFlowsPerSec: 2.4})
 	if len(rules) != 2 {
 		t.Fatalf("got %d rules, want 2", len(rules))
 	}
@@ -114,11 +113,11 @@ func limitRuleCount(t *testing.T, addr netip.Addr) int {
 	}
 	jumps := 0
 	for _, r := range rules {
-		if bytes.Equal(r.UserData, limitTag(addr)) {
+		if bytes.Equal(r.UserData, limitTag(idOf(addr))) {
 			jumps++
 		}
 	}
-	own, err := c.GetRules(table(), jobLimitChain(table(), addr))
+	own, err := c.GetRules(table(), jobLimitChain(table(), idOf(addr)))
 	if err != nil {
 		own = nil // no chain
 	}
@@ -148,14 +147,14 @@ func TestLimitsProgramming(t *testing.T) {
 		t.Fatalf("stale %s still there after New", ifb)
 	}
 	job := netip.MustParseAddr("100.64.0.9")
-	if err := f.SetJobLimits(job, limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := f.SetJobLimits(idOf(job), limits.Job{MaxFlows: 1}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := f.AddJob(forward.Job{Addr: job, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
+	if err := f.AddJob(v4Job(job, portblock.Range{Lo: 20000, Hi: 20255})); err != nil {
 		t.Fatal(err)
 	}
 	// Flow limits alone set up no shaping.
-	if err := f.SetJobLimits(job, limits.Job{MaxFlows: 4, NewFlowsPerSec: 10}); err != nil {
+	if err := f.SetJobLimits(idOf(job), limits.Job{MaxFlows: 4, NewFlowsPerSec: 10}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limitRuleCount(t, job); got != 2 {
@@ -164,7 +163,7 @@ func TestLimitsProgramming(t *testing.T) {
 	if _, err := netlink.LinkByName(ifb); err == nil {
 		t.Errorf("%s exists without a bandwidth limit", ifb)
 	}
-	if err := f.SetJobLimits(job, limits.Job{EgressBitsPerSec: 100e6, IngressBitsPerSec: 50e6, MaxFlows: 4}); err != nil {
+	if err := f.SetJobLimits(idOf(job), limits.Job{EgressBitsPerSec: 100e6, IngressBitsPerSec: 50e6, MaxFlows: 4}); err != nil {
 		t.Fatal(err)
 	}
 	if got := limitRuleCount(t, job); got != 1 {
@@ -202,7 +201,7 @@ func TestLimitsProgramming(t *testing.T) {
 		t.Errorf("ifb after a 20 Mbit/s global limit: root ceil %d, job ceil %d; want %d", cs[rootMinor].Ceil, cs[firstJobMinor].Ceil, uint64(20e6/8))
 	}
 	// Dropping the egress limit removes that class only.
-	if err := f.SetJobLimits(job, limits.Job{IngressBitsPerSec: 50e6}); err != nil {
+	if err := f.SetJobLimits(idOf(job), limits.Job{IngressBitsPerSec: 50e6}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := htbClasses(t, ifb)[firstJobMinor]; ok || u32Count(t, ifb) != 0 {
@@ -215,7 +214,7 @@ func TestLimitsProgramming(t *testing.T) {
 	if err != nil || st != (limits.Stats{}) {
 		t.Errorf("LimitStats without traffic: %+v %v", st, err)
 	}
-	f.RemoveJob(job)
+	f.RemoveJob(idOf(job))
 	if _, ok := htbClasses(t, DefaultName)[firstJobMinor]; ok || u32Count(t, DefaultName) != 0 || limitRuleCount(t, job) != 0 {
 		t.Errorf("after RemoveJob: classes %v, filters %d, rules %d; want none of the job's", htbClasses(t, DefaultName), u32Count(t, DefaultName), limitRuleCount(t, job))
 	}

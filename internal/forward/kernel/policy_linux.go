@@ -43,13 +43,14 @@ package kernel
 //
 // IPv6 rules are the same with ip6 matches (and ICMPv6 for icmp); the
 // built-in list's IPv6 entries and the images of its IPv4 entries in the
-// IPv4-embedding forms are compiled as v6_linux.go describes. A rule
+// IPv4-embedding forms are compiled as embed_linux.go describes. A rule
 // without prefixes applies to both families. Without an IPv6 tunnel
-// address (Config.Addr6) IPv6 prefixes are skipped: from_jobs drops IPv6.
+// address IPv6 prefixes are skipped: from_jobs drops IPv6.
 
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,7 +60,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // Names of the policy chains and tags.
@@ -93,10 +97,10 @@ type policyRule struct {
 	exprs []expr.Any
 }
 
-// scopeSet is the set of the job addresses a token-scoped rule applies to.
+// scopeSet is the sets (one per family the ruleset forwards) of the job
+// addresses a token-scoped rule applies to.
 type scopeSet struct {
-	set    *nftables.Set
-	set6   *nftables.Set // nil without IPv6
+	sets   [ipfamily.N]*nftables.Set // nil for a family not forwarded
 	tokens []string
 }
 
@@ -116,66 +120,42 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 	denyTo := func() []expr.Any {
 		return []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictGoto, Chain: chainPolicyDeny}}
 	}
-	v4, v6 := nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), nfproto6()
-	c.host = append(c.host, policyRule{exprs: cat(v4,
-		ip4(false, expr.CmpOpEq, netip.PrefixFrom(r.addr.Addr(), 32)), []expr.Any{verdict(expr.VerdictReturn)})})
-	if r.v6() {
-		c.host = append(c.host, policyRule{exprs: cat(v6,
-			ip6(false, expr.CmpOpEq, netip.PrefixFrom(r.addr6.Addr(), 128)), []expr.Any{verdict(expr.VerdictReturn)})})
+	fams := r.families()
+	for _, f := range fams {
+		c.host = append(c.host, policyRule{exprs: cat(f.match(),
+			addrMatch(false, expr.CmpOpEq, netip.PrefixFrom(r.tunnels[f.Index].Addr(), f.Bits)), []expr.Any{verdict(expr.VerdictReturn)})})
 	}
 	for i, rule := range p.Rules {
-		var scope4, scope6 []expr.Any
+		var scope [ipfamily.N][]expr.Any
 		if len(rule.Tokens) > 0 {
-			s := &scopeSet{tokens: rule.Tokens, set: &nftables.Set{
-				Table: t, Name: fmt.Sprintf("scope%d_%d", gen, i), KeyType: nftables.TypeIPAddr,
-			}}
-			scope4 = []expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 12, Len: 4},
-				&expr.Lookup{SourceRegister: 1, SetName: s.set.Name},
-			}
-			if r.v6() {
-				s.set6 = &nftables.Set{Table: t, Name: fmt.Sprintf("scope6_%d_%d", gen, i), KeyType: nftables.TypeIP6Addr}
-				scope6 = []expr.Any{
-					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-					&expr.Lookup{SourceRegister: 1, SetName: s.set6.Name},
+			s := &scopeSet{tokens: rule.Tokens}
+			for _, f := range fams {
+				s.sets[f.Index] = &nftables.Set{Table: t, Name: fmt.Sprintf("%s%d_%d", f.scope, gen, i), KeyType: f.addrType}
+				scope[f.Index] = []expr.Any{
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(f.SrcOff), Len: uint32(f.Bits / 8)},
+					&expr.Lookup{SourceRegister: 1, SetName: s.sets[f.Index].Name},
 				}
 			}
 			c.scopes[i] = s
 		}
+		// The rule's prefixes by family; none means all of every family.
+		var prefixes [ipfamily.N][]netip.Prefix
+		for _, pf := range rule.To {
+			f := ipfamily.Of(pf.Addr())
+			prefixes[f.Index] = append(prefixes[f.Index], pf)
+		}
 		// One pass per address family: its match, scope, ICMP protocol,
 		// prefixes and how an allow rule leaves out protected ranges.
-		type family struct {
-			nf, scope []expr.Any
-			icmp      byte
-			prefixes  []netip.Prefix
-			dst       func(netip.Prefix) []expr.Any
-			hostBits  int
-		}
-		v4fam := family{nf: v4, scope: scope4, icmp: unix.IPPROTO_ICMP, hostBits: 32,
-			dst: func(pf netip.Prefix) []expr.Any { return ip4(false, expr.CmpOpEq, pf) }}
-		v6fam := family{nf: v6, scope: scope6, icmp: unix.IPPROTO_ICMPV6, hostBits: 128,
-			dst: func(pf netip.Prefix) []expr.Any { return ip6(false, expr.CmpOpEq, pf) }}
-		if len(rule.To) == 0 {
-			v4fam.prefixes = []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}
-			v6fam.prefixes = []netip.Prefix{netip.MustParsePrefix("::/0")}
-		}
-		for _, pf := range rule.To {
-			if pf.Addr().Is4() {
-				v4fam.prefixes = append(v4fam.prefixes, pf)
-			} else {
-				v6fam.prefixes = append(v6fam.prefixes, pf)
+		for _, f := range fams {
+			pfs := prefixes[f.Index]
+			if len(rule.To) == 0 {
+				pfs = []netip.Prefix{f.All}
 			}
-		}
-		fams := []family{v4fam}
-		if r.v6() {
-			fams = append(fams, v6fam)
-		}
-		for _, fam := range fams {
-			for _, pm := range protoMatches(rule, fam.icmp) {
-				for _, pf := range fam.prefixes {
-					base := cat(fam.nf, fam.scope, pm)
+			for _, pm := range protoMatches(rule, f.ICMP) {
+				for _, pf := range pfs {
+					base := cat(f.match(), scope[f.Index], pm)
 					if pf.Bits() > 0 {
-						base = cat(base, fam.dst(pf))
+						base = cat(base, addrMatch(false, expr.CmpOpEq, pf))
 					}
 					if rule.Action == policy.Deny {
 						e := cat(base, denyTo())
@@ -184,9 +164,9 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 						continue
 					}
 					for _, dst := range allowDsts(pf) {
-						c.main = append(c.main, policyRule{exprs: cat(fam.nf, fam.scope, pm, dst, []expr.Any{verdict(expr.VerdictReturn)})})
+						c.main = append(c.main, policyRule{exprs: cat(f.match(), scope[f.Index], pm, dst, []expr.Any{verdict(expr.VerdictReturn)})})
 					}
-					if pf.Bits() == fam.hostBits {
+					if pf.Bits() == f.Bits {
 						c.host = append(c.host, policyRule{exprs: cat(base, []expr.Any{verdict(expr.VerdictAccept)})})
 					}
 				}
@@ -194,11 +174,11 @@ func (r ruleset) compilePolicy(t *nftables.Table, p *policy.Policy, gen int) *co
 		}
 	}
 	for _, pr := range protectedV4() {
-		c.main = append(c.main, policyRule{tag: pr.Rule, exprs: cat(v4, ip4(false, expr.CmpOpEq, pr.Prefix), denyTo())})
+		c.main = append(c.main, policyRule{tag: pr.Rule, exprs: cat(v4Family.match(), addrMatch(false, expr.CmpOpEq, pr.Prefix), denyTo())})
 	}
-	if r.v6() {
+	if r.has(ipfamily.V6) {
 		for _, d := range denyConds() {
-			c.main = append(c.main, policyRule{tag: d.rule, exprs: cat(v6, condExprs(d.conds), denyTo())})
+			c.main = append(c.main, policyRule{tag: d.rule, exprs: cat(v6Family.match(), condExprs(d.conds), denyTo())})
 		}
 	}
 	if p.Default == policy.Deny {
@@ -221,10 +201,10 @@ func allowDsts(pf netip.Prefix) [][]expr.Any {
 	}
 	var e []expr.Any
 	if pf.Bits() > 0 {
-		e = ip4(false, expr.CmpOpEq, pf)
+		e = addrMatch(false, expr.CmpOpEq, pf)
 	}
 	for _, prot := range unnamedV4(pf) {
-		e = cat(e, ip4(false, expr.CmpOpNeq, prot))
+		e = cat(e, addrMatch(false, expr.CmpOpNeq, prot))
 	}
 	return [][]expr.Any{e}
 }
@@ -273,7 +253,7 @@ func unnamedV4(pf netip.Prefix) []netip.Prefix {
 
 // protoMatches returns the protocol and port matches of a rule: one
 // alternative per nftables rule. icmp is the protocol number that
-// ProtoICMP stands for (ICMP or ICMPv6).
+// ProtoICMP stands for (the family's: ICMP or ICMPv6).
 func protoMatches(r policy.Rule, icmp byte) [][]expr.Any {
 	protos := map[policy.Proto]byte{policy.ProtoTCP: unix.IPPROTO_TCP, policy.ProtoUDP: unix.IPPROTO_UDP, policy.ProtoICMP: icmp}
 	if len(r.Ports) == 0 {
@@ -298,7 +278,7 @@ func protoMatches(r policy.Rule, icmp byte) [][]expr.Any {
 }
 
 // dportRange matches the transport destination port against a range.
-func dportRange(pr policy.PortRange) []expr.Any {
+func dportRange(pr portblock.Range) []expr.Any {
 	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
 	if pr.Lo == pr.Hi {
 		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(pr.Lo)}}
@@ -315,22 +295,20 @@ func policyTag(name string) []byte { return []byte(policyTagPrefix + name) }
 func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) error {
 	pol, host, _ := policyChains(t)
 	for _, s := range c.scopes {
-		var els, els6 []nftables.SetElement
-		for job, tok := range f.tokens {
-			if containsString(s.tokens, tok) {
-				a := job.As4()
-				els = append(els, nftables.SetElement{Key: a[:]})
-				if j6, ok := f.jobs6[job]; ok {
-					els6 = append(els6, nftables.SetElement{Key: j6.addr.AsSlice()})
+		var els [ipfamily.N][]nftables.SetElement
+		for _, kj := range f.jobs {
+			if slices.Contains(s.tokens, kj.token) {
+				for _, a := range kj.addrs {
+					els[famOf(a).Index] = append(els[famOf(a).Index], nftables.SetElement{Key: a.AsSlice()})
 				}
 			}
 		}
-		if err := f.nft.AddSet(s.set, els); err != nil {
-			return fmt.Errorf("kernel egress: add set %s: %w", s.set.Name, err)
-		}
-		if s.set6 != nil {
-			if err := f.nft.AddSet(s.set6, els6); err != nil {
-				return fmt.Errorf("kernel egress: add set %s: %w", s.set6.Name, err)
+		for i, set := range s.sets {
+			if set == nil {
+				continue
+			}
+			if err := f.nft.AddSet(set, els[i]); err != nil {
+				return fmt.Errorf("kernel egress: add set %s: %w", set.Name, err)
 			}
 		}
 	}
@@ -341,11 +319,10 @@ func (f *Forwarder) queuePolicyLocked(t *nftables.Table, c *compiledPolicy) erro
 			for i, e := range ex { // point lookups at this batch's sets
 				if l, ok := e.(*expr.Lookup); ok {
 					for _, s := range c.scopes {
-						if s.set.Name == l.SetName {
-							ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: s.set.Name, SetID: s.set.ID}
-						}
-						if s.set6 != nil && s.set6.Name == l.SetName {
-							ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: s.set6.Name, SetID: s.set6.ID}
+						for _, set := range s.sets {
+							if set != nil && set.Name == l.SetName {
+								ex[i] = &expr.Lookup{SourceRegister: l.SourceRegister, SetName: set.Name, SetID: set.ID}
+							}
 						}
 					}
 				}
@@ -399,9 +376,10 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	f.policy = c
 	if old != nil && len(old.scopes) > 0 {
 		for _, s := range old.scopes {
-			f.nft.DelSet(s.set)
-			if s.set6 != nil {
-				f.nft.DelSet(s.set6)
+			for _, set := range s.sets {
+				if set != nil {
+					f.nft.DelSet(set)
+				}
 			}
 		}
 		if err := f.nft.Flush(); err != nil {
@@ -411,48 +389,42 @@ func (f *Forwarder) SetPolicy(p *policy.Policy) error {
 	return nil
 }
 
-// setJobToken adds the job to the scope sets
-// of the rules that name its token.
-func (f *Forwarder) setJobToken(job netip.Addr, token string) error {
+// setJobToken adds job id's addresses to the scope sets of the rules
+// that name its token.
+func (f *Forwarder) setJobToken(id jobs.ID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return errClosed
 	}
-	if _, ok := f.jobs[job]; !ok {
-		return fmt.Errorf("kernel egress: set token of %v: %w", job, forward.ErrUnknownJob)
+	kj, ok := f.jobs[id]
+	if !ok {
+		return fmt.Errorf("kernel egress: set token of %s: %w", id, forward.ErrUnknownJob)
 	}
-	f.scopeElementsLocked(job, false)
-	f.tokens[job] = token
-	if n := f.scopeElementsLocked(job, true); n == 0 {
+	if n := f.scopeElementsLocked(kj, true); n == 0 {
 		return nil
 	}
 	if err := f.nft.Flush(); err != nil {
-		return fmt.Errorf("kernel egress: add %v to the policy's token sets: %w", job, err)
+		return fmt.Errorf("kernel egress: add %s to the policy's token sets: %w", id, err)
 	}
 	return nil
 }
 
-// scopeElementsLocked queues adding (or deleting) the job to (from) the
-// scope sets of its token and returns how many it queued.
-func (f *Forwarder) scopeElementsLocked(job netip.Addr, add bool) int {
-	tok, ok := f.tokens[job]
-	if !ok || f.policy == nil {
+// scopeElementsLocked queues adding (or deleting) the job's addresses to
+// (from) the scope sets of its token and returns how many it queued.
+func (f *Forwarder) scopeElementsLocked(kj *kjob, add bool) int {
+	if f.policy == nil {
 		return 0
 	}
-	a := job.As4()
-	el := []nftables.SetElement{{Key: a[:]}}
-	j6, has6 := f.jobs6[job]
 	n := 0
 	for _, s := range f.policy.scopes {
-		if !containsString(s.tokens, tok) {
+		if !slices.Contains(s.tokens, kj.token) {
 			continue
 		}
-		if f.setElementsLocked(s.set, el, add) {
-			n++
-		}
-		if has6 && s.set6 != nil && f.setElementsLocked(s.set6, []nftables.SetElement{{Key: j6.addr.AsSlice()}}, add) {
-			n++
+		for _, a := range kj.addrs {
+			if set := s.sets[famOf(a).Index]; set != nil && f.setElementsLocked(set, []nftables.SetElement{{Key: a.AsSlice()}}, add) {
+				n++
+			}
 		}
 	}
 	return n
@@ -471,13 +443,12 @@ func (f *Forwarder) setElementsLocked(s *nftables.Set, els []nftables.SetElement
 }
 
 // forgetTokenLocked removes the job from the scope sets (RemoveJob).
-func (f *Forwarder) forgetTokenLocked(job netip.Addr) {
-	if n := f.scopeElementsLocked(job, false); n > 0 {
+func (f *Forwarder) forgetTokenLocked(id jobs.ID, kj *kjob) {
+	if n := f.scopeElementsLocked(kj, false); n > 0 {
 		if err := f.nft.Flush(); err != nil {
-			f.log.Error("kernel egress: delete the job from the policy's token sets", "job", job, "err", err)
+			f.log.Error("kernel egress: delete the job from the policy's token sets", "job", id, "err", err)
 		}
 	}
-	delete(f.tokens, job)
 }
 
 // policyCountsLocked returns the carried-over counts plus the counters of
@@ -523,13 +494,4 @@ func (f *Forwarder) policyDrops() (map[string]uint64, error) {
 		return nil, errClosed
 	}
 	return f.policyCountsLocked(true)
-}
-
-func containsString(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -9,17 +9,16 @@ import (
 
 	"github.com/google/nftables/expr"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 func testPolicy() *policy.Policy {
 	return &policy.Policy{Default: policy.Deny, Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 587}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}, {Lo: 465, Hi: 587}}},
 		{Name: "lab", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Tokens: []string{"lab"}},
-		{Name: "web", Action: policy.Allow, Proto: policy.ProtoAny, Ports: []policy.PortRange{{Lo: 443, Hi: 443}}},
-		{Name: "host-web", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 8080, Hi: 8080}}},
+		{Name: "web", Action: policy.Allow, Proto: policy.ProtoAny, Ports: []portblock.Range{{Lo: 443, Hi: 443}}},
+		{Name: "host-web", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("203.0.113.1/32")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}},
 		{Name: "v6", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}},
 	}}
 }
@@ -42,7 +41,7 @@ func TestCompilePolicy(t *testing.T) {
 		tags[policy.RuleInternal] != 4 || tags[policy.RuleMetadata] != 4 || tags[policy.RuleDefault] != 1 {
 		t.Errorf("counted tags %v", tags)
 	}
-	if s, ok := c.scopes[1]; !ok || s.set.Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
+	if s, ok := c.scopes[1]; !ok || s.sets[0].Name != "scope1_1" || s.tokens[0] != "lab" || len(c.scopes) != 1 {
 		t.Errorf("scopes %+v, want one set scope1_1 for rule 2", c.scopes)
 	}
 	// host_policy: the tunnel address return, the deny rules, the /32
@@ -62,20 +61,18 @@ func TestPolicyRules(t *testing.T) {
 	f := newTestForwarder(t)
 	defer f.Close()
 	job, other := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
-	for _, j := range []netip.Addr{job, other} {
-		if err := f.AddJob(forward.Job{Addr: j, Block: portblock.Range{Lo: 20000, Hi: 20255}}); err != nil {
+	add := func(a netip.Addr, token string) {
+		j := v4Job(a, portblock.Range{Lo: 20000, Hi: 20255})
+		j.Ref.Token = token
+		if err := f.AddJob(j); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := f.setJobToken(job, "lab"); err != nil {
-		t.Fatal(err)
-	}
+	add(job, "lab")
 	if err := f.SetPolicy(testPolicy()); err != nil {
 		t.Fatalf("SetPolicy: %v", err)
 	}
-	if err := f.setJobToken(other, "other"); err != nil {
-		t.Fatal(err)
-	}
+	add(other, "other")
 	out := nftList(t)
 	if out == "" {
 		t.Skip("nft not installed")
@@ -107,7 +104,7 @@ func TestPolicyRules(t *testing.T) {
 	if strings.Contains(out, "scope1_1") || !strings.Contains(out, "scope2_1") || !strings.Contains(out, "elements = { 100.64.0.2, 100.64.0.3 }") {
 		t.Errorf("after replacing the policy:\n%s", out)
 	}
-	f.RemoveJob(other)
+	f.RemoveJob(idOf(other))
 	if out = nftList(t); !strings.Contains(out, "elements = { 100.64.0.2 }") {
 		t.Errorf("removed job still in a scope set:\n%s", out)
 	}
@@ -129,15 +126,19 @@ func TestFloorFromPolicyList(t *testing.T) {
 	for _, p := range testRules.floorV4() {
 		floor[p] = true
 	}
-	if !floor[testRules.addr.Masked()] {
-		t.Errorf("floor %v lacks the tunnel subnet %v", testRules.floorV4(), testRules.addr.Masked())
+	if !floor[testRules.v4().Masked()] {
+		t.Errorf("floor %v lacks the tunnel subnet %v", testRules.floorV4(), testRules.v4().Masked())
 	}
 	c := testRules.compilePolicy(table(), &policy.Policy{}, 1)
 	denied := map[netip.Prefix]string{}
 	for _, r := range c.main {
-		for _, x := range r.exprs {
-			if cmp, ok := x.(*expr.Cmp); ok && len(cmp.Data) == 4 && cmp.Op == expr.CmpOpEq {
-				a := netip.AddrFrom4([4]byte(cmp.Data))
+		for i, x := range r.exprs {
+			// A destination prefix: its bytes (whole bytes only) or
+			// the address, loaded from offset 16.
+			if cmp, ok := x.(*expr.Cmp); ok && i > 0 && cmp.Op == expr.CmpOpEq && dstLoad(r.exprs[:i]) {
+				var b [4]byte
+				copy(b[:], cmp.Data)
+				a := netip.AddrFrom4(b)
 				for _, pr := range policy.Ranges() {
 					if pr.Prefix.Addr() == a {
 						denied[pr.Prefix] = r.tag
@@ -171,6 +172,44 @@ func TestFloorFromPolicyList(t *testing.T) {
 			if !covered {
 				t.Errorf("%v (%s): an allow of 0.0.0.0/0 does not exclude it", pr.Prefix, pr.Name)
 			}
+		}
+	}
+}
+
+// dstLoad reports whether the last load of exprs is of the IPv4
+// destination address, from its first byte.
+func dstLoad(exprs []expr.Any) bool {
+	for i := len(exprs) - 1; i >= 0; i-- {
+		if pl, ok := exprs[i].(*expr.Payload); ok {
+			return pl.Base == expr.PayloadBaseNetworkHeader && pl.Offset == 16
+		}
+	}
+	return false
+}
+
+// TestSpan: a prefix of whole bytes loads only those, another prefix the
+// whole address, any other mask the bytes from its first set bit's to its
+// last's.
+func TestSpan(t *testing.T) {
+	mask := func(p string) []byte {
+		m := prefixRange(netip.MustParsePrefix(p), "").mask
+		return m[:]
+	}
+	for _, tc := range []struct {
+		mask   []byte
+		lo, hi int
+	}{
+		{mask("2002:a00::/24"), 0, 3},
+		{mask("64:ff9b::a00:0/104"), 0, 13},
+		{mask("64:ff9b::ac10:0/108"), 0, 16},
+		{mask("::/0"), 0, 16},
+		{[]byte{0xff, 0xff, 0, 0}, 0, 2},
+		{[]byte{0xff, 0xfe, 0, 0}, 0, 4},
+		{[]byte{0, 0xff, 0, 0xf0}, 1, 4},
+		{append(mask("2001::/32")[:12:12], 0xff, 0, 0, 0), 0, 13},
+	} {
+		if lo, hi := span(tc.mask); lo != tc.lo || hi != tc.hi {
+			t.Errorf("span(%x) = %d, %d; want %d, %d", tc.mask, lo, hi, tc.lo, tc.hi)
 		}
 	}
 }

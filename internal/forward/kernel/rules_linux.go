@@ -14,7 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -32,11 +34,6 @@ const (
 	chainRefuse     = "refuse"
 	jobTagPrefix    = "airlock job "
 	exposeTagPrefix = "airlock expose "
-	stateTagPrefix  = "airlock ip_forward="
-	// setConns counts each job's connections per destination (job
-	// address . destination address . destination port): a job's port
-	// block holds at most one connection per port to one destination.
-	setConns = "conns"
 	// blockLimitTag marks the block limit rules, whose counters
 	// BlockRefusals reads.
 	blockLimitTag = "airlock block limit"
@@ -55,97 +52,97 @@ func (r ruleset) floorV4() []netip.Prefix {
 			out = append(out, p)
 		}
 	}
-	return append(out, r.addr.Masked())
+	return append(out, r.tunnels[ipfamily.V4.Index].Masked())
 }
 
 // ruleset describes the table for one forwarder: everything the rules
 // depend on. Its methods build expressions only; they touch no kernel
 // state, so they are testable without privileges.
 type ruleset struct {
-	tun    string       // TUN interface name
-	addr   netip.Prefix // gateway tunnel address / subnet length
-	egress netip.Addr   // public source address of SNAT
+	tun string // TUN interface name
+	// tunnels are the gateway's tunnel addresses with the subnets'
+	// lengths, by family; IPv4's is required, IPv6's zero means no IPv6
+	// (from_jobs drops it).
+	tunnels [ipfamily.N]netip.Prefix
+	// egress are the public source addresses of SNAT by family; IPv4's
+	// is required, IPv6's zero means masquerade (the outgoing
+	// interface's address).
+	egress [ipfamily.N]netip.Addr
+	// own is the routed prefix (IPv6) that jobs' own public addresses
+	// come from (--egress-prefix6); the zero Prefix means none.
+	own netip.Prefix
 	// blockSize is the number of ports in every job's block; 0 means no
 	// per-destination connection limit.
 	blockSize uint32
-	// addr6 is the gateway's IPv6 tunnel address / subnet length; the
-	// zero Prefix means no IPv6 (from_jobs drops it).
-	addr6 netip.Prefix
-	// egress6 is the public IPv6 source address of SNAT; the zero Addr
-	// means none (jobs without an own address are refused IPv6).
-	egress6 netip.Addr
-	// prefix6 is the routed --egress-prefix6 that jobs' own public
-	// addresses come from; the zero Prefix means none.
-	prefix6 netip.Prefix
 }
 
-// v6 reports whether the ruleset forwards IPv6.
-func (r ruleset) v6() bool { return r.addr6.IsValid() }
+// has reports whether the ruleset forwards family f.
+func (r ruleset) has(f *ipfamily.Family) bool { return r.tunnels[f.Index].IsValid() }
 
-// connsSet is the dynamic set behind the per-destination connection limit.
-func connsSet(t *nftables.Table) *nftables.Set {
+// families returns the families the ruleset forwards, IPv4 first.
+func (r ruleset) families() []*nftFamily {
+	var out []*nftFamily
+	for _, f := range nftFamilies {
+		if r.has(f.Family) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// connsSet is the dynamic set of family f behind the per-destination
+// connection limit: each job's connections per destination (job address .
+// destination address . destination port), as a job's port block holds at
+// most one connection per port to one destination.
+func connsSet(t *nftables.Table, f *nftFamily) *nftables.Set {
 	return &nftables.Set{
 		Table:         t,
-		Name:          setConns,
-		KeyType:       nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeIPAddr, nftables.TypeInetService),
+		Name:          f.conns,
+		KeyType:       nftables.MustConcatSetType(f.addrType, f.addrType, nftables.TypeInetService),
 		Dynamic:       true,
 		Concatenation: true,
 	}
 }
 
-// connsSet6 is connsSet for IPv6.
-func connsSet6(t *nftables.Table) *nftables.Set {
-	return &nftables.Set{
-		Table:         t,
-		Name:          setConns6,
-		KeyType:       nftables.MustConcatSetType(nftables.TypeIP6Addr, nftables.TypeIP6Addr, nftables.TypeInetService),
-		Dynamic:       true,
-		Concatenation: true,
-	}
-}
-
-// own6Set holds the IPv6 tunnel addresses of the jobs with an own public
-// address: they have no port block, so the block limit does not apply.
-func own6Set(t *nftables.Table) *nftables.Set {
-	return &nftables.Set{Table: t, Name: setOwn6, KeyType: nftables.TypeIP6Addr}
+// ownSet holds the tunnel addresses of the jobs with an own public
+// address (IPv6, --egress-prefix6): they have no port block, so the block
+// limit does not apply.
+func ownSet(t *nftables.Table) *nftables.Set {
+	return &nftables.Set{Table: t, Name: setOwn, KeyType: nftables.TypeIP6Addr}
 }
 
 // blockLimitRules refuse a job's new TCP or UDP flow to a destination that
 // already has as many of the job's flows as its block has ports: SNAT would
 // find no free source port and the kernel would drop the packet silently,
 // leaving the job to time out. `ct state new meta l4proto P add @conns
-// { ip saddr . ip daddr . P dport ct count over N } goto refuse`.
+// { ip saddr . ip daddr . P dport ct count over N } goto refuse`, and the
+// same with ip6 in @conns6, except for the jobs with an own address.
 func (r ruleset) blockLimitRules() [][]expr.Any {
 	if r.blockSize == 0 {
 		return nil
 	}
-	// A concatenated key fills consecutive 32-bit registers from 8 (the
-	// first 16-byte register, 1): IPv4 saddr in 8, daddr in 9, dport in
-	// 10; IPv6 saddr in 8-11, daddr in 12-15, dport in 16.
-	type family struct {
-		nf          []expr.Any
-		off, n, reg uint32 // saddr offset and length, daddr register
-		set         string
-		skip        []expr.Any
-	}
-	fams := []family{{nf: nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), off: 12, n: 4, reg: 9, set: setConns}}
-	if r.v6() {
-		fams = append(fams, family{nf: nfproto6(), off: 8, n: 16, reg: 12, set: setConns6, skip: []expr.Any{
-			// Jobs with an own address keep their ports: no block.
-			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 8, Len: 16},
-			&expr.Lookup{SourceRegister: 1, SetName: setOwn6, Invert: true},
-		}})
-	}
 	var rules [][]expr.Any
-	for _, f := range fams {
+	for _, f := range r.families() {
+		// A concatenated key fills consecutive 32-bit registers from 8
+		// (the first 16-byte register, 1): saddr from 8, daddr and the
+		// port after it.
+		n := uint32(f.Bits / 8)
+		daddrReg := 8 + n/4
+		var skip []expr.Any
+		if f.Family == ipfamily.V6 {
+			skip = []expr.Any{ // jobs with an own address keep their ports: no block
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(f.SrcOff), Len: n},
+				&expr.Lookup{SourceRegister: 1, SetName: setOwn, Invert: true},
+			}
+		}
 		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
-			rules = append(rules, cat(f.nf, ctState(expr.CtStateBitNEW), l4proto(proto), f.skip, []expr.Any{
-				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: f.off, Len: f.n},
-				&expr.Payload{DestRegister: f.reg, Base: expr.PayloadBaseNetworkHeader, Offset: f.off + f.n, Len: f.n},
-				&expr.Payload{DestRegister: f.reg + f.n/4, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			rules = append(rules, cat(f.match(), ctState(expr.CtStateBitNEW), l4proto(proto), skip, []expr.Any{
+				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(f.SrcOff), Len: n},
+				&expr.Payload{DestRegister: daddrReg, Base: expr.PayloadBaseNetworkHeader, Offset: uint32(f.DstOff), Len: n},
+				&expr.Payload{DestRegister: daddrReg + n/4, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 				&expr.Dynset{
 					SrcRegKey: 1,
-					SetName:   f.set,
+					SetName:   f.conns,
 					Operation: uint32(unix.NFT_DYNSET_OP_ADD),
 					Exprs:     []expr.Any{&expr.Connlimit{Count: r.blockSize, Flags: connlimitInvert}},
 				},
@@ -177,30 +174,6 @@ func iifname(op expr.CmpOp, n string) []expr.Any { return metaCmp(expr.MetaKeyII
 func oifname(op expr.CmpOp, n string) []expr.Any { return metaCmp(expr.MetaKeyOIFNAME, op, ifname(n)) }
 func l4proto(p byte) []expr.Any                  { return metaCmp(expr.MetaKeyL4PROTO, expr.CmpOpEq, []byte{p}) }
 func nfproto(op expr.CmpOp, p byte) []expr.Any   { return metaCmp(expr.MetaKeyNFPROTO, op, []byte{p}) }
-
-// ip4 matches the IPv4 source (src) or destination address against p.
-// The caller must have matched nfproto ipv4 first.
-func ip4(src bool, op expr.CmpOp, p netip.Prefix) []expr.Any {
-	off := uint32(16)
-	if src {
-		off = 12
-	}
-	e := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 4}}
-	a := p.Masked().Addr().As4()
-	if p.Bits() < 32 {
-		m := netipMask4(p.Bits())
-		e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: m[:], Xor: make([]byte, 4)})
-	}
-	return append(e, &expr.Cmp{Op: op, Register: 1, Data: a[:]})
-}
-
-func netipMask4(bits int) [4]byte {
-	var m [4]byte
-	for i := 0; i < bits; i++ {
-		m[i/8] |= 1 << (7 - i%8)
-	}
-	return m
-}
 
 // dport matches the transport destination port; l4proto must be matched
 // first.
@@ -288,14 +261,14 @@ func (r ruleset) forwardRules() [][]expr.Any {
 		cat(iifname(expr.CmpOpEq, r.tun), mssClamp()),
 		cat(oifname(expr.CmpOpEq, r.tun), mssClamp()),
 	}
-	if r.v6() {
+	if r.has(ipfamily.V6) {
 		// IPv6 link-local destinations are on-link on the TUN, so the
 		// host routes them back into it: the policy decides them (and
 		// counts the denial under its rule, builtin-link-local unless a
 		// rule says otherwise); what it allows is refused by the floor
 		// below like any job-to-job packet.
-		rules = append(rules, cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), nfproto6(),
-			ip6(false, expr.CmpOpEq, netip.MustParsePrefix("fe80::/10")),
+		rules = append(rules, cat(iifname(expr.CmpOpEq, r.tun), oifname(expr.CmpOpEq, r.tun), v6Family.match(),
+			addrMatch(false, expr.CmpOpEq, netip.MustParsePrefix("fe80::/10")),
 			ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainPolicy)}))
 	}
 	return append(rules,
@@ -340,7 +313,7 @@ func (r ruleset) floorRules() [][]expr.Any {
 	floor := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainFloor}}
 	var rules [][]expr.Any
 	for _, p := range r.floorV4() {
-		rules = append(rules, cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, p), floor))
+		rules = append(rules, cat(v4Family.match(), addrMatch(false, expr.CmpOpEq, p), floor))
 	}
 	return rules
 }
@@ -350,16 +323,17 @@ func (r ruleset) floorRules() [][]expr.Any {
 func (r ruleset) fromJobsRules() [][]expr.Any {
 	drop := []expr.Any{verdict(expr.VerdictDrop)}
 	refuse := []expr.Any{&expr.Verdict{Kind: expr.VerdictGoto, Chain: chainRefuse}}
-	rules := [][]expr.Any{
-		cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpNeq, r.addr.Masked()), drop),
+	var rules [][]expr.Any
+	for _, f := range r.families() {
+		// Only the tunnel subnet's sources: a job cannot spoof.
+		rules = append(rules, cat(f.match(), addrMatch(true, expr.CmpOpNeq, r.tunnels[f.Index].Masked()), drop))
 	}
-	if !r.v6() {
+	if !r.has(ipfamily.V6) {
 		rules = append(rules, cat(nfproto(expr.CmpOpNeq, unix.NFPROTO_IPV4), drop))
 	} else {
-		rules = append(rules, cat(nfproto6(), ip6(true, expr.CmpOpNeq, r.addr6.Masked()), drop))
 		rules = append(rules,
 			// The IPv6 floor is long: new flows only.
-			cat(nfproto6(), ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainFloor6)}))
+			cat(v6Family.match(), ctStateNone(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), []expr.Any{jump(chainFloor6)}))
 	}
 	rules = append(rules, r.floorRules()...)
 	for _, t := range []uint32{unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_MULTICAST} {
@@ -379,30 +353,21 @@ func (r ruleset) inputRules() [][]expr.Any {
 }
 
 // toHostRules decide what a job may send to the gateway host itself: DNS
-// and ping to the gateway's tunnel address, and what the policy allows
-// explicitly (host_policy; never the tunnel address).
+// and ping to the gateway's tunnel addresses, and what the policy allows
+// explicitly (host_policy; never the tunnel addresses).
 func (r ruleset) toHostRules() [][]expr.Any {
-	gw := netip.PrefixFrom(r.addr.Addr(), 32)
-	v4gw := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(false, expr.CmpOpEq, gw))
 	accept := []expr.Any{verdict(expr.VerdictAccept)}
-	echo := func(typ byte) []expr.Any {
-		return []expr.Any{
+	rules := [][]expr.Any{cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept)}
+	for _, f := range r.families() {
+		gw := cat(f.match(), addrMatch(false, expr.CmpOpEq, netip.PrefixFrom(r.tunnels[f.Index].Addr(), f.Bits)))
+		echo := []expr.Any{
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{typ}},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.EchoRequest}},
 		}
-	}
-	rules := [][]expr.Any{
-		cat(ctState(expr.CtStateBitESTABLISHED|expr.CtStateBitRELATED), accept),
-		cat(v4gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
-		cat(v4gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
-		cat(v4gw, l4proto(unix.IPPROTO_ICMP), echo(8), accept), // echo-request
-	}
-	if r.v6() {
-		v6gw := cat(nfproto6(), ip6(false, expr.CmpOpEq, netip.PrefixFrom(r.addr6.Addr(), 128)))
 		rules = append(rules,
-			cat(v6gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
-			cat(v6gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
-			cat(v6gw, l4proto(unix.IPPROTO_ICMPV6), echo(128), accept)) // echo-request
+			cat(gw, l4proto(unix.IPPROTO_UDP), dport(53), accept),
+			cat(gw, l4proto(unix.IPPROTO_TCP), dport(53), accept),
+			cat(gw, l4proto(f.ICMP), echo, accept))
 	}
 	// The floor's destinations the host takes in (multicast, broadcast)
 	// are the floor's, not the host's.
@@ -415,17 +380,31 @@ func (r ruleset) toHostRules() [][]expr.Any {
 	)
 }
 
-// snat returns `snat ip to EGRESS[:LO-HI]`; a zero egress means the
-// ruleset's.
-func (r ruleset) snat(egress netip.Addr, block portblock.Range) []expr.Any {
-	if !egress.IsValid() {
-		egress = r.egress
+// jobEgress is where a job's flows of one family leave from, resolved
+// against the ruleset: addr (zero only for IPv6 without a configured
+// egress address: masquerade), block (zero: any port, no translation of
+// ports with own), own (addr is the job's own address).
+type jobEgress struct {
+	addr  netip.Addr
+	block portblock.Range
+	own   bool
+}
+
+// egressOf returns the job's egress of family f: its entry of f (an
+// unspecified address is the ruleset's egress address of f), or the
+// ruleset's address with any port.
+func (r ruleset) egressOf(j forward.Job, f *nftFamily) jobEgress {
+	e, _ := j.EgressOf(f.Family)
+	if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
+		e.Addr = r.egress[f.Index]
 	}
+	return jobEgress{addr: e.Addr.Unmap(), block: e.Block, own: e.Own}
+}
+
+// snat returns `snat ip|ip6 to EGRESS[:LO-HI]`.
+func snat(egress netip.Addr, block portblock.Range) []expr.Any {
 	e := []expr.Any{&expr.Immediate{Register: 1, Data: egress.AsSlice()}}
-	n := &expr.NAT{Type: expr.NATTypeSourceNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegAddrMax: 1}
-	if egress.Is6() {
-		n.Family = unix.NFPROTO_IPV6
-	}
+	n := &expr.NAT{Type: expr.NATTypeSourceNAT, Family: uint32(famOf(egress).nfproto), RegAddrMin: 1, RegAddrMax: 1}
 	if block.Len() > 0 && block.Lo != 0 {
 		e = append(e,
 			&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(block.Lo)},
@@ -435,50 +414,27 @@ func (r ruleset) snat(egress netip.Addr, block portblock.Range) []expr.Any {
 	return append(e, n)
 }
 
-// jobRules are the postrouting NAT rules of the job at addr: TCP and UDP to
-// the job's egress address (zero: the ruleset's) and port block, everything
-// else (ICMP echo) to the address alone. A zero block maps TCP and UDP to
-// the address alone too.
-func (r ruleset) jobRules(addr, egress netip.Addr, block portblock.Range) [][]expr.Any {
-	match := cat(nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4), ip4(true, expr.CmpOpEq, netip.PrefixFrom(addr, 32)), oifname(expr.CmpOpNeq, r.tun))
-	return [][]expr.Any{
-		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(egress, block)),
-		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(egress, block)),
-		cat(match, r.snat(egress, portblock.Range{})),
-	}
-}
-
-// jobRules6 are the postrouting NAT rules of a job's IPv6 address addr6:
-// with an own public address egress6 (own6), one address-only SNAT for
-// every protocol (ports kept); else as jobRules, to egress6 (zero: the
-// ruleset's egress6) and the block; without any IPv6 egress address,
-// masquerade (the outgoing interface's address) to the block.
-func (r ruleset) jobRules6(addr6, egress6 netip.Addr, block portblock.Range) [][]expr.Any {
-	match := cat(nfproto6(), ip6(true, expr.CmpOpEq, netip.PrefixFrom(addr6, 128)), oifname(expr.CmpOpNeq, r.tun))
-	if r.own6(egress6) {
-		return [][]expr.Any{cat(match, r.snat(egress6, portblock.Range{}))}
-	}
-	if !egress6.IsValid() {
-		egress6 = r.egress6
-	}
-	if !egress6.IsValid() {
-		return [][]expr.Any{
-			cat(match, l4proto(unix.IPPROTO_TCP), masq(block)),
-			cat(match, l4proto(unix.IPPROTO_UDP), masq(block)),
-			cat(match, masq(portblock.Range{})),
-		}
+// natRules are the postrouting NAT rules of a job's tunnel address addr
+// leaving from e: with an own address, one address-only SNAT for every
+// protocol (ports kept); else TCP and UDP to the egress address and port
+// block, everything else (ICMP echo) to the address alone (a zero block
+// maps TCP and UDP to the address alone too); without an egress address
+// (IPv6 only), masquerade (the outgoing interface's address) to the block.
+func (r ruleset) natRules(addr netip.Addr, e jobEgress) [][]expr.Any {
+	f := famOf(addr)
+	match := cat(f.match(), addrMatch(true, expr.CmpOpEq, netip.PrefixFrom(addr, f.Bits)), oifname(expr.CmpOpNeq, r.tun))
+	to := func(b portblock.Range) []expr.Any { return snat(e.addr, b) }
+	switch {
+	case e.own:
+		return [][]expr.Any{cat(match, snat(e.addr, portblock.Range{}))}
+	case !e.addr.IsValid():
+		to = masq
 	}
 	return [][]expr.Any{
-		cat(match, l4proto(unix.IPPROTO_TCP), r.snat(egress6, block)),
-		cat(match, l4proto(unix.IPPROTO_UDP), r.snat(egress6, block)),
-		cat(match, r.snat(egress6, portblock.Range{})),
+		cat(match, l4proto(unix.IPPROTO_TCP), to(e.block)),
+		cat(match, l4proto(unix.IPPROTO_UDP), to(e.block)),
+		cat(match, to(portblock.Range{})),
 	}
-}
-
-// own6 reports whether egress6 is a job's own public address: one in the
-// routed --egress-prefix6.
-func (r ruleset) own6(egress6 netip.Addr) bool {
-	return egress6.IsValid() && r.prefix6.IsValid() && r.prefix6.Contains(egress6)
 }
 
 // masq returns `masquerade [to :LO-HI]`.
@@ -491,37 +447,6 @@ func masq(block portblock.Range) []expr.Any {
 		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(block.Hi)},
 		&expr.Masq{ToPorts: true, RegProtoMin: 1, RegProtoMax: 2},
 	}
-}
-
-// exposeRules6 are the prerouting DNAT rules of a job's IPv6 exposures
-// (those whose PublicAddr is IPv6): `ip6 daddr PUBLIC PROTO dport PUBPORT
-// dnat ip6 to [JOB6]:PORT`. For a job with an own public address
-// (own), the public port is the job's own port: nothing is translated but
-// the address.
-func (r ruleset) exposeRules6(addr6 netip.Addr, own bool, ex []forward.Exposure) ([][]expr.Any, error) {
-	var dnat [][]expr.Any
-	for _, x := range ex {
-		proto, err := exposeProto(x)
-		if err != nil {
-			return nil, err
-		}
-		pub := x.PublicPort
-		if own {
-			pub = x.JobPort
-		}
-		dnat = append(dnat, cat(
-			nfproto6(),
-			iifname(expr.CmpOpNeq, r.tun),
-			ip6(false, expr.CmpOpEq, netip.PrefixFrom(x.PublicAddr, 128)),
-			l4proto(proto), dport(pub),
-			[]expr.Any{
-				&expr.Immediate{Register: 1, Data: addr6.AsSlice()},
-				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(x.JobPort)},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV6,
-					RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
-			}))
-	}
-	return dnat, nil
 }
 
 // exposeProto checks an exposure and returns its IP protocol number.
@@ -541,55 +466,55 @@ func exposeProto(x forward.Exposure) (byte, error) {
 	return proto, nil
 }
 
-// exposeRules are the prerouting DNAT rules of the job at addr, one per
-// exposure: `iifname != TUN ip daddr EGRESS PROTO dport PUBPORT dnat ip to
-// JOB:PORT`.
-func (r ruleset) exposeRules(addr netip.Addr, ex []forward.Exposure) ([][]expr.Any, error) {
+// exposeRules are the prerouting DNAT rules of job j, one per exposure,
+// to the job's tunnel address of the exposure's family: `iifname != TUN
+// ip|ip6 daddr PUBLIC PROTO dport PUBPORT dnat ip|ip6 to JOB:PORT`. An
+// unspecified public address is the ruleset's egress address of its
+// family. (At a job's own address the gateway gives the job's own port as
+// the public port: only the address is translated.)
+func (r ruleset) exposeRules(j forward.Job, ex []forward.Exposure) ([][]expr.Any, error) {
 	var rules [][]expr.Any
 	for _, x := range ex {
 		proto, err := exposeProto(x)
 		if err != nil {
 			return nil, err
 		}
-		job := addr.As4()
-		at := r.egress
-		if x.PublicAddr.IsValid() {
-			at = x.PublicAddr
+		f := famOf(x.PublicAddr)
+		job, ok := j.AddrOf(f.Family)
+		if !ok {
+			return nil, fmt.Errorf("kernel egress: expose %d/%s at %v: the job has no %s tunnel address", x.JobPort, x.Proto, x.PublicAddr, f)
+		}
+		at := x.PublicAddr.Unmap()
+		if at.IsUnspecified() {
+			at = r.egress[f.Index]
+		}
+		if !at.IsValid() {
+			return nil, fmt.Errorf("kernel egress: expose %d/%s: no %s egress address", x.JobPort, x.Proto, f)
 		}
 		rules = append(rules, cat(
-			nfproto(expr.CmpOpEq, unix.NFPROTO_IPV4),
+			f.match(),
 			iifname(expr.CmpOpNeq, r.tun),
-			ip4(false, expr.CmpOpEq, netip.PrefixFrom(at, 32)),
+			addrMatch(false, expr.CmpOpEq, netip.PrefixFrom(at, f.Bits)),
 			l4proto(proto), dport(x.PublicPort),
 			[]expr.Any{
-				&expr.Immediate{Register: 1, Data: job[:]},
+				&expr.Immediate{Register: 1, Data: job.AsSlice()},
 				&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(x.JobPort)},
-				&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4,
+				&expr.NAT{Type: expr.NATTypeDestNAT, Family: uint32(f.nfproto),
 					RegAddrMin: 1, RegAddrMax: 1, RegProtoMin: 2, RegProtoMax: 2, Specified: true},
 			}))
 	}
 	return rules, nil
 }
 
-// exposeTag marks the DNAT rules of the job at addr.
-func exposeTag(addr netip.Addr) []byte { return []byte(exposeTagPrefix + addr.String()) }
+// exposeTag marks the DNAT rules of job id.
+func exposeTag(id jobs.ID) []byte { return []byte(exposeTagPrefix + string(id)) }
 
-// preChain returns the prerouting NAT chain that holds exposures' DNAT
-// rules.
-func preChain(t *nftables.Table) *nftables.Chain {
-	return &nftables.Chain{Name: chainPre, Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest}
-}
+// jobTag is the user data that marks a job's NAT rules (of all its
+// addresses), so that their handles can be found after they are added.
+func jobTag(id jobs.ID) []byte { return []byte(jobTagPrefix + string(id)) }
 
-// jobTag is the user data that marks a job's rules, so that their handles
-// can be found after they are added.
-func jobTag(addr netip.Addr) []byte { return []byte(jobTagPrefix + addr.String()) }
-
-// jobTag6 marks the IPv6 NAT rules of the job at addr (its IPv4 address).
-func jobTag6(addr netip.Addr) []byte { return []byte(jobTagPrefix + "ipv6 " + addr.String()) }
-
-// stateTag records a forwarding sysctl's value to restore: prefix is
-// stateTagPrefix (ip_forward) or stateTagPref6 (IPv6 forwarding).
+// stateTag records a forwarding sysctl's value to restore: prefix is the
+// family's nftFamily.stateTag.
 func stateTag(prefix, v string) []byte { return []byte(prefix + v) }
 
 // parseStateTag returns the remembered value of a state rule with prefix.
@@ -609,47 +534,59 @@ func table() *nftables.Table {
 	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 }
 
-// chains returns the table's chains.
-func chains(t *nftables.Table) (post, fwd, fromJobs, input, toHost, state, refuse *nftables.Chain) {
-	accept := nftables.ChainPolicyAccept
-	post = &nftables.Chain{Name: chainPost, Table: t, Type: nftables.ChainTypeNAT,
-		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource}
-	fwd = &nftables.Chain{Name: chainForward, Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept}
-	fromJobs = &nftables.Chain{Name: chainFromJobs, Table: t}
-	input = &nftables.Chain{Name: chainInput, Table: t, Type: nftables.ChainTypeFilter,
-		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept}
-	toHost = &nftables.Chain{Name: chainToHost, Table: t}
-	state = &nftables.Chain{Name: chainState, Table: t}
-	refuse = &nftables.Chain{Name: chainRefuse, Table: t}
-	return
+// tableChains are the table's chains (the policy's are policyChains).
+type tableChains struct {
+	post, pre, fwd, fromJobs, input, toHost, state, refuse, floor, floor6 *nftables.Chain
+	limits, overFlows, overRate                                           *nftables.Chain
 }
 
-// floor6Chain returns the chain of the IPv6 floor.
-func floor6Chain(t *nftables.Table) *nftables.Chain {
-	return &nftables.Chain{Name: chainFloor6, Table: t}
+// chainsOf returns the chains of table t.
+func chainsOf(t *nftables.Table) tableChains {
+	accept := nftables.ChainPolicyAccept
+	c := tableChains{
+		post: &nftables.Chain{Name: chainPost, Table: t, Type: nftables.ChainTypeNAT,
+			Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource},
+		pre: &nftables.Chain{Name: chainPre, Table: t, Type: nftables.ChainTypeNAT,
+			Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest},
+		fwd: &nftables.Chain{Name: chainForward, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept},
+		fromJobs: &nftables.Chain{Name: chainFromJobs, Table: t},
+		input: &nftables.Chain{Name: chainInput, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept},
+		toHost: &nftables.Chain{Name: chainToHost, Table: t},
+		state:  &nftables.Chain{Name: chainState, Table: t},
+		refuse: &nftables.Chain{Name: chainRefuse, Table: t},
+		floor:  floorChain(t),
+		floor6: &nftables.Chain{Name: chainFloor6, Table: t},
+	}
+	c.limits, c.overFlows, c.overRate = limitChains(t)
+	return c
 }
 
 // validate checks the ruleset's inputs.
 func (r ruleset) validate() error {
-	if !r.addr.IsValid() || !r.addr.Addr().Is4() {
-		return fmt.Errorf("kernel egress: tunnel address %v: want an IPv4 address/prefix", r.addr)
+	v4, v6 := ipfamily.V4.Index, ipfamily.V6.Index
+	if !r.tunnels[v4].IsValid() {
+		return fmt.Errorf("kernel egress: tunnel addresses %v: want an IPv4 address/prefix", r.tunnels)
 	}
-	if !r.egress.IsValid() || !r.egress.Is4() || r.egress.IsUnspecified() {
-		return fmt.Errorf("kernel egress: egress address %v: want the gateway's public IPv4 address (--egress-addr)", r.egress)
-	}
-	if r.addr6.IsValid() && (!r.addr6.Addr().Is6() || r.addr6.Addr().Is4In6() || r.addr6.Bits() > 126) {
-		return fmt.Errorf("kernel egress: IPv6 tunnel address %v: want an IPv6 address/prefix of at most /126", r.addr6)
-	}
-	if r.egress6.IsValid() && (!r.egress6.Is6() || r.egress6.Is4In6() || r.egress6.IsUnspecified()) {
-		return fmt.Errorf("kernel egress: IPv6 egress address %v: want a unicast IPv6 address", r.egress6)
-	}
-	if r.prefix6.IsValid() {
-		if !r.addr6.IsValid() {
-			return fmt.Errorf("kernel egress: --egress-prefix6 %v without an IPv6 tunnel address", r.prefix6)
+	for _, f := range nftFamilies {
+		p, e := r.tunnels[f.Index], r.egress[f.Index]
+		if p.IsValid() && (!f.Contains(p.Addr()) || p.Addr().Is4In6() || p.Bits() > f.Bits-2) {
+			return fmt.Errorf("kernel egress: %s tunnel address %v: want an %s address/prefix of at most /%d", f, p, f, f.Bits-2)
 		}
-		if !r.prefix6.Addr().Is6() || r.prefix6.Addr().Is4In6() || r.prefix6.Bits() > 128 || r.prefix6.Overlaps(r.addr6) {
-			return fmt.Errorf("kernel egress: --egress-prefix6 %v: want an IPv6 prefix apart from the tunnel subnet %v", r.prefix6, r.addr6.Masked())
+		if e.IsValid() && (!f.Contains(e) || e.Is4In6() || e.IsUnspecified() || e.IsMulticast()) {
+			return fmt.Errorf("kernel egress: %s egress address %v: want a unicast %s address", f, e, f)
+		}
+	}
+	if !r.egress[v4].IsValid() {
+		return fmt.Errorf("kernel egress: egress address %v: want the gateway's public IPv4 address (--egress-addr)", r.egress[v4])
+	}
+	if r.own.IsValid() {
+		if !r.tunnels[v6].IsValid() {
+			return fmt.Errorf("kernel egress: --egress-prefix6 %v without an IPv6 tunnel address", r.own)
+		}
+		if !r.own.Addr().Is6() || r.own.Addr().Is4In6() || r.own.Overlaps(r.tunnels[v6]) {
+			return fmt.Errorf("kernel egress: --egress-prefix6 %v: want an IPv6 prefix apart from the tunnel subnet %v", r.own, r.tunnels[v6].Masked())
 		}
 	}
 	if r.tun == "" || len(r.tun) >= unix.IFNAMSIZ {

@@ -17,10 +17,13 @@ import (
 )
 
 var testRules = ruleset{
-	tun:    "airlock0",
-	addr:   netip.MustParsePrefix("100.64.0.1/16"),
-	egress: netip.MustParseAddr("203.0.113.1"),
+	tun:     "airlock0",
+	tunnels: [2]netip.Prefix{netip.MustParsePrefix("100.64.0.1/16")},
+	egress:  [2]netip.Addr{netip.MustParseAddr("203.0.113.1")},
 }
+
+// v4 returns r's IPv4 tunnel address and subnet.
+func (r ruleset) v4() netip.Prefix { return r.tunnels[0] }
 
 func TestValidate(t *testing.T) {
 	for _, tt := range []struct {
@@ -29,12 +32,13 @@ func TestValidate(t *testing.T) {
 		ok   bool
 	}{
 		{"ok", testRules, true},
-		{"no egress", ruleset{tun: "a", addr: testRules.addr}, false},
-		{"unspecified egress", ruleset{tun: "a", addr: testRules.addr, egress: netip.IPv4Unspecified()}, false},
-		{"v6 egress", ruleset{tun: "a", addr: testRules.addr, egress: netip.MustParseAddr("2001:db8::1")}, false},
-		{"v6 tunnel", ruleset{tun: "a", addr: netip.MustParsePrefix("fd00::1/64"), egress: testRules.egress}, false},
-		{"long name", ruleset{tun: strings.Repeat("x", 16), addr: testRules.addr, egress: testRules.egress}, false},
-		{"no name", ruleset{addr: testRules.addr, egress: testRules.egress}, false},
+		{"no egress", ruleset{tun: "a", tunnels: testRules.tunnels}, false},
+		{"unspecified egress", ruleset{tun: "a", tunnels: testRules.tunnels, egress: [2]netip.Addr{netip.IPv4Unspecified()}}, false},
+		{"v6 egress as v4", ruleset{tun: "a", tunnels: testRules.tunnels, egress: [2]netip.Addr{netip.MustParseAddr("2001:db8::1")}}, false},
+		{"v6 tunnel as v4", ruleset{tun: "a", tunnels: [2]netip.Prefix{netip.MustParsePrefix("fd00::1/64")}, egress: testRules.egress}, false},
+		{"no v4 tunnel", ruleset{tun: "a", tunnels: [2]netip.Prefix{1: netip.MustParsePrefix("fd00::1/64")}, egress: testRules.egress}, false},
+		{"long name", ruleset{tun: strings.Repeat("x", 16), tunnels: testRules.tunnels, egress: testRules.egress}, false},
+		{"no name", ruleset{tunnels: testRules.tunnels, egress: testRules.egress}, false},
 	} {
 		if err := tt.r.validate(); (err == nil) != tt.ok {
 			t.Errorf("%s: validate: got %v, want ok=%v", tt.name, err, tt.ok)
@@ -74,7 +78,7 @@ func l4Of(rule []expr.Any) (byte, bool) {
 func TestJobRules(t *testing.T) {
 	job := netip.MustParseAddr("100.64.0.7")
 	block := portblock.Range{Lo: 20256, Hi: 20511}
-	rules := testRules.jobRules(job, netip.Addr{}, block)
+	rules := testRules.natRules(job, jobEgress{addr: testRules.egress[0], block: block})
 	if got, want := len(rules), 3; got != want {
 		t.Fatalf("job rules: got %d, want %d", got, want)
 	}
@@ -104,8 +108,8 @@ func TestJobRules(t *testing.T) {
 		if nat.Type != expr.NATTypeSourceNAT || nat.Family != unix.NFPROTO_IPV4 {
 			t.Errorf("rule %d: nat %+v, want ipv4 snat", i, nat)
 		}
-		if e := testRules.egress.As4(); string(imm[nat.RegAddrMin]) != string(e[:]) {
-			t.Errorf("rule %d: snat address %v, want %v", i, imm[nat.RegAddrMin], testRules.egress)
+		if e := testRules.egress[0].As4(); string(imm[nat.RegAddrMin]) != string(e[:]) {
+			t.Errorf("rule %d: snat address %v, want %v", i, imm[nat.RegAddrMin], testRules.egress[0])
 		}
 		if (nat.RegProtoMin != 0) != want.ports {
 			t.Errorf("rule %d: port range present %v, want %v", i, nat.RegProtoMin != 0, want.ports)
@@ -118,7 +122,7 @@ func TestJobRules(t *testing.T) {
 		}
 	}
 	// No block: address-only SNAT for every protocol.
-	for i, r := range testRules.jobRules(job, netip.Addr{}, portblock.Range{}) {
+	for i, r := range testRules.natRules(job, jobEgress{addr: testRules.egress[0]}) {
 		if nat, _ := natOf(t, r); nat.RegProtoMin != 0 {
 			t.Errorf("no block, rule %d: has a port range", i)
 		}
@@ -152,7 +156,7 @@ func TestFilterRules(t *testing.T) {
 	if v, ok := th[len(th)-1][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictGoto || v.Chain != chainFloor {
 		t.Errorf("to_host ends with %v, want goto floor", th[len(th)-1])
 	}
-	gw := testRules.addr.Addr().As4()
+	gw := testRules.v4().Addr().As4()
 	if v, ok := th[len(th)-2][0].(*expr.Verdict); !ok || v.Kind != expr.VerdictJump || v.Chain != chainPolicyHost {
 		t.Errorf("to_host rule before the last is %v, want jump %s", th[len(th)-2], chainPolicyHost)
 	}
@@ -193,18 +197,18 @@ func TestStateTag(t *testing.T) {
 		want string
 		ok   bool
 	}{{"airlock ip_forward=0", "0", true}, {"airlock ip_forward=1", "1", true}, {"airlock ip_forward=", "", false}, {"other", "", false}} {
-		got, ok := parseStateTag([]byte(tt.in), stateTagPrefix)
+		got, ok := parseStateTag([]byte(tt.in), v4Family.stateTag)
 		if got != tt.want || ok != tt.ok {
 			t.Errorf("parseStateTag(%q): got %q, %v, want %q, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-	if got, _ := parseStateTag(stateTag(stateTagPrefix, "0"), stateTagPrefix); got != "0" {
+	if got, _ := parseStateTag(stateTag(v4Family.stateTag, "0"), v4Family.stateTag); got != "0" {
 		t.Errorf("round trip: got %q", got)
 	}
-	if got, ok := parseStateTag(stateTag(stateTagPref6, "0"), stateTagPrefix); ok {
+	if got, ok := parseStateTag(stateTag(v6Family.stateTag, "0"), v4Family.stateTag); ok {
 		t.Errorf("the IPv6 tag parsed as ip_forward: %q", got)
 	}
-	if got, _ := parseStateTag(stateTag(stateTagPref6, "1"), stateTagPref6); got != "1" {
+	if got, _ := parseStateTag(stateTag(v6Family.stateTag, "1"), v6Family.stateTag); got != "1" {
 		t.Errorf("IPv6 round trip: got %q", got)
 	}
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 // HTB layout, the same on both shaped devices (see limits_linux.go).
@@ -54,17 +56,25 @@ func ifbName(tun string) string {
 // packet names the job.
 type direction struct {
 	link netlink.Link
-	// off is the offset of the job's address in the IPv4 header: 12
-	// (source) for traffic from jobs, 16 (destination) to them; off6 in
-	// the IPv6 header (8, 24).
-	off, off6 int32
+	// src: the job's address is the packet's source (traffic from jobs),
+	// else its destination (traffic to them).
+	src bool
 }
 
-// tcJob is one limited job: its class minor and its rates (0: no class).
+// off returns the offset of the job's address in a header of family f.
+func (d direction) off(f *nftFamily) int32 {
+	if d.src {
+		return int32(f.SrcOff)
+	}
+	return int32(f.DstOff)
+}
+
+// tcJob is one limited job: its class minor, its rates (0: no class) and
+// its addresses, each classified by a filter of its family.
 type tcJob struct {
 	minor uint16
-	bps   [2]uint64  // egress, ingress
-	addr6 netip.Addr // the job's IPv6 address, zero for none
+	bps   [2]uint64 // egress, ingress
+	addrs []netip.Addr
 }
 
 // tcShaper owns the qdiscs of the TUN and the ifb. It is not safe for
@@ -74,7 +84,7 @@ type tcShaper struct {
 	dirs   [2]direction // egress (ifb), ingress (TUN)
 	ifb    string
 	global [2]uint64
-	jobs   map[netip.Addr]*tcJob
+	jobs   map[jobs.ID]*tcJob
 	free   []uint16
 	next   uint16
 }
@@ -112,7 +122,7 @@ func newTCShaper(tun string, log *slog.Logger) (_ *tcShaper, err error) {
 		}
 		return nil, privError("kernel egress: create "+name, err)
 	}
-	s := &tcShaper{log: log, ifb: name, jobs: make(map[netip.Addr]*tcJob), next: firstJobMinor}
+	s := &tcShaper{log: log, ifb: name, jobs: make(map[jobs.ID]*tcJob), next: firstJobMinor}
 	defer func() {
 		if err != nil {
 			s.close()
@@ -125,7 +135,7 @@ func newTCShaper(tun string, log *slog.Logger) (_ *tcShaper, err error) {
 	if err := netlink.LinkSetUp(ifb); err != nil {
 		return nil, privError("kernel egress: bring "+name+" up", err)
 	}
-	s.dirs = [2]direction{{link: ifb, off: 12, off6: 8}, {link: t, off: 16, off6: 24}}
+	s.dirs = [2]direction{{link: ifb, src: true}, {link: t}}
 	for _, d := range s.dirs {
 		q := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: d.link.Attrs().Index, Handle: netlink.MakeHandle(htbMajor, 0), Parent: netlink.HANDLE_ROOT})
 		q.Defcls = defaultMinor
@@ -201,10 +211,10 @@ func (s *tcShaper) rootBps(i int) uint64 {
 	return s.global[i]
 }
 
-// setJob gives the job classes with the ceilings egress and ingress, and
-// removes a direction's class when its rate is 0.
-func (s *tcShaper) setJob(job, addr6 netip.Addr, egress, ingress uint64) error {
-	j, ok := s.jobs[job]
+// setJob gives job id (at addrs) classes with the ceilings egress and
+// ingress, and removes a direction's class when its rate is 0.
+func (s *tcShaper) setJob(id jobs.ID, addrs []netip.Addr, egress, ingress uint64) error {
+	j, ok := s.jobs[id]
 	if !ok {
 		if egress == 0 && ingress == 0 {
 			return nil
@@ -213,8 +223,8 @@ func (s *tcShaper) setJob(job, addr6 netip.Addr, egress, ingress uint64) error {
 		if err != nil {
 			return err
 		}
-		j = &tcJob{minor: minor, addr6: addr6}
-		s.jobs[job] = j
+		j = &tcJob{minor: minor, addrs: addrs}
+		s.jobs[id] = j
 	}
 	for i, bps := range []uint64{egress, ingress} {
 		switch {
@@ -226,79 +236,72 @@ func (s *tcShaper) setJob(job, addr6 netip.Addr, egress, ingress uint64) error {
 		case bps != 0:
 			had := j.bps[i] != 0
 			j.bps[i] = bps
-			if err := s.setClass(i, job, j); err != nil {
+			if err := s.setClass(i, id, j); err != nil {
 				return err
 			}
 			if !had {
-				if err := s.addFilter(i, job, j); err != nil {
+				if err := s.addFilters(i, j); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	if j.bps == [2]uint64{} {
-		delete(s.jobs, job)
+		delete(s.jobs, id)
 		s.free = append(s.free, j.minor)
 	}
 	return nil
 }
 
-func (s *tcShaper) setClass(i int, job netip.Addr, j *tcJob) error {
+func (s *tcShaper) setClass(i int, id jobs.ID, j *tcJob) error {
 	d := s.dirs[i]
 	ceil := min(j.bps[i], s.rootBps(i))
 	c := htbClass(d.link, j.minor, netlink.MakeHandle(htbMajor, rootMinor), guaranteedBps, ceil)
 	if err := netlink.ClassReplace(c); err != nil {
-		return fmt.Errorf("kernel egress: set the htb class of %v on %s: %w", job, d.link.Attrs().Name, err)
+		return fmt.Errorf("kernel egress: set the htb class of %s on %s: %w", id, d.link.Attrs().Name, err)
 	}
 	return nil
 }
 
-// addFilter classifies the job's packets into its class: `u32 match ip
-// src|dst JOB/32 flowid 1:MINOR`, at priority MINOR.
-func (s *tcShaper) addFilter(i int, job netip.Addr, j *tcJob) error {
-	d := s.dirs[i]
-	a := job.As4()
-	f := &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor, Protocol: unix.ETH_P_IP},
-		ClassId:     netlink.MakeHandle(htbMajor, j.minor),
-		Sel: &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: []netlink.TcU32Key{
-			{Mask: 0xffffffff, Val: binary.BigEndian.Uint32(a[:]), Off: d.off},
-		}},
+// filter is the u32 filter that classifies the packets of family f of a
+// job with class minor into its class in direction d, at priority minor
+// plus the family's offset: `u32 match ip|ip6 src|dst JOB flowid
+// 1:MINOR`; a is the job's address, zero for a filter to delete.
+func filter(d direction, f *nftFamily, minor uint16, a netip.Addr) *netlink.U32 {
+	u := &netlink.U32{
+		FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: minor + f.tcPrio, Protocol: f.ethProto},
+		ClassId:     netlink.MakeHandle(htbMajor, minor),
 	}
-	if err := netlink.FilterAdd(f); err != nil {
-		return fmt.Errorf("kernel egress: add the tc filter of %v on %s: %w", job, d.link.Attrs().Name, err)
+	if !a.IsValid() {
+		return u
 	}
-	if !j.addr6.IsValid() {
-		return nil
-	}
-	// `u32 match ip6 src|dst JOB6/128 flowid 1:MINOR`.
-	a6 := j.addr6.As16()
 	var keys []netlink.TcU32Key
-	for i := 0; i < 4; i++ {
-		keys = append(keys, netlink.TcU32Key{Mask: 0xffffffff, Val: binary.BigEndian.Uint32(a6[4*i:]), Off: d.off6 + int32(4*i)})
+	b := a.AsSlice()
+	for i := 0; i < len(b); i += 4 {
+		keys = append(keys, netlink.TcU32Key{Mask: 0xffffffff, Val: binary.BigEndian.Uint32(b[i:]), Off: d.off(f) + int32(i)})
 	}
-	f6 := &netlink.U32{
-		FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor + prio6, Protocol: unix.ETH_P_IPV6},
-		ClassId:     netlink.MakeHandle(htbMajor, j.minor),
-		Sel:         &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: keys},
-	}
-	if err := netlink.FilterAdd(f6); err != nil {
-		return fmt.Errorf("kernel egress: add the IPv6 tc filter of %v on %s: %w", j.addr6, d.link.Attrs().Name, err)
+	u.Sel = &netlink.TcU32Sel{Flags: netlink.TC_U32_TERMINAL, Keys: keys}
+	return u
+}
+
+// addFilters classifies the job's packets of each of its addresses into
+// its class.
+func (s *tcShaper) addFilters(i int, j *tcJob) error {
+	d := s.dirs[i]
+	for _, a := range j.addrs {
+		if err := netlink.FilterAdd(filter(d, famOf(a), j.minor, a)); err != nil {
+			return fmt.Errorf("kernel egress: add the tc filter of %v on %s: %w", a, d.link.Attrs().Name, err)
+		}
 	}
 	return nil
 }
 
-// delClass removes the job's filter and class in direction i.
+// delClass removes the job's filters and class in direction i.
 func (s *tcShaper) delClass(i int, j *tcJob) error {
 	d := s.dirs[i]
-	f := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor, Protocol: unix.ETH_P_IP}}
-	if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("kernel egress: delete a tc filter on %s: %w", d.link.Attrs().Name, err)
-	}
-	if j.addr6.IsValid() {
-		f6 := &netlink.U32{FilterAttrs: netlink.FilterAttrs{LinkIndex: d.link.Attrs().Index, Parent: netlink.MakeHandle(htbMajor, 0), Priority: j.minor + prio6, Protocol: unix.ETH_P_IPV6}}
-		if err := netlink.FilterDel(f6); err != nil && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("kernel egress: delete an IPv6 tc filter on %s: %w", d.link.Attrs().Name, err)
+	for _, a := range j.addrs {
+		if err := netlink.FilterDel(filter(d, famOf(a), j.minor, netip.Addr{})); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("kernel egress: delete a tc filter on %s: %w", d.link.Attrs().Name, err)
 		}
 	}
 	c := &netlink.HtbClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: d.link.Attrs().Index, Handle: netlink.MakeHandle(htbMajor, j.minor), Parent: netlink.MakeHandle(htbMajor, rootMinor)}}
@@ -309,11 +312,11 @@ func (s *tcShaper) delClass(i int, j *tcJob) error {
 }
 
 // removeJob deletes the job's classes and filters.
-func (s *tcShaper) removeJob(job netip.Addr) error {
-	if _, ok := s.jobs[job]; !ok {
+func (s *tcShaper) removeJob(id jobs.ID) error {
+	if _, ok := s.jobs[id]; !ok {
 		return nil
 	}
-	return s.setJob(job, netip.Addr{}, 0, 0)
+	return s.setJob(id, nil, 0, 0)
 }
 
 // alloc returns a free class minor.

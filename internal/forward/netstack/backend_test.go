@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -23,7 +24,7 @@ import (
 func TestAddJobAllOrNothing(t *testing.T) {
 	checkGoroutines(t)
 	tb := flows.New(flows.Config{})
-	p := newPair(t, Config{EgressAddr: netip.MustParseAddr("127.0.0.1"), Flows: tb})
+	p := newPair(t, Config{Egress: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Flows: tb})
 	s := p.s
 
 	first := freePort(t, "tcp")
@@ -32,32 +33,30 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
+	lo := netip.MustParseAddr("127.0.0.1")
 	job := forward.Job{
-		Addr:   jobAddr,
-		Block:  portblock.Range{Lo: 40000, Hi: 40255},
-		Token:  "lab",
-		Ref:    flows.JobRef{Lease: "L", JobID: "42", Token: "lab"},
+		ID:     "L",
+		Addrs:  []netip.Addr{jobAddr},
+		Egress: []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: portblock.Range{Lo: 40000, Hi: 40255}}},
+		Ref:    jobs.Ref{JobID: "42", Token: "lab"},
 		Limits: limits.Job{MaxFlows: 5},
 		Exposures: []forward.Exposure{
-			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: first},
-			{Proto: ipproto.TCP, JobPort: 8081, PublicPort: uint16(taken.Addr().(*net.TCPAddr).Port)},
+			{Proto: ipproto.TCP, JobPort: 8080, PublicPort: first, PublicAddr: lo},
+			{Proto: ipproto.TCP, JobPort: 8081, PublicPort: uint16(taken.Addr().(*net.TCPAddr).Port), PublicAddr: lo},
 		},
 	}
 	nothingLeft := func(t *testing.T, what string) {
 		t.Helper()
-		if _, ok := s.jobs.lookup(jobAddr); ok {
-			t.Errorf("%s: the job's egress is still there", what)
+		if s.jobs.get("L") != nil {
+			t.Errorf("%s: the job's state (egress, token, limits) is still there", what)
 		}
-		if s.limits.job(jobAddr) != nil {
-			t.Errorf("%s: the job's limits are still there", what)
-		}
-		if tok := s.pol.token(jobAddr); tok != "" {
-			t.Errorf("%s: the job's token is still there: %q", what, tok)
+		if id, ok := s.reg.Index().Lookup(jobAddr); ok {
+			t.Errorf("%s: the job index still names %s", what, id)
 		}
 		if js := tb.Jobs(); len(js) != 0 {
 			t.Errorf("%s: the flow table still has %+v", what, js)
 		}
-		if err := s.SetJobLimits(jobAddr, limits.Job{}); !errors.Is(err, forward.ErrUnknownJob) {
+		if err := s.SetJobLimits("L", limits.Job{}); !errors.Is(err, forward.ErrUnknownJob) {
 			t.Errorf("%s: SetJobLimits got %v, want ErrUnknownJob", what, err)
 		}
 		l, err := net.Listen("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), first).String())
@@ -78,13 +77,20 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		mod  func(*forward.Job)
 		want error
 	}{
-		{"ipv6 address", func(j *forward.Job) { j.Addr6 = netip.MustParseAddr("fd00::2") }, forward.ErrNotSupported},
-		{"ipv6 egress", func(j *forward.Job) { j.Egress6 = netip.MustParseAddr("2001:db8::1") }, forward.ErrNotSupported},
+		{"ipv6 address", func(j *forward.Job) { j.Addrs = append(j.Addrs, netip.MustParseAddr("fd00::2")) }, forward.ErrNotSupported},
+		{"ipv6 egress", func(j *forward.Job) {
+			j.Egress = append(j.Egress, forward.Egress{Addr: netip.MustParseAddr("2001:db8::1")})
+		}, nil},
+		{"two addresses of a family", func(j *forward.Job) { j.Addrs = append(j.Addrs, netip.MustParseAddr("100.64.0.3")) }, nil},
+		{"no id", func(j *forward.Job) { j.ID = "" }, nil},
 		{"bad limits", func(j *forward.Job) { j.Limits.MaxFlows = -1 }, nil},
-		{"outside the subnet", func(j *forward.Job) { j.Addr = netip.MustParseAddr("10.9.9.9") }, nil},
-		{"gateway's address", func(j *forward.Job) { j.Addr = gwPrefix.Addr() }, nil},
+		{"outside the subnet", func(j *forward.Job) { j.Addrs = []netip.Addr{netip.MustParseAddr("10.9.9.9")} }, nil},
+		{"gateway's address", func(j *forward.Job) { j.Addrs = []netip.Addr{gwPrefix.Addr()} }, nil},
 		{"bad exposure", func(j *forward.Job) {
-			j.Exposures = []forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 1, PublicPort: 1}}
+			j.Exposures = []forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 1, PublicPort: 1, PublicAddr: lo}}
+		}, nil},
+		{"exposure without an address", func(j *forward.Job) {
+			j.Exposures = []forward.Exposure{{Proto: ipproto.TCP, JobPort: 1, PublicPort: 1}}
 		}, nil},
 	} {
 		j := job
@@ -102,17 +108,20 @@ func TestAddJobAllOrNothing(t *testing.T) {
 		t.Fatalf("AddJob: %v", err)
 	}
 	again := job
-	again.Block = portblock.Range{Lo: 50000, Hi: 50255}
+	again.Egress = []forward.Egress{{Addr: netip.IPv4Unspecified(), Block: portblock.Range{Lo: 50000, Hi: 50255}}}
 	if err := s.AddJob(again); !errors.Is(err, forward.ErrJobExists) {
 		t.Errorf("AddJob again: got %v, want ErrJobExists", err)
 	}
-	if e, _ := s.jobs.lookup(jobAddr); e.block != job.Block {
-		t.Errorf("block after a refused second AddJob: got %v, want %v", e.block, job.Block)
+	other := job
+	other.ID, other.Exposures = "M", nil
+	if err := s.AddJob(other); !errors.Is(err, forward.ErrJobExists) {
+		t.Errorf("AddJob of another job at the same address: got %v, want ErrJobExists", err)
 	}
-	if tok := s.pol.token(jobAddr); tok != "lab" {
-		t.Errorf("token: got %q, want lab", tok)
+	js := s.jobs.get("L")
+	if js == nil || js.egress[0].block != job.Egress[0].Block || js.token != "lab" {
+		t.Errorf("job after a refused second AddJob: %+v, want block %v and token lab", js, job.Egress[0].Block)
 	}
-	if js := tb.Jobs(); len(js) != 1 || js[0].JobRef != job.Ref {
+	if js := tb.Jobs(); len(js) != 1 || js[0].Ref != job.Ref || js[0].Lease != "L" {
 		t.Errorf("flow table jobs: got %+v, want the job's ref", js)
 	}
 	if l, err := net.Listen("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), first).String()); err == nil {
@@ -122,7 +131,7 @@ func TestAddJobAllOrNothing(t *testing.T) {
 	if _, err := s.Stats(); err != nil {
 		t.Errorf("Stats: %v", err)
 	}
-	s.RemoveJob(jobAddr)
+	s.RemoveJob("L")
 	nothingLeft(t, "RemoveJob")
-	s.RemoveJob(jobAddr) // twice is harmless
+	s.RemoveJob("L") // twice is harmless
 }

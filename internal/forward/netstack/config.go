@@ -11,8 +11,12 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -32,14 +36,12 @@ type Config struct {
 	// logs. Required.
 	Logger *slog.Logger
 
-	// Addr is the gateway's tunnel address with the tunnel subnet length,
-	// e.g. 100.64.0.1/16. The DNS server listens on Addr port 53. Required.
-	Addr netip.Prefix
-
-	// Addr6, if valid, is the gateway's IPv6 tunnel address with the IPv6
-	// tunnel prefix length (dualstack.go): the netstack owns it too, and a
-	// second DNS server listens on Addr6 port 53.
-	Addr6 netip.Prefix
+	// Addrs are the gateway's tunnel addresses with the tunnel subnets'
+	// lengths, at most one per address family, e.g. 100.64.0.1/16 and
+	// fd00:a1::6440:1/48: the netstack owns them, a DNS server listens on
+	// port 53 of each, and jobs' addresses are in their subnets.
+	// Required: at least one.
+	Addrs []netip.Prefix
 
 	// MTU is the tunnel MTU in bytes; 0 means DefaultMTU.
 	MTU int
@@ -49,6 +51,9 @@ type Config struct {
 	// ResolvConf. Loopback resolvers (e.g. 127.0.0.53) are fine: the
 	// gateway process itself queries them.
 	DNSUpstreams []netip.AddrPort
+	// DNSRoute, if set, may answer a query to Addr:53 instead of the
+	// upstreams (dnsfwd.Config.Route).
+	DNSRoute func(ctx context.Context, req *dns.Msg, network string) (*dns.Msg, bool, error)
 
 	// ResolvConf is the resolv.conf read when DNSUpstreams is empty;
 	// "" means DefaultResolvConf.
@@ -81,9 +86,18 @@ type Config struct {
 	// recorded in (flows.go).
 	Flows *flows.Table
 
-	// EgressAddr, if valid, is the host address jobs' flows leave from;
-	// invalid means the kernel's choice per destination.
-	EgressAddr netip.Addr
+	// Jobs is the job index AddJob adds jobs' addresses to (the gateway
+	// shares it with its capture taps); nil means the flow table's, or a
+	// fresh one without a flow table. With a flow table it must be the
+	// table's.
+	Jobs *jobs.Index
+
+	// Egress are the host addresses jobs' flows leave from, at most one
+	// per family, where a job's egress entry names none (an unspecified
+	// address or none for the family); a family without one leaves from
+	// the kernel's choice per destination. Exposures at an unspecified
+	// address listen on the family's.
+	Egress []netip.Addr
 
 	// ExplicitPorts makes jobs' sockets bind to a port of the job's block
 	// themselves (trying the block's ports from a random start until one
@@ -93,21 +107,17 @@ type Config struct {
 	// socket's range.
 	ExplicitPorts bool
 
-	// ListenPing, if non-nil, replaces the host's ICMPv4 "ping" sockets
-	// (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)) that relay jobs' echo
-	// requests. Each call opens one socket: WriteTo(msg, *net.UDPAddr)
-	// sends the ICMP echo request msg to the address's IP, replacing its
-	// echo id with the socket's own and filling in the checksum; ReadFrom
-	// returns one ICMP echo reply message (ICMP header onwards, with the
-	// socket's id) and its sender as a *net.UDPAddr, and honours read
-	// deadlines. nil means host ping sockets bound to EgressAddr. Tests use
-	// it where ping sockets are not allowed.
-	ListenPing func() (net.PacketConn, error)
-
-	// ListenPing6 is ListenPing for ICMPv6 echo (socket(AF_INET6,
-	// SOCK_DGRAM, IPPROTO_ICMPV6)); addresses are IPv6. nil means host
-	// ICMPv6 ping sockets bound to EgressAddr if it is IPv6, else to ::.
-	ListenPing6 func() (net.PacketConn, error)
+	// ListenPing, if non-nil, replaces the host's "ping" sockets
+	// (socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP), and AF_INET6 with
+	// IPPROTO_ICMPV6) that relay jobs' echo requests of family f. Each
+	// call opens one socket, bound to local if valid (the job's egress
+	// address of f): WriteTo(msg, *net.UDPAddr) sends the echo request
+	// msg to the address's IP, replacing its echo id with the socket's
+	// own and filling in the checksum; ReadFrom returns one echo reply
+	// message (ICMP header onwards, with the socket's id) and its sender
+	// as a *net.UDPAddr, and honours read deadlines. nil means host ping
+	// sockets. Tests use it where ping sockets are not allowed.
+	ListenPing func(f *ipfamily.Family, local netip.Addr) (net.PacketConn, error)
 
 	// KernelTCP, if non-nil, is a private namespace (internal/usernet)
 	// whose kernel TCP terminates jobs' IPv4 TCP instead of the netstack
@@ -126,15 +136,27 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		return c, errors.New("netstack config: Logger is required")
 	}
-	if !c.Addr.IsValid() {
-		return c, errors.New("netstack config: Addr is required")
+	if len(c.Addrs) == 0 {
+		return c, errors.New("netstack config: Addrs is required")
 	}
-	c.Addr = netip.PrefixFrom(c.Addr.Addr().Unmap(), c.Addr.Bits())
-	if c.Addr.Addr().Is4() && c.Addr.Bits() > 32 {
-		return c, fmt.Errorf("netstack config: Addr %s: prefix length too long", c.Addr)
+	var seen [ipfamily.N]bool
+	addrs := make([]netip.Prefix, len(c.Addrs))
+	for i, p := range c.Addrs {
+		f := ipfamily.Of(p.Addr())
+		if !p.IsValid() || f == nil || seen[f.Index] || p.Bits() > f.Bits {
+			return c, fmt.Errorf("netstack config: tunnel addresses %v: want at most one address/prefix per family", c.Addrs)
+		}
+		seen[f.Index] = true
+		addrs[i] = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
 	}
-	if c.Addr6.IsValid() && (!c.Addr6.Addr().Is6() || c.Addr6.Addr().Is4In6() || !c.Addr.Addr().Is4()) {
-		return c, fmt.Errorf("netstack config: Addr6 %s: want an IPv6 address beside an IPv4 Addr", c.Addr6)
+	c.Addrs = addrs
+	c.Egress = append([]netip.Addr(nil), c.Egress...)
+	for i, a := range c.Egress {
+		f := ipfamily.Of(a)
+		if f == nil || a.IsMulticast() || a.IsUnspecified() {
+			return c, fmt.Errorf("netstack config: egress address %v: want a unicast address", a)
+		}
+		c.Egress[i] = a.Unmap()
 	}
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU

@@ -22,7 +22,7 @@ func TestConformance(t *testing.T) {
 			if !forwardtest.Isolate(t) {
 				return
 			}
-			forwardtest.Run(t, forwardtest.Options{IPv6Floor: true, New: func(t *testing.T, env forwardtest.Env) forward.Backend {
+			forwardtest.Run(t, forwardtest.Options{New: func(t *testing.T, env forwardtest.Env) forward.Backend {
 				return newConformanceStack(t, name, env)
 			}})
 		})
@@ -35,19 +35,28 @@ func newConformanceStack(t *testing.T, tcpStack string, env forwardtest.Env) for
 	if err := forwardtest.WriteSysctl("net/ipv4/ping_group_range", "0 0"); err != nil {
 		t.Fatal(err)
 	}
+	// Jobs' own addresses: a local route, as the gateway's user-mode
+	// setup for --egress-prefix6 makes.
+	if err := forwardtest.LocalRoute(env.OwnPrefix); err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
 		Logger:         env.Logger,
-		Addr:           env.Tunnel,
+		Addrs:          env.Tunnels,
 		MTU:            env.MTU,
 		DNSUpstreams:   []netip.AddrPort{env.DNS},
 		UDPIdleTimeout: env.UDPIdle,
 		Flows:          env.Flows,
-		EgressAddr:     env.Egress,
+		Egress:         env.Egress,
 	}
 	if tcpStack == "kernel" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ns, err := usernet.Open(ctx, env.Tunnel.Masked(), env.MTU)
+		var subnets []netip.Prefix
+		for _, p := range env.Tunnels {
+			subnets = append(subnets, p.Masked())
+		}
+		ns, err := usernet.Open(ctx, subnets, env.MTU)
 		if err != nil {
 			t.Fatalf("open private namespace for kernel tcp: %v", err)
 		}

@@ -19,7 +19,7 @@ import (
 // policy: the one list of package policy, with the stack's tunnel subnet
 // and embedded IPv4 addresses.
 func TestFloor(t *testing.T) {
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: newDialer().Dial,
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: newDialer().Dial,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		HostAddrs: func() ([]netip.Addr, error) {
 			return []netip.Addr{netip.MustParseAddr("203.0.113.1")}, nil
@@ -144,7 +144,7 @@ func checksumBytes(b []byte, initial uint16) uint16 {
 func TestDeniedDestinations(t *testing.T) {
 	checkGoroutines(t)
 	d := newDialer()
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: d.Dial,
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: d.Dial,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)

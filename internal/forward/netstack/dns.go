@@ -13,15 +13,10 @@ import (
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 )
 
-// startDNS binds the tunnel address port 53 inside the netstack, UDP and
-// TCP, and serves it with a dnsfwd relay to the upstreams. Endpoints bound
-// there take precedence over the forwarders.
-func startDNS(s *Stack) (*dnsfwd.Server, error) {
-	return startDNSOn(s, s.cfg.Addr.Addr())
-}
-
-// startDNSOn starts a DNS server on the tunnel address self, port 53.
-func startDNSOn(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
+// startDNS binds the tunnel address self port 53 inside the netstack, UDP
+// and TCP, and serves it with a dnsfwd relay to the upstreams. Endpoints
+// bound there take precedence over the forwarders.
+func startDNS(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
 	fa := tcpip.FullAddress{NIC: nicID, Addr: tcpip.AddrFromSlice(self.AsSlice()), Port: dnsPort}
 	proto := protoOf(self)
 	pc, err := gonet.DialUDP(s.ns, &fa, nil, proto)
@@ -36,6 +31,7 @@ func startDNSOn(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
 	return dnsfwd.Start(dnsfwd.Config{
 		Logger:    s.log,
 		Upstreams: s.cfg.DNSUpstreams,
+		Route:     s.cfg.DNSRoute,
 		Observe: func(failed bool) {
 			s.stats.dnsQueries.Add(1)
 			if failed {

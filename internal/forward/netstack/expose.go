@@ -5,12 +5,14 @@ package netstack
 // Inbound exposure (`airlock run --expose`) in user mode.
 //
 // Theory of operation: for every exposure the Stack opens a host socket on
-// the public port of the job's egress address (Exposure.PublicAddr, else
-// EgressAddr), the address the gateway announces, and on
-// no other address of the host (never its loopback or management
-// addresses; without EgressAddr, AddJob with exposures fails), as the gateway's user; nothing is done by the kernel on the
-// jobs' behalf. TCP: each accepted connection is carried into the netstack
-// with a gonet dial to JOB:PORT; if the job refuses or does not answer
+// the public port of the job's egress address (Exposure.PublicAddr; its
+// family's unspecified address: the Stack's Egress of the family), the
+// address the gateway announces, and on no other address of the host
+// (never its loopback or management addresses; without an egress address
+// of the family, AddJob with exposures fails), as the gateway's user;
+// nothing is done by the kernel on the jobs' behalf. The job's side is
+// its tunnel address of the exposure's family. TCP: each accepted
+// connection is carried into the netstack with a gonet dial to JOB:PORT; if the job refuses or does not answer
 // within exposeDialTimeout the outside client gets a reset. Data is copied
 // both ways with half-close, like outgoing flows. UDP: one netstack socket
 // connected to JOB:PORT per outside peer (IP:port), created on the peer's
@@ -43,7 +45,9 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 const (
@@ -60,11 +64,11 @@ const (
 type exposeTable struct {
 	mu     sync.Mutex
 	closed bool
-	jobs   map[netip.Addr][]*exposure
+	jobs   map[jobs.ID][]*exposure
 }
 
 func newExposeTable() *exposeTable {
-	return &exposeTable{jobs: make(map[netip.Addr][]*exposure)}
+	return &exposeTable{jobs: make(map[jobs.ID][]*exposure)}
 }
 
 // Close closes every exposure; called by Stack.Close through track.
@@ -82,20 +86,30 @@ func (t *exposeTable) Close() error {
 	return nil
 }
 
-// expose opens a host listener for every
-// exposure of the job at addr and carries what arrives into the netstack
-// to the job's port. The job's previous exposures are closed first.
-func (s *Stack) expose(job netip.Addr, ex []forward.Exposure) error {
-	job = job.Unmap()
+// expose opens a host listener for every exposure of job id and carries
+// what arrives into the netstack to the job's port at its tunnel address
+// of the exposure's family. The job's previous exposures are closed first.
+func (s *Stack) expose(id jobs.ID, ex []forward.Exposure) error {
+	j, ok := s.reg.Get(id)
+	if !ok {
+		return fmt.Errorf("expose: %w", forward.ErrUnknownJob)
+	}
 	for _, x := range ex {
-		if err := checkExposure(x); err != nil {
+		if err := forward.CheckExposure(x); err != nil {
 			return err
 		}
 	}
-	s.unexpose(job)
+	s.unexpose(id)
 	var opened []*exposure
 	for _, x := range ex {
-		e, err := s.openExposure(job, x)
+		addr, ok := j.AddrOf(x.Family())
+		if !ok {
+			for _, o := range opened {
+				o.Close()
+			}
+			return fmt.Errorf("expose %s/%d at %v: the job has no %s tunnel address", x.Proto, x.JobPort, x.PublicAddr, x.Family())
+		}
+		e, err := s.openExposure(id, addr, x)
 		if err != nil {
 			for _, o := range opened {
 				o.Close()
@@ -108,7 +122,7 @@ func (s *Stack) expose(job netip.Addr, ex []forward.Exposure) error {
 	t.mu.Lock()
 	closed := t.closed
 	if !closed {
-		t.jobs[job] = opened
+		t.jobs[id] = opened
 	}
 	t.mu.Unlock()
 	if closed {
@@ -119,39 +133,32 @@ func (s *Stack) expose(job netip.Addr, ex []forward.Exposure) error {
 	}
 	for _, e := range opened {
 		e.start()
-		s.log.Info("exposed job port", "job", job, "proto", e.x.Proto, "job_port", e.x.JobPort, "listen", e.listenAddr)
+		s.log.Info("exposed job port", "job", id, "addr", e.job, "proto", e.x.Proto, "job_port", e.x.JobPort, "listen", e.listenAddr)
 	}
 	return nil
 }
 
-// checkExposure rejects an exposure no listener can be opened for.
-func checkExposure(x forward.Exposure) error {
-	if (x.Proto != ipproto.TCP && x.Proto != ipproto.UDP) || x.JobPort == 0 || x.PublicPort == 0 {
-		return fmt.Errorf("expose %d/%s at port %d: want tcp or udp and ports 1-65535", x.JobPort, x.Proto, x.PublicPort)
-	}
-	return nil
-}
-
-// unexpose closes the job's listeners and
-// the connections and flows they carried.
-func (s *Stack) unexpose(job netip.Addr) {
+// unexpose closes the job's listeners and the connections and flows they
+// carried.
+func (s *Stack) unexpose(id jobs.ID) {
 	t := s.exposed
 	t.mu.Lock()
-	ex := t.jobs[job.Unmap()]
-	delete(t.jobs, job.Unmap())
+	ex := t.jobs[id]
+	delete(t.jobs, id)
 	t.mu.Unlock()
 	for _, e := range ex {
 		e.Close()
 	}
 	if len(ex) > 0 {
-		s.log.Info("job's ports no longer exposed", "job", job, "exposures", len(ex))
+		s.log.Info("job's ports no longer exposed", "job", id, "exposures", len(ex))
 	}
 }
 
 // exposure is one open mapping: its host socket and what it carries.
 type exposure struct {
 	s          *Stack
-	job        netip.Addr
+	id         jobs.ID
+	job        netip.Addr // the job's tunnel address of the exposure's family
 	x          forward.Exposure
 	listenAddr string
 	ln         *net.TCPListener // tcp
@@ -167,25 +174,27 @@ type exposure struct {
 	flows map[netip.AddrPort]*exposeFlow
 }
 
-// openExposure opens the host socket of x on EgressAddr.
-func (s *Stack) openExposure(job netip.Addr, x forward.Exposure) (*exposure, error) {
-	at := s.cfg.EgressAddr
-	if x.PublicAddr.IsValid() {
-		at = x.PublicAddr
+// openExposure opens the host socket of job id's exposure x, carried to
+// the job's tunnel address job.
+func (s *Stack) openExposure(id jobs.ID, job netip.Addr, x forward.Exposure) (*exposure, error) {
+	f := x.Family()
+	at := x.PublicAddr.Unmap()
+	if at.IsUnspecified() {
+		at = s.egress[f.Index]
 	}
-	if !at.IsValid() || at.IsUnspecified() {
-		return nil, fmt.Errorf("expose %s/%d of job %s: no egress address to listen on (set --egress-addr)", x.Proto, x.JobPort, job)
+	if !at.IsValid() {
+		return nil, fmt.Errorf("expose %s/%d of job %s: no %s egress address to listen on (set --egress-addr)", x.Proto, x.JobPort, id, f)
 	}
-	network := x.Proto.String() // "tcp" or "udp", as net wants it
+	network := x.Proto.String() + "4" // "tcp4" or "udp6", as net wants it
+	if f == ipfamily.V6 {
+		network = x.Proto.String() + "6"
+	}
 	ap := netip.AddrPortFrom(at, x.PublicPort)
-	e := &exposure{s: s, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
+	e := &exposure{s: s, id: id, job: job, x: x, conns: make(map[io.Closer]struct{}), flows: make(map[netip.AddrPort]*exposeFlow)}
 	e.listenAddr = ap.String()
 	var err error
-	if at.Is6() {
-		// A job's own IPv6 address (dualstack.go) is on no interface.
-		network += "6"
-	}
-	lc := net.ListenConfig{Control: freebind6}
+	// A job's own address is on no interface.
+	lc := net.ListenConfig{Control: freebind}
 	if x.Proto == ipproto.TCP {
 		var ln net.Listener
 		if ln, err = lc.Listen(context.Background(), network, ap.String()); err == nil {

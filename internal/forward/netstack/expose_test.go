@@ -42,7 +42,10 @@ func TestExpose(t *testing.T) {
 	checkGoroutines(t)
 	log := &recLog{}
 	tb := flows.New(flows.Config{Log: log})
-	p := newPair(t, Config{EgressAddr: netip.MustParseAddr("127.0.0.1"), Flows: tb})
+	p := newPair(t, Config{Egress: []netip.Addr{netip.MustParseAddr("127.0.0.1")}, Flows: tb})
+	if err := p.s.AddJob(testJob("L", jobAddr)); err != nil {
+		t.Fatal(err)
+	}
 
 	// The job serves TCP 8080 (greeting, then echo until EOF) and UDP 5353
 	// (echo, prefixed).
@@ -83,11 +86,11 @@ func TestExpose(t *testing.T) {
 
 	tcpPub, udpPub, closedPub := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
 	ex := []forward.Exposure{
-		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: tcpPub},
-		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: udpPub},
-		{Proto: ipproto.TCP, JobPort: 9999, PublicPort: closedPub}, // nothing listens in the job
+		{Proto: ipproto.TCP, JobPort: 8080, PublicPort: tcpPub, PublicAddr: netip.IPv4Unspecified()},
+		{Proto: ipproto.UDP, JobPort: 5353, PublicPort: udpPub, PublicAddr: netip.IPv4Unspecified()},
+		{Proto: ipproto.TCP, JobPort: 9999, PublicPort: closedPub, PublicAddr: netip.IPv4Unspecified()}, // nothing listens in the job
 	}
-	if err := p.s.expose(jobAddr, ex); err != nil {
+	if err := p.s.expose("L", ex); err != nil {
 		t.Fatalf("Expose: %v", err)
 	}
 
@@ -161,7 +164,7 @@ func TestExpose(t *testing.T) {
 	}
 
 	// Exposing twice replaces; a busy public port fails and leaves nothing.
-	if err := p.s.expose(jobAddr, ex[:1]); err != nil {
+	if err := p.s.expose("L", ex[:1]); err != nil {
 		t.Fatalf("Expose again: %v", err)
 	}
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -169,9 +172,9 @@ func TestExpose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	bad := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 1, PublicPort: freePort(t, "tcp")},
-		{Proto: ipproto.TCP, JobPort: 2, PublicPort: uint16(busy.Addr().(*net.TCPAddr).Port)}}
-	if err := p.s.expose(jobAddr, bad); err == nil {
+	bad := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 1, PublicPort: freePort(t, "tcp"), PublicAddr: netip.IPv4Unspecified()},
+		{Proto: ipproto.TCP, JobPort: 2, PublicPort: uint16(busy.Addr().(*net.TCPAddr).Port), PublicAddr: netip.IPv4Unspecified()}}
+	if err := p.s.expose("L", bad); err == nil {
 		t.Error("Expose on a busy port: got no error")
 	}
 	if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), bad[0].PublicPort).String(), time.Second); err == nil {
@@ -179,14 +182,14 @@ func TestExpose(t *testing.T) {
 		t.Error("after a failed Expose the first listener is still open")
 	}
 
-	p.s.expose(jobAddr, ex[:1])
-	p.s.unexpose(jobAddr)
+	p.s.expose("L", ex[:1])
+	p.s.unexpose("L")
 	if c, err := net.DialTimeout("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), tcpPub).String(), time.Second); err == nil {
 		c.Close()
 		t.Error("after Unexpose the public port still accepts")
 	}
 	// Stack.Close closes listeners left exposed.
-	if err := p.s.expose(jobAddr, ex[:2]); err != nil {
+	if err := p.s.expose("L", ex[:2]); err != nil {
 		t.Fatal(err)
 	}
 	p.s.Close()
@@ -194,7 +197,7 @@ func TestExpose(t *testing.T) {
 		c.Close()
 		t.Error("after Close the public port still accepts")
 	}
-	if err := p.s.expose(jobAddr, ex[:1]); err == nil {
+	if err := p.s.expose("L", ex[:1]); err == nil {
 		t.Error("Expose after Close: got no error")
 	}
 }
@@ -205,8 +208,11 @@ func TestExpose(t *testing.T) {
 func TestExposeNeedsEgressAddr(t *testing.T) {
 	checkGoroutines(t)
 	p := newPair(t, Config{})
+	if err := p.s.AddJob(testJob("L", jobAddr)); err != nil {
+		t.Fatal(err)
+	}
 	port := freePort(t, "tcp")
-	err := p.s.expose(jobAddr, []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: port}})
+	err := p.s.expose("L", []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: port, PublicAddr: netip.IPv4Unspecified()}})
 	if err == nil || !strings.Contains(err.Error(), "egress address") {
 		t.Fatalf("Expose without an egress address: got %v, want an error naming the egress address", err)
 	}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // recLog collects flow records.
@@ -83,10 +85,9 @@ func TestFlowAccounting(t *testing.T) {
 	p := newPair(t, Config{Flows: tb, UDPIdleTimeout: 200 * time.Millisecond})
 	p.dial.route("198.51.100.7:80", srv)
 	p.dial.route("198.51.100.7:53", pc.LocalAddr().String())
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
+	if err := p.s.AddJob(forward.Job{ID: "L", Addrs: []netip.Addr{jobAddr}, Ref: jobs.Ref{JobID: "42", Token: "tok"}}); err != nil {
 		t.Fatal(err)
 	}
-	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "42", Token: "tok"})
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -157,7 +158,7 @@ func TestFlowAccounting(t *testing.T) {
 	}
 
 	// A refused flow is recorded with its verdict.
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 1}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{MaxFlows: 1}); err != nil {
 		t.Fatal(err)
 	}
 	c1, err := p.jobDialTCP(ctx, "198.51.100.7:80")
@@ -182,14 +183,13 @@ func TestFlowDenied(t *testing.T) {
 	tb := flows.New(flows.Config{Log: log})
 	p := newPair(t, Config{Flows: tb})
 	if err := p.s.SetPolicy(&policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
+	if err := p.s.AddJob(forward.Job{ID: "L", Addrs: []netip.Addr{jobAddr}, Ref: jobs.Ref{JobID: "9"}}); err != nil {
 		t.Fatal(err)
 	}
-	tb.AddJob(jobAddr, flows.JobRef{Lease: "L", JobID: "9"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if c, err := p.jobDialTCP(ctx, "198.51.100.7:25"); err == nil {

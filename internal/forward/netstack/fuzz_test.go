@@ -30,7 +30,7 @@ func FuzzWrite(f *testing.F) {
 	denied := make(chan string, 1)
 	dial := func(ctx context.Context, network, address string) (net.Conn, error) {
 		ap, err := netip.ParseAddrPort(address)
-		if err != nil || (&policy.Policy{}).Decide(policy.Flow{Proto: policy.ProtoTCP, Dst: ap.Addr(), Port: ap.Port(), Tunnel: gwPrefix.Masked()}).Action != policy.Allow {
+		if err != nil || (&policy.Policy{}).Decide(policy.Flow{Proto: policy.ProtoTCP, Dst: ap.Addr(), Port: ap.Port(), Tunnels: []netip.Prefix{gwPrefix.Masked()}}).Action != policy.Allow {
 			select {
 			case denied <- address:
 			default:
@@ -38,7 +38,7 @@ func FuzzWrite(f *testing.F) {
 		}
 		return nil, errors.New("fuzz: no dialing")
 	}
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: dial,
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: dial,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		f.Fatal(err)

@@ -26,6 +26,9 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
+
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
 var (
@@ -110,7 +113,12 @@ type pair struct {
 	jobEP *channel.Endpoint
 }
 
-// newPair builds a pair; cfg's Logger, Addr and Dial are filled in if
+// testJob is a job as AddJob takes it: ID id at tunnel addresses addrs.
+func testJob(id jobs.ID, addrs ...netip.Addr) forward.Job {
+	return forward.Job{ID: id, Addrs: addrs}
+}
+
+// newPair builds a pair; cfg's Logger, Addrs and Dial are filled in if
 // unset. Everything is torn down in t.Cleanup.
 func newPair(t *testing.T, cfg Config) *pair {
 	t.Helper()
@@ -118,8 +126,8 @@ func newPair(t *testing.T, cfg Config) *pair {
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger()
 	}
-	if !cfg.Addr.IsValid() {
-		cfg.Addr = gwPrefix
+	if len(cfg.Addrs) == 0 {
+		cfg.Addrs = []netip.Prefix{gwPrefix}
 	}
 	if cfg.Dial == nil {
 		cfg.Dial = p.dial.Dial

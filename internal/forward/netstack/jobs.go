@@ -2,116 +2,187 @@
 
 package netstack
 
+// Jobs in user mode. A job is its ID; forward.Jobs (the bookkeeping every
+// backend shares) keeps the job as AddJob took it and its addresses in the
+// job index, and the Stack keeps its own state of the job in jobTable,
+// keyed by ID: where its flows of each address family leave from, its
+// token, its limits. A flow's job is found from its job-side address
+// through the index (jobOf), whatever its family, so a job's flows of
+// both families share its limits, its token and its flow table entry.
+
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-// jobEgress is where a job's outside connections leave from: its egress
-// address (zero: the Stack's EgressAddr) and port block.
+// jobEgress is where a job's outside flows of one family leave from.
 type jobEgress struct {
+	// addr is the host address (zero: the kernel's choice per
+	// destination); block the source ports (zero: any).
 	addr  netip.Addr
 	block portblock.Range
+	// own: addr is the job's own address (on no interface, bound with
+	// IPV6_FREEBIND).
+	own bool
 }
 
-// jobTable maps each job's tunnel address to its egress address and port
-// block. It is safe for concurrent use; the zero value is an empty table.
+// jobState is the Stack's state of one job. Its fields are set before it
+// is published and not changed after, except through lim's own methods.
+type jobState struct {
+	id     jobs.ID
+	token  string
+	egress [ipfamily.N]jobEgress
+	lim    *jobLimits
+}
+
+// jobTable holds the Stack's jobs by ID. It is safe for concurrent use;
+// the zero value is an empty table.
 type jobTable struct {
-	mu     sync.RWMutex
-	blocks map[netip.Addr]jobEgress
+	mu   sync.RWMutex
+	jobs map[jobs.ID]*jobState
 }
 
-func (t *jobTable) set(a netip.Addr, e jobEgress) {
+func (t *jobTable) set(j *jobState) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.blocks == nil {
-		t.blocks = make(map[netip.Addr]jobEgress)
+	if t.jobs == nil {
+		t.jobs = make(map[jobs.ID]*jobState)
 	}
-	t.blocks[a] = e
+	t.jobs[j.id] = j
 }
 
-func (t *jobTable) remove(a netip.Addr) {
+func (t *jobTable) remove(id jobs.ID) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.blocks, a)
+	delete(t.jobs, id)
 }
 
-func (t *jobTable) lookup(a netip.Addr) (jobEgress, bool) {
+func (t *jobTable) get(id jobs.ID) *jobState {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	e, ok := t.blocks[a]
-	return e, ok
+	return t.jobs[id]
 }
 
-// addJob makes the outside connections of the job at addr leave from egress
-// (zero: EgressAddr) and ports of block (a zero block: any port) from now
-// on (AddJob, backend.go).
-func (s *Stack) addJob(addr, egress netip.Addr, block portblock.Range) error {
-	if block != (portblock.Range{}) && block.Lo > block.Hi {
-		return fmt.Errorf("add job %s: bad port block %s", addr, block)
+// jobOf returns the job whose tunnel address is a, nil for none.
+func (s *Stack) jobOf(a netip.Addr) *jobState {
+	id, ok := s.reg.Lookup(a)
+	if !ok {
+		return nil
 	}
-	if egress.IsValid() && egress.IsMulticast() {
-		return fmt.Errorf("add job %s: bad egress address %s", addr, egress)
+	return s.jobs.get(id)
+}
+
+// AddJob implements forward.Backend (forward.Jobs: checks, index, flow
+// table, one undo path) with the Stack's steps: addJob, SetJobLimits,
+// expose, removeJob.
+func (s *Stack) AddJob(j forward.Job) error { return s.reg.Add(j) }
+
+// RemoveJob implements forward.Backend: it closes the job's exposures and
+// echo flows, forgets its egress, limits, token and DNS state, and ends
+// its open flows (flows.EndJob, which closes them).
+func (s *Stack) RemoveJob(id jobs.ID) { s.reg.Remove(id) }
+
+// jobSteps are the Stack's steps of AddJob and RemoveJob.
+func (s *Stack) jobSteps() forward.JobSteps {
+	return forward.JobSteps{
+		Add:       s.addJob,
+		SetLimits: s.SetJobLimits,
+		Expose:    func(j forward.Job) error { return s.expose(j.ID, j.Exposures) },
+		Remove:    s.removeJob,
 	}
-	if egress.IsValid() && egress.IsUnspecified() {
-		egress = netip.Addr{} // the kernel's choice per destination
+}
+
+// addJob makes the outside flows of job j of each family leave from its
+// egress address of that family (unspecified: the Stack's Egress of the
+// family, else the kernel's choice) and ports of its block (zero: any).
+func (s *Stack) addJob(j forward.Job) error {
+	if s.closing.Load() {
+		return errors.New("closed")
 	}
-	s.jobs.set(addr.Unmap(), jobEgress{addr: egress.Unmap(), block: block})
-	s.limits.add(addr.Unmap())
+	js := &jobState{id: j.ID, token: j.Ref.Token, lim: new(jobLimits)}
+	for _, a := range j.Addrs {
+		f := ipfamily.Of(a)
+		e, _ := j.EgressOf(f)
+		if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
+			e.Addr = s.egress[f.Index]
+		}
+		js.egress[f.Index] = jobEgress{addr: e.Addr.Unmap(), block: e.Block, own: e.Own}
+	}
+	s.jobs.set(js)
 	return nil
 }
 
 // removeJob forgets the job's egress, limits, token and DNS state and
-// closes its ICMP echo flows; its TCP and UDP flows already open keep
-// running until they end (RemoveJob, backend.go, ends them), still under
-// the job's bandwidth limits.
-func (s *Stack) removeJob(addr netip.Addr) {
-	s.jobs.remove(addr.Unmap())
-	s.limits.remove(addr.Unmap())
-	s.pings.removeJob(addr.Unmap())
-	s.pol.forget(addr.Unmap())
-	s.dns.RemoveJob(addr)
-	s.removeJob6(addr.Unmap())
+// closes its exposures and ICMP echo flows; its TCP and UDP flows already
+// open keep running until they end (forward.Jobs ends them next), still
+// under the job's bandwidth limits.
+func (s *Stack) removeJob(j forward.Job) {
+	s.unexpose(j.ID)
+	s.jobs.remove(j.ID)
+	s.pings.removeJob(j.ID)
+	for _, a := range j.Addrs {
+		if d := s.dns[ipfamily.Of(a).Index]; d != nil {
+			d.RemoveJob(a)
+		}
+	}
+}
+
+// setJobDNSLimits sets the DNS limits of every address of job j.
+func (s *Stack) setJobDNSLimits(j forward.Job, l dnsfwd.Limits) error {
+	for _, a := range j.Addrs {
+		if d := s.dns[ipfamily.Of(a).Index]; d != nil {
+			if err := d.SetJobLimits(a, l); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// egressOf returns where the job at tunnel address src sends its flows to
+// dst's family from; ok false for no job.
+func (s *Stack) egressOf(src, dst netip.Addr) (jobEgress, bool) {
+	j := s.jobOf(src)
+	if j == nil {
+		return jobEgress{addr: s.egress[ipfamily.Of(dst).Index]}, false
+	}
+	return j.egress[ipfamily.Of(dst).Index], true
 }
 
 // dial opens the host socket for a job's flow from src to dst: through the
-// Dial hook if one is configured, else from a port of the job's block (and
-// from EgressAddr if set). A job with a block that has no free port fails at
-// once with portblock.ErrExhausted, counted and logged.
+// Dial hook if one is configured, else from a port of the job's block of
+// dst's family on its egress address. A job with a block that has no
+// free port fails at once with portblock.ErrExhausted, counted and logged.
 func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst netip.AddrPort) (net.Conn, error) {
 	if s.cfg.Dial != nil {
 		return s.cfg.Dial(ctx, network, dst.String())
 	}
 	base := net.Dialer{Timeout: s.cfg.DialTimeout, KeepAlive: 30 * time.Second}
-	je, ok := s.jobs.lookup(src)
-	from := s.cfg.EgressAddr
-	if je.addr.IsValid() {
-		from = je.addr
-	}
-	block := je.block
-	if !ok || block == (portblock.Range{}) {
-		if from.IsValid() {
-			base.LocalAddr = localAddr(network, from, 0)
-			if from.Is6() {
-				// A job's own IPv6 address (dualstack.go) is on no interface.
-				base.Control = freebind6
-			}
+	je, _ := s.egressOf(src, dst.Addr())
+	if je.block == (portblock.Range{}) {
+		if je.addr.IsValid() {
+			base.LocalAddr = localAddr(network, je.addr, 0)
+			// A job's own address is on no interface.
+			base.Control = freebind
 		}
 		return base.DialContext(ctx, network, dst.String())
 	}
-	d := portblock.Dialer{Block: block, Base: base, LocalIP: from, Explicit: s.cfg.ExplicitPorts}
+	d := portblock.Dialer{Block: je.block, Base: base, LocalIP: je.addr, Explicit: s.cfg.ExplicitPorts}
 	c, err := d.DialContext(ctx, network, dst.String())
 	if errors.Is(err, portblock.ErrExhausted) {
 		s.stats.blockExhausted.Add(1)
 		if s.flowLog.Allow() {
-			s.log.Warn("job's port block exhausted: new connection refused", "job", src, "dst", dst, "block", block)
+			s.log.Warn("job's port block exhausted: new connection refused", "job", src, "dst", dst, "block", je.block)
 		}
 	}
 	return c, err
@@ -124,4 +195,26 @@ func localAddr(network string, ip netip.Addr, port int) net.Addr {
 	default:
 		return &net.TCPAddr{IP: ip.AsSlice(), Port: port}
 	}
+}
+
+// Stats implements forward.Backend.
+func (s *Stack) Stats() (forward.Stats, error) {
+	if s.closing.Load() {
+		return forward.Stats{}, errors.New("user-mode egress: closed")
+	}
+	return forward.Stats{
+		Limits:        s.limitStats(),
+		PolicyDrops:   s.policyDrops(),
+		BlockRefusals: s.stats.blockExhausted.Load(),
+	}, nil
+}
+
+// newJobs makes the Stack's job bookkeeping over its tunnel subnets.
+func (s *Stack) newJobs() error {
+	reg, err := forward.NewJobs("user-mode egress", s.cfg.Addrs, s.cfg.Jobs, s.cfg.Flows, s.jobSteps())
+	if err != nil {
+		return err
+	}
+	s.reg = reg
+	return nil
 }

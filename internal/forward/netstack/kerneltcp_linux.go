@@ -4,15 +4,17 @@ package netstack
 
 // Theory of operation: kernel TCP.
 //
-// With Config.KernelTCP set, jobs' IPv4 TCP to outside destinations does
-// not enter the gVisor netstack. It goes into a TUN in a private user and
-// network namespace (internal/usernet), where the host kernel's own TCP,
-// with the host's congestion control (e.g. bbr) and TSO/GRO, terminates it
-// on one transparent listener; the Stack re-originates each accepted
-// connection as an ordinary host socket from the job's port block, as the
-// netstack path does. Everything else (UDP, ICMP, IPv6, DNS and any TCP to
-// the gateway's tunnel address, which includes exposed ports' replies)
-// stays in the netstack.
+// With Config.KernelTCP set, jobs' TCP to outside destinations, of each
+// address family the private namespace carries (usernet.Namespace's
+// Subnets), does not enter the gVisor netstack. It goes into a TUN in a
+// private user and network namespace (internal/usernet), where the host
+// kernel's own TCP, with the host's congestion control (e.g. bbr) and
+// TSO/GRO, terminates it on one transparent listener; the Stack
+// re-originates each accepted connection as an ordinary host socket from
+// the job's port block, as the netstack path does. Everything else (UDP,
+// ICMP, DNS, any TCP to the gateway's tunnel addresses, which includes
+// exposed ports' replies, and IPv6 TCP behind extension headers) stays in
+// the netstack.
 //
 // The job must still see a refusal, not a connection that opens and then
 // resets, when the destination is denied, a limit is reached, or the
@@ -44,9 +46,11 @@ import (
 
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/tun"
+	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -89,6 +93,8 @@ type kernelTCP struct {
 	file *os.File   // dev's file, for read deadlines
 	ns   *usernet.Namespace
 	ln   *net.TCPListener
+	// carries says which address families' TCP goes to the kernel.
+	carries [ipfamily.N]bool
 
 	// blocked is set while Read waits on the TUN.
 	blocked atomic.Bool
@@ -122,6 +128,9 @@ func newKernelTCP(s *Stack, ns *usernet.Namespace) (*kernelTCP, error) {
 		return nil, fmt.Errorf("kernel tcp: open tun: %w", err)
 	}
 	k := &kernelTCP{s: s, dev: dev, file: dev.File(), ns: ns, ln: ns.Listener, flows: make(map[kflowKey]*kflow)}
+	for _, p := range ns.Subnets {
+		k.carries[ipfamily.Of(p.Addr()).Index] = true
+	}
 	k.splits.New = func() any {
 		return &splitBatch{kern: make([][]byte, 0, 128), rest: make([][]byte, 0, 128)}
 	}
@@ -207,23 +216,24 @@ func (k *kernelTCP) divert(p []byte, offset int) int {
 		return toNetstack // refused there
 	}
 	pkt := p[offset:]
-	if len(pkt) < header.IPv4MinimumSize || pkt[0]>>4 != 4 {
+	f := ipfamily.OfPacket(pkt)
+	if f == nil || !k.carries[f.Index] || len(pkt) < f.HeaderLen {
 		return toNetstack
 	}
-	ip := header.IPv4(pkt)
-	if ip.Protocol() != uint8(header.TCPProtocolNumber) || k.s.isSelf(ip.DestinationAddress()) {
+	// IPv6 TCP behind extension headers has another next header here:
+	// the netstack takes it.
+	if pkt[f.ProtoOff] != uint8(header.TCPProtocolNumber) || k.s.isSelf(f, pkt[f.DstOff:f.DstOff+f.Bits/8]) {
 		return toNetstack
 	}
-	ihl := int(ip.HeaderLength())
-	if ip.FragmentOffset() != 0 || ip.More() || ihl < header.IPv4MinimumSize || len(pkt) < ihl+header.TCPMinimumSize {
+	off, _, ok := f.PayloadOffset(pkt)
+	if !ok || f == ipfamily.V4 && header.IPv4(pkt).More() || len(pkt) < off+header.TCPMinimumSize {
 		return toKernel // fragments and runts: the kernel reassembles or drops them
 	}
-	tcp := header.TCP(pkt[ihl:])
-	if f := tcp.Flags(); f&header.TCPFlagSyn == 0 || f&header.TCPFlagAck != 0 {
+	tcp := header.TCP(pkt[off:])
+	if fl := tcp.Flags(); fl&header.TCPFlagSyn == 0 || fl&header.TCPFlagAck != 0 {
 		return toKernel
 	}
-	src := netip.AddrFrom4(ip.SourceAddress().As4())
-	dst := netip.AddrFrom4(ip.DestinationAddress().As4())
+	src, dst := f.Addr(pkt, f.SrcOff), f.Addr(pkt, f.DstOff)
 	return k.syn(kflowKey{netip.AddrPortFrom(src, tcp.SourcePort()), netip.AddrPortFrom(dst, tcp.DestinationPort())}, pkt)
 }
 
@@ -292,24 +302,35 @@ func (k *kernelTCP) open(key kflowKey, f *kflow) {
 	}
 }
 
-// reset answers the job's SYN syn with a TCP reset from its destination.
+// reset answers the job's SYN syn (a packet divert took: its family's
+// fixed header, then TCP) with a TCP reset from its destination.
 func (k *kernelTCP) reset(syn []byte) {
-	in := header.IPv4(syn)
-	th := header.TCP(syn[in.HeaderLength():])
-	b := make([]byte, header.IPv4MinimumSize+header.TCPMinimumSize)
-	ip := header.IPv4(b)
-	ip.Encode(&header.IPv4Fields{
-		TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
-		SrcAddr: in.DestinationAddress(), DstAddr: in.SourceAddress(),
-	})
-	ip.SetChecksum(^ip.CalculateChecksum())
-	tcp := header.TCP(b[header.IPv4MinimumSize:])
+	f := ipfamily.OfPacket(syn)
+	off, _, _ := f.PayloadOffset(syn)
+	th := header.TCP(syn[off:])
+	src := tcpip.AddrFromSlice(syn[f.DstOff : f.DstOff+f.Bits/8])
+	dst := tcpip.AddrFromSlice(syn[f.SrcOff : f.SrcOff+f.Bits/8])
+	b := make([]byte, f.HeaderLen+header.TCPMinimumSize)
+	if f == ipfamily.V4 {
+		ip := header.IPv4(b)
+		ip.Encode(&header.IPv4Fields{
+			TotalLength: uint16(len(b)), TTL: 64, Protocol: uint8(header.TCPProtocolNumber),
+			SrcAddr: src, DstAddr: dst,
+		})
+		ip.SetChecksum(^ip.CalculateChecksum())
+	} else {
+		header.IPv6(b).Encode(&header.IPv6Fields{
+			PayloadLength: header.TCPMinimumSize, TransportProtocol: header.TCPProtocolNumber, HopLimit: 64,
+			SrcAddr: src, DstAddr: dst,
+		})
+	}
+	tcp := header.TCP(b[f.HeaderLen:])
 	tcp.Encode(&header.TCPFields{
 		SrcPort: th.DestinationPort(), DstPort: th.SourcePort(),
 		AckNum: th.SequenceNumber() + 1, DataOffset: header.TCPMinimumSize,
 		Flags: header.TCPFlagRst | header.TCPFlagAck,
 	})
-	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), header.TCPMinimumSize)
+	xsum := header.PseudoHeaderChecksum(header.TCPProtocolNumber, src, dst, header.TCPMinimumSize)
 	tcp.SetChecksum(^checksum.Checksum(tcp, xsum))
 	if !k.s.ep.Deliver(b) {
 		k.s.stats.dropped.Add(1)

@@ -25,6 +25,7 @@ package netstack
 // (only the global buckets are shared).
 
 import (
+	"fmt"
 	"math"
 	"net/netip"
 	"sync"
@@ -35,6 +36,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 )
 
@@ -189,62 +191,34 @@ func (j *jobLimits) admit(now time.Time) refusal {
 
 func (j *jobLimits) release() { j.flows.Add(-1) }
 
-// limitTable holds every job's limits and the global buckets. It is safe
-// for concurrent use; the zero value is empty and unlimited.
+// limitTable holds the global buckets and the limits' counters; each
+// job's limits are in its jobState. It is safe for concurrent use; the
+// zero value is unlimited.
 type limitTable struct {
 	globalEgress, globalIngress bucket
-
-	mu   sync.RWMutex
-	jobs map[netip.Addr]*jobLimits
 
 	flowsRefused, rateRefused, dropped atomic.Uint64
 }
 
-// add registers a job with no limits (again: keeps its state).
-func (t *limitTable) add(a netip.Addr) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.jobs == nil {
-		t.jobs = make(map[netip.Addr]*jobLimits)
-	}
-	if _, ok := t.jobs[a]; !ok {
-		t.jobs[a] = new(jobLimits)
-	}
-}
-
-func (t *limitTable) remove(a netip.Addr) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.jobs, a)
-}
-
-// job returns a's limits, nil for an unknown job (no limits).
-func (t *limitTable) job(a netip.Addr) *jobLimits {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.jobs[a]
-}
-
 // SetJobLimits implements forward.Backend. Bandwidth limits apply to the
 // job's open flows too; flow limits to its next flows (flows already open
-// count towards MaxFlows, none is closed).
-func (s *Stack) SetJobLimits(job netip.Addr, l limits.Job) error {
+// count towards MaxFlows, none is closed). The limits hold for the flows
+// of all the job's addresses together.
+func (s *Stack) SetJobLimits(id jobs.ID, l limits.Job) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
-	j := s.limits.job(job.Unmap())
-	if j == nil {
-		return forward.ErrUnknownJob
+	js, j, ok := s.jobs.get(id), forward.Job{}, false
+	if js != nil {
+		j, ok = s.reg.Get(id)
 	}
-	if err := s.dns.SetJobLimits(job, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+	if !ok {
+		return fmt.Errorf("user-mode egress: set limits of %s: %w", id, forward.ErrUnknownJob)
+	}
+	if err := s.setJobDNSLimits(j, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
 		return err
 	}
-	if a6 := s.dual.v6(job.Unmap()); a6.IsValid() && s.dns6 != nil {
-		if err := s.dns6.SetJobLimits(a6, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
-			return err
-		}
-	}
-	j.apply(time.Now(), l)
+	js.lim.apply(time.Now(), l)
 	return nil
 }
 
@@ -272,10 +246,11 @@ func (s *Stack) limitStats() limits.Stats {
 // ends) and whether the flow may open. Refusals are counted and logged,
 // rate-limited.
 func (s *Stack) admitFlow(proto ipproto.Proto, src, dst netip.AddrPort) (*jobLimits, bool) {
-	j := s.limits.job(s.jobOf(src.Addr()))
-	if j == nil {
+	js := s.jobOf(src.Addr())
+	if js == nil {
 		return nil, true
 	}
+	j := js.lim
 	why := j.admit(time.Now())
 	switch why {
 	case admitted:

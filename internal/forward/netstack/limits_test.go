@@ -139,10 +139,10 @@ func testTCPShaped(t *testing.T, stackName string) {
 	})
 	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:80", srv)
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
+	if err := p.s.AddJob(testJob("L", jobAddr)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{EgressBitsPerSec: rate, IngressBitsPerSec: rate}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{EgressBitsPerSec: rate, IngressBitsPerSec: rate}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -195,13 +195,13 @@ func testFlowLimits(t *testing.T, stackName string) {
 	})
 	p := newPair(t, tcpStackConfig(t, stackName))
 	p.dial.route("198.51.100.7:7", srv)
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
+	if err := p.s.SetJobLimits("L", limits.Job{MaxFlows: 2}); !errors.Is(err, forward.ErrUnknownJob) {
 		t.Errorf("SetJobLimits before AddJob: got %v, want ErrUnknownJob", err)
 	}
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
+	if err := p.s.AddJob(testJob("L", jobAddr)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 2}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{MaxFlows: 2}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -254,7 +254,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// Lifting the limit lets more in.
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{}); err != nil {
 		t.Fatal(err)
 	}
 	c, err = p.jobDialTCP(ctx, "198.51.100.7:7")
@@ -265,7 +265,7 @@ func testFlowLimits(t *testing.T, stackName string) {
 
 	// New flows per second: 2/s with 3 connections open, 6 more at once:
 	// 2 pass (the burst), 4 are refused.
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{NewFlowsPerSec: 2}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{NewFlowsPerSec: 2}); err != nil {
 		t.Fatal(err)
 	}
 	var ok, refused int
@@ -301,11 +301,11 @@ func TestUDPShaped(t *testing.T) {
 	defer pc.Close()
 	p := newPair(t, Config{})
 	p.dial.route("198.51.100.7:9", pc.LocalAddr().String())
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
+	if err := p.s.AddJob(testJob("L", jobAddr)); err != nil {
 		t.Fatal(err)
 	}
 	// 800 kbit/s = 100 kB/s; the burst is one 64 KiB chunk.
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{EgressBitsPerSec: 800e3}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{EgressBitsPerSec: 800e3}); err != nil {
 		t.Fatal(err)
 	}
 	c := p.jobDialUDP(t, "198.51.100.7:9")

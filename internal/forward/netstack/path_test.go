@@ -82,14 +82,14 @@ func newRawFlow(tb testing.TB, serve func(net.Conn)) *rawFlow {
 	d.route("198.51.100.7:80", ln.Addr().String())
 	// With a flow table, as the gateway runs it: its accounting is on
 	// the measured path.
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: d.Dial, Flows: flows.New(flows.Config{}),
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: d.Dial, Flows: flows.New(flows.Config{}),
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	f := &rawFlow{
 		s:      s,
-		dev:    capture.NewDevice(s),
+		dev:    capture.NewDevice(s, nil),
 		src:    netip.AddrPortFrom(jobAddr, 40000),
 		dst:    netip.MustParseAddrPort("198.51.100.7:80"),
 		mss:    rawMSS,

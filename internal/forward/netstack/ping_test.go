@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -20,8 +22,6 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
-
-	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
 // fakePings is a Config.ListenPing that behaves like the kernel's ping
@@ -225,16 +225,23 @@ func newPingStack46(t *testing.T, fp, fp6 *fakePings) *Stack {
 	checkGoroutines(t)
 	cfg := Config{
 		Logger:       testLogger(),
-		Addr:         gwPrefix,
+		Addrs:        []netip.Prefix{gwPrefix},
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		HostAddrs:    func() ([]netip.Addr, error) { return []netip.Addr{netip.MustParseAddr("192.0.2.99")}, nil },
 	}
-	if fp != nil {
-		cfg.ListenPing = fp.listen
-	}
 	if fp6 != nil {
-		cfg.ListenPing6 = fp6.listen
-		cfg.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
+		cfg.Addrs = append(cfg.Addrs, netip.MustParsePrefix("fd00:a1::1/64"))
+	}
+	if fp != nil || fp6 != nil {
+		cfg.ListenPing = func(f *ipfamily.Family, _ netip.Addr) (net.PacketConn, error) {
+			if f == ipfamily.V6 && fp6 != nil {
+				return fp6.listen()
+			}
+			if f == ipfamily.V4 && fp != nil {
+				return fp.listen()
+			}
+			return nil, os.NewSyscallError("socket", syscall.EAFNOSUPPORT)
+		}
 	}
 	s, err := New(cfg)
 	if err != nil {
@@ -242,6 +249,16 @@ func newPingStack46(t *testing.T, fp, fp6 *fakePings) *Stack {
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// addJobs adds a job per address: "A", "B", ...
+func addJobs(t *testing.T, s *Stack, addrs ...netip.Addr) {
+	t.Helper()
+	for i, a := range addrs {
+		if err := s.AddJob(testJob(jobs.ID(rune('A'+i)), a)); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func write(t *testing.T, s *Stack, pkts ...[]byte) {
@@ -258,6 +275,7 @@ func TestPingRelay(t *testing.T) {
 	fp := newFakePings()
 	s := newPingStack(t, fp)
 	jobA, jobB := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("100.64.0.3")
+	addJobs(t, s, jobA, jobB)
 	outside := netip.MustParseAddr("198.51.100.7")
 	const id = 0x4242
 	for seq := uint16(1); seq <= 3; seq++ {
@@ -295,7 +313,7 @@ func TestPingRelay(t *testing.T) {
 	}
 
 	// RemoveJob closes that job's socket only.
-	s.RemoveJob(jobA)
+	s.RemoveJob("A")
 	if n := fp.openCount(); n != 1 {
 		t.Errorf("open ping sockets after RemoveJob: got %d, want 1", n)
 	}
@@ -381,13 +399,13 @@ func TestCheckPing(t *testing.T) {
 		{"other", errors.New("boom"), true, []string{"open ping socket", "boom"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			listen := func() (net.PacketConn, error) {
+			listen := func(*ipfamily.Family, netip.Addr) (net.PacketConn, error) {
 				if tc.err != nil {
 					return nil, tc.err
 				}
 				return newFakePings().listen()
 			}
-			err := checkPing(listen)
+			err := checkPing(listen, ipfamily.V4)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("checkPing: got %v, want error %v", err, tc.wantErr)
 			}
@@ -402,8 +420,10 @@ func TestCheckPing(t *testing.T) {
 	// The start-up log line.
 	var buf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	refuse := func() (net.PacketConn, error) { return nil, os.NewSyscallError("socket", syscall.EACCES) }
-	logPingAvailability(log, refuse, refuse)
+	refuse := func(*ipfamily.Family, netip.Addr) (net.PacketConn, error) {
+		return nil, os.NewSyscallError("socket", syscall.EACCES)
+	}
+	logPingAvailability(log, refuse)
 	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "unavailable") || !strings.Contains(out, "ping_group_range") {
 		t.Errorf("start-up log: got %q, want a Warn saying ping is unavailable and naming ping_group_range", out)
 	}
@@ -413,7 +433,7 @@ func TestCheckPing(t *testing.T) {
 // relay's host opener when this host allows it (not through the Stack:
 // jobs may not reach loopback).
 func TestPingHostSocket(t *testing.T) {
-	c, err := listenPingHost(netip.Addr{})
+	c, err := listenPingHost(ipfamily.V4, netip.Addr{})
 	if err != nil {
 		t.Skipf("ping sockets not available here: %v", err)
 	}
@@ -435,7 +455,7 @@ func TestPingHostSocket(t *testing.T) {
 	if msg.Type() != header.ICMPv4EchoReply || msg.Sequence() != 5 || string(msg.Payload()) != "real" {
 		t.Errorf("reply from %v: type %d seq %d payload %q, want echo reply, 5, %q", from, msg.Type(), msg.Sequence(), msg.Payload(), "real")
 	}
-	pkt := buildEchoReply(append(make([]byte, header.IPv4MinimumSize), buf[:n]...), [4]byte{198, 51, 100, 7}, [4]byte{100, 64, 0, 2}, 77)
+	pkt := buildEchoReply(ipfamily.V4, append(make([]byte, header.IPv4MinimumSize), buf[:n]...), netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("100.64.0.2"), 77)
 	ip := header.IPv4(pkt)
 	if !ip.IsValid(len(pkt)) || ip.CalculateChecksum() != 0xffff || checksum.Checksum(ip.Payload(), 0) != 0xffff || header.ICMPv4(ip.Payload()).Ident() != 77 {
 		t.Errorf("built reply %x: want valid checksums and id 77", pkt)
@@ -509,6 +529,7 @@ func TestPing6Relay(t *testing.T) {
 	fp6.v6 = true
 	s := newPingStack46(t, fp, fp6)
 	jobA, jobB := netip.MustParseAddr("fd00:a1::2"), netip.MustParseAddr("fd00:a1::3")
+	addJobs(t, s, jobA, jobB)
 	outside := netip.MustParseAddr("2606:4700::7")
 	const id = 0x6666
 	for seq := uint16(1); seq <= 3; seq++ {
@@ -540,7 +561,7 @@ func TestPing6Relay(t *testing.T) {
 	if st := s.Counters(); st.Denied != 0 || st.Dropped != 0 {
 		t.Errorf("stats: got denied %d dropped %d, want 0, 0", st.Denied, st.Dropped)
 	}
-	s.RemoveJob(jobA)
+	s.RemoveJob("A")
 	if n := fp6.openCount(); n != 1 {
 		t.Errorf("open ICMPv6 ping sockets after RemoveJob: got %d, want 1", n)
 	}
@@ -576,7 +597,7 @@ func TestPing6Denied(t *testing.T) {
 // relay's host opener when this host allows it, and checks the reply the
 // relay builds from what it receives.
 func TestPing6HostSocket(t *testing.T) {
-	c, err := listenPing6Host(netip.Addr{})
+	c, err := listenPingHost(ipfamily.V6, netip.Addr{})
 	if err != nil {
 		t.Skipf("ICMPv6 ping sockets not available here: %v", err)
 	}
@@ -599,7 +620,7 @@ func TestPing6HostSocket(t *testing.T) {
 	// for --egress-prefix6 brings its packets): the socket binds to it all
 	// the same (IPV6_FREEBIND).
 	own := netip.MustParseAddr("2001:db8:ffff::6440:2")
-	if c2, err := listenPing6Host(own); err != nil {
+	if c2, err := listenPingHost(ipfamily.V6, own); err != nil {
 		t.Errorf("ICMPv6 ping socket on %v (on no interface): %v, want it bound with IPV6_FREEBIND", own, err)
 	} else {
 		if got := c2.LocalAddr().String(); !strings.Contains(got, own.String()) {
@@ -607,8 +628,8 @@ func TestPing6HostSocket(t *testing.T) {
 		}
 		c2.Close()
 	}
-	src, dst := netip.MustParseAddr("2606:4700::7").As16(), netip.MustParseAddr("fd00:a1::2").As16()
-	pkt := buildEchoReply6(append(make([]byte, header.IPv6MinimumSize), buf[:n]...), src, dst, 77)
+	src, dst := netip.MustParseAddr("2606:4700::7"), netip.MustParseAddr("fd00:a1::2")
+	pkt := buildEchoReply(ipfamily.V6, append(make([]byte, header.IPv6MinimumSize), buf[:n]...), src, dst, 77)
 	ip := header.IPv6(pkt)
 	sum := header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, ip.SourceAddress(), ip.DestinationAddress(), uint16(n))
 	if !ip.IsValid(len(pkt)) || checksum.Checksum(ip.Payload(), sum) != 0xffff || header.ICMPv6(ip.Payload()).Ident() != 77 {
@@ -616,15 +637,14 @@ func TestPing6HostSocket(t *testing.T) {
 	}
 }
 
-// TestPing6DualStackJob: a dual-stack job's ICMPv6 echo flows count
-// against the job's one cap with its ICMPv4 flows, and RemoveJob with the
-// job's IPv4 address closes them.
-func TestPing6DualStackJob(t *testing.T) {
+// TestPingJobBothFamilies: a job's ICMPv6 echo flows count against the
+// job's one cap with its ICMPv4 flows, and RemoveJob closes them all.
+func TestPingJobBothFamilies(t *testing.T) {
 	fp, fp6 := newFakePings(), newFakePings()
 	fp6.v6 = true
 	s := newPingStack46(t, fp, fp6)
 	job4, job6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00:a1::2")
-	if err := s.AddJob(forward.Job{Addr: job4, Addr6: job6}); err != nil {
+	if err := s.AddJob(testJob("L", job4, job6)); err != nil {
 		t.Fatal(err)
 	}
 	out4, out6 := netip.MustParseAddr("198.51.100.7"), netip.MustParseAddr("2606:4700::7")
@@ -641,9 +661,9 @@ func TestPing6DualStackJob(t *testing.T) {
 	if st := s.Counters(); st.Dropped != 3 {
 		t.Errorf("Dropped: got %d, want 3", st.Dropped)
 	}
-	s.RemoveJob(job4)
+	s.RemoveJob("L")
 	if n4, n6 := fp.openCount(), fp6.openCount(); n4 != 0 || n6 != 0 {
-		t.Errorf("open ping sockets after RemoveJob(%v): %d ICMPv4, %d ICMPv6; want none", job4, n4, n6)
+		t.Errorf("open ping sockets after RemoveJob: %d ICMPv4, %d ICMPv6; want none", n4, n6)
 	}
 }
 

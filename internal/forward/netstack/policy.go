@@ -5,22 +5,18 @@ package netstack
 import (
 	"fmt"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
-// policyState is the Stack's egress policy, its jobs' token names and the
-// drop counters. It is safe for concurrent use; the zero value enforces the
-// zero policy.Policy.
+// policyState is the Stack's egress policy and the drop counters (jobs'
+// tokens are in their jobState). It is safe for concurrent use; the zero
+// value enforces the zero policy.Policy.
 type policyState struct {
 	cur   atomic.Pointer[policy.Policy]
 	drops policy.Counters
-
-	mu     sync.RWMutex
-	tokens map[netip.Addr]string
 }
 
 var zeroPolicy = &policy.Policy{}
@@ -32,18 +28,6 @@ func (p *policyState) policy() *policy.Policy {
 	return zeroPolicy
 }
 
-func (p *policyState) token(job netip.Addr) string {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.tokens[job]
-}
-
-func (p *policyState) forget(job netip.Addr) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.tokens, job)
-}
-
 // SetPolicy implements forward.Backend.
 func (s *Stack) SetPolicy(p *policy.Policy) error {
 	if p == nil {
@@ -53,17 +37,6 @@ func (s *Stack) SetPolicy(p *policy.Policy) error {
 		return fmt.Errorf("user-mode egress: %w", err)
 	}
 	s.pol.cur.Store(p)
-	return nil
-}
-
-// setJobToken scopes the policy of the job at job to token's rules.
-func (s *Stack) setJobToken(job netip.Addr, token string) error {
-	s.pol.mu.Lock()
-	defer s.pol.mu.Unlock()
-	if s.pol.tokens == nil {
-		s.pol.tokens = make(map[netip.Addr]string)
-	}
-	s.pol.tokens[job.Unmap()] = token
 	return nil
 }
 
@@ -93,15 +66,14 @@ func (s *Stack) checkFlow(srcAP netip.AddrPort, proto policy.Proto, dst netip.Ad
 		}
 	}
 	f := policy.Flow{
-		Token:  s.pol.token(s.jobOf(src)),
-		Proto:  proto,
-		Dst:    a,
-		Port:   dst.Port(),
-		Host:   host,
-		Tunnel: s.cfg.Addr.Masked(),
+		Proto:   proto,
+		Dst:     a,
+		Port:    dst.Port(),
+		Host:    host,
+		Tunnels: s.reg.Subnets(),
 	}
-	if s.cfg.Addr6.IsValid() {
-		f.Tunnel6 = s.cfg.Addr6.Masked()
+	if j := s.jobOf(src); j != nil {
+		f.Token = j.token
 	}
 	v := s.pol.policy().Decide(f)
 	if v.Action == policy.Allow {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPolicy checks that the user-mode forwarder enforces the policy before
@@ -27,13 +27,10 @@ func TestPolicy(t *testing.T) {
 		p.dial.route(d, ln)
 	}
 	pol := &policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 		{Name: "lab", Action: policy.Allow, To: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, Tokens: []string{"lab"}},
 	}}
 	if err := p.s.SetPolicy(pol); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr}); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(dst string) error {
@@ -62,12 +59,15 @@ func TestPolicy(t *testing.T) {
 		{"lab", "192.0.2.1:22", false},    // builtin-host
 		{"lab", "169.254.169.254:80", false},
 	} {
-		if err := p.s.setJobToken(jobAddr, tc.token); err != nil {
+		j := testJob("L", jobAddr)
+		j.Ref.Token = tc.token
+		if err := p.s.AddJob(j); err != nil {
 			t.Fatal(err)
 		}
 		if err := dial(tc.dst); (err == nil) != tc.ok {
 			t.Errorf("token %q to %s: got %v, want allowed %v", tc.token, tc.dst, err, tc.ok)
 		}
+		p.s.RemoveJob("L")
 	}
 	for _, c := range p.dial.Calls() {
 		if c != "tcp4 198.51.100.7:80" && c != "tcp4 10.1.2.3:80" {
@@ -110,8 +110,8 @@ func TestPolicy(t *testing.T) {
 	if err := p.s.SetPolicy(&policy.Policy{Rules: []policy.Rule{{Name: "builtin-x"}}}); err == nil {
 		t.Error("SetPolicy accepted a reserved rule name")
 	}
-	p.s.RemoveJob(jobAddr)
-	if tok := p.s.pol.token(jobAddr); tok != "" {
-		t.Errorf("token after RemoveJob: %q", tok)
+	p.s.RemoveJob("L")
+	if j := p.s.jobOf(jobAddr); j != nil {
+		t.Errorf("job after RemoveJob: %+v", j)
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/stacklink"
 )
 
@@ -74,28 +75,30 @@ type counters struct {
 // WireGuard device's tun.Device. Create it with New. All methods are safe
 // for concurrent use; the zero value is not usable.
 type Stack struct {
-	cfg     Config
-	log     *slog.Logger
-	self    netip.Addr
+	cfg Config
+	log *slog.Logger
+	// self are the gateway's tunnel addresses by family (zero length:
+	// none of the family), egress the host addresses jobs' flows leave
+	// from by family (Config.Egress).
+	self    [ipfamily.N]tcpip.Address
+	egress  [ipfamily.N]netip.Addr
 	ep      *stacklink.Link
 	admit   func([]byte) (tcpip.NetworkProtocolNumber, bool) // s.admitPacket, bound once
 	ns      *stack.Stack
 	events  chan tun.Event
 	flowLog *rate.Limiter
 	stats   counters
-	dns     *dnsfwd.Server
-	dns6    *dnsfwd.Server // on Config.Addr6; nil without it
-	self6   netip.Addr     // Config.Addr6's address; zero without it
-	dual    dualStack      // jobs' IPv6 tunnel addresses (dualstack.go)
+	dns     [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
 	host    hostAddrs
-	// jobMu serialises AddJob and RemoveJob (backend.go), so that each
-	// is all or nothing towards the other.
-	jobMu   sync.Mutex
+	// reg is the job bookkeeping every backend shares (AddJob,
+	// RemoveJob, the job index); jobs the Stack's own state of each job
+	// (jobs.go).
+	reg     *forward.Jobs
 	jobs    jobTable
-	limits  limitTable   // jobs' and global limits (limits.go)
+	limits  limitTable   // the global limits and the limits' counters (limits.go)
 	pings   *pingTable   // jobs' ICMP echo flows (ping.go)
 	exposed *exposeTable // jobs' inbound exposures (expose.go)
-	pol     policyState  // egress policy, jobs' tokens, drop counters (policy.go)
+	pol     policyState  // egress policy, drop counters (policy.go)
 	denied  sync.Map     // policy rule → its flows.Denied verdict (flows.go)
 	ktcp    *kernelTCP   // nil unless Config.KernelTCP (kerneltcp_linux.go)
 
@@ -134,14 +137,25 @@ func New(cfg Config) (*Stack, error) {
 	s := &Stack{
 		cfg:     cfg,
 		log:     cfg.Logger,
-		self:    cfg.Addr.Addr(),
-		self6:   cfg.Addr6.Addr(),
 		events:  make(chan tun.Event, 1),
 		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
 		ctx:     ctx,
 		cancel:  cancel,
 		flows:   make(map[io.Closer]struct{}),
 		host:    hostAddrs{list: cfg.HostAddrs},
+	}
+	for _, p := range cfg.Addrs {
+		s.self[ipfamily.Of(p.Addr()).Index] = tcpip.AddrFromSlice(p.Addr().AsSlice())
+	}
+	for _, a := range cfg.Egress {
+		s.egress[ipfamily.Of(a).Index] = a
+	}
+	if err := s.newJobs(); err != nil {
+		cancel()
+		if cfg.KernelTCP != nil {
+			cfg.KernelTCP.Close()
+		}
+		return nil, fmt.Errorf("netstack config: %w", err)
 	}
 	s.ep = stacklink.New(uint32(cfg.MTU), queueLen, func() { s.stats.dropped.Add(1) })
 	s.admit = s.admitPacket
@@ -161,35 +175,28 @@ func New(cfg Config) (*Stack, error) {
 		s.ns.Wait()
 		return nil, err
 	}
-	dnsSrv, err := startDNS(s)
-	if err != nil {
-		s.closeKernelTCP()
-		cancel()
-		s.ns.Close()
-		s.ns.Wait()
-		return nil, err
-	}
-	s.dns = dnsSrv
-	if cfg.Addr6.IsValid() {
-		if s.dns6, err = startDNSOn(s, cfg.Addr6.Addr()); err != nil {
-			s.dns.Close()
+	for _, p := range cfg.Addrs {
+		d, err := startDNS(s, p.Addr())
+		if err != nil {
+			s.closeDNS()
 			s.closeKernelTCP()
 			cancel()
 			s.ns.Close()
 			s.ns.Wait()
 			return nil, err
 		}
+		s.dns[ipfamily.Of(p.Addr()).Index] = d
 	}
 	s.pings = newPingTable(s)
 	s.exposed = newExposeTable()
 	s.track(s.pings)
 	s.track(s.exposed)
-	logPingAvailability(s.log, s.pings.listen, s.pings.listen6)
+	logPingAvailability(s.log, s.pings.listen)
 	if s.ktcp != nil {
 		s.ktcp.start()
 	}
 	s.events <- tun.EventUp
-	s.log.Info("netstack egress started", "tcp", s.tcpStackName(), "addr", cfg.Addr, "mtu", cfg.MTU,
+	s.log.Info("netstack egress started", "tcp", s.tcpStackName(), "addrs", cfg.Addrs, "mtu", cfg.MTU,
 		"dns_upstreams", cfg.DNSUpstreams)
 	return s, nil
 }
@@ -210,24 +217,13 @@ func (s *Stack) setupStack() error {
 	if err := s.ns.SetSpoofing(nicID, true); err != nil {
 		return tcpipError("set nic spoofing", err)
 	}
-	addr := s.cfg.Addr
-	pa := tcpip.ProtocolAddress{
-		Protocol: protoOf(addr.Addr()),
-		AddressWithPrefix: tcpip.AddressWithPrefix{
-			Address:   tcpip.AddrFromSlice(addr.Addr().AsSlice()),
-			PrefixLen: addr.Bits(),
-		},
-	}
-	if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
-		return tcpipError(fmt.Sprintf("add address %s", addr), err)
-	}
-	if a6 := s.cfg.Addr6; a6.IsValid() {
-		pa6 := tcpip.ProtocolAddress{
-			Protocol:          ipv6.ProtocolNumber,
-			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFromSlice(a6.Addr().AsSlice()), PrefixLen: a6.Bits()},
+	for _, p := range s.cfg.Addrs {
+		pa := tcpip.ProtocolAddress{
+			Protocol:          protoOf(p.Addr()),
+			AddressWithPrefix: tcpip.AddressWithPrefix{Address: tcpip.AddrFromSlice(p.Addr().AsSlice()), PrefixLen: p.Bits()},
 		}
-		if err := s.ns.AddProtocolAddress(nicID, pa6, stack.AddressProperties{}); err != nil {
-			return tcpipError(fmt.Sprintf("add address %s", a6), err)
+		if err := s.ns.AddProtocolAddress(nicID, pa, stack.AddressProperties{}); err != nil {
+			return tcpipError(fmt.Sprintf("add address %s", p), err)
 		}
 	}
 	s.ns.SetRouteTable([]tcpip.Route{
@@ -306,66 +302,47 @@ func (s *Stack) Write(bufs [][]byte, offset int) (int, error) {
 }
 
 // admitPacket returns the network protocol of pkt and whether it may enter
-// the netstack.
+// the netstack: ICMP echo requests for destinations other than the tunnel
+// addresses go to the ping relay (ping.go) instead, since the netstack
+// would answer them itself; malformed ICMP for them is refused.
 func (s *Stack) admitPacket(pkt []byte) (tcpip.NetworkProtocolNumber, bool) {
-	if len(pkt) == 0 {
+	f := ipfamily.OfPacket(pkt)
+	if f == nil || len(pkt) < f.HeaderLen {
 		return 0, false
 	}
-	switch pkt[0] >> 4 {
-	case 4:
-		if len(pkt) < header.IPv4MinimumSize {
-			return 0, false
-		}
-		h := header.IPv4(pkt)
-		if h.Protocol() == uint8(header.ICMPv4ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
-			return s.admitICMPv4(pkt, h)
-		}
-		return ipv4.ProtocolNumber, true
-	case 6:
-		if len(pkt) < header.IPv6MinimumSize {
-			return 0, false
-		}
-		h := header.IPv6(pkt)
-		if h.NextHeader() == uint8(header.ICMPv6ProtocolNumber) && !s.isSelf(h.DestinationAddress()) {
-			if len(pkt) < header.IPv6MinimumSize+1 {
-				return 0, false
-			}
-			if header.ICMPv6Type(pkt[header.IPv6MinimumSize]) == header.ICMPv6EchoRequest {
-				s.pings.relay6(pkt)
-				return ipv6.ProtocolNumber, false // taken over, counted by relay6
-			}
-		}
-		return ipv6.ProtocolNumber, true
+	proto := networkProto[f.Index]
+	if pkt[f.ProtoOff] != f.ICMP || s.isSelf(f, pkt[f.DstOff:f.DstOff+f.Bits/8]) {
+		return proto, true
 	}
-	return 0, false
+	off, _, ok := f.PayloadOffset(pkt)
+	end := packetEnd(f, pkt)
+	if !ok || end > len(pkt) || end <= off || f == ipfamily.V4 && header.IPv4(pkt).More() {
+		return 0, false // fragments, runts: nothing to relay
+	}
+	if pkt[off] != f.EchoRequest {
+		return proto, true
+	}
+	s.pings.relay(f, pkt[:end], off)
+	return proto, false // taken over, counted by relay
 }
 
-// admitICMPv4 handles an ICMPv4 packet for a destination other than the
-// tunnel address: echo requests are taken over by the ping relay (the
-// netstack would answer them itself), malformed packets and fragments are
-// refused, other ICMP enters the netstack.
-func (s *Stack) admitICMPv4(pkt []byte, h header.IPv4) (tcpip.NetworkProtocolNumber, bool) {
-	ihl := int(h.HeaderLength())
-	tl := int(h.TotalLength())
-	if ihl < header.IPv4MinimumSize || tl < ihl+1 || tl > len(pkt) {
-		return 0, false
+// networkProto are gVisor's network protocol numbers by family.
+var networkProto = [ipfamily.N]tcpip.NetworkProtocolNumber{ipv4.ProtocolNumber, ipv6.ProtocolNumber}
+
+// packetEnd returns where the IP packet pkt of family f ends, by its
+// header's length field.
+func packetEnd(f *ipfamily.Family, pkt []byte) int {
+	if f == ipfamily.V4 {
+		return int(header.IPv4(pkt).TotalLength())
 	}
-	if h.More() || h.FragmentOffset() != 0 {
-		return 0, false
-	}
-	if header.ICMPv4Type(pkt[ihl]) != header.ICMPv4Echo {
-		return ipv4.ProtocolNumber, true
-	}
-	s.pings.relay(pkt, ihl)
-	return ipv4.ProtocolNumber, false // taken over, counted by relay
+	return f.HeaderLen + int(header.IPv6(pkt).PayloadLength())
 }
 
-// isSelf reports whether a is the tunnel address.
-func (s *Stack) isSelf(a tcpip.Address) bool {
-	if a.Len() == 16 {
-		return s.self6.IsValid() && a == tcpip.AddrFromSlice(s.self6.AsSlice())
-	}
-	return a.Len() == s.self.BitLen()/8 && a == tcpip.AddrFromSlice(s.self.AsSlice())
+// isSelf reports whether the address bytes a of family f are the gateway's
+// tunnel address of f.
+func (s *Stack) isSelf(f *ipfamily.Family, a []byte) bool {
+	self := s.self[f.Index]
+	return self.Len() == len(a) && self == tcpip.AddrFromSlice(a)
 }
 
 // Read implements tun.Device: it blocks until the netstack has at least one
@@ -409,17 +386,7 @@ func (s *Stack) Close() error {
 	s.closeOnce.Do(func() {
 		s.closing.Store(true)
 		s.cancel()
-		// The two DNS servers wait out their queries in parallel.
-		var dnsWG sync.WaitGroup
-		if s.dns6 != nil {
-			dnsWG.Add(1)
-			go func() {
-				defer dnsWG.Done()
-				s.dns6.Close()
-			}()
-		}
-		s.dns.Close()
-		dnsWG.Wait()
+		s.closeDNS()
 		s.closeKernelTCP()
 
 		s.mu.Lock()
@@ -441,6 +408,22 @@ func (s *Stack) Close() error {
 			"dial_failures", st.DialFailures, "denied", st.Denied)
 	})
 	return nil
+}
+
+// closeDNS closes the DNS servers; they wait out their queries in
+// parallel.
+func (s *Stack) closeDNS() {
+	var wg sync.WaitGroup
+	for _, d := range s.dns {
+		if d != nil {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.Close()
+			}()
+		}
+	}
+	wg.Wait()
 }
 
 // enter registers a goroutine with the Stack (the caller must call

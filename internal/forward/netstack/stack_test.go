@@ -16,17 +16,22 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 var _ forward.Backend = (*Stack)(nil)
 
+// TestTCPBulkBothWays: 8 MiB each way over each TCP stack and address
+// family; the kernel stack terminates both families.
 func TestTCPBulkBothWays(t *testing.T) {
 	for _, name := range tcpStacks {
-		t.Run(name, func(t *testing.T) { testTCPBulkBothWays(t, name) })
+		for _, f := range ipfamily.All {
+			t.Run(name+"/"+f.Name, func(t *testing.T) { testTCPBulkBothWays(t, name, f) })
+		}
 	}
 }
 
-func testTCPBulkBothWays(t *testing.T, stackName string) {
+func testTCPBulkBothWays(t *testing.T, stackName string, f *ipfamily.Family) {
 	checkGoroutines(t)
 	const size = 8 << 20
 	serverSent := make([]byte, size)
@@ -46,12 +51,19 @@ func testTCPBulkBothWays(t *testing.T, stackName string) {
 		copy(sum[:], h.Sum(nil))
 		serverGot <- sum
 	})
-	p := newPair(t, tcpStackConfig(t, stackName))
-	p.dial.route("198.51.100.7:80", srv)
+	cfg := tcpStackConfig(t, stackName)
+	cfg.Addrs = []netip.Prefix{gwPrefix, gwPrefix6}
+	p := newPair(t, cfg)
+	dst, dial := "198.51.100.7:80", p.jobDialTCP
+	if f == ipfamily.V6 {
+		p.addJobIPv6(t)
+		dst, dial = "[2001:db8::7]:80", p.jobDialTCP6
+	}
+	p.dial.route(dst, srv)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := p.jobDialTCP(ctx, "198.51.100.7:80")
+	c, err := dial(ctx, dst)
 	if err != nil {
 		t.Fatalf("job dial: %v", err)
 	}
@@ -256,7 +268,7 @@ func TestUDPEcho(t *testing.T) {
 
 func TestCloseUnblocksRead(t *testing.T) {
 	checkGoroutines(t)
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
 	}

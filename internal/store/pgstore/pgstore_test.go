@@ -353,7 +353,7 @@ func testBans(t *testing.T, c *pgtest.Cluster) {
 
 func rec(id, pub string, lo, hi uint16, start time.Time) store.LeaseRecord {
 	return store.LeaseRecord{ID: id, JobID: "job-" + id, Token: "t", Gateway: "gw1:8443",
-		TunnelAddr: netip.MustParseAddr("100.64.0.2"), PublicAddr: netip.MustParseAddr(pub), PortLo: lo, PortHi: hi, Start: start,
+		TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Egress: []store.Attribution{{Addr: netip.MustParseAddr(pub), PortLo: lo, PortHi: hi}}, Start: start,
 		Resume: &store.ResumeState{SecretHash: []byte("secret"), Block: 1}}
 }
 
@@ -371,10 +371,10 @@ func testWhois(t *testing.T, c *pgtest.Cluster) {
 	must(s.RecordLeaseStart(rec("b", "203.0.113.1", 20000, 20255, t0.Add(2*time.Hour))))
 	must(s.RecordLeaseStart(rec("c", "0.0.0.0", 30000, 30255, t0)))
 	own := rec("d", "203.0.113.1", 20256, 20511, t0)
-	own.PublicAddr6, own.Own6 = netip.MustParseAddr("2001:db8:1::64:2"), true
+	own.Egress = append(own.Egress, store.Attribution{Addr: netip.MustParseAddr("2001:db8:1::64:2"), Own: true})
 	must(s.RecordLeaseStart(own))
 	v6 := rec("e", "203.0.113.1", 20512, 20767, t0)
-	v6.PublicAddr6 = netip.MustParseAddr("2001:db8::1")
+	v6.Egress = append(v6.Egress, store.Attribution{Addr: netip.MustParseAddr("2001:db8::1"), PortLo: 20512, PortHi: 20767})
 	must(s.RecordLeaseStart(v6))
 	for _, tc := range []struct {
 		addr string
@@ -450,7 +450,7 @@ func testPrune(t *testing.T, c *pgtest.Cluster) {
 	if err != nil || n != 1 {
 		t.Fatalf("prune: got %d %v, want 1", n, err)
 	}
-	if got, _ := s.Whois(old.PublicAddr, 20000, t0.Add(time.Minute)); len(got) != 0 {
+	if got, _ := s.Whois(old.Egress[0].Addr, 20000, t0.Add(time.Minute)); len(got) != 0 {
 		t.Fatalf("whois after prune: got %d, want 0", len(got))
 	}
 	h, err := s.HistoryStats()

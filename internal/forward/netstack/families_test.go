@@ -17,8 +17,10 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 var (
@@ -43,14 +45,14 @@ func (p *pair) jobDialTCP6(ctx context.Context, dst string) (*gonet.TCPConn, err
 	return gonet.DialContextTCP(ctx, p.job, fullAddr(netip.MustParseAddrPort(dst)), ipv6.ProtocolNumber)
 }
 
-// TestDualStack: a job's IPv6 flows are dialled as tcp6 under the job's
+// TestBothFamilies: a job's IPv6 flows are dialled as tcp6 under the job's
 // policy token and its flow limits (shared with its IPv4 flows), and are
 // attributed to the job in the flow table; IPv6 rules, the floor and the
 // IPv6 tunnel prefix apply; RemoveJob forgets the IPv6 address.
-func TestDualStack(t *testing.T) {
+func TestBothFamilies(t *testing.T) {
 	checkGoroutines(t)
 	tb := flows.New(flows.Config{})
-	p := newPair(t, Config{Addr6: gwPrefix6, Flows: tb, HostAddrs: func() ([]netip.Addr, error) {
+	p := newPair(t, Config{Addrs: []netip.Prefix{gwPrefix, gwPrefix6}, Flows: tb, HostAddrs: func() ([]netip.Addr, error) {
 		return []netip.Addr{netip.MustParseAddr("2001:db8:ff::1")}, nil
 	}})
 	p.addJobIPv6(t)
@@ -58,17 +60,17 @@ func TestDualStack(t *testing.T) {
 	for _, d := range []string{"[2001:db8::7]:80", "[2001:db8::7]:25", "[2001:db8:1::9]:80", "198.51.100.7:80"} {
 		p.dial.route(d, ln)
 	}
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr, Addr6: netip.MustParseAddr("fd00:b2::2")}); err == nil {
+	if err := p.s.AddJob(testJob("L", jobAddr, netip.MustParseAddr("fd00:b2::2"))); err == nil {
 		t.Error("AddJob with an IPv6 address outside the IPv6 tunnel prefix: no error")
 	}
-	if _, ok := p.s.jobs.lookup(jobAddr); ok {
+	if p.s.jobOf(jobAddr) != nil {
 		t.Error("a refused AddJob left the job's IPv4 side behind")
 	}
-	if err := p.s.AddJob(forward.Job{Addr: jobAddr, Addr6: jobAddr6, Token: "other", Ref: flows.JobRef{JobID: "j1"}}); err != nil {
+	if err := p.s.AddJob(forward.Job{ID: "L", Addrs: []netip.Addr{jobAddr, jobAddr6}, Ref: jobs.Ref{JobID: "j1", Token: "other"}}); err != nil {
 		t.Fatal(err)
 	}
 	pol := &policy.Policy{Rules: []policy.Rule{
-		{Name: "no-smtp6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/48")}, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+		{Name: "no-smtp6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8::/48")}, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 		{Name: "lab6", Action: policy.Deny, To: []netip.Prefix{netip.MustParsePrefix("2001:db8:1::/48")}, Tokens: []string{"other"}},
 	}}
 	if err := p.s.SetPolicy(pol); err != nil {
@@ -85,7 +87,7 @@ func TestDualStack(t *testing.T) {
 	}{
 		{"[2001:db8::7]:80", true},
 		{"[2001:db8::7]:25", false},        // no-smtp6
-		{"[2001:db8:1::9]:80", false},      // lab6: the job's token, looked up by its IPv4 address
+		{"[2001:db8:1::9]:80", false},      // lab6: the job's token, by its IPv6 address
 		{"[fd00:a1::6440:3]:80", false},    // another job's IPv6 tunnel address: the floor
 		{"[2001:db8:ff::1]:80", false},     // the gateway host
 		{"[::ffff:127.0.0.1]:80", false},   // IPv4-mapped loopback
@@ -106,7 +108,7 @@ func TestDualStack(t *testing.T) {
 		}
 	}
 	// One flow at most: an open IPv4 flow refuses the job's IPv6 one.
-	if err := p.s.SetJobLimits(jobAddr, limits.Job{MaxFlows: 1}); err != nil {
+	if err := p.s.SetJobLimits("L", limits.Job{MaxFlows: 1}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -136,11 +138,8 @@ func TestDualStack(t *testing.T) {
 	if !seen6 {
 		t.Error("no flow record from the job's IPv6 address")
 	}
-	p.s.RemoveJob(jobAddr)
-	if got := p.s.jobOf(jobAddr6); got != jobAddr6 {
-		t.Errorf("after RemoveJob, jobOf(%v) = %v, want itself", jobAddr6, got)
-	}
-	if _, ok := p.s.jobs.lookup(jobAddr6); ok {
-		t.Error("after RemoveJob the IPv6 address is still in the jobs table")
+	p.s.RemoveJob("L")
+	if got := p.s.jobOf(jobAddr6); got != nil {
+		t.Errorf("after RemoveJob, jobOf(%v) = %+v, want none", jobAddr6, got)
 	}
 }

@@ -4,10 +4,11 @@ package kernel
 
 // IPv6 in kernel mode. Theory of operation:
 //
-// With Config.Addr6 set, the TUN also carries the gateway's IPv6 tunnel
-// address and jobs' IPv6 packets are forwarded like their IPv4 ones, by the
-// same table (family inet) and the same chains; the rules that look at
-// addresses come in an ip and an ip6 form. What IPv6 adds:
+// With an IPv6 tunnel address (Config.Addrs), the TUN also carries it and
+// jobs' IPv6 packets are forwarded like their IPv4 ones, by the same table
+// (family inet) and the same chains; the rules that look at addresses are
+// built once per family from the family table (family_linux.go). What only
+// IPv6 has, this file builds:
 //
 //   - from_jobs: `ip6 saddr` must be in the IPv6 tunnel subnet; new
 //     flows jump to floor6, the IPv6 safety
@@ -27,26 +28,27 @@ package kernel
 //     protected range only if it names it, as policy.Decide says; where an
 //     exception lies inside a range the rule does not name, the exception
 //     gets an allow rule of its own (allowConds).
-//   - AddJob gives a job its IPv6 tunnel address (Job.Addr6). Jobs on the shared
-//     egress address are source-NATed to the gateway's IPv6 egress
-//     address (the job's Egress6, which the gateway takes from
-//     --egress-addr6 or the host's default IPv6 route; else
-//     Config.EgressAddr6; without any, masquerade) and their port block,
-//     as over IPv4. With --egress-prefix6 (the site routes the
-//     prefix to the gateway host, and New routes it on to the TUN), a job
-//     has its own public address in the prefix: its tunnel address is
-//     mapped to it one to one (`snat ip6 to OWN`, no port range: ports
-//     are kept), the block limit skips it (set own6), and an exposed port
-//     is the job's own port at that address (DNAT of the address only).
-//     Unsolicited packets to an own address are routed into the TUN and
-//     dropped by the forward chain like any other.
+//   - A job's IPv6 tunnel address is one of its Job.Addrs. Jobs on the
+//     shared egress address are source-NATed to the gateway's IPv6 egress
+//     address (the job's IPv6 egress entry, which the gateway takes from
+//     --egress-addr6 or the host's default IPv6 route; else the
+//     configured one; without any, masquerade) and their port block, as
+//     over IPv4. With --egress-prefix6 (the site routes the prefix to the
+//     gateway host, and New routes it on to the TUN), a job has its own
+//     public address in the prefix (an egress entry with Own): its tunnel
+//     address is mapped to it one to one (`snat ip6 to OWN`, no port
+//     range: ports are kept), the block limit skips it (set own6), and an
+//     exposed port is the job's own port at that address (the gateway
+//     makes it so; DNAT of the address only). Unsolicited packets to an
+//     own address are routed into the TUN and dropped by the forward
+//     chain like any other.
 //   - ICMPv6: echo requests are policy-decided like ICMP; errors for
 //     tracked flows (packet too big, unreachable, time exceeded) are
 //     related and pass both ways, so path MTU discovery works; TCP MSS is
 //     clamped to the route's MTU for both families (rt mtu knows the
 //     header sizes).
 //   - net.ipv6.conf.all.forwarding is switched on and restored like
-//     ip_forward.
+//     ip_forward (the family table's forwarding sysctl).
 
 import (
 	"math/bits"
@@ -54,18 +56,15 @@ import (
 	"sort"
 
 	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
 // Names of the IPv6 objects.
 const (
-	chainFloor6   = "floor6"
-	setConns6     = "conns6"
-	setOwn6       = "own6"
-	ipv6FwdPath   = "/proc/sys/net/ipv6/conf/all/forwarding"
-	stateTagPref6 = "airlock ipv6_forwarding="
+	chainFloor6 = "floor6"
+	setOwn      = "own6"
 )
 
 // mrange is a set of IPv6 addresses: those whose bits under mask equal
@@ -163,24 +162,9 @@ func (m mrange) and(o mrange) mrange {
 
 // match6 matches the IPv6 source (src) or destination address against m
 // (op CmpOpEq: in m, CmpOpNeq: not in m). The caller must have matched
-// nfproto ipv6 first.
+// IPv6 first.
 func match6(src bool, op expr.CmpOp, m mrange) []expr.Any {
-	off := uint32(24)
-	if src {
-		off = 8
-	}
-	e := []expr.Any{&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: 16}}
-	if m.mask != [16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff} {
-		mask := m.mask
-		e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 16, Mask: mask[:], Xor: make([]byte, 16)})
-	}
-	val := m.val
-	return append(e, &expr.Cmp{Op: op, Register: 1, Data: val[:]})
-}
-
-// ip6 matches the IPv6 source or destination against prefix p.
-func ip6(src bool, op expr.CmpOp, p netip.Prefix) []expr.Any {
-	return match6(src, op, prefixRange(p, ""))
+	return maskedMatch(v6Family, src, op, m.val[:], m.mask[:])
 }
 
 // embeddings returns the IPv4-embedding forms whose images kernel mode
@@ -205,9 +189,9 @@ func (r ruleset) floor6() []mrange {
 		}
 	}
 	out = append(out, prefixRange(netip.MustParsePrefix("::ffff:0:0/96"), policy.RuleFloor))
-	out = append(out, prefixRange(r.addr6.Masked(), policy.RuleFloor))
-	if r.prefix6.IsValid() {
-		out = append(out, prefixRange(r.prefix6.Masked(), policy.RuleFloor))
+	out = append(out, prefixRange(r.tunnels[ipfamily.V6.Index].Masked(), policy.RuleFloor))
+	if r.own.IsValid() {
+		out = append(out, prefixRange(r.own.Masked(), policy.RuleFloor))
 	}
 	for _, e := range embeddings() {
 		for _, p := range r.floorV4() {
@@ -364,6 +348,3 @@ func denyConds() []struct {
 	}
 	return out
 }
-
-// nfproto6 matches IPv6 packets.
-func nfproto6() []expr.Any { return nfproto(expr.CmpOpEq, unix.NFPROTO_IPV6) }

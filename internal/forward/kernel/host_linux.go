@@ -12,33 +12,22 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
-	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/forward"
 )
 
-// family returns the address family of a for netlink calls.
-func family(a netip.Addr) netlink.InetFamily {
-	if a.Is4() {
-		return unix.AF_INET
-	}
-	return unix.AF_INET6
-}
-
-// checkJob6 checks the arguments of addJob6 (a Job's IPv6 side).
-func (r ruleset) checkJob6(job, addr6, egress6 netip.Addr, block portblock.Range) error {
-	if !r.v6() {
-		return fmt.Errorf("kernel egress: job %v: IPv6 address %v, but the gateway has no IPv6 tunnel address", job, addr6)
-	}
-	if !addr6.Is6() || !r.addr6.Contains(addr6) || addr6 == r.addr6.Addr() {
-		return fmt.Errorf("kernel egress: job %v: IPv6 address %v outside the IPv6 tunnel subnet %v", job, addr6, r.addr6.Masked())
-	}
-	if !r.own6(egress6) {
-		if egress6.IsValid() && (!egress6.Is6() || egress6.Is4In6() || egress6.IsUnspecified()) {
-			return fmt.Errorf("kernel egress: job %v: IPv6 egress address %v: want a unicast IPv6 address", job, egress6)
+// checkJob is kernel mode's part of checking a Job (forward.Jobs checks
+// the rest): an own egress address must be in the routed prefix of own
+// addresses (--egress-prefix6), and an address of that prefix is an own
+// one.
+func (r ruleset) checkJob(j forward.Job) error {
+	for _, e := range j.Egress {
+		inOwn := r.own.IsValid() && r.own.Contains(e.Addr)
+		switch {
+		case e.Own && !inOwn:
+			return fmt.Errorf("own egress address %v: not in the routed prefix of own addresses (--egress-prefix6 %v)", e.Addr, r.own)
+		case !e.Own && inOwn:
+			return fmt.Errorf("egress address %v is in the prefix of own addresses %v: only a job's own address may be", e.Addr, r.own)
 		}
-		return nil
-	}
-	if block != (portblock.Range{}) {
-		return fmt.Errorf("kernel egress: job %v: own public IPv6 address %v with a port block %v: an own address keeps the job's ports", job, egress6, block)
 	}
 	return nil
 }
@@ -125,19 +114,20 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 	return out
 }
 
-// startDNS6 starts the DNS relay on the gateway's IPv6 tunnel address.
-func startDNS6(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
+// startDNS starts the DNS relay on the gateway's tunnel address gw, port
+// 53, on host sockets.
+func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
 	at := netip.AddrPortFrom(gw, 53).String()
-	pc, err := net.ListenPacket("udp6", at)
+	pc, err := net.ListenPacket("udp", at)
 	if err != nil {
-		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+		return nil, privError("kernel egress: dns relay on the tunnel address "+gw.String(), err)
 	}
-	ln, err := net.Listen("tcp6", at)
+	ln, err := net.Listen("tcp", at)
 	if err != nil {
 		pc.Close()
-		return nil, privError("kernel egress: dns relay on the IPv6 tunnel address", err)
+		return nil, privError("kernel egress: dns relay on the tunnel address "+gw.String(), err)
 	}
-	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns6"), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
+	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns", "addr", gw), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
 	if err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
 	}

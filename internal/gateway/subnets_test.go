@@ -61,9 +61,9 @@ func TestPlanSubnet6(t *testing.T) {
 	}
 }
 
-// TestSetupDualStack: jobs get IPv6 addresses when the backend carries
-// IPv6 and the host has an IPv6 egress address; without one, IPv4 only.
-func TestSetupDualStack(t *testing.T) {
+// TestPlanEgress6: jobs get IPv6 addresses when the host has an IPv6
+// egress address; without one, IPv4 only.
+func TestPlanEgress6(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := Config{Logger: log, Subnet: netip.MustParsePrefix(DefaultSubnet), Subnet6: netip.MustParsePrefix("fd00:1::/48")}
 	newLeases := func() *lease.Manager {
@@ -73,16 +73,27 @@ func TestSetupDualStack(t *testing.T) {
 		}
 		return m
 	}
-	egress := netip.MustParseAddr("2001:db8::1")
+	egress6 := netip.MustParseAddr("2001:db8::1")
+	plan := func(c Config, m *lease.Manager, source6 func() (netip.Addr, error)) (egress, error) {
+		var e egress
+		err := e.planEgress6(c, m, source6)
+		return e, err
+	}
 	m := newLeases()
-	d, err := setupDualStack(cfg, m, func() (netip.Addr, error) { return egress, nil })
-	if err != nil || !d.on() || d.egress != egress || d.gw != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", d, err, m.Prefix6())
+	e, err := plan(cfg, m, func() (netip.Addr, error) { return egress6, nil })
+	if err != nil || e.public6 != egress6 || m.Gateway6() != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix6())
+	}
+	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
+		t.Errorf("tunnel addresses %v, want the IPv6 one beside the IPv4 one", got)
 	}
 	m = newLeases()
-	d, err = setupDualStack(cfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || d.on() || m.Prefix6().IsValid() {
-		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", d, err, m.Prefix6())
+	e, err = plan(cfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
+	if err != nil || e.public6.IsValid() || m.Prefix6().IsValid() {
+		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix6())
+	}
+	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 1 {
+		t.Errorf("tunnel addresses %v, want the IPv4 one", got)
 	}
 	// Kernel mode carries IPv6 too: with --egress-prefix6 (which needs
 	// no local route there) each job gets its own address.
@@ -90,14 +101,14 @@ func TestSetupDualStack(t *testing.T) {
 	kcfg := cfg
 	kcfg.Egress = EgressKernel
 	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
-	d, err = setupDualStack(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || !d.on() || d.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with --egress-prefix6: %+v, %v; prefix6 %v, want IPv6 with own addresses", d, err, m.Prefix6())
+	e, err = plan(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
+	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("kernel mode with --egress-prefix6: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
 	}
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}
-	d, err = setupDualStack(kcfg, m, func() (netip.Addr, error) { return egress, nil })
-	if err != nil || !d.on() || d.egress != egress || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", d, err, m.Prefix6())
+	e, err = plan(kcfg, m, func() (netip.Addr, error) { return egress6, nil })
+	if err != nil || e.public6 != egress6 || m.Prefix6() != cfg.Subnet6 {
+		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix6())
 	}
 }

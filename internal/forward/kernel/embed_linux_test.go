@@ -21,11 +21,9 @@ import (
 
 var testRules6 = ruleset{
 	tun:     "airlock0",
-	addr:    netip.MustParsePrefix("100.64.0.1/16"),
-	egress:  netip.MustParseAddr("203.0.113.1"),
-	addr6:   netip.MustParsePrefix("fd00:a1::1/64"),
-	egress6: netip.MustParseAddr("2001:db8:ff::1"),
-	prefix6: netip.MustParsePrefix("2001:db8:77::/64"),
+	tunnels: [2]netip.Prefix{netip.MustParsePrefix("100.64.0.1/16"), netip.MustParsePrefix("fd00:a1::1/64")},
+	egress:  [2]netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("2001:db8:ff::1")},
+	own:     netip.MustParsePrefix("2001:db8:77::/64"),
 }
 
 // pkt is a packet for evalRules.
@@ -75,15 +73,19 @@ func evalRule(t *testing.T, r []expr.Any, p pkt) *expr.Verdict {
 			}
 		case *expr.Payload:
 			var b []byte
+			f := v4Family
+			if p.nfproto == unix.NFPROTO_IPV6 {
+				f = v6Family
+			}
+			// Addresses: any bytes of one of them.
+			in := func(at int) bool {
+				return int(e.Offset) >= at && int(e.Offset+e.Len) <= at+f.Bits/8
+			}
 			switch {
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 8:
-				b = p.srcB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV6 && e.Len == 16 && e.Offset == 24:
-				b = p.dstB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 12:
-				b = p.srcB
-			case e.Base == expr.PayloadBaseNetworkHeader && p.nfproto == unix.NFPROTO_IPV4 && e.Len == 4 && e.Offset == 16:
-				b = p.dstB
+			case e.Base == expr.PayloadBaseNetworkHeader && in(f.SrcOff):
+				b = p.srcB[int(e.Offset)-f.SrcOff:][:e.Len]
+			case e.Base == expr.PayloadBaseNetworkHeader && in(f.DstOff):
+				b = p.dstB[int(e.Offset)-f.DstOff:][:e.Len]
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 2 && e.Len == 2:
 				b = []byte{byte(p.dport >> 8), byte(p.dport)}
 			case e.Base == expr.PayloadBaseTransportHeader && e.Offset == 0 && e.Len == 1:
@@ -217,16 +219,16 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 			To: pf("2001::/32", "2001:0:a00::/40", "2001:0:808:808::f5ff:0/112")}}},
 		"allow-private": {Rules: []policy.Rule{
 			{Name: "ula", Action: policy.Allow, To: pf("fc00::/7", "fe80::/10", "2002:a00::/24")},
-			{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 25, Hi: 25}}},
+			{Name: "no-smtp", Action: policy.Deny, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 25, Hi: 25}}},
 			{Name: "meta", Action: policy.Allow, To: pf("fd00:ec2::254/128")},
 		}},
 		"icmp-only": {Default: policy.Deny, Rules: []policy.Rule{{Name: "ping", Action: policy.Allow, Proto: policy.ProtoICMP}}},
 		"web": {Default: policy.Deny, Rules: []policy.Rule{
 			{Name: "deny-doc", Action: policy.Deny, To: pf("2001:db8:dead::/48")},
-			{Name: "web", Action: policy.Allow, Proto: policy.ProtoTCP, Ports: []policy.PortRange{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}},
+			{Name: "web", Action: policy.Allow, Proto: policy.ProtoTCP, Ports: []portblock.Range{{Lo: 443, Hi: 443}, {Lo: 8000, Hi: 8100}}},
 		}},
 	}
-	tunnel4 := testRules6.addr.Masked()
+	subnets := []netip.Prefix{testRules6.tunnels[0].Masked(), testRules6.tunnels[1].Masked()}
 	floor := testRules6.floor6Rules()
 	checked := 0
 	for name, p := range policies {
@@ -235,14 +237,14 @@ func TestPolicy6MatchesDecide(t *testing.T) {
 		}
 		c := testRules6.compilePolicy(table(), p, 1)
 		for _, dst := range dsts {
-			if testRules6.addr6.Masked().Contains(dst) || testRules6.prefix6.Contains(dst) || dst.Is4In6() {
+			if testRules6.tunnels[1].Masked().Contains(dst) || testRules6.own.Contains(dst) || dst.Is4In6() {
 				continue // the kernel's own floor: see TestFloor6
 			}
 			for _, fl := range []struct {
 				proto policy.Proto
 				port  uint16
 			}{{policy.ProtoTCP, 443}, {policy.ProtoTCP, 25}, {policy.ProtoICMP, 0}} {
-				want := p.Decide(policy.Flow{Proto: fl.proto, Dst: dst, Port: fl.port, Tunnel: tunnel4})
+				want := p.Decide(policy.Flow{Proto: fl.proto, Dst: dst, Port: fl.port, Tunnels: subnets})
 				got := kernelVerdict(t, floor, c, fl.proto, dst, fl.port)
 				checked++
 				if got.Action != want.Action || got.Action == policy.Deny && strings.HasPrefix(want.Rule, "builtin") && got.Rule != want.Rule {
@@ -318,29 +320,32 @@ func TestMrange(t *testing.T) {
 	}
 }
 
-func TestJobRules6(t *testing.T) {
+func TestNATRules6(t *testing.T) {
 	block := portblock.Range{Lo: 20256, Hi: 20511}
 	ula := netip.MustParseAddr("fd00:a1::7")
-	rules := testRules6.jobRules6(ula, netip.Addr{}, block)
+	egress := func(r ruleset, e forward.Egress) jobEgress {
+		return r.egressOf(forward.Job{Addrs: []netip.Addr{ula}, Egress: []forward.Egress{e}}, v6Family)
+	}
+	rules := testRules6.natRules(ula, egress(testRules6, forward.Egress{Addr: netip.IPv6Unspecified(), Block: block}))
 	if len(rules) != 3 {
 		t.Fatalf("shared job: %d rules, want 3", len(rules))
 	}
 	for i, r := range rules {
 		nat, imm := natOf(t, r)
-		if nat.Family != unix.NFPROTO_IPV6 || !bytes.Equal(imm[nat.RegAddrMin], testRules6.egress6.AsSlice()) {
-			t.Errorf("rule %d: nat %+v to %x, want ipv6 snat to %v", i, nat, imm[nat.RegAddrMin], testRules6.egress6)
+		if nat.Family != unix.NFPROTO_IPV6 || !bytes.Equal(imm[nat.RegAddrMin], testRules6.egress[1].AsSlice()) {
+			t.Errorf("rule %d: nat %+v to %x, want ipv6 snat to %v", i, nat, imm[nat.RegAddrMin], testRules6.egress[1])
 		}
 		if (nat.RegProtoMin != 0) != (i < 2) {
 			t.Errorf("rule %d: port range %v", i, nat.RegProtoMin != 0)
 		}
 	}
 	given := netip.MustParseAddr("2001:db8:ff::2")
-	rules = testRules6.jobRules6(ula, given, block)
+	rules = testRules6.natRules(ula, egress(testRules6, forward.Egress{Addr: given, Block: block}))
 	if nat, imm := natOf(t, rules[0]); len(rules) != 3 || nat.RegProtoMin == 0 || !bytes.Equal(imm[nat.RegAddrMin], given.AsSlice()) {
 		t.Errorf("given egress: %d rules, nat %+v to %x, want %v with the block", len(rules), nat, imm[nat.RegAddrMin], given)
 	}
 	own := netip.MustParseAddr("2001:db8:77::99")
-	rules = testRules6.jobRules6(ula, own, block)
+	rules = testRules6.natRules(ula, egress(testRules6, forward.Egress{Addr: own, Own: true}))
 	if len(rules) != 1 {
 		t.Fatalf("one-to-one job: %d rules, want 1", len(rules))
 	}
@@ -348,8 +353,8 @@ func TestJobRules6(t *testing.T) {
 		t.Errorf("one-to-one: nat %+v to %x, want %v without ports", nat, imm[nat.RegAddrMin], own)
 	}
 	noEgress := testRules6
-	noEgress.egress6 = netip.Addr{}
-	rules = noEgress.jobRules6(ula, netip.Addr{}, block)
+	noEgress.egress[1] = netip.Addr{}
+	rules = noEgress.natRules(ula, egress(noEgress, forward.Egress{Addr: netip.IPv6Unspecified(), Block: block}))
 	if len(rules) != 3 {
 		t.Fatalf("no IPv6 egress address: %d rules, want 3", len(rules))
 	}
@@ -379,7 +384,7 @@ func TestFromJobs6(t *testing.T) {
 		rules = tc.r.fromJobsRules()
 		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr(tc.src), dst: netip.MustParseAddr("2001:db8:1::1"), dport: 443}
 		if tc.own {
-			p.sets = map[string][][]byte{setOwn6: {p.src.AsSlice()}}
+			p.sets = map[string][][]byte{setOwn: {p.src.AsSlice()}}
 		}
 		v, _, ok := evalRules(t, rules, p)
 		got := "none"
@@ -397,27 +402,32 @@ func TestFromJobs6(t *testing.T) {
 
 func TestExposeRules6(t *testing.T) {
 	ula := netip.MustParseAddr("fd00:a1::7")
+	job := forward.Job{Addrs: []netip.Addr{netip.MustParseAddr("100.64.0.7"), ula}}
 	own := netip.MustParseAddr("2001:db8:77::7")
 	for _, tc := range []struct {
 		name string
 		at   netip.Addr
-		own  bool
-		port uint16 // the public port matched
+		port uint16 // the public port (at an own address the gateway gives the job's own)
 	}{
-		{"shared", testRules6.egress6, false, 20300},
-		{"own address", own, true, 8080},
+		{"shared", testRules6.egress[1], 20300},
+		{"shared, the configured address", netip.IPv6Unspecified(), 20300},
+		{"own address", own, 8080},
 	} {
-		ex := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: 20300, PublicAddr: tc.at}}
-		dnat, err := testRules6.exposeRules6(ula, tc.own, ex)
+		ex := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080, PublicPort: tc.port, PublicAddr: tc.at}}
+		dnat, err := testRules6.exposeRules(job, ex)
 		if err != nil || len(dnat) != 1 {
 			t.Fatalf("%s: %d rules, %v", tc.name, len(dnat), err)
 		}
 		// Strip iifname != TUN (not in pkt).
 		r := append(append([]expr.Any(nil), dnat[0][:2]...), dnat[0][4:]...)
-		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("2001:db8:1::1"), dst: tc.at, dport: tc.port}
+		dst := tc.at
+		if dst.IsUnspecified() {
+			dst = testRules6.egress[1]
+		}
+		p := pkt{nfproto: unix.NFPROTO_IPV6, l4proto: unix.IPPROTO_TCP, src: netip.MustParseAddr("2001:db8:1::1"), dst: dst, dport: tc.port}
 		// Every compare must pass to reach the appended verdict.
 		if v := evalRule(t, append(r, &expr.Verdict{Kind: expr.VerdictAccept}), p); v == nil {
-			t.Errorf("%s: the rule does not match [%v]:%d", tc.name, tc.at, tc.port)
+			t.Errorf("%s: the rule does not match [%v]:%d", tc.name, dst, tc.port)
 		}
 		p.dport = 20301
 		if v := evalRule(t, append(r, &expr.Verdict{Kind: expr.VerdictAccept}), p); v != nil {
@@ -428,7 +438,7 @@ func TestExposeRules6(t *testing.T) {
 			t.Errorf("%s: dnat %+v %v", tc.name, nat, imm)
 		}
 	}
-	if _, err := testRules6.exposeRules6(ula, false, []forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 1, PublicPort: 1, PublicAddr: own}}); err == nil {
+	if _, err := testRules6.exposeRules(job, []forward.Exposure{{Proto: ipproto.Proto(132), JobPort: 1, PublicPort: 1, PublicAddr: own}}); err == nil {
 		t.Error("sctp exposure accepted")
 	}
 }
@@ -440,11 +450,11 @@ func TestValidate6(t *testing.T) {
 		ok   bool
 	}{
 		{"ok", func(*ruleset) {}, true},
-		{"no egress6", func(r *ruleset) { r.egress6 = netip.Addr{} }, true},
-		{"v4 as addr6", func(r *ruleset) { r.addr6 = netip.MustParsePrefix("10.0.0.1/24") }, false},
-		{"mapped egress6", func(r *ruleset) { r.egress6 = netip.MustParseAddr("::ffff:1.2.3.4") }, false},
-		{"prefix overlaps tunnel", func(r *ruleset) { r.prefix6 = netip.MustParsePrefix("fd00:a1::/48") }, false},
-		{"prefix without v6", func(r *ruleset) { r.addr6 = netip.Prefix{}; r.egress6 = netip.Addr{} }, false},
+		{"no egress6", func(r *ruleset) { r.egress[1] = netip.Addr{} }, true},
+		{"v4 as addr6", func(r *ruleset) { r.tunnels[1] = netip.MustParsePrefix("10.0.0.1/24") }, false},
+		{"mapped egress6", func(r *ruleset) { r.egress[1] = netip.MustParseAddr("::ffff:1.2.3.4") }, false},
+		{"prefix overlaps tunnel", func(r *ruleset) { r.own = netip.MustParsePrefix("fd00:a1::/48") }, false},
+		{"prefix without v6", func(r *ruleset) { r.tunnels[1] = netip.Prefix{}; r.egress[1] = netip.Addr{} }, false},
 	} {
 		r := testRules6
 		tt.mod(&r)
@@ -453,33 +463,20 @@ func TestValidate6(t *testing.T) {
 		}
 	}
 	r := testRules6
-	job := netip.MustParseAddr("100.64.0.7")
-	block := portblock.Range{Lo: 20000, Hi: 20255}
 	for _, tt := range []struct {
-		name           string
-		addr6, egress6 string
-		block          portblock.Range
-		ok             bool
+		name   string
+		egress forward.Egress
+		ok     bool
 	}{
-		{"shared", "fd00:a1::7", "", block, true},
-		{"own address", "fd00:a1::7", "2001:db8:77::7", portblock.Range{}, true},
-		{"own address with a block", "fd00:a1::7", "2001:db8:77::7", block, false},
-		{"shared, given egress", "fd00:a1::7", "2001:db8:1::7", block, true},
-		{"mapped egress", "fd00:a1::7", "::ffff:1.2.3.4", block, false},
-		{"outside the subnet", "2001:db8:1::7", "", block, false},
-		{"the gateway's address", "fd00:a1::1", "", block, false},
+		{"shared", forward.Egress{Addr: netip.IPv6Unspecified()}, true},
+		{"own address", forward.Egress{Addr: netip.MustParseAddr("2001:db8:77::7"), Own: true}, true},
+		{"own address outside the prefix", forward.Egress{Addr: netip.MustParseAddr("2001:db8:1::7"), Own: true}, false},
+		{"shared address inside the own prefix", forward.Egress{Addr: netip.MustParseAddr("2001:db8:77::7")}, false},
+		{"shared, given egress", forward.Egress{Addr: netip.MustParseAddr("2001:db8:1::7")}, true},
 	} {
-		a6 := netip.MustParseAddr(tt.addr6)
-		var e6 netip.Addr
-		if tt.egress6 != "" {
-			e6 = netip.MustParseAddr(tt.egress6)
+		j := forward.Job{Addrs: []netip.Addr{netip.MustParseAddr("fd00:a1::7")}, Egress: []forward.Egress{tt.egress}}
+		if err := r.checkJob(j); (err == nil) != tt.ok {
+			t.Errorf("%s: checkJob: %v, want ok=%v", tt.name, err, tt.ok)
 		}
-		if err := r.checkJob6(job, a6, e6, tt.block); (err == nil) != tt.ok {
-			t.Errorf("%s: checkJob6: %v, want ok=%v", tt.name, err, tt.ok)
-		}
-	}
-	r.addr6 = netip.Prefix{}
-	if err := r.checkJob6(job, netip.MustParseAddr("fd00:a1::7"), netip.Addr{}, block); err == nil {
-		t.Error("checkJob6 without IPv6 accepted a job")
 	}
 }

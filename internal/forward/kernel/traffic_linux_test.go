@@ -289,7 +289,7 @@ func TestIPv6Traffic(t *testing.T) {
 		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: mustLink(t, "far0").Attrs().Index, Dst: farNet}); err != nil {
 			t.Error(err)
 		}
-		if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
+		if err := writeSysctl(v6Family.forwarding, "1"); err != nil {
 			t.Error(err)
 		}
 		_, own, _ := net.ParseCIDR("2001:db8:77::/64")
@@ -311,11 +311,11 @@ func TestIPv6Traffic(t *testing.T) {
 	defer tcpLn.Close()
 
 	f := newTestForwarder(t, func(c *Config) {
-		c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64")
-		c.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/64")
+		c.Addrs = append(c.Addrs, netip.MustParsePrefix("fd00:a1::1/64"))
+		c.OwnPrefix = netip.MustParsePrefix("2001:db8:77::/64")
 	})
 	defer f.Close()
-	if v, _ := readSysctl(ipv6FwdPath); v != "1" {
+	if v, _ := readSysctl(v6Family.forwarding); v != "1" {
 		t.Errorf("IPv6 forwarding after New: %s", v)
 	}
 	tio := newTunIO(t, f)
@@ -329,12 +329,14 @@ func TestIPv6Traffic(t *testing.T) {
 		v4, v6, eg netip.Addr
 		b          portblock.Range
 	}{{shared, shared6, egress6, block}, {own, own6, ownPub, portblock.Range{}}} {
-		if err := f.AddJob(forward.Job{Addr: j.v4, Block: portblock.Range{Lo: 30000, Hi: 30255}, Addr6: j.v6, Egress6: j.eg, Block6: j.b}); err != nil {
+		if err := f.AddJob(forward.Job{ID: idOf(j.v4), Addrs: []netip.Addr{j.v4, j.v6},
+			Egress: []forward.Egress{{Addr: egressAddr, Block: portblock.Range{Lo: 30000, Hi: 30255}}, {Addr: j.eg, Block: j.b, Own: j.b == portblock.Range{}}}}); err != nil {
 			t.Fatalf("AddJob %v, %v: %v", j.v4, j.v6, err)
 		}
 	}
 	third := netip.MustParseAddr("100.64.0.4")
-	if err := f.AddJob(forward.Job{Addr: third, Addr6: netip.MustParseAddr("fd00:a1::4"), Egress6: netip.MustParseAddr("2001:db8:77::4"), Block6: block}); err == nil {
+	if err := f.AddJob(forward.Job{ID: idOf(third), Addrs: []netip.Addr{third, netip.MustParseAddr("fd00:a1::4")},
+		Egress: []forward.Egress{{Addr: netip.MustParseAddr("2001:db8:77::4"), Block: block, Own: true}}}); err == nil {
 		t.Error("AddJob accepted an own address with a port block")
 	}
 	if f.Jobs() != 2 {
@@ -409,11 +411,14 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 
 	// Exposures: UDP at the shared egress address's public port, and at
-	// the own address's own port.
-	if err := f.expose(shared, []forward.Exposure{{Proto: ipproto.UDP, JobPort: 5353, PublicPort: 20300, PublicAddr: egress6}}); err != nil {
+	// the own address's own port (the gateway gives it as the public
+	// port).
+	if err := f.expose(forward.Job{ID: idOf(shared), Addrs: []netip.Addr{shared, shared6},
+		Exposures: []forward.Exposure{{Proto: ipproto.UDP, JobPort: 5353, PublicPort: 20300, PublicAddr: egress6}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.expose(own, []forward.Exposure{{Proto: ipproto.UDP, JobPort: 5353, PublicPort: 30300, PublicAddr: ownPub}}); err != nil {
+	if err := f.expose(forward.Job{ID: idOf(own), Addrs: []netip.Addr{own, own6},
+		Exposures: []forward.Exposure{{Proto: ipproto.UDP, JobPort: 5353, PublicPort: 5353, PublicAddr: ownPub}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, x := range []struct {
@@ -432,7 +437,7 @@ func TestIPv6Traffic(t *testing.T) {
 
 	// Limits: the job's tc classes get an IPv6 filter beside the IPv4
 	// one on both devices, and IPv6 packets land in them.
-	if err := f.SetJobLimits(shared, limits.Job{EgressBitsPerSec: 10e6, IngressBitsPerSec: 10e6, MaxFlows: 3}); err != nil {
+	if err := f.SetJobLimits(idOf(shared), limits.Job{EgressBitsPerSec: 10e6, IngressBitsPerSec: 10e6, MaxFlows: 3}); err != nil {
 		t.Fatalf("SetJobLimits: %v", err)
 	}
 	for _, dev := range []string{ifbName(DefaultName), DefaultName} {
@@ -466,12 +471,12 @@ func TestIPv6Traffic(t *testing.T) {
 			}
 		}
 	}
-	f.RemoveJob(own)
-	f.RemoveJob(shared)
+	f.RemoveJob(idOf(own))
+	f.RemoveJob(idOf(shared))
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := readSysctl(ipv6FwdPath); v != "0" {
+	if v, _ := readSysctl(v6Family.forwarding); v != "0" {
 		t.Errorf("IPv6 forwarding after Close: %s, want 0", v)
 	}
 }
@@ -511,7 +516,7 @@ func TestStaleTable6(t *testing.T) {
 		return
 	}
 	setupNetns(t, "1")
-	if err := writeSysctl(ipv6FwdPath, "1"); err != nil {
+	if err := writeSysctl(v6Family.forwarding, "1"); err != nil {
 		t.Fatal(err)
 	}
 	c, err := nftables.New()
@@ -519,22 +524,22 @@ func TestStaleTable6(t *testing.T) {
 		t.Fatal(err)
 	}
 	tb := c.AddTable(table())
-	_, _, _, _, _, state, _ := chains(tb)
+	state := chainsOf(tb).state
 	c.AddChain(state)
-	for _, tag := range [][]byte{stateTag(stateTagPrefix, "0"), stateTag(stateTagPref6, "0")} {
+	for _, tag := range [][]byte{stateTag(v4Family.stateTag, "0"), stateTag(v6Family.stateTag, "0")} {
 		c.AddRule(&nftables.Rule{Table: tb, Chain: state, Exprs: []expr.Any{&expr.Counter{}}, UserData: tag})
 	}
 	if err := c.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	f := newTestForwarder(t, func(c *Config) { c.Addr6 = netip.MustParsePrefix("fd00:a1::1/64") })
-	if v, _ := readSysctl(ipv6FwdPath); v != "1" {
+	f := newTestForwarder(t, func(c *Config) { c.Addrs = append(c.Addrs, netip.MustParsePrefix("fd00:a1::1/64")) })
+	if v, _ := readSysctl(v6Family.forwarding); v != "1" {
 		t.Errorf("IPv6 forwarding after New: %s, want 1", v)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v, _ := readSysctl(ipv6FwdPath); v != "0" {
+	if v, _ := readSysctl(v6Family.forwarding); v != "0" {
 		t.Errorf("IPv6 forwarding after Close: %s, want 0 (the value before the killed run)", v)
 	}
 }

@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +18,8 @@ import (
 	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
@@ -32,13 +33,17 @@ import (
 // gateway is the control server's Backend: it turns joins into leases and
 // WireGuard peers. It is safe for concurrent use.
 type gateway struct {
-	log       *slog.Logger
-	cfg       Config
-	leases    *lease.Manager
-	wg        *tunnel.Gateway
-	wgPriv    wgkey.Key
-	wgPub     wgkey.Key
+	log    *slog.Logger
+	cfg    Config
+	leases *lease.Manager
+	wg     *tunnel.Gateway
+	wgPriv wgkey.Key
+	wgPub  wgkey.Key
+	// gwAddr is the gateway's address in the IPv4 tunnel subnet, tunnels
+	// its tunnel addresses of every family with their subnets' lengths
+	// (the IPv4 one first).
 	gwAddr    netip.Addr
+	tunnels   []netip.Prefix
 	advertise string
 	// st keeps the tokens, bans and the lease history that attributes
 	// outside connections to jobs: local, or in a fleet the shared
@@ -53,16 +58,18 @@ type gateway struct {
 	fleet    *fleet.Node
 	remote   *pgstore.Store
 	memberID string
-	// egress is the egress mode, public address and port-block plan.
+	// egress is the egress mode, public addresses and port-block plan.
 	egress egress
 	// backend is the egress backend: jobs' packets, egress, policy,
 	// limits and exposures. exposeAddr is the public address announced
 	// for exposures (the zero Addr: none can be exposed).
 	backend    forward.Backend
 	exposeAddr netip.Addr
-	// flows is the flow table (flows.go); started is when Run began;
-	// kicks remembers leases an admin ended (admin.go).
+	// flows is the flow table (flows.go), index the job index it shares
+	// with the egress backend and the capture taps; started is when Run
+	// began; kicks remembers leases an admin ended (admin.go).
 	flows   *flows.Table
+	index   *jobs.Index
 	started time.Time
 	kicks   kickList
 	// metrics are the gateway's metrics; handshakes the joins waiting
@@ -98,8 +105,6 @@ type gateway struct {
 	// res are the listeners and servers open made for serve, and what
 	// close undoes (run.go).
 	res resources
-	// v6 is the IPv6 side: tunnel prefix, egress (dualstack.go).
-	v6 dualState
 	// rehs are the restored peers' endpoints and the handshakes the
 	// gateway starts with them (rehandshake.go).
 	rehs rehandshakes
@@ -142,28 +147,23 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}()
 	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
 	if err != nil {
-		g.log.Warn("join refused: bad --expose request", "addr", l.Addr, "expose", req.Expose, "err", err)
+		g.log.Warn("join refused: bad --expose request", "addrs", l.Addrs, "expose", req.Expose, "err", err)
 		return control.Lease{}, fmt.Errorf("%w: %w", control.ErrBadRequest, err)
 	}
 	if err = g.addJob(job); err != nil {
-		g.log.Error("join refused: egress backend cannot add the job", "addr", l.Addr, "err", err)
+		g.log.Error("join refused: egress backend cannot add the job", "addrs", l.Addrs, "err", err)
 		return control.Lease{}, fmt.Errorf("add job to egress: %w", err)
 	}
 	added = true
-	exposed := g.exposedList(job.Exposures)
 	// Fail closed: a job the history cannot attribute does not get in.
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddr: l.Addr, Start: l.Start,
-		Resume: resumeState(l, pub, req.Expose),
+		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
+		Egress: attributions(job), Resume: resumeState(l, pub, req.Expose),
 	}
-	if job.Block != (portblock.Range{}) {
-		rec.PublicAddr, rec.PortLo, rec.PortHi = job.Egress, job.Block.Lo, job.Block.Hi
-	}
-	g.record6(&rec, l, job.Block)
-	for _, x := range exposed {
-		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.Port.Port, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
+	for _, x := range job.Exposures {
+		rec.Exposed = append(rec.Exposed, fmt.Sprintf("%s/%d=%s", x.Proto, x.JobPort, netip.AddrPortFrom(x.PublicAddr, x.PublicPort)))
 	}
 	if err = g.st.RecordLeaseStart(rec); err != nil {
 		g.log.Error("join refused: cannot record the lease in the state db", "err", err)
@@ -171,7 +171,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	recorded = true
 	g.handshakes.add(pub, time.Now())
-	if err = g.wg.AddPeer(pub, peerAddrs(l)...); err != nil {
+	if err = g.wg.AddPeer(pub, l.AddrList()...); err != nil {
 		return control.Lease{}, err
 	}
 	// An admin may have ended the lease while the join built it (a kick,
@@ -179,29 +179,19 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	// nothing, since whoever ended it removed the peer and the job either
 	// before they were added (then this check fails) or after.
 	if _, err = g.leases.Check(l.ID, secret, time.Now()); err != nil {
-		g.log.Info("join undone: its lease was ended while the join ran", "lease", l.ID, "addr", l.Addr)
+		g.log.Info("join undone: its lease was ended while the join ran", "lease", l.ID, "addrs", l.Addrs)
 		err = g.leaseGone(l.ID, err)
 		g.removePeer(pub)
 		recorded = false // whoever ended it recorded why
 		return control.Lease{}, err
 	}
-	g.log.Info("job joined", "lease", l.ID, "addr", l.Addr, "addr6", l.Addr6, "job", req.Job.BatchJobID,
+	g.log.Info("job joined", "lease", l.ID, "addrs", l.Addrs, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
-		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "public_addr", rec.PublicAddr, "ports", job.Block, "exposed", rec.Exposed,
+		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "egress", job.Egress, "exposed", rec.Exposed,
 		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version))
-	var ports [2]uint16
-	if job.Block != (portblock.Range{}) {
-		ports = [2]uint16{job.Block.Lo, job.Block.Hi}
-	}
 	cl := control.Lease{
-		PublicAddr:       rec.PublicAddr,
-		Ports:            ports,
-		Exposed:          exposed,
 		ID:               l.ID,
 		Secret:           secret,
-		Address:          netip.PrefixFrom(l.Addr, g.cfg.Subnet.Bits()),
-		Gateway:          g.gwAddr,
-		DNS:              []netip.Addr{g.gwAddr},
 		MTU:              g.cfg.MTU,
 		GatewayPublicKey: g.wgPub,
 		Endpoint:         g.advertise,
@@ -210,8 +200,71 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Bypass:           g.jobBypass(tok.Name),
 		Members:          g.members(),
 	}
-	g.lease6(&cl, l)
+	g.describe(&cl, l, job)
 	return cl, nil
+}
+
+// describe fills in what the lease a join returns says of the job's
+// addresses, in the control protocol's fields (one per family, kept for
+// clients of every version): its tunnel addresses and the gateway's (also
+// its resolvers), where its flows leave from, and its exposures.
+func (g *gateway) describe(cl *control.Lease, l lease.Lease, job forward.Job) {
+	for _, p := range l.Addrs {
+		switch ipfamily.Of(p.Addr()) {
+		case ipfamily.V4:
+			cl.Address = p
+		case ipfamily.V6:
+			cl.Address6 = p
+		}
+	}
+	for _, p := range g.tunnels {
+		if !l.AddrOf(ipfamily.Of(p.Addr())).IsValid() {
+			continue
+		}
+		cl.DNS = append(cl.DNS, p.Addr())
+		switch ipfamily.Of(p.Addr()) {
+		case ipfamily.V4:
+			cl.Gateway = p.Addr()
+		case ipfamily.V6:
+			cl.Gateway6 = p.Addr()
+		}
+	}
+	for _, e := range job.Egress {
+		switch ipfamily.Of(e.Addr) {
+		case ipfamily.V4:
+			if e.Block != (portblock.Range{}) {
+				cl.PublicAddr, cl.Ports = e.Addr, [2]uint16{e.Block.Lo, e.Block.Hi}
+			}
+		case ipfamily.V6:
+			if !e.Addr.IsUnspecified() {
+				cl.PublicAddr6 = e.Addr
+			}
+			if e.Block != (portblock.Range{}) && cl.Ports == ([2]uint16{}) {
+				cl.Ports = [2]uint16{e.Block.Lo, e.Block.Hi}
+			}
+		}
+	}
+	for _, x := range job.Exposures {
+		ex := control.Exposed{Port: control.Port{Proto: x.Proto, Port: x.JobPort}, PublicAddr: x.PublicAddr, PublicPort: x.PublicPort}
+		switch x.Family() {
+		case ipfamily.V4:
+			cl.Exposed = append(cl.Exposed, ex)
+		case ipfamily.V6:
+			cl.Exposed6 = append(cl.Exposed6, ex)
+		}
+	}
+}
+
+// attributions returns where job's flows leave from as the lease history
+// keeps it: its egress entries with a port block or an own address.
+func attributions(job forward.Job) []store.Attribution {
+	var out []store.Attribution
+	for _, e := range job.Egress {
+		if e.Own || e.Block != (portblock.Range{}) {
+			out = append(out, store.Attribution{Addr: e.Addr, PortLo: e.Block.Lo, PortHi: e.Block.Hi, Own: e.Own})
+		}
+	}
+	return out
 }
 
 // newLease allocates the lease of a join (allocate: admission, quotas, the
@@ -223,7 +276,7 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)
 		g.recordEnd(*replaced, "replaced")
-		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addr", replaced.Addr)
+		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addrs", replaced.Addrs)
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
 		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
@@ -248,43 +301,35 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 
 // jobOf is the egress backend's view of lease l of the job jobID, which
 // joined with the token named token and asked to expose ports expose: its
-// address, egress address, port block, token, flow attribution, the
-// limits of the config in force (the one place that decides a job's
-// limits) and its exposures, checked against the config.
+// ID and addresses, where its flows of each family leave from (egressOf),
+// its token and flow attribution, the limits of the config in force (the
+// one place that decides a job's limits) and its exposures, checked
+// against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
-	ex, err := g.planExposures(l, expose)
+	j := forward.Job{
+		ID:     jobs.ID(l.ID),
+		Addrs:  l.AddrList(),
+		Egress: g.egressOf(l),
+		Ref:    jobs.Ref{JobID: jobID, Token: token},
+		Limits: g.conf.Load().Limits.ForToken(token),
+	}
+	ex, err := g.planExposures(l, j.Egress, expose)
 	if err == nil {
 		err = g.exposureAllowed(token, ex)
 	}
 	if err != nil {
 		return forward.Job{}, err
 	}
-	j := forward.Job{
-		Addr:      l.Addr,
-		Egress:    g.blockAddr(l),
-		Block:     g.block(l),
-		Token:     token,
-		Ref:       flows.JobRef{Lease: l.ID, JobID: jobID, Token: token},
-		Limits:    g.conf.Load().Limits.ForToken(token),
-		Exposures: ex,
-	}
-	if j.Egress.IsValid() && !j.Egress.IsUnspecified() {
-		j.Ref.PublicAddr = j.Egress
-	}
-	g.job6(&j, l)
+	j.Exposures = ex
 	return j, nil
 }
 
-// addJob admits j to the egress backend and the capture feeds.
+// addJob admits j to the egress backend and the capture taps.
 func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
 		return err
 	}
-	ref := capture.JobRef{Lease: j.Ref.Lease, JobID: j.Ref.JobID, Token: j.Token}
-	g.capture.AddJob(j.Addr, ref)
-	if j.Addr6.IsValid() {
-		g.capture.AddJob(j.Addr6, ref)
-	}
+	g.capture.AddJob(j.ID, j.Ref)
 	return nil
 }
 
@@ -300,7 +345,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, "renewal", why, why)
-			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addr", l.Addr, "token", o.Token, "err", terr)
+			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
 			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
 		}
 	}
@@ -315,7 +360,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	g.removePeer(l.PublicKey)
 	g.removeJob(l)
 	g.recordEnd(l, "released")
-	g.log.Info("job left", "lease", l.ID, "addr", l.Addr, "held", time.Since(l.Start).Round(time.Millisecond))
+	g.log.Info("job left", "lease", l.ID, "addrs", l.Addrs, "held", time.Since(l.Start).Round(time.Millisecond))
 	return nil
 }
 
@@ -347,7 +392,7 @@ func (g *gateway) expire(now time.Time) {
 		g.removePeer(l.PublicKey)
 		g.removeJob(l)
 		g.recordEnd(l, "expired")
-		g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addr", l.Addr)
+		g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addrs", l.Addrs)
 	}
 }
 
@@ -372,14 +417,13 @@ func (g *gateway) blockAddr(l lease.Lease) netip.Addr {
 }
 
 // removeJob drops l's per-job state: its lease watch, its handshake
-// watch, the egress backend's state (exposures, port block, limits, flows)
-// and its capture attribution.
+// watch, the egress backend's state (exposures, port blocks, limits,
+// flows, its addresses in the job index) and its capture attribution.
 func (g *gateway) removeJob(l lease.Lease) {
 	g.closeStream(l)
 	g.handshakes.forget(l.PublicKey)
-	g.backend.RemoveJob(l.Addr)
-	g.capture.RemoveJob(l.Addr)
-	g.removeJob6(l)
+	g.backend.RemoveJob(jobs.ID(l.ID))
+	g.capture.RemoveJob(jobs.ID(l.ID))
 }
 
 // recordEnd closes l's entry in the lease history.
@@ -411,8 +455,12 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 }
 
 // planExposures checks a join's --expose request and picks the public
-// ports.
-func (g *gateway) planExposures(l lease.Lease, reqs []control.Port) ([]forward.Exposure, error) {
+// ports, from the top of the job's block, and plans them on each of the
+// job's egress addresses: the same public port at a shared address, the
+// job's own port at its own address (--egress-prefix6). This is the one
+// place that decides where a job's exposures listen; the backends and
+// the lease follow it.
+func (g *gateway) planExposures(l lease.Lease, egress []forward.Egress, reqs []control.Port) ([]forward.Exposure, error) {
 	if len(reqs) == 0 {
 		return nil, nil
 	}
@@ -420,26 +468,23 @@ func (g *gateway) planExposures(l lease.Lease, reqs []control.Port) ([]forward.E
 	if !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
 		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
 	}
-	ex, err := allocExposures(g.block(l), reqs)
-	for i := range ex {
-		ex[i].PublicAddr = at
+	ports, err := allocExposures(g.block(l), reqs)
+	if err != nil {
+		return nil, err
 	}
-	return ex, err
-}
-
-// exposedList describes exposures as the lease announces them in Exposed:
-// the IPv4 listeners (lease6 announces the IPv6 ones, job6 adds them).
-func (g *gateway) exposedList(ex []forward.Exposure) []control.Exposed {
-	var out []control.Exposed
-	for _, x := range ex {
-		if x.PublicAddr.Is6() && !x.PublicAddr.Is4In6() {
-			continue
+	var out []forward.Exposure
+	for _, e := range egress {
+		if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
+			continue // nowhere announced to listen
 		}
-		out = append(out, control.Exposed{
-			Port:       control.Port{Proto: x.Proto, Port: x.JobPort},
-			PublicAddr: cmp.Or(x.PublicAddr, g.exposeAddr),
-			PublicPort: x.PublicPort,
-		})
+		for _, x := range ports {
+			x.PublicAddr = e.Addr
+			if e.Own {
+				// The job's own address: its own port, no translation.
+				x.PublicPort = x.JobPort
+			}
+			out = append(out, x)
+		}
 	}
-	return out
+	return out, nil
 }

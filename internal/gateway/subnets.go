@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+
+package gateway
+
+// The gateway's tunnel subnets, one per address family. The IPv4 one is
+// --subnet; the gateway takes its first host address. The IPv6 tunnel
+// prefix is --subnet6, else the one kept in the state directory
+// (Subnet6File), else a random ULA /48 (RFC 4193) made at the first start
+// and kept there. A job's IPv6 address embeds its IPv4 one in the last 32
+// bits (internal/lease dualstack.go), so it needs no state of its own and
+// survives a restart with the lease; so does the gateway's. The gateway
+// hands out IPv6 addresses only where jobs' IPv6 flows have somewhere to
+// leave from (egress.go, planEgress6).
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/store"
+)
+
+// Subnet6File, in the state directory, keeps the IPv6 tunnel prefix made
+// at the first start.
+const Subnet6File = "subnet6"
+
+// Subnet6Off as --subnet6 turns IPv6 in the tunnel off.
+const Subnet6Off = "off"
+
+// dualState is the gateway's IPv6 side; its zero value means IPv4 only.
+type dualState struct {
+	// prefix is the IPv6 tunnel prefix (zero: IPv4 only), gw its gateway
+	// address.
+	prefix netip.Prefix
+	gw     netip.Addr
+	// egress is where jobs' IPv6 flows leave from (with their port
+	// block); invalid: the kernel's choice per destination, no exposure.
+	egress netip.Addr
+	// own, if valid, is --egress-prefix6: each job's IPv6 flows leave
+	// from its own address in it (egressprefix6.go).
+	own netip.Prefix
+}
+
+// on reports whether jobs get IPv6 addresses.
+func (d dualState) on() bool { return d.prefix.IsValid() }
+
+// planSubnet6 returns the IPv6 tunnel prefix (see the file comment), or
+// the zero Prefix when IPv6 is off or the IPv4 subnet is not IPv4.
+func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {
+	if cfg.NoIPv6 || !cfg.Subnet.Addr().Is4() {
+		return netip.Prefix{}, nil
+	}
+	if cfg.Subnet6.IsValid() {
+		p := cfg.Subnet6.Masked()
+		if err := lease.CheckPrefix6(p); err != nil {
+			return netip.Prefix{}, fmt.Errorf("--subnet6: %w", err)
+		}
+		return p, nil
+	}
+	path := filepath.Join(cfg.StateDir, Subnet6File)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		p, err := netip.ParsePrefix(strings.TrimSpace(string(b)))
+		if err == nil {
+			err = lease.CheckPrefix6(p)
+		}
+		if err != nil {
+			return netip.Prefix{}, fmt.Errorf("ipv6 tunnel prefix in %s: %w (remove the file to make a new one)", path, err)
+		}
+		return p.Masked(), nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return netip.Prefix{}, fmt.Errorf("read ipv6 tunnel prefix: %w", err)
+	}
+	p, err := randomULA48()
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if err := store.WriteFileAtomic(path, []byte(p.String()+"\n"), 0o644); err != nil {
+		return netip.Prefix{}, fmt.Errorf("write ipv6 tunnel prefix: %w", err)
+	}
+	log.Info("made the IPv6 tunnel prefix (a random unique-local /48, kept in the state dir)", "subnet6", p, "file", path)
+	return p, nil
+}
+
+// randomULA48 returns fdXX:XXXX:XXXX::/48 with a random global ID (RFC
+// 4193 section 3.2).
+func randomULA48() (netip.Prefix, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[1:6]); err != nil {
+		return netip.Prefix{}, fmt.Errorf("random ipv6 prefix: %w", err)
+	}
+	b[0] = 0xfd
+	return netip.PrefixFrom(netip.AddrFrom16(b), 48), nil
+}
+
+// tunnelAddrs returns the gateway's tunnel addresses with their subnets'
+// lengths: its IPv4 one, and its IPv6 one if the lease manager is
+// dual-stack.
+func tunnelAddrs(cfg Config, gwAddr netip.Addr, leases *lease.Manager) []netip.Prefix {
+	out := []netip.Prefix{netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())}
+	if p := leases.Prefix6(); p.IsValid() {
+		out = append(out, netip.PrefixFrom(leases.Gateway6(), p.Bits()))
+	}
+	return out
+}
