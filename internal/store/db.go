@@ -36,6 +36,10 @@ type DB interface {
 	// revoked). The gateway checks a token again with it under its
 	// admission lock and at every renewal.
 	Token(name string) (Token, error)
+	// RestrictToken sets the named token's restrictions (the networks its
+	// joins may come from, whether they need a MUNGE credential) and
+	// returns its record; an unknown name fails with ErrNotFound.
+	RestrictToken(name string, r TokenRestrictions) (Token, error)
 	// RevokeToken deletes the named token. Ending the leases granted with
 	// it is the caller's business (the gateway's admin API, or, in a
 	// fleet, every gateway on the database's notification).
