@@ -106,6 +106,10 @@ func (e *APIError) Is(target error) bool {
 		return e.Code == CodeKeyInUse
 	case ErrVersionUnsupported:
 		return e.Code == CodeVersionUnsupported
+	case ErrAttestation:
+		return e.Code == CodeAttestation
+	case ErrAttestationRequired:
+		return e.Code == CodeAttestationRequired
 	}
 	return false
 }

@@ -127,6 +127,12 @@ type ServerConfig struct {
 	// code answered ("" for success) and how long the request took, for
 	// metrics. It must not block.
 	OnJoin func(code string, took time.Duration)
+	// Attest, if set, verifies the MUNGE credentials joins carry
+	// (attest.go); joins with a valid one need no token, and with
+	// Attest.Required none is taken without one. Nil: a gateway without
+	// attested identity, which takes joins by token only and ignores
+	// credentials.
+	Attest Attester
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -150,6 +156,8 @@ type Server struct {
 
 	// stop is closed by Shutdown: it ends watches, which Shutdown would
 	// otherwise wait for.
+	attest Attester
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	watchHB  time.Duration
@@ -169,6 +177,7 @@ func NewServer(cfg ServerConfig) *Server {
 		logLim:  rate.NewLimiter(1, 10),
 		stop:    make(chan struct{}),
 		watchHB: cfg.WatchHeartbeat,
+		attest:  cfg.Attest,
 	}
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
@@ -270,13 +279,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	tok, err := s.store.VerifyToken(req.Token, s.now())
-	if err != nil {
-		if errors.Is(err, store.ErrBadToken) {
-			s.failed(w, remote, "join", http.StatusForbidden, CodeBadToken, MsgBadToken, err)
-			return
-		}
-		s.internalError(w, "join", remote, err)
+	tok, ok := s.authenticate(w, r, &req, remote)
+	if !ok {
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
@@ -288,8 +292,65 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
 		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
-		"client_version", version.Label(req.Version))
+		"client_version", version.Label(req.Version), "attested", req.Attested.String())
 	writeJSON(w, http.StatusOK, lease)
+}
+
+// authenticate checks a join's token (and its source networks) and its
+// MUNGE credentials, in that order, so that a join with a bad token does
+// not spend its credential; it sets req.Attested. It writes the refusal
+// and returns false if the join may not proceed.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort) (store.Token, bool) {
+	var tok store.Token
+	if req.Token != "" {
+		var err error
+		tok, err = s.store.VerifyToken(req.Token, s.now())
+		if err != nil {
+			if errors.Is(err, store.ErrBadToken) {
+				s.failed(w, remote, "join", http.StatusForbidden, CodeBadToken, MsgBadToken, err)
+				return tok, false
+			}
+			s.internalError(w, "join", remote, err)
+			return tok, false
+		}
+		if !tok.AllowsFrom(remote.Addr()) {
+			msg := fmt.Sprintf("token %s may be used only from %v; this join comes from %s (ask the gateway's admin: airlock token restrict)", tok.Name, tok.From, remote.Addr())
+			s.failed(w, remote, "join", http.StatusForbidden, CodeBadToken, msg, errors.New(msg))
+			return tok, false
+		}
+	}
+	if req.Attest != nil && s.attest != nil {
+		a, err := s.attest.Verify(r.Context(), *req, remote)
+		switch {
+		case errors.Is(err, ErrAttestation):
+			s.failed(w, remote, "join", http.StatusForbidden, CodeAttestation, err.Error(), err)
+			return tok, false
+		case err != nil:
+			s.internalError(w, "join", remote, err)
+			return tok, false
+		}
+		req.Attested = a
+	}
+	if req.Attested == nil {
+		required := s.attest != nil && s.attest.Required()
+		switch {
+		case required || tok.Attest:
+			msg := MsgAttestationRequired
+			if tok.Attest && !required {
+				msg = "token " + tok.Name + " requires a MUNGE credential with every join: " + msg[strings.Index(msg, "run airlock run"):]
+			}
+			if req.Attest != nil && s.attest == nil {
+				msg = "this gateway cannot check MUNGE credentials (start it with --attest munge)"
+			}
+			s.failed(w, remote, "join", http.StatusForbidden, CodeAttestationRequired, msg, ErrAttestationRequired)
+			return tok, false
+		case req.Token == "":
+			msg := "missing token: set AIRLOCK_TOKEN (this gateway does not take joins by MUNGE credential alone)"
+			s.failed(w, remote, "join", http.StatusBadRequest, CodeBadRequest, "invalid join request: "+msg, errors.New(msg))
+			return tok, false
+		}
+	}
+	return tok, true
 }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
@@ -477,8 +538,13 @@ func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	} else if err != nil {
 		return JoinRequest{}, err
 	}
-	if req.Token == "" {
-		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN")
+	if req.Token == "" && req.Attest == nil {
+		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN (or join with a MUNGE credential where the gateway takes them)")
+	}
+	if req.Attest != nil {
+		if err := req.Attest.validate(); err != nil {
+			return JoinRequest{}, err
+		}
 	}
 	if req.PublicKey.IsZero() {
 		return JoinRequest{}, errors.New("missing public_key: want the client's WireGuard public key")
