@@ -210,7 +210,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	l, secret, replaced, err := g.leases.AllocateRun(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now, n)
+	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
+	if mine != nil {
+		mo, _ := mine.Owner.(owner)
+		o.Attested = inherit(req.Attested, mo.Attested)
+	}
+	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
 	if err != nil {
 		l.Blocks = n // for the refusal's message
 	}

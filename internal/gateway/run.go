@@ -146,6 +146,9 @@ func (g *gateway) openState() error {
 	}
 	g.st = g.local
 	g.onClose(func() { g.local.Close() })
+	if err := g.applyAttest(conf.Attest); err != nil {
+		return err
+	}
 	return g.openRemote(fp)
 }
 
@@ -285,6 +288,7 @@ func (g *gateway) openServers() error {
 		OnJoin:          mx.metrics.ObserveJoin,
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
+		Attest:          &g.attest,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
