@@ -3,6 +3,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -63,6 +64,9 @@ const (
 type gatewayEntry struct {
 	addr string
 	cc   *control.Client
+	// checks is what the gateway's last load report said it checks
+	// ("munge", or "none"; "" before any report), for attest.go.
+	checks string
 	// last is the lease this session last held at this gateway, if any:
 	// a join there again proves it (JoinRequest.Replace), should the
 	// gateway still hold it after a failover away and back.
@@ -73,6 +77,8 @@ type gatewayEntry struct {
 // are owned by the goroutine that runs supervise once the job runs; before
 // and after that, by Run.
 type session struct {
+	// att makes the joins' MUNGE credentials (attest.go); nil: none.
+	att       *nodeAttest
 	log       *slog.Logger
 	stderr    io.Writer // the user's: loud messages when the lease is gone for good
 	gws       []*gatewayEntry
@@ -156,12 +162,15 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 	}
 	var errs []error
 	for _, r := range rs {
+		if r.health != (control.Health{}) {
+			r.gw.checks = cmp.Or(r.health.Attest, "none")
+		}
 		req := s.req
 		req.Replace = r.gw.last
-		ls, err := s.joinOne(ctx, r.gw, req, timeout)
+		ls, err := s.signedJoin(ctx, r.gw, req, timeout)
 		if errors.Is(err, control.ErrKeyInUse) {
 			if req, err = s.newKey(r.gw, err); err == nil {
-				ls, err = s.joinOne(ctx, r.gw, req, timeout)
+				ls, err = s.signedJoin(ctx, r.gw, req, timeout)
 			}
 		}
 		var ep netip.AddrPort
@@ -198,6 +207,18 @@ func (s *session) join(ctx context.Context, skip *gatewayEntry, timeout time.Dur
 		return nil
 	}
 	return fmt.Errorf("no gateway took the job: %w", errors.Join(errs...))
+}
+
+// signedJoin is joinOne with the join's MUNGE credentials, if the
+// session makes them for gw.
+func (s *session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.JoinRequest, timeout time.Duration) (control.Lease, error) {
+	req, err := s.att.sign(ctx, s, gw, req)
+	if err != nil {
+		return control.Lease{}, err
+	}
+	ls, err := s.joinOne(ctx, gw, req, timeout)
+	s.att.spent(req, err)
+	return ls, err
 }
 
 // rateLimitBudget bounds how long joinOne waits out a gateway's rate
@@ -487,7 +508,8 @@ func (s *session) leaseGone(err error, what, hint string) {
 func fatalJoinError(err error) bool {
 	return errors.Is(err, control.ErrBadToken) || errors.Is(err, control.ErrPinMismatch) ||
 		errors.Is(err, control.ErrBadRequest) || errors.Is(err, control.ErrLeaseEnded) || errors.Is(err, control.ErrBanned) ||
-		errors.Is(err, control.ErrVersionUnsupported)
+		errors.Is(err, control.ErrVersionUnsupported) ||
+		errors.Is(err, control.ErrAttestation) || errors.Is(err, control.ErrAttestationRequired)
 }
 
 func jitter(d time.Duration) time.Duration {
@@ -584,10 +606,10 @@ func (s *session) rejoin(ctx context.Context) error {
 		ref := s.ref()
 		req.Replace = &ref
 	}
-	ls, err := s.cur.cc.Join(ctx, req)
+	ls, err := s.signedRejoin(ctx, req)
 	if errors.Is(err, control.ErrKeyInUse) {
 		if req, err = s.newKey(s.cur, err); err == nil {
-			ls, err = s.cur.cc.Join(ctx, req)
+			ls, err = s.signedRejoin(ctx, req)
 		}
 	}
 	if err != nil {
@@ -638,6 +660,18 @@ func (s *session) newKey(gw *gatewayEntry, inUse error) (control.JoinRequest, er
 		g.last = nil // leases of the old key
 	}
 	return s.req, nil
+}
+
+// signedRejoin sends a rejoin of the current gateway with its MUNGE
+// credentials.
+func (s *session) signedRejoin(ctx context.Context, req control.JoinRequest) (control.Lease, error) {
+	req, err := s.att.sign(ctx, s, s.cur, req)
+	if err != nil {
+		return control.Lease{}, err
+	}
+	ls, err := s.cur.cc.Join(ctx, req)
+	s.att.spent(req, err)
+	return ls, err
 }
 
 // failTo moves the job to the least loaded other gateway.

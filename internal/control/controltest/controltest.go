@@ -38,6 +38,8 @@ type Backend struct {
 	Instance string
 	// RenewErr, if set, is returned by every Renew.
 	RenewErr error
+	// Attest is reported in Health (what the gateway checks: "munge").
+	Attest string
 
 	mu     sync.Mutex
 	squat  map[wgkey.Key]bool // keys whose joins get ErrKeyInUse
@@ -147,7 +149,7 @@ func (b *Backend) Release(ctx context.Context, ref control.LeaseRef) error {
 func (b *Backend) Health() control.Health {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return control.Health{Jobs: len(b.leases), Instance: b.Instance}
+	return control.Health{Jobs: len(b.leases), Instance: b.Instance, Attest: b.Attest}
 }
 
 // Tunnel implements control.Backend.
