@@ -446,8 +446,8 @@ func (s *Store) VerifyToken(secret string, now time.Time) (store.Token, error) {
 
 // AddBan implements store.DB.
 func (s *Store) AddBan(b store.Ban) (store.Ban, error) {
-	if b.Token == "" || b.Host == "" && !b.Addr.IsValid() {
-		return store.Ban{}, fmt.Errorf("add ban: want a token and a host or an address")
+	if err := b.Valid(); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
 	}
 	ctx, cancel := s.call()
 	defer cancel()
