@@ -33,13 +33,37 @@ FUZZERS="
 ./internal/admin:FuzzAdminRequest
 ./internal/seccompnotify:FuzzParseSockaddr
 ./internal/forward/netstack:FuzzWrite
+./internal/munge:FuzzDecodeResponse
+./internal/attest:FuzzParsePayload
+./internal/flows:FuzzReportBypass
 "
+# Every fuzzer in the tree runs, listed above or not: one added without a
+# line here is found and run too, with a warning to list it.
+for f in $(grep -rl --include='*_test.go' '^func Fuzz' internal cmd test 2>/dev/null | sort); do
+	pkg=./$(dirname "$f")
+	for name in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$f"); do
+		case "$FUZZERS
+" in
+		*"
+$pkg:$name
+"*) ;;
+		*)
+			echo "fuzz.sh: $pkg $name is not in the list in scripts/fuzz.sh; running it anyway" >&2
+			FUZZERS="$FUZZERS
+$pkg:$name"
+			;;
+		esac
+	done
+done
 # control: the gateway's control port (anyone on the network, then token
 # and lease holders); tunnel: TCP transport frames (lease holders) and the
 # WireGuard UAPI text; config: the site's config file; flows: --bulk
 # rules; proxy: the fallback proxies (local users, then the job);
 # admin: the admin socket (the gateway's user); seccompnotify: a job's
-# connect() arguments; netstack: packets from jobs.
+# connect() arguments; netstack: packets from jobs; munge: munged's
+# answers about joins' credentials; attest: credential payloads (made by
+# a job's user or root on a node); flows: a lease holder's bypass
+# reports.
 
 fail=0
 printf '%-22s %-28s %8s %12s %s\n' FUZZER PACKAGE SECONDS EXECS RESULT
