@@ -3,6 +3,7 @@ package attest
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/munge"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -13,10 +14,11 @@ import (
 const JoinTTL = 60
 
 // MakeJoin has munged make the join credential of a join to the gateway
-// pinned pin with WireGuard key pub, binding the job credential jobCred
-// ("" for none). The credential carries the caller's uid and gid.
+// pinned pin (or several pins separated by "|" or ",": a key rotation)
+// with WireGuard key pub, binding the job credential jobCred ("" for
+// none). The credential carries the caller's uid and gid.
 func MakeJoin(ctx context.Context, c munge.Client, pin string, pub wgkey.Key, jobCred string) (string, error) {
-	p := JoinPayload{Gateway: pin, Key: pub}
+	p := JoinPayload{Gateway: strings.ReplaceAll(pin, "|", ","), Key: pub}
 	if jobCred != "" {
 		p.JobCred = JobCredHash(jobCred)
 	}

@@ -24,16 +24,23 @@ const (
 	JobMagic = "airlock-job/1"
 	// maxPayload bounds either payload.
 	maxPayload = 2048
-	// maxValue bounds one value.
+	// maxValue bounds one value, but for the gateway's pins (maxPins of
+	// them).
 	maxValue = 256
+	maxPins  = 8
 )
+
+// Pins returns the pins p names.
+func (p JoinPayload) Pins() []string { return strings.Split(p.Gateway, ",") }
 
 // JoinPayload is what the joining process's credential vouches for: that
 // this uid, on this node, asks to join the gateway Gateway (its pin) with
 // WireGuard key Key, and, if JobCred is set, that it holds the job
 // credential whose SHA-256 it is.
 type JoinPayload struct {
-	Gateway string    // the gateway's pin, sha256:HEX
+	// Gateway is the gateway's pin, sha256:HEX, or the pins the client
+	// accepts for it separated by "," (during a key rotation).
+	Gateway string
 	Key     wgkey.Key // the join's WireGuard public key
 	JobCred string    // hex SHA-256 of the job credential's text, or ""
 }
@@ -61,8 +68,15 @@ func ParseJoinPayload(b []byte) (JoinPayload, error) {
 		return JoinPayload{}, err
 	}
 	var p JoinPayload
-	if p.Gateway = kv["gateway"]; !strings.HasPrefix(p.Gateway, "sha256:") || len(p.Gateway) != len("sha256:")+64 || !isHex(p.Gateway[7:]) {
-		return JoinPayload{}, fmt.Errorf("gateway=%q: want sha256: and 64 hex digits (the gateway's pin)", p.Gateway)
+	p.Gateway = kv["gateway"]
+	pins := strings.Split(p.Gateway, ",")
+	if len(pins) > maxPins {
+		return JoinPayload{}, fmt.Errorf("gateway=: %d pins, at most %d", len(pins), maxPins)
+	}
+	for _, pin := range pins {
+		if !strings.HasPrefix(pin, "sha256:") || len(pin) != len("sha256:")+64 || !isHex(pin[7:]) {
+			return JoinPayload{}, fmt.Errorf("gateway=%q: want sha256: and 64 hex digits (the gateway's pin), or several separated by commas", truncate(p.Gateway))
+		}
 	}
 	if p.Key, err = wgkey.Parse(kv["key"]); err != nil || p.Key.IsZero() {
 		return JoinPayload{}, fmt.Errorf("key=%q: want a WireGuard public key", kv["key"])
@@ -159,7 +173,7 @@ func parseLines(b []byte, magic string, allowed ...string) (map[string]string, e
 			return nil, fmt.Errorf("payload line %d: unknown key %q", i+2, truncate(k))
 		case kv[k] != "" || hasKey(kv, k):
 			return nil, fmt.Errorf("payload line %d: %s= twice", i+2, k)
-		case v == "" || len(v) > maxValue || !printable(v):
+		case v == "" || (len(v) > maxValue && k != "gateway") || len(v) > maxPins*72 || !printable(v):
 			return nil, fmt.Errorf("payload line %d: %s= wants 1 to %d printable characters", i+2, k, maxValue)
 		}
 		kv[k] = v

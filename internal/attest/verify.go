@@ -9,6 +9,7 @@ import (
 	"os/user"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -36,9 +37,11 @@ const (
 type Verifier struct {
 	// Munge is the gateway's munged, which shares the nodes' key.
 	Munge munge.Client
-	// Pin is this gateway's pin (sha256:HEX): join credentials must name
-	// it.
-	Pin string
+	// Pin is this gateway's pin (sha256:HEX), or Pins, if set, returns
+	// its pins now (a key rotation serves two): join credentials must
+	// name one of them.
+	Pin  string
+	Pins func() []string
 	// JobUIDs are the uids trusted to make job credentials; nil means
 	// root only.
 	JobUIDs []uint32
@@ -71,8 +74,8 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 	if err != nil {
 		return nil, fmt.Errorf("%w: the join's credential is not an airlock join credential: %v", control.ErrAttestation, err)
 	}
-	if p.Gateway != v.Pin {
-		return nil, fmt.Errorf("%w: the join's credential was made for gateway %s, not this one (%s)", control.ErrAttestation, p.Gateway, v.Pin)
+	if mine := v.pins(); !slices.ContainsFunc(p.Pins(), func(pin string) bool { return slices.Contains(mine, pin) }) {
+		return nil, fmt.Errorf("%w: the join's credential was made for gateway %s, not this one (%s)", control.ErrAttestation, p.Gateway, strings.Join(mine, ", "))
 	}
 	if p.Key != req.PublicKey {
 		return nil, fmt.Errorf("%w: the join's credential was made for WireGuard key %s, not the join's (%s)", control.ErrAttestation, p.Key, req.PublicKey)
@@ -164,6 +167,13 @@ func credError(what string, c munge.Credential, err error) error {
 		why = "does not decode with the gateway's MUNGE key: the node's munged and the gateway's must share a key (the dedicated node+gateway key, docs/security.md)"
 	}
 	return fmt.Errorf("%w: %s %s (munge: %v)", control.ErrAttestation, what, why, err)
+}
+
+func (v *Verifier) pins() []string {
+	if v.Pins != nil {
+		return v.Pins()
+	}
+	return []string{v.Pin}
 }
 
 func (v *Verifier) lookup(uid uint32) string {

@@ -176,6 +176,25 @@ func TestVerify(t *testing.T) {
 		}
 	})
 
+	t.Run("KeyRotation", func(t *testing.T) {
+		// A client given both pins of a rotation binds both; the gateway
+		// serves both and takes it, and takes a client that knows only
+		// the new one.
+		other := "sha256:" + strings.Repeat("e", 64)
+		rot := *v
+		rot.Pins = func() []string { return []string{testPin, other} }
+		for _, pins := range []string{testPin + "|" + other, other} {
+			key := newKey(t)
+			if _, err := rot.Verify(ctx, req(key, join(t, pins, key, ""), ""), node); err != nil {
+				t.Errorf("credential for pins %s at a gateway serving both: %v", pins, err)
+			}
+		}
+		key := newKey(t)
+		if _, err := v.Verify(ctx, req(key, join(t, other, key, ""), ""), node); !errors.Is(err, control.ErrAttestation) {
+			t.Errorf("credential for the next pin only, at a gateway serving the current one: %v, want refused", err)
+		}
+	})
+
 	t.Run("OriginAny", func(t *testing.T) {
 		lax := *v
 		lax.Origin = OriginAny

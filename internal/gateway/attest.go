@@ -69,6 +69,7 @@ func (g *gateway) applyAttest(c config.Attest) error {
 	v := &attest.Verifier{
 		Munge:   munge.Client{Socket: c.Socket},
 		Pin:     g.res.info.Fingerprint,
+		Pins:    g.currentPins,
 		JobUIDs: c.JobUIDs,
 		Origin:  c.Origin,
 		Require: c.Required,
@@ -137,4 +138,13 @@ func refOf(a *store.Attestation) (by string, uid *uint32, job bool) {
 	}
 	u := a.UID
 	return a.By, &u, a.Job != nil
+}
+
+// currentPins are the pins of the TLS identities the gateway presents now
+// (two during a key rotation).
+func (g *gateway) currentPins() []string {
+	if g.res.ids == nil {
+		return []string{g.res.info.Fingerprint}
+	}
+	return g.res.ids.Pins()
 }
