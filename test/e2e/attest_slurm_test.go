@@ -146,10 +146,18 @@ for d in %[2]s; do find "$d" -maxdepth 3 -type f -readable 2>/dev/null | while r
 		found = append(found, string(b))
 	}
 	all := strings.Join(found, "\n") + out + stderr
-	if m := regexp.MustCompile(`alk1_[A-Za-z0-9_-]+`).FindString(all); m != "" {
+	// A token is alk1_ and 43 characters (the binaries hold the prefix).
+	if m := regexp.MustCompile(`alk1_[A-Za-z0-9_-]{40,}`).FindString(all); m != "" {
 		t.Errorf("the job's user found a join token: %s", m)
 	}
-	creds := regexp.MustCompile(`MUNGE:[A-Za-z0-9+/=]+:`).FindAllString(all, -1)
+	var creds []string
+	seen := map[string]bool{}
+	for _, c := range regexp.MustCompile(`MUNGE:[A-Za-z0-9+/=]{20,}:`).FindAllString(all, -1) {
+		if !seen[c] {
+			seen[c] = true
+			creds = append(creds, c)
+		}
+	}
 	if len(creds) == 0 || !strings.Contains(found[0], "AIRLOCK_MUNGE_JOB=MUNGE:") {
 		t.Fatalf("the job's task prolog did not see root's job credential (the test would be blind): %s", lastChars(found[0], 2000))
 	}
