@@ -190,6 +190,19 @@ for d in %[2]s; do find "$d" -maxdepth 3 -type f -readable 2>/dev/null | while r
 	}
 }
 
+// testReplay: one join credential presented twice: the first join gets a
+// lease, the second is refused (the gateway's munged decodes a credential
+// once).
+func (se *slurmEnv) testReplay(t *testing.T) {
+	code, out, stderr := se.tp.Run(t, 60*time.Second, se.tp.CN, se.u, se.peer, "attestjoin", "-gateway", se.gateway, "-pin", se.pin,
+		"-socket", se.nodeMunge.Socket, "-n", "2")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 || !strings.HasPrefix(lines[0], "ok ") || !strings.HasPrefix(lines[1], "refused attestation_failed") ||
+		!strings.Contains(lines[1], "used before") {
+		t.Errorf("one credential twice: exit %d, %q %s; want a lease, then a refusal saying it was used before", code, out, stderr)
+	}
+}
+
 // portOfBlock is the first port of a LO-HI block.
 func portOfBlock(t *testing.T, block string) int {
 	t.Helper()

@@ -78,6 +78,7 @@ func TestSlurm(t *testing.T) {
 	t.Run("ClaimedJobID", se.testClaimedJobID)
 	t.Run("ClaimsRoot", se.testClaimsRoot)
 	t.Run("NoReusableSecret", se.testNoReusableSecret)
+	t.Run("Replay", se.testReplay)
 }
 
 // inNetns returns a mungetest wrapper that runs munged in network
