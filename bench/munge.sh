@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The per-join cost of attested identity, two ways: munged's socket
 # protocol spoken by internal/munge (what airlock does) against exec'ing
 # MUNGE's munge(1) and unmunge(1). One "op" is what a join costs: one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * munge_job.c - root's MUNGE credential for a Slurm job step.
  *

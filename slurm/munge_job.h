@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * munge_job.h - root's MUNGE credential for a job step (munge_job.c).
  */

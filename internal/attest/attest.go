@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package attest makes and checks the MUNGE credentials that attest who
 // joins a gateway: a join credential, which the joining process (airlock
 // run, as the job's user) makes on the node, and a job credential, which

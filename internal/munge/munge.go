@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package munge is a client of MUNGE's daemon, munged, over its local
 // socket, in Go: it asks munged to encode a credential (which then carries
 // the caller's uid and gid, as the kernel tells munged, and the node's

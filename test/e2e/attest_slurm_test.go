@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 package e2e
 
 import (

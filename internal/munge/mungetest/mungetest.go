@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: MIT
+
 // Package mungetest runs a real munged (from the distribution's munge
 // package) for tests: its own key, socket, seed, PID and log files in a
 // temporary directory, in the foreground, killed by PID at cleanup.
