@@ -113,17 +113,6 @@ func NewIdentities(current tls.Certificate, next *tls.Certificate) *Identities {
 	return ids
 }
 
-// Pins returns the fingerprints of the identities the gateway presents
-// now: the current one, and during a rotation the next one.
-func (ids *Identities) Pins() []string {
-	s := ids.ids.Load()
-	out := []string{Fingerprint(s.current.Leaf)}
-	if s.next != nil {
-		out = append(out, Fingerprint(s.next.Leaf))
-	}
-	return out
-}
-
 // Set replaces the identities.
 func (ids *Identities) Set(current tls.Certificate, next *tls.Certificate) {
 	s := &identitySet{current: &current, next: next}

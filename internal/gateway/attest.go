@@ -148,5 +148,9 @@ func (g *gateway) currentPins() []string {
 	if g.res.ids == nil {
 		return []string{g.res.info.Fingerprint}
 	}
-	return g.res.ids.Pins()
+	cur, next := g.res.ids.Pins()
+	if next == "" {
+		return []string{cur}
+	}
+	return []string{cur, next}
 }
