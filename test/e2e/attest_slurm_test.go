@@ -62,7 +62,7 @@ func (se *slurmEnv) testAttested(t *testing.T) {
 			id, a, se.u.UID, se.u.GID, se.tp.CNAddr, id, se.diag(""))
 	}
 	if j.Token != "" || !j.JobAttested || j.AttestedUID == nil || *j.AttestedUID != uint32(se.u.UID) {
-		t.Errorf("status job %+v: want no token, the job id and uid attested", j.JobRef)
+		t.Errorf("status job %+v: want no token, the job id and uid attested", j.Ref)
 	}
 	port := portOfBlock(t, j.Ports)
 	code, out, stderr := se.admin(t, "whois", "--state", se.state, "--json", fmt.Sprintf("%s:%d", se.tp.DMZAddrINET, port))

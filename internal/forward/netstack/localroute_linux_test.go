@@ -40,7 +40,7 @@ func TestLocalRoutesAreHost(t *testing.T) {
 			t.Fatalf("ip route add local %s dev lo: %v", p, err)
 		}
 	}
-	s, err := New(Config{Logger: testLogger(), Addr: gwPrefix, Dial: newDialer().Dial,
+	s, err := New(Config{Logger: testLogger(), Addrs: []netip.Prefix{gwPrefix}, Dial: newDialer().Dial,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")}})
 	if err != nil {
 		t.Fatal(err)
