@@ -57,6 +57,8 @@ share=$usr/share/airlock
 # installs the package, compute nodes included (docs/install.md).
 install -D -m 0644 packaging/airlock-gateway.sysctl.conf "$share/sysctl/60-airlock-gateway.conf"
 install -D -m 0644 slurm/spank_airlock.c "$share/slurm/spank_airlock.c"
+install -D -m 0644 slurm/munge_job.c "$share/slurm/munge_job.c"
+install -D -m 0644 slurm/munge_job.h "$share/slurm/munge_job.h"
 install -D -m 0644 slurm/Makefile "$share/slurm/Makefile"
 install -D -m 0755 slurm/airlock-slurm-task "$share/slurm/airlock-slurm-task"
 echo "$slurm_version" >"$share/slurm/built-for-slurm"

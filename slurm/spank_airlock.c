@@ -34,6 +34,17 @@
  * come from the task's environment or, for the ones it lacks, from the
  * file named by the env= argument, read as root in
  * slurm_spank_task_init_privileged (so it may be readable by root only).
+ * Whatever the file holds reaches the task's environment, where the job's
+ * user can read it: with attest=munge it needs no token at all.
+ *
+ * With attest=munge (attested identity, docs/security.md), the plugin also
+ * asks the node's munged, as root in slurm_spank_task_init_privileged, for
+ * a credential that vouches for the job id, step, uid, gid and node
+ * (munge_job.c), and hands it to airlock run in AIRLOCK_MUNGE_JOB; airlock
+ * run binds it into its own join credential and the gateway then records
+ * the job id as attested. munge_socket= names the munged to ask (a
+ * dedicated node+gateway key has its own), and reaches airlock run as
+ * AIRLOCK_MUNGE_SOCKET for its own credential.
  *
  * plugstack.conf arguments:
  *   airlock=PATH     the airlock binary (default /usr/bin/airlock)
@@ -42,6 +53,9 @@
  *   env=PATH         KEY=VALUE file with AIRLOCK_* settings
  *   default=MODE     mode for jobs that do not give --airlock (default off)
  *   partitions=A,B   apply default= only to these partitions
+ *   attest=munge     make root's job credential for each task (default off)
+ *   munge_socket=P   munged's socket for attest=munge (default MUNGE's)
+ *   munge_ttl=SECS   the job credential's lifetime (default 300)
  *
  * MODE is one of auto, netns, seccomp, preload, proxy (airlock run
  * --mode), off (do not wrap), or steps (auto, but leave the batch script
@@ -52,9 +66,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
+
+#include "munge_job.h"
 
 /* The macro ends in a semicolon of its own. */
 SPANK_PLUGIN(airlock, 1)
@@ -71,6 +88,9 @@ static char def_parts[1024];      /* comma-separated, "" means all */
 static char airlock_path[PATH_LEN] = "/usr/bin/airlock";
 static char wrapper_path[PATH_LEN] = "/usr/lib/airlock/airlock-slurm-task";
 static char env_path[PATH_LEN];
+static char attest_mode[MODE_LEN] = "off";
+static char munge_socket[PATH_LEN];
+static char munge_ttl[16] = "300";
 
 /**
  * valid_mode() - whether @m is a MODE the plugin knows.
@@ -139,14 +159,28 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		if (!r)
 			r = copy_arg(av[i], "env=", env_path, sizeof(env_path));
 		if (!r)
+			r = copy_arg(av[i], "attest=", attest_mode, sizeof(attest_mode));
+		if (!r)
+			r = copy_arg(av[i], "munge_socket=", munge_socket, sizeof(munge_socket));
+		if (!r)
+			r = copy_arg(av[i], "munge_ttl=", munge_ttl, sizeof(munge_ttl));
+		if (!r)
 			r = copy_arg(av[i], "default=", def_mode, sizeof(def_mode));
 		if (!r)
 			r = copy_arg(av[i], "partitions=", def_parts, sizeof(def_parts));
 		if (r <= 0) {
 			slurm_error("airlock: plugstack.conf argument %s: %s", av[i],
-				    r < 0 ? "value too long" : "unknown; want airlock=, wrapper=, env=, default=, partitions=");
+				    r < 0 ? "value too long" : "unknown; want airlock=, wrapper=, env=, default=, partitions=, attest=, munge_socket=, munge_ttl=");
 			return -1;
 		}
+	}
+	if (strcmp(attest_mode, "munge") != 0 && strcmp(attest_mode, "off") != 0) {
+		slurm_error("airlock: plugstack.conf attest=%s: want munge or off", attest_mode);
+		return -1;
+	}
+	if (atoi(munge_ttl) < 1 || atoi(munge_ttl) > 3600) {
+		slurm_error("airlock: plugstack.conf munge_ttl=%s: want 1 to 3600 seconds", munge_ttl);
+		return -1;
 	}
 	if (!valid_mode(def_mode)) {
 		slurm_error("airlock: plugstack.conf default=%s: want auto, netns, seccomp, preload, proxy, steps or off", def_mode);
@@ -271,13 +305,78 @@ static int load_env(spank_t sp, const char *path)
 	return rc;
 }
 
+/**
+ * step_name() - the payload's name for step @step in @buf.
+ */
+static void step_name(uint32_t step, char *buf, size_t n)
+{
+	switch (step) {
+	case SLURM_BATCH_SCRIPT:
+		snprintf(buf, n, "batch");
+		break;
+	case SLURM_EXTERN_CONT:
+		snprintf(buf, n, "extern");
+		break;
+#ifdef SLURM_INTERACTIVE_STEP
+	case SLURM_INTERACTIVE_STEP:
+		snprintf(buf, n, "interactive");
+		break;
+#endif
+	default:
+		snprintf(buf, n, "%lu", (unsigned long)step);
+	}
+}
+
+/**
+ * attest_task() - put root's job credential (and the munged socket) into
+ * the task's environment. Runs as root in the task child.
+ *
+ * A failure is logged and the task goes on: airlock run then joins with
+ * the job id claimed only (or, if the gateway requires a credential and
+ * munged is down, is refused with the reason).
+ */
+static void attest_task(spank_t sp)
+{
+	uint32_t job = 0, step = 0;
+	uid_t uid;
+	gid_t gid;
+	char jobs[16], steps[16], err[512], host[256];
+	const char *node = getenv("SLURMD_NODENAME"); /* slurmstepd's own, set from slurmd's conf */
+	char *cred = NULL;
+
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS ||
+	    spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS || spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS) {
+		slurm_error("airlock: attest=munge: cannot read the job's id, step, uid or gid");
+		return;
+	}
+	if (!node && gethostname(host, sizeof(host)) == 0) {
+		host[sizeof(host) - 1] = '\0';
+		node = host;
+	}
+	snprintf(jobs, sizeof(jobs), "%lu", (unsigned long)job);
+	step_name(step, steps, sizeof(steps));
+	if (airlock_job_credential(munge_socket, atoi(munge_ttl), jobs, steps, uid, gid, node, &cred, err, sizeof(err)) < 0) {
+		slurm_error("airlock: attest=munge: no job credential for job %s: %s; the job's id will be only claimed", jobs, err);
+		return;
+	}
+	if (spank_setenv(sp, "AIRLOCK_MUNGE_JOB", cred, 1) != ESPANK_SUCCESS)
+		slurm_error("airlock: cannot set AIRLOCK_MUNGE_JOB");
+	free(cred);
+	if (munge_socket[0] && spank_setenv(sp, "AIRLOCK_MUNGE_SOCKET", munge_socket, 1) != ESPANK_SUCCESS)
+		slurm_error("airlock: cannot set AIRLOCK_MUNGE_SOCKET");
+}
+
 int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 {
 	const char *mode;
 
 	(void)ac;
 	(void)av;
-	if (!wrapped(sp, &mode) || env_path[0] == '\0')
+	if (!wrapped(sp, &mode))
+		return 0;
+	if (strcmp(attest_mode, "munge") == 0)
+		attest_task(sp);
+	if (env_path[0] == '\0')
 		return 0;
 	return load_env(sp, env_path);
 }

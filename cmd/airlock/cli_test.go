@@ -47,7 +47,7 @@ func TestCLIConventions(t *testing.T) {
 		// Mistakes: a message naming the mistake and the help, exit 2.
 		{args: []string{"gatway"}, code: exitUsage, stderr: `unknown command "gatway" for "airlock"; did you mean gateway?`, emptyOut: true},
 		{args: []string{"gateway", "relaod"}, code: exitUsage, stderr: `unknown command "relaod" for "airlock gateway"; did you mean reload?`, emptyOut: true},
-		{args: []string{"token"}, code: exitUsage, stderr: "missing subcommand: want one of create, list, revoke", emptyOut: true},
+		{args: []string{"token"}, code: exitUsage, stderr: "missing subcommand: want one of create, list, restrict, revoke", emptyOut: true},
 		{args: []string{}, code: exitUsage, stderr: "missing subcommand", emptyOut: true},
 		{args: []string{"status", "--bogus"}, code: exitUsage, stderr: "unknown flag: --bogus\nRun 'airlock status --help' for usage.", emptyOut: true},
 		{args: []string{"status", "extra"}, code: exitUsage, stderr: `unexpected arguments ["extra"]`, emptyOut: true},

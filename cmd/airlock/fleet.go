@@ -249,6 +249,21 @@ func importToken(ctx context.Context, cmd *cobra.Command, state string, o storeO
 	return admin.ImportToken(ctx, state, name, secret, ttl)
 }
 
+// restrictToken sets a token's restrictions through the gateway of state,
+// or in the fleet's database.
+func restrictToken(cmd *cobra.Command, state string, o storeOpts, name string, rs admin.TokenRestrictions) (store.Token, error) {
+	if !useStore(cmd, o) {
+		return admin.RestrictToken(cmd.Context(), state, name, rs)
+	}
+	var t store.Token
+	err := withStoreDB(cmd.Context(), o, func(db *pgstore.Store) error {
+		var err error
+		t, err = db.RestrictToken(name, store.TokenRestrictions{From: rs.From, Attest: rs.Attest})
+		return err
+	})
+	return t, err
+}
+
 // listTokens lists the tokens of the gateway of state or of the fleet.
 func listTokens(cmd *cobra.Command, state string, o storeOpts) ([]store.Token, error) {
 	if !useStore(cmd, o) {

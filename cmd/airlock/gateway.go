@@ -80,6 +80,11 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 		cfg.Capture = append(cfg.Capture, s)
 		return nil
 	})
+	fs.StringVar(&cfg.Attest.Mode, "attest", "", "attested identity: munge checks the MUNGE credentials joins carry with this host's munged, takes the uid, gid and node from them and the batch job id from root's credential (the SPANK plugin), and takes attested joins without a token; off (default) takes what jobs say as claimed (docs/security.md). Without --config, or a config without [attest]")
+	fs.StringVar(&cfg.Attest.Socket, "munge-socket", "", "with --attest munge: the socket of the gateway's munged, which shares its key with the nodes' (default /run/munge/munge.socket.2; a dedicated node+gateway key has its own munged and socket, docs/security.md)")
+	fs.BoolVar(&cfg.Attest.Required, "attest-required", false, "with --attest munge: refuse every join without a valid MUNGE credential (default: only tokens made with --attest require one)")
+	attestUIDs := fs.UintSlice("attest-job-uids", nil, "with --attest munge: uids trusted to vouch for batch job ids (default 0: root, as the SPANK plugin in slurmstepd)")
+	fs.StringVar(&cfg.Attest.Origin, "attest-origin", "", "with --attest munge: match (default: a join must come from the address its credential's munged gives as origin) or any (nodes behind NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
 	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")
@@ -90,6 +95,9 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	enumFlag(cmd, "tcp-stack", gateway.TCPStackAuto, gateway.TCPStackKernel, gateway.TCPStackNetstack)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
+	enumFlag(cmd, "attest", "off", "munge")
+	enumFlag(cmd, "attest-origin", "match", "any")
+	_ = cmd.MarkFlagFilename("munge-socket")
 	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
@@ -100,6 +108,9 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 		cfg.Version = version.Get().Version
 		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale)
 		if err := af.parse(&cfg); err != nil {
+			return err
+		}
+		if err := attestFlags(&cfg, cmd, *attestUIDs); err != nil {
 			return err
 		}
 		if cfg.DNSUpstreams, err = parseUpstreams(*dns); err != nil {
@@ -279,6 +290,38 @@ func (f limitFlags) parse(c *gateway.LimitsConfig) error {
 	}
 	if err := c.Job.Validate(); err != nil {
 		return fmt.Errorf("bad --job-max-flows, --job-new-flows-per-sec or --job-dns-*: %w", err)
+	}
+	return nil
+}
+
+// attestFlags checks the --attest flags into cfg.Attest.
+func attestFlags(cfg *gateway.Config, cmd *cobra.Command, uids []uint) error {
+	a := &cfg.Attest
+	switch a.Mode {
+	case "", "off", "munge":
+	default:
+		return usagef("--attest %q: want munge or off", a.Mode)
+	}
+	if a.Mode == "off" {
+		a.Mode = ""
+	}
+	switch a.Origin {
+	case "", "match", "any":
+	default:
+		return usagef("--attest-origin %q: want match or any", a.Origin)
+	}
+	for _, u := range uids {
+		if u >= 1<<32-1 {
+			return usagef("--attest-job-uids %d: not a uid", u)
+		}
+		a.JobUIDs = append(a.JobUIDs, uint32(u))
+	}
+	if a.Mode == "" {
+		for _, f := range []string{"munge-socket", "attest-required", "attest-job-uids", "attest-origin"} {
+			if cmd.Flags().Changed(f) {
+				return usagef("--%s needs --attest munge", f)
+			}
+		}
 	}
 	return nil
 }

@@ -79,6 +79,8 @@ line does not set it.`,
 	fs.IntVar(&cfg.Ports, "ports", 0, "how many egress ports the job needs, e.g. 1024 for a data mover with many connections; the gateway grants whole blocks up to its --max-block-size or refuses (default: the gateway's block size)")
 	mode := fs.String("mode", "auto", "how the job's traffic reaches the tunnel: auto, netns, seccomp, preload, proxy")
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock")
+	fs.StringVar(&cfg.Attest, "attest", client.AttestAuto, "attested identity: auto (a MUNGE credential with every join to a gateway that checks them, where this node runs munged; then no token is needed), munge (always; no munged is an error) or off")
+	fs.StringVar(&cfg.MungeSocket, "munge-socket", "", "this node's munged socket for the join's MUNGE credential (default /run/munge/munge.socket.2; a site with a dedicated node+gateway key names that munged's socket)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
 	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
@@ -89,6 +91,7 @@ line does not set it.`,
 	_ = cmd.MarkFlagFilename("preload", "so")
 	enumFlag(cmd, "mode", "auto", "netns", "seccomp", "preload", "proxy")
 	enumFlag(cmd, "transport", client.TransportAuto, client.TransportUDP, client.TransportTCP)
+	enumFlag(cmd, "attest", client.AttestAuto, client.AttestMunge, client.AttestOff)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -79,14 +79,20 @@ an empty list).`,
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
+		// Identity columns say where each value comes from: (munge) is
+		// attested, (claimed) is what the job's client said.
 		for _, r := range recs {
 			end := "active"
 			if !r.End.IsZero() {
 				end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
 			}
 			a, _ := r.AttributionAt(ap.Addr())
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", orDash(r.JobID), orDash(r.BatchSystem),
-				orDash(r.User), orDash(r.Host), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr(), a,
+			batch := r.BatchSystem
+			if r.Attested != nil && r.Attested.Job != nil {
+				batch = r.Attested.Job.BatchSystem
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobCell(r.JobID, r.Attested), orDash(batch),
+				userCell(r.User, r.UID, r.Attested), hostCell(r.Host, r.Attested), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr(), a,
 				r.Start.Format(time.RFC3339), end)
 		}
 		return tw.Flush()

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/httpjson"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // The running gateway's endpoints (registered by SetGateway):
@@ -73,6 +74,11 @@ type LiveLease struct {
 	User  string
 	Token string
 	Start time.Time
+	// JobAttested reports that JobID was attested by root on the node
+	// (a MUNGE job credential), not only claimed by the job's client;
+	// Attested is the lease's attested identity, nil if none.
+	JobAttested bool
+	Attested    *store.Attestation
 }
 
 // Addr returns the job's first tunnel address.
@@ -210,16 +216,25 @@ func kick(g Gateway, req KickRequest, ban time.Duration) (KickResult, error) {
 // tunnel address it is, else all whose batch job id it is; ErrNoSuchJob if
 // none.
 func leasesOf(g Gateway, job string) ([]LiveLease, error) {
-	var byID, byBatch []LiveLease
+	var byID, byBatch, attested []LiveLease
 	for _, l := range g.Leases() {
 		switch {
 		case l.ID == job || slices.ContainsFunc(l.Addrs, func(a netip.Addr) bool { return a.String() == job }):
 			byID = append(byID, l)
 		case l.JobID != "" && l.JobID == job:
 			byBatch = append(byBatch, l)
+			if l.JobAttested {
+				attested = append(attested, l)
+			}
 		}
 	}
+	// Lease ids and addresses are unique; an attested batch job id wins
+	// over claimed ones (a job cannot hide behind, or be mistaken for,
+	// another job's attested id).
 	match := byID
+	if len(match) == 0 {
+		match = attested
+	}
 	if len(match) == 0 {
 		match = byBatch
 	}

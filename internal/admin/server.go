@@ -110,6 +110,7 @@ func NewServer(logger *slog.Logger, st store.DB) *Server {
 	s.mux.HandleFunc("GET /v1/tokens", s.handleListTokens)
 	s.mux.HandleFunc("POST /v1/tokens", s.handleCreateToken)
 	s.mux.HandleFunc("DELETE /v1/tokens/{name}", s.handleRevokeToken)
+	s.mux.HandleFunc("PUT /v1/tokens/{name}/restrictions", s.handleRestrictToken)
 	s.mux.HandleFunc("GET /v1/whois", s.handleWhois)
 	// The runtime's profiles (CPU, heap, goroutines), for measuring the
 	// gateway where it runs; only the gateway's user reaches the socket.

@@ -136,10 +136,11 @@ func (d *Device) publishLocked() {
 }
 
 // selects reports whether t's selection names job id: by its token, batch
-// job id, lease id or one of its tunnel addresses.
+// job id, lease id or one of its tunnel addresses. With AttestedJobs, a
+// batch job id names only jobs whose id is attested.
 func (t *Tap) selects(id jobs.ID, ref jobs.Ref) bool {
 	if slices.Contains(t.cfg.Tokens, ref.Token) || slices.Contains(t.cfg.Jobs, string(id)) ||
-		(ref.JobID != "" && slices.Contains(t.cfg.Jobs, ref.JobID)) {
+		(ref.JobID != "" && (ref.JobAttested || !t.cfg.AttestedJobs) && slices.Contains(t.cfg.Jobs, ref.JobID)) {
 		return true
 	}
 	for _, a := range t.index.Addrs(id) {

@@ -36,6 +36,11 @@ type TapConfig struct {
 	// EndWithJobs makes Done close once no selected job is left after
 	// one left (a live capture of one job ends with it).
 	EndWithJobs bool
+	// AttestedJobs makes a batch job id in Jobs select only jobs whose id
+	// is attested (jobs.Ref.JobAttested): at a gateway with attested
+	// identity, a job cannot have itself captured under, or hide among,
+	// another job's claimed id.
+	AttestedJobs bool
 }
 
 // Counters are a capture's cumulative counts. Safe for concurrent use.

@@ -90,6 +90,11 @@ type Config struct {
 	// Preload is the LD_PRELOAD library for ModePreload; "" means look
 	// next to the airlock binary.
 	Preload string
+	// Attest is AttestAuto ("" too), AttestMunge or AttestOff (attest.go);
+	// MungeSocket is this node's munged's socket ("" means MUNGE's
+	// default).
+	Attest      string
+	MungeSocket string
 }
 
 // Run joins the gateway, runs the job in its namespace and returns the job's
@@ -152,14 +157,24 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if cfg.Pin == "" {
 		return cfg, nil, nil, errors.New("no gateway fingerprint: set --pin or AIRLOCK_PIN (from the admin's join.env)")
 	}
-	tok, err := resolveToken(cfg)
-	if err != nil {
-		return cfg, nil, nil, err
-	}
-	cfg.Token = tok
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
+	if _, err := newNodeAttest(cfg.Attest, cfg.MungeSocket, ""); err != nil {
+		return cfg, nil, nil, err
+	}
+	tok, err := resolveToken(cfg)
+	if err != nil && !errors.Is(err, errNoToken) {
+		return cfg, nil, nil, err
+	}
+	if err != nil {
+		att, _ := newNodeAttest(cfg.Attest, cfg.MungeSocket, "")
+		if !att.possible() {
+			return cfg, nil, nil, err
+		}
+		tok = "" // the join's MUNGE credential stands in for it
+	}
+	cfg.Token = tok
 	if cfg.JoinTimeout <= 0 {
 		cfg.JoinTimeout = DefaultJoinTimeout
 	}
@@ -211,8 +226,12 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 	if err != nil {
 		return nil, err
 	}
+	att, err := newNodeAttest(cfg.Attest, cfg.MungeSocket, cfg.Getenv(EnvMungeJob))
+	if err != nil {
+		return nil, err
+	}
 	sess := NewSession(SessionConfig{
-		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv,
+		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv, attest: att,
 		Join: control.JoinRequest{
 			Token:   cfg.Token,
 			Job:     jobInfo(cfg.Getenv, cfg.Args),

@@ -40,12 +40,12 @@ const (
 const maxTokenFile = 4096
 
 // withoutCredentials returns env without the variables that carry the join
-// token.
+// token and root's job credential.
 func withoutCredentials(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if name == envToken || name == envTokenFile {
+		if name == envToken || name == envTokenFile || name == EnvMungeJob {
 			continue
 		}
 		out = append(out, kv)
@@ -53,12 +53,16 @@ func withoutCredentials(env []string) []string {
 	return out
 }
 
+// errNoToken is resolveToken's answer when no token is given, which is
+// fine where the join's MUNGE credential stands in for one.
+var errNoToken = errors.New("no join token: set --token-file or AIRLOCK_TOKEN (the admin makes one with 'airlock token create'), or join with a MUNGE credential at a gateway that checks them (a node with munged, --attest)")
+
 // resolveToken returns the join token from cfg.Token or cfg.TokenFile,
 // which must not both be set.
 func resolveToken(cfg Config) (string, error) {
 	if cfg.TokenFile == "" {
 		if cfg.Token == "" {
-			return "", errors.New("no join token: set --token-file or AIRLOCK_TOKEN (the admin makes one with 'airlock token create')")
+			return "", errNoToken
 		}
 		return cfg.Token, nil
 	}

@@ -13,7 +13,7 @@ import (
 )
 
 func TestWithoutCredentials(t *testing.T) {
-	env := []string{"PATH=/bin", "AIRLOCK_TOKEN=alk1_secret", "AIRLOCK_TOKEN_FILE=/run/tok", "AIRLOCK_TOKENX=keep", "HOME=/h"}
+	env := []string{"PATH=/bin", "AIRLOCK_TOKEN=alk1_secret", "AIRLOCK_TOKEN_FILE=/run/tok", "AIRLOCK_MUNGE_JOB=MUNGE:root:", "AIRLOCK_TOKENX=keep", "HOME=/h"}
 	got := withoutCredentials(env)
 	want := []string{"PATH=/bin", "AIRLOCK_TOKENX=keep", "HOME=/h"}
 	if !reflect.DeepEqual(got, want) {

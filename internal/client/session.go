@@ -3,6 +3,7 @@
 package client
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -86,6 +87,9 @@ const (
 type gatewayEntry struct {
 	addr string
 	cc   *control.Client
+	// checks is what the gateway's last load report said it checks
+	// ("munge", or "none"; "" before any report), for attest.go.
+	checks string
 	// last is the lease this session last held at this gateway, if any:
 	// a join there again proves it (JoinRequest.Replace), should the
 	// gateway still hold it after a failover away and back.
@@ -112,6 +116,8 @@ type SessionConfig struct {
 	TransportTimeout, FailoverAfter, JoinTimeout time.Duration
 	// EgressFile keeps the job's egress file (EgressFileEnv) up to date.
 	EgressFile bool
+	// attest makes the joins' MUNGE credentials (attest.go); nil: none.
+	attest *nodeAttest
 }
 
 // SessionStats counts what a session went through while supervised.
@@ -130,6 +136,8 @@ type SessionStats struct {
 // after, by the caller. Lease, Gateway and Stats may be called from any
 // goroutine.
 type Session struct {
+	// att makes the joins' MUNGE credentials (attest.go); nil: none.
+	att       *nodeAttest
 	log       *slog.Logger
 	stderr    io.Writer
 	gws       []*gatewayEntry
@@ -200,7 +208,7 @@ func NewSession(cfg SessionConfig) *Session {
 	req := cfg.Join
 	req.PublicKey = cfg.Key.PublicKey()
 	s := &Session{
-		log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		att: cfg.attest, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
 		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
 	}
@@ -284,6 +292,9 @@ func (s *Session) rank(ctx context.Context, skip *gatewayEntry) []*gatewayEntry 
 	var out []*gatewayEntry
 	for _, r := range Rank(ctx, s.log, gws, si) {
 		out = append(out, s.gws[r.Index])
+		if r.Health != (control.Health{}) {
+			s.gws[r.Index].checks = cmp.Or(r.Health.Attest, "none")
+		}
 		if len(s.gws) > 1 {
 			s.log.Debug("gateway load", "gateway", s.gws[r.Index].addr, "jobs", r.Health.Jobs,
 				"bits_per_sec", int64(r.Health.RxBitsPerSec+r.Health.TxBitsPerSec))
@@ -352,10 +363,10 @@ func (s *Session) joinRanked(ctx context.Context, skip *gatewayEntry) error {
 		req := s.req
 		req.Replace = gw.last
 		jctx, cancel := context.WithTimeout(ctx, RequestTimeout)
-		ls, err := gw.cc.Join(jctx, req)
+		ls, err := s.signedJoin(jctx, gw, req)
 		if errors.Is(err, control.ErrKeyInUse) {
 			if req, err = s.newKey(gw, err); err == nil {
-				ls, err = gw.cc.Join(jctx, req)
+				ls, err = s.signedJoin(jctx, gw, req)
 			}
 		}
 		var ep netip.AddrPort
@@ -383,6 +394,26 @@ func (s *Session) joinRanked(ctx context.Context, skip *gatewayEntry) error {
 	}
 	return fmt.Errorf("no gateway took the job: %w", errors.Join(errs...))
 }
+
+// signedJoin joins gw with req and the join's MUNGE credentials, if the
+// session makes them for gw. A credential this node cannot make is a
+// definite error (errAttest), never waited out.
+func (s *Session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.JoinRequest) (control.Lease, error) {
+	req, err := s.att.sign(ctx, s, gw, req)
+	if err != nil {
+		return control.Lease{}, errAttest{err}
+	}
+	ls, err := gw.cc.Join(ctx, req)
+	s.att.spent(req, err)
+	return ls, err
+}
+
+// errAttest is a join this node could not sign: munged is missing or
+// refused (the message says which). Waiting does not fix it.
+type errAttest struct{ err error }
+
+func (e errAttest) Error() string { return e.err.Error() }
+func (e errAttest) Unwrap() error { return e.err }
 
 // errNoGateway: every gateway is draining (or, with several, unreachable).
 type errNoGateway struct{ list string }
@@ -417,6 +448,9 @@ func transient(err error) (time.Duration, bool) {
 			return wait, found
 		case *control.APIError:
 			return e.RetryAfter, e.RetryAfter > 0
+		}
+		if _, ok := err.(errAttest); ok {
+			return 0, false
 		}
 		if x, ok := err.(interface{ Is(error) bool }); (ok && x.Is(control.ErrPinMismatch)) || err == control.ErrPinMismatch || err == errBadEndpoint {
 			return 0, false
@@ -877,10 +911,10 @@ func (s *Session) rejoin(ctx context.Context) error {
 	}
 	jctx, cancel := context.WithTimeout(ctx, RequestTimeout)
 	defer cancel()
-	ls, err := s.cur.cc.Join(jctx, req)
+	ls, err := s.signedJoin(jctx, s.cur, req)
 	if errors.Is(err, control.ErrKeyInUse) {
 		if req, err = s.newKey(s.cur, err); err == nil {
-			ls, err = s.cur.cc.Join(jctx, req)
+			ls, err = s.signedJoin(jctx, s.cur, req)
 		}
 	}
 	if err != nil {

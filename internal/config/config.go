@@ -59,6 +59,8 @@ type Config struct {
 	Bypass Bypass
 	// Capture are the standing capture feeds (capture.go).
 	Capture []Capture
+	// Attest is attested identity (attest.go).
+	Attest Attest
 
 	// lines are the lines of the file's keys, for Warnings.
 	lines lineIndex
@@ -184,6 +186,7 @@ type file struct {
 	Bypass  []fileBypass  `toml:"bypass"`
 	DNS     fileDNS       `toml:"dns"`
 	Capture []fileCapture `toml:"capture"`
+	Attest  *fileAttest   `toml:"attest"`
 }
 
 type filePolicy struct {
@@ -323,6 +326,7 @@ func (d *file) validate() (*Config, []keyErr) {
 	}
 	d.validateBypass(cfg, bad)
 	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
+	cfg.Attest = d.resolveAttest(bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

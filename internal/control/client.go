@@ -33,6 +33,7 @@ const maxResponseSize = 1 << 20
 // requests. It is safe for concurrent use.
 type Client struct {
 	gateway string
+	pin     string // sha256:HEX
 	base    string
 	http    *http.Client
 	// watchHTTP shares http's transport without its per-request timeout,
@@ -42,6 +43,11 @@ type Client struct {
 	tlsConf   *tls.Config
 	timeout   time.Duration
 }
+
+// Pin returns the fingerprint the client pins, as sha256:HEX (the form
+// of the gateway's join.env and of the payload of a MUNGE join
+// credential).
+func (c *Client) Pin() string { return c.pin }
 
 // NewClient returns a client for the gateway at gateway (HOST:PORT) whose
 // certificate has fingerprint pin, or one of several (see [ParsePins]). timeout bounds each
@@ -72,6 +78,7 @@ func NewClient(gateway string, pin string, timeout time.Duration) (*Client, erro
 	}
 	return &Client{
 		gateway:   gateway,
+		pin:       p,
 		base:      "https://" + gateway,
 		http:      &http.Client{Transport: tr, Timeout: timeout},
 		watchHTTP: &http.Client{Transport: tr},

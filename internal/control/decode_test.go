@@ -67,13 +67,21 @@ func FuzzDecodeJoinRequest(f *testing.F) {
 	f.Add([]byte(`{"token":"a","public_key":"` + testKey + `"} {}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"job":{"uid":1e400}}`))
+	f.Add([]byte(`{"public_key":"` + testKey + `","attest":{"munge":"MUNGE:abc:","munge_job":"MUNGE:def:"}}`))
+	f.Add([]byte(`{"token":"a","public_key":"` + testKey + `","attest":{"munge":"MUNGE: x:"},"Attested":{"uid":0}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodeJoinRequest(bytes.NewReader(body))
 		if err != nil {
 			return
 		}
-		if req.Token == "" {
-			t.Errorf("accepted request without token")
+		if req.Token == "" && req.Attest == nil {
+			t.Errorf("accepted request without token or credential")
+		}
+		if req.Attested != nil {
+			t.Errorf("an attestation came from the wire: %+v", req.Attested)
+		}
+		if a := req.Attest; a != nil && (!strings.HasPrefix(a.Munge, "MUNGE:") || len(a.Munge) > maxCredential || strings.ContainsAny(a.Munge+a.MungeJob, " \n\x00")) {
+			t.Errorf("accepted a malformed credential %q / %q", a.Munge, a.MungeJob)
 		}
 		if _, err := wgkey.Parse(req.PublicKey.String()); err != nil {
 			t.Errorf("accepted request with invalid key %q: %v", req.PublicKey, err)

@@ -92,7 +92,17 @@ type refusal struct {
 var refusals = []refusal{
 	{err: ErrBadRequest, code: CodeBadRequest, status: http.StatusBadRequest, failure: true},
 	{err: ErrBadToken, code: CodeBadToken, status: http.StatusForbidden, failure: true,
-		message: func(error) string { return MsgBadToken }},
+		message: func(err error) string {
+			if fe := (*tokenFromError)(nil); errors.As(err, &fe) {
+				return fe.msg
+			}
+			return MsgBadToken
+		}},
+	{err: ErrAttestation, code: CodeAttestation, status: http.StatusForbidden, failure: true},
+	{err: ErrAttestationRequired, code: CodeAttestationRequired, status: http.StatusForbidden, failure: true,
+		message: func(err error) string {
+			return strings.TrimPrefix(err.Error(), ErrAttestationRequired.Error()+": ")
+		}},
 	{err: ErrUnknownLease, code: CodeUnknownLease, status: http.StatusNotFound, failure: true,
 		message: func(error) string {
 			return "unknown lease: it expired, was released or its secret is wrong; join again"

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -47,6 +48,8 @@ type JobInfo struct {
 
 // JoinRequest asks the gateway for a lease.
 type JoinRequest struct {
+	// Token is the join token; it may be empty for a join with Attest
+	// when the gateway takes attested joins without one.
 	Token string `json:"token"`
 	// PublicKey is the client's WireGuard public key, base64 (standard
 	// encoding, 32 bytes) on the wire, validated as it is decoded.
@@ -70,6 +73,11 @@ type JoinRequest struct {
 	// from clients before the version exchange. The gateway refuses one
 	// it cannot serve with CodeVersionUnsupported.
 	Version string `json:"version,omitempty"`
+	// Attest carries the join's MUNGE credentials (attest.go).
+	Attest *Attest `json:"attest,omitempty"`
+	// Attested is what the gateway's Attester verified of Attest: set by
+	// the control server before Backend.Join, never from the wire.
+	Attested *store.Attestation `json:"-"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -217,6 +225,10 @@ type Health struct {
 	// Instance changes every time the gateway process starts: a client
 	// that sees it change knows the gateway lost its WireGuard sessions.
 	Instance string `json:"instance,omitempty"`
+	// Attest is "munge" when the gateway verifies MUNGE credentials
+	// (attested identity), so that a client makes one only for gateways
+	// that check it; empty otherwise.
+	Attest string `json:"attest,omitempty"`
 }
 
 // Error codes carried in [ErrorResponse.Code].

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,12 @@ type ServerConfig struct {
 	// CaptureRelay, if set (a gateway of a fleet), serves
 	// PathFleetCapture (relay.go).
 	CaptureRelay CaptureRelay
+	// Attest, if set, verifies the MUNGE credentials joins carry
+	// (attest.go); joins with a valid one need no token, and with
+	// Attest.Required none is taken without one. Nil: a gateway without
+	// attested identity, which takes joins by token only and ignores
+	// credentials.
+	Attest Attester
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -160,6 +167,8 @@ type Server struct {
 
 	// stop is closed by Shutdown: it ends watches, which Shutdown would
 	// otherwise wait for.
+	attest Attester
+
 	stop     chan struct{}
 	stopOnce sync.Once
 	watchHB  time.Duration
@@ -193,6 +202,7 @@ func NewServer(cfg ServerConfig) *Server {
 		stop:    make(chan struct{}),
 		watchHB: cfg.WatchHeartbeat,
 		relay:   cfg.CaptureRelay,
+		attest:  cfg.Attest,
 	}
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
@@ -312,16 +322,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, "join", remote, fmt.Errorf("%w: %w", ErrVersionUnsupported, err))
 		return
 	}
-	tok, err := s.store.VerifyToken(req.Token, s.now())
-	if err != nil {
-		if errors.Is(err, store.ErrBadToken) {
-			err = fmt.Errorf("%w: %w", ErrBadToken, err)
-		}
-		if errors.Is(err, store.ErrUnavailable) {
-			// A fail-closed fleet member without its database.
-			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
-		}
-		s.refuse(w, "join", remote, err)
+	tok, ok := s.authenticate(w, r, &req, remote)
+	if !ok {
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
@@ -333,9 +335,71 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
 		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
-		"client_version", version.Label(req.Version))
+		"client_version", version.Label(req.Version), "attested", req.Attested.String())
 	httpjson.Write(w, http.StatusOK, lease)
 }
+
+// authenticate checks a join's token (and its source networks) and its
+// MUNGE credentials, in that order, so that a join with a bad token does
+// not spend its credential; it sets req.Attested. It writes the refusal
+// and returns false if the join may not proceed.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort) (store.Token, bool) {
+	var tok store.Token
+	if req.Token != "" {
+		var err error
+		tok, err = s.store.VerifyToken(req.Token, s.now())
+		if err != nil {
+			if errors.Is(err, store.ErrBadToken) {
+				err = fmt.Errorf("%w: %w", ErrBadToken, err)
+			}
+			if errors.Is(err, store.ErrUnavailable) {
+				// A fail-closed fleet member without its database.
+				err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+			}
+			s.refuse(w, "join", remote, err)
+			return tok, false
+		}
+		if !tok.AllowsFrom(remote.Addr()) {
+			s.refuse(w, "join", remote, &tokenFromError{fmt.Sprintf("token %s may be used only from %v; this join comes from %s (ask the gateway's admin: airlock token restrict)", tok.Name, tok.From, remote.Addr())})
+			return tok, false
+		}
+	}
+	if req.Attest != nil && s.attest != nil {
+		a, err := s.attest.Verify(r.Context(), *req, remote)
+		if err != nil {
+			// ErrAttestation's row, or an internal error.
+			s.refuse(w, "join", remote, err)
+			return tok, false
+		}
+		req.Attested = a
+	}
+	if req.Attested == nil {
+		required := s.attest != nil && s.attest.Required()
+		switch {
+		case required || tok.Attest:
+			msg := MsgAttestationRequired
+			if tok.Attest && !required {
+				msg = "token " + tok.Name + " requires a MUNGE credential with every join: " + msg[strings.Index(msg, "run airlock run"):]
+			}
+			if req.Attest != nil && s.attest == nil {
+				msg = "this gateway cannot check MUNGE credentials (start it with --attest munge)"
+			}
+			s.refuse(w, "join", remote, fmt.Errorf("%w: %s", ErrAttestationRequired, msg))
+			return tok, false
+		case req.Token == "":
+			s.refuse(w, "join", remote, fmt.Errorf("%w: invalid join request: missing token: set AIRLOCK_TOKEN (this gateway does not take joins by MUNGE credential alone)", ErrBadRequest))
+			return tok, false
+		}
+	}
+	return tok, true
+}
+
+// tokenFromError is a join with a valid token from outside the token's
+// source networks: a bad token, whose answer says why.
+type tokenFromError struct{ msg string }
+
+func (e *tokenFromError) Error() string        { return e.msg }
+func (e *tokenFromError) Is(target error) bool { return target == ErrBadToken }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
@@ -478,8 +542,13 @@ func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	} else if err != nil {
 		return JoinRequest{}, err
 	}
-	if req.Token == "" {
-		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN")
+	if req.Token == "" && req.Attest == nil {
+		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN (or join with a MUNGE credential where the gateway takes them)")
+	}
+	if req.Attest != nil {
+		if err := req.Attest.validate(); err != nil {
+			return JoinRequest{}, err
+		}
 	}
 	if req.PublicKey.IsZero() {
 		return JoinRequest{}, errors.New("missing public_key: want the client's WireGuard public key")

@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/miekg/dns"
@@ -98,6 +99,7 @@ func Start(cfg Config, pc net.PacketConn, ln net.Listener) (*Server, error) {
 		servers = append(servers, s.udp)
 	}
 	if ln != nil {
+		ln = &limitedListener{Listener: ln, s: s}
 		s.tcp = &dns.Server{Listener: ln, Handler: dns.HandlerFunc(s.serveTCP), MsgAcceptFunc: acceptQuery}
 		servers = append(servers, s.tcp)
 	}
@@ -126,6 +128,46 @@ func Start(cfg Config, pc net.PacketConn, ln net.Listener) (*Server, error) {
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// limitedListener accepts a job's TCP connections while it holds fewer
+// than its max in-flight queries' worth (limiter.openConn) and closes the
+// rest at once, counted and logged as refused queries: unbounded, every
+// connection would hold a goroutine of the relay until its idle timeout.
+type limitedListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *limitedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		src := addrPortOf(c.RemoteAddr())
+		now := time.Now()
+		if l.s.lim.openConn(src.Addr(), now) {
+			return &limitedConn{Conn: c, release: func() { l.s.lim.closeConn(src.Addr()) }}, nil
+		}
+		c.Close()
+		if l.s.cfg.Flows != nil {
+			l.s.cfg.Flows.DNS(flows.DNSQuery{Proto: flows.ProtoTCP, Src: src, Dst: addrPortOf(c.LocalAddr()),
+				Verdict: flows.DNSInflight, Start: now, End: now})
+		}
+	}
+}
+
+// limitedConn releases its slot once, when closed.
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
 }
 
 // Close stops serving, ends in-flight upstream exchanges and waits for the

@@ -73,6 +73,7 @@ type source struct {
 	own      bool // set by SetJobLimits
 	bucket   *rate.Limiter
 	inflight int
+	conns    int // TCP connections open
 	last     time.Time
 }
 
@@ -122,23 +123,11 @@ const (
 // admit checks a query from a at now; if admitted, the caller must call
 // done(a) when the query is answered.
 func (l *limiter) admit(a netip.Addr, now time.Time) int {
-	a = a.Unmap()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.sources == nil {
-		l.sources = make(map[netip.Addr]*source)
-	}
-	s := l.sources[a]
+	s := l.sourceLocked(a.Unmap(), now)
 	if s == nil {
-		if len(l.sources) >= maxSources {
-			l.sweepLocked(now)
-		}
-		if len(l.sources) >= maxSources {
-			return overRate
-		}
-		r := Limits{}.resolved()
-		s = &source{lim: r, bucket: rate.NewLimiter(rate.Limit(r.PerSec), int(math.Ceil(r.PerSec)))}
-		l.sources[a] = s
+		return overRate
 	}
 	s.last = now
 	if s.inflight >= s.lim.MaxInflight {
@@ -149,6 +138,52 @@ func (l *limiter) admit(a netip.Addr, now time.Time) int {
 	}
 	s.inflight++
 	return admitted
+}
+
+// sourceLocked returns a's state, made with the defaults if it has none,
+// or nil if the table is full. l.mu must be held.
+func (l *limiter) sourceLocked(a netip.Addr, now time.Time) *source {
+	if l.sources == nil {
+		l.sources = make(map[netip.Addr]*source)
+	}
+	s := l.sources[a]
+	if s == nil {
+		if len(l.sources) >= maxSources {
+			l.sweepLocked(now)
+		}
+		if len(l.sources) >= maxSources {
+			return nil
+		}
+		r := Limits{}.resolved()
+		s = &source{lim: r, bucket: rate.NewLimiter(rate.Limit(r.PerSec), int(math.Ceil(r.PerSec)))}
+		l.sources[a] = s
+	}
+	return s
+}
+
+// openConn admits a TCP connection from a at now: a job may hold as many
+// open as it may have queries in flight (each connection is a goroutine
+// of the relay, and its queries are admitted one by one besides). If it
+// is admitted, the caller must call closeConn(a) when it closes.
+func (l *limiter) openConn(a netip.Addr, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sourceLocked(a.Unmap(), now)
+	if s == nil || s.conns >= s.lim.MaxInflight {
+		return false
+	}
+	s.conns++
+	s.last = now
+	return true
+}
+
+// closeConn ends an admitted TCP connection of a.
+func (l *limiter) closeConn(a netip.Addr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s := l.sources[a.Unmap()]; s != nil && s.conns > 0 {
+		s.conns--
+	}
 }
 
 // done ends an admitted query of a.
@@ -163,7 +198,7 @@ func (l *limiter) done(a netip.Addr) {
 // sweepLocked drops idle sources without own limits.
 func (l *limiter) sweepLocked(now time.Time) {
 	for a, s := range l.sources {
-		if !s.own && s.inflight == 0 && now.Sub(s.last) > sourceIdle {
+		if !s.own && s.inflight == 0 && s.conns == 0 && now.Sub(s.last) > sourceIdle {
 			delete(l.sources, a)
 		}
 	}

@@ -3,6 +3,7 @@
 package dnsfwd
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -214,4 +215,91 @@ func (m *memLog) all() []flows.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]flows.Record(nil), m.recs...)
+}
+
+// TestTCPConnLimit (issue 25, hole 4): a job's DNS connections over TCP are
+// bounded like its queries: beyond its max in-flight, new connections are
+// closed at once rather than each holding a goroutine of the relay; another
+// job still connects, and a connection freed makes room.
+func TestTCPConnLimit(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Config{Logger: slog.New(slog.DiscardHandler), Upstreams: []netip.AddrPort{upstream(t)}}, nil, ln)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	job, other := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
+	if err := s.SetJobLimits(job, Limits{MaxInflight: 2}); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(from netip.Addr) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: 3 * time.Second}
+		c, err := d.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// The relay's TCP idle timeout (2 s) closes every idle connection in
+	// the end: what counts is which it closes at once.
+	closedAll := func(cs []net.Conn) []bool {
+		out := make([]bool, len(cs))
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+				_, err := c.Read(make([]byte, 1))
+				out[i] = errors.Is(err, io.EOF)
+				c.SetReadDeadline(time.Time{})
+			}()
+		}
+		wg.Wait()
+		return out
+	}
+	var conns []net.Conn
+	for range 6 {
+		conns = append(conns, dial(job))
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	o := dial(other)
+	defer o.Close()
+	res := closedAll(append(conns, o))
+	n := 0
+	var open net.Conn
+	for i, c := range conns {
+		if res[i] {
+			n++
+		} else if open == nil {
+			open = c
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d of 6 idle TCP connections of a job with max in-flight 2 closed at once, want 4", n)
+	}
+	if res[6] {
+		t.Error("another job's TCP connection closed")
+	}
+	if open == nil {
+		t.Fatal("none of the job's TCP connections stayed open")
+	}
+	// The job's open connections still answer.
+	conn := &dns.Conn{Conn: open}
+	m := new(dns.Msg)
+	m.SetQuestion("test.example.", dns.TypeA)
+	conn.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := conn.WriteMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := conn.ReadMsg(); err != nil || len(r.Answer) != 1 {
+		t.Errorf("query over the job's open TCP connection: %v %v, want an answer", r, err)
+	}
 }

@@ -526,6 +526,17 @@ func (n *Node) Tokens() ([]store.Token, error) {
 	return toks, nil
 }
 
+// RestrictToken implements store.DB: in the database, whose notification
+// brings it to every gateway's replica.
+func (n *Node) RestrictToken(name string, r store.TokenRestrictions) (store.Token, error) {
+	t, err := n.remote.RestrictToken(name, r)
+	if err != nil {
+		return store.Token{}, unavailable(err)
+	}
+	n.resyncAfterWrite()
+	return t, nil
+}
+
 // Token implements store.DB from the local replica, as VerifyToken: a
 // token revoked anywhere in the fleet is gone from it once the
 // notification (or the next resync) arrives.

@@ -70,7 +70,11 @@ type jobBypass struct {
 // held back, superseded by the next one or applied at the job's end;
 // reports for an unknown job are ignored.
 func (t *Table) ReportBypass(id jobs.ID, counts []BypassStats, to func(rule string) string) {
-	now := time.Now()
+	t.reportBypassAt(id, counts, to, time.Now())
+}
+
+// reportBypassAt is ReportBypass at time now (tests drive the clock).
+func (t *Table) reportBypassAt(id jobs.ID, counts []BypassStats, to func(rule string) string, now time.Time) {
 	t.mu.Lock()
 	j := t.jobs[id]
 	if j == nil {

@@ -3,9 +3,11 @@
 package flows
 
 import (
+	"encoding/binary"
 	"math"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/airlock-vpn/airlock/internal/jobs"
 )
@@ -119,4 +121,76 @@ func TestReportBypassHostile(t *testing.T) {
 	if flows != 5000 || in != 50000 {
 		t.Errorf("flow log rows add up to %d flows, %d bytes in; want 5000 and 50000", flows, in)
 	}
+}
+
+// FuzzReportBypass drives one lease's bypass reports from arbitrary bytes
+// (a client with a valid lease controls them completely: rule names among
+// the job's entries, counters, how often). Each 25-byte step is an entry
+// (one of three), three counters and a flag to advance the clock by a
+// second. Invariants: the gateway's totals never go down and never wrap;
+// the job's flow log rows stay within their budget (the burst and one per
+// second of the fuzzer's clock, plus one per entry at the end); and once
+// the job ends, its rows add up to the totals exactly.
+func FuzzReportBypass(f *testing.F) {
+	f.Add(make([]byte, 25*4))
+	step := func(rule byte, a, b, c uint64, tick bool) []byte {
+		out := []byte{rule}
+		for _, v := range []uint64{a, b, c} {
+			out = binary.BigEndian.AppendUint64(out, v)
+		}
+		if tick {
+			out[0] |= 0x80
+		}
+		return out
+	}
+	var seed []byte
+	for i, v := range []uint64{0, math.MaxUint64, 0, math.MaxUint64, 5, 4} {
+		seed = append(seed, step(byte(i%3), v, v, v, i%2 == 0)...)
+	}
+	f.Add(seed)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ml := &memLog{}
+		tb := New(Config{Log: ml})
+		addJob(t, tb, "L", jobs.Ref{}, jobA)
+		to := func(r string) string { return "10.20.0.0/16" }
+		rules := []string{"squid", "xrootd", "cvmfs"}
+		now := time.Unix(1_700_000_000, 0)
+		prev := map[string]BypassStats{}
+		seconds := 0
+		for len(b) >= 25 {
+			s := b[:25]
+			b = b[25:]
+			if s[0]&0x80 != 0 {
+				now = now.Add(time.Second)
+				seconds++
+			}
+			c := BypassStats{Rule: rules[int(s[0]&0x7f)%len(rules)], Flows: binary.BigEndian.Uint64(s[1:]),
+				BytesOut: binary.BigEndian.Uint64(s[9:]), BytesIn: binary.BigEndian.Uint64(s[17:])}
+			tb.reportBypassAt("L", []BypassStats{c}, to, now)
+			for _, g := range tb.Stats().Bypass {
+				p := prev[g.Rule]
+				if g.Flows < p.Flows || g.BytesOut < p.BytesOut || g.BytesIn < p.BytesIn {
+					t.Fatalf("totals of %s went down: %+v after %+v", g.Rule, g, p)
+				}
+				prev[g.Rule] = g
+			}
+		}
+		if n, max := len(ml.all()), bypassRowBurst+seconds*int(bypassRowRate)+1; n > max {
+			t.Fatalf("%d rows over %d s of reports, budget %d", n, seconds, max)
+		}
+		tb.CloseJob("L", EndJob)
+		tb.RemoveJob("L")
+		sum := map[string]BypassStats{}
+		for _, r := range ml.all() {
+			s := sum[r.Bypass]
+			s.Flows, s.BytesOut, s.BytesIn = satAdd(s.Flows, r.Flows), satAdd(s.BytesOut, r.BytesOut), satAdd(s.BytesIn, r.BytesIn)
+			sum[r.Bypass] = s
+		}
+		for _, g := range tb.Stats().Bypass {
+			s := sum[g.Rule]
+			if s.Flows != g.Flows || s.BytesOut != g.BytesOut || s.BytesIn != g.BytesIn {
+				t.Fatalf("rows of %s add up to %+v, totals %+v", g.Rule, s, g)
+			}
+		}
+	})
 }

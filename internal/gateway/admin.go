@@ -44,10 +44,12 @@ func (g *gateway) Status() admin.Status {
 		o, _ := l.Owner.(owner)
 		js, ok := byID[jobs.ID(l.ID)]
 		if !ok {
-			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Job.BatchJobID, Token: o.Token}}
+			by, uid, jobAttested := refOf(o.Attested)
+			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Job.BatchJobID, Token: o.Token,
+				AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested}}
 		}
-		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, Started: l.Start, Expires: l.Expires,
-			Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
+		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, ClaimedUID: o.Job.UID, Attested: o.Attested,
+			Started: l.Start, Expires: l.Expires, Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}
@@ -85,8 +87,12 @@ func (g *gateway) Leases() []admin.LiveLease {
 	out := make([]admin.LiveLease, 0, len(ls))
 	for _, l := range ls {
 		o, _ := l.Owner.(owner)
-		out = append(out, admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
-			User: o.Job.User, Token: o.Token, Start: l.Start})
+		ll := admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
+			User: o.Job.User, Token: o.Token, Start: l.Start, Attested: o.Attested}
+		if o.Attested != nil && o.Attested.Job != nil {
+			ll.JobID, ll.JobAttested = o.Attested.Job.JobID, true
+		}
+		out = append(out, ll)
 	}
 	return out
 }

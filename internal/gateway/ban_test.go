@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // TestBanNotDodged checks that a ban is not dodged by what a client
@@ -20,8 +21,8 @@ func TestBanNotDodged(t *testing.T) {
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.banLocked("tok", "cn1.example", netip.MustParseAddr("2001:db8:1:2::10"), now.Add(time.Hour), "test", now)
-	a.banLocked("tok", "cn2", netip.MustParseAddr("192.0.2.20"), now.Add(time.Hour), "test", now)
+	a.banLocked(store.Ban{Token: "tok", Host: "cn1.example", Addr: netip.MustParseAddr("2001:db8:1:2::10"), Until: now.Add(time.Hour), Reason: "test"}, now)
+	a.banLocked(store.Ban{Token: "tok", Host: "cn2", Addr: netip.MustParseAddr("192.0.2.20"), Until: now.Add(time.Hour), Reason: "test"}, now)
 	for _, tc := range []struct {
 		token, host, addr string
 		banned            bool
@@ -35,9 +36,35 @@ func TestBanNotDodged(t *testing.T) {
 		{"tok", "other", "198.51.100.1", false},
 		{"else", "cn1.example", "2001:db8:1:2::10", false},
 	} {
-		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), now)
+		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, now)
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("token %s host %q from %s: banned %v (%v), want %v", tc.token, tc.host, tc.addr, got, err, tc.banned)
 		}
+	}
+}
+
+// TestBanAttested: a ban of a job whose identity was attested covers its
+// attested uid, from any node and any address, and not the other users
+// of its node (issue 25, hole 6).
+func TestBanAttested(t *testing.T) {
+	var a admission
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	uid := uint32(1000)
+	a.banLocked(store.Ban{UID: &uid, Until: now.Add(time.Hour), Reason: "test"}, now)
+	other := uint32(1001)
+	node := netip.MustParseAddr("10.1.2.3")
+	if err := a.bannedLocked("", "cn9", netip.MustParseAddr("10.9.9.9"), &uid, now); !errors.Is(err, control.ErrBanned) {
+		t.Errorf("the banned uid from another node: %v, want banned", err)
+	}
+	if err := a.bannedLocked("", "cn1", node, &other, now); err != nil {
+		t.Errorf("another user of the banned job's node: %v, want not banned", err)
+	}
+	if err := a.bannedLocked("", "cn1", node, nil, now); err != nil {
+		t.Errorf("an unattested join from the banned job's node: %v, want not banned", err)
+	}
+	if !banCovers(store.Ban{UID: &uid}, "x", node, &uid) || banCovers(store.Ban{UID: &uid}, "x", node, &other) {
+		t.Error("banCovers does not follow the attested uid")
 	}
 }

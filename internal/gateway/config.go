@@ -31,6 +31,7 @@ func loadConfig(c Config) (*config.Config, error) {
 		if c.ExposePorts != nil {
 			cfg.Exposure = c.ExposePorts
 		}
+		cfg.Attest = c.Attest
 		return cfg, nil
 	}
 	if c.ExposePorts != nil && len(c.ExposePorts.Rules) > 0 {
@@ -43,7 +44,15 @@ func loadConfig(c Config) (*config.Config, error) {
 	if errors.Is(err, config.ErrAbsent) {
 		return nil, fmt.Errorf("--config: %w; write one (see docs/gateway.example.toml) or leave out --config", err)
 	}
-	return cfg, err
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Attest.Set {
+		cfg.Attest = c.Attest
+	} else if c.Attest.Mode != "" {
+		return nil, fmt.Errorf("--config %s has an [attest] table and --attest is given: set attested identity in one place (docs/config.md)", c.ConfigFile)
+	}
+	return cfg, nil
 }
 
 // toConfig turns the limit flags into config limits: the --job-* limits for
@@ -96,6 +105,14 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 	if err := g.backend.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
 		_ = g.backend.SetPolicy(old.Policy)
 		return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
+	}
+	if !cfg.Attest.Set {
+		cfg.Attest = g.cfg.Attest
+	}
+	if err := g.applyAttest(cfg.Attest); err != nil {
+		_ = g.backend.SetPolicy(old.Policy)
+		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
+		return admin.ReloadResult{}, err
 	}
 	g.conf.Store(cfg)
 	res.Warnings = g.warnConfig(cfg)

@@ -121,7 +121,7 @@ func (g *gateway) loadBans(now time.Time) error {
 	g.admit.mu.Lock()
 	defer g.admit.mu.Unlock()
 	for _, b := range bans {
-		g.admit.banLocked(b.Token, b.Host, b.Addr, b.Until, b.Reason, now)
+		g.admit.banLocked(b, now)
 	}
 	return nil
 }
@@ -147,7 +147,7 @@ func (g *gateway) onFleetBan(b store.Ban) {
 		return
 	}
 	g.admit.mu.Lock()
-	g.admit.banLocked(b.Token, b.Host, b.Addr, b.Until, b.Reason, now)
+	g.admit.banLocked(b, now)
 	g.admit.mu.Unlock()
 	g.endBanned(b, "")
 }
@@ -164,7 +164,7 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 		if l.ID == except || o.Token != b.Token {
 			continue
 		}
-		if banCovers(b, o.Job.Hostname, o.Remote.Addr()) {
+		if banCovers(b, o.Job.Hostname, o.Remote.Addr(), attestedUID(o.Attested)) {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
 				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Job.Hostname)
 			}

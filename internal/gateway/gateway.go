@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
@@ -139,6 +140,10 @@ type Config struct {
 	Store StoreConfig
 	// Version is the gateway's version, as the fleet's status shows it.
 	Version string
+	// Attest is attested identity from flags (--attest munge,
+	// --munge-socket, --attest-required, --attest-job-uids,
+	// --attest-origin); a config file's [attest] takes its place.
+	Attest config.Attest
 	// Dial, if set, replaces the host's sockets for jobs' outgoing flows.
 	// It exists for in-process tests; nil means ordinary sockets.
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)

@@ -108,13 +108,18 @@ type gateway struct {
 	// rehs are the restored peers' endpoints and the handshakes the
 	// gateway starts with them (rehandshake.go).
 	rehs rehandshakes
+	// attest verifies joins' MUNGE credentials (attest.go).
+	attest attestation
 }
 
-// owner is what a lease records about its holder.
+// owner is what a lease records about its holder: what its client
+// claimed (Job), and what its credentials attested (Attested, nil if
+// nothing was).
 type owner struct {
-	Job    control.JobInfo
-	Token  string
-	Remote netip.AddrPort
+	Job      control.JobInfo
+	Token    string
+	Remote   netip.AddrPort
+	Attested *store.Attestation
 }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
@@ -156,10 +161,12 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	added = true
 	// Fail closed: a job the history cannot attribute does not get in.
+	o, _ := l.Owner.(owner)
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
+		Attested: o.Attested,
+		Token:    tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
 		Egress: attributions(job), Resume: resumeState(l, pub, req.Expose),
 	}
 	for _, x := range job.Exposures {
@@ -188,7 +195,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	g.log.Info("job joined", "lease", l.ID, "addrs", l.Addrs, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "egress", job.Egress, "exposed", rec.Exposed,
-		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version))
+		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String())
 	cl := control.Lease{
 		ID:               l.ID,
 		Secret:           secret,
@@ -306,11 +313,17 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 // one place that decides a job's limits) and its exposures, checked
 // against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
+	o, _ := l.Owner.(owner)
+	if o.Attested != nil && o.Attested.Job != nil {
+		jobID = o.Attested.Job.JobID
+	}
+	by, uid, jobAttested := refOf(o.Attested)
 	j := forward.Job{
 		ID:     jobs.ID(l.ID),
 		Addrs:  l.AddrList(),
 		Egress: g.egressOf(l),
-		Ref:    jobs.Ref{JobID: jobID, Token: token},
+		Ref: jobs.Ref{JobID: jobID, Token: token,
+			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
 	}
 	ex, err := g.planExposures(l, j.Egress, expose)

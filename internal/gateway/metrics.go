@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlock-vpn/airlock/internal/metrics"
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
 
@@ -36,8 +37,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		PortBlocks: func() (int, int) {
 			return g.leases.BlocksUsed(), g.egress.pool.Blocks()
 		},
-		Start:   g.started,
-		Backend: g.backend.Stats,
+		Start:      g.started,
+		Backend:    g.backend.Stats,
+		Identities: g.identities,
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
@@ -67,4 +69,22 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		g.log.Info("metrics listening", "addr", gm.listener.Addr().String(), "path", "/metrics")
 	}
 	return gm, nil
+}
+
+// identities counts the live leases by the sources of their uid and batch
+// job id (airlock_jobs_identity).
+func (g *gateway) identities() map[metrics.JobIdentity]int {
+	out := map[metrics.JobIdentity]int{}
+	for _, l := range g.leases.Leases() {
+		o, _ := l.Owner.(owner)
+		k := metrics.JobIdentity{UID: store.SourceClaimed, Job: store.SourceClaimed}
+		if a := o.Attested; a != nil {
+			k.UID = a.By
+			if a.Job != nil {
+				k.Job = a.By
+			}
+		}
+		out[k]++
+	}
+	return out
 }

@@ -117,23 +117,41 @@ type joinRate struct {
 	lim    *rate.Limiter
 }
 
-// banKey is what a ban matches: a token with a host name (compared
-// without case and trailing dot), or a token with a source network (an
-// IPv4 address or an IPv6 /64, as the failure limiter groups them: a
-// client may lie about its host name, and may pick another address of
-// its /64, but not another network).
+// banKey is what a ban matches: for a job whose identity was attested, a
+// token with the attested uid (the user, from whichever node); otherwise
+// a token with a host name (compared without case and trailing dot), or
+// a token with a source network (an IPv4 address or an IPv6 /64, as the
+// failure limiter groups them: a client may lie about its host name, and
+// may pick another address of its /64, but not another network).
 type banKey struct {
 	token string
-	host  string       // "" for a network ban
-	net   netip.Prefix // invalid for a host ban
+	host  string       // "" for a network or uid ban
+	net   netip.Prefix // invalid for a host or uid ban
+	uid   int64        // -1 unless a uid ban
+}
+
+// noUID is banKey.uid of host and network bans.
+const noUID = -1
+
+// attestedUID is the uid a ban of o names: its attested uid, or nil.
+func attestedUID(a *store.Attestation) *uint32 {
+	if a == nil {
+		return nil
+	}
+	u := a.UID
+	return &u
 }
 
 // banHost is the form of a host name that bans compare.
 func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
 // banCovers reports whether ban b covers a lease of its token from host
-// and addr, as bannedLocked matches joins.
-func banCovers(b store.Ban, host string, addr netip.Addr) bool {
+// and addr, of attested uid uid (nil: none), as bannedLocked matches
+// joins.
+func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32) bool {
+	if b.UID != nil {
+		return uid != nil && *uid == *b.UID
+	}
 	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) ||
 		b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
 }
@@ -170,7 +188,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), now); err != nil {
+	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -208,7 +226,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	l, secret, replaced, err := g.leases.AllocateRun(pub, owner{Job: req.Job, Token: tok.Name, Remote: remote}, now, n)
+	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
+	if mine != nil {
+		mo, _ := mine.Owner.(owner)
+		o.Attested = inherit(req.Attested, mo.Attested)
+	}
+	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
 	if err != nil {
 		l.Blocks = n // for the refusal's message
 	}
@@ -284,36 +307,49 @@ func (a *admission) reserveJoin(tok string, q config.Quota, now time.Time) *rate
 	return jr.lim.ReserveN(now, 1)
 }
 
-// banLocked refuses joins of token from host, and from addr, until until.
-func (a *admission) banLocked(token, host string, addr netip.Addr, until time.Time, reason string, now time.Time) {
+// banLocked puts ban b in force: joins of its token by its attested uid,
+// or from its host or address, are refused until it ends.
+func (a *admission) banLocked(b store.Ban, now time.Time) {
 	if a.bans == nil {
 		a.bans = map[banKey]ban{}
 	}
-	for k, b := range a.bans {
-		if now.After(b.until) {
+	for k, x := range a.bans {
+		if now.After(x.until) {
 			delete(a.bans, k)
 		}
 	}
-	if host != "" {
-		a.bans[banKey{token: token, host: banHost(host)}] = ban{until, reason}
+	v := ban{b.Until, b.Reason}
+	if b.UID != nil {
+		a.bans[banKey{token: b.Token, uid: int64(*b.UID)}] = v
+		return
 	}
-	if addr.IsValid() {
-		a.bans[banKey{token: token, net: banNet(addr)}] = ban{until, reason}
+	if b.Host != "" {
+		a.bans[banKey{token: b.Token, host: banHost(b.Host), uid: noUID}] = v
+	}
+	if b.Addr.IsValid() {
+		a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID}] = v
 	}
 }
 
 // bannedLocked returns the error for a join of token from host and addr
-// while a ban matches it, else nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.Time) error {
+// (and of attested uid uid, nil if none) while a ban matches it, else
+// nil.
+func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, now time.Time) error {
 	var b ban
 	var ok bool
+	pick := func(k banKey) {
+		if x, xok := a.bans[k]; xok && (!ok || x.until.After(b.until)) {
+			b, ok = x, true
+		}
+	}
 	if addr.IsValid() {
-		b, ok = a.bans[banKey{token: token, net: banNet(addr)}]
+		pick(banKey{token: token, net: banNet(addr), uid: noUID})
 	}
 	if host != "" {
-		if hb, hok := a.bans[banKey{token: token, host: banHost(host)}]; hok && (!ok || hb.until.After(b.until)) {
-			b, ok = hb, true
-		}
+		pick(banKey{token: token, host: banHost(host), uid: noUID})
+	}
+	if uid != nil {
+		pick(banKey{token: token, uid: int64(*uid)})
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -334,12 +370,19 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, now time.T
 func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
-	g.admit.mu.Lock()
-	g.admit.banLocked(o.Token, o.Job.Hostname, o.Remote.Addr(), until, reason, now)
-	g.admit.mu.Unlock()
 	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	if a := o.Attested; a != nil {
+		// Attested: the user, from any node; not the node's other users.
+		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
+	}
+	g.admit.mu.Lock()
+	g.admit.banLocked(b, now)
+	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+	}
+	if b.UID != nil {
+		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)
 	}
 	var covers []string
 	if o.Job.Hostname != "" {

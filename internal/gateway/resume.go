@@ -95,7 +95,8 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
-	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command}, Token: r.Token, Remote: remote}
+	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
+		Token: r.Token, Remote: remote, Attested: r.Attested}
 	if rs.Block >= 0 && rs.Blocks == 0 {
 		l.Blocks = 1
 	}

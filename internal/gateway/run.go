@@ -160,6 +160,9 @@ func (g *gateway) openState() error {
 	}
 	g.st = g.local
 	g.onClose(func() { g.local.Close() })
+	if err := g.applyAttest(conf.Attest); err != nil {
+		return err
+	}
 	return g.openRemote()
 }
 
@@ -300,6 +303,7 @@ func (g *gateway) openServers() error {
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
 		CaptureRelay:    g.captureRelay(),
+		Attest:          &g.attest,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)

@@ -76,6 +76,7 @@ func (g *gateway) health() control.Health {
 		RxBitsPerSec: math.Float64frombits(g.tr.rxRate.Load()),
 		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
 		Instance:     g.tr.instance,
+		Attest:       g.attest.mode(),
 	}
 }
 

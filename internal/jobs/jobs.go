@@ -27,6 +27,13 @@ type Ref struct {
 	JobID string `json:"job_id,omitempty"`
 	// Token is the name of the token the job joined with.
 	Token string `json:"token,omitempty"`
+	// AttestedBy names how the job's identity was attested ("munge"), ""
+	// if all of it is claimed. AttestedUID is then the job's attested
+	// uid, and JobAttested reports that JobID is attested too (by root
+	// on the node), not only claimed.
+	AttestedBy  string  `json:"attested_by,omitempty"`
+	AttestedUID *uint32 `json:"attested_uid,omitempty"`
+	JobAttested bool    `json:"job_attested,omitempty"`
 }
 
 // ErrAddrInUse is returned by Index.Add for an address another job holds.

@@ -46,7 +46,15 @@ type Source struct {
 	PortBlocks func() (used, total int)
 	// Start is when the gateway started.
 	Start time.Time
+	// Identities counts the live leases by where their uid and their
+	// batch job id come from: JobIdentity keys, "claimed" or the means
+	// of attestation ("munge").
+	Identities func() map[JobIdentity]int
 }
+
+// JobIdentity is where a job's uid and batch job id come from, the labels
+// of airlock_jobs_identity.
+type JobIdentity struct{ UID, Job string }
 
 // Metrics holds the gateway's metrics. It is safe for concurrent use.
 type Metrics struct {
@@ -151,6 +159,7 @@ type collector struct {
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
 	limitDrops, policyDrops, dnsQueries, dnsLogSupp          *prometheus.Desc
 	bypassFlows, bypassBytes, bypassRefused                  *prometheus.Desc
+	identities                                               *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -178,13 +187,14 @@ func newCollector(src Source) *collector {
 		bypassFlows:    desc("bypass_flows_total", "Flows jobs' clients carried around the gateway (site-local bypass), as they reported them at renewals, by bypass entry.", "rule"),
 		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
 		bypassRefused:  desc("bypass_reports_refused_total", "Entries of jobs' bypass reports refused because their cumulative counters went down."),
+		identities:     desc("jobs_identity", "Jobs with a live lease by where their uid and batch job id come from: claimed by the client, or attested (munge).", "uid", "job"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
 		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
-		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes, c.bypassRefused} {
+		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes, c.bypassRefused, c.identities} {
 		ch <- d
 	}
 }
@@ -201,6 +211,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.src.Jobs != nil {
 		gauge(c.jobs, float64(c.src.Jobs()))
+	}
+	if c.src.Identities != nil {
+		for k, n := range c.src.Identities() {
+			ch <- prometheus.MustNewConstMetric(c.identities, prometheus.GaugeValue, float64(n), k.UID, k.Job)
+		}
 	}
 	if c.src.PortBlocks != nil {
 		used, total := c.src.PortBlocks()

@@ -19,8 +19,8 @@ var bucketBans = []byte("bans")
 // AddBan stores b with a new id and returns it. Bans that ended are
 // dropped on the way.
 func (s *Store) AddBan(b Ban) (Ban, error) {
-	if b.Token == "" || b.Host == "" && !b.Addr.IsValid() {
-		return Ban{}, fmt.Errorf("add ban: want a token and a host or an address")
+	if err := b.Valid(); err != nil {
+		return Ban{}, fmt.Errorf("add ban: %w", err)
 	}
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucketBans)

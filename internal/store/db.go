@@ -36,6 +36,10 @@ type DB interface {
 	// revoked). The gateway checks a token again with it under its
 	// admission lock and at every renewal.
 	Token(name string) (Token, error)
+	// RestrictToken sets the named token's restrictions (the networks its
+	// joins may come from, whether they need a MUNGE credential) and
+	// returns its record; an unknown name fails with ErrNotFound.
+	RestrictToken(name string, r TokenRestrictions) (Token, error)
 	// RevokeToken deletes the named token. Ending the leases granted with
 	// it is the caller's business (the gateway's admin API, or, in a
 	// fleet, every gateway on the database's notification).
@@ -77,10 +81,13 @@ type Ban struct {
 	ID    int64  `json:"id,omitempty"`
 	Token string `json:"token"`
 	// Host is the job's host name as its client claimed it; Addr the
-	// client's address as the gateway saw it. At least one is set; the
-	// ban matches either.
+	// client's address as the gateway saw it; UID, for a job whose
+	// identity was attested, its attested uid, which the ban then
+	// matches instead of host and address (a user cannot dodge it from
+	// another node). At least one is set; the ban matches any.
 	Host string     `json:"host,omitempty"`
 	Addr netip.Addr `json:"addr,omitzero"`
+	UID  *uint32    `json:"uid,omitempty"`
 	// Until is when the ban ends.
 	Until  time.Time `json:"until"`
 	Reason string    `json:"reason,omitempty"`
@@ -88,6 +95,15 @@ type Ban struct {
 	// advertised address and the command).
 	Created time.Time `json:"created"`
 	By      string    `json:"by,omitempty"`
+}
+
+// Valid reports whether b names what it bans: a token with a host or an
+// address, or an attested uid (with the token, "" for joins without one).
+func (b Ban) Valid() error {
+	if b.UID == nil && (b.Token == "" || b.Host == "" && !b.Addr.IsValid()) {
+		return fmt.Errorf("want a token and a host or an address, or an attested uid")
+	}
+	return nil
 }
 
 // Attribution is one place a lease was seen outside: a public address with

@@ -35,14 +35,21 @@ var (
 // LeaseRecord is one lease in the attribution history: who held which
 // tunnel address and which ports of which public address, and when.
 type LeaseRecord struct {
-	ID          string `json:"id"`
+	ID string `json:"id"`
+	// JobID, BatchSystem, User, UID, Host and Command are what the job's
+	// client claimed; Attested, if set, is what a trusted party vouched
+	// for (attest.go).
 	JobID       string `json:"job_id,omitempty"`
 	BatchSystem string `json:"batch_system,omitempty"`
 	User        string `json:"user,omitempty"`
 	UID         int    `json:"uid"`
 	Host        string `json:"host,omitempty"`
 	Command     string `json:"command,omitempty"`
-	Token       string `json:"token,omitempty"`
+	// Attested is the job's attested identity, nil if it had none.
+	Attested *Attestation `json:"attested,omitempty"`
+	// Token is the name of the join token, "" for a join without one
+	// (attested).
+	Token string `json:"token,omitempty"`
 	// Remote is the client's address as the gateway saw it.
 	Remote string `json:"remote,omitempty"`
 	// Gateway is the advertised address (HOST:PORT) of the gateway that

@@ -234,3 +234,37 @@ func TestLegacyRecord(t *testing.T) {
 		}
 	}
 }
+
+// TestAttestedRecord: a lease's attestation survives the history, next to
+// the claimed values, and the sources say which is which.
+func TestAttestedRecord(t *testing.T) {
+	s, _ := openTemp(t)
+	att := &Attestation{By: "munge", UID: 1000, GID: 100, User: "alice", Node: netip.MustParseAddr("10.1.2.3"), Made: t0,
+		Job: &AttestedJob{MadeBy: 0, BatchSystem: "slurm", JobID: "4242", Step: "0", Node: "cn1"}}
+	pub := netip.MustParseAddr("192.0.2.1")
+	for _, r := range []LeaseRecord{
+		{ID: "a", JobID: "4242", UID: 1000, User: "alice", Attested: att, TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Egress: []Attribution{{Addr: pub, PortLo: 20000, PortHi: 20255}}, Start: t0},
+		{ID: "c", JobID: "99", UID: 7, TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.3")}, Egress: []Attribution{{Addr: pub, PortLo: 20256, PortHi: 20511}}, Start: t0},
+	} {
+		if err := s.RecordLeaseStart(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.Whois(pub, 20000, t0.Add(time.Second))
+	if err != nil || len(got) != 1 || got[0].Attested == nil || got[0].Attested.Job == nil || got[0].Attested.Job.JobID != "4242" {
+		t.Fatalf("whois: %+v %v, want the attested record", got, err)
+	}
+	if uid, src := got[0].UIDSource(); uid != 1000 || src != "munge" {
+		t.Errorf("UIDSource: %d %s, want 1000 munge", uid, src)
+	}
+	if id, src := got[0].JobSource(); id != "4242" || src != "munge (uid 0)" {
+		t.Errorf("JobSource: %s %s", id, src)
+	}
+	claimed, _ := s.Whois(pub, 20300, t0.Add(time.Second))
+	if uid, src := claimed[0].UIDSource(); uid != 7 || src != SourceClaimed {
+		t.Errorf("claimed UIDSource: %d %s", uid, src)
+	}
+	if want := "munge: uid 1000 (alice) gid 100 on 10.1.2.3, job slurm 4242 step 0 (made by uid 0)"; att.String() != want {
+		t.Errorf("String: %q, want %q", att.String(), want)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -37,6 +38,82 @@ type Token struct {
 	Created time.Time `json:"created"`
 	// Expires is when the token stops being accepted; zero means never.
 	Expires time.Time `json:"expires,omitzero"`
+	// From, if set, are the networks joins with the token may come from
+	// (the client's address as the gateway sees it); others are refused.
+	From []netip.Prefix `json:"from,omitempty"`
+	// Attest requires every join with the token to carry a valid MUNGE
+	// credential (the gateway's --attest).
+	Attest bool `json:"attest,omitempty"`
+}
+
+// TokenRestrictions are what a token's joins must meet besides the
+// secret (RestrictToken).
+type TokenRestrictions struct {
+	// From, if set, are the networks joins may come from.
+	From []netip.Prefix
+	// Attest requires a MUNGE credential with every join.
+	Attest bool
+}
+
+// Restrictions returns t's restrictions.
+func (t Token) Restrictions() TokenRestrictions {
+	return TokenRestrictions{From: t.From, Attest: t.Attest}
+}
+
+// Validate checks r: canonical prefixes, at most 64 of them.
+func (r TokenRestrictions) Validate() error {
+	if len(r.From) > 64 {
+		return fmt.Errorf("%d source networks, at most 64", len(r.From))
+	}
+	for _, p := range r.From {
+		if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() {
+			return fmt.Errorf("source network %v: want a network such as 10.1.0.0/16 (no host bits, no IPv4-mapped IPv6)", p)
+		}
+	}
+	return nil
+}
+
+// RestrictToken implements DB.
+func (s *Store) RestrictToken(name string, r TokenRestrictions) (Token, error) {
+	if err := r.Validate(); err != nil {
+		return Token{}, fmt.Errorf("restrict token %q: %w", truncate(name), err)
+	}
+	var t Token
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		tokens := tx.Bucket(bucketTokens)
+		v := tokens.Get([]byte(name))
+		if v == nil {
+			return fmt.Errorf("token %q: %w", truncate(name), ErrNotFound)
+		}
+		if err := json.Unmarshal(v, &t); err != nil {
+			return fmt.Errorf("decode token %q: %w", name, err)
+		}
+		t.From, t.Attest = r.From, r.Attest
+		nv, err := json.Marshal(t)
+		if err != nil {
+			return err
+		}
+		return tokens.Put([]byte(name), nv)
+	})
+	if err != nil {
+		return Token{}, fmt.Errorf("restrict token: %w", err)
+	}
+	t.Hash = nil
+	return t, nil
+}
+
+// AllowsFrom reports whether a join from addr may use t.
+func (t Token) AllowsFrom(addr netip.Addr) bool {
+	if len(t.From) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, p := range t.From {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }
 
 // Expired reports whether t is no longer accepted at now.

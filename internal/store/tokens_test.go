@@ -5,6 +5,7 @@ package store
 import (
 	"bytes"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -272,4 +273,41 @@ func TestConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestRestrictToken sets a token's source networks and attestation
+// requirement: they are stored, verified joins see them, and a bad
+// network or an unknown token is refused.
+func TestRestrictToken(t *testing.T) {
+	s, _ := openTemp(t)
+	secret, _, err := s.CreateToken("site", 0, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16"), netip.MustParsePrefix("2001:db8:1::/48")}
+	got, err := s.RestrictToken("site", TokenRestrictions{From: from, Attest: true})
+	if err != nil || len(got.From) != 2 || !got.Attest || got.Hash != nil {
+		t.Fatalf("RestrictToken: %+v %v", got, err)
+	}
+	v, err := s.VerifyToken(secret, t0)
+	if err != nil || !v.Attest || len(v.From) != 2 {
+		t.Fatalf("verified token %+v %v, want its restrictions", v, err)
+	}
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{{"10.1.2.3", true}, {"::ffff:10.1.2.3", true}, {"10.2.0.1", false}, {"2001:db8:1:5::1", true}, {"2001:db8:2::1", false}} {
+		if got := v.AllowsFrom(netip.MustParseAddr(tc.addr)); got != tc.ok {
+			t.Errorf("AllowsFrom(%s) = %v, want %v", tc.addr, got, tc.ok)
+		}
+	}
+	if _, err := s.RestrictToken("site", TokenRestrictions{From: []netip.Prefix{netip.MustParsePrefix("10.1.2.3/16")}}); err == nil {
+		t.Error("a network with host bits: accepted")
+	}
+	if _, err := s.RestrictToken("nosuch", TokenRestrictions{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown token: %v, want ErrNotFound", err)
+	}
+	if got, _ := s.RestrictToken("site", TokenRestrictions{}); len(got.From) != 0 || got.Attest {
+		t.Errorf("cleared restrictions: %+v", got)
+	}
 }

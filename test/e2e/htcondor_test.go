@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
@@ -19,8 +22,19 @@ import (
 // variables, the job ad in $_CONDOR_JOB_AD and the executable and its
 // arguments as the wrapper's arguments. (HTCondor itself is not packaged
 // for Debian 12.)
+//
+// The gateway checks MUNGE credentials (--attest munge) with a key the
+// execute node's munged shares: a job whose settings hold no token joins
+// with one, its uid and node attested and its job id claimed (HTCondor's
+// starter cannot vouch for it, docs/security.md).
 func TestHTCondorWrapper(t *testing.T) {
-	e := newEnv(t)
+	key := mungetest.NewKey(t)
+	var nodeMunge *mungetest.Daemon
+	e := newEnvHook(t, modeUser, nil, func(e *env) []string {
+		nodeMunge = mungetest.Start(t, mungetest.Options{Key: key, Origin: e.tp.CNAddr.String(), Wrap: inNetns(e.tp.CN)})
+		gw := mungetest.Start(t, mungetest.Options{Key: key, Wrap: inNetns(e.tp.DMZ)})
+		return []string{"--attest", "munge", "--munge-socket", gw.Socket}
+	})
 	root, err := topology.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -91,6 +105,37 @@ func TestHTCondorWrapper(t *testing.T) {
 		code, out, stderr, _ := starter(t, 3, ad+"AirlockMode = \"off\"\n")
 		if strings.Contains(stderr, "airlock: mode") || strings.Contains(out, e.sha["small"]) || !strings.Contains(out, "args: alpha two words") {
 			t.Errorf("AirlockMode = \"off\": exit %d, %q, %q: want the job run directly, without network", code, out, stderr)
+		}
+	})
+	t.Run("AttestedNoToken", func(t *testing.T) {
+		noToken := filepath.Join(dir, "condor-attest.env")
+		if err := os.WriteFile(noToken, []byte(fmt.Sprintf("AIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\nAIRLOCK_MUNGE_SOCKET=%s\n", e.gateway, e.pin, nodeMunge.Socket)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr, errFile := starter(t, 6, ad, "AIRLOCK_ENV_FILE="+noToken)
+		if code != 0 || !strings.Contains(out, e.sha["small"]) {
+			t.Fatalf("wrapper with no token, munged on the node: exit %d, %q, error file %q%s", code, out, errFile, e.diag(stderr))
+		}
+		want := regexp.MustCompile(`"job_id":"` + regexp.QuoteMeta(globalID) + `"[^\n]*"attested_by":"munge","attested_uid":` + strconv.Itoa(e.u.UID) + `[,}]`)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			log, _ := os.ReadFile(filepath.Join(e.state, gatewayFlowLog))
+			if m := want.Find(log); m != nil {
+				if strings.Contains(string(m), "job_attested") {
+					t.Errorf("HTCondor job id recorded as attested: %s", m)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("flow log has no record of job %s with its uid attested:\n%s", globalID, lastChars(string(log), 2000))
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Without munged and without a token: held, with the reason.
+		code, _, _, errFile = starter(t, 7, ad, "AIRLOCK_ENV_FILE="+noToken, "AIRLOCK_MUNGE_SOCKET=/nonexistent")
+		if code == 0 || !strings.Contains(errFile, "no munged socket at /nonexistent") {
+			t.Errorf("no token, no munged: exit %d, error file %q", code, errFile)
 		}
 	})
 	t.Run("HoldReason", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -26,26 +27,41 @@ type slurmEnv struct {
 	*env
 	s       *topology.Slurm
 	joinEnv []string // AIRLOCK_GATEWAY, _PIN, _TOKEN as NAME=VALUE
+	// nodeMunge is the node's munged of the dedicated node+gateway MUNGE
+	// key, gwMunge the gateway's (attested identity).
+	nodeMunge, gwMunge *mungetest.Daemon
 }
 
 // TestSlurm runs real Slurm jobs (sbatch, srun, job arrays, scancel, time
 // limits, the SPANK opt-in) through the gateway, on one shared topology,
-// gateway and cluster.
+// gateway and cluster. The site uses attested identity as docs/security.md
+// recommends: a dedicated MUNGE key for the nodes and the gateway, with a
+// munged of its own on each side (besides the cluster's munged that Slurm
+// uses), the gateway with --attest munge, and the SPANK plugin with
+// attest=munge and a join settings file WITHOUT a token: the jobs that
+// the plugin wraps join with MUNGE credentials alone. Jobs that run
+// airlock run themselves use the token.
 func TestSlurm(t *testing.T) {
-	e := newEnv(t)
+	key := mungetest.NewKey(t)
+	var nodeMunge, gwMunge *mungetest.Daemon
+	e := newEnvHook(t, modeUser, nil, func(e *env) []string {
+		nodeMunge = mungetest.Start(t, mungetest.Options{Key: key, Origin: e.tp.CNAddr.String(), Wrap: inNetns(e.tp.CN)})
+		gwMunge = mungetest.Start(t, mungetest.Options{Key: key, Wrap: inNetns(e.tp.DMZ)})
+		return []string{"--attest", "munge", "--munge-socket", gwMunge.Socket}
+	})
 	plugin, wrapper := topology.BuildSpank(t)
-	// The plugin's join settings: a root-only file, as a site would keep
-	// its token.
+	// The plugin's join settings: a root-only file with no token at all.
 	joinFile := filepath.Join(topology.TempDir(t), "airlock-slurm.env")
-	se := &slurmEnv{env: e, joinEnv: []string{"AIRLOCK_GATEWAY=" + e.gateway, "AIRLOCK_PIN=" + e.pin, "AIRLOCK_TOKEN=" + e.token}}
-	if err := os.WriteFile(joinFile, []byte("# written by TestSlurm\n"+strings.Join(se.joinEnv, "\n")+"\n"), 0o600); err != nil {
+	se := &slurmEnv{env: e, joinEnv: []string{"AIRLOCK_GATEWAY=" + e.gateway, "AIRLOCK_PIN=" + e.pin, "AIRLOCK_TOKEN=" + e.token},
+		nodeMunge: nodeMunge, gwMunge: gwMunge}
+	if err := os.WriteFile(joinFile, []byte("# written by TestSlurm\n"+strings.Join(se.joinEnv[:2], "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	se.s = e.tp.StartSlurm(t, topology.SlurmOptions{
 		User:       e.u,
 		Partitions: []string{"airlock"},
-		PlugStack: fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock\n",
-			plugin, e.airlock, wrapper, joinFile),
+		PlugStack: fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock attest=munge munge_socket=%s\n",
+			plugin, e.airlock, wrapper, joinFile, nodeMunge.Socket),
 	})
 
 	// The time-limit job runs from the start, alongside the others:
@@ -58,6 +74,19 @@ func TestSlurm(t *testing.T) {
 	t.Run("Array20", se.testArray)
 	t.Run("SpankOptIn", se.testSpank)
 	t.Run("TimeLimit", func(t *testing.T) { se.testTimeLimit(t, timeLimitJob) })
+	t.Run("Attested", se.testAttested)
+	t.Run("ClaimedJobID", se.testClaimedJobID)
+	t.Run("ClaimsRoot", se.testClaimsRoot)
+	t.Run("NoReusableSecret", se.testNoReusableSecret)
+	t.Run("Replay", se.testReplay)
+}
+
+// inNetns returns a mungetest wrapper that runs munged in network
+// namespace ns (as the harness's daemons enter cn: nsenter --net).
+func inNetns(ns string) func([]string) []string {
+	return func(argv []string) []string {
+		return append([]string{"nsenter", "--net=" + filepath.Join("/var/run/netns", ns), "--"}, argv...)
+	}
 }
 
 // script writes a job script into the cluster's work directory.

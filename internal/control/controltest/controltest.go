@@ -44,10 +44,13 @@ type Backend struct {
 
 	// gate, write-locked by Block, stalls CheckLease.
 	gate sync.RWMutex
+	// Attest is reported in Health (what the gateway checks: "munge").
+	Attest string
 
 	mu     sync.Mutex
 	squat  map[wgkey.Key]bool // keys whose joins get ErrKeyInUse
 	keys   []wgkey.Key        // the public keys of joins, in order
+	joined []control.JoinRequest
 	joins  int
 	next   int
 	leases map[string]string // id → secret
@@ -75,6 +78,7 @@ func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	b.joins++
 	b.calls = append(b.calls, "join")
 	b.keys = append(b.keys, req.PublicKey)
+	b.joined = append(b.joined, req)
 	if b.JoinErr != nil {
 		return control.Lease{}, b.JoinErr
 	}
@@ -151,7 +155,7 @@ func (b *Backend) Release(ctx context.Context, ref control.LeaseRef) error {
 func (b *Backend) Health() control.Health {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return control.Health{Jobs: len(b.leases), Instance: b.Instance}
+	return control.Health{Jobs: len(b.leases), Instance: b.Instance, Attest: b.Attest}
 }
 
 // Tunnel implements control.Backend.
@@ -214,6 +218,14 @@ func (b *Backend) Squat(key wgkey.Key) {
 	b.squat[key] = true
 }
 
+// Joins returns the join requests the backend got, in order, as the
+// server passed them (with Attested set by the server).
+func (b *Backend) Joins() []control.JoinRequest {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]control.JoinRequest(nil), b.joined...)
+}
+
 // Keys returns the public keys of the joins so far, in order.
 func (b *Backend) Keys() []wgkey.Key {
 	b.mu.Lock()
@@ -262,6 +274,8 @@ type Options struct {
 	// Serve, if set, is the backend the server uses: one that wraps the
 	// Backend to add or change behaviour (e.g. site-local bypass).
 	Serve control.Backend
+	// Attest is passed to the server (control.ServerConfig).
+	Attest control.Attester
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -294,6 +308,7 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		FailureBurst:   opts.FailureBurst,
 		WatchHeartbeat: opts.WatchHeartbeat,
 		OnJoin:         opts.OnJoin,
+		Attest:         opts.Attest,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -129,6 +129,11 @@ type Config struct {
 	// reach. nil means the addresses of this network namespace's
 	// interfaces, re-read every 10 s.
 	HostAddrs func() ([]netip.Addr, error)
+	// LocalRoutes lists the prefixes the host routes as local (its local
+	// routing table, not counting loopback's, which the floor covers):
+	// every address in them is the host's too. Nil means this network
+	// namespace's local table, unless HostAddrs is set (tests).
+	LocalRoutes func() ([]netip.Prefix, error)
 }
 
 // withDefaults validates c and returns a copy with defaults filled in.
@@ -184,6 +189,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.DNSUpstreams = ups
 	} else {
 		c.DNSUpstreams = append([]netip.AddrPort(nil), c.DNSUpstreams...)
+	}
+	if c.HostAddrs == nil && c.LocalRoutes == nil {
+		c.LocalRoutes = localRoutes
 	}
 	if c.HostAddrs == nil {
 		c.HostAddrs = interfaceAddrs

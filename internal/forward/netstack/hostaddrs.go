@@ -16,14 +16,20 @@ const hostAddrsTTL = 10 * time.Second
 
 // hostAddrs caches the gateway host's own interface addresses, which jobs
 // must not reach: services bound to them (an admin web UI, sshd, a metrics
-// endpoint) are meant for the host's own network, not for jobs. It is safe
-// for concurrent use.
+// endpoint) are meant for the host's own network, not for jobs; and the
+// prefixes the host routes as local, whose every address reaches a
+// service bound to the wildcard address just the same (user mode's
+// --egress-prefix6 needs one: ip -6 route add local PREFIX dev lo). It is
+// safe for concurrent use.
 type hostAddrs struct {
 	list func() ([]netip.Addr, error)
+	// local lists the local routes' prefixes; nil means none.
+	local func() ([]netip.Prefix, error)
 
-	mu   sync.Mutex
-	read time.Time
-	set  map[netip.Addr]struct{}
+	mu     sync.Mutex
+	read   time.Time
+	set    map[netip.Addr]struct{}
+	routes []netip.Prefix
 }
 
 // interfaceAddrs lists the addresses of this network namespace's interfaces.
@@ -54,7 +60,20 @@ func (h *hostAddrs) contains(a netip.Addr, now time.Time) bool {
 			}
 			h.read = now
 		}
+		if h.local != nil {
+			if ps, err := h.local(); err == nil {
+				h.routes = ps
+			}
+		}
 	}
-	_, ok := h.set[a.Unmap()]
-	return ok
+	a = a.Unmap()
+	if _, ok := h.set[a]; ok {
+		return true
+	}
+	for _, p := range h.routes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }

@@ -142,7 +142,7 @@ func New(cfg Config) (*Stack, error) {
 		ctx:     ctx,
 		cancel:  cancel,
 		flows:   make(map[io.Closer]struct{}),
-		host:    hostAddrs{list: cfg.HostAddrs},
+		host:    hostAddrs{list: cfg.HostAddrs, local: cfg.LocalRoutes},
 	}
 	for _, p := range cfg.Addrs {
 		s.self[ipfamily.Of(p.Addr()).Index] = tcpip.AddrFromSlice(p.Addr().AsSlice())

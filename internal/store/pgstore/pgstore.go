@@ -356,6 +356,41 @@ func (s *Store) Tokens() ([]store.Token, error) {
 	return toks, nil
 }
 
+// RestrictToken implements store.DB.
+func (s *Store) RestrictToken(name string, r store.TokenRestrictions) (store.Token, error) {
+	if err := r.Validate(); err != nil {
+		return store.Token{}, fmt.Errorf("restrict token %q: %w", store.Truncate(name), err)
+	}
+	ctx, cancel := s.call()
+	defer cancel()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Token{}, fmt.Errorf("restrict token: %w", err)
+	}
+	defer tx.Rollback(ctx)
+	var t store.Token
+	err = tx.QueryRow(ctx, "select record from airlock_tokens where name = $1 for update", name).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Token{}, fmt.Errorf("restrict token: token %q: %w", store.Truncate(name), store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Token{}, fmt.Errorf("restrict token: %w", err)
+	}
+	t.From, t.Attest = r.From, r.Attest
+	rec, err := json.Marshal(t)
+	if err != nil {
+		return store.Token{}, err
+	}
+	if _, err := tx.Exec(ctx, "update airlock_tokens set record = $2 where name = $1", name, rec); err != nil {
+		return store.Token{}, fmt.Errorf("restrict token: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Token{}, fmt.Errorf("restrict token: %w", err)
+	}
+	t.Hash = nil
+	return t, nil
+}
+
 // Token implements store.DB.
 func (s *Store) Token(name string) (store.Token, error) {
 	ctx, cancel := s.call()
@@ -411,8 +446,8 @@ func (s *Store) VerifyToken(secret string, now time.Time) (store.Token, error) {
 
 // AddBan implements store.DB.
 func (s *Store) AddBan(b store.Ban) (store.Ban, error) {
-	if b.Token == "" || b.Host == "" && !b.Addr.IsValid() {
-		return store.Ban{}, fmt.Errorf("add ban: want a token and a host or an address")
+	if err := b.Valid(); err != nil {
+		return store.Ban{}, fmt.Errorf("add ban: %w", err)
 	}
 	ctx, cancel := s.call()
 	defer cancel()

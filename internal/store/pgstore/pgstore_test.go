@@ -307,6 +307,16 @@ func testTokens(t *testing.T, c *pgtest.Cluster) {
 	if err != nil || len(toks) != 2 {
 		t.Fatalf("tokens: got %d %v, want 2", len(toks), err)
 	}
+	from := []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}
+	if got, err := s.RestrictToken("site-a", store.TokenRestrictions{From: from, Attest: true}); err != nil || !got.Attest || len(got.From) != 1 {
+		t.Fatalf("restrict: got %+v %v", got, err)
+	}
+	if got, err := s.VerifyToken(secret, now); err != nil || !got.Attest || len(got.From) != 1 || got.From[0] != from[0] {
+		t.Fatalf("verify a restricted token: got %+v %v, want its restrictions", got, err)
+	}
+	if _, err := s.RestrictToken("nosuch", store.TokenRestrictions{}); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("restrict unknown: got %v, want ErrNotFound", err)
+	}
 	if got, err := s.Token("site-a"); err != nil || got.Name != "site-a" || got.Hash != nil || !got.Expires.Equal(tok.Expires) {
 		t.Fatalf("token site-a: got %+v %v, want its record without hash", got, err)
 	}

@@ -80,6 +80,8 @@ func main() {
 	switch os.Args[1] {
 	case "jobs":
 		err = runJobs(args)
+	case "attestjoin":
+		err = runAttestJoin(args)
 	case "http":
 		need(args, 2)
 		err = serveHTTP(args[0], args[1])

@@ -1,0 +1,181 @@
+// SPDX-License-Identifier: MIT
+
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/attest"
+	"github.com/airlock-vpn/airlock/internal/config"
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/munge"
+	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
+)
+
+// TestAttestedGateway runs a gateway with --attest munge against a real
+// munged (the node's and the gateway's, one key): a job joins with a
+// credential and no token; the lease, status, whois and flow table say
+// what was attested; a join that claims another uid or replays a
+// credential is refused; a job credential attests the batch job id, and a
+// rejoin that proves the lease keeps it.
+func TestAttestedGateway(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	reg := prometheus.NewRegistry()
+	g := startGatewayWith(t, func(c *Config) {
+		c.Attest = config.Attest{Mode: config.AttestMunge, Socket: d.Socket, JobUIDs: []uint32{me}}
+		c.Registry = reg
+	})
+	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	h, err := cc.Health(ctx)
+	if err != nil || h.Attest != "munge" {
+		t.Errorf("health %+v %v, want attest munge", h, err)
+	}
+	joinReq := func(t *testing.T, jobCred string) control.JoinRequest {
+		t.Helper()
+		key := freshKey(t)
+		cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, key, jobCred)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: int(me), Hostname: "claimed-host"},
+			Attest: &control.Attest{Munge: cred, MungeJob: jobCred}}
+	}
+
+	req := joinReq(t, "")
+	l, err := cc.Join(ctx, req)
+	if err != nil {
+		t.Fatalf("attested join without a token: %v", err)
+	}
+	ac := adminClient(t, g)
+	st, err := ac.Status(ctx)
+	if err != nil || len(st.Jobs) != 1 {
+		t.Fatalf("status: %+v %v", st, err)
+	}
+	j := st.Jobs[0]
+	if j.Attested == nil || j.Attested.UID != me || j.Attested.Node.String() != "127.0.0.1" || j.Host != "claimed-host" ||
+		j.Ref.AttestedBy != "munge" || j.Ref.AttestedUID == nil || *j.Ref.AttestedUID != me {
+		t.Errorf("status job %+v, want uid %d attested by munge on 127.0.0.1 next to the claimed host", j, me)
+	}
+	if n := identityGauge(t, reg, "munge", "claimed"); n != 1 {
+		t.Errorf("airlock_jobs_identity{uid=munge,job=claimed} = %v, want 1", n)
+	}
+	recs, err := admin.Whois(ctx, g.state, netip.AddrPortFrom(j.PublicAddr, portOf(t, j.Ports)), time.Now())
+	if err != nil || len(recs) != 1 || recs[0].Attested == nil || recs[0].Attested.UID != me || recs[0].ID != l.ID {
+		t.Errorf("whois: %+v %v, want the attested record", recs, err)
+	}
+
+	// Replayed: the same request again (the same credential).
+	if _, err := cc.Join(ctx, req); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
+		t.Errorf("replayed credential: %v, want attestation_failed saying it was used before", err)
+	}
+	// Claims another uid.
+	other := joinReq(t, "")
+	other.Job.UID = int(me) + 1
+	if _, err := cc.Join(ctx, other); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "claims uid") {
+		t.Errorf("join claiming another uid: %v, want attestation_failed", err)
+	}
+
+	// A job credential: the batch job id is attested; a rejoin with proof
+	// of the lease keeps it without a job credential of its own.
+	jc, err := attest.MakeJob(ctx, mc, attest.JobPayload{Batch: "slurm", JobID: "4242", Step: "0", UID: me, GID: uint32(os.Getgid()), Node: "cn1"}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr := joinReq(t, jc)
+	jr.Job.BatchJobID, jr.Job.BatchSystem = "4242", "slurm"
+	jl, err := cc.Join(ctx, jr)
+	if err != nil {
+		t.Fatalf("join with a job credential: %v", err)
+	}
+	cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, jr.PublicKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejoin := control.JoinRequest{PublicKey: jr.PublicKey, Job: jr.Job, Attest: &control.Attest{Munge: cred},
+		Replace: &control.LeaseRef{ID: jl.ID, Secret: jl.Secret}}
+	rl, err := cc.Join(ctx, rejoin)
+	if err != nil {
+		t.Fatalf("rejoin with proof: %v", err)
+	}
+	st, _ = ac.Status(ctx)
+	for _, j := range st.Jobs {
+		if string(j.Lease) != rl.ID {
+			continue
+		}
+		if a := j.Attested; a == nil || a.Job == nil || a.Job.JobID != "4242" || !a.Job.Inherited || !j.Ref.JobAttested || j.JobID != "4242" {
+			t.Errorf("rejoined job %+v (attested %+v), want job 4242 attested, inherited from the replaced lease", j, j.Attested)
+		}
+	}
+	// kick by the attested batch id finds it.
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: "4242"})
+	if err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != rl.ID {
+		t.Errorf("kick 4242: %+v %v, want the attested job's lease", res, err)
+	}
+}
+
+// TestAttestMungeDown: a gateway told to check credentials with a munged
+// that is not there does not start, and says which socket and what to do.
+func TestAttestMungeDown(t *testing.T) {
+	cfg := Config{Attest: config.Attest{Mode: config.AttestMunge, Socket: t.TempDir() + "/nosuch.socket"}}
+	g := &gateway{}
+	g.log = testLogger()
+	err := g.applyAttest(cfg.Attest)
+	if err == nil || !strings.Contains(err.Error(), "nosuch.socket") || !strings.Contains(err.Error(), "does not answer") {
+		t.Errorf("applyAttest with no munged: %v, want an error naming the socket", err)
+	}
+}
+
+// identityGauge reads airlock_jobs_identity{uid, job}.
+func identityGauge(t *testing.T, reg *prometheus.Registry, uid, job string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "airlock_jobs_identity" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			l := map[string]string{}
+			for _, p := range m.GetLabel() {
+				l[p.GetName()] = p.GetValue()
+			}
+			if l["uid"] == uid && l["job"] == job {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// portOf is the first port of a LO-HI block.
+func portOf(t *testing.T, block string) uint16 {
+	t.Helper()
+	lo, _, _ := strings.Cut(block, "-")
+	n, err := strconv.ParseUint(lo, 10, 16)
+	if err != nil {
+		t.Fatalf("port block %q", block)
+	}
+	return uint16(n)
+}
+
+func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
