@@ -22,6 +22,7 @@ FUZZERS="
 ./internal/control:FuzzControlRequest
 ./internal/control:FuzzDecodeJoinRequest
 ./internal/control:FuzzDecodeLeaseRef
+./internal/control:FuzzDecodeSessionRequest
 ./internal/tunnel:FuzzFrameReader
 ./internal/tunnel:FuzzParseHandshakes
 ./internal/config:FuzzParse
