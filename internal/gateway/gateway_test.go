@@ -417,3 +417,30 @@ func TestLeaseHistory(t *testing.T) {
 		t.Errorf("record end: got %v %q, want a time and \"released\"", r.End, r.EndReason)
 	}
 }
+
+// TestListenPicksUDPTwin checks that a kernel-picked control port is one
+// whose UDP twin is free: the WireGuard device binds it next (a taken
+// twin failed the gateway's start on a busy machine).
+func TestListenPicksUDPTwin(t *testing.T) {
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	taken := pc.LocalAddr().(*net.UDPAddr).Port
+	if udpFree(taken) {
+		t.Errorf("udpFree(%d) with the port held: true", taken)
+	}
+	for range 50 {
+		ln, err := listenTCP("127.0.0.1:0", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		free := udpFree(port)
+		ln.Close()
+		if !free || port == taken {
+			t.Fatalf("listenTCP picked port %d, whose UDP twin is taken", port)
+		}
+	}
+}

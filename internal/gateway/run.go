@@ -5,6 +5,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -224,7 +226,7 @@ func (g *gateway) openEgress() error {
 func (g *gateway) openTunnel() error {
 	cfg, log := g.cfg, g.log
 	// TCP first: if the port is 0 the kernel picks one and UDP follows it.
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listenTCP(cfg.Listen, g.res.port == 0)
 	if err != nil {
 		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
 	}
@@ -262,6 +264,43 @@ func (g *gateway) openTunnel() error {
 	}
 	g.res.info.Advertise, g.res.info.Control, g.res.info.UDPPort = g.advertise, ln.Addr(), g.wg.Port()
 	return nil
+}
+
+// listenTCP opens the control API's listener on addr. With pick (port 0)
+// the kernel picks the TCP port and the WireGuard device takes the UDP
+// port of the same number: a picked port whose UDP twin someone holds is
+// given back and another one picked (up to pickTries times), so that a
+// busy machine does not fail the gateway's start.
+func listenTCP(addr string, pick bool) (net.Listener, error) {
+	for i := 1; ; i++ {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil || !pick || i == pickTries {
+			return ln, err
+		}
+		if udpFree(ln.Addr().(*net.TCPAddr).Port) {
+			return ln, nil
+		}
+		ln.Close()
+	}
+}
+
+// pickTries bounds listenTCP's picks.
+const pickTries = 20
+
+// udpFree reports whether the UDP port is free on both families, as
+// WireGuard's bind opens it (a host without IPv6 counts as free there).
+func udpFree(port int) bool {
+	for _, nw := range []string{"udp4", "udp6"} {
+		c, err := net.ListenPacket(nw, ":"+strconv.Itoa(port))
+		if err != nil {
+			if nw == "udp6" && !errors.Is(err, syscall.EADDRINUSE) {
+				continue
+			}
+			return false
+		}
+		c.Close()
+	}
+	return true
 }
 
 // openServers registers the metrics, takes back the leases of the previous
