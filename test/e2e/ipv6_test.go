@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
@@ -413,7 +414,16 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	x := e.startExposed(t, "own6", "--expose", "8080")
 	defer x.p.Kill()
 	recs := e.whois(t, x.tcp, time.Now())
-	own6, _ := attributionAt(recs, x.tcp.Addr())
+	// The lease's egress entries: its IPv4 block, and its own IPv6
+	// address.
+	var own6 store.Attribution
+	for _, a := range recs[0:min(len(recs), 1)] {
+		for _, eg := range a.Egress {
+			if eg.Own && eg.Addr.Is6() {
+				own6 = eg
+			}
+		}
+	}
 	if len(recs) != 1 || !own6.Own || !ownPrefix6.Contains(own6.Addr) {
 		t.Fatalf("whois %v: %+v, want one lease with its own IPv6 address in %v", x.tcp, recs, ownPrefix6)
 	}

@@ -136,8 +136,11 @@ func checkRestart(t *testing.T, e *env, seen map[uint16]string, at time.Time) {
 		// are those of leases the restart restored (their jobs keep
 		// their address and port block), nothing else.
 		restored := map[string]bool{}
-		for _, m := range regexp.MustCompile(`lease restored.* addr=(\S+)`).FindAllStringSubmatch(e.gw.Stderr(), -1) {
-			restored[m[1]] = true
+		for _, m := range regexp.MustCompile(`lease restored.* addrs="?\[([^\]]*)\]`).FindAllStringSubmatch(e.gw.Stderr(), -1) {
+			for _, a := range strings.Fields(m[1]) {
+				a, _, _ = strings.Cut(a, "/")
+				restored[a] = true
+			}
 		}
 		out := e.nft(t, "list", "table", "inet", "airlock")
 		for _, m := range regexp.MustCompile(`ip saddr (\S+) .*snat`).FindAllStringSubmatch(out, -1) {

@@ -218,12 +218,12 @@ func testGatewayRestart(t *testing.T, mode string) {
 			}
 			// The lease survived: the restarted gateway restored the
 			// address the first run had given the job.
-			m := regexp.MustCompile(`job joined.* addr=(\S+)`).FindAllStringSubmatch(oldLog, -1)
+			m := regexp.MustCompile(`job joined.* addrs="?\[([^ \]]+)`).FindAllStringSubmatch(oldLog, -1)
 			if m == nil {
 				t.Fatalf("no join in the first gateway run's log")
 			}
 			addr := m[len(m)-1][1]
-			if !regexp.MustCompile(`lease restored.* addr=` + regexp.QuoteMeta(addr) + ` `).MatchString(e.gw.Stderr()) {
+			if !regexp.MustCompile(`lease restored.* addrs="?\[` + regexp.QuoteMeta(addr) + `[ \]]`).MatchString(e.gw.Stderr()) {
 				t.Errorf("restarted gateway did not restore the job's lease with address %s%s", addr, e.diag(job.Stderr()))
 			}
 			if strings.Contains(job.Stderr(), "joined again") {
