@@ -481,8 +481,9 @@ func checkLimitsIPv6(t *testing.T, e *env, limited string, iperfPort int) {
 	code, out, stderr := e.runWith(t, runOpts{token: limited}, args...)
 	bps := parseIperf(t, "limited job over IPv6", code, out, stderr, e.diag(stderr))
 	t.Logf("%s mode: limited job, iperf3 -6 -t 3: %.1f Mbit/s (limit %.0f)", e.mode, bps/1e6, limitRate/1e6)
-	if bps < 0.85*limitRate || bps > 1.15*limitRate {
-		t.Errorf("limited job over IPv6 got %.1f Mbit/s, want %.0f ±15%%", bps/1e6, limitRate/1e6)
+	// The cap is the property; see TestLimits for the lower bound.
+	if bps < 0.5*limitRate || bps > 1.15*limitRate {
+		t.Errorf("limited job over IPv6 got %.1f Mbit/s, want at most %.0f (+15%%) and at least half of it", bps/1e6, limitRate/1e6)
 	}
 	port := e.tp.Port()
 	p := e.tp.Start(t, e.tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("[::]:%d", port))
