@@ -125,13 +125,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lim := s.limitOf(remote)
-	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != SessionProtocol {
-		s.leaseError(w, r, lim, "session", remote, fmt.Errorf("%w: session request without Upgrade: %s", ErrBadRequest, SessionProtocol))
-		return
-	}
-	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
-	if ref.ID == "" || ref.Secret == "" {
-		s.leaseError(w, r, lim, "session", remote, fmt.Errorf("%w: session request without lease id or secret", ErrBadRequest))
+	ref, ok := s.upgradeRef(w, r, lim, "session", remote, SessionProtocol)
+	if !ok {
 		return
 	}
 	if err := s.backend.CheckLease(ref); err != nil {

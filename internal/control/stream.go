@@ -83,19 +83,30 @@ type WatchEvent struct {
 	Resume Duration `json:"resume,omitempty"`
 }
 
+// upgradeRef checks an upgrade request (the tunnel's, a lease session's)
+// for protocol and returns the lease it names in its headers; it answers
+// the request and returns false if the request is malformed.
+func (s *Server) upgradeRef(w http.ResponseWriter, r *http.Request, lim limit, op string, remote netip.AddrPort, protocol string) (LeaseRef, bool) {
+	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != protocol {
+		s.leaseError(w, r, lim, op, remote, fmt.Errorf("%w: %s request without Upgrade: %s", ErrBadRequest, op, protocol))
+		return LeaseRef{}, false
+	}
+	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
+	if ref.ID == "" || ref.Secret == "" {
+		s.leaseError(w, r, lim, op, remote, fmt.Errorf("%w: %s request without lease id or secret", ErrBadRequest, op))
+		return LeaseRef{}, false
+	}
+	return ref, true
+}
+
 func (s *Server) handleTunnel(w http.ResponseWriter, r *http.Request) {
 	remote := remoteAddr(r)
 	if !s.checkMethod(w, r, http.MethodGet) {
 		return
 	}
 	lim := s.limitOf(remote)
-	if !headerHas(r.Header, "Connection", "upgrade") || r.Header.Get("Upgrade") != TunnelProtocol {
-		s.leaseError(w, r, lim, "tunnel", remote, fmt.Errorf("%w: tunnel request without Upgrade: %s", ErrBadRequest, TunnelProtocol))
-		return
-	}
-	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
-	if ref.ID == "" || ref.Secret == "" {
-		s.leaseError(w, r, lim, "tunnel", remote, fmt.Errorf("%w: tunnel request without lease id or secret", ErrBadRequest))
+	ref, ok := s.upgradeRef(w, r, lim, "tunnel", remote, TunnelProtocol)
+	if !ok {
 		return
 	}
 	attach, err := s.backend.Tunnel(r.Context(), ref, remote)
