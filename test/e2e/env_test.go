@@ -387,3 +387,24 @@ func keys(m map[string]bool) []string {
 	sort.Strings(s)
 	return s
 }
+
+// netState returns what the hosts' kernels hold for a failed datagram
+// flow: the neighbour tables of dmz and inet, dmz's IPv6 routes and, in
+// kernel mode, the gateway's nftables table with its counters. It is for
+// a failure's message, to tell a lost neighbour from a dropped or
+// mistranslated packet.
+func (e *env) netState(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	show := func(ns string, args ...string) {
+		_, out, stderr := e.tp.Run(t, 10*time.Second, ns, nil, args[0], args[1:]...)
+		fmt.Fprintf(&b, "\n--- %s: %s ---\n%s%s", ns, strings.Join(args, " "), out, stderr)
+	}
+	show(e.tp.DMZ, "ip", "neigh", "show")
+	show(e.tp.INET, "ip", "neigh", "show")
+	show(e.tp.DMZ, "ip", "-6", "route", "show")
+	if e.mode == modeKernel {
+		show(e.tp.DMZ, "nft", "list", "table", "inet", "airlock")
+	}
+	return b.String()
+}

@@ -130,7 +130,7 @@ func checkIPv6(t *testing.T, e *env) netip.Prefix {
 		ap := netip.AddrPortFrom(inet6, uint16(e.udpPort)).String()
 		code, out, stderr := e.run(t, e.peer, "udpclient", ap, "300")
 		if code != 0 || strings.TrimSpace(out) != "ok 300" {
-			t.Fatalf("udpclient %s 300: exit %d, %q%s", ap, code, out, e.diag(stderr))
+			t.Fatalf("udpclient %s 300: exit %d, %q%s%s", ap, code, out, e.diag(stderr), e.netState(t))
 		}
 	})
 
