@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
@@ -230,6 +232,7 @@ func (g *gateway) openTunnel() error {
 	if err != nil {
 		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
 	}
+	ln = &filesListener{Listener: ln, log: log, warn: rate.NewLimiter(rate.Every(time.Minute), 1)}
 	g.res.ln = ln
 	g.onClose(func() { ln.Close() })
 	port := g.res.port
@@ -443,4 +446,22 @@ func (g *gateway) ready() {
 	if cfg.Ready != nil {
 		cfg.Ready(info)
 	}
+}
+
+// filesListener is the control API's listener: when an accept fails for
+// lack of file descriptors (net/http retries it and logs only at Debug),
+// it warns once a minute with the fix, as the egress does for its dials.
+type filesListener struct {
+	net.Listener
+	log  *slog.Logger
+	warn *rate.Limiter
+}
+
+func (l *filesListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) && l.warn.Allow() {
+		l.log.Warn("out of file descriptors: clients' joins and sessions are not accepted; raise the gateway's open-files limit (LimitNOFILE= in its systemd unit, ulimit -n): each job's session takes one and each of its flows one or two more",
+			"listen", l.Addr(), "err", err)
+	}
+	return c, err
 }

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
@@ -164,6 +165,30 @@ func (s *Stack) egressOf(src, dst netip.Addr) (jobEgress, bool) {
 // dst's family on its egress address. A job with a block that has no
 // free port fails at once with portblock.ErrExhausted, counted and logged.
 func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst netip.AddrPort) (net.Conn, error) {
+	c, err := s.dialOut(ctx, src, network, dst)
+	if err != nil {
+		s.noteNoFiles(err, "job", src, "dst", dst)
+	}
+	return c, err
+}
+
+// noteNoFiles counts err if it says the process is out of file
+// descriptors (EMFILE, ENFILE) and then warns, once a minute, with the
+// fix; it reports whether it was such an error.
+func (s *Stack) noteNoFiles(err error, attrs ...any) bool {
+	if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+		return false
+	}
+	s.stats.noFiles.Add(1)
+	if s.noFilesLog.Allow() {
+		s.log.Warn("out of file descriptors: a job's connection failed; raise the gateway's open-files limit (LimitNOFILE= in its systemd unit, ulimit -n): each job's session takes one and each of its flows one or two more",
+			append(attrs, "err", err)...)
+	}
+	return true
+}
+
+// dialOut is dial without the check for exhausted descriptors.
+func (s *Stack) dialOut(ctx context.Context, src netip.Addr, network string, dst netip.AddrPort) (net.Conn, error) {
 	if s.cfg.Dial != nil {
 		return s.cfg.Dial(ctx, network, dst.String())
 	}

@@ -346,7 +346,9 @@ func (k *kernelTCP) acceptLoop() {
 			if errors.Is(err, net.ErrClosed) || k.s.closing.Load() {
 				return
 			}
-			k.s.log.Warn("kernel tcp: accept", "err", err)
+			if !k.s.noteNoFiles(err, "where", "kernel tcp accept") && k.s.flowLog.Allow() {
+				k.s.log.Warn("kernel tcp: accept", "err", err)
+			}
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/time/rate"
 	"golang.zx2c4.com/wireguard/tun"
@@ -52,6 +53,7 @@ type Counters struct {
 	TCPFlows     uint64 // TCP flows forwarded (dial succeeded, handshake done)
 	UDPFlows     uint64 // UDP flows opened
 	DialFailures uint64 // host dials that failed (TCP: the job got a RST; UDP: flow dropped)
+	NoFiles      uint64 // of those, failed for lack of file descriptors (EMFILE, ENFILE)
 	Denied       uint64 // refused by the floor or the policy: TCP SYNs, UDP datagrams
 	DNSQueries   uint64 // queries received by the DNS server
 	DNSFailures  uint64 // queries answered with SERVFAIL
@@ -69,6 +71,7 @@ type counters struct {
 	tcpFlows, udpFlows, dialFailures, denied atomic.Uint64
 	dnsQueries, dnsFailures, dropped         atomic.Uint64
 	blockExhausted, kernelTCPFlows           atomic.Uint64
+	noFiles                                  atomic.Uint64
 }
 
 // Stack is the user-mode egress: a gVisor netstack that is also the
@@ -87,9 +90,12 @@ type Stack struct {
 	ns      *stack.Stack
 	events  chan tun.Event
 	flowLog *rate.Limiter
-	stats   counters
-	dns     [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
-	host    hostAddrs
+	// noFilesLog limits the warning of dials that found no free file
+	// descriptor (dial) to one a minute.
+	noFilesLog *rate.Limiter
+	stats      counters
+	dns        [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
+	host       hostAddrs
 	// reg is the job bookkeeping every backend shares (AddJob,
 	// RemoveJob, the job index); jobs the Stack's own state of each job
 	// (jobs.go).
@@ -135,14 +141,15 @@ func New(cfg Config) (*Stack, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stack{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		events:  make(chan tun.Event, 1),
-		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
-		ctx:     ctx,
-		cancel:  cancel,
-		flows:   make(map[io.Closer]struct{}),
-		host:    hostAddrs{list: cfg.HostAddrs, local: cfg.LocalRoutes},
+		cfg:        cfg,
+		log:        cfg.Logger,
+		events:     make(chan tun.Event, 1),
+		flowLog:    rate.NewLimiter(flowLogRate, flowLogBurst),
+		noFilesLog: rate.NewLimiter(rate.Every(time.Minute), 1),
+		ctx:        ctx,
+		cancel:     cancel,
+		flows:      make(map[io.Closer]struct{}),
+		host:       hostAddrs{list: cfg.HostAddrs, local: cfg.LocalRoutes},
 	}
 	for _, p := range cfg.Addrs {
 		s.self[ipfamily.Of(p.Addr()).Index] = tcpip.AddrFromSlice(p.Addr().AsSlice())
@@ -369,6 +376,7 @@ func (s *Stack) Counters() Counters {
 		TCPFlows:     s.stats.tcpFlows.Load(),
 		UDPFlows:     s.stats.udpFlows.Load(),
 		DialFailures: s.stats.dialFailures.Load(),
+		NoFiles:      s.stats.noFiles.Load(),
 		Denied:       s.stats.denied.Load(),
 		DNSQueries:   s.stats.dnsQueries.Load(),
 		DNSFailures:  s.stats.dnsFailures.Load(),
