@@ -360,7 +360,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 			return tok, false
 		}
 		if !tok.AllowsFrom(remote.Addr()) {
-			s.refuse(w, "join", remote, &tokenFromError{fmt.Sprintf("token %s may be used only from %v; this join comes from %s (ask the gateway's admin: airlock token restrict)", tok.Name, tok.From, remote.Addr())})
+			s.refuse(w, "join", remote, &tokenFromError{
+				msg:  fmt.Sprintf("token %s may not be used from %s: the gateway's admin restricted it to other networks (airlock token list shows them; airlock token restrict changes them)", tok.Name, remote.Addr()),
+				from: tok.From,
+			})
 			return tok, false
 		}
 	}
@@ -395,10 +398,15 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 }
 
 // tokenFromError is a join with a valid token from outside the token's
-// source networks: a bad token, whose answer says why.
-type tokenFromError struct{ msg string }
+// source networks: a bad token, whose answer (msg) says why but not which
+// networks would do, which would tell whoever holds a leaked token where
+// to use it; the gateway's log (Error) names them.
+type tokenFromError struct {
+	msg  string
+	from []netip.Prefix
+}
 
-func (e *tokenFromError) Error() string        { return e.msg }
+func (e *tokenFromError) Error() string        { return fmt.Sprintf("%s; allowed: %v", e.msg, e.from) }
 func (e *tokenFromError) Is(target error) bool { return target == ErrBadToken }
 
 func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
