@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -63,5 +64,29 @@ func TestGroupCommit(t *testing.T) {
 	t.Logf("%d writes in %d transactions", n, len(txs))
 	if len(txs) >= n {
 		t.Errorf("%d writes in %d transactions: none shared", n, len(txs))
+	}
+}
+
+// TestGroupCommitStorm: a commit waits for more writes only after two
+// others within busyWithin; a short job's release, one commit after its
+// join, does not.
+func TestGroupCommitStorm(t *testing.T) {
+	now := time.Unix(1e9, 0)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	for _, tc := range []struct {
+		name  string
+		ended [2]time.Time
+		want  bool
+	}{
+		{"first commit", [2]time.Time{}, false},
+		{"one commit just before (a short job's release)", [2]time.Time{ago(time.Millisecond)}, false},
+		{"two commits within busyWithin", [2]time.Time{ago(time.Millisecond), ago(busyWithin - time.Millisecond)}, true},
+		{"the older one busyWithin ago", [2]time.Time{ago(time.Millisecond), ago(busyWithin)}, false},
+		{"both long ago", [2]time.Time{ago(time.Second), ago(2 * time.Second)}, false},
+	} {
+		g := groupCommit{ended: tc.ended}
+		if got := g.stormLocked(now); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
