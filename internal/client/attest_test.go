@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
 	"github.com/airlock-vpn/airlock/internal/munge"
 	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -48,7 +49,7 @@ func TestSessionAttests(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := NewSession(SessionConfig{attest: att, Logger: slog.New(slog.DiscardHandler), Stderr: &lockedBuf{}, Gateways: gws, Key: priv,
+		s := NewSession(SessionConfig{attest: att, Logger: slog.New(slog.DiscardHandler), Stderr: &syncbuf.Buffer{}, Gateways: gws, Key: priv,
 			Join:      control.JoinRequest{Token: g.Token(t)},
 			Transport: TransportUDP, TransportTimeout: time.Second, FailoverAfter: time.Second, JoinTimeout: 5 * time.Second})
 		s.warnAfter = 10 * time.Millisecond

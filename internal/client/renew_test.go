@@ -3,7 +3,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,29 +17,13 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // testSession joins the in-process gateway g and starts WireGuard on a
 // channel TUN (no packets flow: the gateway is only a control server).
-func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *Session {
+func testSession(t *testing.T, g *controltest.Gateway, stderr *syncbuf.Buffer) *Session {
 	t.Helper()
 	s := newTestSession(t, g, stderr, 5*time.Second)
 	ctx := context.Background()
@@ -58,7 +40,7 @@ func testSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf) *Sessi
 
 // newTestSession is a session with g, not joined yet, that waits at most
 // joinTimeout for it.
-func newTestSession(t *testing.T, g *controltest.Gateway, stderr *lockedBuf, joinTimeout time.Duration) *Session {
+func newTestSession(t *testing.T, g *controltest.Gateway, stderr *syncbuf.Buffer, joinTimeout time.Duration) *Session {
 	t.Helper()
 	gws, err := ParseGateways(g.Addr, g.Pin, 5*time.Second)
 	if err != nil {
@@ -99,7 +81,7 @@ func TestSessionLeaseGone(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			b := &controltest.Backend{}
 			g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
-			var stderr lockedBuf
+			var stderr syncbuf.Buffer
 			s := testSession(t, g, &stderr)
 			b.SetRenewErr(c.renewErr)
 			if c.revoke {
@@ -140,7 +122,7 @@ func TestSessionLeaseGone(t *testing.T) {
 func TestSessionRejoins(t *testing.T) {
 	b := &controltest.Backend{}
 	g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
-	var stderr lockedBuf
+	var stderr syncbuf.Buffer
 	s := testSession(t, g, &stderr)
 	first := s.lease.ID
 	b.SetRenewErr(fmt.Errorf("%w: no such lease", control.ErrUnknownLease))
@@ -185,7 +167,7 @@ func countOf(s []string, v string) int {
 func TestJoinWaitsOutRateLimit(t *testing.T) {
 	b := &controltest.Backend{}
 	g := controltest.Start(t, b, controltest.Options{FailureLimit: 1, FailureBurst: 1})
-	var stderr lockedBuf
+	var stderr syncbuf.Buffer
 	s := newTestSession(t, g, &stderr, 10*time.Second)
 	ctx := context.Background()
 	// The neighbour: bad-token joins from the same address until limited.
@@ -231,7 +213,7 @@ func TestJoinWaits(t *testing.T) {
 			b := &controltest.Backend{}
 			g := controltest.Start(t, b, controltest.Options{})
 			b.SetJoinErr(c.err)
-			var stderr lockedBuf
+			var stderr syncbuf.Buffer
 			s := newTestSession(t, g, &stderr, 20*time.Second)
 			done := make(chan error, 1)
 			t0 := time.Now()
@@ -307,7 +289,7 @@ func TestJoinWaits(t *testing.T) {
 func TestSessionNewKeyWhenSquatted(t *testing.T) {
 	b := &controltest.Backend{}
 	g := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Second})
-	var stderr lockedBuf
+	var stderr syncbuf.Buffer
 	s := testSession(t, g, &stderr)
 	old := s.priv.PublicKey()
 	b.Squat(old)

@@ -3,14 +3,12 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -76,7 +75,7 @@ func TestBlockSizePerJob(t *testing.T) {
 	if err := os.WriteFile(conf, []byte("version = 1\n[quota.token.bulk]\nblock_size = 512\n[quota.token.huge]\nblock_size = 2048\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logBuf lockedBuffer
+	var logBuf syncbuf.Buffer
 	mod := func(c *Config) {
 		c.EgressPorts, c.BlockSize, c.MaxBlockSize, c.ConfigFile = ports, 256, 1024, conf
 	}
@@ -171,22 +170,4 @@ func TestBlockSizePerJob(t *testing.T) {
 			}
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use, for a logger.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -3,35 +3,16 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestConfigWarnings: a bypass entry the policy denies is logged at start,
 // with the fix; a reload that adds the allow rule clears it, and one with
@@ -48,7 +29,7 @@ ports = [3128]
 	if err := os.WriteFile(file, []byte(denied), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var log syncBuffer
+	var log syncbuf.Buffer
 	g := startGatewayWith(t, func(c *Config) {
 		c.ConfigFile = file
 		c.Logger = slog.New(slog.NewTextHandler(&log, nil))

@@ -3,15 +3,15 @@
 package topology
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 )
 
 // Process is a command started in the background by Start. Its stdout and
@@ -21,8 +21,8 @@ type Process struct {
 	Cmd  *exec.Cmd
 	Name string // for messages: "NS: name args"
 
-	out  *syncBuffer // stdout
-	err  *syncBuffer // stderr
+	out  *syncbuf.Buffer // stdout
+	err  *syncbuf.Buffer // stderr
 	done chan struct{}
 	// waitErr is set before done is closed.
 	waitErr error
@@ -44,8 +44,8 @@ func startProcess(t testing.TB, cmd *exec.Cmd, name string) *Process {
 	p := &Process{
 		Cmd:  cmd,
 		Name: name,
-		out:  &syncBuffer{},
-		err:  &syncBuffer{},
+		out:  &syncbuf.Buffer{},
+		err:  &syncbuf.Buffer{},
 		done: make(chan struct{}),
 	}
 	cmd.Stdout, cmd.Stderr = p.out, p.err
@@ -132,21 +132,4 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer // guarded by mu
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -36,6 +36,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 )
 
 // SlurmNode is the name of the cluster's one node.
@@ -214,7 +216,7 @@ func (s *Slurm) Run(t testing.TB, timeout time.Duration, u *User, name string, a
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := s.Command(ctx, u, name, args...)
-	var o, e syncBuffer
+	var o, e syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
 	if ctx.Err() != nil {
@@ -234,7 +236,7 @@ func (s *Slurm) Sbatch(t testing.TB, u *User, env []string, args ...string) stri
 	defer cancel()
 	cmd := s.Command(ctx, u, "sbatch", append([]string{"--parsable"}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
-	var o, e syncBuffer
+	var o, e syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	code := ExitCode(cmd.Run())
 	out, stderr := o.String(), e.String()

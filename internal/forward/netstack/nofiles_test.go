@@ -3,41 +3,23 @@
 package netstack
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-vpn/airlock/internal/syncbuf"
 )
-
-// lockedBuffer is a bytes.Buffer for a logger that several goroutines use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDialOutOfFiles: a gateway out of file descriptors says so, once a
 // minute, with the fix, and counts every such failure; other dial errors
 // do not raise the warning.
 func TestDialOutOfFiles(t *testing.T) {
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	errno := syscall.EMFILE
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: os.NewSyscallError("socket", errno)}
