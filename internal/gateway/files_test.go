@@ -11,9 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/airlock-vpn/airlock/internal/fdlimit"
 )
 
 // emfileListener fails every Accept for lack of file descriptors.
@@ -32,7 +31,7 @@ func TestFilesListener(t *testing.T) {
 	}
 	defer inner.Close()
 	var buf bytes.Buffer
-	l := &filesListener{Listener: emfileListener{inner}, log: slog.New(slog.NewTextHandler(&buf, nil)), warn: rate.NewLimiter(rate.Every(time.Minute), 1)}
+	l := &filesListener{Listener: emfileListener{inner}, warn: fdlimit.NewWarner(slog.New(slog.NewTextHandler(&buf, nil)))}
 	for range 3 {
 		if _, err := l.Accept(); !errors.Is(err, syscall.EMFILE) {
 			t.Fatalf("Accept: %v, want EMFILE passed on", err)

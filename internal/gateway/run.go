@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -18,12 +17,12 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/time/rate"
 	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/fdlimit"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/lease"
@@ -232,7 +231,7 @@ func (g *gateway) openTunnel() error {
 	if err != nil {
 		return fmt.Errorf("listen tcp %s: %w", cfg.Listen, err)
 	}
-	ln = &filesListener{Listener: ln, log: log, warn: rate.NewLimiter(rate.Every(time.Minute), 1)}
+	ln = &filesListener{Listener: ln, warn: fdlimit.NewWarner(log)}
 	g.res.ln = ln
 	g.onClose(func() { ln.Close() })
 	port := g.res.port
@@ -450,18 +449,16 @@ func (g *gateway) ready() {
 
 // filesListener is the control API's listener: when an accept fails for
 // lack of file descriptors (net/http retries it and logs only at Debug),
-// it warns once a minute with the fix, as the egress does for its dials.
+// it warns, as the egress does for its dials.
 type filesListener struct {
 	net.Listener
-	log  *slog.Logger
-	warn *rate.Limiter
+	warn *fdlimit.Warner
 }
 
 func (l *filesListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
-	if err != nil && (errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE)) && l.warn.Allow() {
-		l.log.Warn("out of file descriptors: clients' joins and sessions are not accepted; raise the gateway's open-files limit (LimitNOFILE= in its systemd unit, ulimit -n): each job's session takes one and each of its flows one or two more",
-			"listen", l.Addr(), "err", err)
+	if err != nil {
+		l.warn.Note(err, "clients' joins and sessions are not accepted", "listen", l.Addr())
 	}
 	return c, err
 }

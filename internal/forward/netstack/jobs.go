@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
@@ -172,18 +171,13 @@ func (s *Stack) dial(ctx context.Context, src netip.Addr, network string, dst ne
 	return c, err
 }
 
-// noteNoFiles counts err if it says the process is out of file
-// descriptors (EMFILE, ENFILE) and then warns, once a minute, with the
-// fix; it reports whether it was such an error.
+// noteNoFiles reports whether err says the gateway is out of file
+// descriptors, and then counts it and has s.noFiles warn.
 func (s *Stack) noteNoFiles(err error, attrs ...any) bool {
-	if !errors.Is(err, syscall.EMFILE) && !errors.Is(err, syscall.ENFILE) {
+	if !s.noFiles.Note(err, "a job's connection failed", attrs...) {
 		return false
 	}
 	s.stats.noFiles.Add(1)
-	if s.noFilesLog.Allow() {
-		s.log.Warn("out of file descriptors: a job's connection failed; raise the gateway's open-files limit (LimitNOFILE= in its systemd unit, ulimit -n): each job's session takes one and each of its flows one or two more",
-			append(attrs, "err", err)...)
-	}
 	return true
 }
 

@@ -11,7 +11,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/time/rate"
 	"golang.zx2c4.com/wireguard/tun"
@@ -24,6 +23,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/airlock-vpn/airlock/internal/dnsfwd"
+	"github.com/airlock-vpn/airlock/internal/fdlimit"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/stacklink"
@@ -90,12 +90,12 @@ type Stack struct {
 	ns      *stack.Stack
 	events  chan tun.Event
 	flowLog *rate.Limiter
-	// noFilesLog limits the warning of dials that found no free file
-	// descriptor (dial) to one a minute.
-	noFilesLog *rate.Limiter
-	stats      counters
-	dns        [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
-	host       hostAddrs
+	// noFiles warns of dials and accepts that found no free file
+	// descriptor (noteNoFiles).
+	noFiles *fdlimit.Warner
+	stats   counters
+	dns     [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
+	host    hostAddrs
 	// reg is the job bookkeeping every backend shares (AddJob,
 	// RemoveJob, the job index); jobs the Stack's own state of each job
 	// (jobs.go).
@@ -141,15 +141,15 @@ func New(cfg Config) (*Stack, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Stack{
-		cfg:        cfg,
-		log:        cfg.Logger,
-		events:     make(chan tun.Event, 1),
-		flowLog:    rate.NewLimiter(flowLogRate, flowLogBurst),
-		noFilesLog: rate.NewLimiter(rate.Every(time.Minute), 1),
-		ctx:        ctx,
-		cancel:     cancel,
-		flows:      make(map[io.Closer]struct{}),
-		host:       hostAddrs{list: cfg.HostAddrs, local: cfg.LocalRoutes},
+		cfg:     cfg,
+		log:     cfg.Logger,
+		events:  make(chan tun.Event, 1),
+		flowLog: rate.NewLimiter(flowLogRate, flowLogBurst),
+		noFiles: fdlimit.NewWarner(cfg.Logger),
+		ctx:     ctx,
+		cancel:  cancel,
+		flows:   make(map[io.Closer]struct{}),
+		host:    hostAddrs{list: cfg.HostAddrs, local: cfg.LocalRoutes},
 	}
 	for _, p := range cfg.Addrs {
 		s.self[ipfamily.Of(p.Addr()).Index] = tcpip.AddrFromSlice(p.Addr().AsSlice())
