@@ -26,8 +26,9 @@ const (
 // are limited to 100 Mbit/s each way, 4 concurrent flows and 10 new flows
 // per second, while other jobs are not limited:
 //   - a limited and an unlimited job send (then receive) with iperf3 at
-//     the same time for 10 s: the limited one gets at most 100 Mbit/s +10% (and at least half), the
-//     unlimited one clearly more (at least twice that);
+//     the same time for 10 s: the limited one gets at most 100 Mbit/s
+//     +10% (and at least half), the unlimited one clearly more (at least
+//     twice that);
 //   - the limited job opens 6 connections: 4 work, 2 are refused at once
 //     (< 1 s), and the 4 still work afterwards;
 //   - it opens 30 connections in a row, closing each: about 10 (the burst)
