@@ -367,14 +367,17 @@ func TestFleet(t *testing.T) {
 
 	t.Run("CaptureAcrossTheFleet", func(t *testing.T) {
 		// A job on A makes a request every half second; airlock capture
-		// asked on B, and on the admin host, is relayed from A.
+		// asked on B, and on the admin host, is relayed from A. Each asks
+		// for 100 bytes of /small (a range): the whole 1 MiB is hundreds
+		// of packets, and a capture of 20 that began in the middle of
+		// one held no request.
 		dir := topology.TempDir(t)
 		if err := os.Chown(dir, f.gwUser.UID, f.gwUser.GID); err != nil {
 			t.Fatal(err)
 		}
 		url := fmt.Sprintf("http://%s:%d/small", f.tp.INETAddr, f.httpPort)
 		job := f.startWith(t, on(a, "AIRLOCK_JOB_ID=fleet-capture"), "sh", "-c",
-			"ip -o -4 addr show dev tun0; for i in $(seq 60); do curl -sS --max-time 5 -o /dev/null "+url+"; sleep 0.5; done")
+			"ip -o -4 addr show dev tun0; for i in $(seq 60); do curl -sS --max-time 5 -r 0-99 -o /dev/null "+url+"; sleep 0.5; done")
 		defer job.Kill()
 		waitStderr(t, job, "transport: ", 30*time.Second)
 		src, ok := tunAddr(job.Stdout())
