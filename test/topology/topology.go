@@ -154,6 +154,7 @@ type options struct {
 	dmz2   bool
 	dmz3   bool
 	site   bool
+	uplink bool
 	rate   string
 	native bool
 	prefix string
@@ -315,6 +316,9 @@ func New(t testing.TB, opts ...Option) *Topology {
 
 	if tp.Site != "" {
 		links = append(links, tp.linkSite(t)...)
+	}
+	if o.uplink {
+		links = append(links, tp.linkSiteUplink(t)...)
 	}
 	tp.linkIPv6(t)
 	if o.single {
