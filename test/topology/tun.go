@@ -88,3 +88,50 @@ func (u *User) setpriv() []string {
 	return []string{"setpriv", "--reuid=" + strconv.Itoa(u.UID), "--regid=" + strconv.Itoa(u.GID),
 		"--clear-groups", "--pdeathsig=keep", "--"}
 }
+
+// FUSEPath is the FUSE device.
+const FUSEPath = "/dev/fuse"
+
+// FUSENode is, like TUNNode, a node of /dev/fuse's device with a mode of
+// its own in a directory only root can reach, for tests of FUSE inside
+// jobs on a host whose /dev/fuse is 0600 (most distributions ship it
+// 0666). Make one with [NewFUSENode].
+type FUSENode string
+
+// NewFUSENode makes a node of /dev/fuse's device with the given
+// permission bits, removed at t's cleanup. It skips t if the host has no
+// /dev/fuse.
+func NewFUSENode(t testing.TB, mode os.FileMode) FUSENode {
+	t.Helper()
+	RequireRoot(t)
+	var st unix.Stat_t
+	if err := unix.Stat(FUSEPath, &st); err != nil {
+		t.Skipf("NewFUSENode: no FUSE on this host: stat %s: %v", FUSEPath, err)
+	}
+	dir, err := os.MkdirTemp("", "airlock-fuse-")
+	if err != nil {
+		t.Fatalf("NewFUSENode: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	node := filepath.Join(dir, "fuse")
+	if err := unix.Mknod(node, unix.S_IFCHR|uint32(mode.Perm()), int(st.Rdev)); err != nil {
+		t.Fatalf("NewFUSENode: mknod %s: %v", node, err)
+	}
+	if err := os.Chmod(node, mode.Perm()); err != nil {
+		t.Fatalf("NewFUSENode: %v", err)
+	}
+	return FUSENode(node)
+}
+
+// Wrap returns the argv that runs argv (which starts as root, e.g.
+// TUNNode.Command's) with n bind-mounted over /dev/fuse in a new mount
+// namespace, a slave of the caller's.
+func (n FUSENode) Wrap(argv ...string) []string {
+	out := []string{"unshare", "--mount", "--propagation", "slave", "--",
+		"sh", "-c", `mount --bind "$0" ` + FUSEPath + ` && exec "$@"`, string(n)}
+	return append(out, argv...)
+}
+
+// WithUserFUSE gives commands run as a user a /dev/fuse of mode 0666, as
+// most distributions ship it (FUSENode), whatever the host's mode.
+func WithUserFUSE() Option { return func(o *options) { o.fuse = true } }

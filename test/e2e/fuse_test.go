@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// squashfsImage makes a squashfs image holding hello.txt (content) and a
+// directory the test user owns to mount it on; both readable by that
+// user.
+func squashfsImage(t *testing.T, u *topology.User, content string) (image, dir string) {
+	t.Helper()
+	for _, bin := range []string{"mksquashfs", "squashfuse"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not installed: run scripts/setup.sh", bin)
+			}
+			t.Skipf("%s not installed: run scripts/setup.sh", bin)
+		}
+	}
+	base := topology.TempDir(t)
+	src := filepath.Join(base, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "hello.txt"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	image = filepath.Join(base, "image.sqfs")
+	if out, err := exec.Command("mksquashfs", src, image, "-quiet", "-noappend").CombinedOutput(); err != nil {
+		t.Fatalf("mksquashfs: %v: %s", err, out)
+	}
+	if err := os.Chmod(image, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir = filepath.Join(base, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, u.UID, u.GID); err != nil {
+		t.Fatal(err)
+	}
+	return image, dir
+}
+
+// TestFUSE mounts a squashfs image with squashfuse inside airlock run, as
+// a job does on the bare node: through fusermount3 (airlock's stand-in,
+// which asks the job's mount server), and through a nested user
+// namespace (unshare -Urm); the job reads the image and downloads through
+// the tunnel in the same run. fusermount3's checks hold: a mount point
+// the user may not write is refused, the mount is nosuid,nodev, allow_other
+// needs user_allow_other, /proc is no mount point.
+func TestFUSE(t *testing.T) {
+	e := newEnvTopo(t, modeUser, []topology.Option{topology.WithUserFUSE()})
+	const content = "hello from squashfs\n"
+	image, dir := squashfsImage(t, e.u, content)
+	url := fmt.Sprintf("http://%s:%d/small", e.tp.INETAddr, e.httpPort)
+
+	t.Run("Squashfuse", func(t *testing.T) {
+		script := fmt.Sprintf(`set -e
+squashfuse %[1]s %[2]s
+cat %[2]s/hello.txt
+grep " %[2]s fuse.squashfuse " /proc/self/mounts | grep -q nosuid,nodev && echo mounted
+fusermount3 -u %[2]s
+test ! -e %[2]s/hello.txt && echo unmounted
+curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
+		code, out, stderr := e.runWith(t, runOpts{}, "sh", "-c", script)
+		want := content + "mounted\nunmounted\n" + e.sha["small"]
+		if code != 0 || !strings.HasPrefix(out, want) {
+			t.Fatalf("squashfuse in the job: exit %d, stdout %q, want %q%s", code, out, want, e.diag(stderr))
+		}
+	})
+
+	t.Run("Nested", func(t *testing.T) {
+		script := fmt.Sprintf(`squashfuse %[1]s %[2]s && cat %[2]s/hello.txt`, image, dir)
+		code, out, stderr := e.runWith(t, runOpts{}, "unshare", "-Urm", "sh", "-c", script)
+		if code != 0 || out != content {
+			t.Fatalf("squashfuse in unshare -Urm in the job: exit %d, stdout %q%s", code, out, e.diag(stderr))
+		}
+	})
+
+	t.Run("Refusals", func(t *testing.T) {
+		rootDir := filepath.Join(filepath.Dir(dir), "rootonly")
+		if err := os.Mkdir(rootDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ name, cmd, want string }{
+			{"not writable", fmt.Sprintf("squashfuse %s %s", image, rootDir), "no write access to mountpoint"},
+			{"allow_other", fmt.Sprintf("squashfuse -o allow_other %s %s", image, dir), "user_allow_other"},
+			{"proc", fmt.Sprintf("squashfuse %s /proc/self/fd", image), "forbidden"},
+		} {
+			code, out, stderr := e.runWith(t, runOpts{}, "sh", "-c", tc.cmd)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q, want a refusal saying %q", tc.name, code, out, stderr, tc.want)
+			}
+		}
+	})
+}
