@@ -33,7 +33,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 	}
 	var rep preflight.Report
 	if cfg.Mode == client.ModeAuto || cfg.Mode == client.ModeNetns {
-		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
+		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback), h.NestedUserNamespaces(), h.FUSEDevice())
 	}
 	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"))
 	udpMiss := preflight.Warn

@@ -96,6 +96,10 @@ curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
 			{"not writable", fmt.Sprintf("squashfuse %s %s", image, rootDir), "no write access to mountpoint"},
 			{"allow_other", fmt.Sprintf("squashfuse -o allow_other %s %s", image, dir), "user_allow_other"},
 			{"proc", fmt.Sprintf("squashfuse %s /proc/self/fd", image), "forbidden"},
+			// The job's own mounts that are not FUSE (airlock's
+			// resolv.conf) are not the server's to unmount.
+			{"not fuse", "fusermount3 -u /etc/resolv.conf", "is not a FUSE mount"},
+			{"not mounted", "fusermount3 -u " + dir, "is not a mount point"},
 		} {
 			code, out, stderr := e.runWith(t, runOpts{}, "sh", "-c", tc.cmd)
 			if code == 0 || !strings.Contains(stderr, tc.want) {
