@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -105,6 +106,49 @@ curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
 			if code == 0 || !strings.Contains(stderr, tc.want) {
 				t.Errorf("%s: exit %d, stdout %q, stderr %q, want a refusal saying %q", tc.name, code, out, stderr, tc.want)
 			}
+		}
+	})
+}
+
+// TestJobContainers starts containers inside airlock run, as pilots do
+// (bubblewrap with its own user namespace, unshare -U, unshare -Urm): each
+// reaches the outside through the job's tunnel, since it shares the job's
+// network namespace; a container with its own network namespace (bwrap
+// --unshare-net) has none, as on the bare node. airlock run --check
+// reports that containers are allowed.
+func TestJobContainers(t *testing.T) {
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("bwrap not installed: run scripts/setup.sh")
+		}
+		t.Skip("bwrap not installed: run scripts/setup.sh")
+	}
+	e := newEnv(t)
+	url := fmt.Sprintf("http://%s:%d/small", e.tp.INETAddr, e.httpPort)
+	get := "curl -sS --max-time 30 " + url + " | sha256sum"
+	for _, tc := range []struct{ name, cmd string }{
+		{"bwrap", "bwrap --unshare-user --unshare-pid --dev-bind / / sh -c '" + get + "'"},
+		{"unshare -U", "unshare -U sh -c '" + get + "'"},
+		{"unshare -Urm", "unshare -Urm sh -c '" + get + "'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, stderr := e.runWith(t, runOpts{}, "sh", "-c", tc.cmd)
+			if code != 0 || !strings.HasPrefix(out, e.sha["small"]) {
+				t.Fatalf("%s in the job: exit %d, %q, want sha %s%s", tc.cmd, code, out, e.sha["small"], e.diag(stderr))
+			}
+		})
+	}
+	t.Run("OwnNetwork", func(t *testing.T) {
+		code, out, stderr := e.runWith(t, runOpts{}, "bwrap", "--unshare-user", "--unshare-net", "--dev-bind", "/", "/",
+			"curl", "-sS", "--max-time", "5", url)
+		if code == 0 {
+			t.Fatalf("a container with its own network reached %s: %q%s", url, out, e.diag(stderr))
+		}
+	})
+	t.Run("Check", func(t *testing.T) {
+		_, out, stderr := e.tp.Run(t, 60*time.Second, e.tp.CN, e.u, e.airlock, "run", "--check", "--gateway", e.gateway, "--pin", e.pin)
+		if !strings.Contains(out+stderr, "containers in jobs") {
+			t.Errorf("--check does not report containers in jobs:\n%s%s", out, stderr)
 		}
 	})
 }
