@@ -22,9 +22,10 @@ import (
 // and the job downloads through the tunnel; --check names the path; a
 // proxy that refuses CONNECT to the gateway's port (403) or wants
 // credentials (407) ends the job at once with the fix, and credentials
-// from AIRLOCK_PROXY_AUTH_FILE are sent.
+// from AIRLOCK_PROXY_AUTH_FILE are sent. The job also mounts a squashfs
+// image with FUSE, as the seed's jobs mount their software.
 func TestSiteProxy(t *testing.T) {
-	e := newEnvTopo(t, modeUser, []topology.Option{topology.WithSiteUplink()})
+	e := newEnvTopo(t, modeUser, []topology.Option{topology.WithSiteUplink(), topology.WithUserFUSE()})
 	e.tp.CutCNFromDMZ(t)
 	open := e.tp.StartSquidWith(t, topology.SquidOptions{})
 	forbid := e.tp.StartSquidWith(t, topology.SquidOptions{ConnectPorts: []int{443}})
@@ -48,10 +49,15 @@ func TestSiteProxy(t *testing.T) {
 	})
 
 	t.Run("Job", func(t *testing.T) {
+		// The seed's job: its software from a squashfs image mounted
+		// with FUSE, its data downloaded through the tunnel.
+		const content = "software from squashfs\n"
+		image, dir := squashfsImage(t, e.u, content)
+		script := fmt.Sprintf("squashfuse %s %s && cat %s/hello.txt && curl -sS --max-time 30 %s | sha256sum", image, dir, dir, url)
 		before := strings.Count(open.AccessLog(), "CONNECT")
-		code, out, stderr := e.runWith(t, runOpts{env: []string{proxy(open)}, flags: fast}, get...)
-		if code != 0 || !strings.HasPrefix(out, e.sha["small"]) {
-			t.Fatalf("download through the proxy: exit %d, %q, want sha %s%s", code, out, e.sha["small"], e.diag(stderr))
+		code, out, stderr := e.runWith(t, runOpts{env: []string{proxy(open)}, flags: fast}, "sh", "-c", script)
+		if code != 0 || !strings.HasPrefix(out, content+e.sha["small"]) {
+			t.Fatalf("FUSE mount and download through the proxy: exit %d, %q, want %q and sha %s%s", code, out, content, e.sha["small"], e.diag(stderr))
 		}
 		for _, want := range []string{"transport: tcp", "through the site's web proxy http://" + topology.SiteAddr.String(), "direct TCP failed"} {
 			if !strings.Contains(stderr, want) {
