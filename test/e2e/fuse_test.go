@@ -118,6 +118,23 @@ curl -sS --max-time 30 %[3]s | sha256sum`, image, dir, url)
 		}
 	})
 
+	// The mount server listens in the job's network namespace only: a
+	// process of the same user outside the job (here on the node, while
+	// a job with its server runs) cannot reach it.
+	t.Run("ServerOnlyForTheJob", func(t *testing.T) {
+		job := e.startWith(t, runOpts{}, "sleep", "20")
+		defer job.Kill()
+		time.Sleep(2 * time.Second)
+		link := filepath.Join(filepath.Dir(dir), "fusermount3")
+		if err := os.Symlink(e.airlock, link); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := e.tp.Run(t, 20*time.Second, e.tp.CN, e.u, link, "-u", dir)
+		if code == 0 || !strings.Contains(stderr, "server is not reachable") {
+			t.Errorf("the shim outside the job: exit %d, %q, %q; want the server unreachable", code, out, stderr)
+		}
+	})
+
 	t.Run("Refusals", func(t *testing.T) {
 		rootDir := filepath.Join(filepath.Dir(dir), "rootonly")
 		if err := os.Mkdir(rootDir, 0o755); err != nil {
