@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -21,8 +22,12 @@ import (
 // network namespace.
 const socketName = "@airlock-fusermount"
 
-// envServerFD names the listener's descriptor in the server process.
-const envServerFD = "AIRLOCK_FUSE_SERVER_FD"
+// envServerFD names the listener's descriptor in the server process;
+// envServerParent the pid of airlock run, its parent (CLONE_PARENT).
+const (
+	envServerFD     = "AIRLOCK_FUSE_SERVER_FD"
+	envServerParent = "AIRLOCK_FUSE_SERVER_PARENT"
+)
 
 // Limits of the server: concurrent requests, and how long one may take.
 const (
@@ -93,7 +98,7 @@ func Setup() error {
 	defer f.Close()
 	cmd := exec.Command(self)
 	cmd.Args = []string{"airlock-fusermount-server"}
-	cmd.Env = []string{envServerFD + "=3"}
+	cmd.Env = []string{envServerFD + "=3", envServerParent + "=" + strconv.Itoa(os.Getppid())}
 	cmd.ExtraFiles = []*os.File{f}
 	// A sibling of the job, not its child (CLONE_PARENT). It is in the
 	// job's network namespace, so the job's cleanup kills it with the
@@ -125,6 +130,9 @@ func Setup() error {
 func serverMain() int {
 	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
 		return 1
+	}
+	if strconv.Itoa(os.Getppid()) != os.Getenv(envServerParent) {
+		return 1 // airlock run died before the death signal was armed
 	}
 	f := os.NewFile(3, "fusermount3 listener")
 	l, err := net.FileListener(f)
