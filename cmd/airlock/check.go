@@ -22,16 +22,15 @@ import (
 
 // runCheck is airlock run --check: what this node offers the mode asked
 // for, and whether each gateway can be reached, joined and spoken to over
-// UDP. It prints the report on w (as JSON with asJSON) and fails when a
-// check finds a problem.
-func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) error {
+// UDP, after rep (where the settings came from). It prints the report on
+// w (as JSON with asJSON) and fails when a check finds a problem.
+func runCheck(ctx context.Context, cfg client.Config, rep preflight.Report, w io.Writer, asJSON bool) error {
 	h := preflight.System()
 	// Under --mode auto a missing namespace or TUN only means a fallback.
 	miss, fallback := preflight.Problem, ""
 	if cfg.Mode == client.ModeAuto {
 		miss, fallback = preflight.Warn, "; --mode auto falls back to seccomp, preload or proxy"
 	}
-	var rep preflight.Report
 	if cfg.Mode == client.ModeAuto || cfg.Mode == client.ModeNetns {
 		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
 	}
@@ -62,7 +61,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 	}
 	if strings.TrimSpace(cfg.Gateway) == "" {
 		rep = append(rep, preflight.Result{Name: "gateway", Status: preflight.Problem, Detail: "none given",
-			Fix: "set AIRLOCK_GATEWAY and AIRLOCK_PIN (from the gateway's join.env) and AIRLOCK_TOKEN"})
+			Fix: "set AIRLOCK_GATEWAY and AIRLOCK_PIN (from the gateway's join.env) in the environment or the site file (--site-file, default " + client.DefaultSiteFile + "), and AIRLOCK_TOKEN"})
 	}
 	return writeReport(w, rep, asJSON)
 }
