@@ -112,6 +112,7 @@ the job's command is not executable, 127 if it was not found.`),
 		newFlowsCmd(stdout, stderr),
 		newKickCmd(stdout, stderr),
 		newCaptureCmd(stdout, stderr),
+		newPolicyCmd(stdout, stderr),
 		newDBCmd(stdout),
 		newVersionCmd(stdout),
 	)
