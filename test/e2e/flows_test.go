@@ -63,7 +63,7 @@ func TestFlows(t *testing.T) {
 
 func testFlows(t *testing.T, mode string) {
 	ft := &flowsTest{mode: mode}
-	ft.metricsPort = 9108 // in dmz's own network namespace
+	ft.metricsPort = 8446 // in dmz's own network namespace
 	// The bulk address is added before the gateway starts, so that its
 	// rule can name it; the HTTP server in inet listens on every address.
 	ft.e = newEnvHook(t, mode, nil, func(e *env) []string {

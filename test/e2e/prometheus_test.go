@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	promMetricsPort = 9108 // the gateway's metrics, in dmz
+	promMetricsPort = 8446 // the gateway's metrics, in dmz
 	promPort        = 9090 // Prometheus, in dmz
 )
 
