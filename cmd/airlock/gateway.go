@@ -98,7 +98,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	enumFlag(cmd, "attest", "off", "munge")
 	enumFlag(cmd, "attest-origin", "match", "any")
 	_ = cmd.MarkFlagFilename("munge-socket")
-	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr))
+	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr), newDiagCmd(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 		if err != nil {
