@@ -22,22 +22,34 @@ const MetricsPath = "/v1/metrics"
 const maxDiagBody = 256 << 20
 
 // GetRaw copies the body of GET path (MetricsPath, a /debug/pprof/ one)
-// into w and returns its size; a non-2xx answer is an error.
+// into w, at most maxDiagBody bytes, and returns its size; a non-2xx
+// answer is an error.
 func (c *Client) GetRaw(ctx context.Context, path string, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://airlock"+path, nil)
+	body, err := c.get(ctx, path)
 	if err != nil {
 		return 0, err
+	}
+	defer body.Close()
+	return io.Copy(w, io.LimitReader(body, maxDiagBody))
+}
+
+// get sends GET path and returns the body of a 2xx answer, which the
+// caller closes.
+func (c *Client) get(ctx context.Context, path string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://airlock"+path, nil)
+	if err != nil {
+		return nil, err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return 0, fmt.Errorf("admin socket %s: %w", c.path, ErrNoGateway)
+			return nil, fmt.Errorf("admin socket %s: %w", c.path, ErrNoGateway)
 		}
-		return 0, fmt.Errorf("admin socket %s: %w", c.path, err)
+		return nil, fmt.Errorf("admin socket %s: %w", c.path, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return 0, responseError(http.MethodGet, path, resp)
+		defer resp.Body.Close()
+		return nil, responseError(http.MethodGet, path, resp)
 	}
-	return io.Copy(w, io.LimitReader(resp.Body, maxDiagBody))
+	return resp.Body, nil
 }
