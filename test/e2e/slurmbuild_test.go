@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -71,4 +72,71 @@ func TestSlurmPluginBuild(t *testing.T) {
 	if !strings.Contains(string(files), "./usr/lib/airlock/slurm-"+major+"/spank_airlock.so") {
 		t.Errorf("package lacks /usr/lib/airlock/slurm-%s/spank_airlock.so:\n%s", major, files)
 	}
+}
+
+// TestSlurmPluginRefused runs a one-node cluster whose plugstack.conf
+// names, as docs/slurm.md recommends for a first rollout, an optional
+// plugin that this Slurm refuses to load: the plugin built for Slurm
+// 23.11 (it needs spank_prepend_task_argv, which 22.05 lacks), as after a
+// Slurm downgrade or a package built for another release. The node must
+// stay up and run the partition's jobs, without Airlock, and the refusal
+// must be in slurmd's log.
+func TestSlurmPluginRefused(t *testing.T) {
+	topology.RequireRoot(t)
+	root, err := topology.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(topology.TempDir(t), "slurm")
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "slurm"), src).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v %s", err, out)
+	}
+	other := filepath.Join(src, "spank_airlock-2311.so")
+	cc := exec.Command("cc", "-Itestdata/slurm-23.11", "-std=gnu11", "-O2", "-fPIC", "-shared", "-Wl,-z,now", "-o", other, "spank_airlock.c", "munge_job.c", "-ldl")
+	cc.Dir = src
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("build the 23.11 plugin: %v\n%s", err, out)
+	}
+	if err := os.Chmod(filepath.Dir(src), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tp := topology.New(t)
+	u := topology.EnsureUser(t)
+	s := tp.StartSlurm(t, topology.SlurmOptions{
+		User:       u,
+		Partitions: []string{"airlock"},
+		PlugStack:  "optional " + other + " default=auto partitions=airlock\n",
+	})
+	script := filepath.Join(s.Work, "refused.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"airlock=${AIRLOCK_EGRESS_ADDR:-none}\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id := s.Sbatch(t, u, nil, "-p", "airlock", "-o", filepath.Join(s.Work, "%j.out"), script)
+	if acct := s.WaitAccounting(t, id, 60*time.Second); acct.State != "COMPLETED" {
+		t.Errorf("job %s: %+v, want COMPLETED%s", id, acct, s.Logs())
+	}
+	out, _ := os.ReadFile(filepath.Join(s.Work, id+".out"))
+	if !strings.Contains(string(out), "airlock=none") {
+		t.Errorf("job output %q: want it run without Airlock (the plugin is not loaded)", out)
+	}
+	code, state, _ := s.Run(t, 30*time.Second, u, "sinfo", "-h", "-n", topology.SlurmNode, "-o", "%t")
+	if code != 0 || strings.Contains(state, "drain") || strings.Contains(state, "down") {
+		t.Errorf("node state %q (exit %d): want it up after the refused plugin%s", state, code, s.Logs())
+	}
+	logs, _ := os.ReadFile(filepath.Join(s.Dir, "log", "slurmd."+topology.SlurmNode+".log"))
+	if !strings.Contains(string(logs), "spank_airlock-2311.so") {
+		t.Errorf("slurmd's log does not name the refused plugin%s", s.Logs())
+	}
+	t.Logf("slurmd on the refused plugin: %s", grepLines(string(logs), "spank"))
+}
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
