@@ -30,9 +30,18 @@ func TestDiag(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	// airlock status selects jobs by token on a real gateway.
+	code, stdout, stderr := e.admin(t, "status", "--state", e.state, "--token", "e2e")
+	if code != 0 || !strings.Contains(stdout, "jobs:       1, 1 of them selected") || strings.Count(stdout, " e2e ") != 1 {
+		t.Errorf("status --token e2e: exit %d, %q %q; want the one job", code, stdout, stderr)
+	}
+	code, stdout, stderr = e.admin(t, "status", "--state", e.state, "--token", "nosuch", "--json")
+	if code != 0 || !strings.Contains(stdout, `"jobs": null`) && !strings.Contains(stdout, `"jobs": []`) {
+		t.Errorf("status --token nosuch --json: exit %d, %q %q; want no job", code, stdout, stderr)
+	}
 	const password = "diag-Secret-pw1"
 	out := filepath.Join(filepath.Dir(e.state), "diag.tar.gz")
-	code, stdout, stderr := e.tp.Run(t, 90*time.Second, e.tp.DMZ, e.gwUser, "env",
+	code, stdout, stderr = e.tp.Run(t, 90*time.Second, e.tp.DMZ, e.gwUser, "env",
 		"AIRLOCK_GATEWAY_STORE=postgres://airlock_gateway:"+password+"@127.0.0.1:1/airlock?sslmode=disable",
 		"PGPASSWORD="+password, e.airlock, "gateway", "diag", "--state", e.state, "--output", out, "--profile-seconds", "1")
 	if code != 0 {
