@@ -3,8 +3,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
 
@@ -48,7 +50,12 @@ func applySiteFile(cmd *cobra.Command, path string, getenv func(string) string, 
 	fs := cmd.Flags()
 	required := fs.Changed(siteFileFlag) || getenv(client.EnvSiteFile) != ""
 	site, err := client.LoadSiteFile(path, required)
-	if err != nil {
+	switch {
+	case err != nil && !required && errors.Is(err, os.ErrPermission):
+		// The default file, made readable by root only (it may be the
+		// SPANK plugin's env= file): not this user's to read.
+		fmt.Fprintf(warn, "airlock: warning: %v; the site's defaults are not used\n", err)
+	case err != nil:
 		return nil, err
 	}
 	source := map[string]string{} // flag → source, for flags the job set
