@@ -115,8 +115,8 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 }
 
 // startDNS starts the DNS relay on the gateway's tunnel address gw, port
-// 53, on host sockets.
-func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
+// 53, on host sockets, admitting queries against lim.
+func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort, lim *dnsfwd.Limiter) (*dnsfwd.Server, error) {
 	at := netip.AddrPortFrom(gw, 53).String()
 	pc, err := net.ListenPacket("udp", at)
 	if err != nil {
@@ -127,7 +127,7 @@ func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Se
 		pc.Close()
 		return nil, privError("kernel egress: dns relay on the tunnel address "+gw.String(), err)
 	}
-	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns", "addr", gw), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
+	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns", "addr", gw), Upstreams: upstreams, Flows: cfg.Flows, Limiter: lim}, pc, ln)
 	if err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
 	}

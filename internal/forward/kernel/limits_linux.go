@@ -126,12 +126,8 @@ func (f *Forwarder) SetJobLimits(id jobs.ID, l limits.Job) error {
 	if !ok {
 		return fmt.Errorf("kernel egress: set limits of %s: %w", id, forward.ErrUnknownJob)
 	}
-	for _, a := range kj.addrs {
-		if d := f.dns[famOf(a).Index]; d != nil {
-			if err := d.SetJobLimits(a, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
-				return fmt.Errorf("kernel egress: %w", err)
-			}
-		}
+	if err := f.dnsLimits.SetJob(kj.addrs, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+		return fmt.Errorf("kernel egress: %w", err)
 	}
 	if err := f.setFlowLimitsLocked(id, kj, l); err != nil {
 		return err

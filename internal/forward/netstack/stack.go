@@ -95,7 +95,10 @@ type Stack struct {
 	noFiles *fdlimit.Warner
 	stats   counters
 	dns     [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
-	host    hostAddrs
+	// dnsLimits are the jobs' DNS limits, shared by the relays of both
+	// families: one budget per job.
+	dnsLimits dnsfwd.Limiter
+	host      hostAddrs
 	// reg is the job bookkeeping every backend shares (AddJob,
 	// RemoveJob, the job index); jobs the Stack's own state of each job
 	// (jobs.go).
