@@ -59,7 +59,7 @@ type egress struct {
 	// (user mode): sockets bind to their port themselves.
 	explicit bool
 	// public6 is where jobs' IPv6 flows leave from, with their port
-	// block; own, if valid, is --egress-prefix6: each job's IPv6 flows
+	// block; own, if valid, is --egress-prefix: each job's IPv6 flows
 	// leave from its own address in it, with any port. Both zero: jobs
 	// get no IPv6 (planEgress6).
 	public6 netip.Addr
@@ -71,7 +71,7 @@ type egress struct {
 // with its block (the family of that address; the other family's flows of
 // a pool of IPv6 addresses leave from the kernel's choice with the same
 // block), IPv6 from the IPv6 egress address with the same block, or from
-// the job's own address in --egress-prefix6 (the one that embeds its IPv4
+// the job's own address in --egress-prefix (the one that embeds its IPv4
 // tunnel address, like its IPv6 tunnel address) with its own ports.
 func (g *gateway) egressOf(l lease.Lease) []forward.Egress {
 	block, at := g.block(l), g.blockAddr(l)
@@ -233,7 +233,7 @@ func defaultRouteSource(f *ipfamily.Family) (netip.Addr, error) {
 }
 
 // EgressSource returns the address a user-mode gateway's jobs' flows of
-// family f leave from without --egress-addr or --egress-addr6: the source
+// family f leave from without --egress-addr or --egress-addr: the source
 // of the host's default route of that family.
 func EgressSource(f *ipfamily.Family) (netip.Addr, error) { return defaultRouteSource(f) }
 
@@ -271,10 +271,10 @@ func (e egress) logPublic(log *slog.Logger) {
 		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
 }
 
-// planEgress6 finds where jobs' IPv6 flows leave from (--egress-prefix6,
-// else --egress-addr6, else the source of the host's IPv6 default route)
+// planEgress6 finds where jobs' IPv6 flows leave from (--egress-prefix,
+// else --egress-addr, else the source of the host's IPv6 default route)
 // and, if they have somewhere to, makes the lease manager dual-stack: its
-// leases then carry IPv6 addresses in --subnet6. Without the IPv6 tunnel
+// leases then carry IPv6 addresses in the IPv6 prefix of --subnet. Without the IPv6 tunnel
 // prefix (IPv6 off) it does nothing.
 func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (netip.Addr, error)) error {
 	log := cfg.Logger
@@ -295,10 +295,10 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 	case cfg.EgressAddr6.IsValid():
 		a := cfg.EgressAddr6.Unmap()
 		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-			return fmt.Errorf("--egress-addr6 %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
+			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
 		}
 		if !isHostAddr(a) {
-			return fmt.Errorf("--egress-addr6 %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
+			return fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
 		}
 		e.public6 = a
 	default:
@@ -306,7 +306,7 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 		if err != nil {
 			// IPv6 addresses would only make jobs try IPv6 first for
 			// dual-stack names, and fail.
-			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr6 (or --egress-prefix6) to give them IPv6", "err", err)
+			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr (or --egress-prefix) to give them IPv6", "err", err)
 			return nil
 		}
 		e.public6 = a
@@ -318,32 +318,32 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 	return nil
 }
 
-// checkEgressPrefix6 validates --egress-prefix6: an IPv6 prefix of at
+// checkEgressPrefix6 validates --egress-prefix: an IPv6 prefix of at
 // most /96, so that every IPv4 tunnel address of subnet has its own
 // address in it.
 func checkEgressPrefix6(p, subnet netip.Prefix) error {
 	if err := lease.CheckPrefix6(p); err != nil {
-		return fmt.Errorf("--egress-prefix6: %w", err)
+		return fmt.Errorf("--egress-prefix: %w", err)
 	}
 	a := p.Addr()
 	if a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-		return fmt.Errorf("--egress-prefix6 %s: want a routed unicast prefix", p)
+		return fmt.Errorf("--egress-prefix %s: want a routed unicast prefix", p)
 	}
 	return nil
 }
 
 // checkOwnPrefix6 checks, for user mode, the admin's one-time setup for
-// --egress-prefix6 (CheckLocalPrefix6); the gateway does not start
+// --egress-prefix (CheckLocalPrefix6); the gateway does not start
 // without it.
 func checkOwnPrefix6(log *slog.Logger, p netip.Prefix, probe netip.Addr) error {
 	if err := CheckLocalPrefix6(p, probe); err != nil {
-		return fmt.Errorf("--egress-prefix6 %s: %w", p, err)
+		return fmt.Errorf("--egress-prefix %s: %w", p, err)
 	}
-	log.Info("--egress-prefix6: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
+	log.Info("--egress-prefix: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
 	return nil
 }
 
-// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix6,
+// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix,
 // is a local route of this host (probing its address probe; the zero
 // Addr means the prefix's first address): jobs' sockets bind to
 // addresses of the prefix that no interface has (IPV6_FREEBIND, no

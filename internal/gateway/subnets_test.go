@@ -95,7 +95,7 @@ func TestPlanEgress6(t *testing.T) {
 	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 1 {
 		t.Errorf("tunnel addresses %v, want the IPv4 one", got)
 	}
-	// Kernel mode carries IPv6 too: with --egress-prefix6 (which needs
+	// Kernel mode carries IPv6 too: with --egress-prefix (which needs
 	// no local route there) each job gets its own address.
 	m = newLeases()
 	kcfg := cfg
@@ -103,7 +103,7 @@ func TestPlanEgress6(t *testing.T) {
 	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
 	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with --egress-prefix6: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
+		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
 	}
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}

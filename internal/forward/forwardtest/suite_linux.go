@@ -930,7 +930,7 @@ func (s *suite) testExposures(t *testing.T) {
 }
 
 // testOwnAddress: a job whose IPv6 egress entry is its own public address
-// (in OwnPrefix, --egress-prefix6): its flows leave from that address, and
+// (in OwnPrefix, --egress-prefix): its flows leave from that address, and
 // an exposure there listens at the job's port.
 func (s *suite) testOwnAddress(t *testing.T) {
 	spec := s.nextSpec(forward.Job{})

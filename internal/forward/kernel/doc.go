@@ -33,7 +33,7 @@
 //	    IPv6 (Job.Addr6), tagged with the job's IPv4 address:
 //	    ip6 saddr JOB6 ... snat ip6 to EGRESS6:LO-HI, as above (no
 //	        EGRESS6: masquerade to LO-HI)
-//	    ip6 saddr JOB6 oifname != TUN snat ip6 to OWN6  (--egress-prefix6:
+//	    ip6 saddr JOB6 oifname != TUN snat ip6 to OWN6  (--egress-prefix:
 //	        the job's own address, one to one, ports kept)
 //	chain prerouting   nat, hook prerouting, priority dstnat (-100)
 //	    one rule per exposed port of a job, tagged with the job's address:
@@ -83,7 +83,7 @@
 //	    ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
 //	chain floor6       IPv6 destinations no policy opens (v6_linux.go):
 //	    ::, ::1, ff00::/8, ::ffff:0:0/96, the IPv6 tunnel subnet,
-//	    --egress-prefix6, and the images of the IPv4 floor and tunnel
+//	    --egress-prefix, and the images of the IPv4 floor and tunnel
 //	    subnet in NAT64, local NAT64, IPv4-compatible, 6to4 and Teredo
 //	    addresses (bits under a mask): goto floor
 //	chain over_flows, over_rate   counter goto refuse (read by Stats)

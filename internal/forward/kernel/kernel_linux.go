@@ -290,7 +290,7 @@ func (f *Forwarder) startAccounting() error {
 }
 
 // logReady logs the Forwarder's set-up, and what is missing on the host
-// for --egress-prefix6.
+// for --egress-prefix.
 func (f *Forwarder) logReady() {
 	f.log.Info("kernel egress ready", "tun", f.cfg.Name, "addrs", f.cfg.Addrs, "mtu", f.cfg.MTU,
 		"egress_addrs", f.cfg.Egress, "egress_prefix6", f.rules.own, "table", "inet "+TableName, "dns_upstreams", f.upstreams)
