@@ -34,23 +34,6 @@ const Subnet6File = "subnet6"
 // Subnet6Off as the deprecated --subnet6 turns IPv6 in the tunnel off.
 const Subnet6Off = "off"
 
-// dualState is the gateway's IPv6 side; its zero value means IPv4 only.
-type dualState struct {
-	// prefix is the IPv6 tunnel prefix (zero: IPv4 only), gw its gateway
-	// address.
-	prefix netip.Prefix
-	gw     netip.Addr
-	// egress is where jobs' IPv6 flows leave from (with their port
-	// block); invalid: the kernel's choice per destination, no exposure.
-	egress netip.Addr
-	// own, if valid, is --egress-prefix: each job's IPv6 flows leave
-	// from its own address in it (egressprefix6.go).
-	own netip.Prefix
-}
-
-// on reports whether jobs get IPv6 addresses.
-func (d dualState) on() bool { return d.prefix.IsValid() }
-
 // planSubnet6 returns the IPv6 tunnel prefix (see the file comment), or
 // the zero Prefix when IPv6 is off or the IPv4 subnet is not IPv4.
 func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {

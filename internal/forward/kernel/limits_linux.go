@@ -15,7 +15,7 @@ package kernel
 // any refused flow (TCP reset, ICMP port unreachable for UDP), so the job
 // fails at once.
 //
-// Bandwidth is shaped by HTB qdiscs (tc.go), set up the first time a
+// Bandwidth is shaped by HTB qdiscs (tc_linux.go), set up the first time a
 // bandwidth limit is set: traffic to jobs on the TUN's own egress,
 // classified by destination address; traffic from jobs, which enters the
 // host on the TUN's ingress where no qdisc can queue, is redirected to an
