@@ -336,6 +336,31 @@ func TestIPv6OnlyNode(t *testing.T) {
 		})
 	}
 	t.Run("EgressPrefix6", func(t *testing.T) { checkEgressPrefix6(t, e, listen) })
+	t.Run("IPv6OnlyTunnel", func(t *testing.T) {
+		e.mode, e.gwUser, e.state = modeUser, e.u, filepath.Join(base, "state-v6only")
+		t.Cleanup(func() { e.state, e.token = userState, tokens[userState] })
+		checkIPv6OnlyTunnel(t, e, listen, port6, sha["small"])
+	})
+}
+
+// checkIPv6OnlyTunnel: a gateway whose --subnet lists an IPv6 prefix alone
+// gives jobs an IPv6 tunnel address and no IPv4 one, and their flows leave
+// from its IPv6 --egress-addr: on the IPv6-only node, a job reaches the
+// IPv6-only host by name, and has no IPv4 address to reach anything with.
+func checkIPv6OnlyTunnel(t *testing.T, e *env, listen string, port6 int, sha string) {
+	subnet := netip.MustParsePrefix("fd7a:a6::/112")
+	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen, "--subnet", subnet.String(), "--egress-addr", topology.DMZAddrINET6.String()}
+	e.startGateway(t)
+	e.token = e.createToken(t, "v6only")
+	out := e.mustRunOpts(t, runOpts{viaEnv: true}, "ip", "-o", "addr", "show", "scope", "global")
+	if strings.Contains(out, "inet ") || !strings.Contains(out, "inet6 fd7a:a6::") {
+		t.Errorf("the job's addresses: %q, want one of %s and no IPv4 one", out, subnet)
+	}
+	url := fmt.Sprintf("http://%s:%d/small", topology.NameV6, port6)
+	out = e.mustRunOpts(t, runOpts{viaEnv: true}, "bash", "-c", "set -e; f=$(mktemp); curl -sS --max-time 30 -o $f -w '%{remote_ip}\\n' "+url+"; sha256sum < $f; rm -f $f")
+	if got := strings.Fields(out); len(got) < 2 || got[0] != topology.V6HostAddr.String() || got[1] != sha {
+		t.Errorf("curl %s through the IPv6-only tunnel: %q, want remote ip %v and sha256 %s", url, out, topology.V6HostAddr, sha)
+	}
 }
 
 // ownPrefix6 is the routed prefix TestIPv6OnlyNode gives jobs their own
