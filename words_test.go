@@ -293,101 +293,106 @@ func TestNamedFieldsExist(t *testing.T) {
 	}
 }
 
+// pkgMembers are the names a package's types have.
+type pkgMembers struct {
+	members  map[string]map[string]bool // struct type → fields and methods
+	embedded map[string]bool            // struct types with embedded fields
+	any      map[string]bool            // every field, method and interface method
+}
+
+func (pm *pkgMembers) add(typ, name string) {
+	m := pm.members[typ]
+	if m == nil {
+		m = map[string]bool{}
+		pm.members[typ] = m
+	}
+	m[name] = true
+	pm.any[name] = true
+}
+
+// collect adds the struct types, fields and methods of f.
+func (pm *pkgMembers) collect(f *ast.File) {
+	for _, decl := range f.Decls {
+		switch d := decl.(type) {
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				if ts, ok := s.(*ast.TypeSpec); ok {
+					pm.collectType(ts)
+				}
+			}
+		case *ast.FuncDecl:
+			if d.Recv == nil || len(d.Recv.List) == 0 {
+				continue
+			}
+			rt := d.Recv.List[0].Type
+			if s, ok := rt.(*ast.StarExpr); ok {
+				rt = s.X
+			}
+			if ix, ok := rt.(*ast.IndexExpr); ok {
+				rt = ix.X
+			}
+			if id, ok := rt.(*ast.Ident); ok {
+				pm.add(id.Name, d.Name.Name)
+			}
+		}
+	}
+}
+
+func (pm *pkgMembers) collectType(ts *ast.TypeSpec) {
+	switch t := ts.Type.(type) {
+	case *ast.InterfaceType:
+		for _, fl := range t.Methods.List {
+			for _, n := range fl.Names {
+				pm.any[n.Name] = true
+			}
+		}
+	case *ast.StructType:
+		if pm.members[ts.Name.Name] == nil {
+			pm.members[ts.Name.Name] = map[string]bool{}
+		}
+		for _, fl := range t.Fields.List {
+			if len(fl.Names) == 0 {
+				pm.embedded[ts.Name.Name] = true
+			}
+			for _, n := range fl.Names {
+				pm.add(ts.Name.Name, n.Name)
+			}
+		}
+	}
+}
+
 // checkFieldRefs checks the comments of the Go files of one directory.
 func checkFieldRefs(t *testing.T, dir string) []string {
 	t.Helper()
-	fset := token.NewFileSet()
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	type pkgInfo struct {
-		members  map[string]map[string]bool // struct type → fields and methods
-		embedded map[string]bool
-		any      map[string]bool // every field, method and interface method
-	}
-	pkgs := map[string]*pkgInfo{}
+	pkgs := map[string]*pkgMembers{}
 	files := map[string]*ast.File{}
 	for _, e := range entries {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".go") {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments|parser.SkipObjectResolution)
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
 			t.Fatal(err)
 		}
 		files[p] = f
 		name := strings.TrimSuffix(f.Name.Name, "_test")
-		pi := pkgs[name]
-		if pi == nil {
-			pi = &pkgInfo{members: map[string]map[string]bool{}, embedded: map[string]bool{}, any: map[string]bool{}}
-			pkgs[name] = pi
+		if pkgs[name] == nil {
+			pkgs[name] = &pkgMembers{members: map[string]map[string]bool{}, embedded: map[string]bool{}, any: map[string]bool{}}
 		}
-		for _, decl := range f.Decls {
-			switch d := decl.(type) {
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					ts, ok := s.(*ast.TypeSpec)
-					if !ok {
-						continue
-					}
-					if it, ok := ts.Type.(*ast.InterfaceType); ok {
-						for _, fl := range it.Methods.List {
-							for _, n := range fl.Names {
-								pi.any[n.Name] = true
-							}
-						}
-					}
-					st, ok := ts.Type.(*ast.StructType)
-					if !ok {
-						continue
-					}
-					m := pi.members[ts.Name.Name]
-					if m == nil {
-						m = map[string]bool{}
-						pi.members[ts.Name.Name] = m
-					}
-					for _, fl := range st.Fields.List {
-						if len(fl.Names) == 0 {
-							pi.embedded[ts.Name.Name] = true
-						}
-						for _, n := range fl.Names {
-							m[n.Name] = true
-							pi.any[n.Name] = true
-						}
-					}
-				}
-			case *ast.FuncDecl:
-				if d.Recv == nil || len(d.Recv.List) == 0 {
-					continue
-				}
-				rt := d.Recv.List[0].Type
-				if s, ok := rt.(*ast.StarExpr); ok {
-					rt = s.X
-				}
-				if ix, ok := rt.(*ast.IndexExpr); ok {
-					rt = ix.X
-				}
-				if id, ok := rt.(*ast.Ident); ok {
-					m := pi.members[id.Name]
-					if m == nil {
-						m = map[string]bool{}
-						pi.members[id.Name] = m
-					}
-					m[d.Name.Name] = true
-					pi.any[d.Name.Name] = true
-				}
-			}
-		}
+		pkgs[name].collect(f)
 	}
 	var bad []string
 	for p, f := range files {
-		pi := pkgs[strings.TrimSuffix(f.Name.Name, "_test")]
+		pm := pkgs[strings.TrimSuffix(f.Name.Name, "_test")]
 		for _, cg := range f.Comments {
 			for _, m := range fieldRef.FindAllStringSubmatch(cg.Text(), -1) {
-				members, ok := pi.members[m[1]]
-				if !ok || pi.embedded[m[1]] || members[m[2]] || pi.any[m[2]] {
+				members, ok := pm.members[m[1]]
+				if !ok || pm.embedded[m[1]] || members[m[2]] || pm.any[m[2]] {
 					continue
 				}
 				bad = append(bad, filepath.ToSlash(p)+": "+m[1]+"."+m[2]+" is no field or method of "+m[1])
