@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -61,9 +62,12 @@ type egress struct {
 	// public6 is where jobs' IPv6 flows leave from, with their port
 	// block; own, if valid, is --egress-prefix: each job's IPv6 flows
 	// leave from its own address in it, with any port. Both zero: jobs
-	// get no IPv6 (planEgress6).
+	// get no IPv6 (planIPv6).
 	public6 netip.Addr
 	own     netip.Prefix
+	// prefix6 is the IPv6 tunnel prefix of a dual-stack tunnel, the
+	// lease manager's (applyPrefix6); zero: jobs get no IPv6 beside IPv4.
+	prefix6 netip.Prefix
 }
 
 // egressOf returns where the flows of lease l leave from, one entry per
@@ -97,14 +101,55 @@ type egressEnv struct {
 	// hostRange returns net.ipv4.ip_local_port_range.
 	hostRange func() (portblock.Range, error)
 	// defaultSource returns the preferred source address of the default
-	// route.
-	defaultSource func() (netip.Addr, error)
+	// route; defaultSource6 that of the IPv6 default route (nil: none).
+	defaultSource  func() (netip.Addr, error)
+	defaultSource6 func() (netip.Addr, error)
 }
 
-var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) }}
+var hostEgressEnv = egressEnv{
+	hostRange:      portblock.HostEphemeralRange,
+	defaultSource:  func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) },
+	defaultSource6: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V6) },
+}
 
-// planEgress validates the egress flags and picks the defaults.
+// planEgress validates the egress flags and picks the defaults, for
+// every family: the egress address or pool and the port blocks
+// (planPublic), and where jobs' IPv6 flows of a dual-stack tunnel leave
+// from (planIPv6). It is the gateway's one egress planner.
 func planEgress(c Config, env egressEnv) (egress, error) {
+	e, err := planPublic(c, env)
+	if err != nil {
+		return egress{}, err
+	}
+	if err := e.planIPv6(c, env.defaultSource6); err != nil {
+		return egress{}, err
+	}
+	return e, nil
+}
+
+// egressAddrs returns the configured egress addresses (--egress-addr),
+// checked.
+func egressAddrs(c Config) ([]netip.Addr, error) {
+	addrs := c.EgressAddrs
+	if len(addrs) == 0 && c.EgressAddr.IsValid() {
+		addrs = []netip.Addr{c.EgressAddr}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
+			return nil, fmt.Errorf("--egress-addr %s: want unicast addresses of this host", a)
+		}
+		// A pool is of IPv4 addresses; one IPv6 address is user mode's
+		// source for jobs' IPv6 flows (kernel mode checks below).
+		if !addrs[i].Is4() && len(addrs) > 1 {
+			return nil, fmt.Errorf("--egress-addr %s: an egress pool takes unicast IPv4 addresses of this host", a)
+		}
+	}
+	return addrs, nil
+}
+
+// planPublic picks the egress address (or pool) and the port blocks.
+func planPublic(c Config, env egressEnv) (egress, error) {
 	e := egress{mode: c.Egress}
 	if e.mode == "" {
 		e.mode = EgressUser
@@ -114,20 +159,9 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 		size = DefaultBlockSize
 	}
 	r := c.EgressPorts
-	addrs := c.EgressAddrs
-	if len(addrs) == 0 && c.EgressAddr.IsValid() {
-		addrs = []netip.Addr{c.EgressAddr}
-	}
-	for i, a := range addrs {
-		addrs[i] = a.Unmap()
-		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
-			return egress{}, fmt.Errorf("--egress-addr %s: want unicast addresses of this host", a)
-		}
-		// A pool is of IPv4 addresses; one IPv6 address is user mode's
-		// source for jobs' IPv6 flows (kernel mode checks below).
-		if !addrs[i].Is4() && len(addrs) > 1 {
-			return egress{}, fmt.Errorf("--egress-addr %s: an egress pool takes unicast IPv4 addresses of this host", a)
-		}
+	addrs, err := egressAddrs(c)
+	if err != nil {
+		return egress{}, err
 	}
 	switch e.mode {
 	case EgressUser:
@@ -271,15 +305,19 @@ func (e egress) logPublic(log *slog.Logger) {
 		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
 }
 
-// planEgress6 finds where jobs' IPv6 flows leave from (--egress-prefix,
-// else --egress-addr, else the source of the host's IPv6 default route)
-// and, if they have somewhere to, makes the lease manager dual-stack: its
-// leases then carry IPv6 addresses in the IPv6 prefix of --subnet. Without the IPv6 tunnel
-// prefix (IPv6 off) it does nothing.
-func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (netip.Addr, error)) error {
+// planIPv6 finds where jobs' IPv6 flows of a dual-stack tunnel leave
+// from (--egress-prefix, else the IPv6 --egress-addr, else the source of
+// the host's IPv6 default route, source6) and, if they have somewhere to,
+// sets e.prefix6 to the tunnel's IPv6 prefix (applyPrefix6 makes the
+// lease manager dual-stack with it). Without the IPv6 tunnel prefix (IPv6
+// off, or an IPv6-only tunnel) it does nothing.
+func (e *egress) planIPv6(cfg Config, source6 func() (netip.Addr, error)) error {
 	log := cfg.Logger
 	if !cfg.Subnet6.IsValid() {
 		return nil
+	}
+	if source6 == nil {
+		source6 = func() (netip.Addr, error) { return netip.Addr{}, errors.New("no IPv6 default route") }
 	}
 	switch {
 	case cfg.EgressPrefix6.IsValid():
@@ -311,10 +349,20 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 		}
 		e.public6 = a
 	}
-	if err := leases.SetPrefix6(cfg.Subnet6); err != nil {
+	e.prefix6 = cfg.Subnet6.Masked()
+	return nil
+}
+
+// applyPrefix6 makes leases dual-stack if the plan has IPv6 beside IPv4:
+// its leases then carry IPv6 addresses in the IPv6 tunnel prefix.
+func (e egress) applyPrefix6(log *slog.Logger, leases *lease.Manager) error {
+	if !e.prefix6.IsValid() {
+		return nil
+	}
+	if err := leases.SetPrefix6(e.prefix6); err != nil {
 		return err
 	}
-	log.Info("IPv6 in the tunnel", "subnet6", cfg.Subnet6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
 	return nil
 }
 

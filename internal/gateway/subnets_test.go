@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPlanSubnet6: the first start makes a random unique-local /48 and
@@ -61,9 +62,9 @@ func TestPlanSubnet6(t *testing.T) {
 	}
 }
 
-// TestPlanEgress6: jobs get IPv6 addresses when the host has an IPv6
-// egress address; without one, IPv4 only.
-func TestPlanEgress6(t *testing.T) {
+// TestPlanEgressIPv6: the one egress planner gives jobs IPv6 addresses
+// when the host has an IPv6 egress address; without one, IPv4 only.
+func TestPlanEgressIPv6(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := Config{Logger: log, Subnet: netip.MustParsePrefix(DefaultSubnet), Subnet6: netip.MustParsePrefix("fd00:1::/48")}
 	newLeases := func() *lease.Manager {
@@ -75,8 +76,15 @@ func TestPlanEgress6(t *testing.T) {
 	}
 	egress6 := netip.MustParseAddr("2001:db8::1")
 	plan := func(c Config, m *lease.Manager, source6 func() (netip.Addr, error)) (egress, error) {
-		var e egress
-		err := e.planEgress6(c, m, source6)
+		env := egressEnv{
+			hostRange:      func() (portblock.Range, error) { return portblock.Range{Lo: 32768, Hi: 60999}, nil },
+			defaultSource:  func() (netip.Addr, error) { return netip.MustParseAddr("203.0.113.1"), nil },
+			defaultSource6: source6,
+		}
+		e, err := planEgress(c, env)
+		if err == nil {
+			err = e.applyPrefix6(log, m)
+		}
 		return e, err
 	}
 	m := newLeases()
