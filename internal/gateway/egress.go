@@ -158,59 +158,25 @@ func planPublic(c Config, env egressEnv) (egress, error) {
 	if size == 0 {
 		size = DefaultBlockSize
 	}
-	r := c.EgressPorts
 	addrs, err := egressAddrs(c)
 	if err != nil {
 		return egress{}, err
 	}
+	e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+	if len(addrs) > 0 {
+		e.public = addrs[0]
+	}
+	var r portblock.Range
 	switch e.mode {
 	case EgressUser:
-		host, err := env.hostRange()
-		if err != nil {
-			return egress{}, fmt.Errorf("user-mode egress: %w", err)
-		}
-		if r == (portblock.Range{}) {
-			r = host
-		} else if r.Lo < host.Lo || r.Hi > host.Hi {
-			// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
-			// the host's range: bind explicitly (portblock.Dialer).
-			e.explicit = true
-		}
-		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
-		if len(addrs) > 0 {
-			e.public = addrs[0]
-		}
-		if !e.public.IsValid() {
-			a, err := env.defaultSource()
-			if err != nil {
-				e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
-			} else {
-				e.public, e.publicFrom = a, "default route"
-			}
-		}
-		if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
-			return egress{}, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
-		}
+		r, err = e.planUser(c.EgressPorts, env)
 	case EgressKernel:
-		if r == (portblock.Range{}) {
-			r = DefaultKernelPorts
-		}
-		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
-		if len(addrs) > 0 {
-			e.public = addrs[0]
-		}
-		if !e.public.IsValid() {
-			a, err := env.defaultSource()
-			if err != nil {
-				return egress{}, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
-			}
-			e.public, e.publicFrom = a, "default route"
-		}
-		if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
-			return egress{}, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
-		}
+		r, err = e.planKernel(c.EgressPorts, env)
 	default:
-		return egress{}, fmt.Errorf("--egress %q: want %s or %s", c.Egress, EgressUser, EgressKernel)
+		err = fmt.Errorf("--egress %q: want %s or %s", c.Egress, EgressUser, EgressKernel)
+	}
+	if err != nil {
+		return egress{}, err
 	}
 	plan, err := portblock.NewPlan(r, size)
 	if err != nil {
@@ -222,6 +188,55 @@ func planPublic(c Config, env egressEnv) (egress, error) {
 	}
 	e.pool = portblock.Pool{Addrs: addrs, Plan: plan}
 	return e, nil
+}
+
+// planUser picks user mode's port range (r, else the host's ephemeral
+// range) and, without --egress-addr, the default route's source (none:
+// the unspecified address, flows leave from the kernel's choice).
+func (e *egress) planUser(r portblock.Range, env egressEnv) (portblock.Range, error) {
+	host, err := env.hostRange()
+	if err != nil {
+		return r, fmt.Errorf("user-mode egress: %w", err)
+	}
+	if r == (portblock.Range{}) {
+		r = host
+	} else if r.Lo < host.Lo || r.Hi > host.Hi {
+		// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
+		// the host's range: bind explicitly (portblock.Dialer).
+		e.explicit = true
+	}
+	if !e.public.IsValid() {
+		a, err := env.defaultSource()
+		if err != nil {
+			e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
+		} else {
+			e.public, e.publicFrom = a, "default route"
+		}
+	}
+	if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
+		return r, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
+	}
+	return r, nil
+}
+
+// planKernel picks kernel mode's port range (r, else DefaultKernelPorts)
+// and, without --egress-addr, the default route's source, which it
+// needs: an IPv4 address to source-NAT to.
+func (e *egress) planKernel(r portblock.Range, env egressEnv) (portblock.Range, error) {
+	if r == (portblock.Range{}) {
+		r = DefaultKernelPorts
+	}
+	if !e.public.IsValid() {
+		a, err := env.defaultSource()
+		if err != nil {
+			return r, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
+		}
+		e.public, e.publicFrom = a, "default route"
+	}
+	if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
+		return r, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
+	}
+	return r, nil
 }
 
 // routeProbe is, per family, an outside destination whose route stands for
