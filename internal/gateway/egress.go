@@ -3,7 +3,6 @@
 package gateway
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -101,16 +100,11 @@ type egressEnv struct {
 	// hostRange returns net.ipv4.ip_local_port_range.
 	hostRange func() (portblock.Range, error)
 	// defaultSource returns the preferred source address of the default
-	// route; defaultSource6 that of the IPv6 default route (nil: none).
-	defaultSource  func() (netip.Addr, error)
-	defaultSource6 func() (netip.Addr, error)
+	// route of a family.
+	defaultSource func(*ipfamily.Family) (netip.Addr, error)
 }
 
-var hostEgressEnv = egressEnv{
-	hostRange:      portblock.HostEphemeralRange,
-	defaultSource:  func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) },
-	defaultSource6: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V6) },
-}
+var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: defaultRouteSource}
 
 // planEgress validates the egress flags and picks the defaults, for
 // every family: the egress address or pool and the port blocks
@@ -121,7 +115,7 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	if err != nil {
 		return egress{}, err
 	}
-	if err := e.planIPv6(c, env.defaultSource6); err != nil {
+	if err := e.planIPv6(c, env.defaultSource); err != nil {
 		return egress{}, err
 	}
 	return e, nil
@@ -206,7 +200,7 @@ func (e *egress) planUser(r portblock.Range, env egressEnv) (portblock.Range, er
 		e.explicit = true
 	}
 	if !e.public.IsValid() {
-		a, err := env.defaultSource()
+		a, err := env.defaultSource(ipfamily.V4)
 		if err != nil {
 			e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
 		} else {
@@ -227,7 +221,7 @@ func (e *egress) planKernel(r portblock.Range, env egressEnv) (portblock.Range, 
 		r = DefaultKernelPorts
 	}
 	if !e.public.IsValid() {
-		a, err := env.defaultSource()
+		a, err := env.defaultSource(ipfamily.V4)
 		if err != nil {
 			return r, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
 		}
@@ -322,17 +316,14 @@ func (e egress) logPublic(log *slog.Logger) {
 
 // planIPv6 finds where jobs' IPv6 flows of a dual-stack tunnel leave
 // from (--egress-prefix, else the IPv6 --egress-addr, else the source of
-// the host's IPv6 default route, source6) and, if they have somewhere to,
+// the host's IPv6 default route, source) and, if they have somewhere to,
 // sets e.prefix6 to the tunnel's IPv6 prefix (applyPrefix6 makes the
 // lease manager dual-stack with it). Without the IPv6 tunnel prefix (IPv6
 // off, or an IPv6-only tunnel) it does nothing.
-func (e *egress) planIPv6(cfg Config, source6 func() (netip.Addr, error)) error {
+func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr, error)) error {
 	log := cfg.Logger
 	if !cfg.Subnet6.IsValid() {
 		return nil
-	}
-	if source6 == nil {
-		source6 = func() (netip.Addr, error) { return netip.Addr{}, errors.New("no IPv6 default route") }
 	}
 	switch {
 	case cfg.EgressPrefix6.IsValid():
@@ -355,7 +346,7 @@ func (e *egress) planIPv6(cfg Config, source6 func() (netip.Addr, error)) error 
 		}
 		e.public6 = a
 	default:
-		a, err := source6()
+		a, err := source(ipfamily.V6)
 		if err != nil {
 			// IPv6 addresses would only make jobs try IPv6 first for
 			// dual-stack names, and fail.

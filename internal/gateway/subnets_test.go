@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -77,9 +78,13 @@ func TestPlanEgressIPv6(t *testing.T) {
 	egress6 := netip.MustParseAddr("2001:db8::1")
 	plan := func(c Config, m *lease.Manager, source6 func() (netip.Addr, error)) (egress, error) {
 		env := egressEnv{
-			hostRange:      func() (portblock.Range, error) { return portblock.Range{Lo: 32768, Hi: 60999}, nil },
-			defaultSource:  func() (netip.Addr, error) { return netip.MustParseAddr("203.0.113.1"), nil },
-			defaultSource6: source6,
+			hostRange: func() (portblock.Range, error) { return portblock.Range{Lo: 32768, Hi: 60999}, nil },
+			defaultSource: func(f *ipfamily.Family) (netip.Addr, error) {
+				if f == ipfamily.V6 {
+					return source6()
+				}
+				return netip.MustParseAddr("203.0.113.1"), nil
+			},
 		}
 		e, err := planEgress(c, env)
 		if err == nil {
