@@ -243,7 +243,9 @@ func (s *Stack) setupStack() error {
 
 	tcpFwd := tcp.NewForwarder(s.ns, 0, s.cfg.MaxInFlightSYN, s.handleTCP)
 	s.ns.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
-	udpFwd := udp.NewForwarder(s.ns, s.handleUDP)
+	// Every datagram is the forwarder's, relayed or dropped (handled:
+	// true), so the stack sends no ICMP port unreachable for a denied one.
+	udpFwd := udp.NewForwarder(s.ns, func(r *udp.ForwarderRequest) bool { s.handleUDP(r); return true })
 	s.ns.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
 	return nil
 }
