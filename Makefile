@@ -3,17 +3,23 @@
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
 .PHONY: all setup build test demo vet clean fuzz docs dist
 
+# The Go toolchain go.mod names, where scripts/setup.sh had to fetch it
+# (a link into the Go module cache; the host's go when it is new enough).
+export PATH := $(CURDIR)/bin/toolchain/bin:$(PATH)
+
 all: build
 
+# Each target sets up only what it needs (scripts/setup.sh TARGET).
 setup:
-	./scripts/setup.sh
+	./scripts/setup.sh build
 
 build: setup
 
 vet:
 	go vet ./...
 
-test: setup
+test:
+	./scripts/setup.sh test
 	go vet ./...
 	# -p 1: the end-to-end packages load both cores with iperf3; unit tests
 	# with timing bounds must not share the machine with them.
@@ -24,7 +30,8 @@ test: setup
 FUZZTIME ?= 60s
 FUZZ ?= .
 FUZZFLAGS ?=
-fuzz: setup
+fuzz:
+	./scripts/setup.sh fuzz
 	FUZZTIME='$(FUZZTIME)' FUZZ='$(FUZZ)' FUZZFLAGS='$(FUZZFLAGS)' ./scripts/fuzz.sh
 
 # The man pages (docs/man) and the command reference (docs/cli) are made
@@ -35,10 +42,12 @@ docs:
 
 # Release artefacts in dist/: static tarball, .deb, .rpm and SHA256SUMS,
 # the same bytes for the same commit (docs/install.md).
-dist: setup
+dist:
+	./scripts/setup.sh dist
 	./scripts/dist.sh
 
-demo: setup
+demo:
+	./scripts/setup.sh demo
 	./scripts/demo.sh
 
 clean:

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: MIT
+
+// Package bare tests the README's set-up on a machine that has nothing but
+// Debian 12 and its package manager: a scratch root made by debootstrap,
+// with no Go in it, builds bin/airlock through the README's own command.
+package bare
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
+)
+
+// cacheDir keeps what makes the test slow the first time and nothing that
+// decides its outcome: the debootstrap root (read-only below an overlay),
+// the .debs apt downloaded, the Go module proxy's files (a file:// proxy in
+// front of proxy.golang.org; the go command still checks every module,
+// the toolchain included, against go.sum and sum.golang.org) and the Go
+// build cache.
+const cacheDir = "/var/cache/airlock-test/bare-debian12"
+
+// The Debian mirror the root is made from; debootstrap's own default.
+const mirror = "http://deb.debian.org/debian"
+
+// chrootScript runs in a private mount namespace: an overlay on the cached
+// root (so that every run starts from the same bare system and leaves it
+// unchanged), the kernel's file systems, the caches, and a copy of the
+// source tree in /src. Inside, as on a fresh machine: install make (the
+// README says so), then the README's command.
+const chrootScript = `set -eu
+r=$WORK/merged
+mkdir -p "$WORK/up" "$WORK/ovl" "$r"
+mount -t overlay overlay -o "lowerdir=$ROOT,upperdir=$WORK/up,workdir=$WORK/ovl" "$r"
+mount -t proc proc "$r/proc"
+mount --rbind /sys "$r/sys"
+mount --rbind /dev "$r/dev"
+mount -t tmpfs tmpfs "$r/run"
+mount -t tmpfs tmpfs "$r/tmp"
+cp /etc/resolv.conf "$r/etc/resolv.conf"
+for d in apt-archives goproxy gobuild; do mkdir -p "$CACHE/$d"; done
+mkdir -p "$r/var/cache/apt/archives" "$r/cache/goproxy" "$r/root/.cache/go-build"
+mount --bind "$CACHE/apt-archives" "$r/var/cache/apt/archives"
+mount --bind "$CACHE/goproxy" "$r/cache/goproxy"
+mount --bind "$CACHE/gobuild" "$r/root/.cache/go-build"
+mkdir "$r/src"
+tar -C "$SRC" -cf - -T "$WORK/files" | tar -C "$r/src" -xf -
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
+	GOPROXY=file:///cache/goproxy,https://proxy.golang.org \
+	chroot "$r" /bin/sh -c '
+	set -e
+	! command -v go
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends make >/dev/null
+	cd /src && make build
+	bin/airlock version
+	ls -l bin/toolchain
+	systemctl list-unit-files 2>/dev/null | grep enabled || true
+' >"$WORK/log" 2>&1 || { echo "exit $?" >>"$WORK/log"; exit 1; }
+# What the run fetched, for the next one.
+cp -a "$r/root/go/pkg/mod/cache/download/." "$CACHE/goproxy/"
+`
+
+// TestBareDebian12 makes (once, then from the cache) a minimal Debian 12
+// root with debootstrap, and runs `make build` in it, which must install
+// Debian's Go, fetch the toolchain go.mod names as a module and build
+// bin/airlock with it.
+func TestBareDebian12(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the bare-Debian build takes minutes")
+	}
+	topology.RequireRoot(t)
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("debootstrap not installed (scripts/setup.sh test installs it): %v", err)
+		}
+		t.Skipf("debootstrap not installed (scripts/setup.sh test installs it): %v", err)
+	}
+	root := filepath.Join(cacheDir, "root")
+	if _, err := os.Stat(filepath.Join(root, "etc", "debian_version")); err != nil {
+		t.Logf("making the Debian 12 root in %s (once; several minutes)", root)
+		tmp := root + ".tmp"
+		_ = os.RemoveAll(tmp)
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command("debootstrap", "--variant=minbase", "bookworm", tmp, mirror).CombinedOutput()
+		if err != nil {
+			t.Fatalf("debootstrap: %v\n%s", err, tail(out))
+		}
+		if err := os.Rename(tmp, root); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "go")); err == nil {
+		t.Fatalf("the cached root %s has a go: remove it and run again", root)
+	}
+
+	src := topology.ModuleRoot(t)
+	work := t.TempDir()
+	// The source tree as a clone would have it: every file git knows and
+	// every new one it does not ignore.
+	files, err := exec.Command("git", "-C", src, "ls-files", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		t.Fatalf("git ls-files: %v", err)
+	}
+	var keep bytes.Buffer
+	for _, f := range strings.Split(string(files), "\n") {
+		if _, err := os.Lstat(filepath.Join(src, f)); f != "" && err == nil {
+			fmt.Fprintln(&keep, f)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "files"), keep.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", chrootScript)
+	cmd.Env = append(os.Environ(), "WORK="+work, "ROOT="+root, "CACHE="+cacheDir, "SRC="+src)
+	out, err := cmd.CombinedOutput()
+	log, _ := os.ReadFile(filepath.Join(work, "log"))
+	if err != nil {
+		t.Fatalf("make build in a bare Debian 12 root: %v\n%s\n%s", err, out, tail(log))
+	}
+	t.Logf("make build in a bare Debian 12 root: %s", time.Since(start).Round(time.Second))
+	s := string(log)
+	for _, want := range []string{
+		"setup: installing Debian packages: gcc make libc6-dev ca-certificates git golang-go", // nothing but what build needs
+		"setup: go1.19",                                    // Debian's go, too old...
+		"fetching golang.org/toolchain@v0.0.1-go1.26.8.",  // ...fetches the toolchain as a module
+		"setup: built bin/airlock, bin/libairlock-preload.so with go1.26.8",
+		"commit:", // bin/airlock version
+		"bin/toolchain -> /root/go/pkg/mod/golang.org/toolchain@v0.0.1-go1.26.8.linux-",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("the bare-Debian build's output lacks %q:\n%s", want, tail(log))
+		}
+	}
+	for _, never := range []string{"slurm", "postgresql", "prometheus", "squid"} {
+		if strings.Contains(s, never) {
+			t.Errorf("make build in a bare Debian 12 root mentions %s:\n%s", never, tail(log))
+		}
+	}
+}
+
+// tail returns the last 60 lines of b.
+func tail(b []byte) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > 60 {
+		l = l[len(l)-60:]
+	}
+	return strings.Join(l, "\n")
+}
