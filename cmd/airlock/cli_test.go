@@ -198,3 +198,18 @@ func BenchmarkVersion(b *testing.B) {
 		}
 	}
 }
+
+// TestTokenCreateNoTTLWarns: a token without --ttl never expires, and
+// create says so on stderr (stdout stays the bare secret); with --ttl no
+// warning.
+func TestTokenCreateNoTTLWarns(t *testing.T) {
+	state := t.TempDir()
+	code, stdout, stderr := airlock("token", "create", "--state", state, "--name", "forever")
+	if code != 0 || strings.Contains(stdout, "warning") || !strings.Contains(stderr, "warning: token forever never expires") || !strings.Contains(stderr, "--ttl") {
+		t.Errorf("token create without --ttl: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = airlock("token", "create", "--state", state, "--name", "month", "--ttl", "720h")
+	if code != 0 || strings.Contains(stderr, "never expires") {
+		t.Errorf("token create --ttl 720h: exit %d, stderr %q", code, stderr)
+	}
+}

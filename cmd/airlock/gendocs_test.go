@@ -173,6 +173,9 @@ func TestManPagesRender(t *testing.T) {
 // parse it where it is installed, and asks the completion engine the
 // scripts call for flags and values.
 func TestCompletion(t *testing.T) {
+	if code, _, _ := airlock("completion", "powershell"); code == 0 {
+		t.Error("completion powershell: exit 0, want no PowerShell script from a Linux-only tool")
+	}
 	for _, sh := range []string{"bash", "zsh", "fish"} {
 		code, script, stderr := airlock("completion", sh)
 		if code != 0 || !strings.Contains(script, "__complete") {

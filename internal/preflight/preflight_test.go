@@ -160,3 +160,32 @@ func TestConfigFile(t *testing.T) {
 		t.Errorf("config with a shadowed rule: %+v, want ok and a warning naming line 5", got)
 	}
 }
+
+// TestStateDirAsRoot: the check run as root on the service user's state
+// directory says to run it as that user (with the service's settings).
+func TestStateDirAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the directory to another uid")
+	}
+	h := fakeHost(t, nil)
+	h.UID = 0
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	r := h.StateDir(dir)
+	if r.Status != Problem || !strings.Contains(r.Detail, "this check runs as root") ||
+		!strings.Contains(r.Fix, "sudo -u 4242 airlock gateway --check --state "+dir) || !strings.Contains(r.Fix, "--env-file /etc/default/airlock-gateway") {
+		t.Errorf("StateDir as root on uid 4242's directory: %+v", r)
+	}
+	// Root's own directory, as before.
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.StateDir(dir); r.Status != OK {
+		t.Errorf("StateDir as root on root's directory: %+v", r)
+	}
+}
