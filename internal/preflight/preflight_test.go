@@ -95,6 +95,28 @@ func TestUserNamespaces(t *testing.T) {
 	if got := fakeHost(t, nil).UserNamespaces(Problem, ""); got.Status != OK {
 		t.Errorf("allowed: got %+v", got)
 	}
+	// Ubuntu 24.04: the namespace is made, but without the profile it
+	// holds no capabilities; preflight names the profile.
+	for _, tc := range []struct {
+		label  string
+		uid    int
+		status Status
+		want   string
+	}{
+		{"unconfined", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"airlockX (enforce)", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"airlock (unconfined)", 1000, OK, "allowed by the AppArmor profile airlock"},
+		{"unconfined", 0, OK, "can be created"},
+	} {
+		h := fakeHost(t, map[string]string{"kernel.apparmor_restrict_unprivileged_userns": "1"})
+		h.UID = tc.uid
+		h.AppArmorLabel = func() string { return tc.label }
+		got := h.UserNamespaces(Warn, "; falls back")
+		if got.Status != tc.status || !strings.Contains(got.Fix+got.Detail, tc.want) {
+			t.Errorf("restricted userns, label %q, uid %d: got %+v, want %v with %q", tc.label, tc.uid, got, tc.status, tc.want)
+		}
+	}
 }
 
 func TestTUNDevice(t *testing.T) {

@@ -20,15 +20,12 @@ import (
 )
 
 // cacheDir keeps what makes the test slow the first time and nothing that
-// decides its outcome: the debootstrap root (read-only below an overlay),
-// the .debs apt downloaded, the Go module proxy's files (a file:// proxy in
+// decides its outcome: the debootstrap root (topology.DebianRoot, read-only
+// below an overlay), the .debs apt downloaded, the Go module proxy's files (a file:// proxy in
 // front of proxy.golang.org; the go command still checks every module,
 // the toolchain included, against go.sum and sum.golang.org) and the Go
 // build cache.
-const cacheDir = "/var/cache/airlock-test/bare-debian12"
-
-// The Debian mirror the root is made from; debootstrap's own default.
-const mirror = "http://deb.debian.org/debian"
+const cacheDir = topology.DebianRootCache + "/bare-debian12"
 
 // chrootScript runs in a private mount namespace: an overlay on the cached
 // root (so that every run starts from the same bare system and leaves it
@@ -80,29 +77,7 @@ func TestBareDebian12(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the bare-Debian build takes minutes")
 	}
-	topology.RequireRoot(t)
-	if _, err := exec.LookPath("debootstrap"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("debootstrap not installed (scripts/setup.sh test installs it): %v", err)
-		}
-		t.Skipf("debootstrap not installed (scripts/setup.sh test installs it): %v", err)
-	}
-	root := filepath.Join(cacheDir, "root")
-	if _, err := os.Stat(filepath.Join(root, "etc", "debian_version")); err != nil {
-		t.Logf("making the Debian 12 root in %s (once; several minutes)", root)
-		tmp := root + ".tmp"
-		_ = os.RemoveAll(tmp)
-		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		out, err := exec.Command("debootstrap", "--variant=minbase", "bookworm", tmp, mirror).CombinedOutput()
-		if err != nil {
-			t.Fatalf("debootstrap: %v\n%s", err, tail(out))
-		}
-		if err := os.Rename(tmp, root); err != nil {
-			t.Fatal(err)
-		}
-	}
+	root := topology.DebianRoot(t, "bare-debian12", "bookworm", "")
 	if _, err := os.Stat(filepath.Join(root, "usr", "bin", "go")); err == nil {
 		t.Fatalf("the cached root %s has a go: remove it and run again", root)
 	}
