@@ -80,7 +80,7 @@ func TestDist(t *testing.T) {
 		}
 		for _, f := range []string{"bin/airlock", "lib/airlock/libairlock-preload.so", "lib/airlock/spank_airlock.so",
 			"lib/airlock/airlock-condor-wrapper", "lib/systemd/system/airlock-gateway.service", "lib/sysusers.d/airlock.conf",
-			"share/man/man1/airlock-run.1.gz", "share/bash-completion/completions/airlock", "share/zsh/vendor-completions/_airlock",
+			"share/man/man1/airlock-run.1.gz", "share/man/man8/airlock-gateway.8.gz", "share/man/man5/airlock-gateway.toml.5.gz", "share/bash-completion/completions/airlock", "share/zsh/vendor-completions/_airlock",
 			"share/fish/vendor_completions.d/airlock.fish", "share/doc/airlock/LICENSE", "share/doc/airlock/THIRD_PARTY_LICENSES",
 			"share/airlock/slurm/spank_airlock.c", "share/airlock/sysctl/60-airlock-gateway.conf"} {
 			if _, err := os.Stat(filepath.Join(top[0], f)); err != nil {
@@ -125,7 +125,7 @@ func TestDist(t *testing.T) {
 			}
 		}
 		files := run(t, "rpm", "-qlp", rpm)
-		for _, want := range []string{"/usr/bin/airlock", "/usr/lib/systemd/system/airlock-gateway.service", "/usr/share/man/man1/airlock.1.gz"} {
+		for _, want := range []string{"/usr/bin/airlock", "/usr/lib/systemd/system/airlock-gateway.service", "/usr/share/man/man1/airlock.1.gz", "/usr/share/man/man8/airlock-gateway.8.gz", "/usr/share/man/man5/airlock-gateway.toml.5.gz"} {
 			if !strings.Contains(files, want+"\n") {
 				t.Errorf("rpm -qlp lacks %s", want)
 			}

@@ -66,9 +66,11 @@ install -D -m 0644 slurm/munge_job.h "$share/slurm/munge_job.h"
 install -D -m 0644 slurm/Makefile "$share/slurm/Makefile"
 install -D -m 0755 slurm/airlock-slurm-task "$share/slurm/airlock-slurm-task"
 echo "$slurm_version" >"$share/slurm/built-for-slurm"
-for p in docs/man/*.1; do
-	install -D -m 0644 "$p" "$usr/share/man/man1/$(basename "$p")"
-	gzip -9n "$usr/share/man/man1/$(basename "$p")"
+# Man pages by section: commands (1), the gateway (8), its config file (5).
+for p in docs/man/*.[158]; do
+	sec=${p##*.}
+	install -D -m 0644 "$p" "$usr/share/man/man$sec/$(basename "$p")"
+	gzip -9n "$usr/share/man/man$sec/$(basename "$p")"
 done
 "$work/airlock" completion bash >"$work/bash" && install -D -m 0644 "$work/bash" "$usr/share/bash-completion/completions/airlock"
 "$work/airlock" completion zsh >"$work/zsh" && install -D -m 0644 "$work/zsh" "$usr/share/zsh/vendor-completions/_airlock"
