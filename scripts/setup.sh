@@ -89,20 +89,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-# ...and what the packages enabled for the next boot is disabled again,
-# with systemd's tools where there are (deb-systemd-helper works without a
-# running systemd, e.g. in a container) and for sysvinit's links.
+# ...and what the packages enabled for the next boot is disabled again:
+# systemd's links (systemctl works on them without a running systemd, as
+# in a container) and sysvinit's.
 for s in "${services[@]}"; do
 	[ -e "/lib/systemd/system/$s.service" ] || [ -e "/etc/init.d/$s" ] || continue
-	if [ -e "/lib/systemd/system/$s.service" ] && command -v deb-systemd-helper >/dev/null &&
-		deb-systemd-helper --quiet was-enabled "$s.service"; then
-		[ "$(id -u)" -eq 0 ] && deb-systemd-helper disable "$s.service" >/dev/null 2>&1 || true
+	ls /etc/systemd/system/*.wants/"$s".service /etc/rc[2-5].d/S??"$s" >/dev/null 2>&1 || continue
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "setup: $s starts at boot; as root: systemctl disable $s" >&2
+		continue
 	fi
-	if [ -d /run/systemd/system ] && systemctl is-enabled --quiet "$s" 2>/dev/null; then
-		[ "$(id -u)" -eq 0 ] && systemctl disable --now "$s" >/dev/null 2>&1 || true
+	if [ -d /run/systemd/system ]; then
+		systemctl disable --now "$s" >/dev/null 2>&1 || true
+	elif command -v systemctl >/dev/null; then
+		systemctl disable "$s" >/dev/null 2>&1 || true
 	fi
-	if [ -e "/etc/init.d/$s" ] && ls /etc/rc[2-5].d/S??"$s" >/dev/null 2>&1; then
-		[ "$(id -u)" -eq 0 ] && update-rc.d "$s" disable >/dev/null 2>&1 || true
+	if ls /etc/rc[2-5].d/S??"$s" >/dev/null 2>&1; then
+		update-rc.d "$s" disable >/dev/null 2>&1 || true
 	fi
 done
 

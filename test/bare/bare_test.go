@@ -148,3 +148,23 @@ func tail(b []byte) string {
 	}
 	return strings.Join(l, "\n")
 }
+
+// testServices are the services of the tools the tests start themselves
+// (scripts/setup.sh's services).
+var testServices = []string{"munge", "slurmctld", "slurmd", "prometheus", "squid", "postgresql"}
+
+// TestNoTestServiceAtBoot checks this machine after scripts/setup.sh test
+// (make test runs it first): none of the test tools' services is enabled
+// for the next boot, neither as a systemd unit nor by sysvinit's links.
+func TestNoTestServiceAtBoot(t *testing.T) {
+	if _, err := os.Stat("/var/lib/dpkg/status"); err != nil {
+		t.Skip("not a Debian system")
+	}
+	for _, s := range testServices {
+		links, _ := filepath.Glob("/etc/systemd/system/*.wants/" + s + ".service")
+		rc, _ := filepath.Glob("/etc/rc[2-5].d/S[0-9][0-9]" + s)
+		if len(links)+len(rc) > 0 {
+			t.Errorf("%s starts at boot (%s): scripts/setup.sh test disables it", s, strings.Join(append(links, rc...), " "))
+		}
+	}
+}
