@@ -66,7 +66,7 @@ env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 	systemctl list-unit-files 2>/dev/null | grep enabled || true
 ' >"$WORK/log" 2>&1 || { echo "exit $?" >>"$WORK/log"; exit 1; }
 # What the run fetched, for the next one.
-cp -a "$r/root/go/pkg/mod/cache/download/." "$CACHE/goproxy/"
+cp -an "$r/root/go/pkg/mod/cache/download/." "$CACHE/goproxy/"
 `
 
 // TestBareDebian12 makes (once, then from the cache) a minimal Debian 12
