@@ -31,6 +31,9 @@ demo)
 	;;
 test)
 	pkgs+=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd nftables python3 squid tshark procps)
+	# The wireguard-go fork test (third_party/wireguard-go) applies its
+	# patch with patch(1).
+	pkgs+=(patch)
 	# Batch-system integration tests (test/e2e TestSlurm) and the SPANK
 	# plugin (slurm/), and the Prometheus tests: the distribution's Slurm,
 	# munge and Prometheus (with promtool).
