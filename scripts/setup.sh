@@ -27,7 +27,7 @@ case $target in
 build | fuzz) ;;
 demo)
 	# scripts/demo.sh: namespaces, the outside servers and the sample job.
-	pkgs+=(iproute2 iputils-ping util-linux passwd procps curl bind9-dnsutils iperf3 python3)
+	pkgs+=(iproute2 iputils-ping util-linux passwd procps curl iperf3)
 	;;
 test)
 	pkgs+=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd nftables python3 squid tshark procps)
