@@ -208,7 +208,7 @@ func storeCheck(sc gateway.StoreConfig) preflight.Result {
 	r := preflight.Result{Name: "fleet database"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile})
+	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure})
 	switch {
 	case errors.Is(err, pgstore.ErrSchemaOld):
 		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "run airlock db migrate --store URL as the schema's owner (docs/fleet.md)"

@@ -30,16 +30,20 @@ const StoreEnv = "AIRLOCK_STORE"
 // storeOpts are the shared database's flags.
 type storeOpts struct {
 	url, passwordFile string
+	insecure          bool
 }
 
 // storeUsage is --store's help.
 const storeUsage = "the fleet's shared PostgreSQL database `URL`, postgres://USER@HOST/DB?sslmode=verify-full&sslrootcert=CA; the password from --store-password-file, PGPASSWORD or PGPASSFILE, never in the URL"
 
+// storeInsecureUsage is --store-insecure's help.
+const storeInsecureUsage = "allow a --store URL over TCP whose server is not verified by TLS (sslmode other than verify-full or verify-ca): only where the path to the database is trusted, for someone on it can answer as the database"
+
 // storePasswordUsage is --store-password-file's help.
 const storePasswordUsage = "`FILE` (mode 0600) whose first line is the database password"
 
 func (o storeOpts) config() pgstore.Config {
-	return pgstore.Config{URL: o.url, PasswordFile: o.passwordFile}
+	return pgstore.Config{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure}
 }
 
 // set reports whether a database was given.
@@ -52,7 +56,7 @@ func (o storeOpts) open(ctx context.Context) (*pgstore.Store, error) {
 
 // gatewayStore is the gateway's StoreConfig from its flags.
 func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration) gateway.StoreConfig {
-	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, FailClosed: failClosed, Stale: stale}
+	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure, FailClosed: failClosed, Stale: stale}
 }
 
 // runDBMigrate is airlock db migrate.
@@ -195,6 +199,7 @@ func storeFlags(cmd *cobra.Command, o *storeOpts, extra string) {
 	setEnv(cmd.Flags().Lookup("store"), StoreEnv)
 	cmd.Flags().StringVar(&o.passwordFile, "store-password-file", "", storePasswordUsage)
 	_ = cmd.MarkFlagFilename("store-password-file")
+	cmd.Flags().BoolVar(&o.insecure, "store-insecure", false, storeInsecureUsage)
 }
 
 // useStore reports whether an admin command works on the fleet's

@@ -49,6 +49,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	var so storeOpts
 	fs.StringVar(&so.url, "store", "", storeUsage+"; makes this gateway a member of the fleet that shares it (docs/fleet.md)")
 	fs.StringVar(&so.passwordFile, "store-password-file", "", storePasswordUsage)
+	fs.BoolVar(&so.insecure, "store-insecure", false, storeInsecureUsage)
 	storeFailClosed := fs.Bool("store-fail-closed", false, "with --store: refuse joins once the local copy of the fleet's tokens and bans is older than --store-stale (default: joins go on with it while the database is down)")
 	storeStale := fs.Duration("store-stale", 0, "with --store-fail-closed: how old the local copy may get (default 1m)")
 	setEnv(fs.Lookup("store"), "AIRLOCK_GATEWAY_STORE", StoreEnv)

@@ -37,6 +37,9 @@ type StoreConfig struct {
 	// and bans is older than Stale (default: joins go on with it).
 	FailClosed bool
 	Stale      time.Duration
+	// Insecure allows a TCP connection to the database without a
+	// verified TLS certificate (--store-insecure).
+	Insecure bool
 }
 
 // openRemote opens the shared database (openState, once the state
@@ -55,7 +58,7 @@ func (g *gateway) openRemote() error {
 		return err
 	}
 	g.memberID = id
-	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: id, Logger: g.log})
+	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure, Gateway: id, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
@@ -67,6 +70,11 @@ func (g *gateway) openRemote() error {
 	switch {
 	case errors.Is(err, pgstore.ErrSchemaOld), errors.Is(err, pgstore.ErrSchemaNew):
 		return fmt.Errorf("--store: %w", err)
+	case errors.Is(err, pgstore.ErrTLSRefused):
+		// Not an outage: something answers in the database's place, or
+		// its TLS is broken. Starting would trust nothing it says, and
+		// a site must see this at once.
+		return fmt.Errorf("--store: refusing the database: %w", err)
 	case err != nil:
 		// The database is not in the data path: start with the tokens
 		// and bans of the previous run, journal the records.

@@ -87,7 +87,7 @@ func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
 	if err != nil {
-		return 0, 0, fmt.Errorf("connect to database: %w", err)
+		return 0, 0, fmt.Errorf("connect to database: %w", tlsFailure(err))
 	}
 	defer conn.Close(context.Background())
 	ms, err := migrations()

@@ -74,6 +74,10 @@ type Config struct {
 	Timeout time.Duration
 	// MaxConns bounds the connection pool; 0 means 4.
 	MaxConns int32
+	// Insecure allows a TCP connection whose server is not verified by
+	// TLS (sslmode other than verify-full or verify-ca): --store-insecure,
+	// for a path to the database that the site trusts (transport.go).
+	Insecure bool
 	Logger   *slog.Logger
 }
 
@@ -91,6 +95,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse --store: %w", redact(err))
+	}
+	if err := checkTransport(&pc.ConnConfig.Config, cfg.Insecure); err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
 	}
 	if cfg.PasswordFile != "" {
 		pw, err := readPasswordFile(cfg.PasswordFile)
@@ -253,7 +260,7 @@ func (s *Store) SchemaVersion(ctx context.Context) (int32, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", tlsFailure(err))
 	}
 	return v, nil
 }

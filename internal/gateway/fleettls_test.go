@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+	"github.com/airlock-vpn/airlock/test/pgtest"
+)
+
+// noTLSProxy listens on 127.0.0.1 in front of the real database at
+// target and answers every TLS request with PostgreSQL's "N" (no TLS),
+// then relays the rest in plain text: what someone on the path to the
+// database does to read and answer in its place. It returns its port and
+// how many connections asked for TLS.
+func noTLSProxy(t *testing.T, target string) (int, *atomic.Int32) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var asked atomic.Int32
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				var req [8]byte
+				if _, err := io.ReadFull(c, req[:]); err != nil {
+					return
+				}
+				// SSLRequest: length 8, code 80877103.
+				if req[4] == 0x04 && req[5] == 0xd2 && req[6] == 0x16 && req[7] == 0x2f {
+					asked.Add(1)
+					if _, err := c.Write([]byte("N")); err != nil {
+						return
+					}
+				}
+				up, err := net.Dial("tcp", target)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				if req[4] != 0x04 {
+					up.Write(req[:])
+				}
+				go io.Copy(up, c)
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port, &asked
+}
+
+// TestFleetStoreTLS: a gateway refuses a --store URL that reaches the
+// database over TCP without verifying its certificate (sslmode=prefer, the
+// default, falls back to plain text; require checks nothing) unless
+// --store-insecure; and with sslmode=verify-full, a proxy on the path that
+// answers "no TLS" stops the gateway at start with an error that says so,
+// instead of a start "without the database" that would later trust it.
+// Today's main starts in both cases.
+func TestFleetStoreTLS(t *testing.T) {
+	pgtest.Require(t)
+	c := pgtest.Start(t)
+	db := c.CreateDB(t)
+	if _, _, err := pgstore.Migrate(context.Background(), pgstore.Config{URL: c.URL(pgtest.Superuser, db)}); err != nil {
+		t.Fatal(err)
+	}
+	start := func(sc StoreConfig) error {
+		cfg := Config{
+			Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+			StateDir: filepath.Join(t.TempDir(), "state"),
+			Listen:   "127.0.0.1:0",
+			Store:    sc,
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		sg, err := Start(ctx, cfg)
+		if err == nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sg.Stop(sctx)
+		}
+		return err
+	}
+	tcp := "postgres://" + pgtest.Superuser + "@127.0.0.1:" + itoaPort(c.Port) + "/" + db
+	for _, u := range []string{tcp, tcp + "?sslmode=prefer", tcp + "?sslmode=require", tcp + "?sslmode=disable"} {
+		err := start(StoreConfig{URL: u})
+		if !errors.Is(err, pgstore.ErrInsecureTransport) || !strings.Contains(err.Error(), "verify-full") || !strings.Contains(err.Error(), "--store-insecure") {
+			t.Errorf("gateway with --store %s: %v; want a refusal naming sslmode=verify-full and --store-insecure", u, err)
+		}
+	}
+	// The site's explicit choice is honoured (pgtest's server takes only
+	// TLS over TCP, so this gateway starts "without the database", as in
+	// an outage: what matters is that the URL is not refused).
+	if err := start(StoreConfig{URL: tcp + "?sslmode=disable", Insecure: true}); err != nil {
+		t.Errorf("gateway with --store-insecure: %v, want it to start", err)
+	}
+	// A unix socket is local: allowed.
+	if err := start(StoreConfig{URL: c.URL(pgtest.Superuser, db)}); err != nil {
+		t.Errorf("gateway on the database's unix socket: %v", err)
+	}
+
+	port, asked := noTLSProxy(t, "127.0.0.1:"+itoaPort(c.Port))
+	u := "postgres://" + pgtest.Superuser + "@127.0.0.1:" + itoaPort(port) + "/" + db + "?sslmode=verify-full&sslrootcert=" + c.CAFile
+	err := start(StoreConfig{URL: u})
+	if !errors.Is(err, pgstore.ErrTLSRefused) || !strings.Contains(err.Error(), "refusing the database") {
+		t.Errorf("gateway behind a proxy that answers no TLS: %v; want a start refused with ErrTLSRefused", err)
+	}
+	if asked.Load() == 0 {
+		t.Error("the gateway never asked the proxy for TLS")
+	}
+}
+
+func itoaPort(p int) string { return strconv.Itoa(p) }
