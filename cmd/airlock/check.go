@@ -217,8 +217,21 @@ func storeCheck(sc gateway.StoreConfig) preflight.Result {
 	case err != nil:
 		r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check --store, the password (--store-password-file, PGPASSWORD) and TLS; the gateway starts without the database with its copy of the fleet's tokens from a previous run, and a new gateway admits no job until it answers"
 	default:
-		db.Close()
+		defer db.Close()
 		r.Status, r.Detail = preflight.OK, fmt.Sprintf("answers with schema version %d", pgstore.LatestVersion())
+		missing, excess, err := db.GatewayPrivileges(ctx)
+		switch {
+		case err != nil:
+			r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check the database role's privileges (docs/fleet.md)"
+		case len(missing) > 0:
+			r.Status = preflight.Problem
+			r.Detail = fmt.Sprintf("the database role lacks what a gateway needs: %s", strings.Join(missing, ", "))
+			r.Fix = fmt.Sprintf("run airlock db migrate --store OWNER_URL --gateway-role ROLE as the schema's owner: it grants %s what it needs (docs/fleet.md)", pgstore.GatewayRole)
+		case len(excess) > 0:
+			r.Status = preflight.Warn
+			r.Detail = fmt.Sprintf("the database role may do an admin's work: %s; its password on this host is the keys to the site", strings.Join(excess, "; "))
+			r.Fix = fmt.Sprintf("give this gateway a login role of its own in %s only: airlock db migrate --gateway-role ROLE (docs/fleet.md)", pgstore.GatewayRole)
+		}
 	}
 	return r
 }

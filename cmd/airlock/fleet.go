@@ -60,13 +60,19 @@ func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration) gateway.St
 }
 
 // runDBMigrate is airlock db migrate.
-func runDBMigrate(ctx context.Context, w io.Writer, o storeOpts) error {
+func runDBMigrate(ctx context.Context, w io.Writer, o storeOpts, rs pgstore.Roles) error {
 	if !o.set() {
 		return usagef("db migrate: --store URL (or %s) is required", StoreEnv)
 	}
-	from, to, err := pgstore.Migrate(ctx, o.config())
+	from, to, err := pgstore.MigrateRoles(ctx, o.config(), rs)
 	if err != nil {
 		return err
+	}
+	for _, r := range rs.Gateways {
+		fmt.Fprintf(w, "role %s: a gateway's (%s)\n", r, pgstore.GatewayRole)
+	}
+	for _, r := range rs.Admins {
+		fmt.Fprintf(w, "role %s: an admin's (%s)\n", r, pgstore.AdminRole)
 	}
 	if from == to {
 		fmt.Fprintf(w, "schema version %d: up to date\n", to)
@@ -223,14 +229,28 @@ func newDBCmd(stdout io.Writer) *cobra.Command {
 the schema's owner (not the gateways' least-privilege role, docs/fleet.md).
 Each migration runs in one transaction under an advisory lock; migrations
 only add, so gateways keep running. A gateway refuses to start on a schema
-older or newer than it knows.`,
-		Example: `  airlock db migrate --store 'postgres://airlock_owner@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem'`,
-		Args:    noArgs,
+older or newer than it knows.
+
+It also makes the fleet's two group roles, airlock_fleet_gateway and
+airlock_fleet_admin (the owner needs CREATEROLE, or a DBA makes them
+first), and grants them exactly what each needs on every table, also one
+that an upgrade adds. --gateway-role and --admin-role make login roles
+members of them (and make a missing one, LOGIN without a password: set one,
+or use client certificates). Give each gateway a login role of its own:
+row-level security lets a gateway's role write only its own lease records,
+attribution and member record, and never create tokens, lift bans or write
+capture tickets.`,
+		Example: `  airlock db migrate --store 'postgres://airlock_owner@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem' \
+    --gateway-role gw_dmz1 --gateway-role gw_dmz2 --admin-role airlock_ops`,
+		Args: noArgs,
 	}
 	var o storeOpts
+	var rs pgstore.Roles
 	storeFlags(mig, &o, "")
+	mig.Flags().StringSliceVar(&rs.Gateways, "gateway-role", nil, "make login `ROLE` a gateway's (a member of airlock_fleet_gateway); one per gateway; repeatable or comma-separated")
+	mig.Flags().StringSliceVar(&rs.Admins, "admin-role", nil, "make login `ROLE` an admin host's (a member of airlock_fleet_admin); repeatable or comma-separated")
 	mig.RunE = func(cmd *cobra.Command, args []string) error {
-		return runDBMigrate(cmd.Context(), stdout, o)
+		return runDBMigrate(cmd.Context(), stdout, o, rs)
 	}
 	cmd.AddCommand(mig)
 	return cmd

@@ -659,7 +659,7 @@ func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{store.ErrNotFound, store.ErrExists, store.ErrInvalidName, store.ErrBadToken} {
+	for _, s := range []error{store.ErrNotFound, store.ErrExists, store.ErrInvalidName, store.ErrBadToken, store.ErrNotPermitted} {
 		if errors.Is(err, s) {
 			return err
 		}

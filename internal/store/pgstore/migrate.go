@@ -81,6 +81,15 @@ func LatestVersion() int32 {
 // another Migrate runs (see above). A database newer than this code is
 // left alone with ErrSchemaNew.
 func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
+	return MigrateRoles(ctx, cfg, Roles{})
+}
+
+// MigrateRoles is Migrate that also makes the login roles of rs members
+// of GatewayRole and AdminRole. After any migration, or with roles, it
+// grants the schema's privileges (grants.go) to both group roles, so that
+// every table, also one an upgrade adds, works for them with no
+// hand-written GRANT.
+func MigrateRoles(ctx context.Context, cfg Config, rs Roles) (from, to int32, err error) {
 	pc, err := poolConfig(cfg)
 	if err != nil {
 		return 0, 0, err
@@ -94,7 +103,11 @@ func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return migrate(ctx, conn, ms)
+	from, to, err = migrate(ctx, conn, ms)
+	if err != nil || (from == to && len(rs.Gateways)+len(rs.Admins) == 0) {
+		return from, to, err
+	}
+	return from, to, applyGrants(ctx, conn, rs)
 }
 
 // migrate applies ms to the database of conn, one transaction each.
