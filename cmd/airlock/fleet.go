@@ -55,8 +55,8 @@ func (o storeOpts) open(ctx context.Context) (*pgstore.Store, error) {
 }
 
 // gatewayStore is the gateway's StoreConfig from its flags.
-func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration) gateway.StoreConfig {
-	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure, FailClosed: failClosed, Stale: stale}
+func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration, fleetKey string) gateway.StoreConfig {
+	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure, FailClosed: failClosed, Stale: stale, FleetKey: fleetKey}
 }
 
 // runDBMigrate is airlock db migrate.
@@ -253,6 +253,26 @@ capture tickets.`,
 		return runDBMigrate(cmd.Context(), stdout, o, rs)
 	}
 	cmd.AddCommand(mig)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "fleet-key FILE",
+		Short: "make the fleet key that enrols the fleet's gateways (--fleet-key)",
+		Long: `Writes a new fleet key to FILE (mode 0600; an existing file is never
+overwritten). Copy it to every gateway of the fleet, and give each
+gateway --fleet-key FILE: a gateway signs its member record with it, and
+tells its jobs only of the members whose record it signed, so that a row
+written into the database with a database password alone never makes a job
+send its traffic to a host that is not one of the site's gateways. Keep the
+file off the database host and off admin hosts that need only --store.`,
+		Example: `  airlock db fleet-key /etc/airlock/fleet.key`,
+		Args:    exactArgs(1, "FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := fleet.NewKeyFile(args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "fleet key written to %s: copy it (mode 0600) to every gateway and start each with --fleet-key %s\n", args[0], args[0])
+			return nil
+		},
+	})
 	return cmd
 }
 

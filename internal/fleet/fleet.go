@@ -43,6 +43,7 @@ package fleet
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -90,6 +91,10 @@ type Config struct {
 	// TLS key rotation changes them while the gateway runs.
 	Pin  func() string
 	Load func() Load
+	// Key is the fleet key (enrol.go): this member signs its record with
+	// it, and Members returns only the members whose signature holds.
+	// Nil: Members returns this gateway alone.
+	Key ed25519.PrivateKey
 	// FailClosed refuses joins once the replica has not been confirmed
 	// by the database for Stale (default: joins go on with the cached
 	// tokens and bans). A fail-closed node reloads at least every
@@ -129,7 +134,8 @@ type Node struct {
 	synced   time.Time       // guarded by mu: the replica's last confirmation
 	tokens   map[string]bool // guarded by mu: token names in the replica
 	bans     map[int64]bool  // guarded by mu: ban ids applied
-	members  []store.Member  // guarded by mu: live members, by address
+	members  []store.Member  // guarded by mu: live enrolled members, by address
+	refused  map[string]bool // guarded by mu: member ids refused (logged once)
 	backlog  int             // guarded by mu: journal entries waiting
 	down     bool            // guarded by mu: the shipper is failing
 	downFrom time.Time       // guarded by mu
@@ -177,7 +183,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	cfg.Local.EnableJournal()
 	n := &Node{cfg: cfg, log: cfg.Logger, local: cfg.Local, remote: cfg.Remote, ship: make(chan struct{}, 1),
-		tokens: map[string]bool{}, bans: map[int64]bool{}}
+		tokens: map[string]bool{}, bans: map[int64]bool{}, refused: map[string]bool{}}
 	// The replica of the previous run: its tokens are the baseline for
 	// revocations, its bans are already applied by the gateway.
 	toks, err := cfg.Local.Tokens()
@@ -439,6 +445,9 @@ func (n *Node) self() store.Member {
 	m.Pin = n.cfg.Pin()
 	l := n.cfg.Load()
 	m.Jobs, m.Capacity, m.Draining = l.Jobs, l.Capacity, l.Draining
+	if n.cfg.Key != nil {
+		m = SignMember(n.cfg.Key, m)
+	}
 	return m
 }
 
@@ -456,17 +465,48 @@ func (n *Node) heartbeat() {
 	}
 	var live []store.Member
 	for _, m := range ms {
-		if m.Alive(now, MemberStale) {
-			live = append(live, m)
+		if !m.Alive(now, MemberStale) {
+			continue
 		}
+		if err := n.enrolled(m); err != nil {
+			n.mu.Lock()
+			first := !n.refused[m.ID]
+			if first && len(n.refused) < maxRefused {
+				n.refused[m.ID] = true
+			}
+			n.mu.Unlock()
+			if first {
+				n.log.Error("fleet: a member record in the database is not enrolled by the fleet key: clients are not told of it (a record written with a database password alone, or a gateway without this --fleet-key)",
+					"member", store.Truncate(m.ID), "advertise", store.Truncate(m.Advertise), "err", err)
+			}
+			continue
+		}
+		live = append(live, m)
 	}
 	n.mu.Lock()
 	n.members = live
 	n.mu.Unlock()
 }
 
-// Members returns the fleet's live members as last read (this gateway
-// included), by advertised address.
+// maxRefused bounds the member ids whose refusal is remembered (and so
+// logged once): a flood of planted rows costs a bounded log.
+const maxRefused = 256
+
+// enrolled returns nil if clients may be told of member m: signed by the
+// fleet key, or, without one, this gateway itself.
+func (n *Node) enrolled(m store.Member) error {
+	if n.cfg.Key == nil {
+		if m.ID == n.cfg.Self.ID && m.Advertise == n.cfg.Self.Advertise && m.Pin == n.cfg.Pin() {
+			return nil
+		}
+		return fmt.Errorf("%w: this gateway has no --fleet-key", ErrNotEnrolled)
+	}
+	return VerifyMember(n.cfg.Key.Public().(ed25519.PublicKey), m)
+}
+
+// Members returns the fleet's live enrolled members as last read (this
+// gateway included), by advertised address: those whose record the fleet
+// key signed (enrol.go).
 func (n *Node) Members() []store.Member {
 	n.mu.Lock()
 	defer n.mu.Unlock()

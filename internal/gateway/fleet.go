@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -40,6 +41,11 @@ type StoreConfig struct {
 	// Insecure allows a TCP connection to the database without a
 	// verified TLS certificate (--store-insecure).
 	Insecure bool
+	// FleetKey is the file of the fleet key (--fleet-key, made by airlock
+	// db fleet-key): this gateway signs its member record with it and
+	// tells clients only of members it signed. "": clients learn no other
+	// member.
+	FleetKey string
 }
 
 // openRemote opens the shared database (openState, once the state
@@ -91,7 +97,18 @@ func (g *gateway) openFleet() error {
 		// A single gateway (again): its own tokens.
 		return g.local.SetFleet("")
 	}
+	var key ed25519.PrivateKey
+	if g.cfg.Store.FleetKey != "" {
+		k, err := fleet.LoadKey(g.cfg.Store.FleetKey)
+		if err != nil {
+			return fmt.Errorf("--fleet-key: %w", err)
+		}
+		key = k
+	} else {
+		g.log.Warn("no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over; give every gateway the same fleet key (airlock db fleet-key, docs/fleet.md)")
+	}
 	n, err := fleet.New(fleet.Config{
+		Key:    key,
 		Logger: g.log.With("component", "fleet"),
 		Local:  g.local,
 		Remote: g.remote,

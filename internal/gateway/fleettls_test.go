@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/netip"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
 )
@@ -129,3 +132,89 @@ func TestFleetStoreTLS(t *testing.T) {
 }
 
 func itoaPort(p int) string { return strconv.Itoa(p) }
+
+// testFleetKey writes a fleet key for t's gateways and returns its file.
+func testFleetKey(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fleet.key")
+	if err := fleet.NewKeyFile(path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestFleetPlantedMember: a member record written into the database with
+// a gateway's database password alone (a host of the attacker's, with a
+// huge free capacity and a live heartbeat) is never handed to a job, nor
+// is a gateway that does not hold the fleet key; the enrolled ones are.
+// On today's main the lease lists the planted member.
+func TestFleetPlantedMember(t *testing.T) {
+	pgtest.Require(t)
+	c := pgtest.Start(t)
+	db := c.CreateDB(t)
+	owner := c.URL(pgtest.Superuser, db)
+	if _, _, err := pgstore.MigrateRoles(context.Background(), pgstore.Config{URL: owner},
+		pgstore.Roles{Gateways: []string{"plant_a", "plant_b", "plant_c"}, Admins: []string{"plant_ops"}}); err != nil {
+		t.Fatal(err)
+	}
+	key := testFleetKey(t)
+	gw := func(role, subnet, key string) *testGateway {
+		return startGatewayWith(t, func(cfg *Config) {
+			cfg.Store = StoreConfig{URL: c.URL(role, db), FleetKey: key}
+			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
+		})
+	}
+	a := gw("plant_a", "100.64.0.0/16", key)
+	b := gw("plant_b", "100.65.0.0/16", key)
+	gw("plant_c", "100.66.0.0/16", "") // not enrolled: no fleet key
+	// The attacker holds B's database password.
+	conn := c.Connect(t, db)
+	if _, err := conn.Exec(context.Background(), "set role plant_b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(context.Background(), `insert into airlock_gateways (id, heartbeat, record) values ('planted', now() + interval '1 hour',
+		'{"id":"planted","advertise":"203.0.113.66:8443","pin":"sha256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA","capacity":1000000,"sig":"bm90IGEgc2lnbmF0dXJl"}')`); err != nil {
+		t.Fatalf("plant a member record with a gateway's role: %v", err)
+	}
+	ops, err := pgstore.Open(context.Background(), pgstore.Config{URL: c.URL("plant_ops", db)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ops.Close()
+	tok, _, err := ops.CreateToken("plant", 0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := control.NewClient(a.info.Control.String(), a.info.Fingerprint, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx := context.Background()
+	// The members list fills at the heartbeats (2 s): wait for all
+	// four rows, then look at what a job is told.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ms, err := ops.Members()
+		if err == nil && len(ms) == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members in the database: %+v %v, want 4", ms, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2500 * time.Millisecond) // one heartbeat more: A has read them
+	l, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "plant-1", Hostname: "node1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, m := range l.Members {
+		got[m.Gateway] = true
+	}
+	if len(l.Members) != 2 || !got[a.info.Control.String()] || !got[b.info.Control.String()] {
+		t.Errorf("a job on A is told of members %+v; want A and B only (not the planted 203.0.113.66:8443, not C without the fleet key)", l.Members)
+	}
+}
