@@ -610,18 +610,32 @@ func (n *Node) resyncAfterWrite() {
 	}
 }
 
-// VerifyToken implements store.DB, from the replica.
+// VerifyToken implements store.DB, from the replica (refused as Fresh
+// says).
 func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
-	if n.cfg.FailClosed {
-		n.mu.Lock()
-		age := now.Sub(n.synced)
-		n.mu.Unlock()
-		if age > n.cfg.Stale {
-			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
-				ErrUnavailable, age.Round(time.Second))
-		}
+	if err := n.Fresh(now); err != nil {
+		return store.Token{}, err
 	}
 	return n.local.VerifyToken(secret, now)
+}
+
+// Fresh returns nil if this gateway may admit a join now: always, unless
+// it is fail-closed and the database has not confirmed its copy of the
+// fleet's tokens and bans for Stale; then an error wrapping
+// ErrUnavailable. Every join asks, with a token or without one (a join
+// by MUNGE credential alone is judged by the bans of the same copy).
+func (n *Node) Fresh(now time.Time) error {
+	if !n.cfg.FailClosed {
+		return nil
+	}
+	n.mu.Lock()
+	age := now.Sub(n.synced)
+	n.mu.Unlock()
+	if age > n.cfg.Stale {
+		return fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
+			ErrUnavailable, age.Round(time.Second))
+	}
+	return nil
 }
 
 // AddBan implements store.DB: in the database, whose notification brings

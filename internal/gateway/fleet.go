@@ -136,6 +136,19 @@ func (g *gateway) openFleet() error {
 	return nil
 }
 
+// fleetFresh refuses a join, with a token or without one, while a
+// fail-closed fleet member's copy of the fleet's tokens and bans is stale
+// (fleet.Node.Fresh); nil for a single gateway.
+func (g *gateway) fleetFresh() error {
+	if g.fleet == nil {
+		return nil
+	}
+	if err := g.fleet.Fresh(time.Now()); err != nil {
+		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
 // loadBans applies the bans in force from the store (a single gateway's
 // survive its restarts; a fleet's come from every gateway).
 func (g *gateway) loadBans(now time.Time) error {

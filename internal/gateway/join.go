@@ -130,6 +130,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
+	if err := g.fleetFresh(); err != nil {
+		return control.Lease{}, err
+	}
 	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
 		return control.Lease{}, err
 	}
