@@ -42,7 +42,7 @@ type fleetEnv struct {
 	ownerURL, adminURL string
 	// key is the fleet key file every gateway is given (--fleet-key).
 	key string
-	gws           []*fleetGW
+	gws []*fleetGW
 	// t is the test's, which owns the gateways' processes (a subtest's
 	// cleanup would stop one it restarted).
 	t *testing.T
@@ -68,6 +68,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 		f.db = f.pg.CreateDB(t)
 		f.ownerURL = f.pg.URL(pgtest.Superuser, f.db)
 		f.adminURL = f.pg.URL(fleetAdminRole, f.db)
+		e.tokenStore = f.adminURL
 		// As the docs say: the owner migrates and makes the roles, one
 		// per gateway and one for the admin host; no hand-written GRANT.
 		code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, nil, e.airlock, "db", "migrate", "--store", f.ownerURL,
@@ -243,8 +244,8 @@ func TestFleet(t *testing.T) {
 	a, b, c := f.gws[0], f.gws[1], f.gws[2]
 
 	t.Run("OneAddressLearnsTheFleet", func(t *testing.T) {
-		// The env's token was made on A (through its admin socket, into
-		// the database); B admits it. The job knows only B.
+		// The env's token was made on the admin host (into the
+		// database); B admits it. The job knows only B.
 		code, out, stderr := f.runWith(t, f.on(b), "sh", "-c", `cat "$AIRLOCK_EGRESS_FILE"`)
 		if code != 0 {
 			t.Fatalf("job on B with A's token: exit %d%s", code, f.diag(stderr))
