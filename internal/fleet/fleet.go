@@ -49,6 +49,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/store"
@@ -129,6 +130,9 @@ type Node struct {
 	local   *store.Store
 	remote  *pgstore.Store
 	ship    chan struct{} // wakes the shipper
+	// work counts the reloads and kick queries that notifications and
+	// the resync ticker caused (NotifySpacing bounds their rate).
+	work atomic.Int64
 
 	mu       sync.Mutex
 	synced   time.Time       // guarded by mu: the replica's last confirmation
@@ -267,6 +271,13 @@ func (n *Node) resync() error {
 	return nil
 }
 
+// NotifySpacing is the least time between two reloads, and between two
+// looks at the kick requests, that notifications cause. Any database user
+// may NOTIFY on channel airlock, with any payload: a flood of them costs a
+// gateway at most one reload (two queries and a local write) and one kick
+// query per NotifySpacing, whatever their number.
+const NotifySpacing = 100 * time.Millisecond
+
 // listenLoop keeps a LISTEN connection and reloads on its notifications,
 // at every (re)connection and every ResyncEvery.
 func (n *Node) listenLoop(ctx context.Context) {
@@ -274,23 +285,11 @@ func (n *Node) listenLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		lctx, cancel := context.WithCancel(ctx)
 		tick := time.NewTicker(n.cfg.ResyncEvery)
-		resync := make(chan struct{}, 1)
-		go func() {
-			for {
-				select {
-				case <-lctx.Done():
-					return
-				case <-tick.C:
-				case <-resync:
-				}
-				if err := n.resync(); err != nil && lctx.Err() == nil {
-					n.log.Warn("fleet: reload of tokens and bans failed", "err", err)
-				}
-			}
-		}()
-		wake := func() {
+		resync, kicks := make(chan struct{}, 1), make(chan struct{}, 1)
+		go n.notifyWorker(lctx, tick.C, resync, kicks)
+		wake := func(c chan struct{}) {
 			select {
-			case resync <- struct{}{}:
+			case c <- struct{}{}:
 			default:
 			}
 		}
@@ -301,15 +300,15 @@ func (n *Node) listenLoop(ctx context.Context) {
 			if err := n.remote.CheckSchema(lctx); err != nil {
 				n.log.Error("fleet database schema does not match this gateway; upgrade it to the fleet's version", "err", err)
 			}
-			wake()
+			// What changed, and the kicks asked, while not listening.
+			wake(resync)
+			wake(kicks)
 		}, func(msg pgstore.Notification) {
 			switch msg.Table {
 			case "airlock_tokens", "airlock_bans":
-				wake()
+				wake(resync)
 			case "airlock_kicks":
-				if id, ok := msg.KickID(); ok {
-					go n.kick(id)
-				}
+				wake(kicks)
 			}
 		})
 		tick.Stop()
@@ -317,9 +316,12 @@ func (n *Node) listenLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if connected {
+		switch {
+		case errors.Is(err, pgstore.ErrTLSRefused):
+			n.log.Error("fleet: the database did not prove its identity over TLS: not using it", "err", err)
+		case connected:
 			n.log.Warn("fleet: lost the database's notifications; reconnecting", "err", err)
-		} else {
+		default:
 			n.log.Debug("fleet: cannot listen on the database", "err", err)
 		}
 		select {
@@ -331,19 +333,67 @@ func (n *Node) listenLoop(ctx context.Context) {
 	}
 }
 
-// kick answers kick request id if it is for this gateway.
-func (n *Node) kick(id int64) {
-	k, ok, err := n.remote.PendingKick(id, n.cfg.Self.ID)
+// notifyWorker does what the notifications (and the resync ticker) ask:
+// reloads of the replica and looks at this gateway's kick requests, each
+// coalesced and spaced by NotifySpacing, until ctx ends.
+func (n *Node) notifyWorker(ctx context.Context, tick <-chan time.Time, resync, kicks <-chan struct{}) {
+	var last time.Time
+	for {
+		reload, kick := false, false
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			reload = true
+		case <-resync:
+			reload = true
+		case <-kicks:
+			kick = true
+		}
+		if wait := NotifySpacing - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		// Whatever arrived meanwhile is served by this round.
+		select {
+		case <-resync:
+			reload = true
+		default:
+		}
+		select {
+		case <-kicks:
+			kick = true
+		default:
+		}
+		last = time.Now()
+		if reload {
+			n.work.Add(1)
+			if err := n.resync(); err != nil && ctx.Err() == nil {
+				n.log.Warn("fleet: reload of tokens and bans failed", "err", err)
+			}
+		}
+		if kick {
+			n.work.Add(1)
+			n.kicks()
+		}
+	}
+}
+
+// kicks answers the kick requests addressed to this gateway.
+func (n *Node) kicks() {
+	ks, err := n.remote.PendingKicks(n.cfg.Self.ID)
 	if err != nil {
-		n.log.Warn("fleet: cannot read a kick request", "id", id, "err", err)
+		n.log.Warn("fleet: cannot read the kick requests", "err", err)
 		return
 	}
-	if !ok {
-		return
-	}
-	res := n.cfg.OnKick(k)
-	if err := n.remote.FinishKick(id, res); err != nil {
-		n.log.Warn("fleet: cannot answer a kick request", "id", id, "err", err)
+	for _, k := range ks {
+		res := n.cfg.OnKick(k)
+		if err := n.remote.FinishKick(k.ID, res); err != nil {
+			n.log.Warn("fleet: cannot answer a kick request", "id", k.ID, "err", err)
+		}
 	}
 }
 
@@ -357,12 +407,6 @@ func (n *Node) Wake() {
 
 // shipLoop copies the journal to the database.
 func (n *Node) shipLoop(ctx context.Context) {
-	// Kick requests that arrived while this gateway was down.
-	if ks, err := n.remote.PendingKicks(n.cfg.Self.ID); err == nil {
-		for _, k := range ks {
-			go n.kick(k.ID)
-		}
-	}
 	wait := 200 * time.Millisecond
 	for {
 		if n.shipOnce() {
@@ -385,6 +429,11 @@ const shipBatch = 500
 // shipOnce ships the journal until it is empty or the database fails; it
 // reports whether the journal is empty.
 func (n *Node) shipOnce() bool {
+	if !n.shipBans() {
+		left, _ := n.local.JournalLen()
+		n.setShipping(errors.New("bans wait for the database"), left)
+		return false
+	}
 	for {
 		es, err := n.local.Journal(shipBatch)
 		if err != nil {
@@ -653,18 +702,72 @@ func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
 	}
 	n.writeMu.Unlock()
 	if err != nil {
-		lb, lerr := n.local.AddBan(b)
-		if lerr != nil {
+		if errors.Is(err, store.ErrNotPermitted) {
+			return b, err
+		}
+		// Kept in the state directory (it survives reloads and restarts)
+		// and shipped by the shipper once the database answers.
+		if lerr := n.local.AddPendingBan(b); lerr != nil {
 			return b, lerr
 		}
-		return lb, fmt.Errorf("%w: the ban holds on this gateway only: %w", ErrUnavailable, err)
+		n.log.Warn("fleet database unreachable: the ban holds on this gateway now and is written to the database, for the whole fleet, when it answers",
+			"token", b.Token, "host", b.Host, "until", b.Until, "err", err)
+		n.Wake()
+		return b, nil
 	}
 	n.resyncAfterWrite()
 	return rb, nil
 }
 
-// Bans implements store.DB, from the replica.
-func (n *Node) Bans(now time.Time) ([]store.Ban, error) { return n.local.Bans(now) }
+// Bans implements store.DB, from the replica, with the bans of this
+// gateway that wait to be shipped.
+func (n *Node) Bans(now time.Time) ([]store.Ban, error) {
+	bans, err := n.local.Bans(now)
+	if err != nil {
+		return nil, err
+	}
+	pend, err := n.local.PendingBans(now)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pend {
+		bans = append(bans, p.Ban)
+	}
+	return bans, nil
+}
+
+// shipBans writes the bans made while the database was unreachable, oldest
+// first; it reports whether none is left.
+func (n *Node) shipBans() bool {
+	pend, err := n.local.PendingBans(time.Now())
+	if err != nil {
+		n.log.Error("fleet: cannot read the bans waiting for the database", "err", err)
+		return false
+	}
+	for _, p := range pend {
+		n.writeMu.Lock()
+		rb, err := n.remote.AddBan(p.Ban)
+		if err == nil {
+			// Applied here already: the reload must not apply it again.
+			n.mu.Lock()
+			n.bans[rb.ID] = true
+			n.mu.Unlock()
+		}
+		n.writeMu.Unlock()
+		if err != nil {
+			return false
+		}
+		if err := n.local.PendingBanDone(p.Seq); err != nil {
+			n.log.Error("fleet: cannot forget a shipped ban (it may be written twice, which is harmless)", "err", err)
+			return false
+		}
+		n.log.Info("fleet: a ban made while the database was unreachable is written to it: it holds on every gateway", "id", rb.ID, "token", rb.Token, "until", rb.Until)
+	}
+	if len(pend) > 0 {
+		n.resyncAfterWrite()
+	}
+	return true
+}
 
 // RecordLeaseStart implements store.DB: locally with a journal entry; the
 // shipper writes it to the database.
