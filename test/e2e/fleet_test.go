@@ -384,7 +384,11 @@ func TestFleet(t *testing.T) {
 			"ip -o -4 addr show dev tun0; for i in $(seq 60); do curl -sS --max-time 5 -r 0-99 -o /dev/null "+url+"; sleep 0.5; done")
 		defer job.Kill()
 		waitStderr(t, job, "transport: ", 30*time.Second)
+		// The job's first line may follow the transport's log line.
 		src, ok := tunAddr(job.Stdout())
+		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); src, ok = tunAddr(job.Stdout()) {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if !ok {
 			t.Fatalf("job's tunnel address not in its output: %s", job.Describe())
 		}
