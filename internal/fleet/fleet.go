@@ -133,6 +133,9 @@ type Node struct {
 	// work counts the reloads and kick queries that notifications and
 	// the resync ticker caused (NotifySpacing bounds their rate).
 	work atomic.Int64
+	// heartbeatDenied is set while the database refuses the member
+	// record (logged once).
+	heartbeatDenied atomic.Bool
 
 	mu       sync.Mutex
 	synced   time.Time       // guarded by mu: the replica's last confirmation
@@ -466,6 +469,10 @@ func (n *Node) setShipping(err error, backlog int) {
 	defer n.mu.Unlock()
 	n.backlog = backlog
 	switch {
+	case err != nil && !n.down && errors.Is(err, store.ErrNotPermitted):
+		n.down, n.downFrom = true, time.Now()
+		n.log.Error("fleet database refuses this gateway's records to its role: they stay journaled locally; if this gateway's database role changed, give the new role its rows as the schema's owner (update airlock_leases set writer = 'NEW' where writer = 'OLD'; the same for airlock_gateways)",
+			"journaled", backlog, "err", err)
 	case err != nil && !n.down:
 		n.down, n.downFrom = true, time.Now()
 		n.log.Warn("fleet database unreachable: attribution records are journaled locally and written when it is back", "journaled", backlog, "err", err)
@@ -502,8 +509,13 @@ func (n *Node) self() store.Member {
 
 func (n *Node) heartbeat() {
 	if err := n.remote.Heartbeat(n.self()); err != nil {
-		return // the shipper and the listener say so
+		if errors.Is(err, store.ErrNotPermitted) && !n.heartbeatDenied.Swap(true) {
+			n.log.Error("fleet: the database refuses this gateway's member record to its role (another role wrote it): jobs are not told of this gateway; give this role the row as the schema's owner (update airlock_gateways set writer = 'ROLE' where id = 'MEMBER')",
+				"member", n.cfg.Self.ID, "err", err)
+		}
+		return // otherwise the shipper and the listener say so
 	}
+	n.heartbeatDenied.Store(false)
 	ms, err := n.remote.Members()
 	if err != nil {
 		return
