@@ -126,12 +126,12 @@ type owner struct {
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
+	if err := g.fleetFresh(); err != nil {
+		return control.Lease{}, err
+	}
 	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
-	}
-	if err := g.fleetFresh(); err != nil {
-		return control.Lease{}, err
 	}
 	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
 		return control.Lease{}, err
