@@ -699,20 +699,26 @@ func (n *Node) Fresh(now time.Time) error {
 	return nil
 }
 
-// AddBan implements store.DB: in the database, whose notification brings
-// it to every gateway; while the database is unreachable, locally (this
-// gateway only) with an error that says so.
-func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+// addRemoteBan writes b to the database and marks it applied here: this
+// gateway's caller applied it, so the reload must not again.
+func (n *Node) addRemoteBan(b store.Ban) (store.Ban, error) {
 	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
 	rb, err := n.remote.AddBan(b)
 	if err == nil {
-		// This gateway's caller applies it here itself: the reload
-		// must not.
 		n.mu.Lock()
 		n.bans[rb.ID] = true
 		n.mu.Unlock()
 	}
-	n.writeMu.Unlock()
+	return rb, err
+}
+
+// AddBan implements store.DB: in the database, whose notification brings
+// it to every gateway; while the database is unreachable, kept in this
+// gateway's state directory (it holds here at once) and written to the
+// database by the shipper when it answers.
+func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+	rb, err := n.addRemoteBan(b)
 	if err != nil {
 		if errors.Is(err, store.ErrNotPermitted) {
 			return b, err
@@ -757,15 +763,7 @@ func (n *Node) shipBans() bool {
 		return false
 	}
 	for _, p := range pend {
-		n.writeMu.Lock()
-		rb, err := n.remote.AddBan(p.Ban)
-		if err == nil {
-			// Applied here already: the reload must not apply it again.
-			n.mu.Lock()
-			n.bans[rb.ID] = true
-			n.mu.Unlock()
-		}
-		n.writeMu.Unlock()
+		rb, err := n.addRemoteBan(p.Ban)
 		if err != nil {
 			return false
 		}
