@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/client"
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -95,7 +96,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	rep = append(rep, egressChecks(cfg)...)
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
 	if cfg.Store.URL != "" {
-		rep = append(rep, storeCheck(cfg.Store))
+		rep = append(rep, storeCheck(cfg.Store), fleetKeyCheck(cfg.Store.FleetKey))
 	}
 	return writeReport(w, rep, asJSON)
 }
@@ -200,6 +201,23 @@ func writeReport(w io.Writer, rep preflight.Report, asJSON bool) error {
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// fleetKeyCheck is gateway --check's item for --fleet-key: the key loads;
+// without one, jobs are told of no other gateway.
+func fleetKeyCheck(path string) preflight.Result {
+	r := preflight.Result{Name: "fleet key"}
+	if path == "" {
+		r.Status, r.Detail = preflight.Warn, "no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over"
+		r.Fix = "make one fleet key (airlock db fleet-key FILE), copy it (mode 0600) to every gateway and start each with --fleet-key FILE (docs/fleet.md)"
+		return r
+	}
+	if _, err := fleet.LoadKey(path); err != nil {
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "give every gateway the same key made by airlock db fleet-key, mode 0600 (docs/fleet.md)"
+		return r
+	}
+	r.Status, r.Detail = preflight.OK, "loads: this gateway signs its member record, and jobs are told only of members it signed"
+	return r
 }
 
 // storeCheck is gateway --check's item for --store: the database answers

@@ -4,9 +4,12 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/preflight"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
@@ -40,5 +43,28 @@ func TestStoreCheckPrivileges(t *testing.T) {
 	r = storeCheck(gateway.StoreConfig{URL: c.URL(pgtest.Superuser, db)})
 	if r.Status != preflight.Warn || !strings.Contains(r.Detail, "create tokens") {
 		t.Errorf("the schema owner as a gateway's role: %+v, want a warning naming create tokens", r)
+	}
+}
+
+// TestFleetKeyCheck: gateway --check says when --fleet-key is missing (a
+// warning: no failover), unreadable or readable by others (a problem),
+// and OK for a key made by airlock db fleet-key.
+func TestFleetKeyCheck(t *testing.T) {
+	if r := fleetKeyCheck(""); r.Status != preflight.Warn || !strings.Contains(r.Fix, "airlock db fleet-key") {
+		t.Errorf("no key: %+v, want a warning naming airlock db fleet-key", r)
+	}
+	path := filepath.Join(t.TempDir(), "fleet.key")
+	if r := fleetKeyCheck(path); r.Status != preflight.Problem {
+		t.Errorf("missing key file: %+v, want a problem", r)
+	}
+	if err := fleet.NewKeyFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if r := fleetKeyCheck(path); r.Status != preflight.OK {
+		t.Errorf("key made by db fleet-key: %+v, want OK", r)
+	}
+	os.Chmod(path, 0o644)
+	if r := fleetKeyCheck(path); r.Status != preflight.Problem || !strings.Contains(r.Detail, "chmod 600") {
+		t.Errorf("key readable by others: %+v, want a problem naming chmod 600", r)
 	}
 }
