@@ -171,6 +171,10 @@ func migrateStep(ctx context.Context, conn *pgx.Conn, ms []migration) (before, a
 	// Without arguments, Exec sends the file as one simple query: every
 	// statement in it, in this transaction.
 	if _, err := tx.Exec(ctx, m.sql); err != nil {
+		if pgErr(err, "42501") && strings.Contains(err.Error(), "create role") {
+			return before, before, fmt.Errorf("migrate: migration %s: %w; the schema's owner needs CREATEROLE to make the roles %s and %s, or a DBA makes them first (create role … nologin, docs/fleet.md)",
+				m.name, err, GatewayRole, AdminRole)
+		}
 		return before, before, fmt.Errorf("migrate: migration %s: %w", m.name, err)
 	}
 	// A migration's "set" must not outlive it on this connection.

@@ -59,6 +59,7 @@ func TestPostgres(t *testing.T) {
 		{"CaptureTickets", testCaptureTickets},
 		{"Roles", testRoles},
 		{"RolesUpgrade", testRolesUpgrade},
+		{"RolesOwnerWithoutCreateRole", testRolesOwnerWithoutCreateRole},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
 	}

@@ -209,3 +209,26 @@ func testRolesUpgrade(t *testing.T, c *pgtest.Cluster) {
 		t.Errorf("migrate with a table grants.go does not know: %v, want it named", err)
 	}
 }
+
+// testRolesOwnerWithoutCreateRole: an owner without CREATEROLE migrates a
+// fresh database once a DBA made the two group roles, and the grants and
+// row-level security work for a gateway role the DBA made a member.
+func testRolesOwnerWithoutCreateRole(t *testing.T, c *pgtest.Cluster) {
+	db := c.CreateDB(t)
+	c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = 'plain_owner') then create role plain_owner login; end if; end $$")
+	c.Exec(t, db, "alter database "+db+" owner to plain_owner")
+	c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = '"+pgstore.GatewayRole+"') then create role "+pgstore.GatewayRole+" nologin; end if; end $$")
+	c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = '"+pgstore.AdminRole+"') then create role "+pgstore.AdminRole+" nologin; end if; end $$")
+	c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = 'plain_gw') then create role plain_gw login; end if; end $$")
+	c.Exec(t, db, "grant "+pgstore.GatewayRole+" to plain_gw")
+	if _, to, err := pgstore.Migrate(context.Background(), pgstore.Config{URL: c.URL("plain_owner", db)}); err != nil || to != pgstore.LatestVersion() {
+		t.Fatalf("migrate as an owner without CREATEROLE, roles made by a DBA: %d %v", to, err)
+	}
+	gw := openAs(t, c, "plain_gw", db, "m-plain")
+	if err := gw.Heartbeat(store.Member{ID: "m-plain", Advertise: "plain:8443"}); err != nil {
+		t.Errorf("heartbeat as a gateway role: %v", err)
+	}
+	if _, _, err := gw.CreateToken("x", 0, time.Now()); !errors.Is(err, store.ErrNotPermitted) {
+		t.Errorf("create token as a gateway role: %v, want ErrNotPermitted", err)
+	}
+}

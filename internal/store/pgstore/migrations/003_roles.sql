@@ -13,16 +13,23 @@
 -- them. Rows of before this version have no writer: the first gateway
 -- role that updates one (its own lease, its own member record) takes it.
 -- The schema's owner and superusers are not subject to these policies.
+--
+-- The owner needs CREATEROLE to make the two roles, unless a DBA made them
+-- first (then nothing is made, and an owner without CREATEROLE migrates).
 do $$
 begin
-	begin
-		create role airlock_fleet_gateway nologin;
-	exception when duplicate_object or unique_violation then null;
-	end;
-	begin
-		create role airlock_fleet_admin nologin;
-	exception when duplicate_object or unique_violation then null;
-	end;
+	if not exists (select from pg_roles where rolname = 'airlock_fleet_gateway') then
+		begin
+			create role airlock_fleet_gateway nologin;
+		exception when duplicate_object or unique_violation then null;
+		end;
+	end if;
+	if not exists (select from pg_roles where rolname = 'airlock_fleet_admin') then
+		begin
+			create role airlock_fleet_admin nologin;
+		exception when duplicate_object or unique_violation then null;
+		end;
+	end if;
 end
 $$;
 
