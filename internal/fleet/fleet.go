@@ -525,9 +525,14 @@ func (n *Node) heartbeat() {
 		return
 	}
 	var live []store.Member
+	checked := 0
 	for _, m := range ms {
 		if !m.Alive(now, MemberStale) {
 			continue
+		}
+		if checked++; checked > maxMembers {
+			// Bounded work per heartbeat, whatever the table holds.
+			break
 		}
 		if err := n.enrolled(m); err != nil {
 			n.mu.Lock()
@@ -552,6 +557,10 @@ func (n *Node) heartbeat() {
 // maxRefused bounds the member ids whose refusal is remembered (and so
 // logged once): a flood of planted rows costs a bounded log.
 const maxRefused = 256
+
+// maxMembers bounds the live member records whose signature a heartbeat
+// checks (the schema also bounds each gateway role to 16 records).
+const maxMembers = 1024
 
 // enrolled returns nil if clients may be told of member m: signed by the
 // fleet key, or, without one, this gateway itself.

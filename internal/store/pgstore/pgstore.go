@@ -756,7 +756,7 @@ func (s *Store) Heartbeat(m store.Member) error {
 	_, err = s.pool.Exec(ctx, `insert into airlock_gateways (id, heartbeat, record) values ($1, now(), $2)
 		on conflict (id) do update set heartbeat = now(), record = excluded.record, writer = current_user`, m.ID, rec)
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", denied(err, "write another gateway's member record"))
+		return fmt.Errorf("heartbeat: %w", denied(err, "write another gateway's member record, or a 17th record of its own (a gateway role keeps at most 16: delete its stopped ones)"))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -113,6 +114,18 @@ func testRoles(t *testing.T, c *pgtest.Cluster) {
 	}
 	if ms, _ := ops.Members(); len(ms) != 1 || ms[0].Advertise != "gw1.example.org:8443" {
 		t.Errorf("members after gw2's attempt: %+v", ms)
+	}
+	// A role's member records are bounded: the table every gateway reads
+	// at each heartbeat cannot be flooded.
+	var ferr error
+	planted := 0
+	for i := 0; i < 20 && ferr == nil; i++ {
+		if ferr = gw2.Heartbeat(store.Member{ID: fmt.Sprintf("flood-%d", i), Advertise: "evil.example.org:8443"}); ferr == nil {
+			planted++
+		}
+	}
+	if planted != 16 || !errors.Is(ferr, store.ErrNotPermitted) {
+		t.Errorf("member records by one gateway role: %d written, then %v; want 16, then ErrNotPermitted", planted, ferr)
 	}
 
 	// Capture tickets: only an admin writes one; only its gateway takes it.

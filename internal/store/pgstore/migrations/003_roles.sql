@@ -78,7 +78,11 @@ create policy admin_all on airlock_attribution to airlock_fleet_admin using (tru
 
 alter table airlock_gateways enable row level security;
 create policy gateway_read on airlock_gateways for select to airlock_fleet_gateway using (true);
-create policy gateway_insert on airlock_gateways for insert to airlock_fleet_gateway with check (writer = current_user);
+-- At most 16 member records per gateway role (a gateway whose state
+-- directory was made again registers anew): a stolen password cannot fill
+-- the table that every gateway reads at each heartbeat.
+create policy gateway_insert on airlock_gateways for insert to airlock_fleet_gateway
+	with check (writer = current_user and (select count(*) from airlock_gateways g where g.writer = current_user) < 16);
 create policy gateway_update on airlock_gateways for update to airlock_fleet_gateway
 	using (writer = current_user or writer is null) with check (writer = current_user);
 create policy admin_all on airlock_gateways to airlock_fleet_admin using (true) with check (true);
