@@ -44,6 +44,7 @@ package fleet
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -744,6 +745,33 @@ func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
 	}
 	n.resyncAfterWrite()
 	return rb, nil
+}
+
+// ErrJobCredentialUsed means a job credential already admitted a job on
+// another gateway of the fleet.
+var ErrJobCredentialUsed = errors.New("this job credential already admitted a job on another gateway of the fleet")
+
+// ClaimJobCredential claims job credential cred (root's, from the SPANK
+// plugin) for lease on this gateway, so that it admits one job in the
+// whole fleet: the error wraps ErrJobCredentialUsed when another member
+// claimed it. While the database is unreachable the claim is not made (each
+// member's munged still refuses a replay of its own), unless the node is
+// fail-closed: then ErrUnavailable.
+func (n *Node) ClaimJobCredential(cred, lease string) error {
+	h := sha256.Sum256([]byte(cred))
+	holder, holderLease, err := n.remote.ClaimJobCredential(h[:], n.cfg.Self.ID, lease)
+	if err != nil {
+		if n.cfg.FailClosed {
+			return fmt.Errorf("%w: cannot check that the job credential was not used on another gateway: %w", ErrUnavailable, err)
+		}
+		n.log.Warn("fleet database unreachable: a job credential is admitted without checking the fleet's other gateways", "lease", lease, "err", err)
+		return nil
+	}
+	if holder != n.cfg.Self.ID {
+		return fmt.Errorf("%w (member %s, lease %s): a job credential admits one job; another copy of it was used (airlock status --fleet names the lease)",
+			ErrJobCredentialUsed, store.Truncate(holder), store.Truncate(holderLease))
+	}
+	return nil
 }
 
 // Bans implements store.DB, from the replica, with the bans of this

@@ -149,6 +149,25 @@ func (g *gateway) fleetFresh() error {
 	return nil
 }
 
+// claimJobCredential claims the job credential of an attested join for
+// its lease in the whole fleet (fleet.Node.ClaimJobCredential): a copy of
+// it used on another member is refused as a failed attestation. Nil for a
+// single gateway, and for a join without a verified job credential.
+func (g *gateway) claimJobCredential(req control.JoinRequest, lease string) error {
+	if g.fleet == nil || req.Attest == nil || req.Attest.MungeJob == "" || req.Attested == nil {
+		return nil
+	}
+	err := g.fleet.ClaimJobCredential(req.Attest.MungeJob, lease)
+	switch {
+	case errors.Is(err, fleet.ErrJobCredentialUsed):
+		g.log.Warn("join refused: its job credential was used on another gateway of the fleet", "lease", lease, "err", err)
+		return fmt.Errorf("%w: %w", control.ErrAttestation, err)
+	case err != nil:
+		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
 // loadBans applies the bans in force from the store (a single gateway's
 // survive its restarts; a fleet's come from every gateway).
 func (g *gateway) loadBans(now time.Time) error {

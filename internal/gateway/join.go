@@ -153,6 +153,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			g.recordEnd(l, "wireguard peer failed")
 		}
 	}()
+	if err = g.claimJobCredential(req, l.ID); err != nil {
+		return control.Lease{}, err
+	}
 	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
 	if err != nil {
 		g.log.Warn("join refused: bad --expose request", "addrs", l.Addrs, "expose", req.Expose, "err", err)

@@ -47,6 +47,7 @@ var grants = map[string]privileges{
 	"airlock_gateways":        {gateway: "select, insert, update", admin: "select, insert, update, delete"},
 	"airlock_kicks":           {gateway: "select, insert, update", admin: "select, insert, update, delete"},
 	"airlock_captures":        {gateway: "select, update", admin: "select, insert, update, delete"},
+	"airlock_job_credentials": {gateway: "select, insert, delete", admin: "select, insert, update, delete"},
 	"airlock_bans_id_seq":     {sequence: true, gateway: "usage, select", admin: "usage, select, update"},
 	"airlock_kicks_id_seq":    {sequence: true, gateway: "usage, select", admin: "usage, select, update"},
 	"airlock_captures_id_seq": {sequence: true, admin: "usage, select, update"},

@@ -160,6 +160,20 @@ func testRoles(t *testing.T, c *pgtest.Cluster) {
 		t.Error("gw1's answer to its kick not recorded")
 	}
 
+	// Job credentials: a claim is its member's; a second claim names the
+	// first holder; no role claims for another gateway.
+	jh := sha256.Sum256([]byte("job credential"))
+	if holder, _, err := gw1.ClaimJobCredential(jh[:], "m1", "l1"); err != nil || holder != "m1" {
+		t.Errorf("gw1 claims a job credential: %q %v", holder, err)
+	}
+	if holder, lease, err := gw2.ClaimJobCredential(jh[:], "flood-0", "l2"); err != nil || holder != "m1" || lease != "l1" {
+		t.Errorf("gw2 claims gw1's job credential: %q %q %v; want gw1's claim (m1, l1)", holder, lease, err)
+	}
+	other := sha256.Sum256([]byte("another job credential"))
+	if _, _, err := gw2.ClaimJobCredential(other[:], "m1", "l3"); !errors.Is(err, store.ErrNotPermitted) {
+		t.Errorf("gw2 claims a job credential in gw1's name: %v, want ErrNotPermitted", err)
+	}
+
 	// gateway --check's view of the roles.
 	if missing, excess, err := gw1.GatewayPrivileges(ctx); err != nil || len(missing)+len(excess) != 0 {
 		t.Errorf("privileges of a gateway role: missing %v, excess %v, %v; want none", missing, excess, err)
