@@ -32,16 +32,20 @@ const StoreEnv = "AIRLOCK_STORE"
 // storeOpts are the shared database's flags.
 type storeOpts struct {
 	url, passwordFile string
+	insecure          bool
 }
 
 // storeUsage is --store's help.
 const storeUsage = "the fleet's shared PostgreSQL database `URL`, postgres://USER@HOST/DB?sslmode=verify-full&sslrootcert=CA; the password from --store-password-file, PGPASSWORD or PGPASSFILE, never in the URL"
 
+// storeInsecureUsage is --store-insecure's help.
+const storeInsecureUsage = "allow a --store URL over TCP whose server is not verified by TLS (sslmode other than verify-full or verify-ca): only where the path to the database is trusted, for someone on it can answer as the database"
+
 // storePasswordUsage is --store-password-file's help.
 const storePasswordUsage = "`FILE` (mode 0600) whose first line is the database password"
 
 func (o storeOpts) config() pgstore.Config {
-	return pgstore.Config{URL: o.url, PasswordFile: o.passwordFile}
+	return pgstore.Config{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure}
 }
 
 // set reports whether a database was given.
@@ -53,18 +57,24 @@ func (o storeOpts) open(ctx context.Context) (*pgstore.Store, error) {
 }
 
 // gatewayStore is the gateway's StoreConfig from its flags.
-func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration) gateway.StoreConfig {
-	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, FailClosed: failClosed, Stale: stale}
+func (o storeOpts) gatewayStore(failClosed bool, stale time.Duration, fleetKey string) gateway.StoreConfig {
+	return gateway.StoreConfig{URL: o.url, PasswordFile: o.passwordFile, Insecure: o.insecure, FailClosed: failClosed, Stale: stale, FleetKey: fleetKey}
 }
 
 // runDBMigrate is airlock db migrate.
-func runDBMigrate(ctx context.Context, w io.Writer, o storeOpts) error {
+func runDBMigrate(ctx context.Context, w io.Writer, o storeOpts, rs pgstore.Roles) error {
 	if !o.set() {
 		return usagef("db migrate: --store URL (or %s) is required", StoreEnv)
 	}
-	from, to, err := pgstore.Migrate(ctx, o.config())
+	from, to, err := pgstore.MigrateRoles(ctx, o.config(), rs)
 	if err != nil {
 		return err
+	}
+	for _, r := range rs.Gateways {
+		fmt.Fprintf(w, "role %s: a gateway's (%s)\n", r, pgstore.GatewayRole)
+	}
+	for _, r := range rs.Admins {
+		fmt.Fprintf(w, "role %s: an admin's (%s)\n", r, pgstore.AdminRole)
 	}
 	if from == to {
 		fmt.Fprintf(w, "schema version %d: up to date\n", to)
@@ -197,6 +207,7 @@ func storeFlags(cmd *cobra.Command, o *storeOpts, extra string) {
 	setEnv(cmd.Flags().Lookup("store"), StoreEnv)
 	cmd.Flags().StringVar(&o.passwordFile, "store-password-file", "", storePasswordUsage)
 	_ = cmd.MarkFlagFilename("store-password-file")
+	cmd.Flags().BoolVar(&o.insecure, "store-insecure", false, storeInsecureUsage)
 }
 
 // useStore reports whether an admin command works on the fleet's
@@ -220,16 +231,50 @@ func newDBCmd(stdout io.Writer) *cobra.Command {
 the schema's owner (not the gateways' least-privilege role, docs/fleet.md).
 Each migration runs in one transaction under an advisory lock; migrations
 only add, so gateways keep running. A gateway refuses to start on a schema
-older or newer than it knows.`,
-		Example: `  airlock db migrate --store 'postgres://airlock_owner@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem'`,
-		Args:    noArgs,
+older or newer than it knows.
+
+It also makes the fleet's two group roles, airlock_fleet_gateway and
+airlock_fleet_admin (the owner needs CREATEROLE, or a DBA makes them
+first), and grants them exactly what each needs on every table, also one
+that an upgrade adds. --gateway-role and --admin-role make login roles
+members of them (and make a missing one, LOGIN without a password: set one,
+or use client certificates). Give each gateway a login role of its own:
+row-level security lets a gateway's role write only its own lease records,
+attribution and member record, and never create tokens, lift bans or write
+capture tickets.`,
+		Example: `  airlock db migrate --store 'postgres://airlock_owner@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem' \
+    --gateway-role gw_dmz1 --gateway-role gw_dmz2 --admin-role airlock_ops`,
+		Args: noArgs,
 	}
 	var o storeOpts
+	var rs pgstore.Roles
 	storeFlags(mig, &o, "")
+	mig.Flags().StringSliceVar(&rs.Gateways, "gateway-role", nil, "make login `ROLE` a gateway's (a member of airlock_fleet_gateway); one per gateway; repeatable or comma-separated")
+	mig.Flags().StringSliceVar(&rs.Admins, "admin-role", nil, "make login `ROLE` an admin host's (a member of airlock_fleet_admin); repeatable or comma-separated")
 	mig.RunE = func(cmd *cobra.Command, args []string) error {
-		return runDBMigrate(cmd.Context(), stdout, o)
+		return runDBMigrate(cmd.Context(), stdout, o, rs)
 	}
 	cmd.AddCommand(mig)
+	cmd.AddCommand(&cobra.Command{
+		Use:   "fleet-key FILE",
+		Short: "make the fleet key that enrols the fleet's gateways (--fleet-key)",
+		Long: `Writes a new fleet key to FILE (mode 0600; an existing file is never
+overwritten). Copy it to every gateway of the fleet, and give each
+gateway --fleet-key FILE: a gateway signs its member record with it, and
+tells its jobs only of the members whose record it signed, so that a row
+written into the database with a database password alone never makes a job
+send its traffic to a host that is not one of the site's gateways. Keep the
+file off the database host and off admin hosts that need only --store.`,
+		Example: `  airlock db fleet-key /etc/airlock/fleet.key`,
+		Args:    exactArgs(1, "FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := fleet.NewKeyFile(args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "fleet key written to %s: copy it (mode 0600) to every gateway and start each with --fleet-key %s\n", args[0], args[0])
+			return nil
+		},
+	})
 	return cmd
 }
 

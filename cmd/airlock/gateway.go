@@ -55,6 +55,8 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	var so storeOpts
 	fs.StringVar(&so.url, "store", "", storeUsage+"; makes this gateway a member of the fleet that shares it (docs/fleet.md)")
 	fs.StringVar(&so.passwordFile, "store-password-file", "", storePasswordUsage)
+	fs.BoolVar(&so.insecure, "store-insecure", false, storeInsecureUsage)
+	fleetKey := fs.String("fleet-key", "", "with --store: the fleet key `FILE` (mode 0600, made by airlock db fleet-key, the same on every gateway): enrols this gateway, and jobs are told only of gateways it enrolled (without it, of none: no failover)")
 	storeFailClosed := fs.Bool("store-fail-closed", false, "with --store: refuse joins once the local copy of the fleet's tokens and bans is older than --store-stale (default: joins go on with it while the database is down)")
 	storeStale := fs.Duration("store-stale", 0, "with --store-fail-closed: how old the local copy may get (default 1m)")
 	setEnv(fs.Lookup("store"), "AIRLOCK_GATEWAY_STORE", StoreEnv)
@@ -122,7 +124,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 			return usagef("--listen is empty: name this host's inside address, the one the nodes reach (AIRLOCK_GATEWAY_LISTEN=10.1.0.5:8443 in /etc/default/airlock-gateway or /etc/sysconfig/airlock-gateway for the packaged service); :8443 listens on every interface")
 		}
 		cfg.Version = version.Get().Version
-		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale)
+		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale, *fleetKey)
 		if err := af.parse(&cfg); err != nil {
 			return err
 		}

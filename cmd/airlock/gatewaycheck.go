@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -49,7 +50,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	rep = append(rep, egressChecks(cfg)...)
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
 	if cfg.Store.URL != "" {
-		rep = append(rep, storeCheck(cfg.Store))
+		rep = append(rep, storeCheck(cfg.Store), fleetKeyCheck(cfg.Store.FleetKey))
 	}
 	return writeReport(w, rep, asJSON)
 }
@@ -110,13 +111,30 @@ func prefix6Check(cfg gateway.Config) preflight.Result {
 	return preflight.Result{Name: "egress prefix6", Status: preflight.OK, Detail: fmt.Sprintf("%s is a local route: jobs' IPv6 flows leave from their own addresses", p)}
 }
 
+// fleetKeyCheck is gateway --check's item for --fleet-key: the key loads;
+// without one, jobs are told of no other gateway.
+func fleetKeyCheck(path string) preflight.Result {
+	r := preflight.Result{Name: "fleet key"}
+	if path == "" {
+		r.Status, r.Detail = preflight.Warn, "no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over"
+		r.Fix = "make one fleet key (airlock db fleet-key FILE), copy it (mode 0600) to every gateway and start each with --fleet-key FILE (docs/fleet.md)"
+		return r
+	}
+	if _, err := fleet.LoadKey(path); err != nil {
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "give every gateway the same key made by airlock db fleet-key, mode 0600 (docs/fleet.md)"
+		return r
+	}
+	r.Status, r.Detail = preflight.OK, "loads: this gateway signs its member record, and jobs are told only of members it signed"
+	return r
+}
+
 // storeCheck is gateway --check's item for --store: the database answers
 // with the schema this airlock knows.
 func storeCheck(sc gateway.StoreConfig) preflight.Result {
 	r := preflight.Result{Name: "fleet database"}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile})
+	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure})
 	switch {
 	case errors.Is(err, pgstore.ErrSchemaOld):
 		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "run airlock db migrate --store URL as the schema's owner (docs/fleet.md)"
@@ -125,8 +143,21 @@ func storeCheck(sc gateway.StoreConfig) preflight.Result {
 	case err != nil:
 		r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check --store, the password (--store-password-file, PGPASSWORD) and TLS; the gateway starts without the database with its copy of the fleet's tokens from a previous run, and a new gateway admits no job until it answers"
 	default:
-		db.Close()
+		defer db.Close()
 		r.Status, r.Detail = preflight.OK, fmt.Sprintf("answers with schema version %d", pgstore.LatestVersion())
+		missing, excess, err := db.GatewayPrivileges(ctx)
+		switch {
+		case err != nil:
+			r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check the database role's privileges (docs/fleet.md)"
+		case len(missing) > 0:
+			r.Status = preflight.Problem
+			r.Detail = fmt.Sprintf("the database role lacks what a gateway needs: %s", strings.Join(missing, ", "))
+			r.Fix = fmt.Sprintf("run airlock db migrate --store OWNER_URL --gateway-role ROLE as the schema's owner: it grants %s what it needs (docs/fleet.md)", pgstore.GatewayRole)
+		case len(excess) > 0:
+			r.Status = preflight.Warn
+			r.Detail = fmt.Sprintf("the database role may do an admin's work: %s; its password on this host is the keys to the site", strings.Join(excess, "; "))
+			r.Fix = fmt.Sprintf("give this gateway a login role of its own in %s only: airlock db migrate --gateway-role ROLE (docs/fleet.md)", pgstore.GatewayRole)
+		}
 	}
 	return r
 }

@@ -166,6 +166,8 @@ func codeSentinel(code string) error {
 		return store.ErrNotFound
 	case codeExists:
 		return store.ErrExists
+	case codeNotPermitted:
+		return store.ErrNotPermitted
 	case codeInvalidName:
 		return store.ErrInvalidName
 	case codeNoSuchJob:

@@ -49,11 +49,12 @@ const SocketName = "admin.sock"
 
 // Error codes of admin API error responses.
 const (
-	codeBadRequest  = "bad_request"
-	codeInvalidName = "invalid_name"
-	codeNotFound    = "not_found"
-	codeExists      = "exists"
-	codeInternal    = "internal"
+	codeBadRequest   = "bad_request"
+	codeInvalidName  = "invalid_name"
+	codeNotFound     = "not_found"
+	codeExists       = "exists"
+	codeNotPermitted = "not_permitted"
+	codeInternal     = "internal"
 )
 
 // errorBody is the body of every non-2xx admin response.
@@ -294,6 +295,8 @@ func (s *Server) writeStoreError(w http.ResponseWriter, err error) {
 		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeInvalidName, Message: err.Error()})
 	case errors.Is(err, store.ErrBadToken):
 		httpjson.Write(w, http.StatusBadRequest, errorBody{Code: codeBadRequest, Message: err.Error()})
+	case errors.Is(err, store.ErrNotPermitted):
+		httpjson.Write(w, http.StatusForbidden, errorBody{Code: codeNotPermitted, Message: err.Error()})
 	default:
 		s.log.Error("admin request failed", "err", err)
 		httpjson.Write(w, http.StatusInternalServerError, errorBody{Code: codeInternal, Message: err.Error()})

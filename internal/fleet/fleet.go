@@ -43,11 +43,14 @@ package fleet
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/store"
@@ -90,6 +93,10 @@ type Config struct {
 	// TLS key rotation changes them while the gateway runs.
 	Pin  func() string
 	Load func() Load
+	// Key is the fleet key (enrol.go): this member signs its record with
+	// it, and Members returns only the members whose signature holds.
+	// Nil: Members returns this gateway alone.
+	Key ed25519.PrivateKey
 	// FailClosed refuses joins once the replica has not been confirmed
 	// by the database for Stale (default: joins go on with the cached
 	// tokens and bans). A fail-closed node reloads at least every
@@ -124,12 +131,19 @@ type Node struct {
 	local   *store.Store
 	remote  *pgstore.Store
 	ship    chan struct{} // wakes the shipper
+	// work counts the reloads and kick queries that notifications and
+	// the resync ticker caused (NotifySpacing bounds their rate).
+	work atomic.Int64
+	// heartbeatDenied is set while the database refuses the member
+	// record (logged once).
+	heartbeatDenied atomic.Bool
 
 	mu       sync.Mutex
 	synced   time.Time       // guarded by mu: the replica's last confirmation
 	tokens   map[string]bool // guarded by mu: token names in the replica
 	bans     map[int64]bool  // guarded by mu: ban ids applied
-	members  []store.Member  // guarded by mu: live members, by address
+	members  []store.Member  // guarded by mu: live enrolled members, by address
+	refused  map[string]bool // guarded by mu: member ids refused (logged once)
 	backlog  int             // guarded by mu: journal entries waiting
 	down     bool            // guarded by mu: the shipper is failing
 	downFrom time.Time       // guarded by mu
@@ -177,7 +191,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	cfg.Local.EnableJournal()
 	n := &Node{cfg: cfg, log: cfg.Logger, local: cfg.Local, remote: cfg.Remote, ship: make(chan struct{}, 1),
-		tokens: map[string]bool{}, bans: map[int64]bool{}}
+		tokens: map[string]bool{}, bans: map[int64]bool{}, refused: map[string]bool{}}
 	// The replica of the previous run: its tokens are the baseline for
 	// revocations, its bans are already applied by the gateway.
 	toks, err := cfg.Local.Tokens()
@@ -261,6 +275,13 @@ func (n *Node) resync() error {
 	return nil
 }
 
+// NotifySpacing is the least time between two reloads, and between two
+// looks at the kick requests, that notifications cause. Any database user
+// may NOTIFY on channel airlock, with any payload: a flood of them costs a
+// gateway at most one reload (two queries and a local write) and one kick
+// query per NotifySpacing, whatever their number.
+const NotifySpacing = 100 * time.Millisecond
+
 // listenLoop keeps a LISTEN connection and reloads on its notifications,
 // at every (re)connection and every ResyncEvery.
 func (n *Node) listenLoop(ctx context.Context) {
@@ -268,23 +289,11 @@ func (n *Node) listenLoop(ctx context.Context) {
 	for ctx.Err() == nil {
 		lctx, cancel := context.WithCancel(ctx)
 		tick := time.NewTicker(n.cfg.ResyncEvery)
-		resync := make(chan struct{}, 1)
-		go func() {
-			for {
-				select {
-				case <-lctx.Done():
-					return
-				case <-tick.C:
-				case <-resync:
-				}
-				if err := n.resync(); err != nil && lctx.Err() == nil {
-					n.log.Warn("fleet: reload of tokens and bans failed", "err", err)
-				}
-			}
-		}()
-		wake := func() {
+		resync, kicks := make(chan struct{}, 1), make(chan struct{}, 1)
+		go n.notifyWorker(lctx, tick.C, resync, kicks)
+		wake := func(c chan struct{}) {
 			select {
-			case resync <- struct{}{}:
+			case c <- struct{}{}:
 			default:
 			}
 		}
@@ -295,15 +304,15 @@ func (n *Node) listenLoop(ctx context.Context) {
 			if err := n.remote.CheckSchema(lctx); err != nil {
 				n.log.Error("fleet database schema does not match this gateway; upgrade it to the fleet's version", "err", err)
 			}
-			wake()
+			// What changed, and the kicks asked, while not listening.
+			wake(resync)
+			wake(kicks)
 		}, func(msg pgstore.Notification) {
 			switch msg.Table {
 			case "airlock_tokens", "airlock_bans":
-				wake()
+				wake(resync)
 			case "airlock_kicks":
-				if id, ok := msg.KickID(); ok {
-					go n.kick(id)
-				}
+				wake(kicks)
 			}
 		})
 		tick.Stop()
@@ -311,9 +320,12 @@ func (n *Node) listenLoop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if connected {
+		switch {
+		case errors.Is(err, pgstore.ErrTLSRefused):
+			n.log.Error("fleet: the database did not prove its identity over TLS: not using it", "err", err)
+		case connected:
 			n.log.Warn("fleet: lost the database's notifications; reconnecting", "err", err)
-		} else {
+		default:
 			n.log.Debug("fleet: cannot listen on the database", "err", err)
 		}
 		select {
@@ -325,19 +337,67 @@ func (n *Node) listenLoop(ctx context.Context) {
 	}
 }
 
-// kick answers kick request id if it is for this gateway.
-func (n *Node) kick(id int64) {
-	k, ok, err := n.remote.PendingKick(id, n.cfg.Self.ID)
+// notifyWorker does what the notifications (and the resync ticker) ask:
+// reloads of the replica and looks at this gateway's kick requests, each
+// coalesced and spaced by NotifySpacing, until ctx ends.
+func (n *Node) notifyWorker(ctx context.Context, tick <-chan time.Time, resync, kicks <-chan struct{}) {
+	var last time.Time
+	for {
+		reload, kick := false, false
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			reload = true
+		case <-resync:
+			reload = true
+		case <-kicks:
+			kick = true
+		}
+		if wait := NotifySpacing - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		// Whatever arrived meanwhile is served by this round.
+		select {
+		case <-resync:
+			reload = true
+		default:
+		}
+		select {
+		case <-kicks:
+			kick = true
+		default:
+		}
+		last = time.Now()
+		if reload {
+			n.work.Add(1)
+			if err := n.resync(); err != nil && ctx.Err() == nil {
+				n.log.Warn("fleet: reload of tokens and bans failed", "err", err)
+			}
+		}
+		if kick {
+			n.work.Add(1)
+			n.kicks()
+		}
+	}
+}
+
+// kicks answers the kick requests addressed to this gateway.
+func (n *Node) kicks() {
+	ks, err := n.remote.PendingKicks(n.cfg.Self.ID)
 	if err != nil {
-		n.log.Warn("fleet: cannot read a kick request", "id", id, "err", err)
+		n.log.Warn("fleet: cannot read the kick requests", "err", err)
 		return
 	}
-	if !ok {
-		return
-	}
-	res := n.cfg.OnKick(k)
-	if err := n.remote.FinishKick(id, res); err != nil {
-		n.log.Warn("fleet: cannot answer a kick request", "id", id, "err", err)
+	for _, k := range ks {
+		res := n.cfg.OnKick(k)
+		if err := n.remote.FinishKick(k.ID, res); err != nil {
+			n.log.Warn("fleet: cannot answer a kick request", "id", k.ID, "err", err)
+		}
 	}
 }
 
@@ -351,12 +411,6 @@ func (n *Node) Wake() {
 
 // shipLoop copies the journal to the database.
 func (n *Node) shipLoop(ctx context.Context) {
-	// Kick requests that arrived while this gateway was down.
-	if ks, err := n.remote.PendingKicks(n.cfg.Self.ID); err == nil {
-		for _, k := range ks {
-			go n.kick(k.ID)
-		}
-	}
 	wait := 200 * time.Millisecond
 	for {
 		if n.shipOnce() {
@@ -379,6 +433,11 @@ const shipBatch = 500
 // shipOnce ships the journal until it is empty or the database fails; it
 // reports whether the journal is empty.
 func (n *Node) shipOnce() bool {
+	if !n.shipBans() {
+		left, _ := n.local.JournalLen()
+		n.setShipping(errors.New("bans wait for the database"), left)
+		return false
+	}
 	for {
 		es, err := n.local.Journal(shipBatch)
 		if err != nil {
@@ -411,6 +470,10 @@ func (n *Node) setShipping(err error, backlog int) {
 	defer n.mu.Unlock()
 	n.backlog = backlog
 	switch {
+	case err != nil && !n.down && errors.Is(err, store.ErrNotPermitted):
+		n.down, n.downFrom = true, time.Now()
+		n.log.Error("fleet database refuses this gateway's records to its role: they stay journaled locally; if this gateway's database role changed, give the new role its rows as the schema's owner (update airlock_leases set writer = 'NEW' where writer = 'OLD'; the same for airlock_gateways)",
+			"journaled", backlog, "err", err)
 	case err != nil && !n.down:
 		n.down, n.downFrom = true, time.Now()
 		n.log.Warn("fleet database unreachable: attribution records are journaled locally and written when it is back", "journaled", backlog, "err", err)
@@ -439,13 +502,21 @@ func (n *Node) self() store.Member {
 	m.Pin = n.cfg.Pin()
 	l := n.cfg.Load()
 	m.Jobs, m.Capacity, m.Draining = l.Jobs, l.Capacity, l.Draining
+	if n.cfg.Key != nil {
+		m = SignMember(n.cfg.Key, m)
+	}
 	return m
 }
 
 func (n *Node) heartbeat() {
 	if err := n.remote.Heartbeat(n.self()); err != nil {
-		return // the shipper and the listener say so
+		if errors.Is(err, store.ErrNotPermitted) && !n.heartbeatDenied.Swap(true) {
+			n.log.Error("fleet: the database refuses this gateway's member record to its role (another role wrote it): jobs are not told of this gateway; give this role the row as the schema's owner (update airlock_gateways set writer = 'ROLE' where id = 'MEMBER')",
+				"member", n.cfg.Self.ID, "err", err)
+		}
+		return // otherwise the shipper and the listener say so
 	}
+	n.heartbeatDenied.Store(false)
 	ms, err := n.remote.Members()
 	if err != nil {
 		return
@@ -455,18 +526,58 @@ func (n *Node) heartbeat() {
 		return
 	}
 	var live []store.Member
+	checked := 0
 	for _, m := range ms {
-		if m.Alive(now, MemberStale) {
-			live = append(live, m)
+		if !m.Alive(now, MemberStale) {
+			continue
 		}
+		if checked++; checked > maxMembers {
+			// Bounded work per heartbeat, whatever the table holds.
+			break
+		}
+		if err := n.enrolled(m); err != nil {
+			n.mu.Lock()
+			first := !n.refused[m.ID]
+			if first && len(n.refused) < maxRefused {
+				n.refused[m.ID] = true
+			}
+			n.mu.Unlock()
+			if first {
+				n.log.Error("fleet: a member record in the database is not enrolled by the fleet key: clients are not told of it (a record written with a database password alone, or a gateway without this --fleet-key)",
+					"member", store.Truncate(m.ID), "advertise", store.Truncate(m.Advertise), "err", err)
+			}
+			continue
+		}
+		live = append(live, m)
 	}
 	n.mu.Lock()
 	n.members = live
 	n.mu.Unlock()
 }
 
-// Members returns the fleet's live members as last read (this gateway
-// included), by advertised address.
+// maxRefused bounds the member ids whose refusal is remembered (and so
+// logged once): a flood of planted rows costs a bounded log.
+const maxRefused = 256
+
+// maxMembers bounds the live member records whose signature a heartbeat
+// checks (the schema also bounds each gateway role to 16 records).
+const maxMembers = 1024
+
+// enrolled returns nil if clients may be told of member m: signed by the
+// fleet key, or, without one, this gateway itself.
+func (n *Node) enrolled(m store.Member) error {
+	if n.cfg.Key == nil {
+		if m.ID == n.cfg.Self.ID && m.Advertise == n.cfg.Self.Advertise && m.Pin == n.cfg.Pin() {
+			return nil
+		}
+		return fmt.Errorf("%w: this gateway has no --fleet-key", ErrNotEnrolled)
+	}
+	return VerifyMember(n.cfg.Key.Public().(ed25519.PublicKey), m)
+}
+
+// Members returns the fleet's live enrolled members as last read (this
+// gateway included), by advertised address: those whose record the fleet
+// key signed (enrol.go).
 func (n *Node) Members() []store.Member {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -570,47 +681,140 @@ func (n *Node) resyncAfterWrite() {
 	}
 }
 
-// VerifyToken implements store.DB, from the replica.
+// VerifyToken implements store.DB, from the replica (refused as Fresh
+// says).
 func (n *Node) VerifyToken(secret string, now time.Time) (store.Token, error) {
-	if n.cfg.FailClosed {
-		n.mu.Lock()
-		age := now.Sub(n.synced)
-		n.mu.Unlock()
-		if age > n.cfg.Stale {
-			return store.Token{}, fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
-				ErrUnavailable, age.Round(time.Second))
-		}
+	if err := n.Fresh(now); err != nil {
+		return store.Token{}, err
 	}
 	return n.local.VerifyToken(secret, now)
 }
 
-// AddBan implements store.DB: in the database, whose notification brings
-// it to every gateway; while the database is unreachable, locally (this
-// gateway only) with an error that says so.
-func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+// Fresh returns nil if this gateway may admit a join now: always, unless
+// it is fail-closed and the database has not confirmed its copy of the
+// fleet's tokens and bans for Stale; then an error wrapping
+// ErrUnavailable. Every join asks, with a token or without one (a join
+// by MUNGE credential alone is judged by the bans of the same copy).
+func (n *Node) Fresh(now time.Time) error {
+	if !n.cfg.FailClosed {
+		return nil
+	}
+	n.mu.Lock()
+	age := now.Sub(n.synced)
+	n.mu.Unlock()
+	if age > n.cfg.Stale {
+		return fmt.Errorf("%w: this gateway is fail-closed (--store-fail-closed) and its copy of the fleet's tokens and bans is %v old; it takes joins again once the database answers (other gateways of the fleet may take them now)",
+			ErrUnavailable, age.Round(time.Second))
+	}
+	return nil
+}
+
+// addRemoteBan writes b to the database and marks it applied here: this
+// gateway's caller applied it, so the reload must not again.
+func (n *Node) addRemoteBan(b store.Ban) (store.Ban, error) {
 	n.writeMu.Lock()
+	defer n.writeMu.Unlock()
 	rb, err := n.remote.AddBan(b)
 	if err == nil {
-		// This gateway's caller applies it here itself: the reload
-		// must not.
 		n.mu.Lock()
 		n.bans[rb.ID] = true
 		n.mu.Unlock()
 	}
-	n.writeMu.Unlock()
+	return rb, err
+}
+
+// AddBan implements store.DB: in the database, whose notification brings
+// it to every gateway; while the database is unreachable, kept in this
+// gateway's state directory (it holds here at once) and written to the
+// database by the shipper when it answers.
+func (n *Node) AddBan(b store.Ban) (store.Ban, error) {
+	rb, err := n.addRemoteBan(b)
 	if err != nil {
-		lb, lerr := n.local.AddBan(b)
-		if lerr != nil {
+		if errors.Is(err, store.ErrNotPermitted) {
+			return b, err
+		}
+		// Kept in the state directory (it survives reloads and restarts)
+		// and shipped by the shipper once the database answers.
+		if lerr := n.local.AddPendingBan(b); lerr != nil {
 			return b, lerr
 		}
-		return lb, fmt.Errorf("%w: the ban holds on this gateway only: %w", ErrUnavailable, err)
+		n.log.Warn("fleet database unreachable: the ban holds on this gateway now and is written to the database, for the whole fleet, when it answers",
+			"token", b.Token, "host", b.Host, "until", b.Until, "err", err)
+		n.Wake()
+		return b, nil
 	}
 	n.resyncAfterWrite()
 	return rb, nil
 }
 
-// Bans implements store.DB, from the replica.
-func (n *Node) Bans(now time.Time) ([]store.Ban, error) { return n.local.Bans(now) }
+// ErrJobCredentialUsed means a job credential already admitted a job on
+// another gateway of the fleet.
+var ErrJobCredentialUsed = errors.New("this job credential already admitted a job on another gateway of the fleet")
+
+// ClaimJobCredential claims job credential cred (root's, from the SPANK
+// plugin) for lease on this gateway, so that it admits one job in the
+// whole fleet: the error wraps ErrJobCredentialUsed when another member
+// claimed it. While the database is unreachable the claim is not made (each
+// member's munged still refuses a replay of its own), unless the node is
+// fail-closed: then ErrUnavailable.
+func (n *Node) ClaimJobCredential(cred, lease string) error {
+	h := sha256.Sum256([]byte(cred))
+	holder, holderLease, err := n.remote.ClaimJobCredential(h[:], n.cfg.Self.ID, lease)
+	if err != nil {
+		if n.cfg.FailClosed {
+			return fmt.Errorf("%w: cannot check that the job credential was not used on another gateway: %w", ErrUnavailable, err)
+		}
+		n.log.Warn("fleet database unreachable: a job credential is admitted without checking the fleet's other gateways", "lease", lease, "err", err)
+		return nil
+	}
+	if holder != n.cfg.Self.ID {
+		return fmt.Errorf("%w (member %s, lease %s): a job credential admits one job; another copy of it was used (airlock status --fleet names the lease)",
+			ErrJobCredentialUsed, store.Truncate(holder), store.Truncate(holderLease))
+	}
+	return nil
+}
+
+// Bans implements store.DB, from the replica, with the bans of this
+// gateway that wait to be shipped.
+func (n *Node) Bans(now time.Time) ([]store.Ban, error) {
+	bans, err := n.local.Bans(now)
+	if err != nil {
+		return nil, err
+	}
+	pend, err := n.local.PendingBans(now)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pend {
+		bans = append(bans, p.Ban)
+	}
+	return bans, nil
+}
+
+// shipBans writes the bans made while the database was unreachable, oldest
+// first; it reports whether none is left.
+func (n *Node) shipBans() bool {
+	pend, err := n.local.PendingBans(time.Now())
+	if err != nil {
+		n.log.Error("fleet: cannot read the bans waiting for the database", "err", err)
+		return false
+	}
+	for _, p := range pend {
+		rb, err := n.addRemoteBan(p.Ban)
+		if err != nil {
+			return false
+		}
+		if err := n.local.PendingBanDone(p.Seq); err != nil {
+			n.log.Error("fleet: cannot forget a shipped ban (it may be written twice, which is harmless)", "err", err)
+			return false
+		}
+		n.log.Info("fleet: a ban made while the database was unreachable is written to it: it holds on every gateway", "id", rb.ID, "token", rb.Token, "until", rb.Until)
+	}
+	if len(pend) > 0 {
+		n.resyncAfterWrite()
+	}
+	return true
+}
 
 // RecordLeaseStart implements store.DB: locally with a journal entry; the
 // shipper writes it to the database.
@@ -659,7 +863,7 @@ func unavailable(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{store.ErrNotFound, store.ErrExists, store.ErrInvalidName, store.ErrBadToken} {
+	for _, s := range []error{store.ErrNotFound, store.ErrExists, store.ErrInvalidName, store.ErrBadToken, store.ErrNotPermitted} {
 		if errors.Is(err, s) {
 			return err
 		}

@@ -252,6 +252,82 @@ func TestFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("BanWhileDownIsShipped", func(t *testing.T) {
+		// A kick --ban on A while the database is down holds on A, is
+		// kept (not lost when the replica is reloaded from the
+		// database), and reaches the database and B once it is back.
+		// On today's main the reload drops it and B never gets it.
+		db := newDB(t)
+		a := startMember(t, c, db, "sha256:a", false)
+		b := startMember(t, c, db, "sha256:b", false)
+		c.Stop(t)
+		ban := store.Ban{Token: "site", Host: "node9", Until: time.Now().Add(time.Hour), Created: time.Now(), By: "test"}
+		if _, err := a.node.AddBan(ban); err != nil {
+			t.Fatalf("ban while the database is down: %v, want it kept", err)
+		}
+		if bs, _ := a.node.Bans(time.Now()); len(bs) != 1 || bs[0].Host != "node9" {
+			t.Fatalf("A's bans while down: %+v, want the new one", bs)
+		}
+		c.Restart(t)
+		if !eventually(15*time.Second, func() bool { _, bs, _ := b.ev.snapshot(); return len(bs) == 1 && bs[0].Host == "node9" }) {
+			t.Fatal("a ban made on A while the database was down never reached B")
+		}
+		// A reloads its replica from the database: the ban stays, once.
+		time.Sleep(500 * time.Millisecond)
+		if bs, _ := a.node.Bans(time.Now()); len(bs) != 1 || bs[0].Host != "node9" {
+			t.Errorf("A's bans after the database is back and a reload: %+v, want the ban once", bs)
+		}
+		if _, bs, _ := a.ev.snapshot(); len(bs) != 0 {
+			t.Errorf("A got its own ban back as a fleet ban: %+v", bs)
+		}
+	})
+
+	t.Run("NotifyFloodIsBounded", func(t *testing.T) {
+		// Any database user may NOTIFY airlock: 20000 forged
+		// notifications (kicks and token changes, each distinct) cost a
+		// member a bounded number of queries, and a real kick is still
+		// answered at once. On today's main each kick notification
+		// makes a query of its own.
+		db := newDB(t)
+		a := startMember(t, c, db, "sha256:a", false)
+		c.Exec(t, db, "do $$ begin if not exists (select from pg_roles where rolname = 'flooder') then create role flooder login; end if; end $$")
+		before := a.node.Work()
+		start := time.Now()
+		conn := c.Connect(t, db)
+		if _, err := conn.Exec(context.Background(), "set role flooder"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(context.Background(), `select pg_notify('airlock', json_build_object('t', case when i % 2 = 0 then 'airlock_kicks' else 'airlock_tokens' end,
+			'op', 'INSERT', 'key', i::text)::text) from generate_series(1, 20000) i`); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		work := a.node.Work() - before
+		bound := int64(2*time.Since(start)/fleet.NotifySpacing) + 4
+		t.Logf("20000 notifications: %d reloads and kick queries in %v (bound %d)", work, time.Since(start).Round(time.Millisecond), bound)
+		if work > bound {
+			t.Errorf("20000 forged notifications caused %d reloads and kick queries in %v, want at most %d", work, time.Since(start), bound)
+		}
+		admin, err := pgstore.Open(context.Background(), pgstore.Config{URL: c.URL(pgtest.Superuser, db)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		rec := store.LeaseRecord{ID: "flood1", JobID: "77", Gateway: "sha256:a:8443", TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.9")}, Start: time.Now()}
+		if err := a.node.RecordLeaseStart(rec); err != nil {
+			t.Fatal(err)
+		}
+		if !eventually(3*time.Second, func() bool { ls, _ := admin.LiveLeases(""); return len(ls) == 1 }) {
+			t.Fatal("lease not in the database")
+		}
+		eventually(3*time.Second, func() bool { ms, _ := admin.Members(); return len(ms) == 1 })
+		t0 := time.Now()
+		if _, res, err := fleet.Kick(context.Background(), admin, "77", "after the flood", 0, "test", 3*time.Second); err != nil || !res.Ended {
+			t.Fatalf("kick after the flood: %+v %v", res, err)
+		}
+		t.Logf("a kick after the flood answered in %v", time.Since(t0).Round(time.Millisecond))
+	})
+
 	t.Run("RevokedWhileNotListening", func(t *testing.T) {
 		// A member that was stopped while a token was revoked ends the
 		// token's leases at its next start.

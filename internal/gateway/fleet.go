@@ -4,6 +4,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -37,6 +38,14 @@ type StoreConfig struct {
 	// and bans is older than Stale (default: joins go on with it).
 	FailClosed bool
 	Stale      time.Duration
+	// Insecure allows a TCP connection to the database without a
+	// verified TLS certificate (--store-insecure).
+	Insecure bool
+	// FleetKey is the file of the fleet key (--fleet-key, made by airlock
+	// db fleet-key): this gateway signs its member record with it and
+	// tells clients only of members it signed. "": clients learn no other
+	// member.
+	FleetKey string
 }
 
 // openRemote opens the shared database (openState, once the state
@@ -55,7 +64,7 @@ func (g *gateway) openRemote() error {
 		return err
 	}
 	g.memberID = id
-	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Gateway: id, Logger: g.log})
+	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure, Gateway: id, Logger: g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
@@ -67,6 +76,11 @@ func (g *gateway) openRemote() error {
 	switch {
 	case errors.Is(err, pgstore.ErrSchemaOld), errors.Is(err, pgstore.ErrSchemaNew):
 		return fmt.Errorf("--store: %w", err)
+	case errors.Is(err, pgstore.ErrTLSRefused):
+		// Not an outage: something answers in the database's place, or
+		// its TLS is broken. Starting would trust nothing it says, and
+		// a site must see this at once.
+		return fmt.Errorf("--store: refusing the database: %w", err)
 	case err != nil:
 		// The database is not in the data path: start with the tokens
 		// and bans of the previous run, journal the records.
@@ -83,7 +97,18 @@ func (g *gateway) openFleet() error {
 		// A single gateway (again): its own tokens.
 		return g.local.SetFleet("")
 	}
+	var key ed25519.PrivateKey
+	if g.cfg.Store.FleetKey != "" {
+		k, err := fleet.LoadKey(g.cfg.Store.FleetKey)
+		if err != nil {
+			return fmt.Errorf("--fleet-key: %w", err)
+		}
+		key = k
+	} else {
+		g.log.Warn("no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over; give every gateway the same fleet key (airlock db fleet-key, docs/fleet.md)")
+	}
 	n, err := fleet.New(fleet.Config{
+		Key:    key,
 		Logger: g.log.With("component", "fleet"),
 		Local:  g.local,
 		Remote: g.remote,
@@ -108,6 +133,38 @@ func (g *gateway) openFleet() error {
 	g.fleet, g.st = n, n
 	g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
 		"member", g.memberID, "fail_closed", g.cfg.Store.FailClosed)
+	return nil
+}
+
+// fleetFresh refuses a join, with a token or without one, while a
+// fail-closed fleet member's copy of the fleet's tokens and bans is stale
+// (fleet.Node.Fresh); nil for a single gateway.
+func (g *gateway) fleetFresh() error {
+	if g.fleet == nil {
+		return nil
+	}
+	if err := g.fleet.Fresh(time.Now()); err != nil {
+		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
+	}
+	return nil
+}
+
+// claimJobCredential claims the job credential of an attested join for
+// its lease in the whole fleet (fleet.Node.ClaimJobCredential): a copy of
+// it used on another member is refused as a failed attestation. Nil for a
+// single gateway, and for a join without a verified job credential.
+func (g *gateway) claimJobCredential(req control.JoinRequest, lease string) error {
+	if g.fleet == nil || req.Attest == nil || req.Attest.MungeJob == "" || req.Attested == nil {
+		return nil
+	}
+	err := g.fleet.ClaimJobCredential(req.Attest.MungeJob, lease)
+	switch {
+	case errors.Is(err, fleet.ErrJobCredentialUsed):
+		g.log.Warn("join refused: its job credential was used on another gateway of the fleet", "lease", lease, "err", err)
+		return fmt.Errorf("%w: %w", control.ErrAttestation, err)
+	case err != nil:
+		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
+	}
 	return nil
 }
 

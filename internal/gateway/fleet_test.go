@@ -39,12 +39,13 @@ func TestFleetGateways(t *testing.T) {
 	c := pgtest.Start(t)
 	db := c.CreateDB(t)
 	url := c.URL(pgtest.Superuser, db)
+	key := testFleetKey(t)
 	if _, _, err := pgstore.Migrate(context.Background(), pgstore.Config{URL: url}); err != nil {
 		t.Fatal(err)
 	}
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
-			cfg.Store = StoreConfig{URL: url}
+			cfg.Store = StoreConfig{URL: url, FleetKey: key}
 			cfg.Subnet = netip.MustParsePrefix(subnet)
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
 		}
@@ -226,13 +227,14 @@ func TestFleetKeyRotation(t *testing.T) {
 	c := pgtest.Start(t)
 	db := c.CreateDB(t)
 	url := c.URL(pgtest.Superuser, db)
+	key := testFleetKey(t)
 	ctx := context.Background()
 	if _, _, err := pgstore.Migrate(ctx, pgstore.Config{URL: url}); err != nil {
 		t.Fatal(err)
 	}
 	fleetCfg := func(subnet, state, listen string) func(*Config) {
 		return func(cfg *Config) {
-			cfg.Store = StoreConfig{URL: url}
+			cfg.Store = StoreConfig{URL: url, FleetKey: key}
 			cfg.Subnet = netip.MustParsePrefix(subnet)
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 			if state != "" {
@@ -403,6 +405,7 @@ func TestFleetCapture(t *testing.T) {
 	c := pgtest.Start(t)
 	db := c.CreateDB(t)
 	url := c.URL(pgtest.Superuser, db)
+	key := testFleetKey(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if _, _, err := pgstore.Migrate(ctx, pgstore.Config{URL: url}); err != nil {
@@ -410,7 +413,7 @@ func TestFleetCapture(t *testing.T) {
 	}
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
-			cfg.Store = StoreConfig{URL: url}
+			cfg.Store = StoreConfig{URL: url, FleetKey: key}
 			cfg.Subnet = netip.MustParsePrefix(subnet)
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 		}

@@ -126,6 +126,9 @@ type owner struct {
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
+	if err := g.fleetFresh(); err != nil {
+		return control.Lease{}, err
+	}
 	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
@@ -150,6 +153,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			g.recordEnd(l, "wireguard peer failed")
 		}
 	}()
+	if err = g.claimJobCredential(req, l.ID); err != nil {
+		return control.Lease{}, err
+	}
 	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
 	if err != nil {
 		g.log.Warn("join refused: bad --expose request", "addrs", l.Addrs, "expose", req.Expose, "err", err)

@@ -174,6 +174,11 @@ type Member struct {
 	Draining bool `json:"draining,omitempty"`
 	// Stopped is set when the gateway stopped cleanly.
 	Stopped bool `json:"stopped,omitempty"`
+	// Sig enrols the member: the fleet key's signature of its ID,
+	// Advertise and Pin (internal/fleet, enrol.go). Gateways hand clients
+	// only members whose signature holds, so a row written with a
+	// database password alone sends no job anywhere.
+	Sig string `json:"sig,omitempty"`
 }
 
 // Alive reports whether m heartbeated within stale of now and has not

@@ -24,4 +24,9 @@ var (
 	// database is unreachable, or a fail-closed gateway's copy of it is
 	// too old to trust. The operation may succeed later.
 	ErrUnavailable = errors.New("the fleet's database is unreachable")
+	// ErrNotPermitted means the fleet's database refused the operation to
+	// this host's database role: a gateway's role may not do an admin's
+	// work (create tokens, lift bans, write capture tickets, write another
+	// gateway's records).
+	ErrNotPermitted = errors.New("not permitted to this database role")
 )

@@ -65,7 +65,7 @@ func Open(path string, timeout time.Duration) (*Store, error) {
 		return nil, fmt.Errorf("open state db %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketTokens, bucketTokenHashes, bucketLeases, bucketAttribution, bucketMeta, bucketBans, bucketJournal} {
+		for _, b := range [][]byte{bucketTokens, bucketTokenHashes, bucketLeases, bucketAttribution, bucketMeta, bucketBans, bucketJournal, bucketPendingBans} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %q: %w", b, err)
 			}

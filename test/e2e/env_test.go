@@ -59,11 +59,15 @@ type env struct {
 	airlock string         // path of the airlock binary
 	peer    string         // path of airlock-testpeer
 
-	state   string // the gateway's state directory
-	gw      *topology.Process
-	gateway string // HOST:PORT from join.env
-	pin     string // sha256:HEX from join.env
-	token   string
+	state string // the gateway's state directory
+	// tokenStore, if set (by a hook), is the --store URL that tokens are
+	// made in, as on a fleet's admin host (a gateway's database role may
+	// not make them).
+	tokenStore string
+	gw         *topology.Process
+	gateway    string // HOST:PORT from join.env
+	pin        string // sha256:HEX from join.env
+	token      string
 
 	httpPort int
 	sha      map[string]string // file name → hex sha256
@@ -230,7 +234,11 @@ func (e *env) admin(t testing.TB, args ...string) (code int, stdout, stderr stri
 
 func (e *env) createToken(t testing.TB, name string) string {
 	t.Helper()
-	code, out, stderr := e.admin(t, "token", "create", "--state", e.state, "--name", name, "--ttl", "1h")
+	where := []string{"--state", e.state}
+	if e.tokenStore != "" {
+		where = []string{"--store", e.tokenStore}
+	}
+	code, out, stderr := e.admin(t, append(append([]string{"token", "create"}, where...), "--name", name, "--ttl", "1h")...)
 	tok := strings.TrimSpace(out)
 	if code != 0 || tok == "" || strings.ContainsAny(tok, " \n\t") {
 		t.Fatalf("airlock token create --name %s: exit %d, stdout %q (want just the token)%s", name, code, out, e.diag(stderr))

@@ -36,29 +36,29 @@ type fleetEnv struct {
 	*env
 	pg *pgtest.Cluster
 	db string
-	// url is the gateways' connection (role airlock_gateway, least
-	// privilege); ownerURL the schema owner's (migrations, admin host).
-	url, ownerURL string
-	gws           []*fleetGW
+	// ownerURL is the schema owner's connection (migrations); adminURL
+	// the admin host's (a role of airlock_fleet_admin); each gateway has
+	// a login role of its own in airlock_fleet_gateway (fleetGW.role).
+	ownerURL, adminURL string
+	// key is the fleet key file every gateway is given (--fleet-key).
+	key string
+	gws []*fleetGW
 	// t is the test's, which owns the gateways' processes (a subtest's
 	// cleanup would stop one it restarted).
 	t *testing.T
 }
 
-// fleetGatewayRole is the least-privilege role of docs/fleet.md.
-const fleetGatewayRole = "airlock_gateway"
+// fleetAdminRole is the admin host's login role; gateway X's is gw_x.
+const fleetAdminRole = "airlock_ops"
 
-// fleetGrants are docs/fleet.md's grants for the gateways' role.
-const fleetGrants = `grant select, insert, update, delete on airlock_tokens, airlock_bans, airlock_leases, airlock_attribution, airlock_gateways, airlock_kicks, airlock_meta, airlock_captures to airlock_gateway;
-grant select on airlock_schema_version to airlock_gateway;
-grant usage on sequence airlock_bans_id_seq, airlock_kicks_id_seq, airlock_captures_id_seq to airlock_gateway;`
-
-// fleetArgs are every fleet gateway's extra flags: 312 blocks of 128
-// ports, so that one gateway holds the failover's 300 jobs and a job's
-// request a second to one server does not run out of ports (each
-// connection's TIME_WAIT holds its port for a minute).
-func fleetArgs(url string) []string {
-	return []string{"--store", url, "--egress-ports", "20000-59999", "--block-size", "128", "--renew-interval", "5s"}
+// fleetArgs are every fleet gateway's extra flags: its own database role,
+// the fleet key, and 312 blocks of 128 ports, so that one gateway holds
+// the failover's 300 jobs and a job's request a second to one server does
+// not run out of ports (each connection's TIME_WAIT holds its port for a
+// minute).
+func (f *fleetEnv) fleetArgs(name string) []string {
+	return []string{"--store", f.pg.URL("gw_"+strings.ToLower(name), f.db), "--fleet-key", f.key,
+		"--egress-ports", "20000-59999", "--block-size", "128", "--renew-interval", "5s"}
 }
 
 func newFleetEnv(t *testing.T) *fleetEnv {
@@ -67,16 +67,20 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 		f.pg = pgtest.Start(t)
 		f.db = f.pg.CreateDB(t)
 		f.ownerURL = f.pg.URL(pgtest.Superuser, f.db)
-		f.url = f.pg.URL(fleetGatewayRole, f.db)
-		// As the docs say: the owner migrates, the gateways' role gets
-		// the grants.
-		code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, nil, e.airlock, "db", "migrate", "--store", f.ownerURL)
+		f.adminURL = f.pg.URL(fleetAdminRole, f.db)
+		e.tokenStore = f.adminURL
+		// As the docs say: the owner migrates and makes the roles, one
+		// per gateway and one for the admin host; no hand-written GRANT.
+		code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, nil, e.airlock, "db", "migrate", "--store", f.ownerURL,
+			"--gateway-role", "gw_a,gw_b,gw_c", "--admin-role", fleetAdminRole)
 		if code != 0 || !strings.Contains(out+stderr, "schema version") {
 			t.Fatalf("airlock db migrate: exit %d %s %s", code, out, stderr)
 		}
-		f.pg.Exec(t, f.db, "create role "+fleetGatewayRole+" login")
-		f.pg.Exec(t, f.db, fleetGrants)
-		return append(fleetArgs(f.url), "--subnet", "100.64.0.0/16")
+		f.key = filepath.Join(filepath.Dir(e.state), "fleet.key")
+		if code, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.gwUser, e.airlock, "db", "fleet-key", f.key); code != 0 {
+			t.Fatalf("airlock db fleet-key: exit %d %s %s", code, out, stderr)
+		}
+		return append(f.fleetArgs("A"), "--subnet", "100.64.0.0/16")
 	})
 	a := &fleetGW{name: "A", ns: f.tp.DMZ, state: f.state, addr: f.gateway, pin: f.pin, egress: topology.DMZAddrINET, args: f.gwArgs, proc: f.gw}
 	f.gws = []*fleetGW{a}
@@ -95,7 +99,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 		f.tp.SetResolvConf(h.ns, f.dnsAddr)
 		g := &fleetGW{name: h.name, ns: h.ns, state: filepath.Join(filepath.Dir(f.state), h.dirn), egress: h.inet}
 		g.args = append([]string{"gateway", "--state", g.state, "--listen", netip.AddrPortFrom(h.cn, gatewayPort).String(),
-			"--subnet", h.subnet, "--egress-addr", h.inet.String(), "--expose-ports", "8080"}, fleetArgs(f.url)...)
+			"--subnet", h.subnet, "--egress-addr", h.inet.String(), "--expose-ports", "8080"}, f.fleetArgs(h.name)...)
 		g.args = append(g.args, h.extra...)
 		f.startFleetGW(t, g)
 		f.gws = append(f.gws, g)
@@ -105,7 +109,7 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 	// records (they do every 2 s).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		code, out, _ := f.adminHost(t, "status", "--fleet", "--store", f.ownerURL, "--json")
+		code, out, _ := f.adminHost(t, "status", "--fleet", "--store", f.adminURL, "--json")
 		var st fleet.Status
 		alive := 0
 		if code == 0 && json.Unmarshal([]byte(out), &st) == nil {
@@ -240,8 +244,8 @@ func TestFleet(t *testing.T) {
 	a, b, c := f.gws[0], f.gws[1], f.gws[2]
 
 	t.Run("OneAddressLearnsTheFleet", func(t *testing.T) {
-		// The env's token was made on A (through its admin socket, into
-		// the database); B admits it. The job knows only B.
+		// The env's token was made on the admin host (into the
+		// database); B admits it. The job knows only B.
 		code, out, stderr := f.runWith(t, f.on(b), "sh", "-c", `cat "$AIRLOCK_EGRESS_FILE"`)
 		if code != 0 {
 			t.Fatalf("job on B with A's token: exit %d%s", code, f.diag(stderr))
@@ -256,7 +260,7 @@ func TestFleet(t *testing.T) {
 	})
 
 	t.Run("RevokeEverywhereWithin1s", func(t *testing.T) {
-		code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "revokeme")
+		code, out, stderr := f.adminHost(t, "token", "create", "--store", f.adminURL, "--name", "revokeme")
 		tok := strings.TrimSpace(out)
 		if code != 0 || tok == "" {
 			t.Fatalf("token create --store (admin host): exit %d %s %s", code, out, stderr)
@@ -271,7 +275,7 @@ func TestFleet(t *testing.T) {
 			waitStderr(t, jobs[i], "transport: ", 30*time.Second)
 		}
 		start := time.Now()
-		code, out, stderr = f.adminHost(t, "token", "revoke", "--store", f.ownerURL, "revokeme")
+		code, out, stderr = f.adminHost(t, "token", "revoke", "--store", f.adminURL, "revokeme")
 		done := time.Now()
 		if code != 0 {
 			t.Fatalf("token revoke --store: exit %d %s %s", code, out, stderr)
@@ -314,7 +318,7 @@ func TestFleet(t *testing.T) {
 
 	// The later subtests need joins from cn again: the ban above is
 	// for the token e2e from cn; they use a token of their own.
-	code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "fleet")
+	code, out, stderr := f.adminHost(t, "token", "create", "--store", f.adminURL, "--name", "fleet")
 	if code != 0 {
 		t.Fatalf("token create --store: exit %d %s %s", code, out, stderr)
 	}
@@ -354,7 +358,7 @@ func TestFleet(t *testing.T) {
 		}{
 			{"gateway A", []string{"whois", "--state", a.state}, a.ns},
 			{"gateway B", []string{"whois", "--state", b.state}, b.ns},
-			{"the admin host", []string{"whois", "--store", f.ownerURL}, f.tp.INET},
+			{"the admin host", []string{"whois", "--store", f.adminURL}, f.tp.INET},
 		} {
 			args := append(w.args, "--json", "--at", whoisAt.UTC().Format(time.RFC3339Nano), ap.String())
 			code, out, stderr := f.tp.Run(t, 30*time.Second, w.ns, f.gwUser, f.airlock, args...)
@@ -380,7 +384,11 @@ func TestFleet(t *testing.T) {
 			"ip -o -4 addr show dev tun0; for i in $(seq 60); do curl -sS --max-time 5 -r 0-99 -o /dev/null "+url+"; sleep 0.5; done")
 		defer job.Kill()
 		waitStderr(t, job, "transport: ", 30*time.Second)
+		// The job's first line may follow the transport's log line.
 		src, ok := tunAddr(job.Stdout())
+		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); src, ok = tunAddr(job.Stdout()) {
+			time.Sleep(50 * time.Millisecond)
+		}
 		if !ok {
 			t.Fatalf("job's tunnel address not in its output: %s", job.Describe())
 		}
@@ -410,11 +418,18 @@ func TestFleet(t *testing.T) {
 			}
 			t.Logf("capture of a job on A %s: %s", where, strings.TrimSpace(stderr))
 		}
-		capture("on gateway B", b.ns, "--state", b.state)
+		// Asked on gateway B: a capture ticket is a wiretap of any job,
+		// which a gateway's database role may not write: the refusal
+		// says where to run it.
+		code, _, stderr := f.tp.Run(t, 30*time.Second, b.ns, f.gwUser, f.airlock, append([]string{"capture", "--state", b.state, "-c", "5", "-w",
+			filepath.Join(dir, "on-b.pcap"), "fleet-capture"}, filter...)...)
+		if code == 0 || !strings.Contains(stderr, "admin host") || !strings.Contains(stderr, "airlock_fleet_admin") {
+			t.Errorf("capture on gateway B of a job on A: exit %d %q; want a refusal naming the admin host and airlock_fleet_admin", code, stderr)
+		}
 		// An admin host that reaches only the database: the honest
 		// error, no file.
 		file := filepath.Join(dir, "unreachable.pcap")
-		code, _, stderr := f.adminHost(t, append([]string{"capture", "--store", f.ownerURL, "-c", "5", "-w", file, "fleet-capture"}, filter...)...)
+		code, _, stderr = f.adminHost(t, append([]string{"capture", "--store", f.adminURL, "-c", "5", "-w", file, "fleet-capture"}, filter...)...)
 		if code == 0 || !strings.Contains(stderr, "cannot reach the gateway") || !strings.Contains(stderr, a.addr) || !strings.Contains(stderr, "--state") {
 			t.Errorf("capture --store from a host that reaches only the database: exit %d %q; want a refusal naming gateway %s and --state", code, stderr, a.addr)
 		}
@@ -422,7 +437,7 @@ func TestFleet(t *testing.T) {
 			t.Errorf("a refused capture left %s", file)
 		}
 		f.adminHostReachesGateways(t)
-		capture("from the admin host", f.tp.INET, "--store", f.ownerURL)
+		capture("from the admin host", f.tp.INET, "--store", f.adminURL)
 	})
 
 	t.Run("DatabaseDown60s", func(t *testing.T) {
@@ -432,7 +447,7 @@ func TestFleet(t *testing.T) {
 		// A change just before the outage: every gateway's copy of the
 		// tokens and bans is fresh when it starts (C, fail-closed, then
 		// admits for fleetStale).
-		if code, out, stderr := f.adminHost(t, "token", "create", "--store", f.ownerURL, "--name", "outage"); code != 0 {
+		if code, out, stderr := f.adminHost(t, "token", "create", "--store", f.adminURL, "--name", "outage"); code != 0 {
 			t.Fatalf("token create --store: exit %d %s %s", code, out, stderr)
 		}
 		time.Sleep(500 * time.Millisecond)
@@ -533,7 +548,7 @@ func TestFleet(t *testing.T) {
 	})
 
 	t.Run("StatusFleet", func(t *testing.T) {
-		code, out, stderr := f.adminHost(t, "status", "--fleet", "--store", f.ownerURL, "--json")
+		code, out, stderr := f.adminHost(t, "status", "--fleet", "--store", f.adminURL, "--json")
 		var st fleet.Status
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 			t.Fatalf("status --fleet --json: exit %d %s %s", code, out, stderr)
@@ -554,6 +569,33 @@ func TestFleet(t *testing.T) {
 			}
 		}
 	})
+
+	// A host of the attacker's that answers as a gateway and admits the
+	// fleet's token (an attacker's own server would admit anything), and
+	// a member record for it written with gateway B's database password
+	// alone: a huge free capacity and a heartbeat an hour ahead. The
+	// gateways sign their records with the fleet key; this one is not
+	// signed, so no job is told of it: FailoverSpreads's jobs fail over
+	// only to B and C (on a main without enrolment, they learn it from
+	// A's leases and many land on it).
+	rogue := &fleetGW{name: "rogue", ns: b.ns, state: filepath.Join(filepath.Dir(f.state), "state-rogue"), egress: topology.DMZ2AddrINET}
+	rogue.args = []string{"gateway", "--state", rogue.state, "--listen", netip.AddrPortFrom(topology.DMZ2AddrCN, gatewayPort+1).String(),
+		"--subnet", "100.67.0.0/16", "--egress-addr", topology.DMZ2AddrINET.String(), "--egress-ports", "20000-59999", "--block-size", "16"}
+	f.startFleetGW(t, rogue)
+	if code, out, stderr := f.tp.Run(t, 30*time.Second, rogue.ns, f.gwUser, "sh", "-c",
+		"printf %s \"$1\" | "+f.airlock+" token create --import --name fleet --state "+rogue.state, "sh", tok); code != 0 {
+		t.Fatalf("token import on the rogue gateway: exit %d %s %s", code, out, stderr)
+	}
+	conn := f.pg.Connect(t, f.db)
+	if _, err := conn.Exec(t.Context(), "set role gw_b"); err != nil {
+		t.Fatal(err)
+	}
+	planted := fmt.Sprintf(`{"id":"planted","advertise":%q,"pin":%q,"capacity":1000000,"jobs":0}`, rogue.addr, rogue.pin)
+	if _, err := conn.Exec(t.Context(), "insert into airlock_gateways (id, heartbeat, record) values ('planted', now() + interval '1 hour', $1)", planted); err != nil {
+		t.Fatalf("plant a member record with gateway B's role: %v", err)
+	}
+	// A reads it at its next heartbeat, and says it does not follow it.
+	waitStderr(t, a.proc, "not enrolled by the fleet key", 10*time.Second)
 
 	t.Run("FailoverSpreads", func(t *testing.T) {
 		// All 300 jobs on A (B and C drain while they join), then A is
@@ -591,6 +633,9 @@ func TestFleet(t *testing.T) {
 		}
 		nb, nc := s.Gateways[b.addr], s.Gateways[c.addr]
 		t.Logf("300 jobs of A after its kill -9: %d on B, %d on C after %v (%d failovers)", nb, nc, time.Since(killed).Round(time.Second), s.Failovers)
+		if n := s.Gateways[rogue.addr]; n > 0 || strings.Contains(rogue.proc.Stderr(), "job joined") {
+			t.Errorf("%d jobs failed over to the planted member %s, which the site never enrolled", n, rogue.addr)
+		}
 		if nb+nc != n {
 			t.Fatalf("after 90 s: %d on B, %d on C, want all %d moved (errors %v)", nb, nc, n, s.Errors)
 		}

@@ -50,7 +50,7 @@ func (s *Store) RequestCapture(c Capture, secretHash []byte, ttl time.Duration) 
 		values ($1, $2, $3, now() + $4 * interval '1 millisecond', $5) returning id`,
 		c.Lease, c.Gateway, secretHash, ttl.Milliseconds(), rec).Scan(&id)
 	if err != nil {
-		return 0, fmt.Errorf("request capture: %w", err)
+		return 0, fmt.Errorf("request capture: %w", denied(err, "write capture tickets"))
 	}
 	if _, err := s.pool.Exec(ctx, "delete from airlock_captures where expires < now() - interval '1 day'"); err != nil {
 		return 0, fmt.Errorf("request capture: %w", err)

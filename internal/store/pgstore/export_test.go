@@ -32,3 +32,17 @@ func Migrations() ([]string, error) {
 	}
 	return names, err
 }
+
+// EmbeddedMigrations returns the first n embedded migrations, for a test
+// of an upgrade from an older schema.
+func EmbeddedMigrations(n int) []Migration {
+	ms, err := migrations()
+	if err != nil {
+		panic(err)
+	}
+	var out []Migration
+	for _, m := range ms[:n] {
+		out = append(out, Migration{Name: m.name, SQL: m.sql})
+	}
+	return out
+}

@@ -81,20 +81,33 @@ func LatestVersion() int32 {
 // another Migrate runs (see above). A database newer than this code is
 // left alone with ErrSchemaNew.
 func Migrate(ctx context.Context, cfg Config) (from, to int32, err error) {
+	return MigrateRoles(ctx, cfg, Roles{})
+}
+
+// MigrateRoles is Migrate that also makes the login roles of rs members
+// of GatewayRole and AdminRole. After any migration, or with roles, it
+// grants the schema's privileges (grants.go) to both group roles, so that
+// every table, also one an upgrade adds, works for them with no
+// hand-written GRANT.
+func MigrateRoles(ctx context.Context, cfg Config, rs Roles) (from, to int32, err error) {
 	pc, err := poolConfig(cfg)
 	if err != nil {
 		return 0, 0, err
 	}
 	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
 	if err != nil {
-		return 0, 0, fmt.Errorf("connect to database: %w", err)
+		return 0, 0, fmt.Errorf("connect to database: %w", tlsFailure(err))
 	}
 	defer conn.Close(context.Background())
 	ms, err := migrations()
 	if err != nil {
 		return 0, 0, err
 	}
-	return migrate(ctx, conn, ms)
+	from, to, err = migrate(ctx, conn, ms)
+	if err != nil || (from == to && len(rs.Gateways)+len(rs.Admins) == 0) {
+		return from, to, err
+	}
+	return from, to, applyGrants(ctx, conn, rs)
 }
 
 // migrate applies ms to the database of conn, one transaction each.
@@ -158,6 +171,10 @@ func migrateStep(ctx context.Context, conn *pgx.Conn, ms []migration) (before, a
 	// Without arguments, Exec sends the file as one simple query: every
 	// statement in it, in this transaction.
 	if _, err := tx.Exec(ctx, m.sql); err != nil {
+		if pgErr(err, "42501") && strings.Contains(err.Error(), "create role") {
+			return before, before, fmt.Errorf("migrate: migration %s: %w; the schema's owner needs CREATEROLE to make the roles %s and %s, or a DBA makes them first (create role … nologin, docs/fleet.md)",
+				m.name, err, GatewayRole, AdminRole)
+		}
 		return before, before, fmt.Errorf("migrate: migration %s: %w", m.name, err)
 	}
 	// A migration's "set" must not outlive it on this connection.

@@ -74,6 +74,10 @@ type Config struct {
 	Timeout time.Duration
 	// MaxConns bounds the connection pool; 0 means 4.
 	MaxConns int32
+	// Insecure allows a TCP connection whose server is not verified by
+	// TLS (sslmode other than verify-full or verify-ca): --store-insecure,
+	// for a path to the database that the site trusts (transport.go).
+	Insecure bool
 	Logger   *slog.Logger
 }
 
@@ -91,6 +95,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	pc, err := pgxpool.ParseConfig(cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("parse --store: %w", redact(err))
+	}
+	if err := checkTransport(&pc.ConnConfig.Config, cfg.Insecure); err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
 	}
 	if cfg.PasswordFile != "" {
 		pw, err := readPasswordFile(cfg.PasswordFile)
@@ -253,9 +260,21 @@ func (s *Store) SchemaVersion(ctx context.Context) (int32, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("read schema version: %w", err)
+		return 0, fmt.Errorf("read schema version: %w", tlsFailure(err))
 	}
 	return v, nil
+}
+
+// denied wraps err with store.ErrNotPermitted when the database refused
+// it for want of a privilege (or by row-level security), saying what to
+// do: what is an admin's work, on an admin host, as a member of
+// AdminRole.
+func denied(err error, what string) error {
+	if !pgErr(err, "42501") { // insufficient_privilege
+		return err
+	}
+	return fmt.Errorf("%w: the database refuses to %s to this role (%w); that is an admin's work: run it on an admin host with --store and a role of %s (airlock db migrate --admin-role, docs/fleet.md)",
+		store.ErrNotPermitted, what, err, AdminRole)
 }
 
 // pgErr reports whether err is a PostgreSQL error with code.
@@ -272,7 +291,7 @@ func (s *Store) CreateToken(name string, ttl time.Duration, now time.Time) (stri
 	}
 	t, err := s.storeToken(name, secret, ttl, now)
 	if err != nil {
-		return "", store.Token{}, fmt.Errorf("create token: %w", err)
+		return "", store.Token{}, fmt.Errorf("create token: %w", denied(err, "create tokens"))
 	}
 	return secret, t, nil
 }
@@ -285,7 +304,7 @@ func (s *Store) ImportToken(name, secret string, ttl time.Duration, now time.Tim
 	}
 	t, err := s.storeToken(name, secret, ttl, now)
 	if err != nil {
-		return store.Token{}, fmt.Errorf("import token: %w", err)
+		return store.Token{}, fmt.Errorf("import token: %w", denied(err, "create tokens"))
 	}
 	return t, nil
 }
@@ -369,7 +388,7 @@ func (s *Store) RestrictToken(name string, r store.TokenRestrictions) (store.Tok
 	}
 	defer tx.Rollback(ctx)
 	var t store.Token
-	err = tx.QueryRow(ctx, "select record from airlock_tokens where name = $1 for update", name).Scan(&t)
+	err = denied(tx.QueryRow(ctx, "select record from airlock_tokens where name = $1 for update", name).Scan(&t), "change tokens")
 	if errors.Is(err, pgx.ErrNoRows) {
 		return store.Token{}, fmt.Errorf("restrict token: token %q: %w", store.Truncate(name), store.ErrNotFound)
 	}
@@ -382,7 +401,7 @@ func (s *Store) RestrictToken(name string, r store.TokenRestrictions) (store.Tok
 		return store.Token{}, err
 	}
 	if _, err := tx.Exec(ctx, "update airlock_tokens set record = $2 where name = $1", name, rec); err != nil {
-		return store.Token{}, fmt.Errorf("restrict token: %w", err)
+		return store.Token{}, fmt.Errorf("restrict token: %w", denied(err, "change tokens"))
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.Token{}, fmt.Errorf("restrict token: %w", err)
@@ -414,7 +433,7 @@ func (s *Store) RevokeToken(name string) error {
 	defer cancel()
 	tag, err := s.pool.Exec(ctx, "delete from airlock_tokens where name = $1", name)
 	if err != nil {
-		return fmt.Errorf("revoke token: %w", err)
+		return fmt.Errorf("revoke token: %w", denied(err, "revoke tokens"))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("revoke token: token %q: %w", store.Truncate(name), store.ErrNotFound)
@@ -532,10 +551,10 @@ func (s *Store) PutLeases(recs []store.LeaseRecord) error {
 			end = &r.End
 		}
 		_, err = tx.Exec(ctx, `insert into airlock_leases (id, gateway, start, "end", record) values ($1, $2, $3, $4, $5)
-			on conflict (id) do update set "end" = excluded."end", record = excluded.record where airlock_leases."end" is null`,
+			on conflict (id) do update set "end" = excluded."end", record = excluded.record, writer = current_user where airlock_leases."end" is null`,
 			r.ID, s.gatewayOf(r), r.Start, end, rec)
 		if err != nil {
-			return fmt.Errorf("record lease %s: %w", r.ID, err)
+			return fmt.Errorf("record lease %s: %w", r.ID, denied(err, "change another gateway's lease record"))
 		}
 		for _, a := range store.Attributions(r) {
 			_, err = tx.Exec(ctx, `insert into airlock_attribution (lease_id, public_addr, port_lo, port_hi, own, start)
@@ -735,9 +754,9 @@ func (s *Store) Heartbeat(m store.Member) error {
 		return err
 	}
 	_, err = s.pool.Exec(ctx, `insert into airlock_gateways (id, heartbeat, record) values ($1, now(), $2)
-		on conflict (id) do update set heartbeat = now(), record = excluded.record`, m.ID, rec)
+		on conflict (id) do update set heartbeat = now(), record = excluded.record, writer = current_user`, m.ID, rec)
 	if err != nil {
-		return fmt.Errorf("heartbeat: %w", err)
+		return fmt.Errorf("heartbeat: %w", denied(err, "write another gateway's member record, or a 17th record of its own (a gateway role keeps at most 16: delete its stopped ones)"))
 	}
 	return nil
 }

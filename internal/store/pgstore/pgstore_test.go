@@ -57,6 +57,9 @@ func TestPostgres(t *testing.T) {
 		{"Members", testMembers},
 		{"Kicks", testKicks},
 		{"CaptureTickets", testCaptureTickets},
+		{"Roles", testRoles},
+		{"RolesUpgrade", testRolesUpgrade},
+		{"RolesOwnerWithoutCreateRole", testRolesOwnerWithoutCreateRole},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, c) })
 	}
