@@ -69,7 +69,8 @@ func TestDocs(t *testing.T) {
 		}
 	}
 
-	files := append([]string{"README.md", "CHANGELOG.md"}, docs...)
+	history, _ := filepath.Glob("docs/benchmarks/*.md")
+	files := append(append([]string{"README.md", "CHANGELOG.md"}, docs...), history...)
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {

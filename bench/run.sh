@@ -22,7 +22,7 @@
 # is not measured), runs TestBench (AIRLOCK_BENCH=1) and writes one row per
 # measurement to bench/results/STAMP.tsv and STAMP-latency.tsv; daemon logs,
 # meta.tsv and startup.tsv go to bench/results/STAMP/ (not committed).
-# A full run then regenerates the README's and docs/benchmarks.md's tables
+# A full run then regenerates docs/benchmarks.md's tables
 # and docs/benchmarks-*.png with bench/report and commits them with the TSVs
 # (--no-commit leaves that to you). --quick and --smoke runs write only
 # bench/results/[smoke/]STAMP-report.md, marked not quotable.
@@ -147,11 +147,11 @@ if [ "$rc" != 0 ]; then
 	echo "run.sh: TestBench FAILED (exit $rc): regenerating the tables anyway from the rows measured; read the report's \"Not counted\" list before quoting" >&2
 	msg="$msg (TestBench failed: see the report's not-measured list)"
 fi
-go run ./bench/report -in "${tsv#$root/}" -readme README.md -docs docs/benchmarks.md -plots docs
-echo "run.sh: README.md, docs/benchmarks.md and docs/benchmarks-*.png regenerated from ${tsv#$root/}"
+go run ./bench/report -in "${tsv#$root/}" -docs docs/benchmarks.md -plots docs
+echo "run.sh: docs/benchmarks.md and docs/benchmarks-*.png regenerated from ${tsv#$root/}"
 if [ "$commit" = yes ]; then
-	git add -- "${tsv#$root/}" "${tsv%.tsv}-latency.tsv" "${tsv%.tsv}-summary.tsv" README.md docs/benchmarks.md docs/benchmarks-throughput.png docs/benchmarks-ratio.png
-	git commit -q -m "$msg" -- "${tsv#$root/}" "${tsv%.tsv}-latency.tsv" "${tsv%.tsv}-summary.tsv" README.md docs/benchmarks.md docs/benchmarks-throughput.png docs/benchmarks-ratio.png
+	git add -- "${tsv#$root/}" "${tsv%.tsv}-latency.tsv" "${tsv%.tsv}-summary.tsv" docs/benchmarks.md docs/benchmarks-throughput.png docs/benchmarks-ratio.png
+	git commit -q -m "$msg" -- "${tsv#$root/}" "${tsv%.tsv}-latency.tsv" "${tsv%.tsv}-summary.tsv" docs/benchmarks.md docs/benchmarks-throughput.png docs/benchmarks-ratio.png
 	echo "run.sh: committed $(git rev-parse --short HEAD)"
 fi
 exit "$rc"

@@ -218,7 +218,7 @@ print("dual", addrs("dual.test", socket.AF_UNSPEC))
 print("v6only", addrs("v6only.test", socket.AF_UNSPEC))
 print("v6", addrs("dual.test", socket.AF_INET6))
 print("mapped", addrs("dual.test", socket.AF_INET6, socket.AI_V4MAPPED))
-if sys.argv[1] == "dual-stack":
+if sys.argv[1].startswith("dual-stack"):
     s = socket.create_connection(("2001:db8::11", 80), timeout=5)
     print("tcp6", s.recv(100).decode())
     u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
@@ -232,7 +232,8 @@ if sys.argv[1] == "dual-stack":
     c.send(b"conn6")
     print("udp6c", c.recv(100).decode())
     # Sockets that cannot use IPv4-mapped addresses go to the proxy's
-    # IPv6 loopback listener (AIRLOCK_SOCKS6) and relays on ::1.
+    # IPv6 loopback listener (AIRLOCK_SOCKS's IPv6 entry, or the
+    # deprecated AIRLOCK_SOCKS6) and relays on ::1.
     o = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
     o.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     o.settimeout(5)
@@ -284,13 +285,19 @@ func TestPreload(t *testing.T) {
 	})
 	t.Run("ipv6", func(t *testing.T) {
 		env6 := append(append([]string{}, env...), "AIRLOCK_IPV6=1", "AIRLOCK_SOCKS6="+socks6)
+		envList := append(append([]string{}, env...), "AIRLOCK_IPV6=1", "AIRLOCK_SOCKS="+socks+","+socks6)
 		for _, tc := range []struct {
 			name string
 			env  []string
 			want []string
 		}{
+			// The one form: AIRLOCK_SOCKS lists the proxy's addresses of
+			// both families.
+			{"dual-stack-list", envList, []string{"dual ['2001:db8::11', '192.0.2.11']", "v6only ['2001:db8::11']",
+				"tcp6 hello from outside", "udp6c echo conn6", "tcp6only hello from outside", "udp6only echo ping6only 2001:db8::11 7"}},
 			// The tunnel carries IPv6: AAAA first, IPv6-only names work,
-			// and IPv6 connects and datagrams reach the proxy as IPv6.
+			// and IPv6 connects and datagrams reach the proxy as IPv6
+			// (here through the deprecated alias AIRLOCK_SOCKS6).
 			{"dual-stack", env6, []string{"dual ['2001:db8::11', '192.0.2.11']", "v6only ['2001:db8::11']",
 				"v6 ['2001:db8::11']", "mapped ['2001:db8::11']",
 				"tcp6 hello from outside", "udp6 echo ping6 2001:db8::11 7", "udp6c echo conn6",

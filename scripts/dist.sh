@@ -128,7 +128,7 @@ for fmt in deb rpm; do
 	(cd "$docs" && find . -type f | sort) | while read -r f; do
 		printf "  - src: %s\n    dst: /usr/%s\n${type}    file_info:\n      mode: 0644\n      mtime: %s\n" "$docs/${f#./}" "${f#./}" "$mtime"
 	done >>"$work/nfpm-$fmt.yaml"
-	go tool nfpm package --config "$work/nfpm-$fmt.yaml" --packager "$fmt" --target "$out/" >/dev/null
+	go tool -modfile=tools/go.mod nfpm package --config "$work/nfpm-$fmt.yaml" --packager "$fmt" --target "$out/" >/dev/null
 done
 (cd "$out" && rm -f SHA256SUMS && sha256sum -- *.tar.gz *.deb *.rpm >SHA256SUMS)
 echo "dist: wrote $out/:" && (cd "$out" && ls -1 && cat SHA256SUMS)

@@ -5,7 +5,7 @@
 // re-derived from committed data:
 //
 //	go run ./bench/report -in bench/results/STAMP.tsv -md /tmp/table.md
-//	go run ./bench/report -in bench/results/STAMP.tsv -readme README.md \
+//	go run ./bench/report -in bench/results/STAMP.tsv \
 //	    -docs docs/benchmarks.md -plots docs
 //
 // It reads STAMP.tsv (throughput) and, if present, STAMP-latency.tsv. Per
@@ -34,7 +34,8 @@ import (
 	"github.com/airlock-vpn/airlock/bench/record"
 )
 
-// Markers delimit the generated text in README.md and docs/benchmarks.md.
+// Markers delimit the generated text in docs/benchmarks.md (and in any
+// file given to -readme).
 const (
 	BeginMarker = "<!-- bench-report:begin -->"
 	EndMarker   = "<!-- bench-report:end -->"

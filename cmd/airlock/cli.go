@@ -92,6 +92,9 @@ func applyEnv(cmd *cobra.Command, getenv func(string) string) error {
 				if e := f.Value.Set(val); e != nil {
 					err = usagef("bad %s=%q (for --%s): %w", v, truncateArg(val), f.Name, e)
 				}
+				if f.Deprecated != "" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s sets --%s, which has been deprecated: %s\n", v, f.Name, f.Deprecated)
+				}
 				return
 			}
 		}

@@ -35,7 +35,7 @@ func TestCLIConventions(t *testing.T) {
 		{args: []string{"help", "gateway", "reload"}, stdout: "airlock gateway reload [flags]", emptyError: true},
 		{args: []string{"status", "-h"}, stdout: "--json", emptyError: true},
 		{args: []string{"token", "list", "--help"}, stdout: "--state DIR", emptyError: true},
-		{args: []string{"gateway", "--help"}, stdout: "--egress-prefix6", emptyError: true},
+		{args: []string{"gateway", "--help"}, stdout: "--egress-prefix", emptyError: true},
 		// Flags print with two dashes, and say where else they are read.
 		{args: []string{"run", "--help"}, stdout: "--token-file FILE", emptyError: true},
 		{args: []string{"run", "--help"}, stdout: "(env AIRLOCK_TOKEN_FILE)", emptyError: true},

@@ -143,66 +143,186 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	return cmd
 }
 
-// addrFlags are the gateway's address flags of both families: the tunnel
-// subnets, where jobs' flows leave from, and (IPv6 alone) the routed
-// prefix of jobs' own addresses.
+// addrFlags are the gateway's address flags, lists of either family: the
+// tunnel subnets, where jobs' flows leave from, and the routed prefix of
+// jobs' own addresses. The per-family flags of earlier releases (--subnet6,
+// --egress-addr6, --egress-prefix6) are deprecated aliases that add to
+// the lists.
 type addrFlags struct {
-	subnet, subnet6, egressAddr, egressAddr6, egressPrefix6 string
+	subnet, egressAddr, egressPrefix    string
+	subnet6, egressAddr6, egressPrefix6 string // deprecated aliases
 }
+
+// NoIPv6Entry in --subnet turns IPv6 in the tunnel off.
+const noIPv6Entry = "no-ipv6"
 
 func addAddrFlags(fs *pflag.FlagSet) *addrFlags {
 	f := &addrFlags{}
-	fs.StringVar(&f.subnet, "subnet", gateway.DefaultSubnet, "tunnel address subnet; the gateway takes its first address")
-	fs.StringVar(&f.subnet6, "subnet6", "", "IPv6 tunnel prefix, at most /96; each job's IPv6 address embeds its IPv4 one in the last 32 bits, the gateway's is the one embedding its IPv4 tunnel address (default: a random unique-local /48 made at first start and kept in the state dir; \""+gateway.Subnet6Off+"\": IPv4 only)")
-	fs.StringVar(&f.egressAddr, "egress-addr", "", "public IPv4 address(es) jobs' connections leave from and exposed ports listen on: one address, several comma-separated, or a prefix (an egress pool: blocks from every address × --egress-ports) (default: the source address of the default route)")
-	fs.StringVar(&f.egressAddr6, "egress-addr6", "", "IPv6 address jobs' IPv6 connections leave from (with their port block) and exposed ports listen on (default: the source address of the IPv6 default route)")
-	fs.StringVar(&f.egressPrefix6, "egress-prefix6", "", "a routed IPv6 prefix (at most /96) that gives each job its own public IPv6 address (embedding its IPv4 tunnel address): its IPv6 flows leave from it with any port; user mode needs the prefix routed to this host and a local route (ip -6 route add local PREFIX dev lo), kernel mode routes it")
+	fs.StringVar(&f.subnet, "subnet", gateway.DefaultSubnet, "tunnel prefixes, comma-separated, at most one per family; the gateway takes the first address of each. "+
+		"With an IPv4 prefix, jobs also get IPv6 unless \""+noIPv6Entry+"\" is listed: the IPv6 prefix listed (at most /96; each job's IPv6 address embeds its IPv4 one in the last 32 bits), "+
+		"else a random unique-local /48 made at first start and kept in the state dir. An IPv6 prefix alone makes an IPv6-only tunnel")
+	fs.StringVar(&f.egressAddr, "egress-addr", "", "public address(es) jobs' connections leave from and exposed ports listen on, comma-separated, of either family: "+
+		"IPv4 one address, several, or a prefix (an egress pool: blocks from every address × --egress-ports); IPv6 one address (jobs' IPv6 flows leave from it with their port block) "+
+		"(default: the source address of each family's default route)")
+	fs.StringVar(&f.egressPrefix, "egress-prefix", "", "a routed IPv6 prefix (at most /96) that gives each job its own public IPv6 address (embedding its IPv4 tunnel address): its IPv6 flows leave from it with any port; "+
+		"user mode needs the prefix routed to this host and a local route (ip -6 route add local PREFIX dev lo), kernel mode routes it")
+	fs.StringVar(&f.subnet6, "subnet6", "", "deprecated: list the IPv6 prefix (or "+noIPv6Entry+" for off) in --subnet")
+	fs.StringVar(&f.egressAddr6, "egress-addr6", "", "deprecated: list the IPv6 address in --egress-addr")
+	fs.StringVar(&f.egressPrefix6, "egress-prefix6", "", "deprecated: use --egress-prefix")
+	fs.MarkDeprecated("subnet6", "list the IPv6 prefix (or "+noIPv6Entry+") in --subnet; --subnet6 goes in a later release")
+	fs.MarkDeprecated("egress-addr6", "list the IPv6 address in --egress-addr; --egress-addr6 goes in a later release")
+	fs.MarkDeprecated("egress-prefix6", "use --egress-prefix; --egress-prefix6 goes in a later release")
 	return f
+}
+
+// splitList returns the comma-separated entries of s, trimmed, without
+// empty ones.
+func splitList(s string) []string {
+	var out []string
+	for _, e := range strings.Split(s, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // parse checks the address flags' syntax and families; gateway.Run checks
 // them against the host.
 func (f *addrFlags) parse(cfg *gateway.Config) error {
-	var err error
-	if cfg.Subnet, err = netip.ParsePrefix(f.subnet); err != nil {
-		return fmt.Errorf("bad --subnet: %w", err)
+	if err := f.parseSubnets(cfg); err != nil {
+		return err
 	}
-	switch f.subnet6 {
-	case "":
-	case gateway.Subnet6Off:
-		cfg.NoIPv6 = true
-	default:
-		if cfg.Subnet6, err = parsePrefixFlag("--subnet6", f.subnet6, ipfamily.V6, 128); err != nil {
+	if err := f.parseEgressAddrs(cfg); err != nil {
+		return err
+	}
+	return f.parseEgressPrefix(cfg)
+}
+
+// parseSubnets reads --subnet (and the alias --subnet6): an IPv4 prefix,
+// an IPv6 one, or both, and no-ipv6.
+func (f *addrFlags) parseSubnets(cfg *gateway.Config) error {
+	entries := splitList(f.subnet)
+	if f.subnet6 == gateway.Subnet6Off {
+		entries = append(entries, noIPv6Entry)
+	} else if f.subnet6 != "" {
+		if _, err := parsePrefixFlag("--subnet6", f.subnet6, ipfamily.V6, 128); err != nil {
 			return err
 		}
+		entries = append(entries, f.subnet6)
 	}
-	if f.egressAddr != "" {
-		as, err := portblock.ParseAddrs(f.egressAddr)
+	var v4, v6 netip.Prefix
+	for _, e := range entries {
+		if e == noIPv6Entry {
+			cfg.NoIPv6 = true
+			continue
+		}
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			return fmt.Errorf("bad --subnet %q: %w; want prefixes (one IPv4, one IPv6) or %s, comma-separated", e, err, noIPv6Entry)
+		}
+		if p.Addr().Is4In6() {
+			return fmt.Errorf("bad --subnet %s: an IPv4-mapped prefix; write the IPv4 prefix", e)
+		}
+		at := &v4
+		if p.Addr().Is6() {
+			at = &v6
+		}
+		if at.IsValid() && *at != p {
+			return fmt.Errorf("bad --subnet: two %s prefixes, %s and %s; want at most one per family", ipfamily.Of(p.Addr()), *at, p)
+		}
+		*at = p
+	}
+	switch {
+	case v4.IsValid():
+		cfg.Subnet, cfg.Subnet6 = v4, v6
+		if cfg.NoIPv6 && v6.IsValid() {
+			return fmt.Errorf("bad --subnet: %s beside %s; want one of them", v6, noIPv6Entry)
+		}
+	case v6.IsValid():
+		// An IPv6-only tunnel: the lease manager allocates in it.
+		cfg.Subnet = v6
+	default:
+		cfg.Subnet = netip.MustParsePrefix(gateway.DefaultSubnet)
+	}
+	return nil
+}
+
+// parseEgressAddrs reads --egress-addr (and the alias --egress-addr6):
+// IPv4 addresses or a prefix (the egress pool) and at most one IPv6
+// address, which is where jobs' IPv6 flows leave from (of an IPv6-only
+// tunnel, its egress address). parseSubnets comes first.
+func (f *addrFlags) parseEgressAddrs(cfg *gateway.Config) error {
+	var v4, v6 []netip.Addr
+	for _, e := range splitList(f.egressAddr) {
+		as, err := portblock.ParseAddrs(e)
 		if err != nil {
 			return fmt.Errorf("bad --egress-addr %q: %w; want IP addresses or a prefix, comma-separated", f.egressAddr, err)
 		}
-		cfg.EgressAddr = as[0]
-		if len(as) > 1 {
-			cfg.EgressAddrs = as
+		for _, a := range as {
+			if a.Is4() {
+				v4 = append(v4, a)
+			} else {
+				v6 = append(v6, a)
+			}
 		}
 	}
 	if f.egressAddr6 != "" {
-		cfg.EgressAddr6, err = netip.ParseAddr(f.egressAddr6)
+		a, err := netip.ParseAddr(f.egressAddr6)
 		if err != nil {
 			return fmt.Errorf("bad --egress-addr6: %w", err)
 		}
-		if !ipfamily.V6.Contains(cfg.EgressAddr6) {
+		if !ipfamily.V6.Contains(a) {
 			return fmt.Errorf("bad --egress-addr6 %s: want an IPv6 address", f.egressAddr6)
 		}
+		v6 = append(v6, a)
 	}
+	if len(v6) > 1 {
+		return fmt.Errorf("bad --egress-addr: %d IPv6 addresses; want at most one (an egress pool is of IPv4 addresses)", len(v6))
+	}
+	if len(v4) > 0 {
+		cfg.EgressAddr = v4[0]
+		if len(v4) > 1 {
+			cfg.EgressAddrs = v4
+		}
+	}
+	switch {
+	case len(v6) == 0:
+	case cfg.Subnet.Addr().Is6():
+		// An IPv6-only tunnel: its one egress address.
+		if len(v4) > 0 {
+			return fmt.Errorf("bad --egress-addr: IPv4 addresses for the IPv6-only tunnel %s; list its IPv6 address alone", cfg.Subnet)
+		}
+		cfg.EgressAddr = v6[0]
+	case cfg.NoIPv6:
+		return fmt.Errorf("bad --egress-addr %s: an IPv6 address with %s in --subnet", v6[0], noIPv6Entry)
+	default:
+		cfg.EgressAddr6 = v6[0]
+	}
+	return nil
+}
+
+// parseEgressPrefix reads --egress-prefix (and the alias
+// --egress-prefix6).
+func (f *addrFlags) parseEgressPrefix(cfg *gateway.Config) error {
+	flag, v := "--egress-prefix", f.egressPrefix
 	if f.egressPrefix6 != "" {
-		if cfg.EgressPrefix6, err = parsePrefixFlag("--egress-prefix6", f.egressPrefix6, ipfamily.V6, 96); err != nil {
-			return err
+		if v != "" && v != f.egressPrefix6 {
+			return fmt.Errorf("bad --egress-prefix6 %s beside --egress-prefix %s: want one (--egress-prefix6 is its deprecated alias)", f.egressPrefix6, v)
 		}
-		if cfg.EgressPrefix6 != cfg.EgressPrefix6.Masked() {
-			return fmt.Errorf("bad --egress-prefix6 %s: want the prefix %s", f.egressPrefix6, cfg.EgressPrefix6.Masked())
-		}
+		flag, v = "--egress-prefix6", f.egressPrefix6
 	}
+	if v == "" {
+		return nil
+	}
+	p, err := parsePrefixFlag(flag, v, ipfamily.V6, 96)
+	if err != nil {
+		return fmt.Errorf("%w (jobs' own addresses are IPv6: IPv4 has no room for a prefix per gateway)", err)
+	}
+	if p != p.Masked() {
+		return fmt.Errorf("bad %s %s: want the prefix %s", flag, v, p.Masked())
+	}
+	cfg.EgressPrefix6 = p
 	return nil
 }
 

@@ -42,39 +42,82 @@ func TestParseEgress(t *testing.T) {
 	}
 }
 
+// addrFlagCases are TestAddrFlags' cases: the flags, whether they parse,
+// and what the config must then hold.
+var addrFlagCases = []struct {
+	args []string
+	ok   bool
+	want func(gateway.Config) bool
+}{
+	{nil, true, func(c gateway.Config) bool {
+		return c.Subnet == netip.MustParsePrefix(gateway.DefaultSubnet) && !c.Subnet6.IsValid() && !c.NoIPv6 && !c.EgressAddr.IsValid()
+	}},
+	{[]string{"--subnet", "10.8.0.0/16"}, true, func(c gateway.Config) bool { return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") }},
+	{[]string{"--subnet", "10.8.0.0"}, false, nil},
+	{[]string{"--egress-addr", "203.0.113.1"}, true, func(c gateway.Config) bool { return c.EgressAddr == netip.MustParseAddr("203.0.113.1") }},
+	{[]string{"--egress-addr", "203.0.113.1,203.0.113.2"}, true, func(c gateway.Config) bool { return len(c.EgressAddrs) == 2 }},
+	{[]string{"--egress-addr", "gateway.example"}, false, nil},
+	{[]string{"--subnet6", "off"}, true, func(c gateway.Config) bool { return c.NoIPv6 }},
+	{[]string{"--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool { return c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") }},
+	{[]string{"--subnet6", "fd00:1::"}, false, nil},
+	{[]string{"--subnet6", "10.0.0.0/8"}, false, nil},
+	{[]string{"--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool { return c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") }},
+	{[]string{"--egress-addr6", "203.0.113.1"}, false, nil},
+	{[]string{"--egress-addr6", "::ffff:203.0.113.1"}, false, nil},
+	{[]string{"--egress-prefix6", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
+		return c.EgressPrefix6 == netip.MustParsePrefix("2001:db8:ee::/96")
+	}},
+	{[]string{"--egress-prefix6", "2001:db8:ee::/112"}, false, nil},
+	{[]string{"--egress-prefix6", "2001:db8:ee::1/96"}, false, nil},
+	{[]string{"--egress-prefix6", "203.0.113.0/24"}, false, nil},
+	// The lists: either family in one flag.
+	{[]string{"--subnet", "10.8.0.0/16,fd00:1::/48"}, true, func(c gateway.Config) bool {
+		return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") && c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") && !c.NoIPv6
+	}},
+	{[]string{"--subnet", "10.8.0.0/16, no-ipv6"}, true, func(c gateway.Config) bool { return c.NoIPv6 && !c.Subnet6.IsValid() }},
+	{[]string{"--subnet", "fd00:1::/48"}, true, func(c gateway.Config) bool {
+		return c.Subnet == netip.MustParsePrefix("fd00:1::/48") && !c.Subnet6.IsValid()
+	}},
+	{[]string{"--subnet", "fd00:1::/48,fd00:2::/48"}, false, nil},
+	{[]string{"--subnet", "10.8.0.0/16,fd00:1::/48,no-ipv6"}, false, nil},
+	{[]string{"--subnet", "::ffff:10.8.0.0/112"}, false, nil},
+	{[]string{"--subnet", "10.8.0.0/16", "--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool {
+		return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") && c.Subnet6 == netip.MustParsePrefix("fd00:1::/48")
+	}},
+	{[]string{"--egress-addr", "203.0.113.1,2001:db8::1"}, true, func(c gateway.Config) bool {
+		return c.EgressAddr == netip.MustParseAddr("203.0.113.1") && c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") && c.EgressAddrs == nil
+	}},
+	{[]string{"--egress-addr", "2001:db8::1"}, true, func(c gateway.Config) bool {
+		return !c.EgressAddr.IsValid() && c.EgressAddr6 == netip.MustParseAddr("2001:db8::1")
+	}},
+	{[]string{"--subnet", "fd00:1::/120", "--egress-addr", "2001:db8::1"}, true, func(c gateway.Config) bool {
+		return c.EgressAddr == netip.MustParseAddr("2001:db8::1") && !c.EgressAddr6.IsValid()
+	}},
+	{[]string{"--egress-addr", "2001:db8::1,2001:db8::2"}, false, nil},
+	{[]string{"--egress-addr", "2001:db8::1", "--egress-addr6", "2001:db8::2"}, false, nil},
+	{[]string{"--subnet", "10.8.0.0/16,no-ipv6", "--egress-addr", "2001:db8::1"}, false, nil},
+	{[]string{"--egress-prefix", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
+		return c.EgressPrefix6 == netip.MustParsePrefix("2001:db8:ee::/96")
+	}},
+	{[]string{"--egress-prefix", "203.0.113.0/24"}, false, nil},
+	{[]string{"--egress-prefix", "2001:db8:ee::/96", "--egress-prefix6", "2001:db8:ef::/96"}, false, nil},
+}
+
 // TestAddrFlags: the address flags of both families.
 func TestAddrFlags(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		ok   bool
-		want func(gateway.Config) bool
-	}{
-		{nil, true, func(c gateway.Config) bool {
-			return c.Subnet == netip.MustParsePrefix(gateway.DefaultSubnet) && !c.Subnet6.IsValid() && !c.NoIPv6 && !c.EgressAddr.IsValid()
-		}},
-		{[]string{"--subnet", "10.8.0.0/16"}, true, func(c gateway.Config) bool { return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") }},
-		{[]string{"--subnet", "10.8.0.0"}, false, nil},
-		{[]string{"--egress-addr", "203.0.113.1"}, true, func(c gateway.Config) bool { return c.EgressAddr == netip.MustParseAddr("203.0.113.1") }},
-		{[]string{"--egress-addr", "203.0.113.1,203.0.113.2"}, true, func(c gateway.Config) bool { return len(c.EgressAddrs) == 2 }},
-		{[]string{"--egress-addr", "gateway.example"}, false, nil},
-		{[]string{"--subnet6", "off"}, true, func(c gateway.Config) bool { return c.NoIPv6 }},
-		{[]string{"--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool { return c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") }},
-		{[]string{"--subnet6", "fd00:1::"}, false, nil},
-		{[]string{"--subnet6", "10.0.0.0/8"}, false, nil},
-		{[]string{"--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool { return c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") }},
-		{[]string{"--egress-addr6", "203.0.113.1"}, false, nil},
-		{[]string{"--egress-addr6", "::ffff:203.0.113.1"}, false, nil},
-		{[]string{"--egress-prefix6", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
-			return c.EgressPrefix6 == netip.MustParsePrefix("2001:db8:ee::/96")
-		}},
-		{[]string{"--egress-prefix6", "2001:db8:ee::/112"}, false, nil},
-		{[]string{"--egress-prefix6", "2001:db8:ee::1/96"}, false, nil},
-		{[]string{"--egress-prefix6", "203.0.113.0/24"}, false, nil},
-	} {
+	for _, tc := range addrFlagCases {
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		var out strings.Builder
+		fs.SetOutput(&out)
 		f := addAddrFlags(fs)
 		if err := fs.Parse(tc.args); err != nil {
 			t.Fatal(err)
+		}
+		// A deprecated alias says so, naming what replaces it.
+		for _, a := range tc.args {
+			if strings.HasPrefix(a, "--") && strings.HasSuffix(a, "6") && !strings.Contains(out.String(), a[2:]+" has been deprecated") {
+				t.Errorf("%v: no deprecation note for %s: %q", tc.args, a, out.String())
+			}
 		}
 		var cfg gateway.Config
 		err := f.parse(&cfg)

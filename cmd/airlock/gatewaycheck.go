@@ -83,7 +83,7 @@ func configFileCheck(path string) []preflight.Result {
 // --egress-addr(6) uses the source of the host's default route of the
 // family (IPv4 without one: the host's choice per destination; kernel
 // mode cannot start; IPv6 without one: jobs get IPv4 only), and
-// --egress-prefix6 needs its host setup (user mode: a local route; kernel
+// --egress-prefix needs its host setup (user mode: a local route; kernel
 // mode: no local route, not on-link elsewhere).
 func egressChecks(cfg gateway.Config) []preflight.Result {
 	var out []preflight.Result
@@ -102,7 +102,7 @@ func egressChecks(cfg gateway.Config) []preflight.Result {
 				r.Detail = fmt.Sprintf("jobs' %s flows leave from %s (the %s default route's source)", f, a, f)
 			case f == ipfamily.V6:
 				r.Status, r.Detail = preflight.Warn, fmt.Sprintf("jobs get IPv4 only: %v", err)
-				r.Fix = "give this host an IPv6 default route, or set --egress-addr6"
+				r.Fix = "give this host an IPv6 default route, or set --egress-addr"
 			case cfg.Egress == gateway.EgressKernel:
 				r.Status, r.Detail = preflight.Problem, fmt.Sprintf("kernel egress needs the public address to source-NAT to: %v", err)
 				r.Fix = "set --egress-addr, or give this host a default route"
@@ -116,7 +116,7 @@ func egressChecks(cfg gateway.Config) []preflight.Result {
 	return out
 }
 
-// prefix6Check is --egress-prefix6's line: the host setup each egress mode
+// prefix6Check is --egress-prefix's line: the host setup each egress mode
 // needs for jobs' own IPv6 addresses.
 func prefix6Check(cfg gateway.Config) preflight.Result {
 	p := cfg.EgressPrefix6

@@ -197,7 +197,7 @@ func TestCompletion(t *testing.T) {
 		want []string
 	}{
 		{[]string{"gat"}, []string{"gateway"}},
-		{[]string{"gateway", "--egress-p"}, []string{"--egress-ports", "--egress-prefix6"}},
+		{[]string{"gateway", "--egress-p"}, []string{"--egress-ports", "--egress-prefix"}},
 		{[]string{"gateway", ""}, []string{"drain", "reload"}},
 		{[]string{"run", "--mode", ""}, []string{"auto", "netns", "seccomp", "preload", "proxy"}},
 		{[]string{"token", "list", "--j"}, []string{"--json"}},

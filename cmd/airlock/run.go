@@ -26,8 +26,9 @@ Flags end at CMD; a -- before CMD is good practice.
 With --expose PORT[/tcp|/udp], connections to a port of the job's block on
 the gateway's public address reach the job's PORT; the job finds that
 address in the variable AIRLOCK_EXPOSED_PORT=IP:PUBPORT, PORT being the
-number (AIRLOCK_EXPOSED_8080, AIRLOCK_EXPOSED_8080_UDP for udp), and
-airlock prints it on stderr.
+number (AIRLOCK_EXPOSED_8080, AIRLOCK_EXPOSED_8080_UDP for udp); for a
+dual-stack job the value lists both families, IPv4 first
+(IP:PUBPORT,[IP6]:PUBPORT). airlock prints them on stderr.
 
 The join token is best given in a file (--token-file, AIRLOCK_TOKEN_FILE) or
 in AIRLOCK_TOKEN, never as --token, which every user of the node can read

@@ -25,7 +25,7 @@ func newWhoisCmd(stdout, stderr io.Writer) *cobra.Command {
 		Long: `Answers from the gateway's lease history alone (also after restarts and
 while the gateway is stopped): which job's port block held PUBLIC_IP:PORT
 (IPv6: [ADDR]:PORT). A bare PUBLIC_IP names a job's own public IPv6
-address (the gateway's --egress-prefix6), which answers whatever the port.
+address (the gateway's --egress-prefix), which answers whatever the port.
 Exits 1 when no lease held the address, with --json too (which then prints
 an empty list).`,
 		Example: `  airlock whois 203.0.113.1:20311 --at 2026-11-22T10:00:00Z

@@ -13,24 +13,23 @@ import (
 )
 
 // ExposedEnvPrefix starts the names of the variables that tell a job where
-// its exposed ports are reachable: AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT for
-// TCP, AIRLOCK_EXPOSED_<PORT>_UDP=IP:PUBPORT for UDP; ExposedEnvPrefix6
-// those of the same ports over IPv6 (AIRLOCK_EXPOSED6_<PORT>=[IP6]:PUBPORT).
+// its exposed ports are reachable, one per port of every family:
+// AIRLOCK_EXPOSED_<PORT>=IP:PUBPORT[,[IP6]:PUBPORT] for TCP,
+// AIRLOCK_EXPOSED_<PORT>_UDP=… for UDP, the list IPv4 first.
+// ExposedEnvPrefix6 names the deprecated per-family alias of the IPv6
+// entry (AIRLOCK_EXPOSED6_<PORT>=[IP6]:PUBPORT), still set for a release.
 const (
 	ExposedEnvPrefix  = "AIRLOCK_EXPOSED_"
 	ExposedEnvPrefix6 = "AIRLOCK_EXPOSED6_"
 )
 
-// exposedEnvPrefixes are the variable prefixes by address family.
-var exposedEnvPrefixes = [ipfamily.N]string{ExposedEnvPrefix, ExposedEnvPrefix6}
+// ExposedEnvName returns the variable name for an exposed port.
+func ExposedEnvName(p control.Port) string { return exposedEnvName(ExposedEnvPrefix, p) }
 
-// ExposedEnvName returns the variable name for an exposed port over IPv4.
-func ExposedEnvName(p control.Port) string { return exposedEnvName(ipfamily.V4, p) }
-
-// exposedEnvName returns the variable name for an exposed port over
-// family f.
-func exposedEnvName(f *ipfamily.Family, p control.Port) string {
-	n := exposedEnvPrefixes[f.Index] + strconv.Itoa(int(p.Port))
+// exposedEnvName returns the variable name for an exposed port under
+// prefix.
+func exposedEnvName(prefix string, p control.Port) string {
+	n := prefix + strconv.Itoa(int(p.Port))
 	if p.Proto == control.ProtoUDP {
 		n += "_UDP"
 	}
@@ -53,8 +52,9 @@ func checkExpose(ports []control.Port) error {
 }
 
 // exposedEnv returns env without inherited AIRLOCK_EXPOSED_ and
-// AIRLOCK_EXPOSED6_ variables, plus one for every mapping the gateway
-// granted (got: those of both families, control.Lease.AllExposed). It
+// AIRLOCK_EXPOSED6_ variables, plus one for every port the gateway
+// granted, listing its mappings of both families (got:
+// control.Lease.AllExposed), and the IPv6 alias. It
 // fails unless the gateway granted exactly the ports asked for over IPv4
 // (over IPv6, a gateway without IPv6 egress grants none), or if it sent a
 // mapping not asked for.
@@ -73,6 +73,10 @@ func exposedEnv(env []string, asked []control.Port, got []control.Exposed) ([]st
 			out = append(out, kv)
 		}
 	}
+	// Each port's mappings, by family; ports in the order the gateway
+	// sent them.
+	var order []control.Port
+	at := map[control.Port]*[ipfamily.N]netip.AddrPort{}
 	for _, x := range got {
 		f := ipfamily.Of(x.PublicAddr)
 		if f == nil || !want[f.Index][x.Port] || x.PublicPort == 0 {
@@ -80,10 +84,27 @@ func exposedEnv(env []string, asked []control.Port, got []control.Exposed) ([]st
 		}
 		delete(want[f.Index], x.Port)
 		n[f.Index]++
-		out = append(out, exposedEnvName(f, x.Port)+"="+netip.AddrPortFrom(x.PublicAddr, x.PublicPort).String())
+		if at[x.Port] == nil {
+			at[x.Port] = new([ipfamily.N]netip.AddrPort)
+			order = append(order, x.Port)
+		}
+		at[x.Port][f.Index] = netip.AddrPortFrom(x.PublicAddr, x.PublicPort)
 	}
 	if n[ipfamily.V4.Index] != len(asked) {
 		return nil, fmt.Errorf("gateway exposed %d ports, asked for %d (is it older than this client?)", n[ipfamily.V4.Index], len(asked))
 	}
-	return out, nil
+	var aliases []string
+	for _, p := range order {
+		var list []string
+		for _, ap := range at[p] {
+			if ap.IsValid() {
+				list = append(list, ap.String())
+			}
+		}
+		out = append(out, exposedEnvName(ExposedEnvPrefix, p)+"="+strings.Join(list, ","))
+		if ap := at[p][ipfamily.V6.Index]; ap.IsValid() {
+			aliases = append(aliases, exposedEnvName(ExposedEnvPrefix6, p)+"="+ap.String())
+		}
+	}
+	return append(out, aliases...), nil
 }

@@ -30,14 +30,16 @@ func TestExposedEnv(t *testing.T) {
 	if _, err := exposedEnv(nil, []control.Port{tcp, {Proto: control.ProtoTCP, Port: 1}}, got); err == nil {
 		t.Error("exposure not asked for: got no error")
 	}
-	// Both families: the IPv6 mappings get AIRLOCK_EXPOSED6_ names,
-	// inherited ones of both are dropped, and a gateway without IPv6
+	// Both families: one variable per port lists its mappings, IPv4
+	// first, and the deprecated AIRLOCK_EXPOSED6_ alias names the IPv6
+	// one; inherited ones of both are dropped, and a gateway without IPv6
 	// egress may send none.
 	a6 := netip.MustParseAddr("2001:db8::1")
 	both := append(append([]control.Exposed(nil), got...),
 		control.Exposed{Port: tcp, PublicAddr: a6, PublicPort: 33023}, control.Exposed{Port: udp, PublicAddr: a6, PublicPort: 33022})
 	env, err = exposedEnv([]string{"A=1", "AIRLOCK_EXPOSED6_9=[::1]:1"}, asked, both)
-	want = append(want, "AIRLOCK_EXPOSED6_8080=[2001:db8::1]:33023", "AIRLOCK_EXPOSED6_8080_UDP=[2001:db8::1]:33022")
+	want = []string{"A=1", "AIRLOCK_EXPOSED_8080=203.0.113.1:33023,[2001:db8::1]:33023", "AIRLOCK_EXPOSED_8080_UDP=203.0.113.1:33022,[2001:db8::1]:33022",
+		"AIRLOCK_EXPOSED6_8080=[2001:db8::1]:33023", "AIRLOCK_EXPOSED6_8080_UDP=[2001:db8::1]:33022"}
 	if err != nil || !reflect.DeepEqual(env, want) {
 		t.Errorf("both families: got %q, %v; want %q", env, err, want)
 	}

@@ -245,7 +245,9 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		{"ALL_PROXY", socksURL}, {"all_proxy", socksURL},
 		{"NO_PROXY", "localhost,127.0.0.1,::1"}, {"no_proxy", "localhost,127.0.0.1,::1"},
 		// For the preload library: where to send what it intercepts.
-		{"AIRLOCK_SOCKS", sl.Addr().String()},
+		// Every address of the SOCKS proxy (IPv4 first, then [::1] if it
+		// listens there), comma-separated.
+		{"AIRLOCK_SOCKS", socksList(sl, sl6)},
 		{"AIRLOCK_SOCKS_SECRET", secret},
 		{"AIRLOCK_DNS", dns.String()},
 	} {
@@ -256,9 +258,19 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		env = setEnv(env, "AIRLOCK_IPV6", "1")
 	}
 	if sl6 != nil {
+		// Deprecated alias of AIRLOCK_SOCKS's IPv6 entry, for a release.
 		env = setEnv(env, "AIRLOCK_SOCKS6", sl6.Addr().String())
 	}
 	return env, nil
+}
+
+// socksList is AIRLOCK_SOCKS: the proxy's addresses, comma-separated.
+func socksList(sl, sl6 net.Listener) string {
+	s := sl.Addr().String()
+	if sl6 != nil {
+		s += "," + sl6.Addr().String()
+	}
+	return s
 }
 
 // setEnv sets NAME=VALUE in env, replacing an earlier value.

@@ -132,13 +132,13 @@ type Lease struct {
 	Ports      [2]uint16  `json:"ports,omitzero"`
 	// PublicAddr6 is where the job's IPv6 flows leave from: with the
 	// port block Ports, or, if it is the job's own address (the gateway's
-	// --egress-prefix6), with any port. Zero: unknown or no IPv6.
+	// --egress-prefix), with any port. Zero: unknown or no IPv6.
 	PublicAddr6 netip.Addr `json:"public_addr6,omitzero"`
 	// Exposed lists the inbound mappings of the ports the join asked to
 	// expose, in the order asked.
 	Exposed []Exposed `json:"exposed,omitempty"`
 	// Exposed6 lists the same mappings on the gateway's IPv6 egress
-	// address (or, with --egress-prefix6, the job's own address and
+	// address (or, with --egress-prefix, the job's own address and
 	// port); empty without one.
 	Exposed6 []Exposed `json:"exposed6,omitempty"`
 	// MTU of the job's TUN device.

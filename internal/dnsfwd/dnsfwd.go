@@ -6,8 +6,8 @@
 // binds it inside its netstack and the kernel mode on a host socket.
 //
 // Every query is admitted against its job's limits (limits.go: concurrent
-// queries and queries per second, per source address; excess answered
-// REFUSED) and reported to the flow table (Config.Flows), which counts it
+// queries and queries per second, per job, whichever of the job's
+// addresses a query comes from; excess answered REFUSED) and reported to the flow table (Config.Flows), which counts it
 // and logs it like a flow, rate-limited per job.
 package dnsfwd
 
@@ -51,6 +51,10 @@ type Config struct {
 	Debug func() bool
 	// Flows, if set, gets every query (flows.Table.DNS).
 	Flows *flows.Table
+	// Limiter holds the jobs' limits. The relays on each of a gateway's
+	// tunnel addresses share one, so a job's budget is one whatever the
+	// family it asks over; nil: the Server makes its own.
+	Limiter *Limiter
 }
 
 // Server relays queries to the upstreams. It is safe for concurrent use.
@@ -62,21 +66,11 @@ type Server struct {
 	udpc     *dns.Client
 	tcpc     *dns.Client
 	done     chan struct{}
-	lim      limiter
+	lim      *Limiter
 }
 
-// SetJobLimits sets the DNS limits of the job at tunnel address job; a
-// zero Limits restores the defaults. It may be called at any time.
-func (s *Server) SetJobLimits(job netip.Addr, l Limits) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	s.lim.setJob(job, l, time.Now())
-	return nil
-}
-
-// RemoveJob forgets the job's limits and state.
-func (s *Server) RemoveJob(job netip.Addr) { s.lim.remove(job) }
+// Limiter returns the limits s admits queries against (Config.Limiter).
+func (s *Server) Limiter() *Limiter { return s.lim }
 
 // Start serves DNS on pc (UDP) and ln (TCP), either of which may be nil,
 // and returns once both are serving. The Server owns pc and ln.
@@ -92,6 +86,10 @@ func Start(cfg Config, pc net.PacketConn, ln net.Listener) (*Server, error) {
 		udpc:   &dns.Client{Net: "udp", Timeout: UpstreamTimeout},
 		tcpc:   &dns.Client{Net: "tcp", Timeout: UpstreamTimeout},
 		done:   make(chan struct{}),
+		lim:    cfg.Limiter,
+	}
+	if s.lim == nil {
+		s.lim = new(Limiter)
 	}
 	var servers []*dns.Server
 	if pc != nil {

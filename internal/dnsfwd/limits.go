@@ -2,8 +2,11 @@
 
 package dnsfwd
 
-// Per-job limits. Every query is admitted against the limits of its
-// source address (a job's tunnel address): at most MaxInflight queries
+// Per-job limits. Every query is admitted against the limits of the job
+// its source address belongs to (SetJob names all of a job's tunnel
+// addresses, of both families, so a dual-stack job has one budget, not
+// one per family; one Limiter is shared by the relays on each of the
+// gateway's tunnel addresses): at most MaxInflight queries
 // being relayed at once, and a token bucket of PerSec queries per second
 // that holds up to max(PerSec, 1) queries. A query over either is answered
 // REFUSED at once, never relayed. REFUSED rather than dropped: the job's
@@ -12,9 +15,9 @@ package dnsfwd
 // worse and a well-behaved job hang), and the answer is no larger than
 // the query, to a source WireGuard authenticated, so nothing is amplified.
 //
-// Sources without limits of their own (SetJobLimits) get the defaults.
-// The table of sources is bounded (maxSources); idle entries without own
-// limits are dropped when it fills.
+// Addresses of no job (Limiter.SetJob) get the defaults, each on its own.
+// The table of sources is bounded (maxSources); idle addresses of no job
+// are dropped when it fills.
 
 import (
 	"fmt"
@@ -67,50 +70,79 @@ func (l Limits) resolved() Limits {
 	return l
 }
 
-// source is one source address's state, guarded by limiter.mu.
+// source is one job's state (or one address's, for an address of no
+// job), guarded by Limiter.mu.
 type source struct {
 	lim      Limits
-	own      bool // set by SetJobLimits
+	own      bool // a job's, set by SetJob: kept until RemoveJob
 	bucket   *rate.Limiter
 	inflight int
 	conns    int // TCP connections open
 	last     time.Time
 }
 
-// limiter admits queries. It is safe for concurrent use; the zero value
-// is ready.
-type limiter struct {
+// Limiter admits queries: the jobs' DNS limits and state, shared by every
+// Server of one gateway (Config.Limiter). It is safe for concurrent use;
+// the zero value is ready.
+type Limiter struct {
 	mu      sync.Mutex
-	sources map[netip.Addr]*source
+	sources map[netip.Addr]*source // by each address of a job, one *source per job
 }
 
-// setJob sets a's limits (zero Limits: the defaults, and the entry may be
-// dropped when idle).
-func (l *limiter) setJob(a netip.Addr, lim Limits, now time.Time) {
-	a = a.Unmap()
+// SetJob sets the DNS limits of the job with tunnel addresses addrs, which
+// share one budget whatever the family a query comes over; a zero Limits
+// restores the defaults. The state is kept until RemoveJob (an address
+// dropped when idle would come back with a budget of its own). It may be
+// called at any time, with the job's full address list each time.
+func (l *Limiter) SetJob(addrs []netip.Addr, lim Limits) error {
+	if err := lim.Validate(); err != nil {
+		return err
+	}
+	l.setJob(addrs, lim, time.Now())
+	return nil
+}
+
+func (l *Limiter) setJob(addrs []netip.Addr, lim Limits, now time.Time) {
 	r := lim.resolved()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sources == nil {
 		l.sources = make(map[netip.Addr]*source)
 	}
-	s := l.sources[a]
+	// One state for all the addresses: the first one's, with the queries
+	// and connections the others already have in flight.
+	var s *source
+	for _, a := range addrs {
+		o := l.sources[a.Unmap()]
+		switch {
+		case o == nil || o == s:
+		case s == nil:
+			s = o
+		default:
+			s.inflight += o.inflight
+			s.conns += o.conns
+		}
+	}
 	if s == nil {
 		s = &source{last: now}
-		l.sources[a] = s
 	}
-	s.own = lim != Limits{}
+	for _, a := range addrs {
+		l.sources[a.Unmap()] = s
+	}
+	s.own = true
 	if s.bucket == nil || s.lim != r {
 		s.bucket = rate.NewLimiter(rate.Limit(r.PerSec), max(1, int(math.Ceil(r.PerSec))))
 	}
 	s.lim = r
 }
 
-// remove forgets a.
-func (l *limiter) remove(a netip.Addr) {
+// RemoveJob forgets the limits and state of the job with addresses addrs.
+func (l *Limiter) RemoveJob(addrs []netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.sources, a.Unmap())
+	for _, a := range addrs {
+		delete(l.sources, a.Unmap())
+	}
 }
 
 // Admission results.
@@ -122,7 +154,7 @@ const (
 
 // admit checks a query from a at now; if admitted, the caller must call
 // done(a) when the query is answered.
-func (l *limiter) admit(a netip.Addr, now time.Time) int {
+func (l *Limiter) admit(a netip.Addr, now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.sourceLocked(a.Unmap(), now)
@@ -142,7 +174,7 @@ func (l *limiter) admit(a netip.Addr, now time.Time) int {
 
 // sourceLocked returns a's state, made with the defaults if it has none,
 // or nil if the table is full. l.mu must be held.
-func (l *limiter) sourceLocked(a netip.Addr, now time.Time) *source {
+func (l *Limiter) sourceLocked(a netip.Addr, now time.Time) *source {
 	if l.sources == nil {
 		l.sources = make(map[netip.Addr]*source)
 	}
@@ -165,7 +197,7 @@ func (l *limiter) sourceLocked(a netip.Addr, now time.Time) *source {
 // open as it may have queries in flight (each connection is a goroutine
 // of the relay, and its queries are admitted one by one besides). If it
 // is admitted, the caller must call closeConn(a) when it closes.
-func (l *limiter) openConn(a netip.Addr, now time.Time) bool {
+func (l *Limiter) openConn(a netip.Addr, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.sourceLocked(a.Unmap(), now)
@@ -178,7 +210,7 @@ func (l *limiter) openConn(a netip.Addr, now time.Time) bool {
 }
 
 // closeConn ends an admitted TCP connection of a.
-func (l *limiter) closeConn(a netip.Addr) {
+func (l *Limiter) closeConn(a netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s := l.sources[a.Unmap()]; s != nil && s.conns > 0 {
@@ -187,7 +219,7 @@ func (l *limiter) closeConn(a netip.Addr) {
 }
 
 // done ends an admitted query of a.
-func (l *limiter) done(a netip.Addr) {
+func (l *Limiter) done(a netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if s := l.sources[a.Unmap()]; s != nil && s.inflight > 0 {
@@ -196,7 +228,7 @@ func (l *limiter) done(a netip.Addr) {
 }
 
 // sweepLocked drops idle sources without own limits.
-func (l *limiter) sweepLocked(now time.Time) {
+func (l *Limiter) sweepLocked(now time.Time) {
 	for a, s := range l.sources {
 		if !s.own && s.inflight == 0 && s.conns == 0 && now.Sub(s.last) > sourceIdle {
 			delete(l.sources, a)

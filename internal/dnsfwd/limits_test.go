@@ -84,10 +84,10 @@ func TestJobLimits(t *testing.T) {
 	}
 	defer s.Close()
 	srv := pc.LocalAddr().String()
-	if err := s.SetJobLimits(flooder, Limits{MaxInflight: 2, PerSec: 5}); err != nil {
+	if err := s.Limiter().SetJob([]netip.Addr{flooder}, Limits{MaxInflight: 2, PerSec: 5}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.SetJobLimits(flooder, Limits{MaxInflight: -1}); err == nil {
+	if err := s.Limiter().SetJob([]netip.Addr{flooder}, Limits{MaxInflight: -1}); err == nil {
 		t.Error("SetJobLimits accepted a negative limit")
 	}
 
@@ -116,7 +116,7 @@ func TestJobLimits(t *testing.T) {
 
 	// Rate: 10 at once at 5/s (in-flight not binding): the bucket's 5
 	// are relayed, the rest refused at once.
-	if err := s.SetJobLimits(flooder, Limits{MaxInflight: 100, PerSec: 5}); err != nil {
+	if err := s.Limiter().SetJob([]netip.Addr{flooder}, Limits{MaxInflight: 100, PerSec: 5}); err != nil {
 		t.Fatal(err)
 	}
 	got = map[int]int{}
@@ -156,21 +156,21 @@ func TestJobLimits(t *testing.T) {
 	}
 
 	// Back to the defaults, and forgotten.
-	if err := s.SetJobLimits(flooder, Limits{}); err != nil {
+	if err := s.Limiter().SetJob([]netip.Addr{flooder}, Limits{}); err != nil {
 		t.Fatal(err)
 	}
 	if rc := query(t, flooder, srv, "d.example."); rc != dns.RcodeSuccess {
 		t.Errorf("after restoring the defaults: rcode %d, want NOERROR", rc)
 	}
-	s.RemoveJob(flooder)
+	s.Limiter().RemoveJob([]netip.Addr{flooder})
 }
 
 // TestLimiterBucket checks the admission logic with a fake clock.
 func TestLimiterBucket(t *testing.T) {
-	var l limiter
+	var l Limiter
 	a := netip.MustParseAddr("100.64.0.2")
 	now := time.Unix(1000, 0)
-	l.setJob(a, Limits{MaxInflight: 100, PerSec: 2}, now)
+	l.setJob([]netip.Addr{a}, Limits{MaxInflight: 100, PerSec: 2}, now)
 	var res []int
 	for range 3 {
 		r := l.admit(a, now)
@@ -232,7 +232,7 @@ func TestTCPConnLimit(t *testing.T) {
 	}
 	defer s.Close()
 	job, other := netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.3")
-	if err := s.SetJobLimits(job, Limits{MaxInflight: 2}); err != nil {
+	if err := s.Limiter().SetJob([]netip.Addr{job}, Limits{MaxInflight: 2}); err != nil {
 		t.Fatal(err)
 	}
 	dial := func(from netip.Addr) net.Conn {
@@ -301,5 +301,52 @@ func TestTCPConnLimit(t *testing.T) {
 	}
 	if r, err := conn.ReadMsg(); err != nil || len(r.Answer) != 1 {
 		t.Errorf("query over the job's open TCP connection: %v %v, want an answer", r, err)
+	}
+}
+
+// TestLimiterJobAcrossAddresses: a job's addresses of both families share
+// one budget (a dual-stack job got its DNS budget twice when each
+// family's relay limited per source address); another job keeps its own.
+func TestLimiterJobAcrossAddresses(t *testing.T) {
+	var l Limiter
+	v4, v6 := netip.MustParseAddr("100.64.0.2"), netip.MustParseAddr("fd00::2")
+	other := netip.MustParseAddr("100.64.0.3")
+	now := time.Unix(1000, 0)
+	// A query in flight from v6 before the job's limits are set is
+	// carried into the job's state.
+	if r := l.admit(v6, now); r != admitted {
+		t.Fatalf("first query: %d, want admitted", r)
+	}
+	if err := l.SetJob([]netip.Addr{v4, v6}, Limits{MaxInflight: 2, PerSec: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetJob([]netip.Addr{other}, Limits{MaxInflight: 2, PerSec: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if r := l.admit(v4, now); r != admitted {
+		t.Errorf("v4 query with one v6 query in flight under 2: %d, want admitted", r)
+	}
+	if r := l.admit(v6, now); r != overInflight {
+		t.Errorf("third query in flight across families under 2: %d, want over in-flight", r)
+	}
+	l.done(v6)
+	l.done(v4)
+	if r := l.admit(v6, now); r != admitted {
+		t.Errorf("v6 query after both ended: %d, want admitted", r)
+	}
+	l.done(v6)
+	if r := l.admit(v4, now); r != admitted {
+		t.Errorf("third query in one instant at 3/s: %d, want admitted", r)
+	}
+	l.done(v4)
+	if r := l.admit(v6, now); r != overRate {
+		t.Errorf("fourth query in one instant at 3/s, over both families: %d, want over rate", r)
+	}
+	if r := l.admit(other, now); r != admitted {
+		t.Errorf("another job's query: %d, want admitted", r)
+	}
+	l.RemoveJob([]netip.Addr{v4, v6})
+	if r := l.admit(v6, now); r != admitted {
+		t.Errorf("after RemoveJob, defaults: %d, want admitted", r)
 	}
 }

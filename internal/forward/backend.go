@@ -135,7 +135,7 @@ type Egress struct {
 	// and UDP flows of the family, on Addr. The zero Range means any
 	// port.
 	Block portblock.Range
-	// Own says Addr is the job's own public address (--egress-prefix6):
+	// Own says Addr is the job's own public address (--egress-prefix):
 	// no other job's flows leave from it, so the job keeps its ports
 	// (Block must be zero) and its exposures listen at their job port.
 	Own bool

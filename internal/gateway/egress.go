@@ -59,11 +59,14 @@ type egress struct {
 	// (user mode): sockets bind to their port themselves.
 	explicit bool
 	// public6 is where jobs' IPv6 flows leave from, with their port
-	// block; own, if valid, is --egress-prefix6: each job's IPv6 flows
+	// block; own, if valid, is --egress-prefix: each job's IPv6 flows
 	// leave from its own address in it, with any port. Both zero: jobs
-	// get no IPv6 (planEgress6).
+	// get no IPv6 (planIPv6).
 	public6 netip.Addr
 	own     netip.Prefix
+	// prefix6 is the IPv6 tunnel prefix of a dual-stack tunnel, the
+	// lease manager's (applyPrefix6); zero: jobs get no IPv6 beside IPv4.
+	prefix6 netip.Prefix
 }
 
 // egressOf returns where the flows of lease l leave from, one entry per
@@ -71,7 +74,7 @@ type egress struct {
 // with its block (the family of that address; the other family's flows of
 // a pool of IPv6 addresses leave from the kernel's choice with the same
 // block), IPv6 from the IPv6 egress address with the same block, or from
-// the job's own address in --egress-prefix6 (the one that embeds its IPv4
+// the job's own address in --egress-prefix (the one that embeds its IPv4
 // tunnel address, like its IPv6 tunnel address) with its own ports.
 func (g *gateway) egressOf(l lease.Lease) []forward.Egress {
 	block, at := g.block(l), g.blockAddr(l)
@@ -97,14 +100,50 @@ type egressEnv struct {
 	// hostRange returns net.ipv4.ip_local_port_range.
 	hostRange func() (portblock.Range, error)
 	// defaultSource returns the preferred source address of the default
-	// route.
-	defaultSource func() (netip.Addr, error)
+	// route of a family.
+	defaultSource func(*ipfamily.Family) (netip.Addr, error)
 }
 
-var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V4) }}
+var hostEgressEnv = egressEnv{hostRange: portblock.HostEphemeralRange, defaultSource: defaultRouteSource}
 
-// planEgress validates the egress flags and picks the defaults.
+// planEgress validates the egress flags and picks the defaults, for
+// every family: the egress address or pool and the port blocks
+// (planPublic), and where jobs' IPv6 flows of a dual-stack tunnel leave
+// from (planIPv6). It is the gateway's one egress planner.
 func planEgress(c Config, env egressEnv) (egress, error) {
+	e, err := planPublic(c, env)
+	if err != nil {
+		return egress{}, err
+	}
+	if err := e.planIPv6(c, env.defaultSource); err != nil {
+		return egress{}, err
+	}
+	return e, nil
+}
+
+// egressAddrs returns the configured egress addresses (--egress-addr),
+// checked.
+func egressAddrs(c Config) ([]netip.Addr, error) {
+	addrs := c.EgressAddrs
+	if len(addrs) == 0 && c.EgressAddr.IsValid() {
+		addrs = []netip.Addr{c.EgressAddr}
+	}
+	for i, a := range addrs {
+		addrs[i] = a.Unmap()
+		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
+			return nil, fmt.Errorf("--egress-addr %s: want unicast addresses of this host", a)
+		}
+		// A pool is of IPv4 addresses; one IPv6 address is user mode's
+		// source for jobs' IPv6 flows (kernel mode checks below).
+		if !addrs[i].Is4() && len(addrs) > 1 {
+			return nil, fmt.Errorf("--egress-addr %s: an egress pool takes unicast IPv4 addresses of this host", a)
+		}
+	}
+	return addrs, nil
+}
+
+// planPublic picks the egress address (or pool) and the port blocks.
+func planPublic(c Config, env egressEnv) (egress, error) {
 	e := egress{mode: c.Egress}
 	if e.mode == "" {
 		e.mode = EgressUser
@@ -113,70 +152,25 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	if size == 0 {
 		size = DefaultBlockSize
 	}
-	r := c.EgressPorts
-	addrs := c.EgressAddrs
-	if len(addrs) == 0 && c.EgressAddr.IsValid() {
-		addrs = []netip.Addr{c.EgressAddr}
+	addrs, err := egressAddrs(c)
+	if err != nil {
+		return egress{}, err
 	}
-	for i, a := range addrs {
-		addrs[i] = a.Unmap()
-		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
-			return egress{}, fmt.Errorf("--egress-addr %s: want unicast addresses of this host", a)
-		}
-		// A pool is of IPv4 addresses; one IPv6 address is user mode's
-		// source for jobs' IPv6 flows (kernel mode checks below).
-		if !addrs[i].Is4() && len(addrs) > 1 {
-			return egress{}, fmt.Errorf("--egress-addr %s: an egress pool takes unicast IPv4 addresses of this host", a)
-		}
+	e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
+	if len(addrs) > 0 {
+		e.public = addrs[0]
 	}
+	var r portblock.Range
 	switch e.mode {
 	case EgressUser:
-		host, err := env.hostRange()
-		if err != nil {
-			return egress{}, fmt.Errorf("user-mode egress: %w", err)
-		}
-		if r == (portblock.Range{}) {
-			r = host
-		} else if r.Lo < host.Lo || r.Hi > host.Hi {
-			// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
-			// the host's range: bind explicitly (portblock.Dialer).
-			e.explicit = true
-		}
-		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
-		if len(addrs) > 0 {
-			e.public = addrs[0]
-		}
-		if !e.public.IsValid() {
-			a, err := env.defaultSource()
-			if err != nil {
-				e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
-			} else {
-				e.public, e.publicFrom = a, "default route"
-			}
-		}
-		if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
-			return egress{}, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
-		}
+		r, err = e.planUser(c.EgressPorts, env)
 	case EgressKernel:
-		if r == (portblock.Range{}) {
-			r = DefaultKernelPorts
-		}
-		e.public, e.publicFrom = netip.Addr{}, "--egress-addr"
-		if len(addrs) > 0 {
-			e.public = addrs[0]
-		}
-		if !e.public.IsValid() {
-			a, err := env.defaultSource()
-			if err != nil {
-				return egress{}, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
-			}
-			e.public, e.publicFrom = a, "default route"
-		}
-		if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
-			return egress{}, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
-		}
+		r, err = e.planKernel(c.EgressPorts, env)
 	default:
-		return egress{}, fmt.Errorf("--egress %q: want %s or %s", c.Egress, EgressUser, EgressKernel)
+		err = fmt.Errorf("--egress %q: want %s or %s", c.Egress, EgressUser, EgressKernel)
+	}
+	if err != nil {
+		return egress{}, err
 	}
 	plan, err := portblock.NewPlan(r, size)
 	if err != nil {
@@ -188,6 +182,55 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	}
 	e.pool = portblock.Pool{Addrs: addrs, Plan: plan}
 	return e, nil
+}
+
+// planUser picks user mode's port range (r, else the host's ephemeral
+// range) and, without --egress-addr, the default route's source (none:
+// the unspecified address, flows leave from the kernel's choice).
+func (e *egress) planUser(r portblock.Range, env egressEnv) (portblock.Range, error) {
+	host, err := env.hostRange()
+	if err != nil {
+		return r, fmt.Errorf("user-mode egress: %w", err)
+	}
+	if r == (portblock.Range{}) {
+		r = host
+	} else if r.Lo < host.Lo || r.Hi > host.Hi {
+		// The kernel ignores a socket's IP_LOCAL_PORT_RANGE outside
+		// the host's range: bind explicitly (portblock.Dialer).
+		e.explicit = true
+	}
+	if !e.public.IsValid() {
+		a, err := env.defaultSource(ipfamily.V4)
+		if err != nil {
+			e.public, e.publicFrom, e.publicErr = netip.IPv4Unspecified(), "", err
+		} else {
+			e.public, e.publicFrom = a, "default route"
+		}
+	}
+	if e.publicFrom != "" && (e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast()) {
+		return r, fmt.Errorf("--egress-addr %s: want a unicast address of this host", e.public)
+	}
+	return r, nil
+}
+
+// planKernel picks kernel mode's port range (r, else DefaultKernelPorts)
+// and, without --egress-addr, the default route's source, which it
+// needs: an IPv4 address to source-NAT to.
+func (e *egress) planKernel(r portblock.Range, env egressEnv) (portblock.Range, error) {
+	if r == (portblock.Range{}) {
+		r = DefaultKernelPorts
+	}
+	if !e.public.IsValid() {
+		a, err := env.defaultSource(ipfamily.V4)
+		if err != nil {
+			return r, fmt.Errorf("kernel egress needs the public address to source-NAT to: set --egress-addr (%w)", err)
+		}
+		e.public, e.publicFrom = a, "default route"
+	}
+	if !e.public.Is4() || e.public.IsUnspecified() || e.public.IsLoopback() || e.public.IsMulticast() {
+		return r, fmt.Errorf("--egress-addr %s: kernel egress needs a unicast IPv4 address of this host", e.public)
+	}
+	return r, nil
 }
 
 // routeProbe is, per family, an outside destination whose route stands for
@@ -233,7 +276,7 @@ func defaultRouteSource(f *ipfamily.Family) (netip.Addr, error) {
 }
 
 // EgressSource returns the address a user-mode gateway's jobs' flows of
-// family f leave from without --egress-addr or --egress-addr6: the source
+// family f leave from without --egress-addr or --egress-addr: the source
 // of the host's default route of that family.
 func EgressSource(f *ipfamily.Family) (netip.Addr, error) { return defaultRouteSource(f) }
 
@@ -271,12 +314,13 @@ func (e egress) logPublic(log *slog.Logger) {
 		"per destination, whois cannot name the address, and jobs cannot expose ports; set --egress-addr", "err", e.publicErr)
 }
 
-// planEgress6 finds where jobs' IPv6 flows leave from (--egress-prefix6,
-// else --egress-addr6, else the source of the host's IPv6 default route)
-// and, if they have somewhere to, makes the lease manager dual-stack: its
-// leases then carry IPv6 addresses in --subnet6. Without the IPv6 tunnel
-// prefix (IPv6 off) it does nothing.
-func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (netip.Addr, error)) error {
+// planIPv6 finds where jobs' IPv6 flows of a dual-stack tunnel leave
+// from (--egress-prefix, else the IPv6 --egress-addr, else the source of
+// the host's IPv6 default route, source) and, if they have somewhere to,
+// sets e.prefix6 to the tunnel's IPv6 prefix (applyPrefix6 makes the
+// lease manager dual-stack with it). Without the IPv6 tunnel prefix (IPv6
+// off, or an IPv6-only tunnel) it does nothing.
+func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr, error)) error {
 	log := cfg.Logger
 	if !cfg.Subnet6.IsValid() {
 		return nil
@@ -295,55 +339,65 @@ func (e *egress) planEgress6(cfg Config, leases *lease.Manager, source6 func() (
 	case cfg.EgressAddr6.IsValid():
 		a := cfg.EgressAddr6.Unmap()
 		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-			return fmt.Errorf("--egress-addr6 %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
+			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
 		}
 		if !isHostAddr(a) {
-			return fmt.Errorf("--egress-addr6 %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
+			return fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
 		}
 		e.public6 = a
 	default:
-		a, err := source6()
+		a, err := source(ipfamily.V6)
 		if err != nil {
 			// IPv6 addresses would only make jobs try IPv6 first for
 			// dual-stack names, and fail.
-			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr6 (or --egress-prefix6) to give them IPv6", "err", err)
+			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr (or --egress-prefix) to give them IPv6", "err", err)
 			return nil
 		}
 		e.public6 = a
 	}
-	if err := leases.SetPrefix6(cfg.Subnet6); err != nil {
-		return err
-	}
-	log.Info("IPv6 in the tunnel", "subnet6", cfg.Subnet6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	e.prefix6 = cfg.Subnet6.Masked()
 	return nil
 }
 
-// checkEgressPrefix6 validates --egress-prefix6: an IPv6 prefix of at
+// applyPrefix6 makes leases dual-stack if the plan has IPv6 beside IPv4:
+// its leases then carry IPv6 addresses in the IPv6 tunnel prefix.
+func (e egress) applyPrefix6(log *slog.Logger, leases *lease.Manager) error {
+	if !e.prefix6.IsValid() {
+		return nil
+	}
+	if err := leases.SetPrefix6(e.prefix6); err != nil {
+		return err
+	}
+	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	return nil
+}
+
+// checkEgressPrefix6 validates --egress-prefix: an IPv6 prefix of at
 // most /96, so that every IPv4 tunnel address of subnet has its own
 // address in it.
 func checkEgressPrefix6(p, subnet netip.Prefix) error {
 	if err := lease.CheckPrefix6(p); err != nil {
-		return fmt.Errorf("--egress-prefix6: %w", err)
+		return fmt.Errorf("--egress-prefix: %w", err)
 	}
 	a := p.Addr()
 	if a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-		return fmt.Errorf("--egress-prefix6 %s: want a routed unicast prefix", p)
+		return fmt.Errorf("--egress-prefix %s: want a routed unicast prefix", p)
 	}
 	return nil
 }
 
 // checkOwnPrefix6 checks, for user mode, the admin's one-time setup for
-// --egress-prefix6 (CheckLocalPrefix6); the gateway does not start
+// --egress-prefix (CheckLocalPrefix6); the gateway does not start
 // without it.
 func checkOwnPrefix6(log *slog.Logger, p netip.Prefix, probe netip.Addr) error {
 	if err := CheckLocalPrefix6(p, probe); err != nil {
-		return fmt.Errorf("--egress-prefix6 %s: %w", p, err)
+		return fmt.Errorf("--egress-prefix %s: %w", p, err)
 	}
-	log.Info("--egress-prefix6: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
+	log.Info("--egress-prefix: the prefix is a local route; jobs' IPv6 flows leave from their own addresses", "prefix", p)
 	return nil
 }
 
-// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix6,
+// CheckLocalPrefix6 checks that p, a user-mode gateway's --egress-prefix,
 // is a local route of this host (probing its address probe; the zero
 // Addr means the prefix's first address): jobs' sockets bind to
 // addresses of the prefix that no interface has (IPV6_FREEBIND, no

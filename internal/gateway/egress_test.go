@@ -25,10 +25,10 @@ func TestPlanEgress(t *testing.T) {
 	src := netip.MustParseAddr("192.0.2.10")
 	env := egressEnv{
 		hostRange:     func() (portblock.Range, error) { return host, nil },
-		defaultSource: func() (netip.Addr, error) { return src, nil },
+		defaultSource: func(*ipfamily.Family) (netip.Addr, error) { return src, nil },
 	}
 	noRoute := env
-	noRoute.defaultSource = func() (netip.Addr, error) { return netip.Addr{}, errors.New("no default route") }
+	noRoute.defaultSource = func(*ipfamily.Family) (netip.Addr, error) { return netip.Addr{}, errors.New("no default route") }
 	pub := netip.MustParseAddr("203.0.113.1")
 	for _, tt := range []struct {
 		name     string

@@ -470,7 +470,7 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 // planExposures checks a join's --expose request and picks the public
 // ports, from the top of the job's block, and plans them on each of the
 // job's egress addresses: the same public port at a shared address, the
-// job's own port at its own address (--egress-prefix6). This is the one
+// job's own port at its own address (--egress-prefix). This is the one
 // place that decides where a job's exposures listen; the backends and
 // the lease follow it.
 func (g *gateway) planExposures(l lease.Lease, egress []forward.Egress, reqs []control.Port) ([]forward.Exposure, error) {

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -23,7 +22,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/fdlimit"
-	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/limits"
@@ -210,7 +208,7 @@ func (g *gateway) openEgress() error {
 	if g.leases, err = lease.NewStride(cfg.Subnet, g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
 		return err
 	}
-	if err := g.egress.planEgress6(cfg, g.leases, func() (netip.Addr, error) { return defaultRouteSource(ipfamily.V6) }); err != nil {
+	if err := g.egress.applyPrefix6(g.log, g.leases); err != nil {
 		return err
 	}
 	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)

@@ -4,7 +4,7 @@ package gateway
 
 // The gateway's tunnel subnets, one per address family. The IPv4 one is
 // --subnet; the gateway takes its first host address. The IPv6 tunnel
-// prefix is --subnet6, else the one kept in the state directory
+// prefix is the one --subnet lists, else the one kept in the state directory
 // (Subnet6File), else a random ULA /48 (RFC 4193) made at the first start
 // and kept there. A job's IPv6 address embeds its IPv4 one in the last 32
 // bits (internal/lease dualstack.go), so it needs no state of its own and
@@ -31,25 +31,8 @@ import (
 // at the first start.
 const Subnet6File = "subnet6"
 
-// Subnet6Off as --subnet6 turns IPv6 in the tunnel off.
+// Subnet6Off as the deprecated --subnet6 turns IPv6 in the tunnel off.
 const Subnet6Off = "off"
-
-// dualState is the gateway's IPv6 side; its zero value means IPv4 only.
-type dualState struct {
-	// prefix is the IPv6 tunnel prefix (zero: IPv4 only), gw its gateway
-	// address.
-	prefix netip.Prefix
-	gw     netip.Addr
-	// egress is where jobs' IPv6 flows leave from (with their port
-	// block); invalid: the kernel's choice per destination, no exposure.
-	egress netip.Addr
-	// own, if valid, is --egress-prefix6: each job's IPv6 flows leave
-	// from its own address in it (egressprefix6.go).
-	own netip.Prefix
-}
-
-// on reports whether jobs get IPv6 addresses.
-func (d dualState) on() bool { return d.prefix.IsValid() }
 
 // planSubnet6 returns the IPv6 tunnel prefix (see the file comment), or
 // the zero Prefix when IPv6 is off or the IPv4 subnet is not IPv4.
@@ -60,7 +43,7 @@ func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {
 	if cfg.Subnet6.IsValid() {
 		p := cfg.Subnet6.Masked()
 		if err := lease.CheckPrefix6(p); err != nil {
-			return netip.Prefix{}, fmt.Errorf("--subnet6: %w", err)
+			return netip.Prefix{}, fmt.Errorf("--subnet (IPv6 prefix): %w", err)
 		}
 		return p, nil
 	}

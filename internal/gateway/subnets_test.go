@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
+	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
 // TestPlanSubnet6: the first start makes a random unique-local /48 and
@@ -61,9 +63,9 @@ func TestPlanSubnet6(t *testing.T) {
 	}
 }
 
-// TestPlanEgress6: jobs get IPv6 addresses when the host has an IPv6
-// egress address; without one, IPv4 only.
-func TestPlanEgress6(t *testing.T) {
+// TestPlanEgressIPv6: the one egress planner gives jobs IPv6 addresses
+// when the host has an IPv6 egress address; without one, IPv4 only.
+func TestPlanEgressIPv6(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := Config{Logger: log, Subnet: netip.MustParsePrefix(DefaultSubnet), Subnet6: netip.MustParsePrefix("fd00:1::/48")}
 	newLeases := func() *lease.Manager {
@@ -75,8 +77,19 @@ func TestPlanEgress6(t *testing.T) {
 	}
 	egress6 := netip.MustParseAddr("2001:db8::1")
 	plan := func(c Config, m *lease.Manager, source6 func() (netip.Addr, error)) (egress, error) {
-		var e egress
-		err := e.planEgress6(c, m, source6)
+		env := egressEnv{
+			hostRange: func() (portblock.Range, error) { return portblock.Range{Lo: 32768, Hi: 60999}, nil },
+			defaultSource: func(f *ipfamily.Family) (netip.Addr, error) {
+				if f == ipfamily.V6 {
+					return source6()
+				}
+				return netip.MustParseAddr("203.0.113.1"), nil
+			},
+		}
+		e, err := planEgress(c, env)
+		if err == nil {
+			err = e.applyPrefix6(log, m)
+		}
 		return e, err
 	}
 	m := newLeases()
@@ -95,7 +108,7 @@ func TestPlanEgress6(t *testing.T) {
 	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 1 {
 		t.Errorf("tunnel addresses %v, want the IPv4 one", got)
 	}
-	// Kernel mode carries IPv6 too: with --egress-prefix6 (which needs
+	// Kernel mode carries IPv6 too: with --egress-prefix (which needs
 	// no local route there) each job gets its own address.
 	m = newLeases()
 	kcfg := cfg
@@ -103,7 +116,7 @@ func TestPlanEgress6(t *testing.T) {
 	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
 	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with --egress-prefix6: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
+		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
 	}
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}

@@ -9,11 +9,13 @@
  * airlock run --mode preload starts the job with
  *
  *   LD_PRELOAD=.../libairlock-preload.so
- *   AIRLOCK_SOCKS=127.0.0.1:PORT        local SOCKS5 proxy of airlock run
+ *   AIRLOCK_SOCKS=127.0.0.1:PORT[,[::1]:PORT]  local SOCKS5 proxy of airlock
+ *                                       run, on IPv4 loopback and, if listed,
+ *                                       on IPv6 loopback
  *   AIRLOCK_SOCKS_SECRET=HEX            its per-job password
  *   AIRLOCK_DNS=A.B.C.D                 the tunnel's DNS server
  *   AIRLOCK_IPV6=1                      the tunnel carries IPv6 (optional)
- *   AIRLOCK_SOCKS6=[::1]:PORT           the proxy on IPv6 loopback (optional)
+ *   AIRLOCK_SOCKS6=[::1]:PORT           deprecated alias of the IPv6 entry
  *
  * The proxy dials through a user-space TCP/IP stack on the job's WireGuard
  * device, so what reaches it leaves through the gateway like traffic of a
@@ -58,7 +60,7 @@
  * the IPv4 loopback proxy and relays through IPv4-mapped addresses. So an
  * IPv6 socket that cannot use IPv4-mapped addresses (IPV6_V6ONLY set, or
  * bound to an IPv6 address) uses the proxy's IPv6 loopback listener
- * (AIRLOCK_SOCKS6) and relays on ::1 instead; without AIRLOCK_SOCKS6 its
+ * (the IPv6 entry of AIRLOCK_SOCKS) and relays on ::1 instead; without it its
  * connect() fails with ENETUNREACH.
  *
  * Children: fork() keeps the library and its state; execve() keeps it as
@@ -191,6 +193,47 @@ static int parse_hostport6(const char *s, struct sockaddr_in6 *out)
 }
 
 /**
+ * parse_proxies() - Parse AIRLOCK_SOCKS, the proxy's addresses
+ * @s:		Text, may be NULL: "A.B.C.D:PORT[,[IPV6]:PORT]", entries of
+ *		either family in any order
+ *
+ * Sets proxy_addr from the IPv4 entry and, from an IPv6 entry,
+ * proxy6_addr and have_proxy6.
+ *
+ * Return: 0 if @s has a valid IPv4 entry and no malformed one, else -1
+ */
+static int parse_proxies(const char *s)
+{
+	char entry[80];
+	const char *end;
+	size_t n;
+	int have4 = 0;
+
+	if (!s)
+		return -1;
+	for (; *s; s = *end ? end + 1 : end) {
+		end = strchr(s, ',');
+		if (!end)
+			end = s + strlen(s);
+		n = (size_t)(end - s);
+		if (n == 0 || n >= sizeof(entry))
+			return -1;
+		memcpy(entry, s, n);
+		entry[n] = '\0';
+		if (entry[0] == '[') {
+			if (parse_hostport6(entry, &proxy6_addr) < 0)
+				return -1;
+			have_proxy6 = 1;
+		} else {
+			if (parse_hostport(entry, &proxy_addr) < 0)
+				return -1;
+			have4 = 1;
+		}
+	}
+	return have4 ? 0 : -1;
+}
+
+/**
  * al_init() - Resolve the real functions and read the configuration
  *
  * Runs once, through al_ensure(): from the library's constructor, or
@@ -213,8 +256,9 @@ static void al_init(void)
 	debug = getenv("AIRLOCK_PRELOAD_DEBUG") != NULL;
 	s = getenv("AIRLOCK_IPV6");
 	ipv6 = s && !strcmp(s, "1");
+	/* AIRLOCK_SOCKS6: the deprecated alias of AIRLOCK_SOCKS's IPv6 entry. */
 	have_proxy6 = parse_hostport6(getenv("AIRLOCK_SOCKS6"), &proxy6_addr) == 0;
-	if (parse_hostport(getenv("AIRLOCK_SOCKS"), &proxy_addr) < 0)
+	if (parse_proxies(getenv("AIRLOCK_SOCKS")) < 0)
 		return;
 	s = getenv("AIRLOCK_SOCKS_SECRET");
 	if (!s || strlen(s) >= sizeof(secret))

@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
-// TestKernelEgressPrefix6 runs a kernel-mode gateway with --egress-prefix6
+// TestKernelEgressPrefix6 runs a kernel-mode gateway with --egress-prefix
 // on a prefix that inet routes to dmz: a job's IPv6 connection leaves from
 // its own address in the prefix (the one embedding its IPv4 tunnel
 // address) with its own source port, whois finds the job by that address
@@ -24,13 +24,13 @@ import (
 // ports of that address do not reach it.
 func TestKernelEgressPrefix6(t *testing.T) {
 	prefix := netip.MustParsePrefix("2001:db8:77::/96")
-	e := newEnvMode(t, modeKernel, "--egress-prefix6", prefix.String())
+	e := newEnvMode(t, modeKernel, "--egress-prefix", prefix.String())
 	// The site routes the prefix to the gateway host.
 	if code, _, stderr := e.tp.Run(t, 10*time.Second, e.tp.INET, nil, "ip", "-6", "route", "add", prefix.String(), "via", topology.DMZAddrINET6.String()); code != 0 {
 		t.Fatalf("route %v to dmz in inet: %s", prefix, stderr)
 	}
-	if strings.Contains(e.gw.Stderr(), "egress-prefix6") && strings.Contains(e.gw.Stderr(), "level=ERROR") {
-		t.Errorf("the gateway reports a setup problem of --egress-prefix6 that this topology does not have%s", e.diag(""))
+	if strings.Contains(e.gw.Stderr(), "egress-prefix") && strings.Contains(e.gw.Stderr(), "level=ERROR") {
+		t.Errorf("the gateway reports a setup problem of --egress-prefix that this topology does not have%s", e.diag(""))
 	}
 	job := "own6"
 	port := e.tp.StartTCPSrcPort(t)

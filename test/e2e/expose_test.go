@@ -39,6 +39,8 @@ func (e *env) startExposed(t *testing.T, name string, flags ...string) exposedJo
 		if v == "" {
 			continue
 		}
+		// The list of the port's mappings, IPv4 (this check's) first.
+		v, _, _ = strings.Cut(v, ",")
 		ap, err := netip.ParseAddrPort(v)
 		if err != nil {
 			t.Fatalf("job %s: AIRLOCK_EXPOSED_8080 %q: %v", name, v, err)

@@ -179,7 +179,7 @@ func runIPv6OnlyNodeFallback(t *testing.T, e *env, port4, port6 int, sha string)
 	}
 }
 
-// runPing6OwnAddress: with --egress-prefix6, a job's ping -6 leaves from
+// runPing6OwnAddress: with --egress-prefix, a job's ping -6 leaves from
 // its own address (the ICMPv6 ping socket binds it with IPV6_FREEBIND:
 // the address is on no interface, a local route brings its replies) and
 // the IPv6-only outside host answers. The gateway user may open ping

@@ -336,13 +336,38 @@ func TestIPv6OnlyNode(t *testing.T) {
 		})
 	}
 	t.Run("EgressPrefix6", func(t *testing.T) { checkEgressPrefix6(t, e, listen) })
+	t.Run("IPv6OnlyTunnel", func(t *testing.T) {
+		e.mode, e.gwUser, e.state = modeUser, e.u, filepath.Join(base, "state-v6only")
+		t.Cleanup(func() { e.state, e.token = userState, tokens[userState] })
+		checkIPv6OnlyTunnel(t, e, listen, port6, sha["small"])
+	})
+}
+
+// checkIPv6OnlyTunnel: a gateway whose --subnet lists an IPv6 prefix alone
+// gives jobs an IPv6 tunnel address and no IPv4 one, and their flows leave
+// from its IPv6 --egress-addr: on the IPv6-only node, a job reaches the
+// IPv6-only host by name, and has no IPv4 address to reach anything with.
+func checkIPv6OnlyTunnel(t *testing.T, e *env, listen string, port6 int, sha string) {
+	subnet := netip.MustParsePrefix("fd7a:a6::/112")
+	e.gwArgs = []string{"gateway", "--state", e.state, "--listen", listen, "--subnet", subnet.String(), "--egress-addr", topology.DMZAddrINET6.String()}
+	e.startGateway(t)
+	e.token = e.createToken(t, "v6only")
+	out := e.mustRunOpts(t, runOpts{viaEnv: true}, "ip", "-o", "addr", "show", "scope", "global")
+	if strings.Contains(out, "inet ") || !strings.Contains(out, "inet6 fd7a:a6::") {
+		t.Errorf("the job's addresses: %q, want one of %s and no IPv4 one", out, subnet)
+	}
+	url := fmt.Sprintf("http://%s:%d/small", topology.NameV6, port6)
+	out = e.mustRunOpts(t, runOpts{viaEnv: true}, "bash", "-c", "set -e; f=$(mktemp); curl -sS --max-time 30 -o $f -w '%{remote_ip}\\n' "+url+"; sha256sum < $f; rm -f $f")
+	if got := strings.Fields(out); len(got) < 2 || got[0] != topology.V6HostAddr.String() || got[1] != sha {
+		t.Errorf("curl %s through the IPv6-only tunnel: %q, want remote ip %v and sha256 %s", url, out, topology.V6HostAddr, sha)
+	}
 }
 
 // ownPrefix6 is the routed prefix TestIPv6OnlyNode gives jobs their own
-// public IPv6 addresses from (--egress-prefix6).
+// public IPv6 addresses from (--egress-prefix).
 var ownPrefix6 = netip.MustParsePrefix("2001:db8:ee::/96")
 
-// checkEgressPrefix6: a user-mode gateway with --egress-prefix6 refuses to
+// checkEgressPrefix6: a user-mode gateway with --egress-prefix refuses to
 // start, naming the fix, until the prefix is a local route; then each
 // job's IPv6 connections leave from its own address (embedding its IPv4
 // tunnel address) with its own source ports, whois answers by that
@@ -350,11 +375,11 @@ var ownPrefix6 = netip.MustParsePrefix("2001:db8:ee::/96")
 // address.
 func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 	tp := e.tp
-	args := []string{"gateway", "--state", e.state, "--listen", listen, "--egress-prefix6", ownPrefix6.String(), "--expose-ports", "8080"}
+	args := []string{"gateway", "--state", e.state, "--listen", listen, "--egress-prefix", ownPrefix6.String(), "--expose-ports", "8080"}
 	code, _, stderr := tp.Run(t, 30*time.Second, tp.DMZ, e.gwUser, e.airlock, args...)
 	fix := "ip -6 route add local " + ownPrefix6.String() + " dev lo"
 	if code == 0 || !strings.Contains(stderr, fix) {
-		t.Errorf("gateway --egress-prefix6 without the local route: exit %d, want a failure that names %q: %s", code, fix, stderr)
+		t.Errorf("gateway --egress-prefix without the local route: exit %d, want a failure that names %q: %s", code, fix, stderr)
 	}
 	// airlock gateway --check says the same.
 	check := func() (int, string) {
@@ -362,12 +387,12 @@ func checkEgressPrefix6(t *testing.T, e *env, listen string) {
 		return code, out + stderr
 	}
 	if code, out := check(); code == 0 || !strings.Contains(out, fix) {
-		t.Errorf("gateway --check --egress-prefix6 without the local route: exit %d, want 1 naming %q:\n%s", code, fix, out)
+		t.Errorf("gateway --check --egress-prefix without the local route: exit %d, want 1 naming %q:\n%s", code, fix, out)
 	}
 	// The admin's one-time setup, and the site's route to the prefix.
 	mustCmd(t, "ip", "-n", tp.DMZ, "-6", "route", "add", "local", ownPrefix6.String(), "dev", "lo")
 	if code, out := check(); !strings.Contains(out, "is a local route") {
-		t.Errorf("gateway --check --egress-prefix6 with the local route: exit %d, want an ok line for it:\n%s", code, out)
+		t.Errorf("gateway --check --egress-prefix with the local route: exit %d, want an ok line for it:\n%s", code, out)
 	}
 	mustCmd(t, "ip", "-n", tp.INET, "-6", "route", "add", ownPrefix6.String(), "via", topology.DMZAddrINET6.String())
 	e.gwArgs = args

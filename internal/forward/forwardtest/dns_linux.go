@@ -38,3 +38,20 @@ func lookupA(c net.Conn, name string, want netip.Addr) error {
 	}
 	return fmt.Errorf("dns %s: no answer: %w", name, err)
 }
+
+// queryRcode asks the DNS server at the other end of c (UDP) for name's A
+// record once and returns the answer's rcode.
+func queryRcode(c net.Conn, name string) (int, error) {
+	q := new(dns.Msg)
+	q.SetQuestion(name, dns.TypeA)
+	dc := &dns.Conn{Conn: c}
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	if err := dc.WriteMsg(q); err != nil {
+		return 0, fmt.Errorf("dns query: %w", err)
+	}
+	r, err := dc.ReadMsg()
+	if err != nil {
+		return 0, fmt.Errorf("dns %s: no answer: %w", name, err)
+	}
+	return r.Rcode, nil
+}

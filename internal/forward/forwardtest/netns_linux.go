@@ -52,7 +52,7 @@ var (
 	PrivatePeerAddr6 = netip.MustParseAddr("fd99::2")
 
 	// OwnPrefix is the routed prefix of jobs' own public IPv6 addresses
-	// (--egress-prefix6): the outside routes it to EgressAddr6, and a
+	// (--egress-prefix): the outside routes it to EgressAddr6, and a
 	// backend's test makes the gateway's side of it (user mode: a local
 	// route; kernel mode does it itself).
 	OwnPrefix = netip.MustParsePrefix("2001:db8:77::/64")

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/miekg/dns"
+
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -142,6 +144,7 @@ func Run(t *testing.T, o Options) {
 		{"Rules", perFamily(s.testRules)},
 		{"Limits", perFamily(s.testLimits)},
 		{"LimitsAcrossFamilies", s.testLimitsAcrossFamilies},
+		{"DNSLimitsAcrossFamilies", s.testDNSLimitsAcrossFamilies},
 		{"Bandwidth", perFamily(s.testBandwidth)},
 		{"Exposures", s.testExposures},
 		{"OwnAddress", s.testOwnAddress},
@@ -783,6 +786,30 @@ func (s *suite) testLimitsAcrossFamilies(t *testing.T) {
 	}
 }
 
+// testDNSLimitsAcrossFamilies: a job's DNS budget is one for both
+// families (each family's relay limited per source address, so a
+// dual-stack job got its budget twice): at 0.2 queries per second, a
+// burst of one, the query over IPv4 is answered and the next, over IPv6,
+// refused.
+func (s *suite) testDNSLimitsAcrossFamilies(t *testing.T) {
+	j, _ := s.job(t, forward.Job{Limits: limits.Job{DNSQueriesPerSec: 0.2}})
+	want := []int{dns.RcodeSuccess, dns.RcodeRefused}
+	for i, f := range ipfamily.All {
+		c, err := j.DialUDP(netip.AddrPortFrom(s.tunnel(f), 53))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		rc, err := queryRcode(c, DNSName)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		if rc != want[i] {
+			t.Errorf("query %d of the job, over %s: rcode %s, want %s", i+1, f, dns.RcodeToString[rc], dns.RcodeToString[want[i]])
+		}
+	}
+}
+
 // serveEcho echoes every TCP connection ln accepts, and every datagram
 // uc reads, until they are closed.
 func serveEcho(ln net.Listener, uc net.PacketConn) {
@@ -903,7 +930,7 @@ func (s *suite) testExposures(t *testing.T) {
 }
 
 // testOwnAddress: a job whose IPv6 egress entry is its own public address
-// (in OwnPrefix, --egress-prefix6): its flows leave from that address, and
+// (in OwnPrefix, --egress-prefix): its flows leave from that address, and
 // an exposure there listens at the job's port.
 func (s *suite) testOwnAddress(t *testing.T) {
 	spec := s.nextSpec(forward.Job{})

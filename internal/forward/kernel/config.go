@@ -37,7 +37,7 @@ type Config struct {
 	// is masqueraded (the outgoing interface's address).
 	Egress []netip.Addr
 	// OwnPrefix is the IPv6 prefix the site routes to the gateway host
-	// (--egress-prefix6): New routes it to the TUN, and AddJob maps a job
+	// (--egress-prefix): New routes it to the TUN, and AddJob maps a job
 	// whose IPv6 egress entry is an own address in it one to one. The
 	// zero Prefix means none.
 	OwnPrefix netip.Prefix

@@ -16,11 +16,13 @@
 // written to the TUN, routed by the host like any other, and replies routed
 // to the tunnel subnet come back out of Read.
 //
-// With Config.Addr6 the TUN also gets the gateway's IPv6 tunnel address,
-// net.ipv6.conf.all.forwarding is switched on, a second DNS relay listens
-// on the IPv6 tunnel address, and jobs' IPv6 packets go through the same
-// table with ip6 forms of the address rules (v6_linux.go; marked IPv6
-// below).
+// With an IPv6 prefix in Config.Addrs the TUN also gets the gateway's
+// IPv6 tunnel address, net.ipv6.conf.all.forwarding is switched on, a
+// second DNS relay listens on the IPv6 tunnel address, and jobs' IPv6
+// packets go through the same table with ip6 forms of the address rules
+// (one set of rules built per family from the family table,
+// family_linux.go; the IPv6 floor and policy in embed_linux.go; marked
+// IPv6 below).
 //
 // Policy and NAT live in one nftables table, "inet airlock", programmed over
 // netlink (github.com/google/nftables; nothing is shelled out):
@@ -30,10 +32,11 @@
 //	    ip saddr JOB oifname != TUN meta l4proto tcp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN meta l4proto udp snat ip to EGRESS:LO-HI
 //	    ip saddr JOB oifname != TUN snat ip to EGRESS   (ICMP echo and the rest)
-//	    IPv6 (Job.Addr6), tagged with the job's IPv4 address:
+//	    IPv6 (the job's IPv6 address in forward.Job.Addrs), tagged with
+//	    the job's IPv4 address:
 //	    ip6 saddr JOB6 ... snat ip6 to EGRESS6:LO-HI, as above (no
 //	        EGRESS6: masquerade to LO-HI)
-//	    ip6 saddr JOB6 oifname != TUN snat ip6 to OWN6  (--egress-prefix6:
+//	    ip6 saddr JOB6 oifname != TUN snat ip6 to OWN6  (--egress-prefix:
 //	        the job's own address, one to one, ports kept)
 //	chain prerouting   nat, hook prerouting, priority dstnat (-100)
 //	    one rule per exposed port of a job, tagged with the job's address:
@@ -81,9 +84,9 @@
 //	chain limits_JOB   one per job with flow limits, for both families:
 //	    ct state new ct count over N goto over_flows
 //	    ct state new limit rate over R/second burst ⌈R⌉ packets goto over_rate
-//	chain floor6       IPv6 destinations no policy opens (v6_linux.go):
+//	chain floor6       IPv6 destinations no policy opens (embed_linux.go):
 //	    ::, ::1, ff00::/8, ::ffff:0:0/96, the IPv6 tunnel subnet,
-//	    --egress-prefix6, and the images of the IPv4 floor and tunnel
+//	    --egress-prefix, and the images of the IPv4 floor and tunnel
 //	    subnet in NAT64, local NAT64, IPv4-compatible, 6to4 and Teredo
 //	    addresses (bits under a mask): goto floor
 //	chain over_flows, over_rate   counter goto refuse (read by Stats)

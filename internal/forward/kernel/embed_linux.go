@@ -31,9 +31,9 @@ package kernel
 //   - A job's IPv6 tunnel address is one of its Job.Addrs. Jobs on the
 //     shared egress address are source-NATed to the gateway's IPv6 egress
 //     address (the job's IPv6 egress entry, which the gateway takes from
-//     --egress-addr6 or the host's default IPv6 route; else the
+//     --egress-addr or the host's default IPv6 route; else the
 //     configured one; without any, masquerade) and their port block, as
-//     over IPv4. With --egress-prefix6 (the site routes the prefix to the
+//     over IPv4. With --egress-prefix (the site routes the prefix to the
 //     gateway host, and New routes it on to the TUN), a job has its own
 //     public address in the prefix (an egress entry with Own): its tunnel
 //     address is mapped to it one to one (`snat ip6 to OWN`, no port

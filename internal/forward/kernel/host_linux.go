@@ -17,14 +17,14 @@ import (
 
 // checkJob is kernel mode's part of checking a Job (forward.Jobs checks
 // the rest): an own egress address must be in the routed prefix of own
-// addresses (--egress-prefix6), and an address of that prefix is an own
+// addresses (--egress-prefix), and an address of that prefix is an own
 // one.
 func (r ruleset) checkJob(j forward.Job) error {
 	for _, e := range j.Egress {
 		inOwn := r.own.IsValid() && r.own.Contains(e.Addr)
 		switch {
 		case e.Own && !inOwn:
-			return fmt.Errorf("own egress address %v: not in the routed prefix of own addresses (--egress-prefix6 %v)", e.Addr, r.own)
+			return fmt.Errorf("own egress address %v: not in the routed prefix of own addresses (--egress-prefix %v)", e.Addr, r.own)
 		case !e.Own && inOwn:
 			return fmt.Errorf("egress address %v is in the prefix of own addresses %v: only a job's own address may be", e.Addr, r.own)
 		}
@@ -58,7 +58,7 @@ func warnAcceptRA(log *slog.Logger) {
 	}
 }
 
-// CheckPrefix6 checks the host's side of a routed --egress-prefix6 and
+// CheckPrefix6 checks the host's side of a routed --egress-prefix and
 // returns what is missing, with the fix, as sentences (none if the setup
 // looks right). The site's router must send the prefix to this host (which
 // no check here can see); on this host the prefix must not be on-link on
@@ -70,7 +70,7 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 	var out []string
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
-		return []string{fmt.Sprintf("cannot list IPv6 routes to check --egress-prefix6 %v: %v", prefix, err)}
+		return []string{fmt.Sprintf("cannot list IPv6 routes to check --egress-prefix %v: %v", prefix, err)}
 	}
 	for _, r := range routes {
 		if r.Dst == nil {
@@ -90,7 +90,7 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 			continue
 		}
 		if dst.Bits() <= prefix.Bits() && r.Gw == nil {
-			out = append(out, fmt.Sprintf("--egress-prefix6 %v is on-link on %s (route %v): the router there finds jobs' addresses by neighbour discovery, which this host does not answer for them. "+
+			out = append(out, fmt.Sprintf("--egress-prefix %v is on-link on %s (route %v): the router there finds jobs' addresses by neighbour discovery, which this host does not answer for them. "+
 				"Fix: have the site route %v to this host's address (e.g. on the router: ip -6 route add %v via HOST_ADDRESS) and take it off %s, "+
 				"or answer for it with an NDP proxy (sysctl net.ipv6.conf.%s.proxy_ndp=1 and ip -6 neigh add proxy ADDRESS dev %s for each job address)",
 				prefix, link.Attrs().Name, dst, prefix, prefix, link.Attrs().Name, link.Attrs().Name, link.Attrs().Name))
@@ -103,7 +103,7 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 			}
 			ones, _ := r.Dst.Mask.Size()
 			if a, ok := netip.AddrFromSlice(r.Dst.IP); ok && ones < 128 && netip.PrefixFrom(a, ones).Overlaps(prefix) {
-				out = append(out, fmt.Sprintf("a local route for %s (user mode's setup for --egress-prefix6) hands unsolicited packets for jobs' own addresses to this host's sockets. Fix: ip -6 route del local %s dev lo",
+				out = append(out, fmt.Sprintf("a local route for %s (user mode's setup for --egress-prefix) hands unsolicited packets for jobs' own addresses to this host's sockets. Fix: ip -6 route del local %s dev lo",
 					netip.PrefixFrom(a, ones), netip.PrefixFrom(a, ones)))
 			}
 		}
@@ -115,8 +115,8 @@ func CheckPrefix6(prefix netip.Prefix, tun string) []string {
 }
 
 // startDNS starts the DNS relay on the gateway's tunnel address gw, port
-// 53, on host sockets.
-func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Server, error) {
+// 53, on host sockets, admitting queries against lim.
+func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort, lim *dnsfwd.Limiter) (*dnsfwd.Server, error) {
 	at := netip.AddrPortFrom(gw, 53).String()
 	pc, err := net.ListenPacket("udp", at)
 	if err != nil {
@@ -127,7 +127,7 @@ func startDNS(cfg Config, gw netip.Addr, upstreams []netip.AddrPort) (*dnsfwd.Se
 		pc.Close()
 		return nil, privError("kernel egress: dns relay on the tunnel address "+gw.String(), err)
 	}
-	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns", "addr", gw), Upstreams: upstreams, Flows: cfg.Flows}, pc, ln)
+	s, err := dnsfwd.Start(dnsfwd.Config{Logger: cfg.Logger.With("component", "dns", "addr", gw), Upstreams: upstreams, Flows: cfg.Flows, Limiter: lim}, pc, ln)
 	if err != nil {
 		return nil, fmt.Errorf("kernel egress: %w", err)
 	}

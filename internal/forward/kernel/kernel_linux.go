@@ -65,6 +65,9 @@ type Forwarder struct {
 	reg *forward.Jobs
 	// dns are the DNS relays on the tunnel addresses, by family.
 	dns [ipfamily.N]*dnsfwd.Server
+	// dnsLimits are the jobs' DNS limits, shared by the relays of both
+	// families: one budget per job.
+	dnsLimits dnsfwd.Limiter
 	// upstreams are the DNS relays' resolvers.
 	upstreams []netip.AddrPort
 
@@ -257,7 +260,7 @@ func (f *Forwarder) enableForwarding() error {
 // startDNS starts a DNS relay on every tunnel address.
 func (f *Forwarder) startDNS() error {
 	for _, fam := range f.rules.families() {
-		d, err := startDNS(f.cfg, f.rules.tunnels[fam.Index].Addr(), f.upstreams)
+		d, err := startDNS(f.cfg, f.rules.tunnels[fam.Index].Addr(), f.upstreams, &f.dnsLimits)
 		if err != nil {
 			return err
 		}
@@ -287,7 +290,7 @@ func (f *Forwarder) startAccounting() error {
 }
 
 // logReady logs the Forwarder's set-up, and what is missing on the host
-// for --egress-prefix6.
+// for --egress-prefix.
 func (f *Forwarder) logReady() {
 	f.log.Info("kernel egress ready", "tun", f.cfg.Name, "addrs", f.cfg.Addrs, "mtu", f.cfg.MTU,
 		"egress_addrs", f.cfg.Egress, "egress_prefix6", f.rules.own, "table", "inet "+TableName, "dns_upstreams", f.upstreams)
@@ -535,10 +538,8 @@ func (f *Forwarder) removeNAT(j forward.Job) {
 		if f.acct != nil {
 			f.acct.endJob(a)
 		}
-		if d := f.dns[famOf(a).Index]; d != nil {
-			d.RemoveJob(a)
-		}
 	}
+	f.dnsLimits.RemoveJob(kj.addrs)
 }
 
 // flushConntrack drops the connection-tracking entries the job at addr

@@ -15,7 +15,7 @@ package kernel
 // any refused flow (TCP reset, ICMP port unreachable for UDP), so the job
 // fails at once.
 //
-// Bandwidth is shaped by HTB qdiscs (tc.go), set up the first time a
+// Bandwidth is shaped by HTB qdiscs (tc_linux.go), set up the first time a
 // bandwidth limit is set: traffic to jobs on the TUN's own egress,
 // classified by destination address; traffic from jobs, which enters the
 // host on the TUN's ingress where no qdisc can queue, is redirected to an
@@ -126,12 +126,8 @@ func (f *Forwarder) SetJobLimits(id jobs.ID, l limits.Job) error {
 	if !ok {
 		return fmt.Errorf("kernel egress: set limits of %s: %w", id, forward.ErrUnknownJob)
 	}
-	for _, a := range kj.addrs {
-		if d := f.dns[famOf(a).Index]; d != nil {
-			if err := d.SetJobLimits(a, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
-				return fmt.Errorf("kernel egress: %w", err)
-			}
-		}
+	if err := f.dnsLimits.SetJob(kj.addrs, dnsfwd.Limits{MaxInflight: l.DNSMaxInflight, PerSec: l.DNSQueriesPerSec}); err != nil {
+		return fmt.Errorf("kernel egress: %w", err)
 	}
 	if err := f.setFlowLimitsLocked(id, kj, l); err != nil {
 		return err

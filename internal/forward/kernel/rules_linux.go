@@ -69,7 +69,7 @@ type ruleset struct {
 	// interface's address).
 	egress [ipfamily.N]netip.Addr
 	// own is the routed prefix (IPv6) that jobs' own public addresses
-	// come from (--egress-prefix6); the zero Prefix means none.
+	// come from (--egress-prefix); the zero Prefix means none.
 	own netip.Prefix
 	// blockSize is the number of ports in every job's block; 0 means no
 	// per-destination connection limit.
@@ -105,7 +105,7 @@ func connsSet(t *nftables.Table, f *nftFamily) *nftables.Set {
 }
 
 // ownSet holds the tunnel addresses of the jobs with an own public
-// address (IPv6, --egress-prefix6): they have no port block, so the block
+// address (IPv6, --egress-prefix): they have no port block, so the block
 // limit does not apply.
 func ownSet(t *nftables.Table) *nftables.Set {
 	return &nftables.Set{Table: t, Name: setOwn, KeyType: nftables.TypeIP6Addr}
@@ -583,10 +583,10 @@ func (r ruleset) validate() error {
 	}
 	if r.own.IsValid() {
 		if !r.tunnels[v6].IsValid() {
-			return fmt.Errorf("kernel egress: --egress-prefix6 %v without an IPv6 tunnel address", r.own)
+			return fmt.Errorf("kernel egress: --egress-prefix %v without an IPv6 tunnel address", r.own)
 		}
 		if !r.own.Addr().Is6() || r.own.Addr().Is4In6() || r.own.Overlaps(r.tunnels[v6]) {
-			return fmt.Errorf("kernel egress: --egress-prefix6 %v: want an IPv6 prefix apart from the tunnel subnet %v", r.own, r.tunnels[v6].Masked())
+			return fmt.Errorf("kernel egress: --egress-prefix %v: want an IPv6 prefix apart from the tunnel subnet %v", r.own, r.tunnels[v6].Masked())
 		}
 	}
 	if r.tun == "" || len(r.tun) >= unix.IFNAMSIZ {

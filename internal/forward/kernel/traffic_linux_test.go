@@ -481,7 +481,7 @@ func TestIPv6Traffic(t *testing.T) {
 	}
 }
 
-// TestCheckPrefix6 checks the host-side check of --egress-prefix6: quiet
+// TestCheckPrefix6 checks the host-side check of --egress-prefix: quiet
 // when nothing else claims the prefix, a sentence with the fix when it is
 // on-link on another interface.
 func TestCheckPrefix6(t *testing.T) {

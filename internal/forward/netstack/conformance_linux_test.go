@@ -36,7 +36,7 @@ func newConformanceStack(t *testing.T, tcpStack string, env forwardtest.Env) for
 		t.Fatal(err)
 	}
 	// Jobs' own addresses: a local route, as the gateway's user-mode
-	// setup for --egress-prefix6 makes.
+	// setup for --egress-prefix makes.
 	if err := forwardtest.LocalRoute(env.OwnPrefix); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,8 @@ func startDNS(s *Stack, self netip.Addr) (*dnsfwd.Server, error) {
 				s.stats.dnsFailures.Add(1)
 			}
 		},
-		Debug: s.flowDebugOn,
-		Flows: s.cfg.Flows,
+		Debug:   s.flowDebugOn,
+		Flows:   s.cfg.Flows,
+		Limiter: &s.dnsLimits,
 	}, pc, ln)
 }

@@ -31,7 +31,7 @@
 // the destination, and relays datagrams both ways until the flow has been idle
 // in both directions for Config.UDPIdleTimeout.
 //
-// DNS: the gateway tunnel address (Config.Addr) has a DNS server on port 53
+// DNS: each gateway tunnel address (Config.Addrs) has a DNS server on port 53
 // (UDP and TCP) inside the netstack; endpoints bound there take precedence
 // over the forwarders. Queries are relayed with github.com/miekg/dns to the
 // upstream resolvers, tried in order; when all fail the job gets SERVFAIL.

@@ -11,7 +11,7 @@ import (
 // freebind is a net.Dialer and net.ListenConfig Control that lets a socket
 // bind to an address no interface has (IP_FREEBIND, IPV6_FREEBIND: no
 // privilege needed): a job's own public IPv6 address (the gateway's
-// --egress-prefix6), which the host receives through a local route for
+// --egress-prefix), which the host receives through a local route for
 // the prefix.
 func freebind(network, _ string, c syscall.RawConn) error {
 	level, opt := unix.IPPROTO_IP, unix.IP_FREEBIND

@@ -19,7 +19,7 @@ const hostAddrsTTL = 10 * time.Second
 // endpoint) are meant for the host's own network, not for jobs; and the
 // prefixes the host routes as local, whose every address reaches a
 // service bound to the wildcard address just the same (user mode's
-// --egress-prefix6 needs one: ip -6 route add local PREFIX dev lo). It is
+// --egress-prefix needs one: ip -6 route add local PREFIX dev lo). It is
 // safe for concurrent use.
 type hostAddrs struct {
 	list func() ([]netip.Addr, error)

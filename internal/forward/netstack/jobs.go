@@ -130,23 +130,13 @@ func (s *Stack) removeJob(j forward.Job) {
 	s.unexpose(j.ID)
 	s.jobs.remove(j.ID)
 	s.pings.removeJob(j.ID)
-	for _, a := range j.Addrs {
-		if d := s.dns[ipfamily.Of(a).Index]; d != nil {
-			d.RemoveJob(a)
-		}
-	}
+	s.dnsLimits.RemoveJob(j.Addrs)
 }
 
-// setJobDNSLimits sets the DNS limits of every address of job j.
+// setJobDNSLimits sets the DNS limits of job j, one budget for all its
+// addresses.
 func (s *Stack) setJobDNSLimits(j forward.Job, l dnsfwd.Limits) error {
-	for _, a := range j.Addrs {
-		if d := s.dns[ipfamily.Of(a).Index]; d != nil {
-			if err := d.SetJobLimits(a, l); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return s.dnsLimits.SetJob(j.Addrs, l)
 }
 
 // egressOf returns where the job at tunnel address src sends its flows to

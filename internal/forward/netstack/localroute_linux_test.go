@@ -16,7 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
-// TestLocalRoutesAreHost (issue 25, hole 1): user mode's --egress-prefix6
+// TestLocalRoutesAreHost (issue 25, hole 1): user mode's --egress-prefix
 // needs `ip -6 route add local PREFIX dev lo`, which makes every address
 // of the prefix the host's own: a service bound to [::] answers on
 // [PREFIX::1] too. The floor's host check must refuse them like the

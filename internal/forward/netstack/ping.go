@@ -36,7 +36,7 @@ package netstack
 // writes the headers, differs by family. The flows of all of a job's
 // addresses share the per-job cap. A socket is bound to the job's egress
 // address of its family (with IP_FREEBIND/IPV6_FREEBIND: a job's own
-// address, --egress-prefix6, is on no interface).
+// address, --egress-prefix, is on no interface).
 
 import (
 	"errors"

@@ -617,7 +617,7 @@ func TestPing6HostSocket(t *testing.T) {
 		t.Errorf("reply from %v: type %d seq %d, want echo reply, 5", from, msg.Type(), msg.Sequence())
 	}
 	// A job's own IPv6 egress address is on no interface (a local route
-	// for --egress-prefix6 brings its packets): the socket binds to it all
+	// for --egress-prefix brings its packets): the socket binds to it all
 	// the same (IPV6_FREEBIND).
 	own := netip.MustParseAddr("2001:db8:ffff::6440:2")
 	if c2, err := listenPingHost(ipfamily.V6, own); err != nil {

@@ -95,7 +95,10 @@ type Stack struct {
 	noFiles *fdlimit.Warner
 	stats   counters
 	dns     [ipfamily.N]*dnsfwd.Server // on each tunnel address, by family
-	host    hostAddrs
+	// dnsLimits are the jobs' DNS limits, shared by the relays of both
+	// families: one budget per job.
+	dnsLimits dnsfwd.Limiter
+	host      hostAddrs
 	// reg is the job bookkeeping every backend shares (AddJob,
 	// RemoveJob, the job index); jobs the Stack's own state of each job
 	// (jobs.go).
@@ -240,7 +243,9 @@ func (s *Stack) setupStack() error {
 
 	tcpFwd := tcp.NewForwarder(s.ns, 0, s.cfg.MaxInFlightSYN, s.handleTCP)
 	s.ns.SetTransportProtocolHandler(tcp.ProtocolNumber, tcpFwd.HandlePacket)
-	udpFwd := udp.NewForwarder(s.ns, s.handleUDP)
+	// Every datagram is the forwarder's, relayed or dropped (handled:
+	// true), so the stack sends no ICMP port unreachable for a denied one.
+	udpFwd := udp.NewForwarder(s.ns, func(r *udp.ForwarderRequest) bool { s.handleUDP(r); return true })
 	s.ns.SetTransportProtocolHandler(udp.ProtocolNumber, udpFwd.HandlePacket)
 	return nil
 }

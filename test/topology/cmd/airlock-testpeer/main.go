@@ -39,7 +39,7 @@
 //	rawsyn IFACE DST:PORT WAIT   see rawsyn_linux.go
 //	jobs -gateway G -pin P -token T -n N [-over D] [-hold D] [-echo ADDR]   N simulated jobs in
 //	                         this process (test/loadgen), JSON reports on stdout; see jobs.go
-//	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" and
+//	jobserve PORT SECONDS NAME   (inside a job) print "tcp=$AIRLOCK_EXPOSED_<PORT>" (a list, IPv4 first) and
 //	                         "udp=$AIRLOCK_EXPOSED_<PORT>_UDP", then "ready"; answer "hello from NAME"
 //	                         on TCP and UDP PORT of every address; exit 0 after SECONDS
 //

@@ -9,19 +9,29 @@ import (
 	"time"
 )
 
-// TestParseGatewaysIPv6: AIRLOCK_GATEWAY takes bracketed IPv6 addresses,
-// alone and in a list.
-func TestParseGatewaysIPv6(t *testing.T) {
+// TestParseGateways: AIRLOCK_GATEWAY takes addresses of either family
+// (IPv6 bracketed), alone and in a list, and refuses an address without
+// its port.
+func TestParseGateways(t *testing.T) {
 	pin := "sha256:" + strings.Repeat("ab", 32)
-	gws, err := ParseGateways("[2001:db8::1]:8443, 198.51.100.1:8443", pin, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(gws) != 2 || gws[0].Addr != "[2001:db8::1]:8443" {
-		t.Errorf("got %+v, want [2001:db8::1]:8443 first", gws)
-	}
-	if _, err := ParseGateways("2001:db8::1:8443", pin, time.Second); err == nil {
-		t.Error("unbracketed IPv6 address: no error")
+	for _, tc := range []struct {
+		family, addr, other, bad string
+	}{
+		{"IPv4", "198.51.100.1:8443", "[2001:db8::1]:8443", "198.51.100.1"},
+		{"IPv6", "[2001:db8::1]:8443", "198.51.100.1:8443", "2001:db8::1:8443"},
+	} {
+		t.Run(tc.family, func(t *testing.T) {
+			gws, err := ParseGateways(tc.addr+", "+tc.other, pin, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(gws) != 2 || gws[0].Addr != tc.addr {
+				t.Errorf("got %+v, want %s first", gws, tc.addr)
+			}
+			if _, err := ParseGateways(tc.bad, pin, time.Second); err == nil {
+				t.Errorf("%s: no error", tc.bad)
+			}
+		})
 	}
 }
 
