@@ -1,6 +1,8 @@
 module github.com/airlock-vpn/airlock
 
-go 1.26.8
+go 1.26.3
+
+toolchain go1.26.8
 
 require (
 	github.com/google/nftables v0.3.0

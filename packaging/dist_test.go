@@ -80,7 +80,7 @@ func TestDist(t *testing.T) {
 		}
 		for _, f := range []string{"bin/airlock", "lib/airlock/libairlock-preload.so", "lib/airlock/spank_airlock.so",
 			"lib/airlock/airlock-condor-wrapper", "lib/systemd/system/airlock-gateway.service", "lib/sysusers.d/airlock.conf",
-			"share/man/man1/airlock-run.1.gz", "share/bash-completion/completions/airlock", "share/zsh/vendor-completions/_airlock",
+			"share/man/man1/airlock-run.1.gz", "share/man/man8/airlock-gateway.8.gz", "share/man/man5/airlock-gateway.toml.5.gz", "share/bash-completion/completions/airlock", "share/zsh/vendor-completions/_airlock",
 			"share/fish/vendor_completions.d/airlock.fish", "share/doc/airlock/LICENSE", "share/doc/airlock/THIRD_PARTY_LICENSES",
 			"share/airlock/slurm/spank_airlock.c", "share/airlock/sysctl/60-airlock-gateway.conf"} {
 			if _, err := os.Stat(filepath.Join(top[0], f)); err != nil {
@@ -125,7 +125,7 @@ func TestDist(t *testing.T) {
 			}
 		}
 		files := run(t, "rpm", "-qlp", rpm)
-		for _, want := range []string{"/usr/bin/airlock", "/usr/lib/systemd/system/airlock-gateway.service", "/usr/share/man/man1/airlock.1.gz"} {
+		for _, want := range []string{"/usr/bin/airlock", "/usr/lib/systemd/system/airlock-gateway.service", "/usr/share/man/man1/airlock.1.gz", "/usr/share/man/man8/airlock-gateway.8.gz", "/usr/share/man/man5/airlock-gateway.toml.5.gz"} {
 			if !strings.Contains(files, want+"\n") {
 				t.Errorf("rpm -qlp lacks %s", want)
 			}
@@ -140,6 +140,7 @@ func TestDist(t *testing.T) {
 	})
 
 	t.Run("InstallDeb", func(t *testing.T) { installDeb(t, artefact(t, a, "airlock_*.deb")) })
+	t.Run("InstallRPM", func(t *testing.T) { installRPM(t, artefact(t, a, "airlock-*.rpm")) })
 }
 
 // installScript runs in a private mount namespace whose /usr, /etc and /var
@@ -161,6 +162,8 @@ if command -v man >/dev/null; then man -w airlock-run >"$OUT/man"; fi
 getent passwd airlock >"$OUT/passwd"
 stat -c %a /var/lib/airlock >"$OUT/statemode"
 dpkg -L airlock >"$OUT/files"
+dpkg-query -W -f='${Conffiles}\n' airlock >"$OUT/conffiles"
+if [ -e /etc/apparmor.d/airlock ]; then echo installed; else echo absent; fi >"$OUT/apparmor"
 dpkg --purge airlock >"$OUT/dpkg-purge" 2>&1
 if [ -e /usr/bin/airlock ]; then echo present; else echo gone; fi >"$OUT/after-purge"
 `
@@ -214,8 +217,104 @@ func installDeb(t *testing.T, deb string) {
 	if g := strings.TrimSpace(read("after-purge")); g != "gone" {
 		t.Errorf("/usr/bin/airlock after dpkg --purge: %s", g)
 	}
+	// The gateway's settings are a conffile, kept on upgrades.
+	if c := read("conffiles"); !strings.Contains(c, " /etc/default/airlock-gateway ") {
+		t.Errorf("dpkg's conffiles of airlock: %q, want /etc/default/airlock-gateway", c)
+	}
+	// The AppArmor profile goes to /etc/apparmor.d where this host's
+	// AppArmor parses it (AppArmor 4), and nowhere else (AppArmor 3 would
+	// fail to load it at boot).
+	want := "absent"
+	if exec.Command("apparmor_parser", "-Q", "-K", "apparmor/airlock").Run() == nil {
+		want = "installed"
+	}
+	if got := strings.TrimSpace(read("apparmor")); got != want {
+		t.Errorf("/etc/apparmor.d/airlock after dpkg -i: %s, want %s (the host's apparmor_parser decides)", got, want)
+	}
 	// Nothing reached the host.
 	if exec.Command("dpkg-query", "-W", "airlock").Run() == nil {
 		t.Error("the host's dpkg database lists airlock after the test")
+	}
+}
+
+// rpmInstallScript installs the .rpm with rpm --root into a scratch root:
+// an overlay on the host's root file system (which gives the package's
+// scripts a shell, systemd-sysusers and systemd-tmpfiles) in a private
+// mount namespace, so that nothing reaches the host. rpm runs the
+// package's scripts chrooted there. It writes what the test checks into
+// $OUT.
+const rpmInstallScript = `set -eu
+mount -t tmpfs tmpfs "$OVL"
+mkdir -p "$OVL/up" "$OVL/work" "$OVL/root"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$OVL/up,workdir=$OVL/work" "$OVL/root"
+r=$OVL/root
+mount -t proc proc "$r/proc"
+mount -t tmpfs tmpfs "$r/run"
+rm -f "$r/usr/bin/airlock"
+mkdir -p "$r/var/lib/rpm"
+rpm --root "$r" --initdb
+rpm --root "$r" -i --nodeps "$RPM" >"$OUT/rpm-i" 2>&1
+rpm --root "$r" -ql airlock >"$OUT/files"
+chroot "$r" /usr/bin/airlock version >"$OUT/version"
+chroot "$r" getent passwd airlock >"$OUT/passwd" || true
+stat -c %a "$r/var/lib/airlock" >"$OUT/statemode"
+cp "$r/etc/sysconfig/airlock-gateway" "$OUT/sysconfig"
+systemd-analyze --root="$r" verify /usr/lib/systemd/system/airlock-gateway.service >"$OUT/verify" 2>&1 || echo "exit $?" >>"$OUT/verify"
+rpm --root "$r" -e airlock >"$OUT/rpm-e" 2>&1
+if [ -e "$r/usr/bin/airlock" ]; then echo present; else echo gone; fi >"$OUT/after-erase"
+`
+
+// installRPM installs the .rpm into a scratch root with its scripts run
+// (rpmInstallScript), checks what they made, the unit with
+// systemd-analyze verify, and the files' places for EL (the conffile in
+// /etc/sysconfig naming itself, completion where EL's bash, zsh and fish
+// look), then erases it.
+func installRPM(t *testing.T, rpm string) {
+	topology.RequireRoot(t)
+	out, ovl := t.TempDir(), t.TempDir()
+	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", rpmInstallScript)
+	cmd.Env = append(os.Environ(), "RPM="+rpm, "OUT="+out, "OVL="+ovl)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(filepath.Join(out, "rpm-i"))
+		t.Fatalf("rpm --root in an overlay: %v\n%s\nrpm -i:\n%s", err, b, log)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Error(err)
+		}
+		return string(b)
+	}
+	if v := read("version"); !strings.Contains(v, "commit:") {
+		t.Errorf("installed airlock version:\n%s", v)
+	}
+	// The %post made the gateway's user and its private state dir.
+	if p := read("passwd"); !strings.HasPrefix(p, "airlock:x:") || !strings.Contains(p, ":/var/lib/airlock:") {
+		t.Errorf("user airlock after rpm -i: %q\nrpm -i:\n%s", p, read("rpm-i"))
+	}
+	if m := strings.TrimSpace(read("statemode")); m != "700" {
+		t.Errorf("/var/lib/airlock after rpm -i: mode %s, want 700", m)
+	}
+	if v := strings.TrimSpace(read("verify")); v != "" {
+		t.Errorf("systemd-analyze verify of the installed unit:\n%s", v)
+	}
+	files := read("files")
+	for _, want := range []string{"/usr/bin/airlock", "/etc/sysconfig/airlock-gateway", "/usr/lib/systemd/system/airlock-gateway.service",
+		"/usr/share/bash-completion/completions/airlock", "/usr/share/zsh/site-functions/_airlock", "/usr/share/fish/vendor_completions.d/airlock.fish",
+		"/usr/share/airlock/apparmor/airlock"} {
+		if !strings.Contains(files, want+"\n") {
+			t.Errorf("rpm -ql airlock lacks %s", want)
+		}
+	}
+	for _, never := range []string{"/etc/default/", "/usr/share/zsh/vendor-completions/"} {
+		if strings.Contains(files, never) {
+			t.Errorf("rpm -ql airlock has Debian's %s", never)
+		}
+	}
+	if c := read("sysconfig"); !strings.Contains(c, "--env-file /etc/sysconfig/airlock-gateway") || strings.Contains(c, "/etc/default/airlock-gateway") {
+		t.Errorf("/etc/sysconfig/airlock-gateway names the wrong file:\n%s", c)
+	}
+	if g := strings.TrimSpace(read("after-erase")); g != "gone" {
+		t.Errorf("/usr/bin/airlock after rpm -e: %s\n%s", g, read("rpm-e"))
 	}
 }

@@ -56,15 +56,21 @@ share=$usr/share/airlock
 # Optional, so not in /usr/lib/sysctl.d: it would change every host that
 # installs the package, compute nodes included (docs/install.md).
 install -D -m 0644 packaging/airlock-gateway.sysctl.conf "$share/sysctl/60-airlock-gateway.conf"
+# The AppArmor profile that allows /usr/bin/airlock user namespaces where
+# they are restricted (Ubuntu 24.04); the .deb's postinst puts it into
+# /etc/apparmor.d where the host's AppArmor can parse it.
+install -D -m 0644 packaging/apparmor/airlock "$share/apparmor/airlock"
 install -D -m 0644 slurm/spank_airlock.c "$share/slurm/spank_airlock.c"
 install -D -m 0644 slurm/munge_job.c "$share/slurm/munge_job.c"
 install -D -m 0644 slurm/munge_job.h "$share/slurm/munge_job.h"
 install -D -m 0644 slurm/Makefile "$share/slurm/Makefile"
 install -D -m 0755 slurm/airlock-slurm-task "$share/slurm/airlock-slurm-task"
 echo "$slurm_version" >"$share/slurm/built-for-slurm"
-for p in docs/man/*.1; do
-	install -D -m 0644 "$p" "$usr/share/man/man1/$(basename "$p")"
-	gzip -9n "$usr/share/man/man1/$(basename "$p")"
+# Man pages by section: commands (1), the gateway (8), its config file (5).
+for p in docs/man/*.[158]; do
+	sec=${p##*.}
+	install -D -m 0644 "$p" "$usr/share/man/man$sec/$(basename "$p")"
+	gzip -9n "$usr/share/man/man$sec/$(basename "$p")"
 done
 "$work/airlock" completion bash >"$work/bash" && install -D -m 0644 "$work/bash" "$usr/share/bash-completion/completions/airlock"
 "$work/airlock" completion zsh >"$work/zsh" && install -D -m 0644 "$work/zsh" "$usr/share/zsh/vendor-completions/_airlock"
@@ -91,7 +97,16 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$SOURCE_DATE_EPOCH
 	--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
 	-C "$work" -cf - "$name" | gzip -9n >"$out/$name.tar.gz"
 
-# The packages.
+# The packages. Their own files: the gateway's conffile where each family
+# looks for it (Debian /etc/default, EL /etc/sysconfig, each naming its own
+# path), and zsh completion where each family's zsh searches.
+conf=$work/conf
+mkdir -p "$conf"
+install -m 0644 packaging/airlock-gateway.default "$conf/default"
+sed 's|/etc/default/airlock-gateway|/etc/sysconfig/airlock-gateway|g' packaging/airlock-gateway.default >"$conf/sysconfig"
+mv "$usr/share/zsh/vendor-completions/_airlock" "$conf/_airlock"
+rm -r "$usr/share/zsh"
+touch -d "@$SOURCE_DATE_EPOCH" "$conf"/*
 arch=$goarch
 pkgver=${version#v}
 mtime=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
@@ -116,7 +131,7 @@ mv "$usr/share/man" "$docs/share/"
 find "$work/pkgroot" "$docs" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 for fmt in deb rpm; do
 	sed -e "s|\${ARCH}|$arch|g; s|\${PKG_VERSION}|$pkgver|g; s|\${MTIME}|$mtime|g" \
-		-e "s|\${STAGE}|$work/pkgroot|g; s|\${SLURM_VERSION}|$slurm_version|g; s|\${CHANGELOG}|$work/changelog.yml|g" \
+		-e "s|\${STAGE}|$work/pkgroot|g; s|\${CONF}|$conf|g; s|\${SLURM_VERSION}|$slurm_version|g; s|\${CHANGELOG}|$work/changelog.yml|g" \
 		packaging/nfpm.yaml >"$work/nfpm-$fmt.yaml"
 	if [ "$fmt" = deb ]; then
 		sed -i '/^changelog:/d' "$work/nfpm-$fmt.yaml"

@@ -5,6 +5,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -196,5 +198,56 @@ func BenchmarkVersion(b *testing.B) {
 		if code := run([]string{"version", "--json"}, &o, &e); code != 0 {
 			b.Fatal(e.String())
 		}
+	}
+}
+
+// TestTokenCreateNoTTLWarns: a token without --ttl never expires, and
+// create says so on stderr (stdout stays the bare secret); with --ttl no
+// warning.
+func TestTokenCreateNoTTLWarns(t *testing.T) {
+	state := t.TempDir()
+	code, stdout, stderr := airlock("token", "create", "--state", state, "--name", "forever")
+	if code != 0 || strings.Contains(stdout, "warning") || !strings.Contains(stderr, "warning: token forever never expires") || !strings.Contains(stderr, "--ttl") {
+		t.Errorf("token create without --ttl: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	code, _, stderr = airlock("token", "create", "--state", state, "--name", "month", "--ttl", "720h")
+	if code != 0 || strings.Contains(stderr, "never expires") {
+		t.Errorf("token create --ttl 720h: exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestGatewayEnvFile: --env-file reads the service's settings file as
+// systemd does (file over environment, command line over both) and, as
+// the packaged unit, requires the listen address in it.
+func TestGatewayEnvFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		f := filepath.Join(dir, "airlock-gateway")
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	state := filepath.Join(dir, "state")
+	f := write("# the admin's\nAIRLOCK_GATEWAY_LISTEN=127.0.0.1:18443\nAIRLOCK_GATEWAY_STATE=" + state + "\n")
+	t.Setenv("AIRLOCK_GATEWAY_LISTEN", "127.0.0.1:19999")
+	_, out, errs := airlock("gateway", "--check", "--json", "--env-file", f)
+	if !strings.Contains(out, "127.0.0.1:18443") || strings.Contains(out, "19999") || !strings.Contains(out, state) {
+		t.Errorf("--check --env-file checks other settings than the file's:\n%s%s", out, errs)
+	}
+	_, out, _ = airlock("gateway", "--check", "--json", "--env-file", f, "--listen", "127.0.0.1:17777")
+	if !strings.Contains(out, "127.0.0.1:17777") {
+		t.Errorf("--listen on the command line does not win over --env-file:\n%s", out)
+	}
+	f = write("AIRLOCK_GATEWAY_LISTEN=\n")
+	if code, _, errs := airlock("gateway", "--check", "--env-file", f); code != 2 || !strings.Contains(errs, "sets no AIRLOCK_GATEWAY_LISTEN") {
+		t.Errorf("--env-file without the listen address: exit %d, %s", code, errs)
+	}
+	f = write("AIRLOCK_GATEWAY_LISTEN=127.0.0.1:18443\nAIRLOCK_GATEWAY_MTU=big\n")
+	if code, _, errs := airlock("gateway", "--check", "--env-file", f); code == 0 || !strings.Contains(errs, "AIRLOCK_GATEWAY_MTU") || !strings.Contains(errs, f) {
+		t.Errorf("--env-file with a bad value: exit %d, %s", code, errs)
+	}
+	if code, _, errs := airlock("gateway", "--check", "--env-file", filepath.Join(dir, "missing")); code == 0 || !strings.Contains(errs, "missing") {
+		t.Errorf("--env-file of a missing file: exit %d, %s", code, errs)
 	}
 }

@@ -5,19 +5,23 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/envfile"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/sdservice"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
 
@@ -89,10 +93,12 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	fs.StringVar(&cfg.Attest.Origin, "attest-origin", "", "with --attest munge: match (default: a join must come from the address its credential's munged gives as origin) or any (nodes behind NAT)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
+	envFile := fs.String("env-file", "", "read settings from FILE's AIRLOCK_GATEWAY_<FLAG>=VALUE lines as the packaged service does (/etc/default/airlock-gateway, /etc/sysconfig/airlock-gateway; the file wins over the environment, the command line over both), so that --check checks the service's own settings")
 	check := fs.Bool("check", false, "check this host for the configured gateway (state directory, listen address, namespaces, /dev/net/tun, ping_group_range, ip_local_port_range vs blocks, RLIMIT_NOFILE), print ok/warn/PROBLEM with fixes, exit 1 on a problem; starts nothing")
 	asJSON := jsonFlag(cmd, "the --check report")
 	envPrefix(cmd, "AIRLOCK_GATEWAY")
 	_ = cmd.MarkFlagFilename("config", "toml")
+	_ = cmd.MarkFlagFilename("env-file")
 	enumFlag(cmd, "egress", gateway.EgressUser, gateway.EgressKernel)
 	enumFlag(cmd, "tcp-stack", gateway.TCPStackAuto, gateway.TCPStackKernel, gateway.TCPStackNetstack)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
@@ -102,11 +108,19 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	_ = cmd.MarkFlagFilename("munge-socket")
 	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr), newDiagCmd(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if *envFile != "" {
+			if err := applyEnvFile(cmd, *envFile); err != nil {
+				return err
+			}
+		}
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 		if err != nil {
 			return err
 		}
 		cfg.Logger = log
+		if cmd.Flags().Changed("listen") && cfg.Listen == "" {
+			return usagef("--listen is empty: name this host's inside address, the one the nodes reach (AIRLOCK_GATEWAY_LISTEN=10.1.0.5:8443 in /etc/default/airlock-gateway or /etc/sysconfig/airlock-gateway for the packaged service); :8443 listens on every interface")
+		}
 		cfg.Version = version.Get().Version
 		cfg.Store = so.gatewayStore(*storeFailClosed, *storeStale)
 		if err := af.parse(&cfg); err != nil {
@@ -135,12 +149,59 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 		}
 		ctx, stop := signalContext()
 		defer stop()
+		if err := notifySystemd(ctx, &cfg); err != nil {
+			return err
+		}
 		hup, stopHup := hangupChannel()
 		defer stopHup()
 		cfg.Reload = hup
 		return gateway.Run(ctx, cfg)
 	}
 	return cmd
+}
+
+// applyEnvFile sets the flags the command line left alone from path's
+// variables, and requires AIRLOCK_GATEWAY_LISTEN there as the packaged
+// unit does (its ExecStart has --listen=${AIRLOCK_GATEWAY_LISTEN}).
+func applyEnvFile(cmd *cobra.Command, path string) error {
+	vars, err := envfile.Read(path)
+	if err != nil {
+		return err
+	}
+	if err := applyEnv(cmd, func(k string) string { return vars[k] }); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if !cmd.Flags().Changed("listen") && vars["AIRLOCK_GATEWAY_LISTEN"] == "" {
+		return usagef("%s sets no AIRLOCK_GATEWAY_LISTEN: the packaged service refuses to start without it; set it to this host's inside address, the one the nodes reach (e.g. 10.1.0.5:8443)", path)
+	}
+	return nil
+}
+
+// notifySystemd makes the gateway tell systemd (Type=notify, when
+// NOTIFY_SOCKET is set) that it is ready, reloading and stopping.
+func notifySystemd(ctx context.Context, cfg *gateway.Config) error {
+	n, err := sdservice.NewNotifier(os.Getenv)
+	if err != nil || !n.Enabled() {
+		return err
+	}
+	log := cfg.Logger
+	warn := func(err error) {
+		if err != nil {
+			log.Warn("cannot notify systemd", "err", err)
+		}
+	}
+	cfg.Ready = func(info gateway.Info) {
+		warn(n.Ready("serving jobs at " + info.Advertise))
+		go func() {
+			<-ctx.Done()
+			warn(n.Stopping())
+		}()
+	}
+	cfg.Reloading = func() func() {
+		warn(n.Reloading())
+		return func() { warn(n.Ready("")) }
+	}
+	return nil
 }
 
 // addrFlags are the gateway's address flags, lists of either family: the

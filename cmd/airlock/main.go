@@ -120,7 +120,25 @@ the job's command is not executable, 127 if it was not found.`),
 	root.AddCommand(newRunCmd(stdout, stderr))
 	root.AddCommand(adminCommands(stdout, stderr)...)
 	root.AddCommand(newVersionCmd(stdout))
+	linuxCompletion(root)
 	return root
+}
+
+// linuxCompletion adds cobra's completion command for the shells of a
+// Linux-only tool: bash, zsh and fish, not PowerShell.
+func linuxCompletion(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Args, c.RunE = noArgs, needSubcommand
+		for _, s := range c.Commands() {
+			if s.Name() == "powershell" {
+				c.RemoveCommand(s)
+			}
+		}
+	}
 }
 
 // newVersionCmd is `airlock version`.

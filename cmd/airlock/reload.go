@@ -23,7 +23,9 @@ func newGatewayReloadCmd(stdout io.Writer) *cobra.Command {
 		Args:  noArgs,
 	}
 	var state string
-	stateFlag(cmd, &state)
+	// The service's own variable first: ExecReload runs with its
+	// EnvironmentFile (packaging/airlock-gateway.service).
+	stateFlag(cmd, &state, "AIRLOCK_GATEWAY_STATE")
 	asJSON := jsonFlag(cmd, "what was loaded")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		c, err := dialAdmin("gateway reload", state)

@@ -83,6 +83,9 @@ func newTokenCreateCmd(stdout, stderr io.Writer) *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if *ttl == 0 {
+			fmt.Fprintf(stderr, "airlock: warning: token %s never expires: it works until airlock token revoke %s; give --ttl (e.g. --ttl 720h) for one that ends by itself\n", human(tok.Name), human(tok.Name))
+		}
 		if tok, err = restrictNew(cmd, state, so, tok, rs); err != nil {
 			return err
 		}

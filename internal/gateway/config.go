@@ -77,6 +77,9 @@ func (c LimitsConfig) toConfig() config.Limits {
 func (g *gateway) reload() (admin.ReloadResult, error) {
 	g.reloadMu.Lock()
 	defer g.reloadMu.Unlock()
+	if g.cfg.Reloading != nil {
+		defer g.cfg.Reloading()()
+	}
 	res, err := g.reloadLocked()
 	if err != nil {
 		g.log.Error("config reload failed; the old config stays in force", "file", g.cfg.ConfigFile, "err", err)

@@ -134,6 +134,11 @@ type Config struct {
 	Reload <-chan struct{}
 	// Ready, if set, is called once every listener is open.
 	Ready func(Info)
+	// Reloading, if set, is called when a reload of ConfigFile starts
+	// (SIGHUP or the admin socket's), and the function it returns when
+	// that reload has ended, whatever its outcome: systemd's RELOADING=1
+	// and READY=1.
+	Reloading func() (done func())
 	// Store, if its URL is set, makes the gateway a member of a fleet
 	// that shares tokens, bans and attribution through PostgreSQL
 	// (fleet.go).

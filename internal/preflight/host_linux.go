@@ -31,7 +31,16 @@ type Host struct {
 	NewUserNS func() error
 	// NOFILE returns RLIMIT_NOFILE's soft and hard limits.
 	NOFILE func() (soft, hard uint64, err error)
+	// AppArmorLabel returns the AppArmor label this process runs under
+	// ("unconfined", "airlock (unconfined)"), or "" without AppArmor.
+	AppArmorLabel func() string
 }
+
+// AppArmorProfile is the name of the AppArmor profile airlock's .deb
+// installs (packaging/apparmor/airlock): it attaches to /usr/bin/airlock
+// and allows it the user namespaces that Ubuntu 24.04 and later restrict
+// (kernel.apparmor_restrict_unprivileged_userns=1).
+const AppArmorProfile = "airlock"
 
 // System returns the running machine, as the calling user.
 func System() *Host {
@@ -60,6 +69,14 @@ func System() *Host {
 			err := unix.Getrlimit(unix.RLIMIT_NOFILE, &r)
 			return r.Cur, r.Max, err
 		},
+		AppArmorLabel: func() string {
+			for _, f := range []string{"/proc/self/attr/apparmor/current", "/proc/self/attr/current"} {
+				if b, err := os.ReadFile(f); err == nil {
+					return strings.TrimSpace(strings.TrimRight(string(b), "\x00"))
+				}
+			}
+			return ""
+		},
 	}
 }
 
@@ -87,6 +104,22 @@ func (h *Host) UserNamespaces(miss Status, fallback string) Result {
 		r.Fix = "sysctl -w user.max_user_namespaces=15000 (persist in /etc/sysctl.d/)"
 		return r
 	}
+	ok := "a user and network namespace can be created"
+	if v, set := h.sysctl("kernel.apparmor_restrict_unprivileged_userns"); set && v == "1" && h.UID != 0 {
+		// Ubuntu 24.04 and later: creating the namespace succeeds, but
+		// outside a profile that allows userns it holds no capabilities,
+		// so setting up its network fails later.
+		label := ""
+		if h.AppArmorLabel != nil {
+			label = h.AppArmorLabel()
+		}
+		if label != AppArmorProfile && !strings.HasPrefix(label, AppArmorProfile+" ") {
+			r.Detail = fmt.Sprintf("kernel.apparmor_restrict_unprivileged_userns=1 and airlock runs under the AppArmor label %q, not the profile %s: its namespaces get no capabilities%s", label, AppArmorProfile, fallback)
+			r.Fix = fmt.Sprintf("load the AppArmor profile %s that the .deb installs for /usr/bin/airlock: sudo apparmor_parser -r /etc/apparmor.d/%s (for a binary elsewhere, a copy of /usr/share/airlock/apparmor/%s with its path; docs/install.md)", AppArmorProfile, AppArmorProfile, AppArmorProfile)
+			return r
+		}
+		ok += " (kernel.apparmor_restrict_unprivileged_userns=1; allowed by the AppArmor profile " + AppArmorProfile + ")"
+	}
 	if err := h.NewUserNS(); err != nil {
 		r.Detail = fmt.Sprintf("cannot create one: %v%s", err, fallback)
 		r.Fix = "allow unprivileged user namespaces (kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0"
@@ -96,7 +129,7 @@ func (h *Host) UserNamespaces(miss Status, fallback string) Result {
 		r.Fix += ")"
 		return r
 	}
-	return Result{Name: "user namespaces", Status: OK, Detail: "a user and network namespace can be created"}
+	return Result{Name: "user namespaces", Status: OK, Detail: ok}
 }
 
 // NestedUserNamespaces reports whether a job may start containers of its

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -59,6 +61,15 @@ func (h *Host) StateDir(dir string) Result {
 	switch {
 	case !fi.IsDir():
 		r.Detail, r.Fix = "not a directory", "point --state at a directory"
+	case st != nil && h.UID == 0 && st.Uid != 0:
+		// The usual slip: the packaged service runs as its own user, and
+		// root's view of namespaces, the device and limits is not its.
+		who := strconv.FormatUint(uint64(st.Uid), 10)
+		if u, err := user.LookupId(who); err == nil {
+			who = u.Username
+		}
+		r.Detail = fmt.Sprintf("owned by %s, and this check runs as root: the gateway runs as %s, and what root may do says nothing about it", who, who)
+		r.Fix = fmt.Sprintf("run the check as that user: sudo -u %s airlock gateway --check --state %s (the packaged service's settings: add --env-file /etc/default/airlock-gateway, or /etc/sysconfig/airlock-gateway)", who, dir)
 	case st != nil && int(st.Uid) != h.UID:
 		r.Detail = fmt.Sprintf("owned by uid %d, not the gateway's uid %d", st.Uid, h.UID)
 		r.Fix = fmt.Sprintf("chown -R %d %s (the gateway keeps its keys there)", h.UID, dir)

@@ -95,6 +95,28 @@ func TestUserNamespaces(t *testing.T) {
 	if got := fakeHost(t, nil).UserNamespaces(Problem, ""); got.Status != OK {
 		t.Errorf("allowed: got %+v", got)
 	}
+	// Ubuntu 24.04: the namespace is made, but without the profile it
+	// holds no capabilities; preflight names the profile.
+	for _, tc := range []struct {
+		label  string
+		uid    int
+		status Status
+		want   string
+	}{
+		{"unconfined", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"airlockX (enforce)", 1000, Warn, "apparmor_parser -r /etc/apparmor.d/airlock"},
+		{"airlock (unconfined)", 1000, OK, "allowed by the AppArmor profile airlock"},
+		{"unconfined", 0, OK, "can be created"},
+	} {
+		h := fakeHost(t, map[string]string{"kernel.apparmor_restrict_unprivileged_userns": "1"})
+		h.UID = tc.uid
+		h.AppArmorLabel = func() string { return tc.label }
+		got := h.UserNamespaces(Warn, "; falls back")
+		if got.Status != tc.status || !strings.Contains(got.Fix+got.Detail, tc.want) {
+			t.Errorf("restricted userns, label %q, uid %d: got %+v, want %v with %q", tc.label, tc.uid, got, tc.status, tc.want)
+		}
+	}
 }
 
 func TestTUNDevice(t *testing.T) {
@@ -170,5 +192,34 @@ func TestFUSEDevice(t *testing.T) {
 		if got := h.FUSEDevice(); got.Status != Warn || !strings.Contains(got.Fix, "0666") {
 			t.Errorf("not openable: got %v %q %q, want a warning with the fix", got.Status, got.Detail, got.Fix)
 		}
+	}
+}
+
+// TestStateDirAsRoot: the check run as root on the service user's state
+// directory says to run it as that user (with the service's settings).
+func TestStateDirAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the directory to another uid")
+	}
+	h := fakeHost(t, nil)
+	h.UID = 0
+	dir := filepath.Join(t.TempDir(), "state")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	r := h.StateDir(dir)
+	if r.Status != Problem || !strings.Contains(r.Detail, "this check runs as root") ||
+		!strings.Contains(r.Fix, "sudo -u 4242 airlock gateway --check --state "+dir) || !strings.Contains(r.Fix, "--env-file /etc/default/airlock-gateway") {
+		t.Errorf("StateDir as root on uid 4242's directory: %+v", r)
+	}
+	// Root's own directory, as before.
+	if err := os.Chown(dir, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.StateDir(dir); r.Status != OK {
+		t.Errorf("StateDir as root on root's directory: %+v", r)
 	}
 }
