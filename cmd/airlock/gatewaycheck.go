@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/forward/kernel"
 	"github.com/airlock-vpn/airlock/internal/gateway"
@@ -28,7 +29,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 	h := preflight.System()
 	rep := preflight.Report{h.StateDir(cfg.StateDir), preflight.Listen(cfg.Listen)}
 	if cfg.ConfigFile != "" {
-		rep = append(rep, preflight.ConfigFile(cfg.ConfigFile)...)
+		rep = append(rep, configFileCheck(cfg.ConfigFile)...)
 	}
 	if cfg.Egress == gateway.EgressKernel {
 		r := preflight.Result{Name: "privileges", Status: preflight.OK, Detail: "running as root"}
@@ -53,6 +54,29 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 		rep = append(rep, storeCheck(cfg.Store), fleetKeyCheck(cfg.Store.FleetKey))
 	}
 	return writeReport(w, rep, asJSON)
+}
+
+// configFileCheck checks the gateway's --config file as the gateway would at
+// start: strict decoding and full validation.
+func configFileCheck(path string) []preflight.Result {
+	r := preflight.Result{Name: "config " + path}
+	c, err := config.Load(path)
+	if err != nil {
+		r.Status, r.Detail = preflight.Problem, err.Error()
+		r.Fix = "correct the file (docs/config.md, docs/gateway.example.toml); a running gateway keeps its old config on a bad reload"
+		return []preflight.Result{r}
+	}
+	r.Detail = fmt.Sprintf("valid: %d policy rules, default %s", len(c.Policy.Rules), c.Policy.Default)
+	out := []preflight.Result{r}
+	// Token names are checked by the gateway, which knows its tokens.
+	for _, w := range c.Warnings(nil) {
+		loc := w.Key
+		if w.Line > 0 {
+			loc = fmt.Sprintf("line %d, %s", w.Line, w.Key)
+		}
+		out = append(out, preflight.Result{Name: "config " + loc, Status: preflight.Warn, Detail: w.Problem, Fix: w.Fix})
+	}
+	return out
 }
 
 // egressChecks are airlock gateway --check's lines on where jobs' flows

@@ -11,18 +11,23 @@ import (
 
 // TestNodeBuild checks the node binary's promise (go build -tags
 // airlock_node; commands_node.go): none of the gateway's, the fleet's or
-// the admin tools' packages is linked into it.
+// the admin tools' packages is linked into it, nor the gateway's config
+// (TOML) and capture and metrics (Prometheus, protobuf) libraries. The
+// layer rules in general are the root package's TestLayers.
 func TestNodeBuild(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-tags", "airlock_node", ".").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
 	deps := strings.Fields(string(out))
-	for _, bad := range []string{"internal/gateway", "internal/fleet", "internal/store/pgstore", "internal/admin",
-		"internal/metrics", "internal/forward/kernel", "github.com/jackc/pgx/v5"} {
+	const mod = "github.com/airlock-vpn/airlock/"
+	for _, bad := range []string{mod + "internal/gateway", mod + "internal/fleet", mod + "internal/store/pgstore", mod + "internal/admin",
+		mod + "internal/metrics", mod + "internal/forward/kernel", mod + "internal/config", mod + "internal/capture",
+		"github.com/jackc/pgx/v5", "github.com/pelletier/go-toml/v2", "github.com/prometheus/client_golang", "google.golang.org/protobuf"} {
 		for _, d := range deps {
-			if d == bad || strings.HasSuffix(d, "/"+bad) {
+			if d == bad || strings.HasPrefix(d, bad+"/") {
 				t.Errorf("the node build links %s", d)
+				break
 			}
 		}
 	}

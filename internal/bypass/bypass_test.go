@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/gateway/bypassconf"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/userstack"
@@ -105,7 +106,7 @@ func TestSet(t *testing.T) {
 		{"other", policy.ProtoTCP, "10.30.0.1", 80, "", false, false}, // cms's entry and allow
 		{"cms", policy.ProtoUDP, "10.30.0.1", 9, "cms-storage", true, true},
 	} {
-		s, err := Compile(wire(t, ForJob(cfg.Bypass, cfg.Policy, tc.tok)))
+		s, err := Compile(wire(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, tc.tok)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,13 +119,13 @@ func TestSet(t *testing.T) {
 			t.Errorf("token %s: Allowed(%v %s:%d) = %v, want allow %v", tc.tok, tc.proto, tc.dst, tc.port, v, tc.wantAllow)
 		}
 	}
-	s, _ := Compile(wire(t, ForJob(cfg.Bypass, cfg.Policy, "x")))
+	s, _ := Compile(wire(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x")))
 	for name, want := range map[string]bool{"a.site.test.": true, "SITE.test": true, "xsite.test": false, "site.test.evil": false, "": false} {
 		if s.IsLocal(name) != want {
 			t.Errorf("IsLocal(%q) = %v, want %v", name, !want, want)
 		}
 	}
-	if ForJob(config.Bypass{}, cfg.Policy, "x") != nil {
+	if bypassconf.ForJob(config.Bypass{}, cfg.Policy, "x") != nil {
 		t.Error("ForJob without bypass entries: want nil")
 	}
 	// Entries never match the floor, whatever the gateway sends.
@@ -260,7 +261,7 @@ func TestDevice(t *testing.T) {
 		defer dmu.Unlock()
 		return append([]string(nil), dialledList...)
 	}
-	p := newPair(t, ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
+	p := newPair(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
 		dmu.Lock()
 		dialledList = append(dialledList, network+" "+address)
 		dmu.Unlock()
@@ -340,7 +341,7 @@ func TestDevice(t *testing.T) {
 
 func TestDiverts(t *testing.T) {
 	cfg := testConfig(t, "10.20.0.53")
-	s, err := Compile(ForJob(cfg.Bypass, cfg.Policy, "x"))
+	s, err := Compile(bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +420,7 @@ func TestDialRefusals(t *testing.T) {
 		t.Errorf("dialled %s %s", network, address)
 		return nil, errors.New("no")
 	}
-	if err := e.Update(ForJob(cfg.Bypass, cfg.Policy, "x")); err != nil {
+	if err := e.Update(bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x")); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/gateway/bypassconf"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
@@ -156,7 +157,7 @@ func TestOriginDNS(t *testing.T) {
 // whole when there are local domains.
 func TestDivertsTCPDNS(t *testing.T) {
 	cfg := testConfig(t, "10.20.0.53")
-	s, err := Compile(ForJob(cfg.Bypass, cfg.Policy, "x"))
+	s, err := Compile(bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x"))
 	if err != nil {
 		t.Fatal(err)
 	}

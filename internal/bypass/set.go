@@ -8,8 +8,9 @@
 // # Theory of operation
 //
 // The gateway turns its config into one [control.Bypass] per job with
-// [ForJob]: the entries of the job's token, the local domains and
-// resolvers, and its egress policy as it applies to that token. It sends
+// bypassconf.ForJob (internal/gateway/bypassconf, the gateway's half):
+// the entries of the job's token, the local domains and resolvers, and
+// its egress policy as it applies to that token. It sends
 // it in the lease and, after a reload, in the lease watch. The client
 // compiles it ([Compile]) into a [Set] and hands it to its [Engine].
 //
@@ -42,57 +43,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
-
-// ForJob returns the bypass the gateway sends to a job that joined with
-// token tok: the entries scoped to tok (or to every token), the local
-// domains and resolvers, and pol's rules that apply to tok. It returns
-// nil when b bypasses nothing.
-func ForJob(b config.Bypass, pol *policy.Policy, tok string) *control.Bypass {
-	if b.IsZero() {
-		return nil
-	}
-	out := &control.Bypass{
-		LocalDomains: slices.Clone(b.LocalDomains),
-		Resolvers:    slices.Clone(b.Resolvers),
-		Rules:        []control.Rule{},
-		Policy:       control.Policy{Default: pol.Default.String()},
-	}
-	for _, r := range b.Rules {
-		if appliesTo(r, tok) {
-			out.Rules = append(out.Rules, encodeRule(r, false))
-		}
-	}
-	for _, r := range pol.Rules {
-		if appliesTo(r, tok) {
-			out.Policy.Rules = append(out.Policy.Rules, encodeRule(r, true))
-		}
-	}
-	return out
-}
-
-func appliesTo(r policy.Rule, tok string) bool {
-	return len(r.Tokens) == 0 || slices.Contains(r.Tokens, tok)
-}
-
-func encodeRule(r policy.Rule, action bool) control.Rule {
-	c := control.Rule{Name: r.Name, To: slices.Clone(r.To)}
-	if action {
-		c.Action = r.Action.String()
-	}
-	c.Proto = r.Proto
-	for _, p := range r.Ports {
-		c.Ports = append(c.Ports, [2]uint16{p.Lo, p.Hi})
-	}
-	return c
-}
 
 // Set is a compiled bypass: what the client matches flows against. It is
 // immutable and safe for concurrent use.

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/gateway/bypassconf"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 )
 
@@ -48,7 +48,7 @@ func (n *bypassNotice) changed() {
 // force (nil: none).
 func (g *gateway) jobBypass(tok string) *control.Bypass {
 	c := g.conf.Load()
-	return bypass.ForJob(c.Bypass, c.Policy, tok)
+	return bypassconf.ForJob(c.Bypass, c.Policy, tok)
 }
 
 // LeaseBypass implements control.Backend.

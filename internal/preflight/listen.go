@@ -12,8 +12,6 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/airlock-vpn/airlock/internal/config"
 )
 
 // Listen checks that the gateway's ADDR:PORT can be bound for TCP (the
@@ -88,27 +86,4 @@ func (h *Host) StateDir(dir string) Result {
 		return Result{Name: r.Name, Status: OK, Detail: d}
 	}
 	return r
-}
-
-// ConfigFile checks the gateway's --config file as the gateway would at
-// start: strict decoding and full validation.
-func ConfigFile(path string) []Result {
-	r := Result{Name: "config " + path}
-	c, err := config.Load(path)
-	if err != nil {
-		r.Status, r.Detail = Problem, err.Error()
-		r.Fix = "correct the file (docs/config.md, docs/gateway.example.toml); a running gateway keeps its old config on a bad reload"
-		return []Result{r}
-	}
-	r.Detail = fmt.Sprintf("valid: %d policy rules, default %s", len(c.Policy.Rules), c.Policy.Default)
-	out := []Result{r}
-	// Token names are checked by the gateway, which knows its tokens.
-	for _, w := range c.Warnings(nil) {
-		loc := w.Key
-		if w.Line > 0 {
-			loc = fmt.Sprintf("line %d, %s", w.Line, w.Key)
-		}
-		out = append(out, Result{Name: "config " + loc, Status: Warn, Detail: w.Problem, Fix: w.Fix})
-	}
-	return out
 }

@@ -154,35 +154,6 @@ func TestReport(t *testing.T) {
 	}
 }
 
-func TestConfigFile(t *testing.T) {
-	dir := t.TempDir()
-	good := filepath.Join(dir, "good.toml")
-	bad := filepath.Join(dir, "bad.toml")
-	if err := os.WriteFile(good, []byte("version = 1\n[policy]\ndefault = \"allow\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bad, []byte("version = 1\n[policy]\ndefualt = \"allow\"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got := ConfigFile(good); len(got) != 1 || got[0].Status != OK {
-		t.Errorf("good config: %+v", got)
-	}
-	if got := ConfigFile(bad); len(got) != 1 || got[0].Status != Problem || !strings.Contains(got[0].Detail, "bad.toml:3") {
-		t.Errorf("bad config: %+v, want a problem naming bad.toml:3", got)
-	}
-	if got := ConfigFile(filepath.Join(dir, "missing.toml")); len(got) != 1 || got[0].Status != Problem {
-		t.Errorf("missing config: %+v", got)
-	}
-	// A valid file with an entry that cannot take effect: a warning each.
-	shadow := filepath.Join(dir, "shadow.toml")
-	if err := os.WriteFile(shadow, []byte("version = 1\n[[policy.rule]]\nname = \"all\"\naction = \"deny\"\n[[policy.rule]]\nname = \"web\"\naction = \"deny\"\nports = [80]\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if got := ConfigFile(shadow); len(got) != 2 || got[0].Status != OK || got[1].Status != Warn || !strings.Contains(got[1].Name, "line 5, policy.rule[2]") || got[1].Fix == "" {
-		t.Errorf("config with a shadowed rule: %+v, want ok and a warning naming line 5", got)
-	}
-}
-
 func TestNestedUserNamespaces(t *testing.T) {
 	for _, tc := range []struct {
 		v    string
