@@ -246,7 +246,8 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 		sess.closeClients()
 		return nil, err // the control client names the gateway
 	}
-	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "took", time.Since(t0))
+	sess.takePathMTU(ctx)
+	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "mtu", sess.lease.MTU, "took", time.Since(t0))
 	return sess, nil
 }
 

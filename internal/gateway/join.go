@@ -95,7 +95,10 @@ type gateway struct {
 	// capture copies jobs' packets to the capture feeds and live
 	// captures (capture.go).
 	capture *capture.Device
-	feeds   feedSet
+	// mtu offers clients the larger tunnel MTU their path carries
+	// (mtu.go).
+	mtu   *pathMTU
+	feeds feedSet
 	// capacity is how many jobs the gateway holds and what bounds it
 	// (capacity.go).
 	capacity capacity
@@ -208,6 +211,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Members:          g.members(),
 	}
 	g.describe(&cl, l, job)
+	g.mtu.offer(&cl, remote.Addr().Unmap(), time.Now())
 	return cl, nil
 }
 

@@ -422,7 +422,12 @@ func calculatePaddingSize(packetSize, mtu int) int {
 		return ((lastUnit + PaddingMultiple - 1) & ^(PaddingMultiple - 1)) - lastUnit
 	}
 	if lastUnit > mtu {
-		lastUnit %= mtu
+		// airlock: a packet above the device's MTU goes to a peer whose
+		// path was proven to carry packets of its size and no more (the
+		// gateway's device keeps the MTU every path carries while jobs
+		// may take a larger one, internal/gateway/mtu.go): padding it
+		// could push it over that path's MTU.
+		return 0
 	}
 	paddedSize := ((lastUnit + PaddingMultiple - 1) & ^(PaddingMultiple - 1))
 	if paddedSize > mtu {
