@@ -97,6 +97,13 @@ type Config struct {
 	MungeSocket string
 }
 
+// MaxProcs is how many threads of Go code airlock run uses at most
+// (GOMAXPROCS; the environment variable overrides it): the tunnel's data
+// path runs to completion, one goroutine per direction (TUN → encrypt →
+// UDP, UDP → decrypt → TUN), so two cores carry a job's traffic, and the
+// job keeps the rest of the node.
+const MaxProcs = 2
+
 // Run joins the gateway, runs the job in its namespace and returns the job's
 // exit status (128+N when killed by signal N). A non-nil error means airlock
 // itself failed before or around the job; the status is then ExitFailure
