@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/preflight"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
 // runCheck is airlock run --check: what this node offers the mode asked
@@ -35,7 +36,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 	if cfg.Mode == client.ModeAuto || cfg.Mode == client.ModeNetns {
 		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
 	}
-	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"))
+	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"), h.SocketBuffers(tunnel.SocketBufferSize))
 	udpMiss := preflight.Warn
 	if cfg.Transport == client.TransportUDP {
 		udpMiss = preflight.Problem
@@ -93,7 +94,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 		rep = append(rep, h.PingGroup(), h.PortBlocks(cfg.EgressPorts.Lo, cfg.EgressPorts.Hi, cfg.BlockSize))
 	}
 	rep = append(rep, egressChecks(cfg)...)
-	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
+	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"), h.SocketBuffers(tunnel.SocketBufferSize))
 	if cfg.Store.URL != "" {
 		rep = append(rep, storeCheck(cfg.Store))
 	}

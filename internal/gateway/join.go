@@ -95,10 +95,12 @@ type gateway struct {
 	// capture copies jobs' packets to the capture feeds and live
 	// captures (capture.go).
 	capture *capture.Device
+	feeds   feedSet
 	// mtu offers clients the larger tunnel MTU their path carries
-	// (mtu.go).
-	mtu   *pathMTU
-	feeds feedSet
+	// (mtu.go); udp watches the WireGuard sockets' buffers and drops
+	// (udpstats.go).
+	mtu *pathMTU
+	udp *tunnel.SocketWatch
 	// capacity is how many jobs the gateway holds and what bounds it
 	// (capacity.go).
 	capacity capacity

@@ -265,6 +265,8 @@ func (g *gateway) openTunnel() error {
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
 	}
 	g.onClose(g.wg.Close)
+	g.udp = tunnel.NewSocketWatch(g.wg.Port())
+	checkUDPBuffers(log, g.udp)
 	g.advertise = cfg.Advertise
 	if g.advertise == "" {
 		host, _, _ := net.SplitHostPort(cfg.Listen)
