@@ -141,6 +141,9 @@ type Topology struct {
 	Rate string
 	// NativeRouting reports whether cn reaches inet directly through dmz.
 	NativeRouting bool
+	// LinkMTU is the cn–dmz link's MTU set by WithLinkMTU (0: the
+	// default, 1500).
+	LinkMTU int
 
 	t        testing.TB
 	tun      TUNNode  // /dev/net/tun for commands run as a user
@@ -230,7 +233,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 	tp := &Topology{
 		CN: base + "-cn", DMZ: base + "-dmz", INET: base + "-inet",
 		CNAddr: CNAddr, DMZAddrCN: DMZAddrCN, DMZAddrINET: DMZAddrINET, INETAddr: INETAddr,
-		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only,
+		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only, LinkMTU: o.linkMTU,
 		t: t,
 	}
 	tp.tun = NewTUNNode(t, UserTUNMode)
