@@ -58,7 +58,7 @@ var (
 	flagReps     = flag.Int("bench.reps", 3, "repetitions of every point, interleaved across configurations")
 	flagStreams  = flag.String("bench.streams", "1,10", "parallel stream counts")
 	flagConfigs  = flag.String("bench.configs", "native,airlock,airlock-v6,airlock-kernel,ocserv,ocserv-dtls,wireguard-go,openvpn", "throughput configurations (also: airlock-netstack, airlock-tcp, airlock-seccomp, airlock-preload, ocserv-slirp, ocserv-ocproxy, slirp; an airlock configuration with the suffix -v6 runs iperf3 to inet's IPv6 address, against native routing over IPv6)")
-	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate or \"uncapped\"")
+	flagLinks    = flag.String("bench.links", "1gbit,uncapped", "link settings: a tc rate, \"uncapped\" or \"jumbo\" (uncapped, the cn–dmz link at MTU 9000, dmz–inet at 1500)")
 	flagWAN      = flag.String("bench.wan", "", "impairment profiles between cn and dmz, RTTms-LOSSpercent (e.g. \"10-0,40-0.1\"); empty: none")
 	flagCC       = flag.String("bench.cc", "", "TCP congestion control in every namespace of the topologies (e.g. cubic); empty: the host's default")
 	flagStartup  = flag.Int("bench.startup", 20, "runs of each start-up measurement (0 skips)")
@@ -208,6 +208,13 @@ type bencher struct {
 	waited            time.Duration // by the load gate, in total
 }
 
+// linkJumbo is the link setting of an uncapped topology whose node–DMZ
+// link carries 9000-byte frames (the outside keeps 1500): Airlock's user
+// mode takes a tunnel MTU of 8940 there, wireguard-go is set to 1500, its
+// best when the outside carries no more (a larger one only makes dmz send
+// cn's TCP ICMP "fragmentation needed").
+const linkJumbo = "jumbo"
+
 // target is a configuration's topology with its servers in inet.
 type target struct {
 	name   string
@@ -223,7 +230,11 @@ type target struct {
 func (b *bencher) runLink(t *testing.T, rate string, wan wanProfile, streams []int) {
 	link := rate + wan.suffix()
 	var opts []topology.Option
-	if rate != "uncapped" {
+	switch rate {
+	case "uncapped":
+	case linkJumbo:
+		opts = append(opts, topology.WithLinkMTU(9000))
+	default:
 		opts = append(opts, topology.WithRate(rate))
 	}
 	if wan.set {

@@ -181,6 +181,10 @@ func newWireguardGo(t *testing.T, tp *topology.Topology, logs logDir) (stack, er
 		}
 		cmds := [][]string{{"wg", "setconf", end.ifname, conf}, {"ip", "addr", "add", end.addr, "dev", end.ifname},
 			{"ip", "link", "set", end.ifname, "up"}}
+		if tp.LinkMTU >= 1500+80 {
+			// Its best on jumbo links (linkJumbo): the outside's 1500.
+			cmds = append(cmds, []string{"ip", "link", "set", end.ifname, "mtu", "1500"})
+		}
 		for _, r := range end.routes {
 			cmds = append(cmds, []string{"ip", "route", "add", r, "dev", end.ifname})
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/preflight"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
 // runCheck is airlock run --check: what this node offers the mode asked
@@ -25,7 +26,7 @@ func runCheck(ctx context.Context, cfg client.Config, rep preflight.Report, w io
 	if cfg.Mode == client.ModeAuto || cfg.Mode == client.ModeNetns {
 		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback), h.NestedUserNamespaces(), h.FUSEDevice())
 	}
-	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"))
+	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"), h.SocketBuffers(tunnel.SocketBufferSize))
 	udpMiss := preflight.Warn
 	if cfg.Transport == client.TransportUDP {
 		udpMiss = preflight.Problem

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/preflight"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
 // gatewayCheck is airlock gateway --check: what this host offers the
@@ -49,7 +50,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 		rep = append(rep, h.PingGroup(), h.PortBlocks(cfg.EgressPorts.Lo, cfg.EgressPorts.Hi, cfg.BlockSize))
 	}
 	rep = append(rep, egressChecks(cfg)...)
-	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
+	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"), h.SocketBuffers(tunnel.SocketBufferSize))
 	if cfg.Store.URL != "" {
 		rep = append(rep, storeCheck(cfg.Store), fleetKeyCheck(cfg.Store.FleetKey))
 	}

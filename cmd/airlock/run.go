@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -143,6 +144,7 @@ setting came from.`,
 		}
 		cfg.Args = args
 		cfg.Stderr = stderr
+		boundProcs(os.Getenv("GOMAXPROCS"))
 		code, err := client.Run(ctx, cfg)
 		if err != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", err)
@@ -177,4 +179,13 @@ func (f *exposeFlag) Set(v string) error {
 		*f = append(*f, p)
 	}
 	return nil
+}
+
+// boundProcs keeps airlock run to client.MaxProcs threads of Go code (the
+// GOMAXPROCS environment variable, env, overrides it): its data path needs
+// one per direction, and every core it takes is taken from the job.
+func boundProcs(env string) {
+	if env == "" && runtime.GOMAXPROCS(0) > client.MaxProcs {
+		runtime.GOMAXPROCS(client.MaxProcs)
+	}
 }

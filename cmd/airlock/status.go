@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/tunnel"
 )
 
 // dialAdmin connects to the running gateway of state.
@@ -101,6 +102,9 @@ func printStatus(w io.Writer, st admin.Status, f jobFilter, all bool) error {
 	}
 	if c := st.Capacity; c.Jobs > 0 {
 		fmt.Fprintf(w, "capacity:   %d concurrent jobs, bound by %s (%s)\n", c.Jobs, c.Bound, c.Hint)
+	}
+	if u := st.UDP; u.Sockets > 0 {
+		fmt.Fprintf(w, "udp:        %d receive drops, buffers %s receive, %s send%s\n", u.ReceiveDrops, humanBytes(uint64(u.ReceiveBuffer)), humanBytes(uint64(u.SendBuffer)), smallBuffers(u))
 	}
 	if st.Draining {
 		fmt.Fprintf(w, "draining:   new joins refused, running jobs continue (airlock gateway drain --undo ends it)\n")
@@ -315,4 +319,13 @@ func humanRate(bps float64) string {
 		return fmt.Sprintf("%.1f kbit/s", bps/1e3)
 	}
 	return fmt.Sprintf("%.0f bit/s", bps)
+}
+
+// smallBuffers is the fix when the gateway's UDP buffers are below what it
+// asks for (tunnel.SocketBufferSize), else "".
+func smallBuffers(u admin.UDPStats) string {
+	if u.ReceiveBuffer >= tunnel.SocketBufferSize && u.SendBuffer >= tunnel.SocketBufferSize {
+		return ""
+	}
+	return fmt.Sprintf(" (asked for %s: sysctl -w net.core.rmem_max=%d net.core.wmem_max=%d)", humanBytes(tunnel.SocketBufferSize), tunnel.SocketBufferSize, tunnel.SocketBufferSize)
 }

@@ -42,6 +42,21 @@ type Status struct {
 	// Capacity is how many concurrent jobs the gateway can hold and what
 	// bounds it.
 	Capacity Capacity `json:"capacity"`
+	// UDP describes the WireGuard UDP sockets.
+	UDP UDPStats `json:"udp"`
+}
+
+// UDPStats describes the gateway's WireGuard UDP sockets: the buffers the
+// kernel granted (bytes; it asks for 7 MiB each), the datagrams it dropped
+// at them since they opened (a full receive queue), and the path MTU
+// probes answered and refused.
+type UDPStats struct {
+	Sockets        int    `json:"sockets"`
+	ReceiveBuffer  int    `json:"receive_buffer"`
+	SendBuffer     int    `json:"send_buffer"`
+	ReceiveDrops   uint64 `json:"receive_drops"`
+	ProbesAnswered uint64 `json:"mtu_probes_answered"`
+	ProbesRefused  uint64 `json:"mtu_probes_refused"`
 }
 
 // Capacity is the gateway's capacity in jobs and its bound, e.g. 110

@@ -102,6 +102,13 @@ type Config struct {
 	dialer *siteproxy.Dialer
 }
 
+// MaxProcs is how many threads of Go code airlock run uses at most
+// (GOMAXPROCS; the environment variable overrides it): the tunnel's data
+// path runs to completion, one goroutine per direction (TUN → encrypt →
+// UDP, UDP → decrypt → TUN), so two cores carry a job's traffic, and the
+// job keeps the rest of the node.
+const MaxProcs = 2
+
 // Run joins the gateway, runs the job in its namespace and returns the job's
 // exit status (128+N when killed by signal N). A non-nil error means airlock
 // itself failed before or around the job; the status is then ExitFailure
@@ -252,7 +259,8 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 		sess.closeClients()
 		return nil, err // the control client names the gateway
 	}
-	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "took", time.Since(t0))
+	sess.takePathMTU(ctx)
+	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "mtu", sess.lease.MTU, "took", time.Since(t0))
 	return sess, nil
 }
 

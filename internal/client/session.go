@@ -170,9 +170,11 @@ type Session struct {
 	// as its namespace was configured (both families).
 	jobAddrs, jobDNS []netip.Addr
 	rd               *tunnel.Readdress
-	bind             *tunnel.Bind
-	wg               *tunnel.Client
-	using            string // transport in use: udp or tcp
+	// tunMTU is the job's tunnel MTU, chosen once by takePathMTU (mtu.go).
+	tunMTU int
+	bind   *tunnel.Bind
+	wg     *tunnel.Client
+	using  string // transport in use: udp or tcp
 	// egressOn asks for the job's egress file, kept in egressDir
 	// (egressfile.go).
 	egressOn  bool
@@ -957,6 +959,7 @@ func (s *Session) rejoin(ctx context.Context) error {
 		return err
 	}
 	s.recheckTransport(ctx)
+	s.recheckPathMTU(ctx)
 	s.log.Warn("the gateway had lost this job's lease; joined again", "gateway", s.cur.addr,
 		"lease", ls.ID, "old_addr", old, "new_addrs", ls.TunnelAddrs(), "job_addrs", s.jobAddrs)
 	return nil
@@ -1000,6 +1003,7 @@ func (s *Session) failTo(ctx context.Context, lostSince time.Time) error {
 		return err
 	}
 	s.recheckTransport(ctx)
+	s.recheckPathMTU(ctx)
 	s.log.Warn("failed over to another gateway: the job's open connections are broken, new ones go through it",
 		"from", old.addr, "to", s.cur.addr, "lost_for", time.Since(lostSince).Round(time.Millisecond),
 		"lease_addrs", s.lease.TunnelAddrs(), "job_addrs", s.jobAddrs, "transport", s.using)

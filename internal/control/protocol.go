@@ -141,8 +141,18 @@ type Lease struct {
 	// address (or, with --egress-prefix, the job's own address and
 	// port); empty without one.
 	Exposed6 []Exposed `json:"exposed6,omitempty"`
-	// MTU of the job's TUN device.
+	// MTU of the job's TUN device: one that every path carries (1420).
 	MTU int `json:"mtu"`
+	// MaxMTU, if larger than MTU, is the largest tunnel MTU the gateway
+	// offers on its path to the client; the client takes it (or what its
+	// own route allows) only after a probe of that size with MTUProbe
+	// went to the gateway's UDP endpoint and back (tunnel.ProbeMTU).
+	// Zero: the gateway offers no more than MTU (kernel mode, older
+	// gateways).
+	MaxMTU int `json:"max_mtu,omitempty"`
+	// MTUProbe is the token a path MTU probe carries (tunnel.ProbeKey);
+	// base64 on the wire.
+	MTUProbe []byte `json:"mtu_probe,omitempty"`
 	// GatewayPublicKey is the gateway's WireGuard public key, base64 on
 	// the wire, validated as it is decoded.
 	GatewayPublicKey wgkey.Key `json:"gateway_public_key"`

@@ -32,6 +32,7 @@ func (g *gateway) Status() admin.Status {
 		Jobs:       []admin.JobStatus{},
 		Draining:   g.tr.draining.Load(),
 		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
+		UDP:        g.udpStats(),
 	}
 	byID := map[jobs.ID]flows.JobStats{}
 	if g.flows != nil {

@@ -67,7 +67,12 @@ type Config struct {
 	NoIPv6        bool
 	EgressAddr6   netip.Addr
 	EgressPrefix6 netip.Prefix
-	MTU           int
+	// MTU is the tunnel MTU every job starts from (DefaultMTU); MaxMTU
+	// the largest one user mode offers a client whose path carries it,
+	// proven by a probe (mtu.go): 0 derives it from the route to each
+	// client, MTU offers no more.
+	MTU    int
+	MaxMTU int
 	// RenewInterval is how often clients renew; leases expire after
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
@@ -186,6 +191,9 @@ func (c *Config) setDefaults() error {
 	if c.MTU < 1280 || c.MTU > 65535 {
 		return fmt.Errorf("gateway: mtu %d out of range 1280-65535", c.MTU)
 	}
+	if err := checkMaxMTU(c.MTU, c.MaxMTU); err != nil {
+		return err
+	}
 	if c.RenewInterval == 0 {
 		c.RenewInterval = DefaultRenewInterval
 	}
@@ -212,11 +220,12 @@ const (
 )
 
 // openKernelTCP makes the private namespace for user mode's kernel TCP,
+// its TUN of MTU mtu (the largest tunnel MTU offered, mtu.go),
 // for jobs of the tunnel subnets of tunnels (both families), if
 // cfg.TCPStack asks for it; nil means the netstack terminates TCP. Where
 // the namespace cannot carry IPv6 (IPv6 off in the host's kernel), it
 // carries IPv4 alone and the netstack keeps jobs' IPv6 TCP.
-func openKernelTCP(cfg Config, tunnels []netip.Prefix) (*usernet.Namespace, error) {
+func openKernelTCP(cfg Config, tunnels []netip.Prefix, mtu int) (*usernet.Namespace, error) {
 	switch cfg.TCPStack {
 	case "", TCPStackNetstack:
 		return nil, nil
@@ -233,9 +242,9 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix) (*usernet.Namespace, erro
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := usernet.Open(ctx, subnets, cfg.MTU)
+	ns, err := usernet.Open(ctx, subnets, mtu)
 	if err != nil && len(v4) > 0 && len(v4) < len(subnets) {
-		if ns4, err4 := usernet.Open(ctx, v4, cfg.MTU); err4 == nil {
+		if ns4, err4 := usernet.Open(ctx, v4, mtu); err4 == nil {
 			cfg.Logger.Warn("the kernel's TCP terminates jobs' IPv4 only, the user-space netstack their IPv6: the private namespace has no IPv6 here", "err", err)
 			return ns4, nil
 		}
@@ -254,7 +263,7 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix) (*usernet.Namespace, erro
 
 // newForwarder makes the egress backend of eg.mode on the gateway's tunnel
 // addresses tunnels, reporting to flow table tb (and its job index).
-func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table) (forward.Backend, error) {
+func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table, pm *pathMTU) (forward.Backend, error) {
 	var egressAddrs []netip.Addr
 	for _, a := range []netip.Addr{eg.public, eg.public6} {
 		if a.IsValid() && !a.IsUnspecified() {
@@ -300,7 +309,7 @@ func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table
 		}
 	}
 	ns.ExplicitPorts = eg.explicit
-	kns, err := openKernelTCP(cfg, tunnels)
+	kns, err := openKernelTCP(cfg, tunnels, pm.ceiling)
 	if err != nil {
 		return nil, fmt.Errorf("user-mode egress: %w", err)
 	}

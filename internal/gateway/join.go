@@ -96,6 +96,11 @@ type gateway struct {
 	// captures (capture.go).
 	capture *capture.Device
 	feeds   feedSet
+	// mtu offers clients the larger tunnel MTU their path carries
+	// (mtu.go); udp watches the WireGuard sockets' buffers and drops
+	// (udpstats.go).
+	mtu *pathMTU
+	udp *tunnel.SocketWatch
 	// capacity is how many jobs the gateway holds and what bounds it
 	// (capacity.go).
 	capacity capacity
@@ -214,6 +219,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		Members:          g.members(),
 	}
 	g.describe(&cl, l, job)
+	g.mtu.offer(&cl, remote.Addr().Unmap(), time.Now())
 	return cl, nil
 }
 

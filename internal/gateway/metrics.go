@@ -51,6 +51,9 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err := g.registerTLSMetrics(reg); err != nil { // rotate.go
 		return gatewayMetrics{}, err
 	}
+	if err := g.registerUDPMetrics(reg); err != nil { // udpstats.go
+		return gatewayMetrics{}, err
+	}
 	v := version.Get()
 	bi := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "airlock_build_info",

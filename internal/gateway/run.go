@@ -236,7 +236,10 @@ func (g *gateway) openTunnel() error {
 	if port == 0 {
 		port = uint16(ln.Addr().(*net.TCPAddr).Port)
 	}
-	dev, err := newForwarder(cfg, g.egress, g.tunnels, g.flows)
+	if g.mtu, err = newPathMTU(cfg, g.egress.mode); err != nil {
+		return err
+	}
+	dev, err := newForwarder(cfg, g.egress, g.tunnels, g.flows, g.mtu)
 	if err != nil {
 		return err
 	}
@@ -246,6 +249,10 @@ func (g *gateway) openTunnel() error {
 		return err
 	}
 	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
+	if g.mtu.key != nil {
+		bind.AnswerProbes(g.mtu.key)
+		log.Info("offering clients a tunnel mtu up to the path's, proven by a probe", "mtu", cfg.MTU, "max_mtu", g.mtu.ceiling)
+	}
 	if g.tr, err = newTransportState(bind); err != nil {
 		return err
 	}
@@ -256,6 +263,8 @@ func (g *gateway) openTunnel() error {
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
 	}
 	g.onClose(g.wg.Close)
+	g.udp = tunnel.NewSocketWatch(g.wg.Port())
+	checkUDPBuffers(log, g.udp)
 	g.advertise = cfg.Advertise
 	if g.advertise == "" {
 		host, _, _ := net.SplitHostPort(cfg.Listen)

@@ -34,7 +34,7 @@ func TestOpenKernelTCPUnavailable(t *testing.T) {
 				TCPStack: tc.stack,
 				MTU:      DefaultMTU,
 			}
-			ns, err := openKernelTCP(cfg, []netip.Prefix{netip.MustParsePrefix("100.64.0.1/16"), netip.MustParsePrefix("fd00:a10c::1/64")})
+			ns, err := openKernelTCP(cfg, []netip.Prefix{netip.MustParsePrefix("100.64.0.1/16"), netip.MustParsePrefix("fd00:a10c::1/64")}, cfg.MTU)
 			if ns != nil {
 				ns.Close()
 				t.Fatal("got a private namespace, want none")

@@ -287,3 +287,29 @@ func (h *Host) OpenFiles(need, want uint64, why string) Result {
 	r.Fix = fmt.Sprintf("raise the hard limit to at least %d: LimitNOFILE=%d in the systemd unit, or nofile in /etc/security/limits.conf, or ulimit -Hn", want, want)
 	return r
 }
+
+// SocketBuffers checks net.core.rmem_max and net.core.wmem_max against
+// the buffers WireGuard's UDP sockets ask for (want bytes each): without
+// CAP_NET_ADMIN the kernel grants no more, silently, and a burst beyond
+// the receive buffer is dropped (the job's TCP sees loss). Root's sockets
+// force their size past the limits.
+func (h *Host) SocketBuffers(want int) Result {
+	r := Result{Name: "net.core.rmem_max, wmem_max", Status: Warn}
+	if h.UID == 0 {
+		return Result{Name: r.Name, Status: OK, Detail: fmt.Sprintf("root: the UDP sockets force their %d-byte buffers past the limits", want)}
+	}
+	var got [2]int
+	for i, name := range []string{"net.core.rmem_max", "net.core.wmem_max"} {
+		v, _ := h.sysctl(name)
+		got[i], _ = strconv.Atoi(v)
+	}
+	fix := fmt.Sprintf("sysctl -w net.core.rmem_max=%d net.core.wmem_max=%d (persist in /etc/sysctl.d/)", want, want)
+	if got[0] >= want && got[1] >= want {
+		return Result{Name: r.Name, Status: OK, Detail: fmt.Sprintf("%d and %d: the UDP sockets get the %d bytes they ask for", got[0], got[1], want)}
+	}
+	// At 3 Gbit/s, how long a burst the receive buffer holds.
+	ms := float64(got[0]) * 8 / 3e9 * 1e3
+	r.Detail = fmt.Sprintf("%d and %d: the WireGuard UDP sockets ask for %d bytes each and get these (about %.1f ms of packets at 3 Gbit/s); bursts beyond them are dropped and the job's TCP sees loss (counted: airlock_udp_receive_drops_total, airlock status)", got[0], got[1], want, ms)
+	r.Fix = fix
+	return r
+}

@@ -223,3 +223,29 @@ func TestStateDirAsRoot(t *testing.T) {
 		t.Errorf("StateDir as root on root's directory: %+v", r)
 	}
 }
+
+func TestSocketBuffers(t *testing.T) {
+	const want = 7 << 20
+	for _, tc := range []struct {
+		rmem, wmem string
+		uid        int
+		status     Status
+	}{
+		{"212992", "212992", 1000, Warn}, // the kernel's default
+		{"7340032", "212992", 1000, Warn},
+		{"7340032", "7340032", 1000, OK},
+		{"16777216", "16777216", 1000, OK},
+		{"212992", "212992", 0, OK}, // root forces its buffers
+		{"", "", 1000, Warn},        // unreadable
+	} {
+		h := fakeHost(t, map[string]string{"net.core.rmem_max": tc.rmem, "net.core.wmem_max": tc.wmem})
+		h.UID = tc.uid
+		got := h.SocketBuffers(want)
+		if got.Status != tc.status {
+			t.Errorf("rmem_max %q wmem_max %q uid %d: got %v (%s), want %v", tc.rmem, tc.wmem, tc.uid, got.Status, got.Detail, tc.status)
+		}
+		if got.Status == Warn && !strings.Contains(got.Fix, "net.core.rmem_max=7340032 net.core.wmem_max=7340032") {
+			t.Errorf("warning without the sysctl to set: %q", got.Fix)
+		}
+	}
+}

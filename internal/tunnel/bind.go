@@ -53,6 +53,8 @@ type Bind struct {
 	rx, tx atomic.Uint64
 	// hs counts received handshake messages (HandshakeMessages).
 	hs atomic.Uint64
+	// probe answers path MTU probes (probe.go); nil: none are answered.
+	probe *prober
 
 	initMu   sync.Mutex
 	lastInit []byte // guarded by initMu: last handshake initiation sent over UDP
@@ -135,13 +137,16 @@ func (b *Bind) receiveStreams(done chan struct{}) conn.ReceiveFunc {
 }
 
 // countHandshakes wraps a UDP receive function to count the handshake
-// messages it yields.
+// messages it yields and to answer path MTU probes (probe.go).
 func (b *Bind) countHandshakes(fn conn.ReceiveFunc) conn.ReceiveFunc {
 	return func(packets [][]byte, sizes []int, eps []conn.Endpoint) (int, error) {
 		n, err := fn(packets, sizes, eps)
 		for i := 0; i < n; i++ {
-			if isHandshake(packets[i][:sizes[i]]) {
+			p := packets[i][:sizes[i]]
+			if isHandshake(p) {
 				b.hs.Add(1)
+			} else if len(p) > 0 && p[0] == probeMagic[0] {
+				b.answerProbe(p, eps[i])
 			}
 		}
 		return n, err

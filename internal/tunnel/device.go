@@ -160,7 +160,9 @@ func (g *Gateway) RemovePeer(pub wgkey.Key) {
 func (g *Gateway) Close() { g.dev.Close() }
 
 // Client is the job side's WireGuard device with the gateway as its only
-// peer, routing everything to it. It is safe for concurrent use.
+// peer, routing everything to it; its data path runs to completion (each
+// batch is encrypted or decrypted by the goroutine that read it). It is
+// safe for concurrent use.
 type Client struct {
 	dev *device.Device
 
@@ -176,6 +178,10 @@ func NewClient(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv, gatewa
 		bind = conn.NewStdNetBind()
 	}
 	d := device.NewDevice(dev, bind, wgLogger(logger))
+	// One peer: encrypt and send in the goroutine that read the TUN,
+	// decrypt and write in the one that read the socket, with no hand-off
+	// (third_party/wireguard-go, inline.go).
+	d.SetRunToCompletion(true)
 	cfg := fmt.Sprintf("private_key=%s\nlisten_port=0\npublic_key=%s\nendpoint=%s\nallowed_ip=0.0.0.0/0\nallowed_ip=::/0\n",
 		priv.Hex(), gateway.Hex(), endpoint)
 	if err := d.IpcSet(cfg); err != nil {

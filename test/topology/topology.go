@@ -141,6 +141,9 @@ type Topology struct {
 	Rate string
 	// NativeRouting reports whether cn reaches inet directly through dmz.
 	NativeRouting bool
+	// LinkMTU is the cn–dmz link's MTU set by WithLinkMTU (0: the
+	// default, 1500).
+	LinkMTU int
 
 	t        testing.TB
 	tun      TUNNode  // /dev/net/tun for commands run as a user
@@ -164,6 +167,8 @@ type options struct {
 	cc     string
 	// single and cn6only: WithSingleStackHosts, WithIPv6OnlyCN (ipv6.go).
 	single, cn6only bool
+	// linkMTU is the cn–dmz link's MTU (WithLinkMTU); 0: the default.
+	linkMTU int
 }
 
 // Option configures New.
@@ -206,6 +211,11 @@ func WithSecondDMZ() Option { return func(o *options) { o.dmz2 = true } }
 // Topology.DMZ3), for measurements with three gateways.
 func WithThirdDMZ() Option { return func(o *options) { o.dmz2, o.dmz3 = true, true } }
 
+// WithLinkMTU sets the MTU of both ends of the cn–dmz link (e.g. 9000,
+// the jumbo frames of many HPC networks); dmz's link to inet keeps 1500.
+// It cannot be combined with WithImpairment.
+func WithLinkMTU(mtu int) Option { return func(o *options) { o.linkMTU = mtu } }
+
 // WithPrefix sets the prefix of the namespace names (default "al").
 func WithPrefix(p string) Option { return func(o *options) { o.prefix = p } }
 
@@ -226,7 +236,7 @@ func New(t testing.TB, opts ...Option) *Topology {
 	tp := &Topology{
 		CN: base + "-cn", DMZ: base + "-dmz", INET: base + "-inet",
 		CNAddr: CNAddr, DMZAddrCN: DMZAddrCN, DMZAddrINET: DMZAddrINET, INETAddr: INETAddr,
-		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only,
+		Rate: o.rate, NativeRouting: o.native, CNIPv6Only: o.cn6only, LinkMTU: o.linkMTU,
 		t: t,
 	}
 	tp.tun = NewTUNNode(t, UserTUNMode)
@@ -297,6 +307,13 @@ func New(t testing.TB, opts ...Option) *Topology {
 	addr(tp.DMZ, IfDMZToCN, tp.DMZAddrCN)
 	addr(tp.DMZ, IfDMZToINET, tp.DMZAddrINET)
 	addr(tp.INET, IfINETToDMZ, tp.INETAddr)
+	if o.linkMTU != 0 {
+		if tp.WAN != "" {
+			t.Fatal("topology: WithLinkMTU cannot be combined with WithImpairment")
+		}
+		mustIP(t, "-n", tp.CN, "link", "set", IfCNToDMZ, "mtu", strconv.Itoa(o.linkMTU))
+		mustIP(t, "-n", tp.DMZ, "link", "set", IfDMZToCN, "mtu", strconv.Itoa(o.linkMTU))
+	}
 	// The outside is dmz's default route (see the package comment).
 	mustIP(t, "-n", tp.DMZ, "route", "add", "default", "via", tp.INETAddr.String())
 	links := [][2]string{{tp.CN, IfCNToDMZ}, {tp.DMZ, IfDMZToCN}, {tp.DMZ, IfDMZToINET}, {tp.INET, IfINETToDMZ}}

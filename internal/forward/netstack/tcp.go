@@ -182,8 +182,10 @@ type closeWriter interface {
 // If either direction fails, both connections are closed so the other
 // direction ends too. It returns the bytes copied in each direction once
 // both are done. Relayed bytes are counted in fl (nil: not counted), in is
-// the job's side.
+// the job's side. Kernel sockets keep little unsent data (relayLowWater).
 func (s *Stack) relayTCP(in, out net.Conn, up, down *shaper, fl *flows.Flow) (nup, ndown int64) {
+	setLowWater(in)
+	setLowWater(out)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -19,6 +19,10 @@ import (
 )
 
 type Device struct {
+	// inline turns on the run-to-completion data path (Airlock's patch,
+	// inline.go).
+	inline inlineState
+
 	state struct {
 		// state holds the device's state. It is accessed atomically.
 		// Use the device.deviceState method to read it.

@@ -16,6 +16,10 @@ import (
 )
 
 type Peer struct {
+	// inline is the run-to-completion path's state (Airlock's patch,
+	// inline.go).
+	inline peerInline
+
 	isRunning         atomic.Bool
 	keypairs          Keypairs
 	handshake         Handshake
