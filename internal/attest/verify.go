@@ -56,6 +56,21 @@ type Verifier struct {
 	Log *slog.Logger
 	// Require makes every join need a credential (Required).
 	Require bool
+	// Holds, if set, keeps the job credentials of joins that were not
+	// admitted for their retries (hold.go); nil: a job credential
+	// decodes once, whatever became of its join.
+	Holds *Holds
+}
+
+// Settle implements control.Attester: it spends the job credential of
+// req, attested by Verify, if the join was admitted (err nil) or refused
+// for good, and keeps it for the job's retry if the refusal clears with
+// time.
+func (v *Verifier) Settle(req control.JoinRequest, err error) {
+	if req.Attest == nil || req.Attest.MungeJob == "" {
+		return
+	}
+	v.Holds.settle(req.Attest.MungeJob, err != nil && control.Clears(err))
 }
 
 // Required implements control.Attester.
@@ -118,11 +133,25 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 }
 
 // job checks the job credential of req, whose join credential is user.
-func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (*store.AttestedJob, error) {
-	jc, err := v.Munge.Decode(ctx, req.Attest.MungeJob)
-	if err != nil {
-		return nil, credError("the job credential", jc, err)
+// A job credential that decodes (or is held, hold.go) is in use by this
+// join until Settle; a check of it that fails spends it.
+func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (_ *store.AttestedJob, err error) {
+	text := req.Attest.MungeJob
+	jc, ok, busy := v.Holds.take(text)
+	switch {
+	case busy:
+		return nil, fmt.Errorf("%w: the job credential is being used by another join right now: each job credential admits one join (a copy of this job's credential?)", control.ErrAttestation)
+	case !ok:
+		jc, err = v.Munge.Decode(ctx, text)
+		if err != nil {
+			return nil, credError("the job credential", jc, err)
+		}
 	}
+	defer func() {
+		if err != nil {
+			v.Holds.settle(text, false)
+		}
+	}()
 	trusted := v.JobUIDs
 	if trusted == nil {
 		trusted = []uint32{0}
@@ -130,12 +159,16 @@ func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.
 	if !slices.Contains(trusted, jc.UID) {
 		return nil, fmt.Errorf("%w: the job credential was made by uid %d, which this gateway does not trust to vouch for jobs (it trusts uid %v: root in slurmstepd, Airlock's SPANK plugin)", control.ErrAttestation, jc.UID, trusted)
 	}
-	if jc.Origin != user.Origin {
-		return nil, fmt.Errorf("%w: the job credential was made on node %s, the join's on %s", control.ErrAttestation, jc.Origin, user.Origin)
-	}
 	jp, err := ParseJobPayload(jc.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the job credential is not an airlock job credential: %v", control.ErrAttestation, err)
+	}
+	if !ok {
+		// A job credential root made: held for this join's retry.
+		v.Holds.put(text, jc)
+	}
+	if jc.Origin != user.Origin {
+		return nil, fmt.Errorf("%w: the job credential was made on node %s, the join's on %s", control.ErrAttestation, jc.Origin, user.Origin)
 	}
 	if jp.UID != user.UID {
 		return nil, fmt.Errorf("%w: the job credential is for a job of uid %d, the join's credential was made by uid %d", control.ErrAttestation, jp.UID, user.UID)

@@ -77,6 +77,12 @@ type Attester interface {
 	// Required reports whether every join must carry a valid credential
 	// (site-wide); a token can require one for its own joins.
 	Required() bool
+	// Settle tells the Attester what became of a join whose credentials
+	// Verify attested: admitted (err nil) or refused with err. A
+	// credential of a join refused for a reason that clears with time
+	// ([Clears]) must stay good for the job's retry: root made the job
+	// credential once. Called once per successful Verify.
+	Settle(req JoinRequest, err error)
 }
 
 // Errors of attested joins.

@@ -28,6 +28,8 @@ type fakeAttester struct {
 
 func (f *fakeAttester) Required() bool { return f.required }
 
+func (f *fakeAttester) Settle(control.JoinRequest, error) {}
+
 func (f *fakeAttester) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*store.Attestation, error) {
 	f.mu.Lock()
 	f.calls++

@@ -327,6 +327,9 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
+	if req.Attested != nil {
+		s.attest.Settle(req, err)
+	}
 	if err != nil {
 		s.refuse(w, "join", remote, err)
 		return

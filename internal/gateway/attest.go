@@ -30,6 +30,9 @@ import (
 // is off.
 type attestation struct {
 	v atomic.Pointer[attest.Verifier]
+	// holds are the job credentials held for joins' retries, shared by
+	// the verifiers of every reload.
+	holds attest.Holds
 }
 
 var _ control.Attester = (*attestation)(nil)
@@ -41,6 +44,13 @@ func (a *attestation) Verify(ctx context.Context, req control.JoinRequest, remot
 		return nil, nil
 	}
 	return v.Verify(ctx, req, remote)
+}
+
+// Settle implements control.Attester.
+func (a *attestation) Settle(req control.JoinRequest, err error) {
+	// The verifier in force, or the one that attested req (a reload
+	// may have replaced it): they share holds.
+	(&attest.Verifier{Holds: &a.holds}).Settle(req, err)
 }
 
 // Required implements control.Attester.
@@ -75,6 +85,7 @@ func (g *gateway) applyAttest(c config.Attest) error {
 		JobUIDs: c.JobUIDs,
 		Origin:  c.Origin,
 		Require: c.Required,
+		Holds:   &g.attest.holds,
 		Log:     g.log.With("component", "attest"),
 	}
 	if err := probeMunge(v.Munge); err != nil {
