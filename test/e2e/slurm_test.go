@@ -30,6 +30,8 @@ type slurmEnv struct {
 	// nodeMunge is the node's munged of the dedicated node+gateway MUNGE
 	// key, gwMunge the gateway's (attested identity).
 	nodeMunge, gwMunge *mungetest.Daemon
+	// config is the gateway's config file (writeConfig).
+	config string
 }
 
 // TestSlurm runs real Slurm jobs (sbatch, srun, job arrays, scancel, time
@@ -42,18 +44,26 @@ type slurmEnv struct {
 // the plugin wraps join with MUNGE credentials alone. Jobs that run
 // airlock run themselves use the token.
 func TestSlurm(t *testing.T) {
+	// The cluster's own munged on MUNGE's default socket, with a key the
+	// gateway does not have, as on every real node (issue 33, item 1):
+	// no job may make its credential there.
+	mungetest.StartDecoy(t)
 	key := mungetest.NewKey(t)
 	var nodeMunge, gwMunge *mungetest.Daemon
+	gwConfig := filepath.Join(topology.TempDir(t), "gateway.toml")
+	if err := os.WriteFile(gwConfig, []byte(slurmGatewayConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e := newEnvHook(t, modeUser, nil, func(e *env) []string {
 		nodeMunge = mungetest.Start(t, mungetest.Options{Key: key, Origin: e.tp.CNAddr.String(), Wrap: inNetns(e.tp.CN)})
 		gwMunge = mungetest.Start(t, mungetest.Options{Key: key, Wrap: inNetns(e.tp.DMZ)})
-		return []string{"--attest", "munge", "--munge-socket", gwMunge.Socket}
+		return []string{"--attest", "munge", "--munge-socket", gwMunge.Socket, "--config", gwConfig}
 	})
 	plugin, wrapper := topology.BuildSpank(t)
 	// The plugin's join settings: a root-only file with no token at all.
 	joinFile := filepath.Join(topology.TempDir(t), "airlock-slurm.env")
 	se := &slurmEnv{env: e, joinEnv: []string{"AIRLOCK_GATEWAY=" + e.gateway, "AIRLOCK_PIN=" + e.pin, "AIRLOCK_TOKEN=" + e.token},
-		nodeMunge: nodeMunge, gwMunge: gwMunge}
+		nodeMunge: nodeMunge, gwMunge: gwMunge, config: gwConfig}
 	if err := os.WriteFile(joinFile, []byte("# written by TestSlurm\n"+strings.Join(se.joinEnv[:2], "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -79,6 +89,7 @@ func TestSlurm(t *testing.T) {
 	t.Run("ClaimsRoot", se.testClaimsRoot)
 	t.Run("NoReusableSecret", se.testNoReusableSecret)
 	t.Run("Replay", se.testReplay)
+	t.Run("QuotaWait", se.testQuotaWait)
 }
 
 // inNetns returns a mungetest wrapper that runs munged in network
