@@ -14,9 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/munge"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // By is the Attestation.By of MUNGE attestation.
@@ -79,7 +80,7 @@ func (v *Verifier) Required() bool { return v.Require }
 var _ control.Attester = (*Verifier)(nil)
 
 // Verify implements control.Attester.
-func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*store.Attestation, error) {
+func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*identity.Attestation, error) {
 	if req.Attest == nil || req.Attest.Munge == "" {
 		return nil, fmt.Errorf("%w: no credential", control.ErrAttestation)
 	}
@@ -113,7 +114,7 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 	if name != "" && req.Job.User != "" && req.Job.User != name {
 		return nil, fmt.Errorf("%w: the join claims user %q but uid %d is %q on the gateway", control.ErrAttestation, req.Job.User, cred.UID, name)
 	}
-	a := &store.Attestation{By: By, UID: cred.UID, GID: cred.GID, User: name, Node: cred.Origin, Made: cred.Encoded}
+	a := &identity.Attestation{By: By, UID: cred.UID, GID: cred.GID, User: name, Node: cred.Origin, Made: cred.Encoded}
 	switch {
 	case req.Attest.MungeJob == "" && p.JobCred != "":
 		return nil, fmt.Errorf("%w: the join's credential names a job credential the join does not carry", control.ErrAttestation)
@@ -135,7 +136,7 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 // job checks the job credential of req, whose join credential is user.
 // A job credential that decodes (or is held, hold.go) is in use by this
 // join until Settle; a check of it that fails spends it.
-func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (_ *store.AttestedJob, err error) {
+func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (_ *identity.AttestedJob, err error) {
 	text := req.Attest.MungeJob
 	jc, ok, busy := v.Holds.take(text)
 	switch {
@@ -179,7 +180,7 @@ func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.
 	if c := req.Job.BatchSystem; c != "" && c != jp.Batch {
 		return nil, fmt.Errorf("%w: the join claims batch system %q but its job credential is from %q", control.ErrAttestation, c, jp.Batch)
 	}
-	return &store.AttestedJob{MadeBy: jc.UID, BatchSystem: jp.Batch, JobID: jp.JobID, Step: jp.Step, Node: jp.Node}, nil
+	return &identity.AttestedJob{MadeBy: jc.UID, BatchSystem: jp.Batch, JobID: jp.JobID, Step: jp.Step, Node: jp.Node}, nil
 }
 
 // credError explains why munged refused a credential (what is which), or

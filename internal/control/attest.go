@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // Attested identity on the wire. A join may carry MUNGE credentials
@@ -73,7 +73,7 @@ type Attester interface {
 	// other errors are the gateway's own (its munged is down). (nil, nil)
 	// means the gateway does not check credentials now (a reload turned
 	// attestation off): the join is taken as unattested.
-	Verify(ctx context.Context, req JoinRequest, remote netip.AddrPort) (*store.Attestation, error)
+	Verify(ctx context.Context, req JoinRequest, remote netip.AddrPort) (*identity.Attestation, error)
 	// Required reports whether every join must carry a valid credential
 	// (site-wide); a token can require one for its own joins.
 	Required() bool

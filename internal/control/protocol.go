@@ -14,8 +14,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/ipproto"
-	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -77,7 +78,7 @@ type JoinRequest struct {
 	Attest *Attest `json:"attest,omitempty"`
 	// Attested is what the gateway's Attester verified of Attest: set by
 	// the control server before Backend.Join, never from the wire.
-	Attested *store.Attestation `json:"-"`
+	Attested *identity.Attestation `json:"-"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.

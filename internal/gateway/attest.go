@@ -9,11 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/attest"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/munge"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Attested identity at the gateway: the control server asks
@@ -38,7 +39,7 @@ type attestation struct {
 var _ control.Attester = (*attestation)(nil)
 
 // Verify implements control.Attester.
-func (a *attestation) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*store.Attestation, error) {
+func (a *attestation) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*identity.Attestation, error) {
 	v := a.v.Load()
 	if v == nil {
 		return nil, nil
@@ -133,7 +134,7 @@ func probeMunge(m munge.Client) error {
 // carries no job credential of its own, the job old's was attested for —
 // the same uid on the same node rejoining (the job credential is spent at
 // the first join).
-func inherit(now *store.Attestation, old *store.Attestation) *store.Attestation {
+func inherit(now *identity.Attestation, old *identity.Attestation) *identity.Attestation {
 	if now == nil || now.Job != nil || old == nil || old.Job == nil || old.UID != now.UID || old.Node != now.Node {
 		return now
 	}
@@ -145,7 +146,7 @@ func inherit(now *store.Attestation, old *store.Attestation) *store.Attestation 
 }
 
 // refOf returns the flow table's view of a's identity.
-func refOf(a *store.Attestation) (by string, uid *uint32, job bool) {
+func refOf(a *identity.Attestation) (by string, uid *uint32, job bool) {
 	if a == nil {
 		return "", nil, false
 	}

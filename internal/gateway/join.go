@@ -112,16 +112,6 @@ type gateway struct {
 	attest attestation
 }
 
-// owner is what a lease records about its holder: what its client
-// claimed (Job), and what its credentials attested (Attested, nil if
-// nothing was).
-type owner struct {
-	Job      control.JobInfo
-	Token    string
-	Remote   netip.AddrPort
-	Attested *store.Attestation
-}
-
 // Join admits a job: lease → egress backend (AddJob) → lease history →
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
@@ -161,7 +151,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	added = true
 	// Fail closed: a job the history cannot attribute does not get in.
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
@@ -313,7 +303,7 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 // one place that decides a job's limits) and its exposures, checked
 // against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	if o.Attested != nil && o.Attested.Job != nil {
 		jobID = o.Attested.Job.JobID
 	}
@@ -354,7 +344,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	if o, _ := l.Owner.(owner); o.Token != "" {
+	if o := l.Owner; o.Token != "" {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, "renewal", why, why)

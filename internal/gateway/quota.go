@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-vpn/airlock/internal/config"
@@ -134,7 +136,7 @@ type banKey struct {
 const noUID = -1
 
 // attestedUID is the uid a ban of o names: its attested uid, or nil.
-func attestedUID(a *store.Attestation) *uint32 {
+func attestedUID(a *identity.Attestation) *uint32 {
 	if a == nil {
 		return nil
 	}
@@ -209,11 +211,11 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	q := g.conf.Load().Quotas.ForToken(tok.Name)
 	if q.MaxLeases > 0 {
 		n := g.leases.Count(func(l lease.Lease) bool {
-			o, _ := l.Owner.(owner)
+			o := l.Owner
 			return o.Token == tok.Name && !now.After(l.Expires)
 		})
 		if mine != nil {
-			if o, _ := mine.Owner.(owner); o.Token == tok.Name {
+			if o := mine.Owner; o.Token == tok.Name {
 				n-- // replaced by this join
 			}
 		}
@@ -226,9 +228,9 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested}
 	if mine != nil {
-		mo, _ := mine.Owner.(owner)
+		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
 	}
 	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
@@ -367,10 +369,10 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 // ban in the store: it survives a restart, and in a fleet it holds on
 // every gateway (which end the live leases it matches; here, endBanned).
 // It returns the ban and, for the admin, what it covers.
-func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, string) {
+func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
-	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
 	if a := o.Attested; a != nil {
 		// Attested: the user, from any node; not the node's other users.
 		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
@@ -379,14 +381,14 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, strin
 	g.admit.banLocked(b, now)
 	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
-		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
 	}
 	if b.UID != nil {
 		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)
 	}
 	var covers []string
-	if o.Job.Hostname != "" {
-		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Job.Hostname)))
+	if o.Claimed.Hostname != "" {
+		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Claimed.Hostname)))
 	}
 	if o.Remote.Addr().IsValid() {
 		covers = append(covers, "network "+banNet(o.Remote.Addr()).String())
