@@ -206,9 +206,16 @@ func (se *slurmEnv) testAttribution(t *testing.T) {
 	if len(recs) != 1 || recs[0].JobID != h.id || recs[0].BatchSystem != "slurm" || recs[0].Host != topology.SlurmNode || recs[0].User != se.u.Name {
 		t.Errorf("whois %v:%d = %+v, want Slurm job %s of %s on %s", se.tp.DMZAddrINET, port, recs, h.id, se.u.Name, topology.SlurmNode)
 	}
+	// The plugin names the site's munged to every task (munge_socket=),
+	// so a job that runs airlock run itself has its uid and node
+	// attested too, and status says so.
 	code, out, _ := se.admin(t, "status", "--state", se.state)
-	if code != 0 || !strings.Contains(out, h.id) || !strings.Contains(out, topology.SlurmNode) {
-		t.Errorf("airlock status does not name job %s on %s:\n%s", h.id, topology.SlurmNode, out)
+	attested := fmt.Sprintf("uid %d (munge) @ %s (munge)", se.u.UID, se.tp.CNAddr)
+	if code != 0 || !strings.Contains(out, h.id) || !strings.Contains(out, attested) {
+		t.Errorf("airlock status does not name job %s with %q:\n%s", h.id, attested, out)
+	}
+	if a := j.Attested; a == nil || a.UID != uint32(se.u.UID) || a.Node != se.tp.CNAddr {
+		t.Errorf("status of job %s: attested %s, want uid %d on %s (airlock run with the socket the plugin names)", h.id, a, se.u.UID, se.tp.CNAddr)
 	}
 }
 
