@@ -265,3 +265,82 @@ max_leases = 1
 		t.Errorf("job credential of a job that joined, again: %v, want attestation_failed (used before)", err)
 	}
 }
+
+// TestBanSticksToPerson (issue 33, item 2): `kick --ban` of an attested
+// job bans the person, through a real munged: the same uid's running job
+// of another token ends, and so does the unattested job of the banned
+// token from the same node; new joins of that uid with any token or none
+// are refused, and so are unattested joins of the banned token from the
+// node; another token's unattested join from the node is not.
+func TestBanSticksToPerson(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	t1, t2, t3 := namedToken(t, g, "t1"), namedToken(t, g, "t2"), namedToken(t, g, "t3")
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	req := func(t *testing.T, tok string, attested bool) control.JoinRequest {
+		t.Helper()
+		r := control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		if attested {
+			cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, r.PublicKey, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Attest = &control.Attest{Munge: cred}
+		}
+		return r
+	}
+	kicked, err := cc.Join(ctx, req(t, t1, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameUserOtherToken, err := cc.Join(ctx, req(t, t2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNodeUnattested, err := cc.Join(ctx, req(t, t1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherToken, err := cc.Join(ctx, req(t, t3, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := adminClient(t, g)
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: kicked.ID, Reason: "abuse", Ban: "1h"})
+	if err != nil || !strings.Contains(res.BanCovers, "with any token or none") {
+		t.Fatalf("kick --ban: %+v %v, want a ban that says it covers the uid with any token", res, err)
+	}
+	for _, tc := range []struct {
+		name string
+		l    control.Lease
+		live bool
+	}{{"the same uid's job of another token", sameUserOtherToken, false}, {"the unattested job of the token from the node", sameNodeUnattested, false}, {"another token's unattested job", otherToken, true}} {
+		_, err := cc.Renew(ctx, control.LeaseRef{ID: tc.l.ID, Secret: tc.l.Secret})
+		if live := err == nil; live != tc.live {
+			t.Errorf("%s after the ban: renew %v, want live %v", tc.name, err, tc.live)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		tok      string
+		attested bool
+		banned   bool
+	}{
+		{"the uid, the same token", t1, true, true},
+		{"the uid, another token", t2, true, true},
+		{"the uid, no token", "", true, true},
+		{"unattested, the banned token, from the node", t1, false, true},
+		{"unattested, another token", t3, false, false},
+	} {
+		_, err := cc.Join(ctx, req(t, tc.tok, tc.attested))
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("join %s: %v, want banned %v", tc.name, err, tc.banned)
+		}
+	}
+}

@@ -119,17 +119,23 @@ type joinRate struct {
 	lim    *rate.Limiter
 }
 
-// banKey is what a ban matches: for a job whose identity was attested, a
-// token with the attested uid (the user, from whichever node); otherwise
-// a token with a host name (compared without case and trailing dot), or
-// a token with a source network (an IPv4 address or an IPv6 /64, as the
-// failure limiter groups them: a client may lie about its host name, and
-// may pick another address of its /64, but not another network).
+// banKey is what a ban matches. For a job whose identity was attested:
+// its attested uid, with any token or none (token ""), and, for joins that
+// carry no attestation, its token from its node's network (unattested).
+// Otherwise a token with a host name (compared without case and trailing
+// dot), or a token with a source network (an IPv4 address or an IPv6 /64,
+// as the failure limiter groups them: a client may lie about its host
+// name, and may pick another address of its /64, but not another
+// network).
 type banKey struct {
 	token string
 	host  string       // "" for a network or uid ban
 	net   netip.Prefix // invalid for a host or uid ban
 	uid   int64        // -1 unless a uid ban
+	// unattested: the network ban of an attested job's node, which
+	// covers only joins with no attested identity (not the node's other
+	// users, whose joins are attested).
+	unattested bool
 }
 
 // noUID is banKey.uid of host and network bans.
@@ -147,15 +153,24 @@ func attestedUID(a *identity.Attestation) *uint32 {
 // banHost is the form of a host name that bans compare.
 func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
-// banCovers reports whether ban b covers a lease of its token from host
-// and addr, of attested uid uid (nil: none), as bannedLocked matches
-// joins.
-func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32) bool {
+// banCovers reports whether ban b covers a lease held by o, as
+// bannedLocked matches joins: a uid ban every lease of that attested uid,
+// whatever its token, and the unattested leases of its token from its
+// node; any other ban the leases of its token from its host or network.
+func banCovers(b store.Ban, o identity.Job) bool {
+	addr := o.Remote.Addr()
+	inNet := b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
 	if b.UID != nil {
-		return uid != nil && *uid == *b.UID
+		if u := o.AttestedUID(); u != nil {
+			return *u == *b.UID
+		}
+		return o.Token == b.Token && inNet
 	}
-	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) ||
-		b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
+	if o.Token != b.Token {
+		return false
+	}
+	host := o.Claimed.Hostname
+	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) || inNet
 }
 
 // banNet is the network a ban of addr covers.
@@ -322,7 +337,12 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 	v := ban{b.Until, b.Reason}
 	if b.UID != nil {
-		a.bans[banKey{token: b.Token, uid: int64(*b.UID)}] = v
+		// The person: every token and none; and the unattested joins
+		// of the banned token from the banned job's node.
+		a.bans[banKey{uid: int64(*b.UID)}] = v
+		if b.Addr.IsValid() {
+			a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID, unattested: true}] = v
+		}
 		return
 	}
 	if b.Host != "" {
@@ -351,7 +371,9 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		pick(banKey{token: token, host: banHost(host), uid: noUID})
 	}
 	if uid != nil {
-		pick(banKey{token: token, uid: int64(*uid)})
+		pick(banKey{uid: int64(*uid)})
+	} else if addr.IsValid() {
+		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -361,8 +383,12 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		why = " (" + b.reason + ")"
 	}
 	left := b.until.Sub(now).Round(time.Second)
-	return fmt.Errorf("%w: the gateway's admin banned jobs of token %q from this host until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
-		control.ErrBanned, token, b.until.UTC().Format(time.RFC3339), left, why)
+	who := fmt.Sprintf("jobs of token %q from this host", token)
+	if uid != nil {
+		who = fmt.Sprintf("jobs of token %q from this host, or of uid %d", token, *uid)
+	}
+	return fmt.Errorf("%w: the gateway's admin banned %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+		control.ErrBanned, who, b.until.UTC().Format(time.RFC3339), left, why)
 }
 
 // ban refuses joins from the token and host of o for d, and records the
@@ -374,8 +400,11 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 	until := now.Add(d)
 	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
 	if a := o.Attested; a != nil {
-		// Attested: the user, from any node; not the node's other users.
-		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
+		// Attested: the user, with any token or none, from any node;
+		// and unattested joins of the token from the job's node (the
+		// same user, who left out the credential), not the node's other
+		// users' attested joins.
+		b.Host, b.UID = "", attestedUID(a)
 	}
 	g.admit.mu.Lock()
 	g.admit.banLocked(b, now)
@@ -384,7 +413,11 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
 	}
 	if b.UID != nil {
-		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)
+		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)
+		if b.Addr.IsValid() {
+			s += fmt.Sprintf("; and joins of token %q without attested identity from network %s", o.Token, banNet(b.Addr))
+		}
+		return b, s
 	}
 	var covers []string
 	if o.Claimed.Hostname != "" {
