@@ -319,3 +319,49 @@ func (se *slurmEnv) testQuotaWait(t *testing.T) {
 	undrained = true
 	se.waitDone(t, ddir, 1, 90*time.Second)
 }
+
+// testBanSticks (issue 33, item 2): `airlock kick --ban` of a job the
+// plugin wrapped (uid and job attested, no token) bans the person: the
+// same user's job on the same node that runs airlock run --attest off
+// with the token ends, and new joins of that user are refused whether
+// they leave out the credential (with the token) or carry one (with no
+// token). It runs last: the ban stays.
+func (se *slurmEnv) testBanSticks(t *testing.T) {
+	id := se.plugJob(t, se.script(t, "banned", "exec sleep 300"))
+	defer se.s.Run(t, 10*time.Second, nil, "scancel", id)
+	se.waitJob(t, id)
+	other := se.sbatch(t, se.script(t, "unattested", fmt.Sprintf("exec %s run --attest off -- sleep 300", se.airlock)))
+	defer se.s.Run(t, 10*time.Second, nil, "scancel", other)
+	if j := se.waitJob(t, other); j.Attested != nil {
+		t.Fatalf("job %s with --attest off: attested %s", other, j.Attested)
+	}
+	code, out, stderr := se.admin(t, "kick", "--state", se.state, "--ban", "1h", "--reason", "e2e ban", id)
+	if code != 0 || !strings.Contains(out+stderr, "any token or none") {
+		t.Fatalf("kick --ban 1h %s: exit %d %s %s; want it to say the ban covers the uid with any token", id, code, out, stderr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for live := true; live; {
+		live = false
+		for _, j := range se.status(t).Jobs {
+			live = live || j.JobID == other
+		}
+		if live && time.Now().After(deadline) {
+			t.Fatalf("the banned user's unattested job %s on the same node still holds a lease 10 s after the ban", other)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		argv []string
+	}{
+		{"--attest off with the token", []string{"env", "AIRLOCK_GATEWAY=" + se.gateway, "AIRLOCK_PIN=" + se.pin, "AIRLOCK_TOKEN=" + se.token,
+			se.airlock, "run", "--attest", "off", "--", "true"}},
+		{"attested with no token", []string{"env", "AIRLOCK_GATEWAY=" + se.gateway, "AIRLOCK_PIN=" + se.pin,
+			se.airlock, "run", "--attest", "munge", "--munge-socket", se.nodeMunge.Socket, "--", "true"}},
+	} {
+		code, out, stderr := se.tp.Run(t, 60*time.Second, se.tp.CN, se.u, tc.argv[0], tc.argv[1:]...)
+		if code != 125 || !strings.Contains(stderr, "banned") {
+			t.Errorf("the banned user's new job, %s: exit %d %q %q; want 125, banned", tc.name, code, out, stderr)
+		}
+	}
+}

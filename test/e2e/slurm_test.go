@@ -90,6 +90,7 @@ func TestSlurm(t *testing.T) {
 	t.Run("NoReusableSecret", se.testNoReusableSecret)
 	t.Run("Replay", se.testReplay)
 	t.Run("QuotaWait", se.testQuotaWait)
+	t.Run("BanSticks", se.testBanSticks) // last: the ban stays
 }
 
 // inNetns returns a mungetest wrapper that runs munged in network
