@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -342,5 +343,46 @@ socket = "`+d.Socket+`"
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("join %s: %v, want banned %v", tc.name, err, tc.banned)
 		}
+	}
+}
+
+// TestQuotaPerUser (issue 33, item 3): token-less attested joins are
+// metered per attested uid ([quota.user]): one user who holds their
+// max_leases does not stop another user's job, and the refusal names the
+// uid and the config key.
+func TestQuotaPerUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a credential as another user")
+	}
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+[quota.user]
+max_leases = 1
+`)
+	ctx := context.Background()
+	join := func(t *testing.T, uid int) error {
+		t.Helper()
+		key := freshKey(t)
+		cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups", "--", "munge", "--socket", d.Socket, "--ttl", "60")
+		cmd.Stdin = strings.NewReader(string(attest.JoinPayload{Gateway: g.info.Fingerprint, Key: key}.Marshal()))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: uid},
+			Attest: &control.Attest{Munge: strings.TrimSpace(string(out))}})
+		return err
+	}
+	if err := join(t, 65534); err != nil {
+		t.Fatalf("first job of uid 65534: %v", err)
+	}
+	if err := join(t, 65534); !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), "quota.user.max_leases") {
+		t.Errorf("second job of uid 65534: %v, want ErrQuota naming the uid and quota.user.max_leases", err)
+	}
+	if err := join(t, 65533); err != nil {
+		t.Errorf("another user's job while uid 65534 holds its quota: %v, want admitted", err)
 	}
 }

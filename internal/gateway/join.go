@@ -120,7 +120,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
-	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
+	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
 	}
 	l, secret, err := g.newLease(req, tok, remote, pub)

@@ -223,20 +223,18 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		}
 		delete(a.retired, pub) // its retiredOrder entry goes when it is the oldest
 	}
-	q := g.conf.Load().Quotas.ForToken(tok.Name)
+	m := g.meterOf(tok.Name, req.Attested)
+	q := m.q
 	if q.MaxLeases > 0 {
 		n := g.leases.Count(func(l lease.Lease) bool {
-			o := l.Owner
-			return o.Token == tok.Name && !now.After(l.Expires)
+			return m.holds(l.Owner) && !now.After(l.Expires)
 		})
-		if mine != nil {
-			if o := mine.Owner; o.Token == tok.Name {
-				n-- // replaced by this join
-			}
+		if mine != nil && m.holds(mine.Owner) {
+			n-- // replaced by this join
 		}
 		if n >= q.MaxLeases {
-			return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise quota.token.%s.max_leases",
-				control.ErrQuota, tok.Name, n, q.MaxLeases, tok.Name)
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: %s already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise %s",
+				control.ErrQuota, m, n, q.MaxLeases, m.key("max_leases"))
 		}
 	}
 	n, err := g.jobBlocks(req.Ports, tok.Name, q)
@@ -280,23 +278,81 @@ func ownsLease(l lease.Lease, ref *control.LeaseRef) bool {
 // of it as Retry-After, which airlock run waits out too.
 const joinShapeMax = 5 * time.Second
 
-// shapeJoin waits until the join rate of token tok admits one more join,
+// meter is what a join's quotas count against: its token, or, for a join
+// without one, its attested uid: at a site that needs no token on its
+// nodes, each user has quotas of their own ([quota.user]), so that one
+// user cannot hold the others' leases or join rate.
+type meter struct {
+	token string
+	uid   *uint32 // a join without a token: its attested uid
+	q     config.Quota
+}
+
+// meterOf returns the meter of a join with the token named tok (""
+// for none) and attestation a.
+func (g *gateway) meterOf(tok string, a *identity.Attestation) meter {
+	qs := g.conf.Load().Quotas
+	if tok == "" && a != nil {
+		return meter{uid: attestedUID(a), q: qs.User}
+	}
+	return meter{token: tok, q: qs.ForToken(tok)}
+}
+
+// String names m for refusals: `token "x"`, or `uid 1000 (attested, no
+// token)`.
+func (m meter) String() string {
+	if m.uid != nil {
+		return fmt.Sprintf("uid %d (attested, joining without a token)", *m.uid)
+	}
+	return fmt.Sprintf("token %q", m.token)
+}
+
+// key names the config key of m's quota q.
+func (m meter) key(q string) string {
+	if m.uid != nil {
+		return "quota.user." + q
+	}
+	return "quota.token." + m.token + "." + q
+}
+
+// bucket is the key of m's join-rate bucket.
+func (m meter) bucket() string {
+	if m.uid != nil {
+		return fmt.Sprintf("\x00uid:%d", *m.uid) // no token name holds a NUL
+	}
+	return m.token
+}
+
+// holds reports whether a lease of o counts against m.
+func (m meter) holds(o identity.Job) bool {
+	if o.Token != m.token {
+		return false
+	}
+	if m.uid == nil {
+		return true
+	}
+	u := o.AttestedUID()
+	return u != nil && *u == *m.uid
+}
+
+// shapeJoin waits until the join rate of meter m admits one more join,
 // for at most joinShapeMax; when the wait would be longer it returns
 // control.ErrQuota with a Retry-After, and uses up nothing of the rate.
-func (g *gateway) shapeJoin(ctx context.Context, tok string, q config.Quota) error {
+func (g *gateway) shapeJoin(ctx context.Context, m meter) error {
+	q := m.q
 	if q.JoinsPerMinute <= 0 {
 		return nil
 	}
 	now := time.Now()
-	r := g.admit.reserveJoin(tok, q, now)
+	r := g.admit.reserveJoin(m.bucket(), q, now)
 	d := r.DelayFrom(now)
 	if d == 0 {
 		return nil
 	}
 	if d > joinShapeMax {
 		r.CancelAt(now)
-		return control.WithRetryAfter(fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
-			control.ErrQuota, tok, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), tok), d-joinShapeMax/2)
+		return control.WithRetryAfter(fmt.Errorf("%w: %s made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise %s",
+			control.ErrQuota, m, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), m.key("joins_per_minute")), d-joinShapeMax/2)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
