@@ -271,8 +271,9 @@ max_leases = 1
 // job bans the person, through a real munged: the same uid's running job
 // of another token ends, and so does the unattested job of the banned
 // token from the same node; new joins of that uid with any token or none
-// are refused, and so are unattested joins of the banned token from the
-// node; another token's unattested join from the node is not.
+// are refused, and so are unattested joins from the node of the banned
+// token or claiming the uid; another user's unattested join of another
+// token from the node is not.
 func TestBanSticksToPerson(t *testing.T) {
 	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
 	me := uint32(os.Getuid())
@@ -287,6 +288,9 @@ socket = "`+d.Socket+`"
 	req := func(t *testing.T, tok string, attested bool) control.JoinRequest {
 		t.Helper()
 		r := control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		if tok == t3 {
+			r.Job.UID = int(me) + 1 // another user of the node
+		}
 		if attested {
 			cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, r.PublicKey, "")
 			if err != nil {

@@ -5,6 +5,7 @@ package gateway
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func TestBanNotDodged(t *testing.T) {
 		{"tok", "other", "198.51.100.1", false},
 		{"else", "cn1.example", "2001:db8:1:2::10", false},
 	} {
-		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, now)
+		err := a.bannedLocked(identity.Job{Token: tc.token, Claimed: identity.Claimed{Hostname: tc.host}, Remote: netip.AddrPortFrom(netip.MustParseAddr(tc.addr), 1)}, now)
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("token %s host %q from %s: banned %v (%v), want %v", tc.token, tc.host, tc.addr, got, err, tc.banned)
 		}
@@ -47,7 +48,8 @@ func TestBanNotDodged(t *testing.T) {
 // TestBanAttested: a ban of a job whose identity was attested sticks to
 // the person (issue 33, item 2): its attested uid with any token or none,
 // from any node and any address; and, from its node, the unattested joins
-// of its token (the same user leaving out the credential); not the other
+// of its token or claiming its uid (the same user leaving out the
+// credential); not the other
 // users of its node, whose joins are attested. The leases it covers
 // follow the same rule.
 func TestBanAttested(t *testing.T) {
@@ -71,18 +73,22 @@ func TestBanAttested(t *testing.T) {
 		{"the banned uid, another token", "other", elsewhere, &uid, true},
 		{"the banned uid, no token", "", node, &uid, true},
 		{"unattested, the token, from the node", "tok", node, nil, true},
+		{"unattested, another token, from the node, claiming the uid", "other", node, nil, true},
 		{"unattested, another token, from the node", "other", node, nil, false},
 		{"unattested, the token, another node", "tok", elsewhere, nil, false},
 		{"another user of the node, the token", "tok", node, &other, false},
 		{"another user of the node, no token", "", node, &other, false},
 	} {
-		err := a.bannedLocked(tc.token, "cn1", tc.addr, tc.uid, now)
-		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
-			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
+		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1", UID: 1001}}
+		if strings.Contains(tc.name, "claiming the uid") {
+			o.Claimed.UID = int(uid)
 		}
-		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1"}}
 		if tc.uid != nil {
 			o.Attested = &identity.Attestation{By: "munge", UID: *tc.uid}
+		}
+		err := a.bannedLocked(o, now)
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
 		}
 		if got := banCovers(b, o); got != tc.banned {
 			t.Errorf("%s: banCovers %v, want %v (a lease ends as a join is refused)", tc.name, got, tc.banned)

@@ -121,7 +121,8 @@ type joinRate struct {
 
 // banKey is what a ban matches. For a job whose identity was attested:
 // its attested uid, with any token or none (token ""), and, for joins that
-// carry no attestation, its token from its node's network (unattested).
+// carry no attestation, from its node's network: its token, or a claim of
+// its uid (a claim that can only hurt the claimer) (unattested).
 // Otherwise a token with a host name (compared without case and trailing
 // dot), or a token with a source network (an IPv4 address or an IPv6 /64,
 // as the failure limiter groups them: a client may lie about its host
@@ -164,7 +165,7 @@ func banCovers(b store.Ban, o identity.Job) bool {
 		if u := o.AttestedUID(); u != nil {
 			return *u == *b.UID
 		}
-		return o.Token == b.Token && inNet
+		return inNet && (o.Token == b.Token || int64(o.Claimed.UID) == int64(*b.UID))
 	}
 	if o.Token != b.Token {
 		return false
@@ -205,7 +206,8 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), now); err != nil {
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested}
+	if err := a.bannedLocked(o, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -241,7 +243,6 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested}
 	if mine != nil {
 		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
@@ -394,10 +395,11 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	v := ban{b.Until, b.Reason}
 	if b.UID != nil {
 		// The person: every token and none; and the unattested joins
-		// of the banned token from the banned job's node.
+		// from the banned job's node of its token or claiming its uid.
 		a.bans[banKey{uid: int64(*b.UID)}] = v
 		if b.Addr.IsValid() {
 			a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID, unattested: true}] = v
+			a.bans[banKey{net: banNet(b.Addr), uid: int64(*b.UID), unattested: true}] = v
 		}
 		return
 	}
@@ -409,10 +411,10 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 }
 
-// bannedLocked returns the error for a join of token from host and addr
-// (and of attested uid uid, nil if none) while a ban matches it, else
-// nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, now time.Time) error {
+// bannedLocked returns the error for a join of o while a ban matches it,
+// else nil.
+func (a *admission) bannedLocked(o identity.Job, now time.Time) error {
+	token, host, addr, uid := o.Token, o.Claimed.Hostname, o.Remote.Addr(), o.AttestedUID()
 	var b ban
 	var ok bool
 	pick := func(k banKey) {
@@ -430,6 +432,7 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		pick(banKey{uid: int64(*uid)})
 	} else if addr.IsValid() {
 		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
+		pick(banKey{net: banNet(addr), uid: int64(o.Claimed.UID), unattested: true})
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -471,7 +474,7 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 	if b.UID != nil {
 		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)
 		if b.Addr.IsValid() {
-			s += fmt.Sprintf("; and joins of token %q without attested identity from network %s", o.Token, banNet(b.Addr))
+			s += fmt.Sprintf("; and joins without attested identity from network %s of token %q or claiming uid %d", banNet(b.Addr), o.Token, *b.UID)
 		}
 		return b, s
 	}
