@@ -390,3 +390,33 @@ max_leases = 1
 		t.Errorf("another user's job while uid 65534 holds its quota: %v, want admitted", err)
 	}
 }
+
+// TestMungedDownIs503 (issue 33, item 6): when the gateway's munged stops
+// answering, a join with a credential gets a clear 503
+// (attestation_unavailable) with a Retry-After, which airlock run waits
+// out, and it counts against its source like a failure; no 500.
+func TestMungedDownIs503(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	node := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	// The gateway's munged goes away: its socket no longer answers.
+	if err := os.Remove(d.Socket); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := freshKey(t)
+	cred, err := attest.MakeJoin(ctx, munge.Client{Socket: node.Socket}, g.info.Fingerprint, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: int(me)}, Attest: &control.Attest{Munge: cred}})
+	var ae *control.APIError
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != control.CodeAttestationUnavailable || ae.RetryAfter <= 0 {
+		t.Fatalf("join while the gateway's munged is down: %v, want 503 attestation_unavailable with a Retry-After", err)
+	}
+}
