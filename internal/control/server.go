@@ -474,6 +474,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ref := req.LeaseRef
+	ref.From = remote
 	resp, err := s.backend.Renew(r.Context(), ref)
 	if err != nil {
 		s.leaseError(w, r, lim, "renew", remote, err)
@@ -497,6 +498,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "release", remote, fmt.Errorf("%w: invalid release request: %w", ErrBadRequest, err))
 		return
 	}
+	ref.From = remote
 	if err := s.backend.Release(r.Context(), ref); err != nil {
 		s.leaseError(w, r, lim, "release", remote, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/attest"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -327,6 +328,34 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	return j, nil
 }
 
+// checkFrom checks a request for lease l that came from from (invalid:
+// unknown) as the join was checked: the token's source networks (airlock
+// token restrict may have changed them since), and, for a lease whose
+// identity was attested with the origin policy "match", the node its
+// credential was made on. A lease secret taken off its node is worth
+// nothing elsewhere.
+func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
+	if !from.IsValid() {
+		return nil
+	}
+	o, addr := l.Owner, from.Addr().Unmap()
+	if a := o.Attested; a != nil && a.Node.IsValid() && addr != a.Node.Unmap() {
+		if v := g.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
+			return fmt.Errorf("%w: lease %s was attested for node %s; a request for it from %s is refused (a lease is good only from the node whose credential made it)",
+				control.ErrAttestation, l.ID, a.Node, addr)
+		}
+	}
+	if o.Token == "" {
+		return nil
+	}
+	tok, err := g.st.Token(o.Token)
+	if err != nil || tok.AllowsFrom(addr) {
+		return nil // a token that is gone is Renew's to judge
+	}
+	return fmt.Errorf("%w: token %s may not be used from %s: the gateway's admin restricted it to other networks; lease %s is refused from there",
+		control.ErrBadToken, o.Token, addr, l.ID)
+}
+
 // addJob admits j to the egress backend and the capture taps.
 func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
@@ -340,6 +369,12 @@ func (g *gateway) addJob(j forward.Job) error {
 // was revoked or expired meanwhile ends here, whatever let it live.
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	now := time.Now()
+	if l, err := g.leases.Check(ref.ID, ref.Secret, now); err == nil {
+		// Where the request comes from, before the lease lives longer.
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return control.RenewResponse{}, err
+		}
+	}
 	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
