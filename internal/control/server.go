@@ -139,6 +139,10 @@ type ServerConfig struct {
 	// CaptureRelay, if set (a gateway of a fleet), serves
 	// PathFleetCapture (relay.go).
 	CaptureRelay CaptureRelay
+	// MaxConnsPerSource bounds the control connections one source
+	// network holds open (conns.go); zero means
+	// DefaultMaxConnsPerSource.
+	MaxConnsPerSource int
 	// Attest, if set, verifies the MUNGE credentials joins carry
 	// (attest.go); joins with a valid one need no token, and with
 	// Attest.Required none is taken without one. Nil: a gateway without
@@ -173,6 +177,9 @@ type Server struct {
 	// stop is closed by Shutdown: it ends watches, which Shutdown would
 	// otherwise wait for.
 	attest Attester
+	// conns counts connections per source and closes idle
+	// unauthenticated ones (conns.go).
+	conns *connTracker
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -212,6 +219,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
 	}
+	s.conns = newConnTracker(cfg.MaxConnsPerSource, s.logLimited)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -266,6 +274,8 @@ func NewServer(cfg ServerConfig) *Server {
 		// TLS handshake errors from scanners and mis-pinned clients.
 		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}, // no HTTP/2
+		ConnContext:  s.conns.connContext,
+		ConnState:    s.conns.connState,
 	}
 	return s
 }
@@ -284,7 +294,7 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 	}
 	s.idleMu.Unlock()
-	err := s.http.Serve(tls.NewListener(l, s.tlsConf))
+	err := s.http.Serve(tls.NewListener(s.conns.listener(l), s.tlsConf))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -352,6 +362,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if req.Attested != nil {
 		s.attest.Settle(req, nil)
 	}
+	markAuthed(r.Context())
 	lease.GatewayVersion = s.version
 	s.log.Debug("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
@@ -483,6 +494,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	if len(req.Bypass) > 0 {
 		s.backend.ReportBypass(ref, req.Bypass)
 	}
+	markAuthed(r.Context())
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
 	httpjson.Write(w, http.StatusOK, resp)
 }
