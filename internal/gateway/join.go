@@ -391,6 +391,11 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 }
 
 func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
+	if l, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err == nil {
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return err
+		}
+	}
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
 		return g.leaseGone(ref.ID, err)

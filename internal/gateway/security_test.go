@@ -328,8 +328,8 @@ func TestRevokedWhileDown(t *testing.T) {
 
 // TestFromCheckedAtRenewal (issue 33, item 6): a token's source networks
 // are checked at every request for a lease, not only at join: after
-// `airlock token restrict` moves the token to other networks, a renewal
-// and a lease watch from the old network are refused.
+// `airlock token restrict` moves the token to other networks, a renewal,
+// a lease watch and a release from the old network are refused.
 func TestFromCheckedAtRenewal(t *testing.T) {
 	g, cc := secGateway(t, "")
 	tok := namedToken(t, g, "moved")
@@ -350,5 +350,8 @@ func TestFromCheckedAtRenewal(t *testing.T) {
 	}
 	if _, err := cc.Watch(ctx, ref); err == nil {
 		t.Errorf("lease watch from outside the token's networks: admitted")
+	}
+	if err := cc.Release(ctx, ref); !errors.Is(err, control.ErrBadToken) {
+		t.Errorf("release from outside the token's networks: %v, want bad_token", err)
 	}
 }
