@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 # Airlock: the two commands are `make demo` and `make test`; each does its own
 # set-up (Debian packages, Go modules, build) through scripts/setup.sh.
-.PHONY: all setup build test demo vet clean fuzz docs dist
+.PHONY: all setup build test demo vet clean fuzz docs dist node
 
 all: build
 
@@ -18,6 +18,12 @@ test: setup
 	# -p 1: the end-to-end packages load both cores with iperf3; unit tests
 	# with timing bounds must not share the machine with them.
 	go test -p 1 -count=1 -timeout 30m ./...
+
+# The node build: airlock run and version only, without the gateway's and
+# the fleet's packages, for compute nodes (docs/install.md, "The node
+# binary").
+node: setup
+	CGO_ENABLED=0 go build -tags airlock_node -o bin/airlock-node ./cmd/airlock
 
 # Every fuzzer of outside input, FUZZTIME each (default 60s); see
 # docs/fuzzing.md. FUZZ=REGEX picks some, FUZZFLAGS='-parallel 1' etc.

@@ -9,6 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(iperf3 curl bind9-dnsutils iproute2 iputils-ping util-linux passwd ca-certificates nftables gcc make libc6-dev python3 squid tshark procps)
+# The wireguard-go fork test (third_party/wireguard-go) applies its patch with patch(1).
+pkgs+=(patch)
 # Batch-system integration tests (test/e2e TestSlurm) and the SPANK plugin
 # (slurm/), and the Prometheus tests: the distribution's Slurm, munge and
 # Prometheus (with promtool).
@@ -20,6 +22,9 @@ pkgs+=(lintian rpm rpmlint zsh fish groff-base)
 # The fleet tests (internal/store/pgstore, test/e2e TestFleet) start their
 # own PostgreSQL server as an unprivileged user (test/pgtest).
 pkgs+=(postgresql-15)
+# FUSE and containers inside jobs (test/e2e TestFUSE, TestJobContainers):
+# squashfuse mounts a squashfs image through fusermount3 (fuse3).
+pkgs+=(squashfuse squashfs-tools bubblewrap fuse3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,6 +24,14 @@
  * Slurm's proctrack sees every process inside the namespace as the task's
  * descendants. Exit status passes through.
  *
+ * Slurm 23.11 added spank_prepend_task_argv(), the call that was missing:
+ * built against 23.11 or later headers (AIRLOCK_PREPEND_ARGV below), the
+ * plugin prepends `airlock run --` to the task's argv in
+ * slurm_spank_task_init and needs neither the wrapper nor
+ * AIRLOCK_SLURM_PROGRAM; the argv rewrite is kept only for older releases
+ * (Debian 12 ships 22.05). A plugin is built for one Slurm major release:
+ * slurmstepd refuses one built for another (docs/slurm.md).
+ *
  * Other ways were considered: execve()ing airlock from task_init skips
  * TaskProlog, TMPDIR and the propagated limits; joining namespaces that a
  * per-step airlock made (as pyxis joins a container's) shares one lease
@@ -73,6 +81,16 @@
 #include <slurm/spank.h>
 
 #include "munge_job.h"
+
+/*
+ * AIRLOCK_PREPEND_ARGV: the Slurm headers declare spank_prepend_task_argv()
+ * (23.11 and later), so the task's argv is prepended to, not rewritten.
+ */
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(23, 11, 0)
+#define AIRLOCK_PREPEND_ARGV 1
+#else
+#define AIRLOCK_PREPEND_ARGV 0
+#endif
 
 /* The macro ends in a semicolon of its own. */
 SPANK_PLUGIN(airlock, 1)
@@ -406,6 +424,23 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	(void)av;
 	if (!wrapped(sp, &mode))
 		return 0;
+#if AIRLOCK_PREPEND_ARGV
+	(void)argc;
+	(void)argv;
+	{
+		const char *prefix[] = { airlock_path, "run", "--" };
+
+		if (mode[0] && spank_setenv(sp, "AIRLOCK_MODE", mode, 1) != ESPANK_SUCCESS) {
+			slurm_error("airlock: cannot set the task's environment");
+			return -1;
+		}
+		if (spank_prepend_task_argv(sp, 3, prefix) != ESPANK_SUCCESS) {
+			slurm_error("airlock: cannot prepend airlock run to the task's command");
+			return -1;
+		}
+		return 0;
+	}
+#else
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv || !argv[0]) {
 		slurm_error("airlock: cannot get the task's command");
 		return -1;
@@ -419,4 +454,5 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	/* The array slurmstepd passes to execve; see the theory of operation. */
 	argv[0] = wrapper_path;
 	return 0;
+#endif
 }

@@ -28,3 +28,11 @@ func orDash(s string) string {
 	}
 	return human(s)
 }
+
+// truncateArg bounds an argument echoed in an error.
+func truncateArg(s string) string {
+	if len(s) > 100 {
+		return s[:100] + "…"
+	}
+	return s
+}

@@ -43,7 +43,7 @@ func TestStatusEscapes(t *testing.T) {
 		Host:     "cn1\nFAKE LINE", User: "root\tx", Started: time.Unix(0, 0),
 	}}}
 	var b bytes.Buffer
-	if err := printStatus(&b, st); err != nil {
+	if err := printStatus(&b, st, jobFilter{}, false); err != nil {
 		t.Fatal(err)
 	}
 	out := b.String()

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build !airlock_node
+
 package main
 
 import (
@@ -11,6 +13,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/metrics"
 )
 
 // flowFlags are the gateway's flow table, flow log and metrics flags.
@@ -46,7 +49,7 @@ func addFlowFlags(fs *pflag.FlagSet) *flowFlags {
 	fs.DurationVar(&f.idleTCP, "flow-idle-tcp", flows.DefaultTCPIdle, "end TCP flows idle this long (0: never)")
 	fs.DurationVar(&f.idleUDP, "flow-idle-udp", flows.DefaultUDPIdle, "end UDP flows idle this long (0: never)")
 	fs.DurationVar(&f.idleICMP, "flow-idle-icmp", flows.DefaultICMPIdle, "end ICMP echo flows idle this long (0: never)")
-	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT/metrics, e.g. 127.0.0.1:9108 (default off; loopback only unless --metrics-public)")
+	fs.StringVar(&f.metrics, "metrics", "", "serve Prometheus metrics on HOST:PORT/metrics, e.g. "+metrics.ExampleAddr+" (default off; loopback only unless --metrics-public)")
 	fs.BoolVar(&f.metricsPublic, "metrics-public", false, "allow --metrics on a non-loopback address")
 	return f
 }

@@ -21,7 +21,7 @@ func TestFlowFlags(t *testing.T) {
 	}{
 		{nil, true, 0, time.Minute, ""},
 		{[]string{"--bulk", "192.0.2.0/24:1094", "--bulk", "198.51.100.1,198.51.100.2:80-81"}, true, 3, time.Minute, ""},
-		{[]string{"--flow-idle-udp", "0", "--metrics", "127.0.0.1:9108"}, true, 0, -1, "127.0.0.1:9108"},
+		{[]string{"--flow-idle-udp", "0", "--metrics", "127.0.0.1:8446"}, true, 0, -1, "127.0.0.1:8446"},
 		{[]string{"--flow-idle-udp", "10s"}, true, 0, 10 * time.Second, ""},
 		{[]string{"--bulk", "nonsense"}, false, 0, 0, ""},
 		{[]string{"--flow-idle-tcp", "-1s"}, false, 0, 0, ""},

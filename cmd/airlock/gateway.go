@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build !airlock_node
+
 package main
 
 import (
@@ -98,7 +100,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	enumFlag(cmd, "attest", "off", "munge")
 	enumFlag(cmd, "attest-origin", "match", "any")
 	_ = cmd.MarkFlagFilename("munge-socket")
-	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr))
+	cmd.AddCommand(newGatewayReloadCmd(stdout), newDrainCmd(stdout, stderr), newRotateKeyCmd(stdout, stderr), newBackupCmd(stdout, stderr), newDiagCmd(stdout, stderr))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 		if err != nil {

@@ -114,3 +114,17 @@ func TestLimitFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestDiagRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		`store "postgres://airlock_gateway:s3cr%40t@db.example.org/airlock": refused`: `store "postgres://airlock_gateway:REDACTED@db.example.org/airlock": refused`,
+		"host=db password=hunter2 sslmode=verify-full":                                "host=db password=REDACTED sslmode=verify-full",
+		"PGPASSWORD=hunter2":                                    "PGPASSWORD=REDACTED",
+		"token alk1_AbC-d_e9 given":                             "token alk1_REDACTED given",
+		"postgres://db.example.org/airlock?sslmode=verify-full": "postgres://db.example.org/airlock?sslmode=verify-full",
+	} {
+		if got := string(redact([]byte(in))); got != want {
+			t.Errorf("redact(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

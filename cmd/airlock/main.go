@@ -21,9 +21,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/client"
+	"github.com/airlock-vpn/airlock/internal/fusemount"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
-	"github.com/airlock-vpn/airlock/internal/usernet"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
 
@@ -31,8 +31,12 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
-	// So does the gateway's private namespace child (--tcp-stack kernel).
-	usernet.Init()
+	// Run as fusermount3 inside a job, or as the job's mount server
+	// (internal/fusemount), airlock does that and exits.
+	fusemount.Main()
+	// So does the gateway's private namespace child (--tcp-stack kernel);
+	// not in the node build (commands_node.go).
+	initGatewayChild()
 	// A re-executed seccomp shim installs the job's connect filter and
 	// execs the job; it never returns here either.
 	seccompnotify.Init()
@@ -89,9 +93,7 @@ whois found no lease); 2 bad command line (unknown command or flag, wrong
 arguments). airlock run returns its job's status (128+N if a signal N
 killed it), or 125 if airlock itself failed (bad flags included), 126 if
 the job's command is not executable, 127 if it was not found.`),
-		Version:           version.Get().String(),
 		Args:              noArgs,
-		RunE:              needSubcommand,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		DisableAutoGenTag: true,
@@ -99,22 +101,25 @@ the job's command is not executable, 127 if it was not found.`),
 			return applyEnv(cmd, os.Getenv)
 		},
 	}
-	root.SetVersionTemplate("{{.Version}}\n")
+	// --version is ours, not cobra's: cobra prints it through a
+	// text/template (SetVersionTemplate), and a reachable template
+	// execution makes the linker keep every exported method of every
+	// type (reflect's MethodByName), which disables its dead-code
+	// elimination for the whole binary.
+	showVersion := root.Flags().BoolP("version", "v", false, "print the version and exit")
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		if *showVersion {
+			fmt.Fprintln(stdout, version.Get().String())
+			return nil
+		}
+		return needSubcommand(cmd, args)
+	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(
-		newRunCmd(stdout, stderr),
-		newGatewayCmd(stdout, stderr),
-		newTokenCmd(stdout, stderr),
-		newWhoisCmd(stdout, stderr),
-		newStatusCmd(stdout, stderr),
-		newFlowsCmd(stdout, stderr),
-		newKickCmd(stdout, stderr),
-		newCaptureCmd(stdout, stderr),
-		newDBCmd(stdout),
-		newVersionCmd(stdout),
-	)
+	root.AddCommand(newRunCmd(stdout, stderr))
+	root.AddCommand(adminCommands(stdout, stderr)...)
+	root.AddCommand(newVersionCmd(stdout))
 	return root
 }
 

@@ -56,11 +56,27 @@ on the gateway's control port when no handshake completes over UDP within
 --transport-timeout, and logs which it chose. If the gateway goes away the
 job keeps running and airlock reconnects; with several gateways
 (--gateway a:8443,b:8443) it joins the least loaded and moves to another
-when its gateway is lost for --failover-after.
+when its gateway is lost for --failover-after. A gateway that direct TCP
+cannot reach is dialled through the site's web proxy named by HTTPS_PROXY
+(NO_PROXY respected; credentials from the URL, AIRLOCK_PROXY_AUTH_FILE or
+~/.netrc), with TLS and the pin end to end; UDP cannot pass it, so such a
+job runs on the TCP transport.
+
+In --mode netns, fusermount3 (squashfuse, cvmfsexec, sshfs) works inside
+the job through airlock's stand-in, and containers the job starts
+(bwrap, unshare -U) reach the outside through the tunnel.
 
 Every flag is also read from the environment, as AIRLOCK_ and the flag's
 name in capitals (AIRLOCK_TOKEN_FILE for --token-file), when the command
-line does not set it.`,
+line does not set it, and then from the site file (--site-file, default
+` + client.DefaultSiteFile + `): AIRLOCK_NAME=VALUE lines the node's admin
+sets for every job, as the SPANK plugin's and the HTCondor wrapper's env
+files (one file can serve all three). A job that sets --gateway or --pin
+takes neither from the site file, nor --token or --token-file if it sets
+one of them. The site file must be owned by root (or you) and writable by
+no one else; a world-readable one holding AIRLOCK_TOKEN, or naming a
+world-readable AIRLOCK_TOKEN_FILE, is refused. --check prints where each
+setting came from.`,
 		Example: `  AIRLOCK_GATEWAY=gw.example.org:8443 AIRLOCK_PIN=sha256:... AIRLOCK_TOKEN_FILE=~/.airlock-token \
     airlock run -- curl -sI https://example.org
   airlock run --check --json`,
@@ -83,11 +99,13 @@ line does not set it.`,
 	fs.StringVar(&cfg.MungeSocket, "munge-socket", "", "this node's munged socket for the join's MUNGE credential (default /run/munge/munge.socket.2; a site with a dedicated node+gateway key names that munged's socket)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
-	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
+	siteFile := fs.String(siteFileFlag, client.DefaultSiteFile, "site file `FILE` of AIRLOCK_NAME=VALUE defaults for what the command line and the environment leave unset; an absent default file is no error")
+	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, /dev/fuse, containers in jobs, limits, TCP directly or through HTTPS_PROXY, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
 	asJSON := jsonFlag(cmd, "the --check report")
 	flagsEndAtArgs(cmd)
 	envPrefix(cmd, "AIRLOCK")
 	_ = cmd.MarkFlagFilename("token-file")
+	_ = cmd.MarkFlagFilename(siteFileFlag, "env")
 	_ = cmd.MarkFlagFilename("preload", "so")
 	enumFlag(cmd, "mode", "auto", "netns", "seccomp", "preload", "proxy")
 	enumFlag(cmd, "transport", client.TransportAuto, client.TransportUDP, client.TransportTCP)
@@ -96,14 +114,18 @@ line does not set it.`,
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx := cmd.Context()
+		settings, err := applySiteFile(cmd, *siteFile, os.Getenv, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "airlock: %v\n", err)
+			return exitError{client.ExitFailure}
+		}
 		log, err := newLoggerFormat(stderr, *logLevel, *logFormat)
 		if err != nil {
 			fmt.Fprintf(stderr, "airlock: %v\n", err)
 			return exitError{client.ExitFailure}
 		}
 		cfg.Logger = log
-		// A token that is not AIRLOCK_TOKEN's came from --token.
-		if cfg.Token != "" && os.Getenv("AIRLOCK_TOKEN") != cfg.Token {
+		if sourceOf(settings, "token") == "command line" {
 			fmt.Fprintln(stderr, "airlock: warning: --token on the command line is visible to every user of this node (ps); use --token-file PATH or AIRLOCK_TOKEN")
 		}
 		m, err := client.ParseMode(*mode)
@@ -116,7 +138,7 @@ line does not set it.`,
 			if len(args) > 0 {
 				return usagef("--check runs no command, got %q", args)
 			}
-			return runCheck(ctx, cfg, stdout, *asJSON)
+			return runCheck(ctx, cfg, settingsReport(settings), stdout, *asJSON)
 		}
 		cfg.Args = args
 		cfg.Stderr = stderr

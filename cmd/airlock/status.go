@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build !airlock_node
+
 package main
 
 import (
@@ -33,7 +35,13 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "show the running gateway: mode, uptime, jobs, rates, flows, bytes; with --fleet every gateway of its fleet",
+		Long: `Shows the running gateway of --state: its mode, egress, capacity, flows and
+traffic, and its jobs. Up to 50 jobs are listed one per line; more are
+summarized by token, user and node (the ten largest of each) instead, and
+--token, --user and --node select jobs (and with --json, the jobs
+printed); --all lists every job.`,
 		Example: `  airlock status
+  airlock status --token cms-pilots --node wn042
   airlock status --fleet --store 'postgres://airlock_gateway@db.example.org/airlock?sslmode=verify-full&sslrootcert=/etc/airlock/db-ca.pem'`,
 		Args: noArgs,
 	}
@@ -43,6 +51,11 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 	fleetView := cmd.Flags().Bool("fleet", false, "every gateway of the fleet (address, state, jobs, capacity, version, heartbeat) and every live job, from the shared database: through the gateway of --state, or with --store on an admin host")
 	var so storeOpts
 	storeFlags(cmd, &so, "; with --fleet, instead of --state")
+	var f jobFilter
+	cmd.Flags().StringVar(&f.token, "token", "", "only jobs that joined with the token of this `NAME`")
+	cmd.Flags().StringVar(&f.user, "user", "", "only jobs of this user (`NAME`, or \"uid N\"; attested where it is)")
+	cmd.Flags().StringVar(&f.node, "node", "", "only jobs on this node (`NAME`: the batch system's node name, else the host the client gave)")
+	all := cmd.Flags().Bool("all", false, fmt.Sprintf("list every job, however many (default: at most %d, else a summary by token, user and node)", maxListed))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if *fleetView {
 			if !useStore(cmd, so) {
@@ -67,14 +80,17 @@ func newStatusCmd(stdout, stderr io.Writer) *cobra.Command {
 			return err
 		}
 		if *asJSON {
+			st.Jobs = filterJobs(st.Jobs, f)
 			return printJSON(stdout, st)
 		}
-		return printStatus(stdout, st)
+		return printStatus(stdout, st, f, *all)
 	}
 	return cmd
 }
 
-func printStatus(w io.Writer, st admin.Status) error {
+// printStatus prints st, its jobs that f matches one per line if they are
+// few or all is set, else their summary.
+func printStatus(w io.Writer, st admin.Status, f jobFilter, all bool) error {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s, version %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise, orDash(st.Version))
 	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use, %d free (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Free, st.PortBlocks.Range, st.PortBlocks.Size)
@@ -101,14 +117,26 @@ func printStatus(w io.Writer, st admin.Status) error {
 	if t.LogErrors > 0 {
 		fmt.Fprintf(w, "flow log:   %d records could not be written: see the gateway's log\n", t.LogErrors)
 	}
-	fmt.Fprintf(w, "jobs:       %d\n", len(st.Jobs))
-	if len(st.Jobs) == 0 {
+	jobs := filterJobs(st.Jobs, f)
+	if f.empty() {
+		fmt.Fprintf(w, "jobs:       %d\n", len(st.Jobs))
+	} else {
+		fmt.Fprintf(w, "jobs:       %d, %d of them selected\n", len(st.Jobs), len(jobs))
+	}
+	if len(jobs) == 0 {
 		return nil
 	}
 	fmt.Fprintln(w)
+	if len(jobs) > maxListed && !all {
+		if err := printSummary(w, jobs); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%d jobs are too many to list one by one: select some with --token, --user or --node, or list them all with --all\n", len(jobs))
+		return nil
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
-	for _, j := range st.Jobs {
+	for _, j := range jobs {
 		who := userCell(j.User, j.ClaimedUID, j.Attested) + " @ " + hostCell(j.Host, j.Attested)
 		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
 			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address

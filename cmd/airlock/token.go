@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build !airlock_node
+
 package main
 
 import (

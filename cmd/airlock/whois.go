@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build !airlock_node
+
 package main
 
 import (
@@ -111,12 +113,4 @@ func parseWhoisAddr(s string) (netip.AddrPort, error) {
 		return netip.AddrPortFrom(a.Unmap(), 0), nil
 	}
 	return netip.AddrPort{}, fmt.Errorf("whois: bad address %q: want IP:PORT, e.g. 203.0.113.1:20311 or [2001:db8::1]:20311, or a bare IP for a job's own IPv6 address", truncateArg(s))
-}
-
-// truncateArg bounds an argument echoed in an error.
-func truncateArg(s string) string {
-	if len(s) > 100 {
-		return s[:100] + "…"
-	}
-	return s
 }

@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
@@ -103,20 +102,10 @@ func WriteBackup(w io.Writer, dir string, files []string, db *store.Store) error
 // Backup streams the running gateway's backup into w and returns its
 // size.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://airlock"+BackupPath, nil)
+	body, err := c.get(ctx, BackupPath)
 	if err != nil {
 		return 0, err
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return 0, fmt.Errorf("admin socket %s: %w", c.path, ErrNoGateway)
-		}
-		return 0, fmt.Errorf("admin socket %s: %w", c.path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, responseError(http.MethodGet, BackupPath, resp)
-	}
-	return io.Copy(w, resp.Body)
+	defer body.Close()
+	return io.Copy(w, body)
 }

@@ -61,6 +61,9 @@ type Config struct {
 	Capture []Capture
 	// Attest is attested identity (attest.go).
 	Attest Attest
+	// PolicyTests are the [[policy.test]] entries, all passed
+	// (policytest.go).
+	PolicyTests []PolicyTest
 
 	// lines are the lines of the file's keys, for Warnings.
 	lines lineIndex
@@ -109,6 +112,15 @@ func Default() *Config {
 // an error wrapping ErrAbsent; every other problem an *Error (or several,
 // joined) with the file, line and key.
 func Load(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// readFile reads the config file at path, at most maxSize bytes.
+func readFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -124,11 +136,28 @@ func Load(path string) (*Config, error) {
 	if len(data) > maxSize {
 		return nil, &Error{File: path, Err: fmt.Errorf("larger than %d bytes", maxSize)}
 	}
-	return Parse(path, data)
+	return data, nil
 }
 
 // Parse decodes and validates a config document; name is used in errors.
-func Parse(name string, data []byte) (*Config, error) {
+func Parse(name string, data []byte) (*Config, error) { return parse(name, data, true) }
+
+// LoadUntested is Load without running the [[policy.test]] entries, for
+// `airlock policy explain`, which shows why a failing test fails. The
+// gateway never uses it.
+func LoadUntested(path string) (*Config, error) {
+	data, err := readFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return parse(path, data, false)
+}
+
+// RuleLine returns the line of the i-th (0-based) [[policy.rule]] in the
+// file, 0 if unknown.
+func (c *Config) RuleLine(i int) int { return c.lines.find(fmt.Sprintf("policy.rule[%d]", i+1)) }
+
+func parse(name string, data []byte, runTests bool) (*Config, error) {
 	var doc file
 	dec := toml.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -136,7 +165,7 @@ func Parse(name string, data []byte) (*Config, error) {
 		return nil, decodeError(name, err)
 	}
 	lines := keyLines(data)
-	cfg, errs := doc.validate()
+	cfg, errs := doc.validate(runTests)
 	if len(errs) > 0 {
 		out := make([]error, 0, len(errs))
 		for _, ke := range errs {
@@ -190,8 +219,9 @@ type file struct {
 }
 
 type filePolicy struct {
-	Default string     `toml:"default"`
-	Rule    []fileRule `toml:"rule"`
+	Default string           `toml:"default"`
+	Rule    []fileRule       `toml:"rule"`
+	Test    []filePolicyTest `toml:"test"`
 }
 
 type fileRule struct {
@@ -233,7 +263,7 @@ type keyErr struct {
 }
 
 // validate turns the document into a Config, collecting every problem.
-func (d *file) validate() (*Config, []keyErr) {
+func (d *file) validate(runTests bool) (*Config, []keyErr) {
 	var errs []keyErr
 	bad := func(key string, format string, args ...any) {
 		errs = append(errs, keyErr{key, fmt.Errorf(format, args...)})
@@ -327,10 +357,14 @@ func (d *file) validate() (*Config, []keyErr) {
 	d.validateBypass(cfg, bad)
 	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
 	cfg.Attest = d.resolveAttest(bad)
+	cfg.PolicyTests = parsePolicyTests(d.Policy.Test, bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)
 		}
+	}
+	if len(errs) == 0 && runTests {
+		runPolicyTests(cfg.Policy, cfg.PolicyTests, bad)
 	}
 	return cfg, errs
 }

@@ -113,7 +113,9 @@ type Flow struct {
 
 	bytesOut, bytesIn, pktsOut, pktsIn atomic.Uint64
 	lastSeen                           atomic.Int64 // unix nanoseconds
-	ended                              atomic.Bool
+	// publicPort is the source port the outside sees (SetPublicPort).
+	publicPort atomic.Uint32
+	ended      atomic.Bool
 
 	// closer, if set, ends the flow in the backend (idle timeout).
 	closer io.Closer
@@ -135,6 +137,16 @@ func (f *Flow) Key() Key { return f.key }
 func (f *Flow) SetCloser(c io.Closer) {
 	if f != nil {
 		f.closer = c
+	}
+}
+
+// SetPublicPort records the source port the outside sees the flow come
+// from: the port of the job's block the gateway dialled from (user mode)
+// or source-NATed to (kernel mode). Safe to call while the flow is read;
+// on nil, or with port 0, it does nothing.
+func (f *Flow) SetPublicPort(port uint16) {
+	if f != nil && port != 0 {
+		f.publicPort.Store(uint32(port))
 	}
 }
 
@@ -250,13 +262,16 @@ type Record struct {
 	// on); with the job's port block in the lease history it attributes
 	// what the outside saw.
 	PublicAddr netip.Addr `json:"public_addr,omitzero"`
-	Verdict    string     `json:"verdict"`
-	BytesOut   uint64     `json:"bytes_out"`
-	BytesIn    uint64     `json:"bytes_in"`
-	PacketsOut uint64     `json:"packets_out"`
-	PacketsIn  uint64     `json:"packets_in"`
-	Start      time.Time  `json:"start"`
-	LastSeen   time.Time  `json:"last_seen,omitzero"`
+	// PublicPort is the egress flow's source port as the outside saw it
+	// (public_addr:public_port), 0 where unknown (inbound flows, ICMP).
+	PublicPort uint16    `json:"public_port,omitzero"`
+	Verdict    string    `json:"verdict"`
+	BytesOut   uint64    `json:"bytes_out"`
+	BytesIn    uint64    `json:"bytes_in"`
+	PacketsOut uint64    `json:"packets_out"`
+	PacketsIn  uint64    `json:"packets_in"`
+	Start      time.Time `json:"start"`
+	LastSeen   time.Time `json:"last_seen,omitzero"`
 	// End is zero while the flow is active.
 	End       time.Time `json:"end,omitzero"`
 	EndReason string    `json:"end_reason,omitempty"`
@@ -281,7 +296,7 @@ func (f *Flow) record(end time.Time, reason string) Record {
 		ID: f.id, Proto: f.key.Proto.String(), Src: f.key.Src.String(), Dst: f.key.Dst.String(),
 		Direction: f.dir, JobAddr: addrString(f.jaddr), Lease: f.job, Ref: f.ref, PublicAddr: f.public, Verdict: Allowed,
 		BytesOut: bo, BytesIn: bi, PacketsOut: po, PacketsIn: pi,
-		Start: f.start, End: end, EndReason: reason,
+		Start: f.start, End: end, EndReason: reason, PublicPort: uint16(f.publicPort.Load()),
 	}
 	if ls := f.lastSeen.Load(); ls != 0 {
 		r.LastSeen = time.Unix(0, ls)

@@ -76,7 +76,7 @@ func TestAttestedGateway(t *testing.T) {
 		t.Errorf("status job %+v, want uid %d attested by munge on 127.0.0.1 next to the claimed host", j, me)
 	}
 	if n := identityGauge(t, reg, "munge", "claimed"); n != 1 {
-		t.Errorf("airlock_jobs_identity{uid=munge,job=claimed} = %v, want 1", n)
+		t.Errorf("airlock_jobs_identity{uid_source=munge,job_id_source=claimed} = %v, want 1", n)
 	}
 	recs, err := admin.Whois(ctx, g.state, netip.AddrPortFrom(j.PublicAddr, portOf(t, j.Ports)), time.Now())
 	if err != nil || len(recs) != 1 || recs[0].Attested == nil || recs[0].Attested.UID != me || recs[0].ID != l.ID {
@@ -144,7 +144,7 @@ func TestAttestMungeDown(t *testing.T) {
 	}
 }
 
-// identityGauge reads airlock_jobs_identity{uid, job}.
+// identityGauge reads airlock_jobs_identity{uid_source, job_id_source}.
 func identityGauge(t *testing.T, reg *prometheus.Registry, uid, job string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -160,7 +160,7 @@ func identityGauge(t *testing.T, reg *prometheus.Registry, uid, job string) floa
 			for _, p := range m.GetLabel() {
 				l[p.GetName()] = p.GetValue()
 			}
-			if l["uid"] == uid && l["job"] == job {
+			if l["uid_source"] == uid && l["job_id_source"] == job {
 				return m.GetGauge().GetValue()
 			}
 		}

@@ -276,19 +276,12 @@ func (g *gateway) registerFleetMetrics(reg prometheus.Registerer) error {
 		}
 		return 0
 	}
-	age := func() float64 {
-		if h := n.Health(); !h.Synced.IsZero() {
-			return time.Since(h.Synced).Seconds()
-		}
-		return -1
-	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_database_up",
 			Help: "1 while the fleet's database takes this gateway's journaled lease records, 0 while it fails."}, up),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_journal_records",
 			Help: "Lease records journaled locally, waiting to be written to the fleet's database."}, func() float64 { return float64(n.Health().Journaled) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_replica_age_seconds",
-			Help: "Seconds since the database last confirmed this gateway's copy of the fleet's tokens and bans (-1: never since start)."}, age),
+		newReplicaAge(n),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_fleet_members",
 			Help: "Live gateways of the fleet, this one included, as last read."}, func() float64 { return float64(len(n.Members())) }),
 	} {
@@ -337,4 +330,25 @@ func (g *gateway) OpenCapture(t control.CaptureTicket) (func(ctx context.Context
 		g.log.Info("live capture relayed to the fleet ended", "ticket", c.ID, "lease", c.Lease, "duration", time.Since(start).Round(time.Millisecond), "err", err)
 		return err
 	}, nil
+}
+
+// replicaAge is airlock_fleet_replica_age_seconds: absent until the
+// database first confirmed the replica, rather than a -1 that a
+// dashboard would average and an alert on "> 120" would never see.
+type replicaAge struct {
+	n    *fleet.Node
+	desc *prometheus.Desc
+}
+
+func newReplicaAge(n *fleet.Node) replicaAge {
+	return replicaAge{n, prometheus.NewDesc("airlock_fleet_replica_age_seconds",
+		"Seconds since the database last confirmed this gateway's copy of the fleet's tokens and bans; absent before the first confirmation.", nil, nil)}
+}
+
+func (r replicaAge) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+func (r replicaAge) Collect(ch chan<- prometheus.Metric) {
+	if h := r.n.Health(); !h.Synced.IsZero() {
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.GaugeValue, time.Since(h.Synced).Seconds())
+	}
 }

@@ -353,6 +353,9 @@ func (g *gateway) openServers() error {
 	adm.SetKeyRotator(g)
 	adm.SetBackuper(g)
 	g.registerFleetAdmin(adm)
+	// The metrics also on the admin socket, for airlock gateway diag
+	// whether or not --metrics serves them on the network.
+	adm.Handle("GET "+admin.MetricsPath, metrics.Handler(g.res.mx.registry))
 	if err := g.openCapture(mx.registry); err != nil {
 		return err
 	}

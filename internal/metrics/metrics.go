@@ -53,8 +53,14 @@ type Source struct {
 }
 
 // JobIdentity is where a job's uid and batch job id come from, the labels
-// of airlock_jobs_identity.
+// uid_source and job_id_source of airlock_jobs_identity (not "job", the
+// label Prometheus gives every series of a scrape job).
 type JobIdentity struct{ UID, Job string }
+
+// ExampleAddr is the --metrics address the docs and messages show: a
+// port outside 9100-9999, which Prometheus's default port allocations
+// list has given away entirely (9108 is the Graphite exporter's).
+const ExampleAddr = "127.0.0.1:8446"
 
 // Metrics holds the gateway's metrics. It is safe for concurrent use.
 type Metrics struct {
@@ -187,7 +193,7 @@ func newCollector(src Source) *collector {
 		bypassFlows:    desc("bypass_flows_total", "Flows jobs' clients carried around the gateway (site-local bypass), as they reported them at renewals, by bypass entry.", "rule"),
 		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
 		bypassRefused:  desc("bypass_reports_refused_total", "Entries of jobs' bypass reports refused because their cumulative counters went down."),
-		identities:     desc("jobs_identity", "Jobs with a live lease by where their uid and batch job id come from: claimed by the client, or attested (munge).", "uid", "job"),
+		identities:     desc("jobs_identity", "Jobs with a live lease by where their uid and batch job id come from: claimed by the client, or attested (munge).", "uid_source", "job_id_source"),
 	}
 }
 
@@ -275,7 +281,7 @@ func Handler(g prometheus.Gatherer) http.Handler {
 func Listen(addr string, public bool) (net.Listener, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, fmt.Errorf("bad --metrics %q: want HOST:PORT, e.g. 127.0.0.1:9108", addr)
+		return nil, fmt.Errorf("bad --metrics %q: want HOST:PORT, e.g. %s", addr, ExampleAddr)
 	}
 	if !public {
 		ip := net.ParseIP(host)

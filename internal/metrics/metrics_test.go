@@ -123,3 +123,51 @@ func TestListenLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestLabelConventions scrapes every series of the package with every
+// source set and checks Prometheus's conventions: no label the scrape
+// adds itself (job, instance; ours would be renamed exported_job), no
+// label whose name says it holds something else (uid, job_id hold ids,
+// not where they came from), no negative value standing for "unknown".
+func TestLabelConventions(t *testing.T) {
+	tb := flows.New(flows.Config{})
+	reg := prometheus.NewRegistry()
+	_, err := New(reg, Source{
+		Jobs:       func() int { return 1 },
+		Flows:      tb,
+		Backend:    func() (forward.Stats, error) { return forward.Stats{PolicyDrops: map[string]uint64{"default": 1}}, nil },
+		PortBlocks: func() (int, int) { return 1, 2 },
+		Start:      time.Unix(1700000000, 0),
+		Identities: func() map[JobIdentity]int { return map[JobIdentity]int{{UID: "munge", Job: "claimed"}: 1} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := map[string]string{"job": "the scrape's own", "instance": "the scrape's own", "uid": "a uid", "job_id": "a batch job id"}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				seen[l.GetName()] = true
+				if why, bad := reserved[l.GetName()]; bad || strings.HasPrefix(l.GetName(), "exported_") {
+					t.Errorf("%s has a label %q (%s)", mf.GetName(), l.GetName(), why)
+				}
+			}
+			for _, v := range []float64{m.GetGauge().GetValue(), m.GetCounter().GetValue()} {
+				if v < 0 {
+					t.Errorf("%s%v = %v: a negative sentinel", mf.GetName(), m.GetLabel(), v)
+				}
+			}
+		}
+	}
+	if !seen["uid_source"] || !seen["job_id_source"] {
+		t.Errorf("labels seen %v: want airlock_jobs_identity's uid_source and job_id_source", seen)
+	}
+	if _, port, _ := strings.Cut(ExampleAddr, ":"); port >= "9090" && port <= "9999" && len(port) == 4 {
+		t.Errorf("ExampleAddr %s: port in Prometheus's and its exporters' allocated range", ExampleAddr)
+	}
+}

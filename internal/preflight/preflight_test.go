@@ -4,7 +4,6 @@ package preflight
 
 import (
 	"errors"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,27 +161,43 @@ func TestConfigFile(t *testing.T) {
 	}
 }
 
-// TestControlOutside (issue 33, item 6): `gateway --check` warns when the
-// control port is reachable on an outside address: listening on every
-// interface, or on an address jobs' flows leave from.
-func TestControlOutside(t *testing.T) {
-	outside := []netip.Addr{netip.MustParseAddr("203.0.113.1"), netip.MustParseAddr("2001:db8::1")}
+func TestNestedUserNamespaces(t *testing.T) {
 	for _, tc := range []struct {
-		listen string
-		want   Status
-		says   string
-	}{
-		{"0.0.0.0:8443", Warn, "203.0.113.1"},
-		{":8443", Warn, "every interface"},
-		{"[::]:8443", Warn, "every interface"},
-		{"203.0.113.1:8443", Warn, "outside address"},
-		{"[2001:db8::1]:8443", Warn, "outside address"},
-		{"10.0.0.1:8443", OK, "not an outside"},
-		{"gw.inside:8443", OK, "host name"},
-	} {
-		r := ControlOutside(tc.listen, outside)
-		if r.Status != tc.want || !strings.Contains(r.Detail, tc.says) || (tc.want == Warn && !strings.Contains(r.Fix, "INSIDE_ADDRESS:8443")) {
-			t.Errorf("ControlOutside(%q) = %+v, want %v saying %q", tc.listen, r, tc.want, tc.says)
+		v    string
+		want Status
+	}{{"15000", OK}, {"1", Warn}, {"2", Warn}, {"", OK}} {
+		sc := map[string]string{}
+		if tc.v != "" {
+			sc["user.max_user_namespaces"] = tc.v
+		}
+		got := fakeHost(t, sc).NestedUserNamespaces()
+		if got.Status != tc.want {
+			t.Errorf("user.max_user_namespaces %q: got %v (%s), want %v", tc.v, got.Status, got.Detail, tc.want)
+		}
+		if got.Status == Warn && !strings.Contains(got.Fix, "max_user_namespaces") {
+			t.Errorf("fix %q does not name the sysctl", got.Fix)
+		}
+	}
+}
+
+func TestFUSEDevice(t *testing.T) {
+	h := fakeHost(t, nil)
+	h.FUSE = filepath.Join(t.TempDir(), "fuse")
+	if got := h.FUSEDevice(); got.Status != Warn || !strings.Contains(got.Detail, "missing") {
+		t.Errorf("no device: got %v %q, want a warning that it is missing", got.Status, got.Detail)
+	}
+	// A regular file stands in for the device: what is checked is that
+	// it opens read-write.
+	if err := os.WriteFile(h.FUSE, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.FUSEDevice(); got.Status != OK {
+		t.Errorf("openable: got %v %q, want ok", got.Status, got.Detail)
+	}
+	if os.Getuid() != 0 {
+		os.Chmod(h.FUSE, 0o400)
+		if got := h.FUSEDevice(); got.Status != Warn || !strings.Contains(got.Fix, "0666") {
+			t.Errorf("not openable: got %v %q %q, want a warning with the fix", got.Status, got.Detail, got.Fix)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func TestFlows(t *testing.T) {
 
 func testFlows(t *testing.T, mode string) {
 	ft := &flowsTest{mode: mode}
-	ft.metricsPort = 9108 // in dmz's own network namespace
+	ft.metricsPort = 8446 // in dmz's own network namespace
 	// The bulk address is added before the gateway starts, so that its
 	// rule can name it; the HTTP server in inet listens on every address.
 	ft.e = newEnvHook(t, mode, nil, func(e *env) []string {
@@ -152,6 +152,17 @@ func (ft *flowsTest) curlDownload(t *testing.T) {
 	}
 	checkBytes("out", ft.rec.BytesOut, req, ft.rec.PacketsOut)
 	checkBytes("in", ft.rec.BytesIn, body+hdr, ft.rec.PacketsIn)
+
+	// The public source port the outside saw: whois of the logged
+	// public_addr:public_port at the flow's start names this very lease.
+	if ft.rec.PublicPort == 0 || !ft.rec.PublicAddr.IsValid() {
+		t.Fatalf("flow record has public_addr %v public_port %d, want the address and source port the outside saw", ft.rec.PublicAddr, ft.rec.PublicPort)
+	}
+	pub := netip.AddrPortFrom(ft.rec.PublicAddr, ft.rec.PublicPort)
+	code, out, stderr = ft.e.admin(t, "whois", "--state", ft.e.state, "--json", "--at", ft.rec.Start.Format(time.RFC3339Nano), pub.String())
+	if code != 0 || !strings.Contains(out, `"`+string(ft.rec.Lease)+`"`) {
+		t.Errorf("whois %s (the flow's public_addr:public_port) at its start: exit %d, %q %q, want lease %s", pub, code, out, stderr, ft.rec.Lease)
+	}
 }
 
 // badTokenCounted is testFlows's subtest BadTokenCounted.

@@ -82,7 +82,17 @@ ports = ["8000-8999"]
 
 [limits.token.lab]
 max_flows = 2
-`, deny, deny, privateAddr, extra, denyUDPPort, denyUDPPort, topology.INETAddr, ula6Prefix)
+
+# Run at start and at every reload: a file that fails them is refused.
+[[policy.test]]
+token = "lab"
+allow = ["%s:80"]
+deny = ["%s:%d"]
+
+[[policy.test]]
+deny = ["%s:80", "%s:80"]
+`, deny, deny, privateAddr, extra, denyUDPPort, denyUDPPort, topology.INETAddr, ula6Prefix,
+		privateAddr, topology.INETAddr, deny, privateAddr, metadataAddr)
 }
 
 // TestPolicy runs, in each egress mode (and user mode with either TCP
@@ -405,6 +415,18 @@ func (pt *policyTest) reload(t *testing.T) {
 		t.Errorf("after the broken reload the old policy is not in force")
 	}
 
+	// Valid, but its [[policy.test]] fails: an allow of the private
+	// address for every token is refused, and the old policy stays.
+	pt.write(policyConfig(pt.denyPort, fmt.Sprintf("\n[[policy.rule]]\nname = \"oops\"\naction = \"allow\"\nto = [\"%s/32\"]\n", privateAddr)))
+	code, out, stderr = reload()
+	wantTest := fmt.Sprintf(`policy.test[2].deny: tcp to %s:80 for a token no rule names: the policy allows it (rule "oops" decides`, privateAddr)
+	if code == 0 || !strings.Contains(stderr, wantTest) {
+		t.Errorf("reload of a file whose policy test fails: exit %d, %q %q, want non-zero with %q", code, out, stderr, wantTest)
+	}
+	if pt.get(t, "", netip.AddrPortFrom(privateAddr, uint16(pt.okPort))) {
+		t.Errorf("after the reload whose policy test failed, a job of another token reaches %s", privateAddr)
+	}
+
 	// Good: deny the echo port for new flows.
 	pt.write(policyConfig(pt.denyPort, fmt.Sprintf("\n[[policy.rule]]\nname = \"no-echo\"\naction = \"deny\"\nproto = \"tcp\"\nports = [%d]\n", pt.echo)))
 	code, out, stderr = reload()
@@ -452,6 +474,15 @@ func (pt *policyTest) brokenAtStart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(pt.dir, "state2")); err == nil {
 		t.Error("gateway created its state directory although its config is broken")
+	}
+	// A config whose policy tests fail does not start the gateway either.
+	failing := strings.Replace(policyConfig(pt.denyPort, ""), `deny = ["`+privateAddr.String(), `allow = ["`+privateAddr.String(), 1)
+	if err := os.WriteFile(bad, []byte(failing), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr = pt.tp.Run(t, 30*time.Second, pt.tp.DMZ, pt.e.gwUser, pt.e.airlock, args...)
+	if want := "policy.test[2].allow: tcp to " + privateAddr.String() + ":80"; code == 0 || !strings.Contains(stderr, want) {
+		t.Errorf("gateway with a config whose policy test fails: exit %d, stderr %q, want a failure naming %s", code, stderr, want)
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 )
 
 const (
-	promMetricsPort = 9108 // the gateway's metrics, in dmz
+	promMetricsPort = 8446 // the gateway's metrics, in dmz
 	promPort        = 9090 // Prometheus, in dmz
 )
 
@@ -45,7 +45,7 @@ func TestPrometheus(t *testing.T) {
 
 	t.Run("PromtoolCheckRules", func(t *testing.T) {
 		out, err := runCmd("promtool", "check", "rules", alerts)
-		if err != nil || !strings.Contains(out, "SUCCESS: 5 rules found") {
+		if err != nil || !strings.Contains(out, "SUCCESS: 10 rules found") {
 			t.Errorf("promtool check rules %s: %v\n%s", alerts, err, out)
 		}
 	})
@@ -184,11 +184,11 @@ scrape_configs:
 					}
 				}
 			}
-			if n == 5 && healthy == 5 {
+			if n == 10 && healthy == 10 {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("alert rules in Prometheus: %d of %d healthy, want 5 of 5:\n%s", healthy, n, out)
+				t.Fatalf("alert rules in Prometheus: %d of %d healthy, want 10 of 10:\n%s", healthy, n, out)
 			}
 			time.Sleep(250 * time.Millisecond)
 		}

@@ -19,7 +19,7 @@ import (
 // or the old pin join while the rotation is under way, and after
 // --finish only the new pin works, also across a restart.
 func TestKeyRotation(t *testing.T) {
-	const metricsPort = 9108 // in dmz's own network namespace
+	const metricsPort = 8446 // in dmz's own network namespace
 	e := newEnvMode(t, modeUser, "--renew-interval", "2s", "--metrics", fmt.Sprintf("127.0.0.1:%d", metricsPort))
 	oldPin := e.pin
 	url := fmt.Sprintf("http://%s:%d/small", e.tp.INETAddr, e.httpPort)

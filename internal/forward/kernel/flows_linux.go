@@ -77,6 +77,9 @@ type ctFlow struct {
 	closed           bool   // TCP in TIME_WAIT or CLOSE
 	origSrc, origDst netip.AddrPort
 	origProto        uint8
+	// publicPort is an egress flow's source port after source NAT: the
+	// destination port of conntrack's reply tuple.
+	publicPort uint16
 }
 
 // jobNets says which addresses are jobs': the tunnel subnets, without the
@@ -141,6 +144,9 @@ func classify(ct *netlink.ConntrackFlow, jn jobNets) (c ctFlow, ok bool) {
 		}
 		c.dir = flows.Egress
 		c.key = flows.Key{Proto: ipproto.Proto(proto), Src: c.origSrc, Dst: c.origDst}
+		if proto == unix.IPPROTO_TCP || proto == unix.IPPROTO_UDP {
+			c.publicPort = ct.Reverse.DstPort
+		}
 		c.bo, c.po, c.bi, c.pi = ct.Forward.Bytes, ct.Forward.Packets, ct.Reverse.Bytes, ct.Reverse.Packets
 	case jn.inside(rsrc) && !jn.gw(rsrc) && !jn.inside(osrc):
 		// DNAT to a job: the reply comes from the job's address and port.
@@ -231,12 +237,14 @@ func (a *accountant) poll() {
 				// Seen first in TIME_WAIT: ended between polls.
 				e = &tracked{}
 				fl := a.tb.Open(c.key, c.dir)
+				fl.SetPublicPort(c.publicPort)
 				fl.Set(c.bo, c.po, c.bi, c.pi)
 				fl.End(flows.EndClosed)
 				a.entries[k] = e
 			} else {
 				e = &tracked{fl: a.tb.Open(c.key, c.dir)}
 				e.fl.SetCloser(entryCloser{k: k, log: a.fw})
+				e.fl.SetPublicPort(c.publicPort)
 				a.entries[k] = e
 			}
 		}

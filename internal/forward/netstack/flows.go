@@ -28,6 +28,7 @@ package netstack
 // denials (verdict flows.Denied(rule), from checkFlow).
 
 import (
+	"net"
 	"net/netip"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -94,4 +95,19 @@ func (s *Stack) refuseDenied(proto policy.Proto, src, dst netip.AddrPort, rule s
 		v, _ = s.denied.LoadOrStore(rule, flows.Denied(rule))
 	}
 	s.cfg.Flows.Refuse(flows.Key{Proto: proto, Src: src, Dst: dst}, flows.Egress, v.(string))
+}
+
+// localPort is the local port of c, the source port the outside sees an
+// egress flow come from; 0 if c has none.
+func localPort(c net.Conn) uint16 {
+	if c == nil {
+		return 0
+	}
+	switch a := c.LocalAddr().(type) {
+	case *net.TCPAddr:
+		return uint16(a.Port)
+	case *net.UDPAddr:
+		return uint16(a.Port)
+	}
+	return 0
 }

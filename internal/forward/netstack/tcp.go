@@ -145,6 +145,7 @@ func (s *Stack) serveTCP(in, out net.Conn, src, dst netip.AddrPort, lim *jobLimi
 	if fl != nil {
 		fl.SetCloser(f)
 		fl.SetPacketCounter(pkts)
+		fl.SetPublicPort(localPort(out))
 	}
 	start := time.Now()
 	up, down := s.relayTCP(in, out, s.egressShaper(lim), s.ingressShaper(lim), fl)

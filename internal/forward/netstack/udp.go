@@ -101,6 +101,7 @@ func (s *Stack) relayUDP(in *gonet.UDPConn, src, dst netip.AddrPort, j *jobLimit
 	fl := s.openFlow(flows.ProtoUDP, src, dst, flows.Egress)
 	if fl != nil {
 		fl.SetCloser(f)
+		fl.SetPublicPort(localPort(out))
 	}
 	if s.flowDebugOn() {
 		s.log.Debug("udp flow opened", "src", src, "dst", dst)

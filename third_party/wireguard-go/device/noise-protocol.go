@@ -225,6 +225,7 @@ type Handshake struct {
 	lastTimestamp             tai64n.Timestamp
 	lastInitiationConsumption time.Time
 	lastSentHandshake         time.Time
+	responseExempted          bool // the initiation's one response under load without a cookie was claimed (Airlock's patch, awaitsResponse)
 }
 
 var (
@@ -337,6 +338,7 @@ func (device *Device) CreateMessageInitiation(peer *Peer) (*MessageInitiation, e
 
 	handshake.mixHash(msg.Timestamp[:])
 	handshake.state = handshakeInitiationCreated
+	handshake.responseExempted = false
 	return &msg, nil
 }
 

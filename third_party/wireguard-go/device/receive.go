@@ -6,6 +6,7 @@
 package device
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -331,11 +332,13 @@ func (device *Device) RoutineHandshake(id int) {
 				// its jobs itself, paced; upstream would answer each
 				// response under load with a cookie and then admit 20
 				// a second from a compute node's one address, so the
-				// node's jobs would wait for it. The work stays bounded
-				// by the initiations sent (each takes one response);
-				// a forged response needs the initiation's random
-				// receiver index, and a wrong one costs a table lookup.
-				if elem.msgType == MessageResponseType && device.awaitsResponse(elem.packet) {
+				// node's jobs would wait for it. The exemption is
+				// spent by the first response that claims it, and only
+				// one from the endpoint the initiation went to can
+				// claim it: the X25519 work it admits stays one
+				// response's per initiation sent, even for an attacker
+				// who read the receiver index and spoofs sources.
+				if elem.msgType == MessageResponseType && device.awaitsResponse(elem.packet, elem.endpoint) {
 					break
 				}
 
@@ -553,18 +556,33 @@ func (peer *Peer) RoutineSequentialReceiver(maxBatchSize int) {
 	}
 }
 
-// awaitsResponse reports whether packet, a handshake response, names by
-// its receiver index a handshake of this device that sent its initiation
-// and waits for the answer (Airlock's patch, see RoutineHandshake).
-func (device *Device) awaitsResponse(packet []byte) bool {
-	if len(packet) != MessageResponseSize {
+// awaitsResponse reports whether packet, a handshake response that came
+// from, may skip the cookie round and the per-source limit under load
+// (Airlock's patch, see RoutineHandshake): its receiver index must name a
+// handshake of this device that sent its initiation and waits for the
+// answer, from must be the endpoint that initiation was sent to, and no
+// other response may have claimed the exemption for that initiation yet.
+// A true answer spends the exemption.
+func (device *Device) awaitsResponse(packet []byte, from conn.Endpoint) bool {
+	if len(packet) != MessageResponseSize || from == nil {
 		return false
 	}
-	hs := device.indexTable.Lookup(binary.LittleEndian.Uint32(packet[8:12])).handshake
-	if hs == nil {
+	entry := device.indexTable.Lookup(binary.LittleEndian.Uint32(packet[8:12]))
+	hs, peer := entry.handshake, entry.peer
+	if hs == nil || peer == nil {
 		return false
 	}
-	hs.mutex.RLock()
-	defer hs.mutex.RUnlock()
-	return hs.state == handshakeInitiationCreated
+	peer.endpoint.Lock()
+	sentTo := peer.endpoint.val
+	peer.endpoint.Unlock()
+	if sentTo == nil || !bytes.Equal(sentTo.DstToBytes(), from.DstToBytes()) {
+		return false
+	}
+	hs.mutex.Lock()
+	defer hs.mutex.Unlock()
+	if hs.state != handshakeInitiationCreated || hs.responseExempted {
+		return false
+	}
+	hs.responseExempted = true
+	return true
 }

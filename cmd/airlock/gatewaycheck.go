@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+
+//go:build !airlock_node
+
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/forward/kernel"
+	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/preflight"
+	"github.com/airlock-vpn/airlock/internal/store/pgstore"
+)
+
+// gatewayCheck is airlock gateway --check: what this host offers the
+// gateway configured by cfg, without starting it.
+func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
+	h := preflight.System()
+	rep := preflight.Report{h.StateDir(cfg.StateDir), preflight.Listen(cfg.Listen)}
+	if cfg.ConfigFile != "" {
+		rep = append(rep, preflight.ConfigFile(cfg.ConfigFile)...)
+	}
+	if cfg.Egress == gateway.EgressKernel {
+		r := preflight.Result{Name: "privileges", Status: preflight.OK, Detail: "running as root"}
+		if h.UID != 0 {
+			r = preflight.Result{Name: "privileges", Status: preflight.Problem, Detail: fmt.Sprintf("--egress kernel needs root or CAP_NET_ADMIN; running as uid %d", h.UID),
+				Fix: "run as root, or use the default --egress user"}
+		}
+		rep = append(rep, r)
+	} else {
+		if cfg.TCPStack != gateway.TCPStackNetstack {
+			miss, fallback := preflight.Warn, "; --tcp-stack auto falls back to the netstack (slower on lossy paths)"
+			if cfg.TCPStack == gateway.TCPStackKernel {
+				miss, fallback = preflight.Problem, ""
+			}
+			rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
+		}
+		rep = append(rep, h.PingGroup(), h.PortBlocks(cfg.EgressPorts.Lo, cfg.EgressPorts.Hi, cfg.BlockSize))
+	}
+	rep = append(rep, egressChecks(cfg)...)
+	rep = append(rep, preflight.ControlOutside(cfg.Listen, outsideAddrs(cfg)))
+	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
+	if cfg.Store.URL != "" {
+		rep = append(rep, storeCheck(cfg.Store))
+	}
+	return writeReport(w, rep, asJSON)
+}
+
+// outsideAddrs are the addresses of cfg's gateway that face outside: those
+// jobs' flows leave from (--egress-addr, or the default routes' sources).
+func outsideAddrs(cfg gateway.Config) []netip.Addr {
+	out := append([]netip.Addr{cfg.EgressAddr, cfg.EgressAddr6}, cfg.EgressAddrs...)
+	for _, f := range ipfamily.All {
+		if a, err := gateway.EgressSource(f); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// egressChecks are airlock gateway --check's lines on where jobs' flows
+// leave from, per address family: a user-mode gateway without
+// --egress-addr(6) uses the source of the host's default route of the
+// family (IPv4 without one: the host's choice per destination; kernel
+// mode cannot start; IPv6 without one: jobs get IPv4 only), and
+// --egress-prefix6 needs its host setup (user mode: a local route; kernel
+// mode: no local route, not on-link elsewhere).
+func egressChecks(cfg gateway.Config) []preflight.Result {
+	var out []preflight.Result
+	for _, f := range ipfamily.All {
+		name := strings.ToLower(f.Name) + " egress"
+		switch {
+		case f == ipfamily.V6 && cfg.NoIPv6:
+		case f == ipfamily.V6 && cfg.EgressPrefix6.IsValid():
+			out = append(out, prefix6Check(cfg))
+		case f == ipfamily.V4 && cfg.EgressAddr.IsValid(), f == ipfamily.V6 && cfg.EgressAddr6.IsValid():
+		default:
+			r := preflight.Result{Name: name, Status: preflight.OK}
+			a, err := gateway.EgressSource(f)
+			switch {
+			case err == nil:
+				r.Detail = fmt.Sprintf("jobs' %s flows leave from %s (the %s default route's source)", f, a, f)
+			case f == ipfamily.V6:
+				r.Status, r.Detail = preflight.Warn, fmt.Sprintf("jobs get IPv4 only: %v", err)
+				r.Fix = "give this host an IPv6 default route, or set --egress-addr6"
+			case cfg.Egress == gateway.EgressKernel:
+				r.Status, r.Detail = preflight.Problem, fmt.Sprintf("kernel egress needs the public address to source-NAT to: %v", err)
+				r.Fix = "set --egress-addr, or give this host a default route"
+			default:
+				r.Status, r.Detail = preflight.Warn, fmt.Sprintf("jobs' IPv4 flows leave from whatever source the host picks per destination: %v", err)
+				r.Fix = "set --egress-addr, or give this host a default route"
+			}
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// prefix6Check is --egress-prefix6's line: the host setup each egress mode
+// needs for jobs' own IPv6 addresses.
+func prefix6Check(cfg gateway.Config) preflight.Result {
+	p := cfg.EgressPrefix6
+	if cfg.Egress == gateway.EgressKernel {
+		r := preflight.Result{Name: "egress prefix6", Status: preflight.OK, Detail: fmt.Sprintf("%s is routed to the TUN: jobs' IPv6 flows leave from their own addresses (the site must route it to this host)", p)}
+		if msgs := kernel.CheckPrefix6(p, cmp.Or(cfg.TUN, kernel.DefaultName)); len(msgs) > 0 {
+			r.Status, r.Detail = preflight.Problem, strings.Join(msgs, "; ")
+		}
+		return r
+	}
+	if err := gateway.CheckLocalPrefix6(p, netip.Addr{}); err != nil {
+		return preflight.Result{Name: "egress prefix6", Status: preflight.Problem, Detail: err.Error(),
+			Fix: fmt.Sprintf("as root: ip -6 route add local %s dev lo", p)}
+	}
+	return preflight.Result{Name: "egress prefix6", Status: preflight.OK, Detail: fmt.Sprintf("%s is a local route: jobs' IPv6 flows leave from their own addresses", p)}
+}
+
+// storeCheck is gateway --check's item for --store: the database answers
+// with the schema this airlock knows.
+func storeCheck(sc gateway.StoreConfig) preflight.Result {
+	r := preflight.Result{Name: "fleet database"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	db, err := pgstore.Open(ctx, pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile})
+	switch {
+	case errors.Is(err, pgstore.ErrSchemaOld):
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "run airlock db migrate --store URL as the schema's owner (docs/fleet.md)"
+	case errors.Is(err, pgstore.ErrSchemaNew):
+		r.Status, r.Detail, r.Fix = preflight.Problem, err.Error(), "upgrade airlock on this host to the fleet's version"
+	case err != nil:
+		r.Status, r.Detail, r.Fix = preflight.Warn, err.Error(), "check --store, the password (--store-password-file, PGPASSWORD) and TLS; the gateway starts without the database with its copy of the fleet's tokens from a previous run, and a new gateway admits no job until it answers"
+	default:
+		db.Close()
+		r.Status, r.Detail = preflight.OK, fmt.Sprintf("answers with schema version %d", pgstore.LatestVersion())
+	}
+	return r
+}
