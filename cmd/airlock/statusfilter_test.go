@@ -9,10 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/jobs"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // bigStatus is a gateway's status with n jobs of 4 tokens, 100 users and
@@ -28,7 +29,7 @@ func bigStatus(n int) admin.Status {
 			User: fmt.Sprintf("user%03d", i%100), ClaimedUID: 2000 + i%100, Host: fmt.Sprintf("wn%03d", i%500),
 		}
 		if i%10 == 0 {
-			j.Attested = &store.Attestation{By: "munge", UID: uint32(2000 + i%100), User: j.User, Job: &store.AttestedJob{Node: j.Host}}
+			j.Attested = &identity.Attestation{By: "munge", UID: uint32(2000 + i%100), User: j.User, Job: &identity.AttestedJob{Node: j.Host}}
 		}
 		st.Jobs = append(st.Jobs, j)
 		a = a.Next()

@@ -122,6 +122,10 @@ var refusals = []refusal{
 			return "gateway is draining: it takes no new jobs for now; use another gateway or wait"
 		}},
 	{err: ErrBusy, code: CodeBusy, status: http.StatusServiceUnavailable, wait: time.Second},
+	{err: ErrAttestationUnavailable, code: CodeAttestationUnavailable, status: http.StatusServiceUnavailable, failure: true, wait: 5 * time.Second,
+		message: func(error) string {
+			return "the gateway cannot check MUNGE credentials now (its munged fails or is slow); retry, or use another gateway"
+		}},
 	{err: ErrBadTicket, code: CodeBadTicket, status: http.StatusForbidden, failure: true,
 		message: func(error) string { return ErrBadTicket.Error() }},
 	{err: ErrNoSuchCapture, code: CodeNoSuchCapture, status: http.StatusNotFound},
@@ -151,6 +155,11 @@ func refusalOf(err error) refusal {
 	}
 	return refusals[len(refusals)-1]
 }
+
+// Clears reports whether err is a refusal that clears with time (its row
+// has a wait: a busy or draining gateway, a rate or quota), which airlock
+// run waits out, rather than a definite one.
+func Clears(err error) bool { return refusalOf(err).wait > 0 }
 
 // RetryAfterError is a refusal that names its own wait, e.g. the time until
 // a token's join rate admits the next join. Make it with [WithRetryAfter].

@@ -14,8 +14,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/ipproto"
-	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -77,7 +78,7 @@ type JoinRequest struct {
 	Attest *Attest `json:"attest,omitempty"`
 	// Attested is what the gateway's Attester verified of Attest: set by
 	// the control server before Backend.Join, never from the wire.
-	Attested *store.Attestation `json:"-"`
+	Attested *identity.Attestation `json:"-"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -213,6 +214,10 @@ func (l Lease) AllExposed() []Exposed {
 type LeaseRef struct {
 	ID     string `json:"id"`
 	Secret string `json:"secret"`
+	// From is where the request came from, set by the server (never from
+	// the wire): a token's source networks and an attested node are
+	// checked at every request for the lease, not only at join.
+	From netip.AddrPort `json:"-"`
 }
 
 // RenewResponse is the answer to a successful renew.

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,3 +180,243 @@ func portOf(t *testing.T, block string) uint16 {
 }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAttestedJobWaits (issue 33, item 1): a job whose join is refused
+// for a reason that clears with time (its token's max_leases held by
+// another job; a drain) keeps its job credential, made once by root:
+// its retry, with the same job credential and a fresh join credential as
+// airlock run makes them, is admitted as that job once the reason is
+// gone, through a real munged. The job credential then is spent: a copy
+// presented again is refused as a replay.
+func TestAttestedJobWaits(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+job_uids = [`+strconv.Itoa(int(me))+`]
+[quota.token.one]
+max_leases = 1
+`)
+	tok := namedToken(t, g, "one")
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	jobCred := func(t *testing.T, id string) string {
+		t.Helper()
+		jc, err := attest.MakeJob(ctx, mc, attest.JobPayload{Batch: "slurm", JobID: id, Step: "batch", UID: me, GID: uint32(os.Getgid()), Node: "cn1"}, 300)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jc
+	}
+	// join is one attempt of airlock run: a fresh join credential bound
+	// to the job credential jc.
+	join := func(t *testing.T, jc, id string) (control.Lease, error) {
+		t.Helper()
+		key := freshKey(t)
+		cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, key, jc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: key,
+			Job: control.JobInfo{UID: int(me), BatchJobID: id, BatchSystem: "slurm"}, Attest: &control.Attest{Munge: cred, MungeJob: jc}})
+	}
+	holder, err := join(t, jobCred(t, "1"), "1")
+	if err != nil {
+		t.Fatalf("first job: %v", err)
+	}
+	jc2 := jobCred(t, "2")
+	for i := 0; i < 2; i++ {
+		if _, err := join(t, jc2, "2"); !errors.Is(err, control.ErrQuota) {
+			t.Fatalf("second job, attempt %d, while the first holds max_leases = 1: %v, want ErrQuota", i+1, err)
+		}
+	}
+	if err := cc.Release(ctx, control.LeaseRef{ID: holder.ID, Secret: holder.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := join(t, jc2, "2")
+	if err != nil {
+		t.Fatalf("second job after the first left: %v, want admitted with its job credential", err)
+	}
+	ac := adminClient(t, g)
+	st, err := ac.Status(ctx)
+	if err != nil || len(st.Jobs) != 1 || st.Jobs[0].Attested == nil || st.Jobs[0].Attested.Job == nil || st.Jobs[0].Attested.Job.JobID != "2" {
+		t.Fatalf("status %+v %v, want job 2 attested", st, err)
+	}
+	// Across a drain: refused while draining, admitted after.
+	jc3 := jobCred(t, "3")
+	if err := cc.Release(ctx, control.LeaseRef{ID: l2.ID, Secret: l2.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Drain(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := join(t, jc3, "3"); !errors.Is(err, control.ErrDraining) {
+		t.Fatalf("join while draining: %v, want ErrDraining", err)
+	}
+	if _, err := ac.Drain(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := join(t, jc3, "3"); err != nil {
+		t.Fatalf("join after the drain ended: %v, want admitted with its job credential", err)
+	}
+	// Spent now: the same job credential again is a replay.
+	if _, err := join(t, jc3, "3"); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
+		t.Errorf("job credential of a job that joined, again: %v, want attestation_failed (used before)", err)
+	}
+}
+
+// TestBanSticksToPerson (issue 33, item 2): `kick --ban` of an attested
+// job bans the person, through a real munged: the same uid's running job
+// of another token ends, and so does the unattested job of the banned
+// token from the same node; new joins of that uid with any token or none
+// are refused, and so are unattested joins from the node of the banned
+// token or claiming the uid; another user's unattested join of another
+// token from the node is not.
+func TestBanSticksToPerson(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	t1, t2, t3 := namedToken(t, g, "t1"), namedToken(t, g, "t2"), namedToken(t, g, "t3")
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	req := func(t *testing.T, tok string, attested bool) control.JoinRequest {
+		t.Helper()
+		r := control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		if tok == t3 {
+			r.Job.UID = int(me) + 1 // another user of the node
+		}
+		if attested {
+			cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, r.PublicKey, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Attest = &control.Attest{Munge: cred}
+		}
+		return r
+	}
+	kicked, err := cc.Join(ctx, req(t, t1, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameUserOtherToken, err := cc.Join(ctx, req(t, t2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNodeUnattested, err := cc.Join(ctx, req(t, t1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherToken, err := cc.Join(ctx, req(t, t3, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := adminClient(t, g)
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: kicked.ID, Reason: "abuse", Ban: "1h"})
+	if err != nil || !strings.Contains(res.BanCovers, "with any token or none") {
+		t.Fatalf("kick --ban: %+v %v, want a ban that says it covers the uid with any token", res, err)
+	}
+	for _, tc := range []struct {
+		name string
+		l    control.Lease
+		live bool
+	}{{"the same uid's job of another token", sameUserOtherToken, false}, {"the unattested job of the token from the node", sameNodeUnattested, false}, {"another token's unattested job", otherToken, true}} {
+		_, err := cc.Renew(ctx, control.LeaseRef{ID: tc.l.ID, Secret: tc.l.Secret})
+		if live := err == nil; live != tc.live {
+			t.Errorf("%s after the ban: renew %v, want live %v", tc.name, err, tc.live)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		tok      string
+		attested bool
+		banned   bool
+	}{
+		{"the uid, the same token", t1, true, true},
+		{"the uid, another token", t2, true, true},
+		{"the uid, no token", "", true, true},
+		{"unattested, the banned token, from the node", t1, false, true},
+		{"unattested, another token", t3, false, false},
+	} {
+		_, err := cc.Join(ctx, req(t, tc.tok, tc.attested))
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("join %s: %v, want banned %v", tc.name, err, tc.banned)
+		}
+	}
+}
+
+// TestQuotaPerUser (issue 33, item 3): token-less attested joins are
+// metered per attested uid ([quota.user]): one user who holds their
+// max_leases does not stop another user's job, and the refusal names the
+// uid and the config key.
+func TestQuotaPerUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a credential as another user")
+	}
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+[quota.user]
+max_leases = 1
+`)
+	ctx := context.Background()
+	join := func(t *testing.T, uid int) error {
+		t.Helper()
+		key := freshKey(t)
+		cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups", "--", "munge", "--socket", d.Socket, "--ttl", "60")
+		cmd.Stdin = strings.NewReader(string(attest.JoinPayload{Gateway: g.info.Fingerprint, Key: key}.Marshal()))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: uid},
+			Attest: &control.Attest{Munge: strings.TrimSpace(string(out))}})
+		return err
+	}
+	if err := join(t, 65534); err != nil {
+		t.Fatalf("first job of uid 65534: %v", err)
+	}
+	if err := join(t, 65534); !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), "quota.user.max_leases") {
+		t.Errorf("second job of uid 65534: %v, want ErrQuota naming the uid and quota.user.max_leases", err)
+	}
+	if err := join(t, 65533); err != nil {
+		t.Errorf("another user's job while uid 65534 holds its quota: %v, want admitted", err)
+	}
+}
+
+// TestMungedDownIs503 (issue 33, item 6): when the gateway's munged stops
+// answering, a join with a credential gets a clear 503
+// (attestation_unavailable) with a Retry-After, which airlock run waits
+// out, and it counts against its source like a failure; no 500.
+func TestMungedDownIs503(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	node := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	// The gateway's munged goes away: its socket no longer answers.
+	if err := os.Remove(d.Socket); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := freshKey(t)
+	cred, err := attest.MakeJoin(ctx, munge.Client{Socket: node.Socket}, g.info.Fingerprint, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: int(me)}, Attest: &control.Attest{Munge: cred}})
+	var ae *control.APIError
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != control.CodeAttestationUnavailable || ae.RetryAfter <= 0 {
+		t.Fatalf("join while the gateway's munged is down: %v, want 503 attestation_unavailable with a Retry-After", err)
+	}
+}

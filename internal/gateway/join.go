@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/attest"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -117,16 +118,6 @@ type gateway struct {
 	attest attestation
 }
 
-// owner is what a lease records about its holder: what its client
-// claimed (Job), and what its credentials attested (Attested, nil if
-// nothing was).
-type owner struct {
-	Job      control.JobInfo
-	Token    string
-	Remote   netip.AddrPort
-	Attested *store.Attestation
-}
-
 // Join admits a job: lease → egress backend (AddJob) → lease history →
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
@@ -138,7 +129,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
 	}
-	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
+	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
 	}
 	l, secret, err := g.newLease(req, tok, remote, pub)
@@ -172,7 +163,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	added = true
 	// Fail closed: a job the history cannot attribute does not get in.
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
@@ -325,7 +316,7 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 // one place that decides a job's limits) and its exposures, checked
 // against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	if o.Attested != nil && o.Attested.Job != nil {
 		jobID = o.Attested.Job.JobID
 	}
@@ -349,6 +340,34 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	return j, nil
 }
 
+// checkFrom checks a request for lease l that came from from (invalid:
+// unknown) as the join was checked: the token's source networks (airlock
+// token restrict may have changed them since), and, for a lease whose
+// identity was attested with the origin policy "match", the node its
+// credential was made on. A lease secret taken off its node is worth
+// nothing elsewhere.
+func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
+	if !from.IsValid() {
+		return nil
+	}
+	o, addr := l.Owner, from.Addr().Unmap()
+	if a := o.Attested; a != nil && a.Node.IsValid() && addr != a.Node.Unmap() {
+		if v := g.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
+			return fmt.Errorf("%w: lease %s was attested for node %s; a request for it from %s is refused (a lease is good only from the node whose credential made it)",
+				control.ErrAttestation, l.ID, a.Node, addr)
+		}
+	}
+	if o.Token == "" {
+		return nil
+	}
+	tok, err := g.st.Token(o.Token)
+	if err != nil || tok.AllowsFrom(addr) {
+		return nil // a token that is gone is Renew's to judge
+	}
+	return fmt.Errorf("%w: token %s may not be used from %s: the gateway's admin restricted it to other networks; lease %s is refused from there",
+		control.ErrBadToken, o.Token, addr, l.ID)
+}
+
 // addJob admits j to the egress backend and the capture taps.
 func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
@@ -362,11 +381,17 @@ func (g *gateway) addJob(j forward.Job) error {
 // was revoked or expired meanwhile ends here, whatever let it live.
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	now := time.Now()
+	if l, err := g.leases.Check(ref.ID, ref.Secret, now); err == nil {
+		// Where the request comes from, before the lease lives longer.
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return control.RenewResponse{}, err
+		}
+	}
 	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	if o, _ := l.Owner.(owner); o.Token != "" {
+	if o := l.Owner; o.Token != "" {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, "renewal", why, why)
@@ -378,6 +403,11 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 }
 
 func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
+	if l, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err == nil {
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return err
+		}
+	}
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
 		return g.leaseGone(ref.ID, err)

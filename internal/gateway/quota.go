@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-vpn/airlock/internal/config"
@@ -117,24 +119,31 @@ type joinRate struct {
 	lim    *rate.Limiter
 }
 
-// banKey is what a ban matches: for a job whose identity was attested, a
-// token with the attested uid (the user, from whichever node); otherwise
-// a token with a host name (compared without case and trailing dot), or
-// a token with a source network (an IPv4 address or an IPv6 /64, as the
-// failure limiter groups them: a client may lie about its host name, and
-// may pick another address of its /64, but not another network).
+// banKey is what a ban matches. For a job whose identity was attested:
+// its attested uid, with any token or none (token ""), and, for joins that
+// carry no attestation, from its node's network: its token, or a claim of
+// its uid (a claim that can only hurt the claimer) (unattested).
+// Otherwise a token with a host name (compared without case and trailing
+// dot), or a token with a source network (an IPv4 address or an IPv6 /64,
+// as the failure limiter groups them: a client may lie about its host
+// name, and may pick another address of its /64, but not another
+// network).
 type banKey struct {
 	token string
 	host  string       // "" for a network or uid ban
 	net   netip.Prefix // invalid for a host or uid ban
 	uid   int64        // -1 unless a uid ban
+	// unattested: the network ban of an attested job's node, which
+	// covers only joins with no attested identity (not the node's other
+	// users, whose joins are attested).
+	unattested bool
 }
 
 // noUID is banKey.uid of host and network bans.
 const noUID = -1
 
 // attestedUID is the uid a ban of o names: its attested uid, or nil.
-func attestedUID(a *store.Attestation) *uint32 {
+func attestedUID(a *identity.Attestation) *uint32 {
 	if a == nil {
 		return nil
 	}
@@ -145,15 +154,24 @@ func attestedUID(a *store.Attestation) *uint32 {
 // banHost is the form of a host name that bans compare.
 func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
-// banCovers reports whether ban b covers a lease of its token from host
-// and addr, of attested uid uid (nil: none), as bannedLocked matches
-// joins.
-func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32) bool {
+// banCovers reports whether ban b covers a lease held by o, as
+// bannedLocked matches joins: a uid ban every lease of that attested uid,
+// whatever its token, and the unattested leases of its token from its
+// node; any other ban the leases of its token from its host or network.
+func banCovers(b store.Ban, o identity.Job) bool {
+	addr := o.Remote.Addr()
+	inNet := b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
 	if b.UID != nil {
-		return uid != nil && *uid == *b.UID
+		if u := o.AttestedUID(); u != nil {
+			return *u == *b.UID
+		}
+		return inNet && (o.Token == b.Token || int64(o.Claimed.UID) == int64(*b.UID))
 	}
-	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) ||
-		b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
+	if o.Token != b.Token {
+		return false
+	}
+	host := o.Claimed.Hostname
+	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) || inNet
 }
 
 // banNet is the network a ban of addr covers.
@@ -188,7 +206,8 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), now); err != nil {
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested}
+	if err := a.bannedLocked(o, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -206,29 +225,26 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		}
 		delete(a.retired, pub) // its retiredOrder entry goes when it is the oldest
 	}
-	q := g.conf.Load().Quotas.ForToken(tok.Name)
+	m := g.meterOf(tok.Name, req.Attested)
+	q := m.q
 	if q.MaxLeases > 0 {
 		n := g.leases.Count(func(l lease.Lease) bool {
-			o, _ := l.Owner.(owner)
-			return o.Token == tok.Name && !now.After(l.Expires)
+			return m.holds(l.Owner) && !now.After(l.Expires)
 		})
-		if mine != nil {
-			if o, _ := mine.Owner.(owner); o.Token == tok.Name {
-				n-- // replaced by this join
-			}
+		if mine != nil && m.holds(mine.Owner) {
+			n-- // replaced by this join
 		}
 		if n >= q.MaxLeases {
-			return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise quota.token.%s.max_leases",
-				control.ErrQuota, tok.Name, n, q.MaxLeases, tok.Name)
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: %s already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise %s",
+				control.ErrQuota, m, n, q.MaxLeases, m.key("max_leases"))
 		}
 	}
 	n, err := g.jobBlocks(req.Ports, tok.Name, q)
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
 	if mine != nil {
-		mo, _ := mine.Owner.(owner)
+		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
 	}
 	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
@@ -263,23 +279,81 @@ func ownsLease(l lease.Lease, ref *control.LeaseRef) bool {
 // of it as Retry-After, which airlock run waits out too.
 const joinShapeMax = 5 * time.Second
 
-// shapeJoin waits until the join rate of token tok admits one more join,
+// meter is what a join's quotas count against: its token, or, for a join
+// without one, its attested uid: at a site that needs no token on its
+// nodes, each user has quotas of their own ([quota.user]), so that one
+// user cannot hold the others' leases or join rate.
+type meter struct {
+	token string
+	uid   *uint32 // a join without a token: its attested uid
+	q     config.Quota
+}
+
+// meterOf returns the meter of a join with the token named tok (""
+// for none) and attestation a.
+func (g *gateway) meterOf(tok string, a *identity.Attestation) meter {
+	qs := g.conf.Load().Quotas
+	if tok == "" && a != nil {
+		return meter{uid: attestedUID(a), q: qs.User}
+	}
+	return meter{token: tok, q: qs.ForToken(tok)}
+}
+
+// String names m for refusals: `token "x"`, or `uid 1000 (attested, no
+// token)`.
+func (m meter) String() string {
+	if m.uid != nil {
+		return fmt.Sprintf("uid %d (attested, joining without a token)", *m.uid)
+	}
+	return fmt.Sprintf("token %q", m.token)
+}
+
+// key names the config key of m's quota q.
+func (m meter) key(q string) string {
+	if m.uid != nil {
+		return "quota.user." + q
+	}
+	return "quota.token." + m.token + "." + q
+}
+
+// bucket is the key of m's join-rate bucket.
+func (m meter) bucket() string {
+	if m.uid != nil {
+		return fmt.Sprintf("\x00uid:%d", *m.uid) // no token name holds a NUL
+	}
+	return m.token
+}
+
+// holds reports whether a lease of o counts against m.
+func (m meter) holds(o identity.Job) bool {
+	if o.Token != m.token {
+		return false
+	}
+	if m.uid == nil {
+		return true
+	}
+	u := o.AttestedUID()
+	return u != nil && *u == *m.uid
+}
+
+// shapeJoin waits until the join rate of meter m admits one more join,
 // for at most joinShapeMax; when the wait would be longer it returns
 // control.ErrQuota with a Retry-After, and uses up nothing of the rate.
-func (g *gateway) shapeJoin(ctx context.Context, tok string, q config.Quota) error {
+func (g *gateway) shapeJoin(ctx context.Context, m meter) error {
+	q := m.q
 	if q.JoinsPerMinute <= 0 {
 		return nil
 	}
 	now := time.Now()
-	r := g.admit.reserveJoin(tok, q, now)
+	r := g.admit.reserveJoin(m.bucket(), q, now)
 	d := r.DelayFrom(now)
 	if d == 0 {
 		return nil
 	}
 	if d > joinShapeMax {
 		r.CancelAt(now)
-		return control.WithRetryAfter(fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
-			control.ErrQuota, tok, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), tok), d-joinShapeMax/2)
+		return control.WithRetryAfter(fmt.Errorf("%w: %s made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise %s",
+			control.ErrQuota, m, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), m.key("joins_per_minute")), d-joinShapeMax/2)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -320,7 +394,13 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 	v := ban{b.Until, b.Reason}
 	if b.UID != nil {
-		a.bans[banKey{token: b.Token, uid: int64(*b.UID)}] = v
+		// The person: every token and none; and the unattested joins
+		// from the banned job's node of its token or claiming its uid.
+		a.bans[banKey{uid: int64(*b.UID)}] = v
+		if b.Addr.IsValid() {
+			a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID, unattested: true}] = v
+			a.bans[banKey{net: banNet(b.Addr), uid: int64(*b.UID), unattested: true}] = v
+		}
 		return
 	}
 	if b.Host != "" {
@@ -331,10 +411,10 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 }
 
-// bannedLocked returns the error for a join of token from host and addr
-// (and of attested uid uid, nil if none) while a ban matches it, else
-// nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, now time.Time) error {
+// bannedLocked returns the error for a join of o while a ban matches it,
+// else nil.
+func (a *admission) bannedLocked(o identity.Job, now time.Time) error {
+	token, host, addr, uid := o.Token, o.Claimed.Hostname, o.Remote.Addr(), o.AttestedUID()
 	var b ban
 	var ok bool
 	pick := func(k banKey) {
@@ -349,7 +429,10 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		pick(banKey{token: token, host: banHost(host), uid: noUID})
 	}
 	if uid != nil {
-		pick(banKey{token: token, uid: int64(*uid)})
+		pick(banKey{uid: int64(*uid)})
+	} else if addr.IsValid() {
+		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
+		pick(banKey{net: banNet(addr), uid: int64(o.Claimed.UID), unattested: true})
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -359,34 +442,45 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		why = " (" + b.reason + ")"
 	}
 	left := b.until.Sub(now).Round(time.Second)
-	return fmt.Errorf("%w: the gateway's admin banned jobs of token %q from this host until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
-		control.ErrBanned, token, b.until.UTC().Format(time.RFC3339), left, why)
+	who := fmt.Sprintf("jobs of token %q from this host", token)
+	if uid != nil {
+		who = fmt.Sprintf("jobs of token %q from this host, or of uid %d", token, *uid)
+	}
+	return fmt.Errorf("%w: the gateway's admin banned %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+		control.ErrBanned, who, b.until.UTC().Format(time.RFC3339), left, why)
 }
 
 // ban refuses joins from the token and host of o for d, and records the
 // ban in the store: it survives a restart, and in a fleet it holds on
 // every gateway (which end the live leases it matches; here, endBanned).
 // It returns the ban and, for the admin, what it covers.
-func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, string) {
+func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
-	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
 	if a := o.Attested; a != nil {
-		// Attested: the user, from any node; not the node's other users.
-		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
+		// Attested: the user, with any token or none, from any node;
+		// and unattested joins of the token from the job's node (the
+		// same user, who left out the credential), not the node's other
+		// users' attested joins.
+		b.Host, b.UID = "", attestedUID(a)
 	}
 	g.admit.mu.Lock()
 	g.admit.banLocked(b, now)
 	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
-		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
 	}
 	if b.UID != nil {
-		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)
+		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)
+		if b.Addr.IsValid() {
+			s += fmt.Sprintf("; and joins without attested identity from network %s of token %q or claiming uid %d", banNet(b.Addr), o.Token, *b.UID)
+		}
+		return b, s
 	}
 	var covers []string
-	if o.Job.Hostname != "" {
-		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Job.Hostname)))
+	if o.Claimed.Hostname != "" {
+		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Claimed.Hostname)))
 	}
 	if o.Remote.Addr().IsValid() {
 		covers = append(covers, "network "+banNet(o.Remote.Addr()).String())
