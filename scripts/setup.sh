@@ -22,6 +22,9 @@ pkgs+=(lintian rpm rpmlint zsh fish groff-base)
 # The fleet tests (internal/store/pgstore, test/e2e TestFleet) start their
 # own PostgreSQL server as an unprivileged user (test/pgtest).
 pkgs+=(postgresql-15)
+# FUSE and containers inside jobs (test/e2e TestFUSE, TestJobContainers):
+# squashfuse mounts a squashfs image through fusermount3 (fuse3).
+pkgs+=(squashfuse squashfs-tools bubblewrap fuse3)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,7 +33,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 	}
 	var rep preflight.Report
 	if cfg.Mode == client.ModeAuto || cfg.Mode == client.ModeNetns {
-		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback))
+		rep = append(rep, h.UserNamespaces(miss, fallback), h.TUNDevice(miss, fallback), h.NestedUserNamespaces(), h.FUSEDevice())
 	}
 	rep = append(rep, h.OpenFiles(256, 1024, "airlock run needs a few dozen; the job gets the rest"))
 	udpMiss := preflight.Warn
@@ -45,6 +45,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 		rep = append(rep, preflight.Result{Name: "join token", Status: preflight.Problem, Detail: err.Error(),
 			Fix: "give a readable --token-file (AIRLOCK_TOKEN_FILE) holding the token 'airlock token create' printed, or AIRLOCK_TOKEN; not both"})
 	}
+	dial := client.NewDialer(cfg.Getenv, cfg.Logger)
 	pins, gws := strings.Split(cfg.Pin, ","), strings.Split(cfg.Gateway, ",")
 	if len(gws) == 1 {
 		pins = []string{strings.ReplaceAll(cfg.Pin, ",", "|")} // one gateway: any of its pins (key rotation)
@@ -58,7 +59,7 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 		if len(pins) > 1 && i < len(pins) {
 			pin = pins[i]
 		}
-		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), token, udpMiss)...)
+		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), token, udpMiss, dial)...)
 	}
 	if strings.TrimSpace(cfg.Gateway) == "" {
 		rep = append(rep, preflight.Result{Name: "gateway", Status: preflight.Problem, Detail: "none given",

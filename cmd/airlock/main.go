@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/airlock-vpn/airlock/internal/client"
+	"github.com/airlock-vpn/airlock/internal/fusemount"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
 	"github.com/airlock-vpn/airlock/internal/seccompnotify"
 	"github.com/airlock-vpn/airlock/internal/usernet"
@@ -31,6 +32,9 @@ func main() {
 	// A re-executed namespace child sets up the job's namespace and execs
 	// the job; it never returns here.
 	nsexec.Init()
+	// Run as fusermount3 inside a job, or as the job's mount server
+	// (internal/fusemount), airlock does that and exits.
+	fusemount.Main()
 	// So does the gateway's private namespace child (--tcp-stack kernel).
 	usernet.Init()
 	// A re-executed seccomp shim installs the job's connect filter and

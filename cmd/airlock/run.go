@@ -56,7 +56,15 @@ on the gateway's control port when no handshake completes over UDP within
 --transport-timeout, and logs which it chose. If the gateway goes away the
 job keeps running and airlock reconnects; with several gateways
 (--gateway a:8443,b:8443) it joins the least loaded and moves to another
-when its gateway is lost for --failover-after.
+when its gateway is lost for --failover-after. A gateway that direct TCP
+cannot reach is dialled through the site's web proxy named by HTTPS_PROXY
+(NO_PROXY respected; credentials from the URL, AIRLOCK_PROXY_AUTH_FILE or
+~/.netrc), with TLS and the pin end to end; UDP cannot pass it, so such a
+job runs on the TCP transport.
+
+In --mode netns, fusermount3 (squashfuse, cvmfsexec, sshfs) works inside
+the job through airlock's stand-in, and containers the job starts
+(bwrap, unshare -U) reach the outside through the tunnel.
 
 Every flag is also read from the environment, as AIRLOCK_ and the flag's
 name in capitals (AIRLOCK_TOKEN_FILE for --token-file), when the command
@@ -83,7 +91,7 @@ line does not set it.`,
 	fs.StringVar(&cfg.MungeSocket, "munge-socket", "", "this node's munged socket for the join's MUNGE credential (default /run/munge/munge.socket.2; a site with a dedicated node+gateway key names that munged's socket)")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
-	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, limits, TCP, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
+	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, /dev/fuse, containers in jobs, limits, TCP directly or through HTTPS_PROXY, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
 	asJSON := jsonFlag(cmd, "the --check report")
 	flagsEndAtArgs(cmd)
 	envPrefix(cmd, "AIRLOCK")

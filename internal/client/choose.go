@@ -29,8 +29,8 @@ type Gateway struct {
 
 // ParseGateways splits the comma-separated gateway and pin lists (one pin
 // per gateway in the same order, or one pin shared by all) and makes a
-// control client for each.
-func ParseGateways(gateways, pins string, timeout time.Duration) ([]Gateway, error) {
+// control client for each, made with opts.
+func ParseGateways(gateways, pins string, timeout time.Duration, opts ...control.ClientOption) ([]Gateway, error) {
 	var addrs, ps []string
 	for _, a := range strings.Split(gateways, ",") {
 		if a = strings.TrimSpace(a); a != "" {
@@ -68,7 +68,7 @@ func ParseGateways(gateways, pins string, timeout time.Duration) ([]Gateway, err
 		if err != nil {
 			return nil, fmt.Errorf("bad --pin/AIRLOCK_PIN for %s: %w", a, err)
 		}
-		cc, err := control.NewClient(a, strings.Join(p, "|"), timeout)
+		cc, err := control.NewClient(a, strings.Join(p, "|"), timeout, opts...)
 		if err != nil {
 			return nil, err
 		}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/nsexec"
+	"github.com/airlock-vpn/airlock/internal/siteproxy"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -95,6 +96,10 @@ type Config struct {
 	// default).
 	Attest      string
 	MungeSocket string
+
+	// dialer reaches the gateways, directly or through the site's web
+	// proxy (HTTPS_PROXY); set by prepare.
+	dialer *siteproxy.Dialer
 }
 
 // Run joins the gateway, runs the job in its namespace and returns the job's
@@ -200,7 +205,8 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if cfg.FailoverAfter <= 0 {
 		cfg.FailoverAfter = DefaultFailoverAfter
 	}
-	gws, err := ParseGateways(cfg.Gateway, cfg.Pin, RequestTimeout)
+	cfg.dialer = NewDialer(cfg.Getenv, cfg.Logger)
+	gws, err := ParseGateways(cfg.Gateway, cfg.Pin, RequestTimeout, control.WithDial(cfg.dialer.DialContext))
 	if err != nil {
 		return cfg, nil, nil, err
 	}
@@ -240,7 +246,7 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 			Version: version.Get().Version,
 		},
 		Transport: cfg.Transport, TransportTimeout: cfg.TransportTimeout, FailoverAfter: cfg.FailoverAfter,
-		JoinTimeout: cfg.JoinTimeout, EgressFile: true,
+		JoinTimeout: cfg.JoinTimeout, EgressFile: true, Dialer: cfg.dialer,
 	})
 	if err := sess.Join(ctx); err != nil {
 		sess.closeClients()

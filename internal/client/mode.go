@@ -43,20 +43,28 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("bad --mode %q: want auto, netns, seccomp, preload or proxy", s)
 }
 
+// fallbackFUSE is what the preload and proxy modes allow for FUSE: the
+// job keeps the node's namespaces and may run setuid programs, so the
+// node's fusermount3 works as without airlock.
+const fallbackFUSE = "FUSE mounts (fusermount3) as on the node"
+
 // covers says what a mode covers and what it does not, for the one line
 // airlock run prints.
 func (m Mode) covers() string {
 	switch m {
 	case ModeNetns:
-		return "every program and protocol of the job goes through the tunnel"
+		return "every program and protocol of the job goes through the tunnel; FUSE mounts (fusermount3) through airlock's stand-in, containers sharing the job's network too"
 	case ModeSeccomp:
 		return "connect() of every process goes through the tunnel, static binaries included; " +
-			"not covered: UDP sent with sendto/sendmsg on unconnected sockets, raw sockets and ping, 32-bit programs"
+			"not covered: UDP sent with sendto/sendmsg on unconnected sockets, raw sockets and ping, 32-bit programs; " +
+			"FUSE mounts through fusermount3 fail (the filter needs no_new_privs, which disarms setuid programs)"
 	case ModePreload:
 		return "dynamically linked programs go through the tunnel (TCP, UDP, DNS) by LD_PRELOAD, others through the proxy variables; " +
-			"not covered: statically linked programs (e.g. Go binaries), programs that clear LD_PRELOAD, raw sockets and ping"
+			"not covered: statically linked programs (e.g. Go binaries), programs that clear LD_PRELOAD, raw sockets and ping; " +
+			fallbackFUSE
 	case ModeProxy:
-		return "only programs that honour http_proxy, https_proxy or ALL_PROXY go through the tunnel; nothing else is intercepted"
+		return "only programs that honour http_proxy, https_proxy or ALL_PROXY go through the tunnel; nothing else is intercepted; " +
+			fallbackFUSE
 	}
 	return ""
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/bypass"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/siteproxy"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.zx2c4.com/wireguard/tun"
@@ -116,6 +117,10 @@ type SessionConfig struct {
 	TransportTimeout, FailoverAfter, JoinTimeout time.Duration
 	// EgressFile keeps the job's egress file (EgressFileEnv) up to date.
 	EgressFile bool
+	// Dialer, if not nil, is how Gateways' clients reach their gateways
+	// (NewDialer); the fleet's members the session learns are dialled
+	// with it too, and the transport's log lines name its path.
+	Dialer *siteproxy.Dialer
 	// attest makes the joins' MUNGE credentials (attest.go); nil: none.
 	attest *nodeAttest
 }
@@ -138,6 +143,7 @@ type SessionStats struct {
 type Session struct {
 	// att makes the joins' MUNGE credentials (attest.go); nil: none.
 	att       *nodeAttest
+	dialer    *siteproxy.Dialer // nil: direct
 	log       *slog.Logger
 	stderr    io.Writer
 	gws       []*gatewayEntry
@@ -208,7 +214,7 @@ func NewSession(cfg SessionConfig) *Session {
 	req := cfg.Join
 	req.PublicKey = cfg.Key.PublicKey()
 	s := &Session{
-		att: cfg.attest, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		att: cfg.attest, dialer: cfg.Dialer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
 		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
 	}
@@ -432,6 +438,9 @@ func (e errNoGateway) Error() string {
 // gateways, the error is transient if any gateway's is, with the shortest
 // wait named.
 func transient(err error) (time.Duration, bool) {
+	if siteproxy.IsRefusal(err) {
+		return 0, false // the site's proxy forbids the way or wants credentials: waiting does not help
+	}
 	for err != nil {
 		switch e := err.(type) {
 		case interface{ Unwrap() []error }:
@@ -499,7 +508,11 @@ func (s *Session) learnMembers(ms []control.Member, timeout time.Duration) {
 			s.log.Warn("fleet member with a bad pin left out", "gateway", m.Gateway, "err", err)
 			continue
 		}
-		cc, err := control.NewClient(m.Gateway, strings.Join(pins, "|"), timeout)
+		var opts []control.ClientOption
+		if s.dialer != nil {
+			opts = append(opts, control.WithDial(s.dialer.DialContext))
+		}
+		cc, err := control.NewClient(m.Gateway, strings.Join(pins, "|"), timeout, opts...)
 		if err != nil {
 			s.log.Warn("fleet member left out", "gateway", m.Gateway, "err", err)
 			continue
@@ -596,7 +609,7 @@ func (s *Session) StartTunnel(ctx context.Context, dev tun.Device) error {
 			s.wg = nil
 			return fmt.Errorf("--transport tcp: %w", err)
 		}
-		s.log.Info("transport: tcp (--transport tcp)", "gateway", s.cur.addr)
+		s.log.Info("transport: tcp (--transport tcp)", "gateway", s.cur.addr, "path", s.path())
 	}
 	return nil
 }
@@ -614,6 +627,18 @@ func (s *Session) dialStream(ctx context.Context) error {
 	s.bind.UseStream(s.bind.AddStream(c, remote, s.cur.addr))
 	s.using = TransportTCP
 	return nil
+}
+
+// path says how the current gateway's control port is reached: directly
+// or through the site's web proxy, and why.
+func (s *Session) path() string {
+	if s.dialer == nil {
+		return "direct"
+	}
+	if p, ok := s.dialer.Path(s.cur.addr); ok {
+		return p.String()
+	}
+	return "direct"
 }
 
 // selectTransport is the auto transport choice at start-up.
@@ -640,7 +665,7 @@ func (s *Session) selectTransport(ctx context.Context) {
 		return
 	}
 	s.log.Warn("transport: tcp: no WireGuard handshake over UDP, switched to TCP/TLS on the control port (is UDP to the gateway blocked?)",
-		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", s.wait)
+		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", s.wait, "path", s.path())
 	if !s.WaitHandshake(ctx, time.Time{}, HandshakeWarnAfter) && ctx.Err() == nil {
 		s.log.Warn("no WireGuard handshake over TCP either; the job has no network until it completes", "gateway", s.cur.addr)
 	}

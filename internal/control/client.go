@@ -39,7 +39,7 @@ type Client struct {
 	// watchHTTP shares http's transport without its per-request timeout,
 	// for watches that last as long as the job.
 	watchHTTP *http.Client
-	dialer    *net.Dialer
+	dial      DialFunc
 	tlsConf   *tls.Config
 	timeout   time.Duration
 }
@@ -49,11 +49,27 @@ type Client struct {
 // credential).
 func (c *Client) Pin() string { return c.pin }
 
+// DialFunc opens a TCP connection to a gateway's control port (HOST:PORT),
+// as net.Dialer.DialContext does; the client runs TLS over it.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// ClientOption changes a Client made by NewClient.
+type ClientOption func(*clientOptions)
+
+type clientOptions struct{ dial DialFunc }
+
+// WithDial makes the client open its connections (requests and the TCP
+// transport) with dial instead of a direct TCP dial, e.g. through the
+// site's web proxy (internal/siteproxy). dial must honour the context.
+func WithDial(dial DialFunc) ClientOption {
+	return func(o *clientOptions) { o.dial = dial }
+}
+
 // NewClient returns a client for the gateway at gateway (HOST:PORT) whose
 // certificate has fingerprint pin, or one of several (see [ParsePins]). timeout bounds each
 // request including connecting; 0 means no bound beyond the context's.
 // NewClient does not connect.
-func NewClient(gateway string, pin string, timeout time.Duration) (*Client, error) {
+func NewClient(gateway string, pin string, timeout time.Duration, opts ...ClientOption) (*Client, error) {
 	host, port, err := net.SplitHostPort(gateway)
 	if err != nil || host == "" || port == "" {
 		return nil, fmt.Errorf("invalid gateway address %q: want HOST:PORT; check AIRLOCK_GATEWAY", truncate(gateway, 100))
@@ -63,10 +79,16 @@ func NewClient(gateway string, pin string, timeout time.Duration) (*Client, erro
 		return nil, err
 	}
 	p := strings.Join(ps, "|")
-	dialer := &net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
+	o := clientOptions{dial: (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext}
+	for _, opt := range opts {
+		opt(&o)
+	}
 	tr := &http.Transport{
-		Proxy:                 nil, // never through HTTP(S)_PROXY: the pin is the trust anchor and the route is direct
-		DialContext:           dialer.DialContext,
+		// Never net/http's own proxy support: the dial function decides
+		// (a site's web proxy through WithDial), and TLS with the pin
+		// runs end to end over whatever it returns.
+		Proxy:                 nil,
+		DialContext:           o.dial,
 		TLSClientConfig:       ClientTLSConfig(p),
 		TLSHandshakeTimeout:   timeout,
 		ResponseHeaderTimeout: timeout,
@@ -82,7 +104,7 @@ func NewClient(gateway string, pin string, timeout time.Duration) (*Client, erro
 		base:      "https://" + gateway,
 		http:      &http.Client{Transport: tr, Timeout: timeout},
 		watchHTTP: &http.Client{Transport: tr},
-		dialer:    dialer,
+		dial:      o.dial,
 		tlsConf:   tr.TLSClientConfig,
 		timeout:   timeout,
 	}, nil

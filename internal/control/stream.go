@@ -362,7 +362,7 @@ func (c *Client) DialTunnel(ctx context.Context, ref LeaseRef) (net.Conn, netip.
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
 		defer cancel()
 	}
-	raw, err := c.dialer.DialContext(ctx, "tcp", c.gateway)
+	raw, err := c.dial(ctx, "tcp", c.gateway)
 	if err != nil {
 		return nil, netip.AddrPort{}, c.transportError(ctx, "tunnel", err, false)
 	}

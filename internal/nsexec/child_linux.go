@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/fusemount"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/reexec"
 )
@@ -46,6 +47,11 @@ func childMain(c *reexec.Child, cfg childConfig) int {
 	// Wait for Run. EOF means the parent gave up (Cleanup or exit).
 	if !c.WaitGo() {
 		return 1
+	}
+	// fusermount3 inside the job (internal/fusemount); without a usable
+	// /dev/fuse there is nothing to do.
+	if err := fusemount.Setup(); err != nil && !errors.Is(err, fusemount.ErrNoDevice) {
+		fmt.Fprintf(os.Stderr, "airlock: warning: fusermount3 (FUSE mounts) will not work in the job: %v\n", err)
 	}
 	return execJob(c, os.Args[1:])
 }

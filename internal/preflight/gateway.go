@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/siteproxy"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -32,10 +33,11 @@ const (
 // health request), and, with a token, a real join and a WireGuard
 // handshake over UDP, releasing the lease at once. udpMiss is the verdict
 // when UDP does not get through (Warn where the TCP transport may carry
-// the job).
-func Gateway(ctx context.Context, gw, pin, token string, udpMiss Status) []Result {
+// the job). dial reaches the control port as airlock run does (directly
+// or through the site's web proxy); the report says which way and why.
+func Gateway(ctx context.Context, gw, pin, token string, udpMiss Status, dial *siteproxy.Dialer) []Result {
 	name := "gateway " + gw
-	c, err := control.NewClient(gw, pin, controlTimeout)
+	c, err := control.NewClient(gw, pin, controlTimeout, control.WithDial(dial.DialContext))
 	if err != nil {
 		return []Result{{Name: name + " pin", Status: Problem, Detail: err.Error(),
 			Fix: "set AIRLOCK_GATEWAY and AIRLOCK_PIN from the gateway's join.env"}}
@@ -47,13 +49,19 @@ func Gateway(ctx context.Context, gw, pin, token string, udpMiss Status) []Resul
 		return []Result{{Name: name + " pin", Status: Problem, Detail: err.Error(),
 			Fix: "copy AIRLOCK_PIN from the gateway's join.env (a gateway whose state directory was recreated has a new pin); if it is unchanged, something else answers on this address"}}
 	case err != nil:
-		return []Result{{Name: name + " TCP", Status: Problem, Detail: err.Error(),
-			Fix: "open TCP " + portOf(gw) + " from the compute nodes to the gateway, and check that it runs (airlock status on the gateway)"}}
+		return []Result{{Name: name + " TCP", Status: Problem, Detail: err.Error(), Fix: tcpFix(gw, err, dial.Env())}}
 	}
 	out := []Result{{Name: name + " TCP", Status: OK,
 		Detail: fmt.Sprintf("control API answers over TLS with the pinned certificate (%d jobs%s)", h.Jobs, map[bool]string{true: ", draining", false: ""}[h.Draining])}}
 	if h.Draining {
 		out[0].Status, out[0].Fix = Warn, "the gateway refuses new jobs until airlock gateway drain --undo or a restart"
+	}
+	if p, ok := dial.Path(gw); ok {
+		r := Result{Name: name + " path", Status: OK, Detail: p.String()}
+		if p.Proxy != "" {
+			r.Detail += "; jobs run on the TCP/TLS transport through it (UDP does not pass an HTTP proxy), end to end TLS with the pin"
+		}
+		out = append(out, r)
 	}
 	if token == "" {
 		return append(out, Result{Name: name + " UDP", Status: Warn, Detail: "not checked: no join token",
@@ -103,6 +111,20 @@ func udpCheck(ctx context.Context, c *control.Client, name, token string, udpMis
 		return r
 	}
 	return Result{Name: r.Name, Status: OK, Detail: fmt.Sprintf("joined (lease %s, released) and WireGuard handshake with %v in %v", lease.ID, ep, time.Since(start).Round(time.Millisecond))}
+}
+
+// tcpFix is the fix for a control port that could not be reached.
+func tcpFix(gw string, err error, env *siteproxy.Env) string {
+	port := portOf(gw)
+	switch {
+	case errors.Is(err, siteproxy.ErrForbidden):
+		return "ask the site to let its web proxy CONNECT to " + gw + " (squid: add port " + port + " to the SSL_ports ACL), or run the gateway on port 443"
+	case errors.Is(err, siteproxy.ErrAuth):
+		return "give the proxy's credentials in HTTPS_PROXY (http://USER:PASSWORD@HOST:PORT), " + siteproxy.AuthFileEnv + " or ~/.netrc"
+	case env.Configured():
+		return "open TCP " + port + " from the compute nodes to the gateway or check HTTPS_PROXY (" + env.String() + ") and NO_PROXY, and check that the gateway runs (airlock status on the gateway)"
+	}
+	return "open TCP " + port + " from the compute nodes to the gateway, and check that it runs (airlock status on the gateway); a site whose nodes reach the outside only through a web proxy: set HTTPS_PROXY"
 }
 
 func portOf(hostport string) string {

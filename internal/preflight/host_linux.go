@@ -22,6 +22,8 @@ type Host struct {
 	ProcSys string
 	// TUN is the TUN clone device, normally /dev/net/tun.
 	TUN string
+	// FUSE is the FUSE device, normally /dev/fuse.
+	FUSE string
 	// UID and GID are who jobs or the gateway run as.
 	UID, GID int
 	// NewUserNS creates (and leaves) a user and network namespace, as
@@ -36,6 +38,7 @@ func System() *Host {
 	return &Host{
 		ProcSys: "/proc/sys",
 		TUN:     "/dev/net/tun",
+		FUSE:    "/dev/fuse",
 		UID:     os.Getuid(),
 		GID:     os.Getgid(),
 		NewUserNS: func() error {
@@ -94,6 +97,51 @@ func (h *Host) UserNamespaces(miss Status, fallback string) Result {
 		return r
 	}
 	return Result{Name: "user namespaces", Status: OK, Detail: "a user and network namespace can be created"}
+}
+
+// NestedUserNamespaces reports whether a job may start containers of its
+// own (bubblewrap, unshare -U, rootless podman, Apptainer's unprivileged
+// mode): each needs a user namespace inside the job's, and
+// user.max_user_namespaces counts the user's namespaces on the node
+// (airlock's one per job, plus one per container).
+func (h *Host) NestedUserNamespaces() Result {
+	r := Result{Name: "containers in jobs", Status: OK,
+		Detail: "user namespaces inside the job's are allowed (bubblewrap, unshare -U, rootless podman reach the outside through the tunnel)"}
+	v, ok := h.sysctl("user.max_user_namespaces")
+	if !ok {
+		return r
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n >= 16 {
+		r.Detail += fmt.Sprintf("; user.max_user_namespaces=%s", v)
+		return r
+	}
+	r.Status = Warn
+	r.Detail = fmt.Sprintf("user.max_user_namespaces=%d: each job takes one and each container it starts another, counted for all of the user's jobs on the node", n)
+	r.Fix = "sysctl -w user.max_user_namespaces=15000 (the kernel's usual default; persist in /etc/sysctl.d/)"
+	return r
+}
+
+// FUSEDevice reports whether jobs can mount FUSE file systems
+// (squashfuse, cvmfsexec, sshfs): /dev/fuse must open for the user, as on
+// the bare node; then fusermount3 works inside netns-mode jobs through
+// airlock's stand-in (internal/fusemount).
+func (h *Host) FUSEDevice() Result {
+	r := Result{Name: h.FUSE, Status: Warn}
+	fi, err := os.Stat(h.FUSE)
+	if err != nil {
+		r.Detail = "missing: FUSE mounts (squashfuse, cvmfsexec) fail in jobs, as on this node without airlock"
+		r.Fix = "modprobe fuse, if jobs need FUSE"
+		return r
+	}
+	f, err := os.OpenFile(h.FUSE, os.O_RDWR, 0)
+	if err != nil {
+		r.Detail = fmt.Sprintf("mode %04o, cannot open it (%v): FUSE mounts fail in jobs, as on this node without airlock", fi.Mode().Perm(), errors.Unwrap(err))
+		r.Fix = "chmod 0666 " + h.FUSE + " (most distributions' default), if jobs need FUSE"
+		return r
+	}
+	f.Close()
+	return Result{Name: h.FUSE, Status: OK, Detail: "opens read-write: fusermount3 (squashfuse, cvmfsexec) works in jobs through airlock's stand-in (--mode netns; not in the fallback modes)"}
 }
 
 // TUN checks that the user can open the TUN clone device read-write.

@@ -160,3 +160,44 @@ func TestConfigFile(t *testing.T) {
 		t.Errorf("config with a shadowed rule: %+v, want ok and a warning naming line 5", got)
 	}
 }
+
+func TestNestedUserNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want Status
+	}{{"15000", OK}, {"1", Warn}, {"2", Warn}, {"", OK}} {
+		sc := map[string]string{}
+		if tc.v != "" {
+			sc["user.max_user_namespaces"] = tc.v
+		}
+		got := fakeHost(t, sc).NestedUserNamespaces()
+		if got.Status != tc.want {
+			t.Errorf("user.max_user_namespaces %q: got %v (%s), want %v", tc.v, got.Status, got.Detail, tc.want)
+		}
+		if got.Status == Warn && !strings.Contains(got.Fix, "max_user_namespaces") {
+			t.Errorf("fix %q does not name the sysctl", got.Fix)
+		}
+	}
+}
+
+func TestFUSEDevice(t *testing.T) {
+	h := fakeHost(t, nil)
+	h.FUSE = filepath.Join(t.TempDir(), "fuse")
+	if got := h.FUSEDevice(); got.Status != Warn || !strings.Contains(got.Detail, "missing") {
+		t.Errorf("no device: got %v %q, want a warning that it is missing", got.Status, got.Detail)
+	}
+	// A regular file stands in for the device: what is checked is that
+	// it opens read-write.
+	if err := os.WriteFile(h.FUSE, nil, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.FUSEDevice(); got.Status != OK {
+		t.Errorf("openable: got %v %q, want ok", got.Status, got.Detail)
+	}
+	if os.Getuid() != 0 {
+		os.Chmod(h.FUSE, 0o400)
+		if got := h.FUSEDevice(); got.Status != Warn || !strings.Contains(got.Fix, "0666") {
+			t.Errorf("not openable: got %v %q %q, want a warning with the fix", got.Status, got.Detail, got.Fix)
+		}
+	}
+}

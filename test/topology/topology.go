@@ -144,6 +144,7 @@ type Topology struct {
 
 	t        testing.TB
 	tun      TUNNode  // /dev/net/tun for commands run as a user
+	fuse     FUSENode // /dev/fuse for commands run as a user; "" without WithUserFUSE
 	relay    *Process // the impairment relay; nil without WithImpairment
 	nextPort atomic.Int32
 	extraMu  sync.Mutex
@@ -154,6 +155,8 @@ type options struct {
 	dmz2   bool
 	dmz3   bool
 	site   bool
+	uplink bool
+	fuse   bool
 	rate   string
 	native bool
 	prefix string
@@ -227,6 +230,9 @@ func New(t testing.TB, opts ...Option) *Topology {
 		t: t,
 	}
 	tp.tun = NewTUNNode(t, UserTUNMode)
+	if o.fuse {
+		tp.fuse = NewFUSENode(t, 0o666)
+	}
 	tp.nextPort.Store(20000)
 	nss := []string{tp.CN, tp.DMZ, tp.INET}
 	if o.impair != nil {
@@ -315,6 +321,9 @@ func New(t testing.TB, opts ...Option) *Topology {
 
 	if tp.Site != "" {
 		links = append(links, tp.linkSite(t)...)
+	}
+	if o.uplink {
+		links = append(links, tp.linkSiteUplink(t)...)
 	}
 	tp.linkIPv6(t)
 	if o.single {
@@ -543,6 +552,9 @@ func (tp *Topology) Command(ctx context.Context, ns string, u *User, name string
 	argv := append([]string{name}, args...)
 	if u != nil {
 		argv = tp.tun.Command(u, argv...)
+		if tp.fuse != "" {
+			argv = tp.fuse.Wrap(argv...)
+		}
 	}
 	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

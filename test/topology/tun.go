@@ -21,6 +21,7 @@ package topology
 // nested one.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,23 +50,44 @@ type TUNNode string
 func NewTUNNode(t testing.TB, mode os.FileMode) TUNNode {
 	t.Helper()
 	RequireRoot(t)
-	var st unix.Stat_t
-	if err := unix.Stat(TUNPath, &st); err != nil {
-		t.Fatalf("NewTUNNode: stat %s: %v", TUNPath, err)
-	}
-	dir, err := os.MkdirTemp("", "airlock-tun-") // 0700
+	node, err := newDeviceNode(TUNPath, mode)
 	if err != nil {
 		t.Fatalf("NewTUNNode: %v", err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	node := filepath.Join(dir, "tun")
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(node)) })
+	return TUNNode(node)
+}
+
+// newDeviceNode makes a node of the character device at path with the
+// given permission bits in a new directory only root can reach, and
+// returns the node's path.
+func newDeviceNode(path string, mode os.FileMode) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	dir, err := os.MkdirTemp("", "airlock-dev-") // 0700
+	if err != nil {
+		return "", err
+	}
+	node := filepath.Join(dir, filepath.Base(path))
 	if err := unix.Mknod(node, unix.S_IFCHR|uint32(mode.Perm()), int(st.Rdev)); err != nil {
-		t.Fatalf("NewTUNNode: mknod %s: %v", node, err)
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("mknod %s: %w", node, err)
 	}
 	if err := os.Chmod(node, mode.Perm()); err != nil { // undo the umask
-		t.Fatalf("NewTUNNode: %v", err)
+		os.RemoveAll(dir)
+		return "", err
 	}
-	return TUNNode(node)
+	return node, nil
+}
+
+// bindOver returns the argv that runs argv with node bind-mounted over
+// path in a new mount namespace, a slave of the caller's.
+func bindOver(node, path string, argv ...string) []string {
+	out := []string{"unshare", "--mount", "--propagation", "slave", "--",
+		"sh", "-c", `mount --bind "$0" ` + path + ` && exec "$@"`, node}
+	return append(out, argv...)
 }
 
 // Command returns the argv that runs argv with n bind-mounted over
@@ -73,12 +95,10 @@ func NewTUNNode(t testing.TB, mode os.FileMode) TUNNode {
 // command keeps the caller's process id (every step execs the next) and
 // its parent-death signal. It must be started as root.
 func (n TUNNode) Command(u *User, argv ...string) []string {
-	out := []string{"unshare", "--mount", "--propagation", "slave", "--",
-		"sh", "-c", `mount --bind "$0" ` + TUNPath + ` && exec "$@"`, string(n)}
 	if u != nil {
-		out = append(out, u.setpriv()...)
+		argv = append(u.setpriv(), argv...)
 	}
-	return append(out, argv...)
+	return bindOver(string(n), TUNPath, argv...)
 }
 
 // setpriv returns the argv prefix that runs the rest as u, without
@@ -88,3 +108,38 @@ func (u *User) setpriv() []string {
 	return []string{"setpriv", "--reuid=" + strconv.Itoa(u.UID), "--regid=" + strconv.Itoa(u.GID),
 		"--clear-groups", "--pdeathsig=keep", "--"}
 }
+
+// FUSEPath is the FUSE device.
+const FUSEPath = "/dev/fuse"
+
+// FUSENode is, like TUNNode, a node of /dev/fuse's device with a mode of
+// its own in a directory only root can reach, for tests of FUSE inside
+// jobs on a host whose /dev/fuse is 0600 (most distributions ship it
+// 0666). Make one with [NewFUSENode].
+type FUSENode string
+
+// NewFUSENode makes a node of /dev/fuse's device with the given
+// permission bits, removed at t's cleanup. It skips t if the host has no
+// /dev/fuse.
+func NewFUSENode(t testing.TB, mode os.FileMode) FUSENode {
+	t.Helper()
+	RequireRoot(t)
+	if _, err := os.Stat(FUSEPath); err != nil {
+		t.Skipf("NewFUSENode: no FUSE on this host: %v", err)
+	}
+	node, err := newDeviceNode(FUSEPath, mode)
+	if err != nil {
+		t.Fatalf("NewFUSENode: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(node)) })
+	return FUSENode(node)
+}
+
+// Wrap returns the argv that runs argv (which starts as root, e.g.
+// TUNNode.Command's) with n bind-mounted over /dev/fuse in a new mount
+// namespace, a slave of the caller's.
+func (n FUSENode) Wrap(argv ...string) []string { return bindOver(string(n), FUSEPath, argv...) }
+
+// WithUserFUSE gives commands run as a user a /dev/fuse of mode 0666, as
+// most distributions ship it (FUSENode), whatever the host's mode.
+func WithUserFUSE() Option { return func(o *options) { o.fuse = true } }
