@@ -47,6 +47,9 @@ type LeaseRecord struct {
 	Command     string `json:"command,omitempty"`
 	// Attested is the job's attested identity, nil if it had none.
 	Attested *Attestation `json:"attested,omitempty"`
+	// Issued is the job's identity from its issuer-verified bearer
+	// token, nil if it had none.
+	Issued *Issued `json:"issued,omitempty"`
 	// Token is the name of the join token, "" for a join without one
 	// (attested).
 	Token string `json:"token,omitempty"`
