@@ -54,7 +54,7 @@ func (b fuzzBackend) Release(ctx context.Context, ref LeaseRef) error { return b
 func (fuzzBackend) Health() Health                                    { return Health{Instance: "fuzz"} }
 func (b fuzzBackend) CheckLease(ref LeaseRef) error                   { return b.check(ref) }
 func (fuzzBackend) ReportBypass(LeaseRef, []BypassCount)              {}
-func (fuzzBackend) Reidentify(LeaseRef, *store.Issued) error { return nil }
+func (fuzzBackend) Reidentify(LeaseRef, *store.Issued) error          { return nil }
 func (fuzzBackend) HandshakeDue(LeaseRef) time.Duration               { return 0 }
 func (b fuzzBackend) LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error) {
 	return nil, nil, ErrNotSupported

@@ -5,6 +5,7 @@ package gateway
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +37,7 @@ func TestBanNotDodged(t *testing.T) {
 		{"tok", "other", "198.51.100.1", false},
 		{"else", "cn1.example", "2001:db8:1:2::10", false},
 	} {
-		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, now)
+		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, nil, now)
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("token %s host %q from %s: banned %v (%v), want %v", tc.token, tc.host, tc.addr, got, err, tc.banned)
 		}
@@ -55,16 +56,46 @@ func TestBanAttested(t *testing.T) {
 	a.banLocked(store.Ban{UID: &uid, Until: now.Add(time.Hour), Reason: "test"}, now)
 	other := uint32(1001)
 	node := netip.MustParseAddr("10.1.2.3")
-	if err := a.bannedLocked("", "cn9", netip.MustParseAddr("10.9.9.9"), &uid, now); !errors.Is(err, control.ErrBanned) {
+	if err := a.bannedLocked("", "cn9", netip.MustParseAddr("10.9.9.9"), &uid, nil, now); !errors.Is(err, control.ErrBanned) {
 		t.Errorf("the banned uid from another node: %v, want banned", err)
 	}
-	if err := a.bannedLocked("", "cn1", node, &other, now); err != nil {
+	if err := a.bannedLocked("", "cn1", node, &other, nil, now); err != nil {
 		t.Errorf("another user of the banned job's node: %v, want not banned", err)
 	}
-	if err := a.bannedLocked("", "cn1", node, nil, now); err != nil {
+	if err := a.bannedLocked("", "cn1", node, nil, nil, now); err != nil {
 		t.Errorf("an unattested join from the banned job's node: %v, want not banned", err)
 	}
-	if !banCovers(store.Ban{UID: &uid}, "x", node, &uid) || banCovers(store.Ban{UID: &uid}, "x", node, &other) {
+	if !banCovers(store.Ban{UID: &uid}, "x", node, &uid, nil) || banCovers(store.Ban{UID: &uid}, "x", node, &other, nil) {
 		t.Error("banCovers does not follow the attested uid")
+	}
+}
+
+// TestBanSubject: a ban of a job identified by an issuer-verified bearer
+// token covers its issuer and subject, with any token (name), from any
+// node, address or uid; not another subject of that issuer, nor the same
+// subject name of another issuer.
+func TestBanSubject(t *testing.T) {
+	var a admission
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.banLocked(store.Ban{Token: "cms", Issuer: "https://iss", Subject: "alice", Until: now.Add(time.Hour), Reason: "test"}, now)
+	node := netip.MustParseAddr("10.1.2.3")
+	alice := &store.Issued{Issuer: "https://iss", Subject: "alice"}
+	err := a.bannedLocked("other-token", "cn9", netip.MustParseAddr("10.9.9.9"), nil, alice, now)
+	if !errors.Is(err, control.ErrBanned) || !strings.Contains(err.Error(), `subject "alice" of issuer https://iss`) {
+		t.Errorf("the banned subject with another token from another node: %v, want banned naming the subject", err)
+	}
+	for _, id := range []*store.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
+		if err := a.bannedLocked("cms", "cn1", node, nil, id, now); err != nil {
+			t.Errorf("%v from the banned job's node: %v, want not banned", id, err)
+		}
+	}
+	b := store.Ban{Issuer: "https://iss", Subject: "alice"}
+	if !banCovers(b, "x", node, nil, alice) || banCovers(b, "x", node, nil, &store.Issued{Issuer: "https://iss", Subject: "bob"}) || banCovers(b, "x", node, nil, nil) {
+		t.Error("banCovers does not follow the subject")
+	}
+	if err := b.Valid(); err != nil {
+		t.Errorf("subject ban: %v", err)
 	}
 }

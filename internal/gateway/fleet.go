@@ -161,10 +161,10 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 	}
 	for _, l := range g.leases.Leases() {
 		o, _ := l.Owner.(owner)
-		if l.ID == except || o.Token != b.Token {
+		if l.ID == except || o.Token != b.Token && b.Subject == "" {
 			continue
 		}
-		if banCovers(b, o.Job.Hostname, o.Remote.Addr(), attestedUID(o.Attested)) {
+		if banCovers(b, o.Job.Hostname, o.Remote.Addr(), attestedUID(o.Attested), o.Issued) {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
 				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Job.Hostname)
 			}

@@ -110,17 +110,29 @@ type gateway struct {
 	rehs rehandshakes
 	// attest verifies joins' MUNGE credentials (attest.go).
 	attest attestation
+	// bearer verifies joins' bearer tokens (bearer.go).
+	bearer bearerIdentity
 }
 
 // owner is what a lease records about its holder: what its client
 // claimed (Job), and what its credentials attested (Attested, nil if
 // nothing was).
 type owner struct {
-	Job      control.JobInfo
+	Job control.JobInfo
+	// Token is the name the job is accounted under: its join token's,
+	// or for a job that joined with a bearer token alone its issuer's
+	// (Issued.As).
 	Token    string
 	Remote   netip.AddrPort
 	Attested *store.Attestation
+	// Issued is the identity of the job's issuer-verified bearer token,
+	// nil if it had none.
+	Issued *store.Issued
 }
+
+// byBearer reports whether o joined with a bearer token alone: its Token
+// names its issuer, not a join token in the store.
+func (o owner) byBearer() bool { return o.Issued != nil && o.Issued.As != "" }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
@@ -129,6 +141,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
+	}
+	if tok.Name == "" && req.Issued != nil {
+		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
 	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
 		return control.Lease{}, err
@@ -165,8 +180,8 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Attested: o.Attested,
-		Token:    tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
+		Attested: o.Attested, Issued: o.Issued,
+		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
 		Egress: attributions(job), Resume: resumeState(l, pub, req.Expose),
 	}
 	for _, x := range job.Exposures {
@@ -195,7 +210,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	g.log.Info("job joined", "lease", l.ID, "addrs", l.Addrs, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "egress", job.Egress, "exposed", rec.Exposed,
-		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String())
+		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String(), "identity", o.Issued.String())
 	cl := control.Lease{
 		ID:               l.ID,
 		Secret:           secret,
@@ -354,7 +369,14 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	if o, _ := l.Owner.(owner); o.Token != "" {
+	o, _ := l.Owner.(owner)
+	if g.bearer.expired(o.Issued, now) {
+		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
+		g.endLease(l.ID, "renewal", "bearer token expired", why)
+		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
+		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+	}
+	if o.Token != "" && !o.byBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, "renewal", why, why)

@@ -128,6 +128,14 @@ type banKey struct {
 	host  string       // "" for a network or uid ban
 	net   netip.Prefix // invalid for a host or uid ban
 	uid   int64        // -1 unless a uid ban
+	// subject is "ISSUER\nSUBJECT" for a ban of an issuer-verified
+	// subject (any token, host or uid), else "".
+	subject string
+}
+
+// subjectKey is the banKey of a ban of id's issuer and subject.
+func subjectKey(issuer, subject string) banKey {
+	return banKey{subject: issuer + "\n" + subject, uid: noUID}
 }
 
 // noUID is banKey.uid of host and network bans.
@@ -148,7 +156,10 @@ func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, "."
 // banCovers reports whether ban b covers a lease of its token from host
 // and addr, of attested uid uid (nil: none), as bannedLocked matches
 // joins.
-func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32) bool {
+func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32, id *store.Issued) bool {
+	if b.Subject != "" {
+		return id != nil && id.Issuer == b.Issuer && id.Subject == b.Subject
+	}
 	if b.UID != nil {
 		return uid != nil && *uid == *b.UID
 	}
@@ -183,12 +194,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	// listing of the token's leases passes through (Leases): a revoke that
 	// deleted the token after the control server verified it either sees
 	// this join's lease or this join sees the token gone.
-	if tok.Name != "" {
+	if tok.Name != "" && (req.Issued == nil || req.Issued.As == "") {
 		if err := g.tokenLive(tok.Name, now); err != nil {
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), now); err != nil {
+	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), req.Issued, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -226,7 +237,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
+	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested, Issued: req.Issued}
 	if mine != nil {
 		mo, _ := mine.Owner.(owner)
 		o.Attested = inherit(req.Attested, mo.Attested)
@@ -319,6 +330,10 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 		}
 	}
 	v := ban{b.Until, b.Reason}
+	if b.Subject != "" {
+		a.bans[subjectKey(b.Issuer, b.Subject)] = v
+		return
+	}
 	if b.UID != nil {
 		a.bans[banKey{token: b.Token, uid: int64(*b.UID)}] = v
 		return
@@ -331,10 +346,18 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 }
 
+// reasonOf is " (REASON)" of a ban with a reason, else "".
+func reasonOf(b ban) string {
+	if b.reason == "" {
+		return ""
+	}
+	return " (" + b.reason + ")"
+}
+
 // bannedLocked returns the error for a join of token from host and addr
-// (and of attested uid uid, nil if none) while a ban matches it, else
-// nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, now time.Time) error {
+// (and of attested uid uid, nil if none, and issuer-verified identity id,
+// nil if none) while a ban matches it, else nil.
+func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, id *store.Issued, now time.Time) error {
 	var b ban
 	var ok bool
 	pick := func(k banKey) {
@@ -350,6 +373,12 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 	}
 	if uid != nil {
 		pick(banKey{token: token, uid: int64(*uid)})
+	}
+	if id != nil {
+		if x, xok := a.bans[subjectKey(id.Issuer, id.Subject)]; xok && now.Before(x.until) {
+			return fmt.Errorf("%w: the gateway's admin banned the jobs of subject %q of issuer %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+				control.ErrBanned, id.Subject, id.Issuer, x.until.UTC().Format(time.RFC3339), x.until.Sub(now).Round(time.Second), reasonOf(x))
+		}
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -371,7 +400,10 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, strin
 	now := time.Now()
 	until := now.Add(d)
 	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
-	if a := o.Attested; a != nil {
+	if id := o.Issued; id != nil {
+		// Issuer-verified: the subject, whatever token, node or uid.
+		b.Host, b.Addr, b.Issuer, b.Subject = "", netip.Addr{}, id.Issuer, id.Subject
+	} else if a := o.Attested; a != nil {
 		// Attested: the user, from any node; not the node's other users.
 		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
 	}
@@ -380,6 +412,9 @@ func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, strin
 	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+	}
+	if b.Subject != "" {
+		return b, fmt.Sprintf("joins of subject %q of issuer %s (issuer-verified), with any token, from any node", b.Subject, b.Issuer)
 	}
 	if b.UID != nil {
 		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)

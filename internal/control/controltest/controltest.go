@@ -53,11 +53,11 @@ type Backend struct {
 	joined []control.JoinRequest
 	// reidentified are the identities renewals carried.
 	reidentified []store.Issued
-	joins  int
-	next   int
-	leases map[string]string // id → secret
-	ended  map[string]string // id → why the lease was ended (End)
-	calls  []string
+	joins        int
+	next         int
+	leases       map[string]string // id → secret
+	ended        map[string]string // id → why the lease was ended (End)
+	calls        []string
 }
 
 // End ends lease id on purpose, as an admin's kick does: from then on
