@@ -107,14 +107,14 @@ func printStatus(w io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
+	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tIDENTITY\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range st.Jobs {
 		who := userCell(j.User, j.ClaimedUID, j.Attested) + " @ " + hostCell(j.Host, j.Attested)
 		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
 			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
-			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
+			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), identityCell(j.Issued), who,
 			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,
 			humanBytes(j.BytesOut), humanBytes(j.BytesIn), j.Started.Format(time.RFC3339))
 	}

@@ -79,6 +79,8 @@ type LiveLease struct {
 	// Attested is the lease's attested identity, nil if none.
 	JobAttested bool
 	Attested    *store.Attestation
+	// Issued is the lease's issuer-verified identity, nil if none.
+	Issued *store.Issued
 }
 
 // Addr returns the job's first tunnel address.

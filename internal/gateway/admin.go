@@ -47,8 +47,11 @@ func (g *gateway) Status() admin.Status {
 			by, uid, jobAttested := refOf(o.Attested)
 			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Job.BatchJobID, Token: o.Token,
 				AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested}}
+			if id := o.Issued; id != nil {
+				js.Ref.Issuer, js.Ref.Subject = id.Issuer, id.Subject
+			}
 		}
-		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, ClaimedUID: o.Job.UID, Attested: o.Attested,
+		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, ClaimedUID: o.Job.UID, Attested: o.Attested, Issued: o.Issued,
 			Started: l.Start, Expires: l.Expires, Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
@@ -88,7 +91,7 @@ func (g *gateway) Leases() []admin.LiveLease {
 	for _, l := range ls {
 		o, _ := l.Owner.(owner)
 		ll := admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
-			User: o.Job.User, Token: o.Token, Start: l.Start, Attested: o.Attested}
+			User: o.Job.User, Token: o.Token, Start: l.Start, Attested: o.Attested, Issued: o.Issued}
 		if o.Attested != nil && o.Attested.Job != nil {
 			ll.JobID, ll.JobAttested = o.Attested.Job.JobID, true
 		}

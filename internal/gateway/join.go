@@ -341,6 +341,9 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
 	}
+	if id := o.Issued; id != nil {
+		j.Ref.Issuer, j.Ref.Subject = id.Issuer, id.Subject
+	}
 	ex, err := g.planExposures(l, j.Egress, expose)
 	if err == nil {
 		err = g.exposureAllowed(token, ex)
