@@ -90,6 +90,8 @@ type gatewayEntry struct {
 	// checks is what the gateway's last load report said it checks
 	// ("munge", or "none"; "" before any report), for attest.go.
 	checks string
+	// bearer is what that report said of bearer tokens (bearer.go).
+	bearer bool
 	// last is the lease this session last held at this gateway, if any:
 	// a join there again proves it (JoinRequest.Replace), should the
 	// gateway still hold it after a failover away and back.
@@ -118,6 +120,8 @@ type SessionConfig struct {
 	EgressFile bool
 	// attest makes the joins' MUNGE credentials (attest.go); nil: none.
 	attest *nodeAttest
+	// bearer finds the job's bearer token (bearer.go); nil: none.
+	bearer *jobBearer
 }
 
 // SessionStats counts what a session went through while supervised.
@@ -138,6 +142,7 @@ type SessionStats struct {
 type Session struct {
 	// att makes the joins' MUNGE credentials (attest.go); nil: none.
 	att       *nodeAttest
+	bearer    *jobBearer
 	log       *slog.Logger
 	stderr    io.Writer
 	gws       []*gatewayEntry
@@ -208,7 +213,7 @@ func NewSession(cfg SessionConfig) *Session {
 	req := cfg.Join
 	req.PublicKey = cfg.Key.PublicKey()
 	s := &Session{
-		att: cfg.attest, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		att: cfg.attest, bearer: cfg.bearer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
 		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
 	}
@@ -293,7 +298,7 @@ func (s *Session) rank(ctx context.Context, skip *gatewayEntry) []*gatewayEntry 
 	for _, r := range Rank(ctx, s.log, gws, si) {
 		out = append(out, s.gws[r.Index])
 		if r.Health != (control.Health{}) {
-			s.gws[r.Index].checks = cmp.Or(r.Health.Attest, "none")
+			s.gws[r.Index].checks, s.gws[r.Index].bearer = cmp.Or(r.Health.Attest, "none"), r.Health.Bearer
 		}
 		if len(s.gws) > 1 {
 			s.log.Debug("gateway load", "gateway", s.gws[r.Index].addr, "jobs", r.Health.Jobs,
@@ -401,6 +406,9 @@ func (s *Session) joinRanked(ctx context.Context, skip *gatewayEntry) error {
 func (s *Session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.JoinRequest) (control.Lease, error) {
 	req, err := s.att.sign(ctx, s, gw, req)
 	if err != nil {
+		return control.Lease{}, errAttest{err}
+	}
+	if req, err = s.bearer.add(ctx, s, gw, req); err != nil {
 		return control.Lease{}, errAttest{err}
 	}
 	ls, err := gw.cc.Join(ctx, req)
@@ -845,7 +853,7 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport()})
+			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport(), Bearer: s.bearer.renewal(s)})
 			cancel()
 			if err != nil {
 				s.stats.renewErrors.Add(1)
