@@ -19,9 +19,9 @@ type Bearer struct {
 	Issuers []Issuer
 	// Required refuses joins without a valid bearer token.
 	Required bool
-	// Refresh, MinRefetch and MaxStale are bearer.Config's (0: its
-	// defaults).
-	Refresh, MinRefetch, MaxStale time.Duration
+	// Refresh, MinRefetch, MaxStale and Leeway are bearer.Config's (0:
+	// its defaults).
+	Refresh, MinRefetch, MaxStale, Leeway time.Duration
 }
 
 // Issuer is one [[issuer]]: what bearer verifies, and the names its jobs
@@ -79,6 +79,7 @@ type fileBearer struct {
 	Refresh    string `toml:"refresh"`
 	MinRefetch string `toml:"min_refetch"`
 	MaxStale   string `toml:"max_stale"`
+	Leeway     string `toml:"leeway"`
 }
 
 // resolveBearer checks [[issuer]] and [bearer].
@@ -126,7 +127,7 @@ func (d *file) resolveBearer(bad func(string, string, ...any)) Bearer {
 		key string
 		s   string
 		d   *time.Duration
-	}{{"bearer.refresh", d.Bearer.Refresh, &b.Refresh}, {"bearer.min_refetch", d.Bearer.MinRefetch, &b.MinRefetch}, {"bearer.max_stale", d.Bearer.MaxStale, &b.MaxStale}} {
+	}{{"bearer.refresh", d.Bearer.Refresh, &b.Refresh}, {"bearer.min_refetch", d.Bearer.MinRefetch, &b.MinRefetch}, {"bearer.max_stale", d.Bearer.MaxStale, &b.MaxStale}, {"bearer.leeway", d.Bearer.Leeway, &b.Leeway}} {
 		if f.s == "" {
 			continue
 		}

@@ -15,6 +15,7 @@ required = true
 refresh = "10m"
 min_refetch = "30s"
 max_stale = "48h"
+leeway = "5s"
 
 [[issuer]]
 name = "cms"
@@ -40,7 +41,7 @@ tokens = ["cms-prod"]
 		t.Fatal(err)
 	}
 	b := c.Bearer
-	if !b.Required || b.Refresh != 10*time.Minute || b.MinRefetch != 30*time.Second || b.MaxStale != 48*time.Hour || len(b.Issuers) != 1 {
+	if !b.Required || b.Refresh != 10*time.Minute || b.MinRefetch != 30*time.Second || b.MaxStale != 48*time.Hour || b.Leeway != 5*time.Second || len(b.Issuers) != 1 {
 		t.Fatalf("bearer %+v", b)
 	}
 	is := b.Issuers[0]

@@ -3,6 +3,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,9 +115,9 @@ func (g *gateway) applyBearer(c config.Bearer) error {
 	}
 	bc := bearer.Config{
 		Audiences: g.audiences(), CacheDir: filepath.Join(g.cfg.StateDir, BearerDir),
-		Refresh: c.Refresh, MinRefetch: c.MinRefetch, MaxStale: c.MaxStale,
+		Refresh: c.Refresh, MinRefetch: c.MinRefetch, MaxStale: c.MaxStale, Leeway: c.Leeway,
 	}
-	st := &bearerState{issuers: map[string]config.Issuer{}, required: c.Required, leeway: time.Minute}
+	st := &bearerState{issuers: map[string]config.Issuer{}, required: c.Required, leeway: cmp.Or(c.Leeway, time.Minute)}
 	for _, is := range c.Issuers {
 		bc.Issuers = append(bc.Issuers, is.Issuer)
 		st.issuers[is.URL] = is
