@@ -92,7 +92,10 @@ func (s *Server) verifyBearer(ctx context.Context, tok string) (*store.Issued, e
 }
 
 // reidentify verifies a renewal's bearer token ("" for none) and hands
-// the identity to the Backend.
+// the identity to the Backend. A token that is refused, or cannot be
+// checked now, leaves the lease's identity as it was and the renewal
+// goes on: the lease lives until the last good token expires, and the
+// Backend's Renew then ends it saying so.
 func (s *Server) reidentify(ctx context.Context, ref LeaseRef, tok string) error {
 	if tok == "" {
 		return s.backend.Reidentify(ref, nil)
@@ -101,6 +104,10 @@ func (s *Server) reidentify(ctx context.Context, ref LeaseRef, tok string) error
 		return err // not spending a verification on a request without a lease
 	}
 	id, err := s.verifyBearer(ctx, tok)
+	if errors.Is(err, ErrBearer) || errors.Is(err, ErrBearerUnavailable) {
+		s.log.Info("renewal's bearer token not taken; the lease keeps its identity until the last good token expires", "lease", ref.ID, "err", err)
+		return s.backend.Reidentify(ref, nil)
+	}
 	if err != nil {
 		return err
 	}

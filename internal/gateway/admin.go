@@ -188,6 +188,9 @@ func (k *kickList) err(id string) error {
 	if e.reason != "" {
 		why = ": " + e.reason
 	}
+	if e.by == byRenewal {
+		return fmt.Errorf("%w: ended by the gateway at its renewal at %s%s", control.ErrLeaseEnded, e.at.UTC().Format(time.RFC3339), why)
+	}
 	return fmt.Errorf("%w: ended by the gateway's admin (%s) at %s%s", control.ErrLeaseEnded, e.by, e.at.UTC().Format(time.RFC3339), why)
 }
 

@@ -374,15 +374,15 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	}
 	o, _ := l.Owner.(owner)
 	if g.bearer.expired(o.Issued, now) {
-		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
-		g.endLease(l.ID, "renewal", "bearer token expired", why)
+		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
+		g.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
 		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
 	}
 	if o.Token != "" && !o.byBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
-			g.endLease(l.ID, "renewal", why, why)
+			g.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
 			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
 		}
@@ -403,6 +403,10 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 }
 
 func (g *gateway) Health() control.Health { return g.health() }
+
+// byRenewal is what ended a lease the gateway ended at its renewal (its
+// token revoked or expired), for kickList.
+const byRenewal = "renewal"
 
 // expireLoop frees leases whose clients stopped renewing.
 func (g *gateway) expireLoop(ctx context.Context) {
