@@ -413,7 +413,7 @@ func (s *Session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.
 	}
 	ls, err := gw.cc.Join(ctx, req)
 	s.att.spent(req, err)
-	return ls, err
+	return ls, s.att.explain(req, err)
 }
 
 // errAttest is a join this node could not sign: munged is missing or

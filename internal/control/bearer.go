@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // Identity from bearer tokens on the wire. A join may carry the job's
@@ -29,7 +29,7 @@ type BearerVerifier interface {
 	// when the gateway cannot tell now (the issuer's keys are unknown).
 	// (nil, nil) means the gateway takes no bearer tokens now (a reload
 	// removed its issuers).
-	Verify(ctx context.Context, token string) (*store.Issued, error)
+	Verify(ctx context.Context, token string) (*identity.Issued, error)
 	// Required reports whether every join must carry a valid token.
 	Required() bool
 }
@@ -77,7 +77,7 @@ func checkBearer(field, tok string) error {
 
 // verifyBearer verifies tok with s's verifier: the identity, or an error
 // for the refusal table.
-func (s *Server) verifyBearer(ctx context.Context, tok string) (*store.Issued, error) {
+func (s *Server) verifyBearer(ctx context.Context, tok string) (*identity.Issued, error) {
 	if s.bearer == nil {
 		return nil, fmt.Errorf("%w: this gateway takes no bearer tokens (it trusts no issuer): join with a token (AIRLOCK_TOKEN), or run airlock run with --bearer off", ErrBearer)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // fakeBearer verifies "h.good.s" (subject alice) and "h.bob.s" (subject
@@ -22,12 +22,12 @@ type fakeBearer struct{ required bool }
 
 func (f fakeBearer) Required() bool { return f.required }
 
-func (fakeBearer) Verify(ctx context.Context, tok string) (*store.Issued, error) {
+func (fakeBearer) Verify(ctx context.Context, tok string) (*identity.Issued, error) {
 	switch tok {
 	case "h.good.s":
-		return &store.Issued{Issuer: "https://iss", Subject: "alice", As: "cms"}, nil
+		return &identity.Issued{Issuer: "https://iss", Subject: "alice", As: "cms"}, nil
 	case "h.bob.s":
-		return &store.Issued{Issuer: "https://iss", Subject: "bob", As: "cms"}, nil
+		return &identity.Issued{Issuer: "https://iss", Subject: "bob", As: "cms"}, nil
 	case "h.later.s":
 		return nil, fmt.Errorf("%w: keys of https://iss never fetched", control.ErrBearerUnavailable)
 	}

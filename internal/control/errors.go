@@ -158,6 +158,11 @@ func refusalOf(err error) refusal {
 	return refusals[len(refusals)-1]
 }
 
+// Clears reports whether err is a refusal that clears with time (its row
+// has a wait: a busy or draining gateway, a rate or quota), which airlock
+// run waits out, rather than a definite one.
+func Clears(err error) bool { return refusalOf(err).wait > 0 }
+
 // RetryAfterError is a refusal that names its own wait, e.g. the time until
 // a token's join rate admits the next join. Make it with [WithRetryAfter].
 type RetryAfterError struct {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -104,7 +105,7 @@ type Backend interface {
 	// token names another issuer or subject than the lease's, errors
 	// as for Renew otherwise. A backend without bearer identity returns
 	// nil.
-	Reidentify(ref LeaseRef, id *store.Issued) error
+	Reidentify(ref LeaseRef, id *identity.Issued) error
 }
 
 // ServerConfig configures a [Server]. Logger, Store, Backend and
@@ -340,6 +341,9 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
+	if req.Attested != nil {
+		s.attest.Settle(req, err)
+	}
 	if err != nil {
 		s.refuse(w, "join", remote, err)
 		return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -44,29 +45,49 @@ func TestBanNotDodged(t *testing.T) {
 	}
 }
 
-// TestBanAttested: a ban of a job whose identity was attested covers its
-// attested uid, from any node and any address, and not the other users
-// of its node (issue 25, hole 6).
+// TestBanAttested: a ban of a job whose identity was attested sticks to
+// the person (issue 33, item 2): its attested uid with any token or none,
+// from any node and any address; and, from its node, the unattested joins
+// of its token (the same user leaving out the credential); not the other
+// users of its node, whose joins are attested. The leases it covers
+// follow the same rule.
 func TestBanAttested(t *testing.T) {
 	var a admission
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	uid := uint32(1000)
-	a.banLocked(store.Ban{UID: &uid, Until: now.Add(time.Hour), Reason: "test"}, now)
-	other := uint32(1001)
 	node := netip.MustParseAddr("10.1.2.3")
-	if err := a.bannedLocked("", "cn9", netip.MustParseAddr("10.9.9.9"), &uid, nil, now); !errors.Is(err, control.ErrBanned) {
-		t.Errorf("the banned uid from another node: %v, want banned", err)
-	}
-	if err := a.bannedLocked("", "cn1", node, &other, nil, now); err != nil {
-		t.Errorf("another user of the banned job's node: %v, want not banned", err)
-	}
-	if err := a.bannedLocked("", "cn1", node, nil, nil, now); err != nil {
-		t.Errorf("an unattested join from the banned job's node: %v, want not banned", err)
-	}
-	if !banCovers(store.Ban{UID: &uid}, "x", node, &uid, nil) || banCovers(store.Ban{UID: &uid}, "x", node, &other, nil) {
-		t.Error("banCovers does not follow the attested uid")
+	b := store.Ban{Token: "tok", UID: &uid, Addr: node, Until: now.Add(time.Hour), Reason: "test"}
+	a.banLocked(b, now)
+	other := uint32(1001)
+	elsewhere := netip.MustParseAddr("10.9.9.9")
+	for _, tc := range []struct {
+		name, token string
+		addr        netip.Addr
+		uid         *uint32
+		banned      bool
+	}{
+		{"the banned uid, same token, another node", "tok", elsewhere, &uid, true},
+		{"the banned uid, another token", "other", elsewhere, &uid, true},
+		{"the banned uid, no token", "", node, &uid, true},
+		{"unattested, the token, from the node", "tok", node, nil, true},
+		{"unattested, another token, from the node", "other", node, nil, false},
+		{"unattested, the token, another node", "tok", elsewhere, nil, false},
+		{"another user of the node, the token", "tok", node, &other, false},
+		{"another user of the node, no token", "", node, &other, false},
+	} {
+		err := a.bannedLocked(tc.token, "cn1", tc.addr, tc.uid, nil, now)
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
+		}
+		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1"}}
+		if tc.uid != nil {
+			o.Attested = &identity.Attestation{By: "munge", UID: *tc.uid}
+		}
+		if got := banCovers(b, o); got != tc.banned {
+			t.Errorf("%s: banCovers %v, want %v (a lease ends as a join is refused)", tc.name, got, tc.banned)
+		}
 	}
 }
 
@@ -81,18 +102,21 @@ func TestBanSubject(t *testing.T) {
 	defer a.mu.Unlock()
 	a.banLocked(store.Ban{Token: "cms", Issuer: "https://iss", Subject: "alice", Until: now.Add(time.Hour), Reason: "test"}, now)
 	node := netip.MustParseAddr("10.1.2.3")
-	alice := &store.Issued{Issuer: "https://iss", Subject: "alice"}
+	alice := &identity.Issued{Issuer: "https://iss", Subject: "alice"}
 	err := a.bannedLocked("other-token", "cn9", netip.MustParseAddr("10.9.9.9"), nil, alice, now)
 	if !errors.Is(err, control.ErrBanned) || !strings.Contains(err.Error(), `subject "alice" of issuer https://iss`) {
 		t.Errorf("the banned subject with another token from another node: %v, want banned naming the subject", err)
 	}
-	for _, id := range []*store.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
+	for _, id := range []*identity.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
 		if err := a.bannedLocked("cms", "cn1", node, nil, id, now); err != nil {
 			t.Errorf("%v from the banned job's node: %v, want not banned", id, err)
 		}
 	}
 	b := store.Ban{Issuer: "https://iss", Subject: "alice"}
-	if !banCovers(b, "x", node, nil, alice) || banCovers(b, "x", node, nil, &store.Issued{Issuer: "https://iss", Subject: "bob"}) || banCovers(b, "x", node, nil, nil) {
+	at := func(id *identity.Issued) identity.Job {
+		return identity.Job{Token: "cms", Remote: netip.AddrPortFrom(node, 1), Claimed: identity.Claimed{Hostname: "x"}, Issued: id}
+	}
+	if !banCovers(b, at(alice)) || banCovers(b, at(&identity.Issued{Issuer: "https://iss", Subject: "bob"})) || banCovers(b, at(nil)) {
 		t.Error("banCovers does not follow the subject")
 	}
 	if err := b.Valid(); err != nil {

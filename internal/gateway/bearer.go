@@ -16,14 +16,14 @@ import (
 	"github.com/airlock-vpn/airlock/internal/bearer"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/lease"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Identity from bearer tokens at the gateway: the control server asks
 // g.bearer (a control.BearerVerifier) to verify the token of every join
 // and renewal that carries one (internal/bearer); what it returns is the
-// job's issuer-verified identity (store.Issued), kept in the lease
+// job's issuer-verified identity (identity.Issued), kept in the lease
 // (owner.Issued), the lease history (store.LeaseRecord.Issued), the flow
 // table's job references, status, whois and the metrics. A job that
 // joined with a bearer token alone is accounted under its issuer's name
@@ -58,7 +58,7 @@ type bearerState struct {
 var _ control.BearerVerifier = (*bearerIdentity)(nil)
 
 // Verify implements control.BearerVerifier.
-func (b *bearerIdentity) Verify(ctx context.Context, tok string) (*store.Issued, error) {
+func (b *bearerIdentity) Verify(ctx context.Context, tok string) (*identity.Issued, error) {
 	st := b.cur.Load()
 	if st == nil {
 		return nil, nil
@@ -70,7 +70,7 @@ func (b *bearerIdentity) Verify(ctx context.Context, tok string) (*store.Issued,
 	case err != nil:
 		return nil, fmt.Errorf("%w: %w", control.ErrBearer, err)
 	}
-	return &store.Issued{Issuer: id.Issuer, Subject: id.Subject, Groups: id.Groups, Expires: id.Expires,
+	return &identity.Issued{Issuer: id.Issuer, Subject: id.Subject, Groups: id.Groups, Expires: id.Expires,
 		As: st.issuers[id.Issuer].As(id.Subject, id.Groups)}, nil
 }
 
@@ -85,7 +85,7 @@ func (b *bearerIdentity) on() bool { return b.cur.Load() != nil }
 
 // expired reports whether a lease identified by id has outlived its
 // token (beyond the clocks' leeway) at now.
-func (b *bearerIdentity) expired(id *store.Issued, now time.Time) bool {
+func (b *bearerIdentity) expired(id *identity.Issued, now time.Time) bool {
 	leeway := time.Minute
 	if st := b.cur.Load(); st != nil {
 		leeway = st.leeway
@@ -165,17 +165,16 @@ func (g *gateway) audiences() []string {
 // extends its lease's identity to the token's expiry. The token must
 // name the lease's issuer and subject; a lease that joined without one
 // takes none at renewal (its identity is its join's).
-func (g *gateway) Reidentify(ref control.LeaseRef, id *store.Issued) error {
+func (g *gateway) Reidentify(ref control.LeaseRef, id *identity.Issued) error {
 	if id == nil {
 		return nil
 	}
-	_, err := g.leases.Reown(ref.ID, ref.Secret, time.Now(), func(cur any) (any, error) {
-		o, _ := cur.(owner)
+	_, err := g.leases.Reown(ref.ID, ref.Secret, time.Now(), func(o identity.Job) (identity.Job, error) {
 		switch {
 		case o.Issued == nil:
-			return cur, nil
+			return o, nil
 		case !o.Issued.Same(id):
-			return nil, fmt.Errorf("%w: the renewal's token is of %s, the lease's of %s: a job keeps its identity", control.ErrBearer, id.ID(), o.Issued.ID())
+			return o, fmt.Errorf("%w: the renewal's token is of %s, the lease's of %s: a job keeps its identity", control.ErrBearer, id.ID(), o.Issued.ID())
 		}
 		n := *o.Issued
 		if id.Expires.After(n.Expires) {

@@ -126,7 +126,7 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 	g.bypassNotice.changed()
 	g.setFeeds(g.feedsOf(cfg))
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
+		o := l.Owner
 		lim := cfg.Limits.ForToken(o.Token)
 		if lim == old.Limits.ForToken(o.Token) {
 			continue

@@ -114,26 +114,6 @@ type gateway struct {
 	bearer bearerIdentity
 }
 
-// owner is what a lease records about its holder: what its client
-// claimed (Job), and what its credentials attested (Attested, nil if
-// nothing was).
-type owner struct {
-	Job control.JobInfo
-	// Token is the name the job is accounted under: its join token's,
-	// or for a job that joined with a bearer token alone its issuer's
-	// (Issued.As).
-	Token    string
-	Remote   netip.AddrPort
-	Attested *store.Attestation
-	// Issued is the identity of the job's issuer-verified bearer token,
-	// nil if it had none.
-	Issued *store.Issued
-}
-
-// byBearer reports whether o joined with a bearer token alone: its Token
-// names its issuer, not a join token in the store.
-func (o owner) byBearer() bool { return o.Issued != nil && o.Issued.As != "" }
-
 // Join admits a job: lease → egress backend (AddJob) → lease history →
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
@@ -176,7 +156,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	added = true
 	// Fail closed: a job the history cannot attribute does not get in.
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
@@ -328,7 +308,7 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 // one place that decides a job's limits) and its exposures, checked
 // against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	if o.Attested != nil && o.Attested.Job != nil {
 		jobID = o.Attested.Job.JobID
 	}
@@ -372,14 +352,14 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	if g.bearer.expired(o.Issued, now) {
 		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
 		g.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
 		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
 	}
-	if o.Token != "" && !o.byBearer() {
+	if o.Token != "" && !o.ByBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, byRenewal, why, why)

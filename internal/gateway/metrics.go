@@ -5,11 +5,12 @@ package gateway
 import (
 	"net"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlock-vpn/airlock/internal/metrics"
-	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
 
@@ -77,8 +78,8 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 func (g *gateway) identities() map[metrics.JobIdentity]int {
 	out := map[metrics.JobIdentity]int{}
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
-		k := metrics.JobIdentity{UID: store.SourceClaimed, Job: store.SourceClaimed}
+		o := l.Owner
+		k := metrics.JobIdentity{UID: identity.SourceClaimed, Job: identity.SourceClaimed}
 		if a := o.Attested; a != nil {
 			k.UID = a.By
 			if a.Job != nil {
@@ -99,7 +100,7 @@ func (g *gateway) issuers() map[string]int {
 		return out
 	}
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
+		o := l.Owner
 		if o.Issued == nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
@@ -96,7 +97,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
-	l.Owner = owner{Job: control.JobInfo{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
+	l.Owner = identity.Job{Claimed: identity.Claimed{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
 		Token: r.Token, Remote: remote, Attested: r.Attested, Issued: r.Issued}
 	if rs.Block >= 0 && rs.Blocks == 0 {
 		l.Blocks = 1

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/bearer/bearertest"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -254,7 +255,7 @@ func (be *bearerEnv) refresh(t *testing.T) {
 	port := portOfBlock(t, j.Ports)
 	at := fmt.Sprintf("%s:%d", be.e.tp.DMZAddrINET, port)
 	code, out, stderr := be.e.admin(t, "whois", "--state", be.e.state, at)
-	if want := be.url + "/dave [/exp] (" + store.SourceIssuer + ")"; code != 0 || !strings.Contains(out, want) {
+	if want := be.url + "/dave [/exp] (" + identity.SourceIssuer + ")"; code != 0 || !strings.Contains(out, want) {
 		t.Errorf("whois %s: exit %d, %s %s; want %q", at, code, out, stderr, want)
 	}
 	code, out, stderr = be.e.admin(t, "whois", "--state", be.e.state, "--json", at)
@@ -263,8 +264,8 @@ func (be *bearerEnv) refresh(t *testing.T) {
 		t.Errorf("whois --json %s: exit %d, %s %s; want the issued identity", at, code, out, stderr)
 	}
 	code, out, _ = be.e.admin(t, "status", "--state", be.e.state)
-	if !strings.Contains(out, be.url+"/dave [/exp] ("+store.SourceIssuer+")") {
-		t.Errorf("status: exit %d, %s; want the identity marked %s", code, out, store.SourceIssuer)
+	if !strings.Contains(out, be.url+"/dave [/exp] ("+identity.SourceIssuer+")") {
+		t.Errorf("status: exit %d, %s; want the identity marked %s", code, out, identity.SourceIssuer)
 	}
 
 	n, err := p.Wait(60 * time.Second)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
@@ -52,7 +53,7 @@ type Backend struct {
 	keys   []wgkey.Key        // the public keys of joins, in order
 	joined []control.JoinRequest
 	// reidentified are the identities renewals carried.
-	reidentified []store.Issued
+	reidentified []identity.Issued
 	joins        int
 	next         int
 	leases       map[string]string // id → secret
@@ -362,7 +363,7 @@ func (g *Gateway) Token(t testing.TB) string {
 }
 
 // Reidentify implements control.Backend: it records id (Reidentified).
-func (b *Backend) Reidentify(ref control.LeaseRef, id *store.Issued) error {
+func (b *Backend) Reidentify(ref control.LeaseRef, id *identity.Issued) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if id != nil {
@@ -372,8 +373,8 @@ func (b *Backend) Reidentify(ref control.LeaseRef, id *store.Issued) error {
 }
 
 // Reidentified returns the identities renewals carried, in order.
-func (b *Backend) Reidentified() []store.Issued {
+func (b *Backend) Reidentified() []identity.Issued {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]store.Issued(nil), b.reidentified...)
+	return append([]identity.Issued(nil), b.reidentified...)
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 
-package store
+package identity
 
 import (
 	"strconv"
@@ -51,6 +51,10 @@ func (i *Issued) String() string {
 	}
 	return s
 }
+
+// ByBearer reports whether j joined with a bearer token alone: its Token
+// is then its issuer's name (Issued.As), not a join token in the store.
+func (j Job) ByBearer() bool { return j.Issued != nil && j.Issued.As != "" }
 
 // Same reports whether i and o name the same issuer and subject.
 func (i *Issued) Same(o *Issued) bool {
