@@ -70,8 +70,23 @@ func (k *Key) Sign(claims any) string {
 
 // SignAs is Sign with header kid set to kid.
 func (k *Key) SignAs(kid string, claims any) string {
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: k.Alg, Key: k.Priv},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
+	return sign(jose.SigningKey{Algorithm: k.Alg, Key: k.Priv}, kid, claims)
+}
+
+// HMACWithPublicKey returns claims "signed" with HS256 using k's public
+// key (PEM of its PKIX form) as the secret: the alg-confusion forgery.
+func (k *Key) HMACWithPublicKey(claims any) string {
+	der, err := x509.MarshalPKIXPublicKey(k.Priv.Public())
+	if err != nil {
+		panic(err)
+	}
+	secret := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	return sign(jose.SigningKey{Algorithm: jose.HS256, Key: secret}, k.ID, claims)
+}
+
+// sign returns the compact JWS of claims signed with sk, header kid.
+func sign(sk jose.SigningKey, kid string, claims any) string {
+	s, err := jose.NewSigner(sk, (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", kid))
 	if err != nil {
 		panic(err)
 	}
@@ -84,28 +99,6 @@ func (k *Key) SignAs(kid string, claims any) string {
 	if err != nil {
 		panic(err)
 	}
-	return out
-}
-
-// HMACWithPublicKey returns claims "signed" with HS256 using k's public
-// key (PEM of its PKIX form) as the secret: the alg-confusion forgery.
-func (k *Key) HMACWithPublicKey(claims any) string {
-	der, err := x509.MarshalPKIXPublicKey(k.Priv.Public())
-	if err != nil {
-		panic(err)
-	}
-	secret := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	s, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.HS256, Key: secret},
-		(&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", k.ID))
-	if err != nil {
-		panic(err)
-	}
-	payload, _ := json.Marshal(claims)
-	jws, err := s.Sign(payload)
-	if err != nil {
-		panic(err)
-	}
-	out, _ := jws.CompactSerialize()
 	return out
 }
 
