@@ -299,7 +299,7 @@ func (be *bearerEnv) waitJob(t *testing.T, id string, p *topology.Process) admin
 // lease at the next renewal, with a message that says why.
 func (be *bearerEnv) expired(t *testing.T) {
 	f := be.writeToken(t, "short", be.rsa1.Sign(be.claims("erin", 3*time.Second)))
-	code, out, stderr := be.run(t, 60*time.Second, []string{"BEARER_TOKEN_FILE=" + f}, "bash", "-c", "sleep 9; "+be.fetch()[2])
+	code, out, stderr := be.run(t, 60*time.Second, []string{"BEARER_TOKEN_FILE=" + f}, "bash", "-c", "sleep 9; curl -sS --max-time 3 "+be.httpURL+" | sha256sum")
 	if be.fetched(out) || !strings.Contains(stderr, "bearer token expired") || !strings.Contains(stderr, "refresh the token file") {
 		t.Errorf("job whose token expired: exit %d, %q; want its lease ended saying the token expired%s", code, out, be.e.diag(stderr))
 	}
