@@ -44,7 +44,7 @@
  * run binds it into its own join credential and the gateway then records
  * the job id as attested. munge_socket= names the munged to ask (a
  * dedicated node+gateway key has its own), and reaches airlock run as
- * AIRLOCK_MUNGE_SOCKET for its own credential.
+ * AIRLOCK_MUNGE_SOCKET (for every task on the node) for its own credential.
  *
  * plugstack.conf arguments:
  *   airlock=PATH     the airlock binary (default /usr/bin/airlock)
@@ -55,7 +55,8 @@
  *   partitions=A,B   apply default= only to these partitions
  *   attest=munge     make root's job credential for each task (default off)
  *   munge_socket=P   munged's socket for attest=munge (default MUNGE's)
- *   munge_ttl=SECS   the job credential's lifetime (default 300)
+ *   munge_ttl=SECS   the job credential's lifetime (default 600: longer
+ *                    than airlock run --join-timeout, 5 minutes)
  *
  * MODE is one of auto, netns, seccomp, preload, proxy (airlock run
  * --mode), off (do not wrap), or steps (auto, but leave the batch script
@@ -90,7 +91,7 @@ static char wrapper_path[PATH_LEN] = "/usr/lib/airlock/airlock-slurm-task";
 static char env_path[PATH_LEN];
 static char attest_mode[MODE_LEN] = "off";
 static char munge_socket[PATH_LEN];
-static char munge_ttl[16] = "300";
+static char munge_ttl[16] = "600";
 
 /**
  * valid_mode() - whether @m is a MODE the plugin knows.
@@ -362,6 +363,18 @@ static void attest_task(spank_t sp)
 	if (spank_setenv(sp, "AIRLOCK_MUNGE_JOB", cred, 1) != ESPANK_SUCCESS)
 		slurm_error("airlock: cannot set AIRLOCK_MUNGE_JOB");
 	free(cred);
+}
+
+/**
+ * export_socket() - name the site's munged (munge_socket=) to airlock run
+ * in the task's environment, for every task on the node: a task whose job
+ * credential could not be made and a job that runs airlock run itself
+ * must make their join credentials with that munged too, never with the
+ * one on MUNGE's default socket (on a real node, the cluster's own, with
+ * another key than the gateway's).
+ */
+static void export_socket(spank_t sp)
+{
 	if (munge_socket[0] && spank_setenv(sp, "AIRLOCK_MUNGE_SOCKET", munge_socket, 1) != ESPANK_SUCCESS)
 		slurm_error("airlock: cannot set AIRLOCK_MUNGE_SOCKET");
 }
@@ -372,6 +385,8 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 
 	(void)ac;
 	(void)av;
+	if (strcmp(attest_mode, "munge") == 0)
+		export_socket(sp);
 	if (!wrapped(sp, &mode))
 		return 0;
 	if (strcmp(attest_mode, "munge") == 0)

@@ -6,15 +6,15 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // TestIdentityCells: every identity value status and whois print says
 // where it comes from.
 func TestIdentityCells(t *testing.T) {
-	att := &store.Attestation{By: "munge", UID: 1000, User: "alice", Node: netip.MustParseAddr("10.1.2.3"),
-		Job: &store.AttestedJob{BatchSystem: "slurm", JobID: "4242", Node: "cn1"}}
-	uidOnly := &store.Attestation{By: "munge", UID: 1000, Node: netip.MustParseAddr("10.1.2.3")}
+	att := &identity.Attestation{By: "munge", UID: 1000, User: "alice", Node: netip.MustParseAddr("10.1.2.3"),
+		Job: &identity.AttestedJob{BatchSystem: "slurm", JobID: "4242", Node: "cn1"}}
+	uidOnly := &identity.Attestation{By: "munge", UID: 1000, Node: netip.MustParseAddr("10.1.2.3")}
 	for _, tc := range []struct{ got, want string }{
 		{jobCell("4242", att), "4242 (munge)"},
 		{jobCell("4242", uidOnly), "4242 (claimed)"},

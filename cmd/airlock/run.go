@@ -89,6 +89,7 @@ line does not set it.`,
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock")
 	fs.StringVar(&cfg.Attest, "attest", client.AttestAuto, "attested identity: auto (a MUNGE credential with every join to a gateway that checks them, where this node runs munged; then no token is needed), munge (always; no munged is an error) or off")
 	fs.StringVar(&cfg.MungeSocket, "munge-socket", "", "this node's munged socket for the join's MUNGE credential (default /run/munge/munge.socket.2; a site with a dedicated node+gateway key names that munged's socket)")
+	fs.StringVar(&cfg.Bearer, "bearer", client.BearerAuto, "the job's bearer token (WLCG token discovery: BEARER_TOKEN, BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u$UID, /tmp/bt_u$UID): auto (presented to gateways that trust token issuers, with the join and again, re-read, at every renewal; then no join token is needed) or off")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
 	check := fs.Bool("check", false, "check this node and the gateway (namespaces, /dev/net/tun, /dev/fuse, containers in jobs, limits, TCP directly or through HTTPS_PROXY, pin, join, UDP), print ok/warn/PROBLEM with fixes, exit 1 on a problem; runs no command")
@@ -100,6 +101,7 @@ line does not set it.`,
 	enumFlag(cmd, "mode", "auto", "netns", "seccomp", "preload", "proxy")
 	enumFlag(cmd, "transport", client.TransportAuto, client.TransportUDP, client.TransportTCP)
 	enumFlag(cmd, "attest", client.AttestAuto, client.AttestMunge, client.AttestOff)
+	enumFlag(cmd, "bearer", client.BearerAuto, client.BearerOff)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -107,14 +107,14 @@ func printStatus(w io.Writer, st admin.Status) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
+	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tIDENTITY\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range st.Jobs {
 		who := userCell(j.User, j.ClaimedUID, j.Attested) + " @ " + hostCell(j.Host, j.Attested)
 		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
 			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
-			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
+			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), identityCell(j.Issued), who,
 			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,
 			humanBytes(j.BytesOut), humanBytes(j.BytesIn), j.Started.Format(time.RFC3339))
 	}
@@ -206,9 +206,17 @@ job ids come from the jobs themselves, so when several live leases claim
 the same one the kick is refused and lists them, to be kicked by lease id
 or address. The job's airlock run is told at once over its lease watch and
 prints a message saying the gateway's admin ended the lease, with --reason.
-With --ban, joins from the job's token and host are refused for that long,
-and its other jobs from that host end (kept in the state database; in a
-fleet, on every gateway). In a fleet, a JOB that another gateway holds is
+With --ban, for that long (kept in the state database; in a fleet, on
+every gateway), a ban covers what the gateway knows of the job:
+  - a job whose uid was attested (MUNGE): every join of that uid, with any
+    token or with none, from any node; and joins of the job's token from
+    the job's node (its address) that carry no attested identity. Other
+    users of that node, whose joins are attested, are not banned. Every
+    other running job of that uid ends, and the unattested jobs of the
+    token from that node;
+  - any other job: joins of the job's token from its host name or its
+    network (its IPv4 address, or its IPv6 /64), and its other jobs of
+    that token from there end. In a fleet, a JOB that another gateway holds is
 ended by that gateway; with --store on an admin host, by whichever holds
 it.`,
 		Args: exactArgs(1, "one JOB (batch job id, lease id or tunnel address)"),
@@ -216,7 +224,7 @@ it.`,
 	var state string
 	stateFlag(cmd, &state)
 	reason := cmd.Flags().String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
-	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins from the job's token and host (its host name or its address) for this long, e.g. 24h")
+	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins for this long, e.g. 24h: of the job's attested uid with any token or none, else of its token from its host (see above)")
 	asJSON := jsonFlag(cmd, "the ended leases")
 	var so storeOpts
 	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's gateway that holds JOB ends it")

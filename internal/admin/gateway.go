@@ -13,11 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/httpjson"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // The running gateway's endpoints (registered by SetGateway):
@@ -78,7 +79,9 @@ type LiveLease struct {
 	// (a MUNGE job credential), not only claimed by the job's client;
 	// Attested is the lease's attested identity, nil if none.
 	JobAttested bool
-	Attested    *store.Attestation
+	Attested    *identity.Attestation
+	// Issued is the lease's issuer-verified identity, nil if none.
+	Issued *identity.Issued
 }
 
 // Addr returns the job's first tunnel address.

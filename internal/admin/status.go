@@ -12,8 +12,9 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/flows"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Status is the answer to GET /v1/status.
@@ -70,13 +71,16 @@ type JobStatus struct {
 	// Host, User and ClaimedUID are what the job's client claimed;
 	// Attested, if set, is what its credentials attested (the flow
 	// table's Ref says which of JobID and the uid are attested).
-	Host       string             `json:"host,omitempty"`
-	User       string             `json:"user,omitempty"`
-	ClaimedUID int                `json:"claimed_uid"`
-	Attested   *store.Attestation `json:"attested,omitempty"`
-	Remote     string             `json:"remote,omitempty"`
-	Started    time.Time          `json:"started"`
-	Expires    time.Time          `json:"expires"`
+	Host       string                `json:"host,omitempty"`
+	User       string                `json:"user,omitempty"`
+	ClaimedUID int                   `json:"claimed_uid"`
+	Attested   *identity.Attestation `json:"attested,omitempty"`
+	// Issued, if set, is the identity its bearer token's issuer vouched
+	// for (source "issuer-verified").
+	Issued  *identity.Issued `json:"issued,omitempty"`
+	Remote  string           `json:"remote,omitempty"`
+	Started time.Time        `json:"started"`
+	Expires time.Time        `json:"expires"`
 	// Transport is how the job's WireGuard reaches the gateway: "udp",
 	// or "tcp" (the TCP/TLS transport on the control port).
 	Transport string `json:"transport"`

@@ -14,9 +14,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/munge"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // By is the Attestation.By of MUNGE attestation.
@@ -56,6 +57,21 @@ type Verifier struct {
 	Log *slog.Logger
 	// Require makes every join need a credential (Required).
 	Require bool
+	// Holds, if set, keeps the job credentials of joins that were not
+	// admitted for their retries (hold.go); nil: a job credential
+	// decodes once, whatever became of its join.
+	Holds *Holds
+}
+
+// Settle implements control.Attester: it spends the job credential of
+// req, attested by Verify, if the join was admitted (err nil) or refused
+// for good, and keeps it for the job's retry if the refusal clears with
+// time.
+func (v *Verifier) Settle(req control.JoinRequest, err error) {
+	if req.Attest == nil || req.Attest.MungeJob == "" {
+		return
+	}
+	v.Holds.settle(req.Attest.MungeJob, err != nil && control.Clears(err))
 }
 
 // Required implements control.Attester.
@@ -64,7 +80,7 @@ func (v *Verifier) Required() bool { return v.Require }
 var _ control.Attester = (*Verifier)(nil)
 
 // Verify implements control.Attester.
-func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*store.Attestation, error) {
+func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*identity.Attestation, error) {
 	if req.Attest == nil || req.Attest.Munge == "" {
 		return nil, fmt.Errorf("%w: no credential", control.ErrAttestation)
 	}
@@ -98,7 +114,7 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 	if name != "" && req.Job.User != "" && req.Job.User != name {
 		return nil, fmt.Errorf("%w: the join claims user %q but uid %d is %q on the gateway", control.ErrAttestation, req.Job.User, cred.UID, name)
 	}
-	a := &store.Attestation{By: By, UID: cred.UID, GID: cred.GID, User: name, Node: cred.Origin, Made: cred.Encoded}
+	a := &identity.Attestation{By: By, UID: cred.UID, GID: cred.GID, User: name, Node: cred.Origin, Made: cred.Encoded}
 	switch {
 	case req.Attest.MungeJob == "" && p.JobCred != "":
 		return nil, fmt.Errorf("%w: the join's credential names a job credential the join does not carry", control.ErrAttestation)
@@ -118,11 +134,25 @@ func (v *Verifier) Verify(ctx context.Context, req control.JoinRequest, remote n
 }
 
 // job checks the job credential of req, whose join credential is user.
-func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (*store.AttestedJob, error) {
-	jc, err := v.Munge.Decode(ctx, req.Attest.MungeJob)
-	if err != nil {
-		return nil, credError("the job credential", jc, err)
+// A job credential that decodes (or is held, hold.go) is in use by this
+// join until Settle; a check of it that fails spends it.
+func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.Credential) (_ *identity.AttestedJob, err error) {
+	text := req.Attest.MungeJob
+	jc, ok, busy := v.Holds.take(text)
+	switch {
+	case busy:
+		return nil, fmt.Errorf("%w: the job credential is being used by another join right now: each job credential admits one join (a copy of this job's credential?)", control.ErrAttestation)
+	case !ok:
+		jc, err = v.Munge.Decode(ctx, text)
+		if err != nil {
+			return nil, credError("the job credential", jc, err)
+		}
 	}
+	defer func() {
+		if err != nil {
+			v.Holds.settle(text, false)
+		}
+	}()
 	trusted := v.JobUIDs
 	if trusted == nil {
 		trusted = []uint32{0}
@@ -130,12 +160,16 @@ func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.
 	if !slices.Contains(trusted, jc.UID) {
 		return nil, fmt.Errorf("%w: the job credential was made by uid %d, which this gateway does not trust to vouch for jobs (it trusts uid %v: root in slurmstepd, Airlock's SPANK plugin)", control.ErrAttestation, jc.UID, trusted)
 	}
-	if jc.Origin != user.Origin {
-		return nil, fmt.Errorf("%w: the job credential was made on node %s, the join's on %s", control.ErrAttestation, jc.Origin, user.Origin)
-	}
 	jp, err := ParseJobPayload(jc.Payload)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the job credential is not an airlock job credential: %v", control.ErrAttestation, err)
+	}
+	if !ok {
+		// A job credential root made: held for this join's retry.
+		v.Holds.put(text, jc)
+	}
+	if jc.Origin != user.Origin {
+		return nil, fmt.Errorf("%w: the job credential was made on node %s, the join's on %s", control.ErrAttestation, jc.Origin, user.Origin)
 	}
 	if jp.UID != user.UID {
 		return nil, fmt.Errorf("%w: the job credential is for a job of uid %d, the join's credential was made by uid %d", control.ErrAttestation, jp.UID, user.UID)
@@ -146,7 +180,7 @@ func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.
 	if c := req.Job.BatchSystem; c != "" && c != jp.Batch {
 		return nil, fmt.Errorf("%w: the join claims batch system %q but its job credential is from %q", control.ErrAttestation, c, jp.Batch)
 	}
-	return &store.AttestedJob{MadeBy: jc.UID, BatchSystem: jp.Batch, JobID: jp.JobID, Step: jp.Step, Node: jp.Node}, nil
+	return &identity.AttestedJob{MadeBy: jc.UID, BatchSystem: jp.Batch, JobID: jp.JobID, Step: jp.Step, Node: jp.Node}, nil
 }
 
 // credError explains why munged refused a credential (what is which), or

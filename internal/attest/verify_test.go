@@ -5,6 +5,7 @@ package attest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -234,4 +235,67 @@ func TestVerify(t *testing.T) {
 			t.Errorf("nobody's credential claiming uid 0: %v, want a refusal", err)
 		}
 	})
+}
+
+// TestHeldJobCredential: a job credential decoded for a join that the
+// gateway refused for a reason that clears with time is held for the
+// job's retry (issue 33, item 1); while one join uses it, another is
+// refused; a join admitted or refused for good spends it.
+func TestHeldJobCredential(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	mc := munge.Client{Socket: d.Socket}
+	me := uint32(os.Getuid())
+	v := &Verifier{Munge: mc, Pin: testPin, JobUIDs: []uint32{me}, Holds: &Holds{}, LookupUser: func(uint32) string { return "" }}
+	ctx := context.Background()
+	node := netip.MustParseAddrPort("127.0.0.1:40000")
+	jc, err := MakeJob(ctx, mc, JobPayload{Batch: "slurm", JobID: "77", UID: me, GID: 1}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attempt := func() (control.JoinRequest, error) {
+		key := newKey(t)
+		c, err := MakeJoin(ctx, mc, testPin, key, jc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: int(me)}, Attest: &control.Attest{Munge: c, MungeJob: jc}}
+		_, err = v.Verify(ctx, r, node)
+		return r, err
+	}
+	first, err := attempt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := attempt(); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "being used by another join") {
+		t.Errorf("second join while the first is being admitted: %v, want refused", err)
+	}
+	v.Settle(first, fmt.Errorf("%w: max_leases", control.ErrQuota))
+	retry, err := attempt()
+	if err != nil {
+		t.Fatalf("retry after a quota refusal: %v, want the held job credential to attest it", err)
+	}
+	if v.Holds.Len() != 1 {
+		t.Errorf("held %d, want 1", v.Holds.Len())
+	}
+	v.Settle(retry, nil)
+	if _, err := attempt(); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
+		t.Errorf("after the job joined: %v, want a replay refusal", err)
+	}
+	if v.Holds.Len() != 0 {
+		t.Errorf("held %d after the join, want 0", v.Holds.Len())
+	}
+	// A definite refusal spends it too.
+	jc2, err := MakeJob(ctx, mc, JobPayload{Batch: "slurm", JobID: "78", UID: me, GID: 1}, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jc = jc2
+	r, err := attempt()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Settle(r, fmt.Errorf("%w: banned", control.ErrBanned))
+	if _, err := attempt(); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
+		t.Errorf("after a ban: %v, want a replay refusal", err)
+	}
 }

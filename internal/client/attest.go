@@ -50,6 +50,9 @@ type nodeAttest struct {
 	jobCred string
 	// warned is set once a failure in auto mode was logged.
 	warned bool
+	// named is set when the site named the socket (--munge-socket,
+	// AIRLOCK_MUNGE_SOCKET): that munged or none.
+	named bool
 }
 
 // newNodeAttest checks the mode and finds munged.
@@ -61,7 +64,7 @@ func newNodeAttest(mode, socket, jobCred string) (*nodeAttest, error) {
 	default:
 		return nil, fmt.Errorf("bad --attest %q: want auto, munge or off", mode)
 	}
-	a := &nodeAttest{mode: mode, mc: munge.Client{Socket: socket}, jobCred: jobCred}
+	a := &nodeAttest{mode: mode, mc: munge.Client{Socket: socket}, jobCred: jobCred, named: socket != ""}
 	if mode == AttestOff {
 		a.jobCred = ""
 		return a, nil
@@ -70,12 +73,39 @@ func newNodeAttest(mode, socket, jobCred string) (*nodeAttest, error) {
 		socket = munge.DefaultSocket
 	}
 	if _, err := os.Stat(socket); err != nil {
-		if mode == AttestMunge {
+		switch {
+		case mode == AttestMunge:
 			return nil, fmt.Errorf("--attest munge: no munged socket at %s (%v): start munged, or name its socket with --munge-socket or AIRLOCK_MUNGE_SOCKET", socket, err)
+		case a.named:
+			// The site named its munged: never fall back to another
+			// one, nor silently to no credential.
+			return nil, fmt.Errorf("no munged socket at %s, named by --munge-socket or AIRLOCK_MUNGE_SOCKET (%v): start that munged, fix the name, or join without a credential (--attest off)", socket, err)
+		case jobCred != "":
+			return nil, fmt.Errorf("this job carries root's job credential (%s) but there is no munged socket at %s (MUNGE's default; %v) to make the join's own: name the site's node+gateway munged with --munge-socket or AIRLOCK_MUNGE_SOCKET", EnvMungeJob, socket, err)
 		}
 		a.mode = AttestOff // auto, without munged: tokens only
 	}
 	return a, nil
+}
+
+// socket is the munged socket the session's credentials come from, as
+// its messages name it.
+func (a *nodeAttest) socket() string {
+	if a.named {
+		return a.mc.Socket
+	}
+	return munge.DefaultSocket + " (MUNGE's default: no --munge-socket or AIRLOCK_MUNGE_SOCKET was given)"
+}
+
+// explain adds to a gateway's refusal of a credential which munged made
+// it, so that a node whose default munged holds another key than the
+// gateway's (the cluster's own, beside a dedicated node+gateway munged)
+// says which socket to name.
+func (a *nodeAttest) explain(req control.JoinRequest, err error) error {
+	if a == nil || req.Attest == nil || !errors.Is(err, control.ErrAttestation) {
+		return err
+	}
+	return fmt.Errorf("%w (the join's credential came from the munged at %s)", err, a.socket())
 }
 
 // possible reports whether joins may carry credentials, so that a missing
@@ -115,7 +145,7 @@ func checks(ctx context.Context, gw *gatewayEntry) bool {
 		if err != nil {
 			return false // the join will say what is wrong
 		}
-		gw.checks = cmp.Or(h.Attest, "none")
+		gw.checks, gw.bearer = cmp.Or(h.Attest, "none"), h.Bearer
 	}
 	return gw.checks == attest.By
 }

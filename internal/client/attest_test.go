@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +107,21 @@ func TestSessionAttests(t *testing.T) {
 			t.Errorf("join to a gateway that checks no credential carried %+v", a)
 		}
 	})
+}
+
+// TestNamedSocketMissing (issue 33, item 1): a munged socket the site
+// named (--munge-socket, AIRLOCK_MUNGE_SOCKET, the SPANK plugin's
+// munge_socket=) that is missing is an error that says so, in auto mode
+// too: never a join with MUNGE's default munged, nor silently without a
+// credential.
+func TestNamedSocketMissing(t *testing.T) {
+	sock := t.TempDir() + "/munge.socket"
+	for _, mode := range []string{"", AttestAuto, AttestMunge} {
+		if _, err := newNodeAttest(mode, sock, ""); err == nil || !strings.Contains(err.Error(), sock) {
+			t.Errorf("mode %q, named socket missing: %v, want an error naming it", mode, err)
+		}
+	}
+	if a, err := newNodeAttest(AttestOff, sock, "MUNGE:x:"); err != nil || a.possible() {
+		t.Errorf("--attest off with a named socket missing: %+v %v, want no credentials and no error", a, err)
+	}
 }

@@ -96,6 +96,8 @@ type Config struct {
 	// default).
 	Attest      string
 	MungeSocket string
+	// Bearer is BearerAuto ("" too) or BearerOff (bearer.go).
+	Bearer string
 
 	// dialer reaches the gateways, directly or through the site's web
 	// proxy (HTTPS_PROXY); set by prepare.
@@ -172,12 +174,16 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if err != nil && !errors.Is(err, errNoToken) {
 		return cfg, nil, nil, err
 	}
+	bt, berr := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if berr != nil {
+		return cfg, nil, nil, berr
+	}
 	if err != nil {
 		att, _ := newNodeAttest(cfg.Attest, cfg.MungeSocket, "")
-		if !att.possible() {
+		if b, _, _ := bt.find(); !att.possible() && b == "" {
 			return cfg, nil, nil, err
 		}
-		tok = "" // the join's MUNGE credential stands in for it
+		tok = "" // the join's MUNGE credential or bearer token stands in for it
 	}
 	cfg.Token = tok
 	if cfg.JoinTimeout <= 0 {
@@ -236,8 +242,12 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 	if err != nil {
 		return nil, err
 	}
+	bt, err := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	sess := NewSession(SessionConfig{
-		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv, attest: att,
+		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv, attest: att, bearer: bt,
 		Join: control.JoinRequest{
 			Token:   cfg.Token,
 			Job:     jobInfo(cfg.Getenv, cfg.Args),

@@ -91,6 +91,8 @@ type gatewayEntry struct {
 	// checks is what the gateway's last load report said it checks
 	// ("munge", or "none"; "" before any report), for attest.go.
 	checks string
+	// bearer is what that report said of bearer tokens (bearer.go).
+	bearer bool
 	// last is the lease this session last held at this gateway, if any:
 	// a join there again proves it (JoinRequest.Replace), should the
 	// gateway still hold it after a failover away and back.
@@ -123,6 +125,8 @@ type SessionConfig struct {
 	Dialer *siteproxy.Dialer
 	// attest makes the joins' MUNGE credentials (attest.go); nil: none.
 	attest *nodeAttest
+	// bearer finds the job's bearer token (bearer.go); nil: none.
+	bearer *jobBearer
 }
 
 // SessionStats counts what a session went through while supervised.
@@ -144,6 +148,7 @@ type Session struct {
 	// att makes the joins' MUNGE credentials (attest.go); nil: none.
 	att       *nodeAttest
 	dialer    *siteproxy.Dialer // nil: direct
+	bearer    *jobBearer
 	log       *slog.Logger
 	stderr    io.Writer
 	gws       []*gatewayEntry
@@ -214,7 +219,7 @@ func NewSession(cfg SessionConfig) *Session {
 	req := cfg.Join
 	req.PublicKey = cfg.Key.PublicKey()
 	s := &Session{
-		att: cfg.attest, dialer: cfg.Dialer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		att: cfg.attest, dialer: cfg.Dialer, bearer: cfg.bearer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
 		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
 	}
@@ -299,7 +304,7 @@ func (s *Session) rank(ctx context.Context, skip *gatewayEntry) []*gatewayEntry 
 	for _, r := range Rank(ctx, s.log, gws, si) {
 		out = append(out, s.gws[r.Index])
 		if r.Health != (control.Health{}) {
-			s.gws[r.Index].checks = cmp.Or(r.Health.Attest, "none")
+			s.gws[r.Index].checks, s.gws[r.Index].bearer = cmp.Or(r.Health.Attest, "none"), r.Health.Bearer
 		}
 		if len(s.gws) > 1 {
 			s.log.Debug("gateway load", "gateway", s.gws[r.Index].addr, "jobs", r.Health.Jobs,
@@ -409,9 +414,12 @@ func (s *Session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.
 	if err != nil {
 		return control.Lease{}, errAttest{err}
 	}
+	if req, err = s.bearer.add(ctx, s, gw, req); err != nil {
+		return control.Lease{}, errAttest{err}
+	}
 	ls, err := gw.cc.Join(ctx, req)
 	s.att.spent(req, err)
-	return ls, err
+	return ls, s.att.explain(req, err)
 }
 
 // errAttest is a join this node could not sign: munged is missing or
@@ -870,7 +878,7 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport()})
+			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport(), Bearer: s.bearer.renewal(s)})
 			cancel()
 			if err != nil {
 				s.stats.renewErrors.Add(1)

@@ -61,6 +61,8 @@ type Config struct {
 	Capture []Capture
 	// Attest is attested identity (attest.go).
 	Attest Attest
+	// Bearer is identity from bearer tokens (bearer.go).
+	Bearer Bearer
 
 	// lines are the lines of the file's keys, for Warnings.
 	lines lineIndex
@@ -187,6 +189,8 @@ type file struct {
 	DNS     fileDNS       `toml:"dns"`
 	Capture []fileCapture `toml:"capture"`
 	Attest  *fileAttest   `toml:"attest"`
+	Issuer  []fileIssuer  `toml:"issuer"`
+	Bearer  *fileBearer   `toml:"bearer"`
 }
 
 type filePolicy struct {
@@ -327,6 +331,7 @@ func (d *file) validate() (*Config, []keyErr) {
 	d.validateBypass(cfg, bad)
 	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
 	cfg.Attest = d.resolveAttest(bad)
+	cfg.Bearer = d.resolveBearer(bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

@@ -9,7 +9,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // Attested identity on the wire. A join may carry MUNGE credentials
@@ -73,10 +73,16 @@ type Attester interface {
 	// other errors are the gateway's own (its munged is down). (nil, nil)
 	// means the gateway does not check credentials now (a reload turned
 	// attestation off): the join is taken as unattested.
-	Verify(ctx context.Context, req JoinRequest, remote netip.AddrPort) (*store.Attestation, error)
+	Verify(ctx context.Context, req JoinRequest, remote netip.AddrPort) (*identity.Attestation, error)
 	// Required reports whether every join must carry a valid credential
 	// (site-wide); a token can require one for its own joins.
 	Required() bool
+	// Settle tells the Attester what became of a join whose credentials
+	// Verify attested: admitted (err nil) or refused with err. A
+	// credential of a join refused for a reason that clears with time
+	// ([Clears]) must stay good for the job's retry: root made the job
+	// credential once. Called once per successful Verify.
+	Settle(req JoinRequest, err error)
 }
 
 // Errors of attested joins.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
 	"github.com/airlock-vpn/airlock/internal/store"
@@ -28,14 +30,16 @@ type fakeAttester struct {
 
 func (f *fakeAttester) Required() bool { return f.required }
 
-func (f *fakeAttester) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*store.Attestation, error) {
+func (f *fakeAttester) Settle(control.JoinRequest, error) {}
+
+func (f *fakeAttester) Verify(ctx context.Context, req control.JoinRequest, remote netip.AddrPort) (*identity.Attestation, error) {
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
 	if req.Attest.Munge != "MUNGE:good:" {
 		return nil, fmt.Errorf("%w: the join's credential was used before", control.ErrAttestation)
 	}
-	return &store.Attestation{By: "munge", UID: 1000, Node: remote.Addr()}, nil
+	return &identity.Attestation{By: "munge", UID: 1000, Node: remote.Addr()}, nil
 }
 
 func (f *fakeAttester) n() int {

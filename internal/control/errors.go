@@ -103,6 +103,12 @@ var refusals = []refusal{
 		message: func(err error) string {
 			return strings.TrimPrefix(err.Error(), ErrAttestationRequired.Error()+": ")
 		}},
+	{err: ErrBearer, code: CodeBearer, status: http.StatusForbidden, failure: true},
+	{err: ErrBearerRequired, code: CodeBearerRequired, status: http.StatusForbidden, failure: true,
+		message: func(err error) string {
+			return strings.TrimPrefix(err.Error(), ErrBearerRequired.Error()+": ")
+		}},
+	{err: ErrBearerUnavailable, code: CodeBearerUnavailable, status: http.StatusServiceUnavailable, wait: 10 * time.Second},
 	{err: ErrUnknownLease, code: CodeUnknownLease, status: http.StatusNotFound, failure: true,
 		message: func(error) string {
 			return "unknown lease: it expired, was released or its secret is wrong; join again"
@@ -151,6 +157,11 @@ func refusalOf(err error) refusal {
 	}
 	return refusals[len(refusals)-1]
 }
+
+// Clears reports whether err is a refusal that clears with time (its row
+// has a wait: a busy or draining gateway, a rate or quota), which airlock
+// run waits out, rather than a definite one.
+func Clears(err error) bool { return refusalOf(err).wait > 0 }
 
 // RetryAfterError is a refusal that names its own wait, e.g. the time until
 // a token's join rate admits the next join. Make it with [WithRetryAfter].

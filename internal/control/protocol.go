@@ -14,8 +14,9 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/ipproto"
-	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -77,7 +78,14 @@ type JoinRequest struct {
 	Attest *Attest `json:"attest,omitempty"`
 	// Attested is what the gateway's Attester verified of Attest: set by
 	// the control server before Backend.Join, never from the wire.
-	Attested *store.Attestation `json:"-"`
+	Attested *identity.Attestation `json:"-"`
+	// Bearer is the job's bearer token (bearer.go), if the client found
+	// one and the gateway takes them (Health.Bearer).
+	Bearer string `json:"bearer,omitempty"`
+	// Issued is what the gateway's BearerVerifier verified of Bearer:
+	// set by the control server before Backend.Join, never from the
+	// wire.
+	Issued *identity.Issued `json:"-"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -229,6 +237,10 @@ type Health struct {
 	// (attested identity), so that a client makes one only for gateways
 	// that check it; empty otherwise.
 	Attest string `json:"attest,omitempty"`
+	// Bearer reports that the gateway takes jobs' bearer tokens (it
+	// trusts an issuer), so that a client sends one only where it is
+	// checked.
+	Bearer bool `json:"bearer,omitempty"`
 }
 
 // Error codes carried in [ErrorResponse.Code].

@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/jobs"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
@@ -41,14 +42,17 @@ func (g *gateway) Status() admin.Status {
 		st.Totals = g.flows.Stats()
 	}
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
+		o := l.Owner
 		js, ok := byID[jobs.ID(l.ID)]
 		if !ok {
 			by, uid, jobAttested := refOf(o.Attested)
-			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Job.BatchJobID, Token: o.Token,
+			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Claimed.BatchJobID, Token: o.Token,
 				AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested}}
+			if id := o.Issued; id != nil {
+				js.Ref.Issuer, js.Ref.Subject = id.Issuer, id.Subject
+			}
 		}
-		j := admin.JobStatus{JobStats: js, Host: o.Job.Hostname, User: o.Job.User, ClaimedUID: o.Job.UID, Attested: o.Attested,
+		j := admin.JobStatus{JobStats: js, Host: o.Claimed.Hostname, User: o.Claimed.User, ClaimedUID: o.Claimed.UID, Attested: o.Attested, Issued: o.Issued,
 			Started: l.Start, Expires: l.Expires, Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
@@ -86,9 +90,9 @@ func (g *gateway) Leases() []admin.LiveLease {
 	ls := g.leases.Leases()
 	out := make([]admin.LiveLease, 0, len(ls))
 	for _, l := range ls {
-		o, _ := l.Owner.(owner)
-		ll := admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Job.BatchJobID, Host: o.Job.Hostname,
-			User: o.Job.User, Token: o.Token, Start: l.Start, Attested: o.Attested}
+		o := l.Owner
+		ll := admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Claimed.BatchJobID, Host: o.Claimed.Hostname,
+			User: o.Claimed.User, Token: o.Token, Start: l.Start, Attested: o.Attested, Issued: o.Issued}
 		if o.Attested != nil && o.Attested.Job != nil {
 			ll.JobID, ll.JobAttested = o.Attested.Job.JobID, true
 		}
@@ -101,11 +105,11 @@ func (g *gateway) Leases() []admin.LiveLease {
 // network are refused for d, and the other live leases of that token from
 // that host or network end.
 func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.Time, string) {
-	var o owner
+	var o identity.Job
 	if ll, ok := g.leases.ByID(l.ID); ok {
-		o, _ = ll.Owner.(owner)
+		o = ll.Owner
 	} else {
-		o = owner{Job: control.JobInfo{Hostname: l.Host}, Token: l.Token}
+		o = identity.Job{Claimed: identity.Claimed{Hostname: l.Host}, Token: l.Token}
 	}
 	b, covers := g.ban(o, d, reason)
 	g.endBanned(b, l.ID) // the kick ends l itself
@@ -138,8 +142,8 @@ func (g *gateway) endLease(id, by, reason, why string) (admin.KickedLease, bool)
 	if g.wakeWatches != nil {
 		g.wakeWatches(l.ID)
 	}
-	o, _ := l.Owner.(owner)
-	return admin.KickedLease{Lease: l.ID, JobID: o.Job.BatchJobID, Addr: l.Addr(), Token: o.Token, Host: o.Job.Hostname}, true
+	o := l.Owner
+	return admin.KickedLease{Lease: l.ID, JobID: o.Claimed.BatchJobID, Addr: l.Addr(), Token: o.Token, Host: o.Claimed.Hostname}, true
 }
 
 // kickList remembers kicked leases for a while, so that their clients'
@@ -184,6 +188,9 @@ func (k *kickList) err(id string) error {
 	why := ""
 	if e.reason != "" {
 		why = ": " + e.reason
+	}
+	if e.by == byRenewal {
+		return fmt.Errorf("%w: ended by the gateway at its renewal at %s%s", control.ErrLeaseEnded, e.at.UTC().Format(time.RFC3339), why)
 	}
 	return fmt.Errorf("%w: ended by the gateway's admin (%s) at %s%s", control.ErrLeaseEnded, e.by, e.at.UTC().Format(time.RFC3339), why)
 }

@@ -179,3 +179,168 @@ func portOf(t *testing.T, block string) uint16 {
 }
 
 func testLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestAttestedJobWaits (issue 33, item 1): a job whose join is refused
+// for a reason that clears with time (its token's max_leases held by
+// another job; a drain) keeps its job credential, made once by root:
+// its retry, with the same job credential and a fresh join credential as
+// airlock run makes them, is admitted as that job once the reason is
+// gone, through a real munged. The job credential then is spent: a copy
+// presented again is refused as a replay.
+func TestAttestedJobWaits(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+job_uids = [`+strconv.Itoa(int(me))+`]
+[quota.token.one]
+max_leases = 1
+`)
+	tok := namedToken(t, g, "one")
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	jobCred := func(t *testing.T, id string) string {
+		t.Helper()
+		jc, err := attest.MakeJob(ctx, mc, attest.JobPayload{Batch: "slurm", JobID: id, Step: "batch", UID: me, GID: uint32(os.Getgid()), Node: "cn1"}, 300)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jc
+	}
+	// join is one attempt of airlock run: a fresh join credential bound
+	// to the job credential jc.
+	join := func(t *testing.T, jc, id string) (control.Lease, error) {
+		t.Helper()
+		key := freshKey(t)
+		cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, key, jc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: key,
+			Job: control.JobInfo{UID: int(me), BatchJobID: id, BatchSystem: "slurm"}, Attest: &control.Attest{Munge: cred, MungeJob: jc}})
+	}
+	holder, err := join(t, jobCred(t, "1"), "1")
+	if err != nil {
+		t.Fatalf("first job: %v", err)
+	}
+	jc2 := jobCred(t, "2")
+	for i := 0; i < 2; i++ {
+		if _, err := join(t, jc2, "2"); !errors.Is(err, control.ErrQuota) {
+			t.Fatalf("second job, attempt %d, while the first holds max_leases = 1: %v, want ErrQuota", i+1, err)
+		}
+	}
+	if err := cc.Release(ctx, control.LeaseRef{ID: holder.ID, Secret: holder.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := join(t, jc2, "2")
+	if err != nil {
+		t.Fatalf("second job after the first left: %v, want admitted with its job credential", err)
+	}
+	ac := adminClient(t, g)
+	st, err := ac.Status(ctx)
+	if err != nil || len(st.Jobs) != 1 || st.Jobs[0].Attested == nil || st.Jobs[0].Attested.Job == nil || st.Jobs[0].Attested.Job.JobID != "2" {
+		t.Fatalf("status %+v %v, want job 2 attested", st, err)
+	}
+	// Across a drain: refused while draining, admitted after.
+	jc3 := jobCred(t, "3")
+	if err := cc.Release(ctx, control.LeaseRef{ID: l2.ID, Secret: l2.Secret}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ac.Drain(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := join(t, jc3, "3"); !errors.Is(err, control.ErrDraining) {
+		t.Fatalf("join while draining: %v, want ErrDraining", err)
+	}
+	if _, err := ac.Drain(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := join(t, jc3, "3"); err != nil {
+		t.Fatalf("join after the drain ended: %v, want admitted with its job credential", err)
+	}
+	// Spent now: the same job credential again is a replay.
+	if _, err := join(t, jc3, "3"); !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
+		t.Errorf("job credential of a job that joined, again: %v, want attestation_failed (used before)", err)
+	}
+}
+
+// TestBanSticksToPerson (issue 33, item 2): `kick --ban` of an attested
+// job bans the person, through a real munged: the same uid's running job
+// of another token ends, and so does the unattested job of the banned
+// token from the same node; new joins of that uid with any token or none
+// are refused, and so are unattested joins of the banned token from the
+// node; another token's unattested join from the node is not.
+func TestBanSticksToPerson(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	t1, t2, t3 := namedToken(t, g, "t1"), namedToken(t, g, "t2"), namedToken(t, g, "t3")
+	ctx := context.Background()
+	mc := munge.Client{Socket: d.Socket}
+	req := func(t *testing.T, tok string, attested bool) control.JoinRequest {
+		t.Helper()
+		r := control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		if attested {
+			cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, r.PublicKey, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Attest = &control.Attest{Munge: cred}
+		}
+		return r
+	}
+	kicked, err := cc.Join(ctx, req(t, t1, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameUserOtherToken, err := cc.Join(ctx, req(t, t2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNodeUnattested, err := cc.Join(ctx, req(t, t1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherToken, err := cc.Join(ctx, req(t, t3, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := adminClient(t, g)
+	res, err := ac.Kick(ctx, admin.KickRequest{Job: kicked.ID, Reason: "abuse", Ban: "1h"})
+	if err != nil || !strings.Contains(res.BanCovers, "with any token or none") {
+		t.Fatalf("kick --ban: %+v %v, want a ban that says it covers the uid with any token", res, err)
+	}
+	for _, tc := range []struct {
+		name string
+		l    control.Lease
+		live bool
+	}{{"the same uid's job of another token", sameUserOtherToken, false}, {"the unattested job of the token from the node", sameNodeUnattested, false}, {"another token's unattested job", otherToken, true}} {
+		_, err := cc.Renew(ctx, control.LeaseRef{ID: tc.l.ID, Secret: tc.l.Secret})
+		if live := err == nil; live != tc.live {
+			t.Errorf("%s after the ban: renew %v, want live %v", tc.name, err, tc.live)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		tok      string
+		attested bool
+		banned   bool
+	}{
+		{"the uid, the same token", t1, true, true},
+		{"the uid, another token", t2, true, true},
+		{"the uid, no token", "", true, true},
+		{"unattested, the banned token, from the node", t1, false, true},
+		{"unattested, another token", t3, false, false},
+	} {
+		_, err := cc.Join(ctx, req(t, tc.tok, tc.attested))
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("join %s: %v, want banned %v", tc.name, err, tc.banned)
+		}
+	}
+}

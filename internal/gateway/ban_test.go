@@ -5,10 +5,12 @@ package gateway
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -36,35 +38,88 @@ func TestBanNotDodged(t *testing.T) {
 		{"tok", "other", "198.51.100.1", false},
 		{"else", "cn1.example", "2001:db8:1:2::10", false},
 	} {
-		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, now)
+		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, nil, now)
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("token %s host %q from %s: banned %v (%v), want %v", tc.token, tc.host, tc.addr, got, err, tc.banned)
 		}
 	}
 }
 
-// TestBanAttested: a ban of a job whose identity was attested covers its
-// attested uid, from any node and any address, and not the other users
-// of its node (issue 25, hole 6).
+// TestBanAttested: a ban of a job whose identity was attested sticks to
+// the person (issue 33, item 2): its attested uid with any token or none,
+// from any node and any address; and, from its node, the unattested joins
+// of its token (the same user leaving out the credential); not the other
+// users of its node, whose joins are attested. The leases it covers
+// follow the same rule.
 func TestBanAttested(t *testing.T) {
 	var a admission
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	uid := uint32(1000)
-	a.banLocked(store.Ban{UID: &uid, Until: now.Add(time.Hour), Reason: "test"}, now)
-	other := uint32(1001)
 	node := netip.MustParseAddr("10.1.2.3")
-	if err := a.bannedLocked("", "cn9", netip.MustParseAddr("10.9.9.9"), &uid, now); !errors.Is(err, control.ErrBanned) {
-		t.Errorf("the banned uid from another node: %v, want banned", err)
+	b := store.Ban{Token: "tok", UID: &uid, Addr: node, Until: now.Add(time.Hour), Reason: "test"}
+	a.banLocked(b, now)
+	other := uint32(1001)
+	elsewhere := netip.MustParseAddr("10.9.9.9")
+	for _, tc := range []struct {
+		name, token string
+		addr        netip.Addr
+		uid         *uint32
+		banned      bool
+	}{
+		{"the banned uid, same token, another node", "tok", elsewhere, &uid, true},
+		{"the banned uid, another token", "other", elsewhere, &uid, true},
+		{"the banned uid, no token", "", node, &uid, true},
+		{"unattested, the token, from the node", "tok", node, nil, true},
+		{"unattested, another token, from the node", "other", node, nil, false},
+		{"unattested, the token, another node", "tok", elsewhere, nil, false},
+		{"another user of the node, the token", "tok", node, &other, false},
+		{"another user of the node, no token", "", node, &other, false},
+	} {
+		err := a.bannedLocked(tc.token, "cn1", tc.addr, tc.uid, nil, now)
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
+		}
+		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1"}}
+		if tc.uid != nil {
+			o.Attested = &identity.Attestation{By: "munge", UID: *tc.uid}
+		}
+		if got := banCovers(b, o); got != tc.banned {
+			t.Errorf("%s: banCovers %v, want %v (a lease ends as a join is refused)", tc.name, got, tc.banned)
+		}
 	}
-	if err := a.bannedLocked("", "cn1", node, &other, now); err != nil {
-		t.Errorf("another user of the banned job's node: %v, want not banned", err)
+}
+
+// TestBanSubject: a ban of a job identified by an issuer-verified bearer
+// token covers its issuer and subject, with any token (name), from any
+// node, address or uid; not another subject of that issuer, nor the same
+// subject name of another issuer.
+func TestBanSubject(t *testing.T) {
+	var a admission
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.banLocked(store.Ban{Token: "cms", Issuer: "https://iss", Subject: "alice", Until: now.Add(time.Hour), Reason: "test"}, now)
+	node := netip.MustParseAddr("10.1.2.3")
+	alice := &identity.Issued{Issuer: "https://iss", Subject: "alice"}
+	err := a.bannedLocked("other-token", "cn9", netip.MustParseAddr("10.9.9.9"), nil, alice, now)
+	if !errors.Is(err, control.ErrBanned) || !strings.Contains(err.Error(), `subject "alice" of issuer https://iss`) {
+		t.Errorf("the banned subject with another token from another node: %v, want banned naming the subject", err)
 	}
-	if err := a.bannedLocked("", "cn1", node, nil, now); err != nil {
-		t.Errorf("an unattested join from the banned job's node: %v, want not banned", err)
+	for _, id := range []*identity.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
+		if err := a.bannedLocked("cms", "cn1", node, nil, id, now); err != nil {
+			t.Errorf("%v from the banned job's node: %v, want not banned", id, err)
+		}
 	}
-	if !banCovers(store.Ban{UID: &uid}, "x", node, &uid) || banCovers(store.Ban{UID: &uid}, "x", node, &other) {
-		t.Error("banCovers does not follow the attested uid")
+	b := store.Ban{Issuer: "https://iss", Subject: "alice"}
+	at := func(id *identity.Issued) identity.Job {
+		return identity.Job{Token: "cms", Remote: netip.AddrPortFrom(node, 1), Claimed: identity.Claimed{Hostname: "x"}, Issued: id}
+	}
+	if !banCovers(b, at(alice)) || banCovers(b, at(&identity.Issued{Issuer: "https://iss", Subject: "bob"})) || banCovers(b, at(nil)) {
+		t.Error("banCovers does not follow the subject")
+	}
+	if err := b.Valid(); err != nil {
+		t.Errorf("subject ban: %v", err)
 	}
 }

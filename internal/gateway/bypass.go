@@ -58,7 +58,7 @@ func (g *gateway) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan str
 	if err != nil {
 		return nil, nil, g.leaseGone(ref.ID, err)
 	}
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	return g.jobBypass(o.Token), ch, nil
 }
 
@@ -71,7 +71,7 @@ func (g *gateway) ReportBypass(ref control.LeaseRef, counts []control.BypassCoun
 	if err != nil || g.flows == nil {
 		return
 	}
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	b := g.jobBypass(o.Token)
 	if b == nil {
 		return

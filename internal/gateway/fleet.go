@@ -131,7 +131,7 @@ func (g *gateway) loadBans(now time.Time) error {
 func (g *gateway) onFleetRevoke(token string) {
 	reason := "token " + token + " revoked"
 	for _, l := range g.leases.Leases() {
-		if o, _ := l.Owner.(owner); o.Token == token {
+		if o := l.Owner; o.Token == token {
 			if _, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
 				g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", token)
 			}
@@ -160,13 +160,13 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 		why += ": " + b.Reason
 	}
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
-		if l.ID == except || o.Token != b.Token {
+		o := l.Owner
+		if l.ID == except {
 			continue
 		}
-		if banCovers(b, o.Job.Hostname, o.Remote.Addr(), attestedUID(o.Attested)) {
+		if banCovers(b, o) {
 			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
-				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Job.Hostname)
+				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Claimed.Hostname)
 			}
 		}
 	}
@@ -186,7 +186,7 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 		return pgstore.KickResult{Error: "lease " + k.Lease + " is not live on " + g.advertise}
 	}
 	if k.Ban > 0 {
-		o, _ := l.Owner.(owner)
+		o := l.Owner
 		b, _ := g.ban(o, k.Ban, k.Reason)
 		g.endBanned(b, k.Lease)
 	}

@@ -110,16 +110,8 @@ type gateway struct {
 	rehs rehandshakes
 	// attest verifies joins' MUNGE credentials (attest.go).
 	attest attestation
-}
-
-// owner is what a lease records about its holder: what its client
-// claimed (Job), and what its credentials attested (Attested, nil if
-// nothing was).
-type owner struct {
-	Job      control.JobInfo
-	Token    string
-	Remote   netip.AddrPort
-	Attested *store.Attestation
+	// bearer verifies joins' bearer tokens (bearer.go).
+	bearer bearerIdentity
 }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
@@ -129,6 +121,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
+	}
+	if tok.Name == "" && req.Issued != nil {
+		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
 	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
 		return control.Lease{}, err
@@ -161,12 +156,12 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	}
 	added = true
 	// Fail closed: a job the history cannot attribute does not get in.
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Attested: o.Attested,
-		Token:    tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
+		Attested: o.Attested, Issued: o.Issued,
+		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
 		Egress: attributions(job), Resume: resumeState(l, pub, req.Expose),
 	}
 	for _, x := range job.Exposures {
@@ -195,7 +190,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	g.log.Info("job joined", "lease", l.ID, "addrs", l.Addrs, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "egress", job.Egress, "exposed", rec.Exposed,
-		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String())
+		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String(), "identity", o.Issued.String())
 	cl := control.Lease{
 		ID:               l.ID,
 		Secret:           secret,
@@ -313,7 +308,7 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 // one place that decides a job's limits) and its exposures, checked
 // against the config.
 func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Port) (forward.Job, error) {
-	o, _ := l.Owner.(owner)
+	o := l.Owner
 	if o.Attested != nil && o.Attested.Job != nil {
 		jobID = o.Attested.Job.JobID
 	}
@@ -325,6 +320,9 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 		Ref: jobs.Ref{JobID: jobID, Token: token,
 			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
+	}
+	if id := o.Issued; id != nil {
+		j.Ref.Issuer, j.Ref.Subject = id.Issuer, id.Subject
 	}
 	ex, err := g.planExposures(l, j.Egress, expose)
 	if err == nil {
@@ -354,10 +352,17 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	if o, _ := l.Owner.(owner); o.Token != "" {
+	o := l.Owner
+	if g.bearer.expired(o.Issued, now) {
+		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
+		g.endLease(l.ID, byRenewal, why, why)
+		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
+		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+	}
+	if o.Token != "" && !o.ByBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
-			g.endLease(l.ID, "renewal", why, why)
+			g.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
 			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
 		}
@@ -378,6 +383,10 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 }
 
 func (g *gateway) Health() control.Health { return g.health() }
+
+// byRenewal is what ended a lease the gateway ended at its renewal (its
+// token revoked or expired), for kickList.
+const byRenewal = "renewal"
 
 // expireLoop frees leases whose clients stopped renewing.
 func (g *gateway) expireLoop(ctx context.Context) {

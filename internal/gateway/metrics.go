@@ -5,11 +5,12 @@ package gateway
 import (
 	"net"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/airlock-vpn/airlock/internal/metrics"
-	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 )
 
@@ -40,6 +41,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		Start:      g.started,
 		Backend:    g.backend.Stats,
 		Identities: g.identities,
+		Issuers:    g.issuers,
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
@@ -76,8 +78,8 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 func (g *gateway) identities() map[metrics.JobIdentity]int {
 	out := map[metrics.JobIdentity]int{}
 	for _, l := range g.leases.Leases() {
-		o, _ := l.Owner.(owner)
-		k := metrics.JobIdentity{UID: store.SourceClaimed, Job: store.SourceClaimed}
+		o := l.Owner
+		k := metrics.JobIdentity{UID: identity.SourceClaimed, Job: identity.SourceClaimed}
 		if a := o.Attested; a != nil {
 			k.UID = a.By
 			if a.Job != nil {
@@ -85,6 +87,28 @@ func (g *gateway) identities() map[metrics.JobIdentity]int {
 			}
 		}
 		out[k]++
+	}
+	return out
+}
+
+// issuers counts the live leases identified by a bearer token, by the
+// configured name of their issuer (airlock_jobs_issuer_verified).
+func (g *gateway) issuers() map[string]int {
+	st := g.bearer.cur.Load()
+	out := map[string]int{}
+	if st == nil {
+		return out
+	}
+	for _, l := range g.leases.Leases() {
+		o := l.Owner
+		if o.Issued == nil {
+			continue
+		}
+		name := "other" // an issuer a reload removed
+		if is, ok := st.issuers[o.Issued.Issuer]; ok {
+			name = is.Name
+		}
+		out[name]++
 	}
 	return out
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-vpn/airlock/internal/config"
@@ -117,24 +119,38 @@ type joinRate struct {
 	lim    *rate.Limiter
 }
 
-// banKey is what a ban matches: for a job whose identity was attested, a
-// token with the attested uid (the user, from whichever node); otherwise
-// a token with a host name (compared without case and trailing dot), or
-// a token with a source network (an IPv4 address or an IPv6 /64, as the
-// failure limiter groups them: a client may lie about its host name, and
-// may pick another address of its /64, but not another network).
+// banKey is what a ban matches. For a job whose identity was attested:
+// its attested uid, with any token or none (token ""), and, for joins that
+// carry no attestation, its token from its node's network (unattested).
+// Otherwise a token with a host name (compared without case and trailing
+// dot), or a token with a source network (an IPv4 address or an IPv6 /64,
+// as the failure limiter groups them: a client may lie about its host
+// name, and may pick another address of its /64, but not another
+// network).
 type banKey struct {
 	token string
 	host  string       // "" for a network or uid ban
 	net   netip.Prefix // invalid for a host or uid ban
 	uid   int64        // -1 unless a uid ban
+	// unattested: the network ban of an attested job's node, which
+	// covers only joins with no attested identity (not the node's other
+	// users, whose joins are attested).
+	unattested bool
+	// subject is "ISSUER\nSUBJECT" for a ban of an issuer-verified
+	// subject (any token, host or uid), else "".
+	subject string
+}
+
+// subjectKey is the banKey of a ban of id's issuer and subject.
+func subjectKey(issuer, subject string) banKey {
+	return banKey{subject: issuer + "\n" + subject, uid: noUID}
 }
 
 // noUID is banKey.uid of host and network bans.
 const noUID = -1
 
 // attestedUID is the uid a ban of o names: its attested uid, or nil.
-func attestedUID(a *store.Attestation) *uint32 {
+func attestedUID(a *identity.Attestation) *uint32 {
 	if a == nil {
 		return nil
 	}
@@ -145,15 +161,29 @@ func attestedUID(a *store.Attestation) *uint32 {
 // banHost is the form of a host name that bans compare.
 func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
-// banCovers reports whether ban b covers a lease of its token from host
-// and addr, of attested uid uid (nil: none), as bannedLocked matches
-// joins.
-func banCovers(b store.Ban, host string, addr netip.Addr, uid *uint32) bool {
-	if b.UID != nil {
-		return uid != nil && *uid == *b.UID
+// banCovers reports whether ban b covers a lease held by o, as
+// bannedLocked matches joins: a subject ban every lease of that issuer's
+// subject, whatever its token or node; a uid ban every lease of that
+// attested uid, whatever its token, and the unattested leases of its
+// token from its node; any other ban the leases of its token from its
+// host or network.
+func banCovers(b store.Ban, o identity.Job) bool {
+	if b.Subject != "" {
+		return o.Issued != nil && o.Issued.Issuer == b.Issuer && o.Issued.Subject == b.Subject
 	}
-	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) ||
-		b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
+	addr := o.Remote.Addr()
+	inNet := b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
+	if b.UID != nil {
+		if u := o.AttestedUID(); u != nil {
+			return *u == *b.UID
+		}
+		return o.Token == b.Token && inNet
+	}
+	if o.Token != b.Token {
+		return false
+	}
+	host := o.Claimed.Hostname
+	return b.Host != "" && host != "" && banHost(b.Host) == banHost(host) || inNet
 }
 
 // banNet is the network a ban of addr covers.
@@ -183,12 +213,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	// listing of the token's leases passes through (Leases): a revoke that
 	// deleted the token after the control server verified it either sees
 	// this join's lease or this join sees the token gone.
-	if tok.Name != "" {
+	if tok.Name != "" && (req.Issued == nil || req.Issued.As == "") {
 		if err := g.tokenLive(tok.Name, now); err != nil {
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), now); err != nil {
+	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), req.Issued, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -209,11 +239,11 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	q := g.conf.Load().Quotas.ForToken(tok.Name)
 	if q.MaxLeases > 0 {
 		n := g.leases.Count(func(l lease.Lease) bool {
-			o, _ := l.Owner.(owner)
+			o := l.Owner
 			return o.Token == tok.Name && !now.After(l.Expires)
 		})
 		if mine != nil {
-			if o, _ := mine.Owner.(owner); o.Token == tok.Name {
+			if o := mine.Owner; o.Token == tok.Name {
 				n-- // replaced by this join
 			}
 		}
@@ -226,9 +256,9 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := owner{Job: req.Job, Token: tok.Name, Remote: remote, Attested: req.Attested}
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested, Issued: req.Issued}
 	if mine != nil {
-		mo, _ := mine.Owner.(owner)
+		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
 	}
 	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
@@ -319,8 +349,17 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 		}
 	}
 	v := ban{b.Until, b.Reason}
+	if b.Subject != "" {
+		a.bans[subjectKey(b.Issuer, b.Subject)] = v
+		return
+	}
 	if b.UID != nil {
-		a.bans[banKey{token: b.Token, uid: int64(*b.UID)}] = v
+		// The person: every token and none; and the unattested joins
+		// of the banned token from the banned job's node.
+		a.bans[banKey{uid: int64(*b.UID)}] = v
+		if b.Addr.IsValid() {
+			a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID, unattested: true}] = v
+		}
 		return
 	}
 	if b.Host != "" {
@@ -331,10 +370,18 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 }
 
+// reasonOf is " (REASON)" of a ban with a reason, else "".
+func reasonOf(b ban) string {
+	if b.reason == "" {
+		return ""
+	}
+	return " (" + b.reason + ")"
+}
+
 // bannedLocked returns the error for a join of token from host and addr
-// (and of attested uid uid, nil if none) while a ban matches it, else
-// nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, now time.Time) error {
+// (and of attested uid uid, nil if none, and issuer-verified identity id,
+// nil if none) while a ban matches it, else nil.
+func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, id *identity.Issued, now time.Time) error {
 	var b ban
 	var ok bool
 	pick := func(k banKey) {
@@ -349,7 +396,15 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		pick(banKey{token: token, host: banHost(host), uid: noUID})
 	}
 	if uid != nil {
-		pick(banKey{token: token, uid: int64(*uid)})
+		pick(banKey{uid: int64(*uid)})
+	} else if addr.IsValid() {
+		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
+	}
+	if id != nil {
+		if x, xok := a.bans[subjectKey(id.Issuer, id.Subject)]; xok && now.Before(x.until) {
+			return fmt.Errorf("%w: the gateway's admin banned the jobs of subject %q of issuer %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+				control.ErrBanned, id.Subject, id.Issuer, x.until.UTC().Format(time.RFC3339), x.until.Sub(now).Round(time.Second), reasonOf(x))
+		}
 	}
 	if !ok || !now.Before(b.until) {
 		return nil
@@ -359,34 +414,51 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		why = " (" + b.reason + ")"
 	}
 	left := b.until.Sub(now).Round(time.Second)
-	return fmt.Errorf("%w: the gateway's admin banned jobs of token %q from this host until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
-		control.ErrBanned, token, b.until.UTC().Format(time.RFC3339), left, why)
+	who := fmt.Sprintf("jobs of token %q from this host", token)
+	if uid != nil {
+		who = fmt.Sprintf("jobs of token %q from this host, or of uid %d", token, *uid)
+	}
+	return fmt.Errorf("%w: the gateway's admin banned %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+		control.ErrBanned, who, b.until.UTC().Format(time.RFC3339), left, why)
 }
 
 // ban refuses joins from the token and host of o for d, and records the
 // ban in the store: it survives a restart, and in a fleet it holds on
 // every gateway (which end the live leases it matches; here, endBanned).
 // It returns the ban and, for the admin, what it covers.
-func (g *gateway) ban(o owner, d time.Duration, reason string) (store.Ban, string) {
+func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
-	b := store.Ban{Token: o.Token, Host: o.Job.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
-	if a := o.Attested; a != nil {
-		// Attested: the user, from any node; not the node's other users.
-		b.Host, b.Addr, b.UID = "", netip.Addr{}, attestedUID(a)
+	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	if id := o.Issued; id != nil {
+		// Issuer-verified: the subject, whatever token, node or uid.
+		b.Host, b.Addr, b.Issuer, b.Subject = "", netip.Addr{}, id.Issuer, id.Subject
+	} else if a := o.Attested; a != nil {
+		// Attested: the user, with any token or none, from any node;
+		// and unattested joins of the token from the job's node (the
+		// same user, who left out the credential), not the node's other
+		// users' attested joins.
+		b.Host, b.UID = "", attestedUID(a)
 	}
 	g.admit.mu.Lock()
 	g.admit.banLocked(b, now)
 	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
-		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Job.Hostname, "err", err)
+		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
+	}
+	if b.Subject != "" {
+		return b, fmt.Sprintf("joins of subject %q of issuer %s (issuer-verified), with any token, from any node", b.Subject, b.Issuer)
 	}
 	if b.UID != nil {
-		return b, fmt.Sprintf("joins of token %q by uid %d (attested by %s), from any node", o.Token, *b.UID, o.Attested.By)
+		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)
+		if b.Addr.IsValid() {
+			s += fmt.Sprintf("; and joins of token %q without attested identity from network %s", o.Token, banNet(b.Addr))
+		}
+		return b, s
 	}
 	var covers []string
-	if o.Job.Hostname != "" {
-		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Job.Hostname)))
+	if o.Claimed.Hostname != "" {
+		covers = append(covers, fmt.Sprintf("host name %q (any case)", banHost(o.Claimed.Hostname)))
 	}
 	if o.Remote.Addr().IsValid() {
 		covers = append(covers, "network "+banNet(o.Remote.Addr()).String())

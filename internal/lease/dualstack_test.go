@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 func TestEmbed6(t *testing.T) {
@@ -40,7 +42,7 @@ func TestDualStackLeases(t *testing.T) {
 		t.Errorf("Gateway6 = %v, want %v", got, want)
 	}
 	now := time.Now()
-	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	l, secret, _, err := m.Allocate([32]byte{1}, identity.Job{}, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
@@ -47,8 +49,8 @@ type Lease struct {
 	Blocks int
 	// PublicKey is the job's WireGuard public key (opaque here).
 	PublicKey [32]byte
-	// Owner carries whatever the caller attaches: job metadata, token name.
-	Owner   any
+	// Owner is who holds the lease, and on whose word (identity.Job).
+	Owner   identity.Job
 	Start   time.Time
 	Expires time.Time
 
@@ -183,14 +185,14 @@ func lastAddr(p netip.Prefix) netip.Addr {
 // lease held by the same key is replaced (and returned as replaced so the
 // caller can undo its side effects). The secret is returned once; only its
 // hash is kept.
-func (m *Manager) Allocate(pub [32]byte, owner any, now time.Time) (l Lease, secret string, replaced *Lease, err error) {
+func (m *Manager) Allocate(pub [32]byte, owner identity.Job, now time.Time) (l Lease, secret string, replaced *Lease, err error) {
 	return m.AllocateRun(pub, owner, now, 1)
 }
 
 // AllocateRun is Allocate for a job that holds n port blocks (a run,
 // runs.go); without port blocks n is ignored. It fails with
 // ErrNoPortBlock when no run of n free blocks exists.
-func (m *Manager) AllocateRun(pub [32]byte, owner any, now time.Time, n int) (l Lease, secret string, replaced *Lease, err error) {
+func (m *Manager) AllocateRun(pub [32]byte, owner identity.Job, now time.Time, n int) (l Lease, secret string, replaced *Lease, err error) {
 	if n < 1 {
 		return Lease{}, "", nil, fmt.Errorf("lease manager: a run of %d port blocks", n)
 	}
@@ -424,4 +426,26 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) (Lease, error) {
 		m.next = a.Next()
 	}
 	return nl, nil
+}
+
+// Reown replaces the owner of the live lease id and secret name with
+// what update returns for the current one (under the manager's lock: an
+// update sees every earlier one), or returns ErrUnknownLease, or update's
+// error.
+func (m *Manager) Reown(id, secret string, now time.Time, update func(owner identity.Job) (identity.Job, error)) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.lookupLocked(id, secret)
+	if err != nil {
+		return Lease{}, err
+	}
+	if now.After(l.Expires) {
+		return Lease{}, ErrUnknownLease
+	}
+	o, err := update(l.Owner)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.Owner = o
+	return *l, nil
 }

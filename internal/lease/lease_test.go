@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 func TestAllocateSkipsReserved(t *testing.T) {
@@ -17,7 +19,7 @@ func TestAllocateSkipsReserved(t *testing.T) {
 	now := time.Unix(1000, 0)
 	var got []netip.Addr
 	for i := 0; i < 5; i++ {
-		l, _, _, err := m.Allocate([32]byte{byte(i + 1)}, nil, now)
+		l, _, _, err := m.Allocate([32]byte{byte(i + 1)}, identity.Job{}, now)
 		if err != nil {
 			t.Fatalf("allocate %d: %v", i, err)
 		}
@@ -29,7 +31,7 @@ func TestAllocateSkipsReserved(t *testing.T) {
 			t.Errorf("lease %d: got %v, want %v", i, got[i], want[i])
 		}
 	}
-	if _, _, _, err := m.Allocate([32]byte{99}, nil, now); !errors.Is(err, ErrNoAddress) {
+	if _, _, _, err := m.Allocate([32]byte{99}, identity.Job{}, now); !errors.Is(err, ErrNoAddress) {
 		t.Fatalf("full subnet: got %v, want ErrNoAddress", err)
 	}
 }
@@ -40,7 +42,7 @@ func TestRenewReleaseExpire(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1000, 0)
-	l, secret, _, err := m.Allocate([32]byte{1}, "job", now)
+	l, secret, _, err := m.Allocate([32]byte{1}, identity.Job{Token: "job"}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func TestRenewReleaseExpire(t *testing.T) {
 	if m.Len() != 0 {
 		t.Errorf("len after expiry: got %d, want 0", m.Len())
 	}
-	l2, s2, _, err := m.Allocate([32]byte{2}, nil, now)
+	l2, s2, _, err := m.Allocate([32]byte{2}, identity.Job{}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +83,8 @@ func TestRenewReleaseExpire(t *testing.T) {
 func TestSameKeyReplaces(t *testing.T) {
 	m, _ := New(netip.MustParsePrefix("100.64.0.0/24"), netip.MustParseAddr("100.64.0.1"), time.Minute, 0)
 	now := time.Now()
-	a, _, _, _ := m.Allocate([32]byte{7}, nil, now)
-	_, _, replaced, err := m.Allocate([32]byte{7}, nil, now)
+	a, _, _, _ := m.Allocate([32]byte{7}, identity.Job{}, now)
+	_, _, replaced, err := m.Allocate([32]byte{7}, identity.Job{}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestAllocateIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _, _, err := m.Allocate([32]byte{1}, nil, time.Now())
+	l, _, _, err := m.Allocate([32]byte{1}, identity.Job{}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,15 +116,15 @@ func TestPortBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	a, sa, _, err := m.Allocate([32]byte{1}, nil, now)
+	a, sa, _, err := m.Allocate([32]byte{1}, identity.Job{}, now)
 	if err != nil || a.Block != 0 {
 		t.Fatalf("first lease: block %d, %v; want 0", a.Block, err)
 	}
-	b, _, _, err := m.Allocate([32]byte{2}, nil, now)
+	b, _, _, err := m.Allocate([32]byte{2}, identity.Job{}, now)
 	if err != nil || b.Block != 1 {
 		t.Fatalf("second lease: block %d, %v; want 1", b.Block, err)
 	}
-	if _, _, _, err := m.Allocate([32]byte{3}, nil, now); !errors.Is(err, ErrNoPortBlock) {
+	if _, _, _, err := m.Allocate([32]byte{3}, identity.Job{}, now); !errors.Is(err, ErrNoPortBlock) {
 		t.Fatalf("third lease: got %v, want ErrNoPortBlock", err)
 	}
 	if m.Len() != 2 {
@@ -131,7 +133,7 @@ func TestPortBlocks(t *testing.T) {
 	if _, err := m.Release(a.ID, sa); err != nil {
 		t.Fatal(err)
 	}
-	c, _, _, err := m.Allocate([32]byte{3}, nil, now)
+	c, _, _, err := m.Allocate([32]byte{3}, identity.Job{}, now)
 	if err != nil || c.Block != 0 {
 		t.Fatalf("after release: block %d, %v; want 0", c.Block, err)
 	}
@@ -146,7 +148,7 @@ func TestRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	l, secret, _, err := m.Allocate([32]byte{1}, identity.Job{}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func TestRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	l, secret, _, err := m.Allocate([32]byte{1}, nil, now)
+	l, secret, _, err := m.Allocate([32]byte{1}, identity.Job{}, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +192,7 @@ func TestRestore(t *testing.T) {
 		t.Errorf("restoring the same lease twice succeeded")
 	}
 	// New leases avoid the restored address and block.
-	n, _, _, err := m2.Allocate([32]byte{2}, nil, now)
+	n, _, _, err := m2.Allocate([32]byte{2}, identity.Job{}, now)
 	if err != nil || n.Addr() == l.Addr() || n.Block == l.Block {
 		t.Errorf("new lease %+v, %v collides with restored %+v", n, err, l)
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 // TestAllocateRun: with 2 addresses × 4 blocks (stride 2), runs stay on
@@ -20,7 +22,7 @@ func TestAllocateRun(t *testing.T) {
 	}
 	now := time.Now()
 	key := func(i byte) [32]byte { return [32]byte{i} }
-	a, _, _, err := m.AllocateRun(key(1), nil, now, 3)
+	a, _, _, err := m.AllocateRun(key(1), identity.Job{}, now, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,17 +37,17 @@ func TestAllocateRun(t *testing.T) {
 	}
 	// Blocks 1, 3, 5 are the only run of 3 left; after it, 6 and 7 are
 	// free but no run of 2 fits (6+2 and 7+2 are past the end).
-	b, _, _, err := m.AllocateRun(key(2), nil, now, 3)
+	b, _, _, err := m.AllocateRun(key(2), identity.Job{}, now, 3)
 	if err != nil || b.Block != 1 {
 		t.Fatalf("second run: block %d, err %v; want 1", b.Block, err)
 	}
-	if _, _, _, err := m.AllocateRun(key(3), nil, now, 2); !errors.Is(err, ErrNoPortBlock) {
+	if _, _, _, err := m.AllocateRun(key(3), identity.Job{}, now, 2); !errors.Is(err, ErrNoPortBlock) {
 		t.Fatalf("run of 2 with blocks 6, 7 free: err %v, want ErrNoPortBlock", err)
 	}
-	if _, _, _, err := m.AllocateRun(key(4), nil, now, 5); !errors.Is(err, ErrNoPortBlock) {
+	if _, _, _, err := m.AllocateRun(key(4), identity.Job{}, now, 5); !errors.Is(err, ErrNoPortBlock) {
 		t.Fatalf("run longer than an address: err %v, want ErrNoPortBlock", err)
 	}
-	c, _, _, err := m.AllocateRun(key(5), nil, now, 1)
+	c, _, _, err := m.AllocateRun(key(5), identity.Job{}, now, 1)
 	if err != nil || (c.Block != 6 && c.Block != 7) {
 		t.Fatalf("single block: %d, %v; want 6 or 7", c.Block, err)
 	}
@@ -55,11 +57,11 @@ func TestAllocateRun(t *testing.T) {
 	if got := m.BlocksUsed(); got != 4 {
 		t.Errorf("BlocksUsed after removing the 3-run = %d, want 4", got)
 	}
-	d, _, _, err := m.AllocateRun(key(6), nil, now, 3)
+	d, _, _, err := m.AllocateRun(key(6), identity.Job{}, now, 3)
 	if err != nil || d.Block != 0 {
 		t.Fatalf("run of 3 after release: block %d, %v; want 0", d.Block, err)
 	}
-	if _, _, _, err := m.AllocateRun(key(7), nil, now, 0); err == nil {
+	if _, _, _, err := m.AllocateRun(key(7), identity.Job{}, now, 0); err == nil {
 		t.Error("run of 0 blocks allowed")
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
+
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -46,7 +48,10 @@ type LeaseRecord struct {
 	Host        string `json:"host,omitempty"`
 	Command     string `json:"command,omitempty"`
 	// Attested is the job's attested identity, nil if it had none.
-	Attested *Attestation `json:"attested,omitempty"`
+	Attested *identity.Attestation `json:"attested,omitempty"`
+	// Issued is the job's identity from its issuer-verified bearer
+	// token, nil if it had none.
+	Issued *identity.Issued `json:"issued,omitempty"`
 	// Token is the name of the join token, "" for a join without one
 	// (attested).
 	Token string `json:"token,omitempty"`

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/identity"
 )
 
 func TestWhois(t *testing.T) {
@@ -239,8 +241,8 @@ func TestLegacyRecord(t *testing.T) {
 // the claimed values, and the sources say which is which.
 func TestAttestedRecord(t *testing.T) {
 	s, _ := openTemp(t)
-	att := &Attestation{By: "munge", UID: 1000, GID: 100, User: "alice", Node: netip.MustParseAddr("10.1.2.3"), Made: t0,
-		Job: &AttestedJob{MadeBy: 0, BatchSystem: "slurm", JobID: "4242", Step: "0", Node: "cn1"}}
+	att := &identity.Attestation{By: "munge", UID: 1000, GID: 100, User: "alice", Node: netip.MustParseAddr("10.1.2.3"), Made: t0,
+		Job: &identity.AttestedJob{MadeBy: 0, BatchSystem: "slurm", JobID: "4242", Step: "0", Node: "cn1"}}
 	pub := netip.MustParseAddr("192.0.2.1")
 	for _, r := range []LeaseRecord{
 		{ID: "a", JobID: "4242", UID: 1000, User: "alice", Attested: att, TunnelAddrs: []netip.Addr{netip.MustParseAddr("100.64.0.2")}, Egress: []Attribution{{Addr: pub, PortLo: 20000, PortHi: 20255}}, Start: t0},
@@ -261,7 +263,7 @@ func TestAttestedRecord(t *testing.T) {
 		t.Errorf("JobSource: %s %s", id, src)
 	}
 	claimed, _ := s.Whois(pub, 20300, t0.Add(time.Second))
-	if uid, src := claimed[0].UIDSource(); uid != 7 || src != SourceClaimed {
+	if uid, src := claimed[0].UIDSource(); uid != 7 || src != identity.SourceClaimed {
 		t.Errorf("claimed UIDSource: %d %s", uid, src)
 	}
 	if want := "munge: uid 1000 (alice) gid 100 on 10.1.2.3, job slurm 4242 step 0 (made by uid 0)"; att.String() != want {

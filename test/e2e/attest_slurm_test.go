@@ -215,3 +215,153 @@ func portOfBlock(t *testing.T, block string) int {
 	}
 	return n
 }
+
+// writeConfig replaces the gateway's config file with its base (what
+// TestSlurm starts it with) plus extra, and reloads it.
+func (se *slurmEnv) writeConfig(t *testing.T, extra string) {
+	t.Helper()
+	if err := os.WriteFile(se.config, []byte(slurmGatewayConfig+extra), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := se.admin(t, "gateway", "reload", "--state", se.state); code != 0 {
+		t.Fatalf("airlock gateway reload: exit %d %s %s", code, out, stderr)
+	}
+}
+
+// slurmGatewayConfig is the config file TestSlurm's gateway starts with
+// (what --expose-ports 8080 says).
+const slurmGatewayConfig = "version = 1\n[[expose]]\nports = [\"8080\"]\n"
+
+// waitDone waits until the tasks of an array (or single jobs) wrote n
+// files *.done into dir, each holding its Slurm job id, and checks that
+// every one of them completed with exit 0: a task that could not join
+// never runs its script and writes nothing.
+func (se *slurmEnv) waitDone(t *testing.T, dir string, n int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		m, _ := filepath.Glob(filepath.Join(dir, "*.done"))
+		if len(m) == n {
+			for _, f := range m {
+				b, _ := os.ReadFile(f)
+				id := strings.TrimSpace(string(b))
+				if a := se.s.WaitAccounting(t, id, 30*time.Second); a.State != "COMPLETED" || a.ExitCode != "0:0" {
+					t.Errorf("job %s: %+v, want COMPLETED 0:0\n%s", id, a, se.output(id))
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			_, q, _ := se.s.Run(t, 10*time.Second, nil, "squeue", "-h", "-o", "%i %T %R")
+			errs, _ := filepath.Glob(filepath.Join(se.s.Work, "*.err"))
+			var tails []string
+			for _, f := range errs {
+				b, _ := os.ReadFile(f)
+				if len(b) > 0 {
+					tails = append(tails, filepath.Base(f)+": "+lastChars(string(b), 600))
+				}
+			}
+			t.Fatalf("%d of %d tasks done after %v; queue:\n%s\nstderr of jobs:\n%s%s", len(m), n, timeout, q, strings.Join(tails, "\n"), se.diag(""))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// testQuotaWait (issue 33, item 1): attested jobs that have to wait do
+// not fail. With max_leases = 1 for token-less joins, an array of three
+// tasks through the plugin (each with root's job credential, made once)
+// queues at the gateway and finishes with no failed task, each task's job
+// id attested; then a job submitted while the gateway drains waits and
+// runs after the drain ends. All this with a munged on MUNGE's default
+// socket holding another key (TestSlurm's decoy).
+func (se *slurmEnv) testQuotaWait(t *testing.T) {
+	se.writeConfig(t, "[quota.job]\nmax_leases = 1\n[quota.token.e2e]\nmax_leases = 0\n")
+	defer se.writeConfig(t, "")
+	dir := filepath.Join(se.s.Work, "quotawait")
+	if err := os.Mkdir(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	const n = 3
+	body := fmt.Sprintf("set -e; %s > /dev/null; sleep 2; echo $SLURM_JOB_ID > %s/$SLURM_ARRAY_TASK_ID.done", se.fetchCmd(), dir)
+	se.plugJob(t, se.script(t, "quotawait", body), fmt.Sprintf("--array=1-%d", n))
+	se.waitDone(t, dir, n, 150*time.Second)
+
+	// Across a drain.
+	ddir := filepath.Join(se.s.Work, "drainwait")
+	if err := os.Mkdir(ddir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(ddir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, stderr := se.admin(t, "gateway", "drain", "--state", se.state); code != 0 {
+		t.Fatalf("drain: exit %d %s %s", code, out, stderr)
+	}
+	undrained := false
+	defer func() {
+		if !undrained {
+			se.admin(t, "gateway", "drain", "--state", se.state, "--undo")
+		}
+	}()
+	id := se.plugJob(t, se.script(t, "drainwait", fmt.Sprintf("set -e; %s > /dev/null; echo $SLURM_JOB_ID > %s/1.done", se.fetchCmd(), ddir)))
+	// Its first join meets the drain (the job credential is decoded
+	// then), before the drain ends.
+	time.Sleep(4 * time.Second)
+	if m, _ := filepath.Glob(filepath.Join(ddir, "*.done")); len(m) != 0 {
+		t.Fatalf("job %s ran while the gateway drained", id)
+	}
+	if code, out, stderr := se.admin(t, "gateway", "drain", "--state", se.state, "--undo"); code != 0 {
+		t.Fatalf("drain --undo: exit %d %s %s", code, out, stderr)
+	}
+	undrained = true
+	se.waitDone(t, ddir, 1, 90*time.Second)
+}
+
+// testBanSticks (issue 33, item 2): `airlock kick --ban` of a job the
+// plugin wrapped (uid and job attested, no token) bans the person: the
+// same user's job on the same node that runs airlock run --attest off
+// with the token ends, and new joins of that user are refused whether
+// they leave out the credential (with the token) or carry one (with no
+// token). It runs last: the ban stays.
+func (se *slurmEnv) testBanSticks(t *testing.T) {
+	id := se.plugJob(t, se.script(t, "banned", "exec sleep 300"))
+	defer se.s.Run(t, 10*time.Second, nil, "scancel", id)
+	se.waitJob(t, id)
+	other := se.sbatch(t, se.script(t, "unattested", fmt.Sprintf("exec %s run --attest off -- sleep 300", se.airlock)))
+	defer se.s.Run(t, 10*time.Second, nil, "scancel", other)
+	if j := se.waitJob(t, other); j.Attested != nil {
+		t.Fatalf("job %s with --attest off: attested %s", other, j.Attested)
+	}
+	code, out, stderr := se.admin(t, "kick", "--state", se.state, "--ban", "1h", "--reason", "e2e ban", id)
+	if code != 0 || !strings.Contains(out+stderr, "any token or none") {
+		t.Fatalf("kick --ban 1h %s: exit %d %s %s; want it to say the ban covers the uid with any token", id, code, out, stderr)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for live := true; live; {
+		live = false
+		for _, j := range se.status(t).Jobs {
+			live = live || j.JobID == other
+		}
+		if live && time.Now().After(deadline) {
+			t.Fatalf("the banned user's unattested job %s on the same node still holds a lease 10 s after the ban", other)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		argv []string
+	}{
+		{"--attest off with the token", []string{"env", "AIRLOCK_GATEWAY=" + se.gateway, "AIRLOCK_PIN=" + se.pin, "AIRLOCK_TOKEN=" + se.token,
+			se.airlock, "run", "--attest", "off", "--", "true"}},
+		{"attested with no token", []string{"env", "AIRLOCK_GATEWAY=" + se.gateway, "AIRLOCK_PIN=" + se.pin,
+			se.airlock, "run", "--attest", "munge", "--munge-socket", se.nodeMunge.Socket, "--", "true"}},
+	} {
+		code, out, stderr := se.tp.Run(t, 60*time.Second, se.tp.CN, se.u, tc.argv[0], tc.argv[1:]...)
+		if code != 125 || !strings.Contains(stderr, "banned") {
+			t.Errorf("the banned user's new job, %s: exit %d %q %q; want 125, banned", tc.name, code, out, stderr)
+		}
+	}
+}

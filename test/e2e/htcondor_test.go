@@ -28,6 +28,9 @@ import (
 // with one, its uid and node attested and its job id claimed (HTCondor's
 // starter cannot vouch for it, docs/security.md).
 func TestHTCondorWrapper(t *testing.T) {
+	// The cluster's own munged on MUNGE's default socket, with another
+	// key (issue 33, item 1): the site's settings name the dedicated one.
+	mungetest.StartDecoy(t)
 	key := mungetest.NewKey(t)
 	var nodeMunge *mungetest.Daemon
 	e := newEnvHook(t, modeUser, nil, func(e *env) []string {
@@ -50,7 +53,7 @@ func TestHTCondorWrapper(t *testing.T) {
 	}
 	// The site's join settings, readable by jobs.
 	envFile := filepath.Join(dir, "condor.env")
-	if err := os.WriteFile(envFile, []byte(fmt.Sprintf("# airlock for HTCondor jobs\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\nAIRLOCK_TOKEN=%s\n", e.gateway, e.pin, e.token)), 0o644); err != nil {
+	if err := os.WriteFile(envFile, []byte(fmt.Sprintf("# airlock for HTCondor jobs\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\nAIRLOCK_TOKEN=%s\nAIRLOCK_MUNGE_SOCKET=%s\n", e.gateway, e.pin, e.token, nodeMunge.Socket)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// The job's executable, as HTCondor transfers it into the scratch

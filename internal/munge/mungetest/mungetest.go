@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +30,9 @@ type Options struct {
 	// test wants it, e.g. in a network namespace. The socket path is on
 	// the host's file system either way.
 	Wrap func(argv []string) []string
+	// Socket is the socket's path; empty puts it in the daemon's
+	// temporary directory.
+	Socket string
 }
 
 // Daemon is a running munged.
@@ -86,6 +90,9 @@ func Start(t testing.TB, o Options) *Daemon {
 		key = NewKey(t)
 	}
 	d := &Daemon{Dir: dir, Socket: filepath.Join(dir, "munge.socket"), Key: filepath.Join(dir, "munge.key")}
+	if o.Socket != "" {
+		d.Socket = o.Socket
+	}
 	if err := os.WriteFile(d.Key, key, 0o400); err != nil {
 		t.Fatal(err)
 	}
@@ -137,4 +144,38 @@ func Start(t testing.TB, o Options) *Daemon {
 func (d *Daemon) Log() string {
 	b, _ := os.ReadFile(filepath.Join(d.Dir, "munged.log"))
 	return fmt.Sprintf("--- munged log ---\n%s", b)
+}
+
+// DefaultSocket is MUNGE's default socket, where clients that name none
+// look.
+const DefaultSocket = "/run/munge/munge.socket.2"
+
+// StartDecoy makes sure that a munged answers on MUNGE's default socket
+// with a key of its own, as on every real node where the cluster's munged
+// runs beside the dedicated node+gateway one: a test whose jobs make a
+// credential there by mistake then fails (the gateway cannot decode it)
+// rather than passing on a machine without munged. A munged already
+// there (the machine's own, or another test's) is left as it is; one
+// started here is stopped at cleanup. It needs root, and skips t without.
+func StartDecoy(t testing.TB) {
+	t.Helper()
+	if c, err := net.DialTimeout("unix", DefaultSocket, time.Second); err == nil {
+		c.Close()
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to run a munged on MUNGE's default socket")
+	}
+	if err := os.MkdirAll(filepath.Dir(DefaultSocket), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(DefaultSocket) // a stale socket that nobody answers on
+	os.Remove(DefaultSocket + ".lock")
+	d := Start(t, Options{Socket: DefaultSocket})
+	t.Cleanup(func() {
+		// munged leaves its socket and lock file; a socket nobody
+		// answers on must not stay at the default path.
+		os.Remove(d.Socket)
+		os.Remove(d.Socket + ".lock")
+	})
 }
