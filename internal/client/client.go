@@ -98,6 +98,10 @@ type Config struct {
 	MungeSocket string
 	// Bearer is BearerAuto ("" too) or BearerOff (bearer.go).
 	Bearer string
+	// JobProxyEnv is what happens to the site's web proxy variables in
+	// the job's environment: JobProxyEnvAuto ("" too), JobProxyEnvKeep
+	// or JobProxyEnvDrop (jobproxyenv.go).
+	JobProxyEnv string
 
 	// dialer reaches the gateways, directly or through the site's web
 	// proxy (HTTPS_PROXY); set by prepare.
@@ -133,6 +137,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if f := sess.egressFile(); f != "" {
 		jobEnv = append(jobEnv, EgressFileEnv+"="+f)
 	}
+	jobEnv, modes.note = jobProxyEnv(jobEnv, cfg.JobProxyEnv, sess.viaProxy(), sess.proxyLocal)
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
 	}
@@ -196,6 +201,9 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 		return cfg, nil, nil, err
 	}
 	if err := checkPorts(cfg.Ports); err != nil {
+		return cfg, nil, nil, err
+	}
+	if cfg.JobProxyEnv, err = checkJobProxyEnv(cfg.JobProxyEnv); err != nil {
 		return cfg, nil, nil, err
 	}
 	switch cfg.Transport {
