@@ -4,6 +4,8 @@ package client
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
 )
@@ -208,4 +211,50 @@ func (b *jobBearer) renewal(s *Session) string {
 func takesBearer(ctx context.Context, gw *gatewayEntry) bool {
 	checks(ctx, gw) // fills gw.bearer from the same report
 	return gw.bearer
+}
+
+// BearerToken is what airlock run --check says of the job's bearer
+// token: where it was found and what it claims (read without checking
+// its signature, which only the gateway can).
+type BearerToken struct {
+	From            string
+	Issuer, Subject string
+	Expires         time.Time
+}
+
+// FindBearer finds the job's bearer token as airlock run would (cfg's
+// Bearer mode and Getenv, nil meaning os.Getenv); a zero BearerToken and
+// no error if there is none.
+func FindBearer(cfg Config) (BearerToken, error) {
+	if cfg.Getenv == nil {
+		cfg.Getenv = os.Getenv
+	}
+	b, err := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if err != nil {
+		return BearerToken{}, err
+	}
+	tok, from, err := b.find()
+	if err != nil || tok == "" {
+		return BearerToken{From: from}, err
+	}
+	bt := BearerToken{From: from}
+	_, payload, _ := strings.Cut(tok, ".")
+	payload, _, _ = strings.Cut(payload, ".")
+	raw, err := base64.RawURLEncoding.DecodeString(payload)
+	var c struct {
+		Iss string `json:"iss"`
+		Sub string `json:"sub"`
+		Exp int64  `json:"exp"`
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &c)
+	}
+	if err != nil {
+		return bt, fmt.Errorf("token from %s: unreadable payload: %w", from, err)
+	}
+	bt.Issuer, bt.Subject = c.Iss, c.Sub
+	if c.Exp > 0 {
+		bt.Expires = time.Unix(c.Exp, 0)
+	}
+	return bt, nil
 }
