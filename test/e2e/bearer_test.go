@@ -46,8 +46,26 @@ type bearerEnv struct {
 }
 
 func TestBearerIdentity(t *testing.T) {
+	be := newBearerEnv(t, nil)
+	t.Run("Valid", be.valid)
+	t.Run("Refusals", be.refusals)
+	t.Run("GroupPolicy", be.groupPolicy)
+	t.Run("RefreshDuringJob", be.refresh)
+	t.Run("ExpiredNotRefreshed", be.expired)
+	t.Run("Rotation", be.rotation)
+	t.Run("KickBanSubject", be.kickBan)
+	t.Run("IssuerDown", be.issuerDown)
+}
+
+// newBearerEnv builds the topology (with topo), starts the token issuer
+// in inet and the gateway in dmz trusting it (issuer "exp": scope
+// compute.create, group /exp; group /exp/prod accounted as exp-prod and
+// denied the HTTP server), and the test user's token directory. The
+// gateway renews leases every second; extra are more of its arguments.
+func newBearerEnv(t *testing.T, topo []topology.Option, extra ...string) *bearerEnv {
+	t.Helper()
 	be := &bearerEnv{rsa1: bearertest.NewRSA("rsa1"), ec1: bearertest.NewEC("ec1"), rsa2: bearertest.NewRSA("rsa2")}
-	be.e = newEnvHook(t, modeUser, nil, func(e *env) []string {
+	be.e = newEnvHook(t, modeUser, topo, func(e *env) []string {
 		port := e.tp.Port()
 		be.issuerAt = netip.AddrPortFrom(e.tp.INETAddr, uint16(port)).String()
 		be.url = "https://" + be.issuerAt
@@ -90,7 +108,7 @@ tokens = ["exp-prod"]
 		if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		return []string{"--config", conf, "--renew-interval", "1s"}
+		return append([]string{"--config", conf, "--renew-interval", "1s"}, extra...)
 	})
 	be.tokDir = topology.TempDir(t)
 	if err := os.Chmod(be.tokDir, 0o700); err != nil {
@@ -102,15 +120,7 @@ tokens = ["exp-prod"]
 	if log := be.e.gw.Stderr(); !strings.Contains(log, "trusting issuer") {
 		t.Fatalf("gateway log does not name the issuer it trusts%s", be.e.diag(""))
 	}
-
-	t.Run("Valid", be.valid)
-	t.Run("Refusals", be.refusals)
-	t.Run("GroupPolicy", be.groupPolicy)
-	t.Run("RefreshDuringJob", be.refresh)
-	t.Run("ExpiredNotRefreshed", be.expired)
-	t.Run("Rotation", be.rotation)
-	t.Run("KickBanSubject", be.kickBan)
-	t.Run("IssuerDown", be.issuerDown)
+	return be
 }
 
 func (be *bearerEnv) startIssuer(t *testing.T, e *env) {
