@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
+	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
 	"github.com/airlock-vpn/airlock/internal/siteproxy"
 )
 
@@ -65,32 +66,17 @@ func TestProxyCannotImpersonateGateway(t *testing.T) {
 // connecting to upstream, whatever the request names.
 func connectTo(t *testing.T, upstream string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				up, err := net.Dial("tcp", upstream)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
-				go func() { _, _ = io.Copy(up, c) }()
-				_, _ = io.Copy(c, up)
-			}()
+	return proxytest.TCPServer(t, func(c net.Conn) {
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
 		}
-	}()
-	return ln.Addr().String()
+		up, err := net.Dial("tcp", upstream)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		_, _ = io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+		go func() { _, _ = io.Copy(up, c) }()
+		_, _ = io.Copy(c, up)
+	}).String()
 }
