@@ -95,6 +95,7 @@ func gatewayCheck(cfg gateway.Config, w io.Writer, asJSON bool) error {
 		rep = append(rep, h.PingGroup(), h.PortBlocks(cfg.EgressPorts.Lo, cfg.EgressPorts.Hi, cfg.BlockSize))
 	}
 	rep = append(rep, egressChecks(cfg)...)
+	rep = append(rep, preflight.ControlOutside(cfg.Listen, outsideAddrs(cfg)))
 	rep = append(rep, h.OpenFiles(4096, 65536, "one per flow, and two per TCP flow in user mode"))
 	if cfg.Store.URL != "" {
 		rep = append(rep, storeCheck(cfg.Store))
@@ -135,6 +136,18 @@ func egressChecks(cfg gateway.Config) []preflight.Result {
 				r.Fix = "set --egress-addr, or give this host a default route"
 			}
 			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// outsideAddrs are the addresses of cfg's gateway that face outside: those
+// jobs' flows leave from (--egress-addr, or the default routes' sources).
+func outsideAddrs(cfg gateway.Config) []netip.Addr {
+	out := append([]netip.Addr{cfg.EgressAddr, cfg.EgressAddr6}, cfg.EgressAddrs...)
+	for _, f := range ipfamily.All {
+		if a, err := gateway.EgressSource(f); err == nil {
+			out = append(out, a)
 		}
 	}
 	return out

@@ -209,11 +209,11 @@ prints a message saying the gateway's admin ended the lease, with --reason.
 With --ban, for that long (kept in the state database; in a fleet, on
 every gateway), a ban covers what the gateway knows of the job:
   - a job whose uid was attested (MUNGE): every join of that uid, with any
-    token or with none, from any node; and joins of the job's token from
-    the job's node (its address) that carry no attested identity. Other
-    users of that node, whose joins are attested, are not banned. Every
-    other running job of that uid ends, and the unattested jobs of the
-    token from that node;
+    token or with none, from any node; and joins from the job's node (its
+    address) that carry no attested identity and use the job's token or
+    claim its uid. Other users of that node, whose joins are attested, are
+    not banned. Every other running job of that uid ends, and the
+    unattested jobs from that node of that token or claiming that uid;
   - any other job: joins of the job's token from its host name or its
     network (its IPv4 address, or its IPv6 /64), and its other jobs of
     that token from there end. In a fleet, a JOB that another gateway holds is

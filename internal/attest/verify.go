@@ -187,7 +187,9 @@ func (v *Verifier) job(ctx context.Context, req control.JoinRequest, user munge.
 // passes on the gateway's own failure to reach its munged.
 func credError(what string, c munge.Credential, err error) error {
 	if !munge.IsBadCredential(err) {
-		return fmt.Errorf("check %s with the gateway's munged: %w", what, err)
+		// The gateway's munged fails or is slow: a 503 the job waits
+		// out, counted against its source, logged rate-limited.
+		return fmt.Errorf("%w: check %s with the gateway's munged: %w", control.ErrAttestationUnavailable, what, err)
 	}
 	var why string
 	switch {

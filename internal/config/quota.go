@@ -30,6 +30,11 @@ const DefaultJoinsPerMinute = 6000
 type Quotas struct {
 	// Job is the quota of every token without an entry in Tokens.
 	Job Quota
+	// User is the quota of each attested uid's joins without a token
+	// ([quota.user]; keys not set come from Job): at a site that needs
+	// no token on its nodes, every user is metered on their own, so that
+	// one user cannot hold the others' quota.
+	User Quota
 	// Tokens are the complete quotas of the tokens named.
 	Tokens map[string]Quota
 }
@@ -46,12 +51,13 @@ func (q Quotas) ForToken(tok string) Quota {
 // no cap on leases (the gateway's tunnel addresses and port blocks bound
 // them), DefaultJoinsPerMinute joins a minute per token.
 func DefaultQuotas() Quotas {
-	return Quotas{Job: Quota{JoinsPerMinute: DefaultJoinsPerMinute}}
+	return Quotas{Job: Quota{JoinsPerMinute: DefaultJoinsPerMinute}, User: Quota{JoinsPerMinute: DefaultJoinsPerMinute}}
 }
 
 // fileQuotas is the [quota] section as written.
 type fileQuotas struct {
 	Job   fileQuota            `toml:"job"`
+	User  fileQuota            `toml:"user"`
 	Token map[string]fileQuota `toml:"token"`
 }
 
@@ -65,6 +71,7 @@ type fileQuota struct {
 func (f fileQuotas) resolve(bad func(string, string, ...any)) Quotas {
 	q := DefaultQuotas()
 	q.Job = f.Job.resolve(q.Job, "quota.job", bad)
+	q.User = f.User.resolve(q.Job, "quota.user", bad)
 	if len(f.Token) == 0 {
 		return q
 	}

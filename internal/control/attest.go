@@ -93,12 +93,19 @@ var (
 	// ErrAttestationRequired means the gateway (or the join's token)
 	// requires a MUNGE credential and the join had none.
 	ErrAttestationRequired = errors.New("attestation required")
+	// ErrAttestationUnavailable means the gateway cannot check MUNGE
+	// credentials now: its munged fails or is slow. The join may be
+	// retried; it counts against its source like a failure, so that a
+	// flood of credentials cannot keep the gateway's munged busy.
+	ErrAttestationUnavailable = errors.New("gateway cannot check MUNGE credentials now")
 )
 
 // Codes of those errors in [ErrorResponse.Code].
 const (
 	CodeAttestation         = "attestation_failed"
 	CodeAttestationRequired = "attestation_required"
+	// CodeAttestationUnavailable is ErrAttestationUnavailable's code.
+	CodeAttestationUnavailable = "attestation_unavailable"
 )
 
 // MsgAttestationRequired is the message of a CodeAttestationRequired

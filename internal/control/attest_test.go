@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,12 @@ func (f *fakeAttester) Verify(ctx context.Context, req control.JoinRequest, remo
 	f.mu.Lock()
 	f.calls++
 	f.mu.Unlock()
+	if n, ok := strings.CutPrefix(req.Attest.Munge, "MUNGE:uid-"); ok {
+		uid, err := strconv.ParseUint(strings.TrimSuffix(n, ":"), 10, 32)
+		if err == nil {
+			return &identity.Attestation{By: "munge", UID: uint32(uid), Node: remote.Addr()}, nil
+		}
+	}
 	if req.Attest.Munge != "MUNGE:good:" {
 		return nil, fmt.Errorf("%w: the join's credential was used before", control.ErrAttestation)
 	}
@@ -62,7 +69,7 @@ func joinKey(t *testing.T) wgkey.Key {
 // token and reaches the backend as Attested (never from the wire); a bad
 // one is refused with attestation_failed; a join without one is refused
 // where the gateway or the token requires one; a token's source networks
-// hold; a bad token is refused before any credential is spent; and a
+// hold; a bad token is refused; and a
 // gateway without an attester ignores credentials.
 func TestAttestedJoins(t *testing.T) {
 	ctx := context.Background()
@@ -86,13 +93,10 @@ func TestAttestedJoins(t *testing.T) {
 	if !errors.Is(err, control.ErrAttestation) || !strings.Contains(err.Error(), "used before") {
 		t.Errorf("join with a refused credential: %v, want ErrAttestation with the reason", err)
 	}
-	// A bad token: refused before the credential is looked at (and spent).
-	before := att.n()
+	// A bad token with a valid credential: refused (its failure counts
+	// against the attested uid, TestLimitedSourceAttested).
 	if _, err := cc.Join(ctx, control.JoinRequest{Token: store.TokenPrefix + "nope", PublicKey: joinKey(t), Attest: good}); !errors.Is(err, control.ErrBadToken) {
 		t.Errorf("bad token with a credential: %v, want ErrBadToken", err)
-	}
-	if att.n() != before {
-		t.Errorf("a bad token's join spent its credential")
 	}
 	// A token that requires attestation, and one with source networks.
 	tok := g.Token(t)
@@ -147,5 +151,56 @@ func TestAttestedJoins(t *testing.T) {
 	}
 	if js := plainB.Joins(); len(js) != 1 || js[0].Attested != nil {
 		t.Errorf("backend of a gateway without attestation got %+v, want no attestation", js)
+	}
+}
+
+// TestLimitedSourceAttested (issue 33, item 3): a neighbour on a node who
+// loops bad joins gets the node's address limited, but a join that carries
+// a valid MUNGE credential from that address is judged on its own; the
+// failures of attested joins count against their uid, not the address,
+// so a user who loops bad joins with a credential is limited by uid and
+// the node's other users are not.
+func TestLimitedSourceAttested(t *testing.T) {
+	ctx := context.Background()
+	att := &fakeAttester{}
+	b := &controltest.Backend{}
+	g := controltest.Start(t, b, controltest.Options{Attest: att, FailureLimit: 0.01, FailureBurst: 3})
+	cc, err := control.NewClient(g.Addr, g.Pin, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	tok := g.Token(t)
+	bad := store.TokenPrefix + "nope"
+	// A user (uid 2000) loops bad tokens with a credential: limited by
+	// uid, named in the answer; the address is not limited.
+	for i := 0; i < 3; i++ {
+		if _, err := cc.Join(ctx, control.JoinRequest{Token: bad, PublicKey: joinKey(t), Attest: &control.Attest{Munge: "MUNGE:uid-2000:"}}); !errors.Is(err, control.ErrBadToken) {
+			t.Fatalf("bad token %d of uid 2000: %v", i, err)
+		}
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: joinKey(t), Attest: &control.Attest{Munge: "MUNGE:uid-2000:"}}); !errors.Is(err, control.ErrRateLimited) || !strings.Contains(err.Error(), "uid 2000") {
+		t.Errorf("uid 2000 after its failures: %v, want rate_limited naming the uid", err)
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: joinKey(t)}); err != nil {
+		t.Errorf("an unattested join from the same address after uid 2000's failures: %v, want admitted", err)
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{PublicKey: joinKey(t), Attest: &control.Attest{Munge: "MUNGE:uid-1000:"}}); err != nil {
+		t.Errorf("another user's attested join: %v, want admitted", err)
+	}
+	// A neighbour loops bad tokens without a credential: the address is
+	// limited for unattested joins; another user's attested join from it
+	// is judged on its own.
+	for i := 0; i < 3; i++ {
+		cc.Join(ctx, control.JoinRequest{Token: bad, PublicKey: joinKey(t)})
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: joinKey(t)}); !errors.Is(err, control.ErrRateLimited) {
+		t.Errorf("an unattested join from the limited address: %v, want rate_limited", err)
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{PublicKey: joinKey(t), Attest: &control.Attest{Munge: "MUNGE:uid-1001:"}}); err != nil {
+		t.Errorf("an attested join from the limited address: %v, want admitted", err)
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: joinKey(t), Attest: &control.Attest{Munge: "MUNGE:bad:"}}); !errors.Is(err, control.ErrRateLimited) {
+		t.Errorf("a join with a bad credential from the limited address: %v, want rate_limited", err)
 	}
 }

@@ -128,6 +128,10 @@ var refusals = []refusal{
 			return "gateway is draining: it takes no new jobs for now; use another gateway or wait"
 		}},
 	{err: ErrBusy, code: CodeBusy, status: http.StatusServiceUnavailable, wait: time.Second},
+	{err: ErrAttestationUnavailable, code: CodeAttestationUnavailable, status: http.StatusServiceUnavailable, failure: true, wait: 5 * time.Second,
+		message: func(error) string {
+			return "the gateway cannot check MUNGE credentials now (its munged fails or is slow); retry, or use another gateway"
+		}},
 	{err: ErrBadTicket, code: CodeBadTicket, status: http.StatusForbidden, failure: true,
 		message: func(error) string { return ErrBadTicket.Error() }},
 	{err: ErrNoSuchCapture, code: CodeNoSuchCapture, status: http.StatusNotFound},

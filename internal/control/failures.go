@@ -26,18 +26,19 @@ const maxFailurePeers = 1 << 16
 // sweepInterval is how often full buckets are removed.
 const sweepInterval = time.Minute
 
-// failureLimiter is safe for concurrent use.
-type failureLimiter struct {
+// failureLimiter counts failures per key K: a source network
+// (peerKey), or an attested uid. It is safe for concurrent use.
+type failureLimiter[K comparable] struct {
 	limit rate.Limit
 	burst int
 
 	mu        sync.Mutex
-	peers     map[netip.Prefix]*rate.Limiter
+	peers     map[K]*rate.Limiter
 	lastSweep time.Time
 }
 
-func newFailureLimiter(limit rate.Limit, burst int) *failureLimiter {
-	return &failureLimiter{limit: limit, burst: burst, peers: make(map[netip.Prefix]*rate.Limiter)}
+func newFailureLimiter[K comparable](limit rate.Limit, burst int) *failureLimiter[K] {
+	return &failureLimiter[K]{limit: limit, burst: burst, peers: make(map[K]*rate.Limiter)}
 }
 
 // peerKey groups addr with the addresses one client likely controls.
@@ -54,15 +55,15 @@ func peerKey(addr netip.Addr) netip.Prefix {
 	return p
 }
 
-// limited reports whether requests from addr must be refused at now and, if
-// so, how long until the next one is allowed.
-func (f *failureLimiter) limited(addr netip.Addr, now time.Time) (time.Duration, bool) {
+// limited reports whether requests of key k must be refused at now and,
+// if so, how long until the next one is allowed.
+func (f *failureLimiter[K]) limited(k K, now time.Time) (time.Duration, bool) {
 	if f.limit == rate.Inf {
 		return 0, false
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	lim := f.peers[peerKey(addr)]
+	lim := f.peers[k]
 	if lim == nil {
 		return 0, false
 	}
@@ -76,12 +77,12 @@ func (f *failureLimiter) limited(addr netip.Addr, now time.Time) (time.Duration,
 	return time.Duration((1 - tokens) / float64(f.limit) * float64(time.Second)), true
 }
 
-// fail records a failed attempt from addr at now.
-func (f *failureLimiter) fail(addr netip.Addr, now time.Time) {
+// fail records a failed attempt of key at now, and reports whether it
+// used up the key's last token (the key is limited from now on).
+func (f *failureLimiter[K]) fail(key K, now time.Time) (nowLimited bool) {
 	if f.limit == rate.Inf {
-		return
+		return false
 	}
-	key := peerKey(addr)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	lim := f.peers[key]
@@ -91,11 +92,12 @@ func (f *failureLimiter) fail(addr netip.Addr, now time.Time) {
 		f.peers[key] = lim
 	}
 	lim.AllowN(now, 1)
+	return lim.TokensAt(now) < 1
 }
 
 // makeRoomLocked sweeps full buckets once per sweepInterval, or at once
 // if the table is full, and evicts an arbitrary entry if it stays full.
-func (f *failureLimiter) makeRoomLocked(now time.Time) {
+func (f *failureLimiter[K]) makeRoomLocked(now time.Time) {
 	full := len(f.peers) >= maxFailurePeers
 	if !full && now.Sub(f.lastSweep) < sweepInterval {
 		return
@@ -115,7 +117,7 @@ func (f *failureLimiter) makeRoomLocked(now time.Time) {
 }
 
 // size returns the number of tracked networks, for tests.
-func (f *failureLimiter) size() int {
+func (f *failureLimiter[K]) size() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return len(f.peers)

@@ -12,7 +12,7 @@ import (
 
 func TestFailureLimiter(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	f := newFailureLimiter(rate.Every(2*time.Second), 2)
+	f := newFailureLimiter[netip.Prefix](rate.Every(2*time.Second), 2)
 	a := netip.MustParseAddr("192.0.2.1")
 	b := netip.MustParseAddr("192.0.2.2")
 	v6a := netip.MustParseAddr("2001:db8::1")
@@ -38,9 +38,9 @@ func TestFailureLimiter(t *testing.T) {
 	for i, s := range steps {
 		at := now.Add(s.at)
 		for _, addr := range s.fail {
-			f.fail(addr, at)
+			f.fail(peerKey(addr), at)
 		}
-		wait, limited := f.limited(s.addr, at)
+		wait, limited := f.limited(peerKey(s.addr), at)
 		if limited != s.wantLimited {
 			t.Errorf("step %d: limited(%v) = %v, want %v", i, s.addr, limited, s.wantLimited)
 		}
@@ -49,7 +49,7 @@ func TestFailureLimiter(t *testing.T) {
 		}
 	}
 	// Full buckets are swept once the interval has passed.
-	f.fail(b, now.Add(time.Hour))
+	f.fail(peerKey(b), now.Add(time.Hour))
 	if got := f.size(); got != 1 {
 		t.Errorf("got %d tracked networks after sweep, want 1", got)
 	}

@@ -30,7 +30,7 @@ type limit struct {
 
 // limitOf returns remote's limiter state now.
 func (s *Server) limitOf(remote netip.AddrPort) limit {
-	wait, on := s.fails.limited(remote.Addr(), s.now())
+	wait, on := s.fails.limited(peerKey(remote.Addr()), s.now())
 	return limit{on: on, wait: wait}
 }
 

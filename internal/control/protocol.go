@@ -211,6 +211,10 @@ func (l Lease) AllExposed() []Exposed {
 type LeaseRef struct {
 	ID     string `json:"id"`
 	Secret string `json:"secret"`
+	// From is where the request came from, set by the server (never from
+	// the wire): a token's source networks and an attested node are
+	// checked at every request for the lease, not only at join.
+	From netip.AddrPort `json:"-"`
 }
 
 // RenewResponse is the answer to a successful renew.

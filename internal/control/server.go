@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
@@ -146,6 +147,10 @@ type ServerConfig struct {
 	// CaptureRelay, if set (a gateway of a fleet), serves
 	// PathFleetCapture (relay.go).
 	CaptureRelay CaptureRelay
+	// MaxConnsPerSource bounds the control connections one source
+	// network holds open (conns.go); zero means
+	// DefaultMaxConnsPerSource.
+	MaxConnsPerSource int
 	// Attest, if set, verifies the MUNGE credentials joins carry
 	// (attest.go); joins with a valid one need no token, and with
 	// Attest.Required none is taken without one. Nil: a gateway without
@@ -165,12 +170,16 @@ type Server struct {
 	store   store.DB
 	backend Backend
 	now     func() time.Time
-	fails   *failureLimiter
-	onJoin  func(code string, took time.Duration)
-	version string
-	onVer   func(label string)
-	tlsConf *tls.Config
-	http    *http.Server
+	fails   *failureLimiter[netip.Prefix]
+	// uidFails counts the failures of joins whose uid was attested
+	// against that uid, not their source address: a neighbour on a node
+	// cannot get the node's address limited, and stays named.
+	uidFails *failureLimiter[uint32]
+	onJoin   func(code string, took time.Duration)
+	version  string
+	onVer    func(label string)
+	tlsConf  *tls.Config
+	http     *http.Server
 
 	// logLim rate-limits Warn logs of failures; suppressed counts those
 	// dropped since the last one logged.
@@ -181,6 +190,9 @@ type Server struct {
 	// otherwise wait for.
 	attest Attester
 	bearer BearerVerifier
+	// conns counts connections per source and closes idle
+	// unauthenticated ones (conns.go).
+	conns *connTracker
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -221,6 +233,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
 	}
+	s.conns = newConnTracker(cfg.MaxConnsPerSource, s.logLimited)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -234,7 +247,8 @@ func NewServer(cfg ServerConfig) *Server {
 	if burst <= 0 {
 		burst = DefaultFailureBurst
 	}
-	s.fails = newFailureLimiter(limit, burst)
+	s.fails = newFailureLimiter[netip.Prefix](limit, burst)
+	s.uidFails = newFailureLimiter[uint32](limit, burst)
 	idle := cfg.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
@@ -274,6 +288,8 @@ func NewServer(cfg ServerConfig) *Server {
 		// TLS handshake errors from scanners and mis-pinned clients.
 		ErrorLog:     slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){}, // no HTTP/2
+		ConnContext:  s.conns.connContext,
+		ConnState:    s.conns.connState,
 	}
 	return s
 }
@@ -292,7 +308,7 @@ func (s *Server) Serve(l net.Listener) error {
 		}
 	}
 	s.idleMu.Unlock()
-	err := s.http.Serve(tls.NewListener(l, s.tlsConf))
+	err := s.http.Serve(tls.NewListener(s.conns.listener(l), s.tlsConf))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -320,10 +336,22 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		defer func() { s.onJoin(cw.code, time.Since(start)) }()
 	}
 	remote := remoteAddr(r)
-	if !s.admit(w, r, http.MethodPost, remote) {
+	if !s.checkMethod(w, r, http.MethodPost) {
+		return
+	}
+	// A limited source is refused up front, but for a join that carries
+	// a MUNGE credential: it is judged on its own (authenticate), so that
+	// a neighbour's failures from a node do not stop its other users.
+	lim := s.limitOf(remote)
+	if lim.on && (s.attest == nil || r.ContentLength > maxBodySize) {
+		s.refuseLimited(w, r, remote, lim.wait)
 		return
 	}
 	req, err := decodeJoinRequest(http.MaxBytesReader(w, r.Body, maxBodySize))
+	if lim.on && (err != nil || req.Attest == nil) {
+		s.refuseLimited(w, r, remote, lim.wait)
+		return
+	}
 	if err != nil {
 		s.refuse(w, "join", remote, fmt.Errorf("%w: invalid join request: %w", ErrBadRequest, err))
 		return
@@ -336,18 +364,19 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, "join", remote, fmt.Errorf("%w: %w", ErrVersionUnsupported, err))
 		return
 	}
-	tok, ok := s.authenticate(w, r, &req, remote)
+	tok, ok := s.authenticate(w, r, &req, remote, lim)
 	if !ok {
 		return
 	}
 	lease, err := s.backend.Join(r.Context(), req, tok, remote)
-	if req.Attested != nil {
-		s.attest.Settle(req, err)
-	}
 	if err != nil {
-		s.refuse(w, "join", remote, err)
+		s.refuseJoin(w, remote, &req, err)
 		return
 	}
+	if req.Attested != nil {
+		s.attest.Settle(req, nil)
+	}
+	markAuthed(r.Context())
 	lease.GatewayVersion = s.version
 	s.log.Debug("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
 		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
@@ -356,12 +385,38 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	httpjson.Write(w, http.StatusOK, lease)
 }
 
-// authenticate checks a join's token (and its source networks) and its
-// MUNGE credentials, in that order, so that a join with a bad token does
-// not spend its credential; it sets req.Attested. It writes the refusal
-// and returns false if the join may not proceed.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort) (store.Token, bool) {
+// authenticate checks a join's MUNGE credentials and its token (and the
+// token's source networks); it sets req.Attested. It writes the refusal
+// and returns false if the join may not proceed. The credentials come
+// first, so that the failures of a join whose uid is attested count
+// against that uid, not its source address (refuseJoin), and a join from
+// a limited source (lim) that proves its uid is judged on its own.
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort, lim limit) (store.Token, bool) {
 	var tok store.Token
+	if req.Attest != nil && s.attest != nil {
+		a, err := s.attest.Verify(r.Context(), *req, remote)
+		switch {
+		case err != nil && lim.on:
+			s.refuseLimited(w, r, remote, lim.wait)
+			return tok, false
+		case err != nil:
+			// ErrAttestation's row, or an internal error.
+			s.refuse(w, "join", remote, err)
+			return tok, false
+		}
+		req.Attested = a
+		if a == nil && lim.on {
+			s.refuseLimited(w, r, remote, lim.wait)
+			return tok, false
+		}
+		if a != nil {
+			if wait, on := s.uidFails.limited(a.UID, s.now()); on {
+				secs := max(1, int64(math.Ceil(wait.Seconds())))
+				s.refuseJoin(w, remote, req, WithRetryAfter(fmt.Errorf("%w: too many failed joins by uid %d; retry in %d s, after fixing the token or request", ErrRateLimited, a.UID, secs), wait))
+				return tok, false
+			}
+		}
+	}
 	if req.Token != "" {
 		var err error
 		tok, err = s.store.VerifyToken(req.Token, s.now())
@@ -373,11 +428,11 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 				// A fail-closed fleet member without its database.
 				err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 			}
-			s.refuse(w, "join", remote, err)
+			s.refuseJoin(w, remote, req, err)
 			return tok, false
 		}
 		if !tok.AllowsFrom(remote.Addr()) {
-			s.refuse(w, "join", remote, &tokenFromError{
+			s.refuseJoin(w, remote, req, &tokenFromError{
 				msg:  fmt.Sprintf("token %s may not be used from %s: the gateway's admin restricted it to other networks (airlock token list shows them; airlock token restrict changes them)", tok.Name, remote.Addr()),
 				from: tok.From,
 			})
@@ -398,15 +453,6 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 		s.refuse(w, "join", remote, fmt.Errorf("%w: %s", ErrBearerRequired, MsgBearerRequired))
 		return tok, false
 	}
-	if req.Attest != nil && s.attest != nil {
-		a, err := s.attest.Verify(r.Context(), *req, remote)
-		if err != nil {
-			// ErrAttestation's row, or an internal error.
-			s.refuse(w, "join", remote, err)
-			return tok, false
-		}
-		req.Attested = a
-	}
 	if req.Attested == nil {
 		required := s.attest != nil && s.attest.Required()
 		switch {
@@ -426,6 +472,21 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 		}
 	}
 	return tok, true
+}
+
+// refuseJoin answers a refused join: as refuse, but a join whose uid was
+// attested has its failure counted against that uid rather than its
+// source address, and its credentials are settled (a job credential kept
+// for the job's retry if the refusal clears with time).
+func (s *Server) refuseJoin(w http.ResponseWriter, remote netip.AddrPort, req *JoinRequest, err error) {
+	a := req.Attested
+	if a == nil {
+		s.refuse(w, "join", remote, err)
+		return
+	}
+	s.attest.Settle(*req, err)
+	uid := a.UID
+	s.refuseAs(w, "join", remote, &uid, err)
 }
 
 // tokenFromError is a join with a valid token from outside the token's
@@ -452,6 +513,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ref := req.LeaseRef
+	ref.From = remote
 	if err := s.reidentify(r.Context(), ref, req.Bearer); err != nil {
 		s.leaseError(w, r, lim, "renew", remote, err)
 		return
@@ -464,6 +526,7 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	if len(req.Bypass) > 0 {
 		s.backend.ReportBypass(ref, req.Bypass)
 	}
+	markAuthed(r.Context())
 	s.log.Debug("renew", "lease", ref.ID, "remote", remote, "expires", resp.Expires)
 	httpjson.Write(w, http.StatusOK, resp)
 }
@@ -479,6 +542,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "release", remote, fmt.Errorf("%w: invalid release request: %w", ErrBadRequest, err))
 		return
 	}
+	ref.From = remote
 	if err := s.backend.Release(r.Context(), ref); err != nil {
 		s.leaseError(w, r, lim, "release", remote, err)
 		return
@@ -524,9 +588,25 @@ func (s *Server) checkMethod(w http.ResponseWriter, r *http.Request, method stri
 // remote where the row says so, and logs: internal errors at Error, client
 // failures at Warn, other refusals at Info (both rate-limited).
 func (s *Server) refuse(w http.ResponseWriter, op string, remote netip.AddrPort, err error) {
+	s.refuseAs(w, op, remote, nil, err)
+}
+
+// refuseAs is refuse for a request whose uid was attested (uid not nil):
+// its failure counts against the uid, and the logs name it.
+func (s *Server) refuseAs(w http.ResponseWriter, op string, remote netip.AddrPort, uid *uint32, err error) {
 	r := refusalOf(err)
+	var who []any
+	if uid != nil {
+		who = []any{"uid", *uid}
+	}
 	if r.failure {
-		s.fails.fail(remote.Addr(), s.now())
+		if uid != nil {
+			if s.uidFails.fail(*uid, s.now()) {
+				s.logLimited(slog.LevelWarn, "attested uid rate-limited after repeated failed joins: its joins are refused for a while, other users of its node are not", append(who, "remote", remote)...)
+			}
+		} else if s.fails.fail(peerKey(remote.Addr()), s.now()) {
+			s.logLimited(slog.LevelWarn, "source rate-limited after repeated failed requests: its requests without a valid MUNGE credential are refused for a while", "remote", remote, "network", peerKey(remote.Addr()))
+		}
 	}
 	msg := err.Error()
 	if r.message != nil {
@@ -540,9 +620,9 @@ func (s *Server) refuse(w http.ResponseWriter, op string, remote netip.AddrPort,
 	case r.code == CodeInternal:
 		s.log.Error("control request: internal error", "op", op, "remote", remote, "err", err)
 	case r.failure:
-		s.logLimited(slog.LevelWarn, "control request failed", "op", op, "remote", remote, "code", r.code, "err", err)
+		s.logLimited(slog.LevelWarn, "control request failed", append([]any{"op", op, "remote", remote, "code", r.code, "err", err}, who...)...)
 	default:
-		s.logLimited(slog.LevelInfo, "control request refused", "op", op, "remote", remote, "code", r.code, "err", err)
+		s.logLimited(slog.LevelInfo, "control request refused", append([]any{"op", op, "remote", remote, "code", r.code, "err", err}, who...)...)
 	}
 }
 

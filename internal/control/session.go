@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -18,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Lease sessions: one connection per job.
@@ -100,6 +103,10 @@ type serverSession struct {
 	closed atomic.Bool
 	// lastRequest is when the client last sent a request (unix nanos).
 	lastRequest atomic.Int64
+	// reqs bounds the requests the session carries (sessionRequests);
+	// refused counts those refused in a row.
+	reqs    *rate.Limiter
+	refused atomic.Int32
 
 	// mu serialises closing with arming the idle waiter (idle_linux.go);
 	// it guards inEpoll. fd and waitID are set once, before arming.
@@ -147,7 +154,7 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ss := &serverSession{s: s, conn: c, ref: ref, remote: remote,
-		instance: s.backend.Health().Instance}
+		instance: s.backend.Health().Instance, reqs: rate.NewLimiter(sessionRequestRate, sessionRequestBurst)}
 	if rw.Reader.Buffered() > 0 {
 		// The client sent a request before it read the 101.
 		ss.br = rw.Reader
@@ -298,6 +305,18 @@ func (ss *serverSession) serve() {
 	}
 }
 
+// A lease session carries a job's renewals (one per renew interval, a
+// few seconds at the least) and its bypass reports: at most
+// sessionRequestRate requests a second, in bursts of sessionRequestBurst.
+// A request over it is answered rate_limited without reaching the
+// gateway; sessionRefusedMax of them in a row end the session (issue 33,
+// item 6): a lease secret does not buy unbounded work.
+const (
+	sessionRequestRate  = rate.Limit(5)
+	sessionRequestBurst = 20
+	sessionRefusedMax   = 100
+)
+
 // answer carries out one request and writes its reply; it returns false
 // when the session must end (released, or the reply could not be written).
 func (ss *serverSession) answer(line []byte) bool {
@@ -306,7 +325,16 @@ func (ss *serverSession) answer(line []byte) bool {
 	end := false
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	limited := ss.reqs != nil && !ss.reqs.Allow()
+	if !limited {
+		ss.refused.Store(0)
+	} else if n := ss.refused.Add(1); n >= sessionRefusedMax {
+		ss.s.logLimited(slog.LevelWarn, "lease session ended: too many requests", "lease", ss.ref.ID, "remote", ss.remote, "refused", n)
+		return false
+	}
 	switch {
+	case limited:
+		err = WithRetryAfter(fmt.Errorf("%w: more than %v requests a second over this lease session", ErrRateLimited, float64(sessionRequestRate)), time.Second)
 	case err != nil:
 		err = fmt.Errorf("%w: invalid session request: %w", ErrBadRequest, err)
 	case req.Op == OpRenew:

@@ -312,3 +312,50 @@ func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
 		s.Close()
 	}
 }
+
+// TestSessionRequestsBounded (issue 33, item 6): a lease session carries a
+// bounded rate of requests: a flood over it is answered rate_limited
+// without reaching the backend, and a flood that goes on ends the session.
+func TestSessionRequestsBounded(t *testing.T) {
+	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
+	c := newClient(t, gw)
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
+		control.PathSession, control.SessionProtocol, control.HeaderLeaseID, lease.ID, control.HeaderLeaseSecret, lease.Secret)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the first event
+		t.Fatal(err)
+	}
+	limited, ended := 0, false
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	for i := 0; i < 400 && !ended; i++ {
+		if _, err := fmt.Fprintf(conn, "{\"id\":%d,\"op\":\"renew\"}\n", i+1); err != nil {
+			ended = true
+			break
+		}
+		reply, err := br.ReadString('\n')
+		if err != nil {
+			ended = true
+			break
+		}
+		if strings.Contains(reply, control.CodeRateLimited) {
+			limited++
+		}
+	}
+	if limited < 50 || !ended {
+		t.Errorf("a flood of 400 renewals over one session: %d rate_limited, session ended %v; want most limited and the session ended", limited, ended)
+	}
+}

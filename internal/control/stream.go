@@ -91,7 +91,7 @@ func (s *Server) upgradeRef(w http.ResponseWriter, r *http.Request, lim limit, o
 		s.leaseError(w, r, lim, op, remote, fmt.Errorf("%w: %s request without Upgrade: %s", ErrBadRequest, op, protocol))
 		return LeaseRef{}, false
 	}
-	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret)}
+	ref := LeaseRef{ID: r.Header.Get(HeaderLeaseID), Secret: r.Header.Get(HeaderLeaseSecret), From: remote}
 	if ref.ID == "" || ref.Secret == "" {
 		s.leaseError(w, r, lim, op, remote, fmt.Errorf("%w: %s request without lease id or secret", ErrBadRequest, op))
 		return LeaseRef{}, false
@@ -152,6 +152,7 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request) {
 		s.leaseError(w, r, lim, "watch", remote, fmt.Errorf("%w: invalid watch request: %w", ErrBadRequest, err))
 		return
 	}
+	ref.From = remote
 	if err := s.backend.CheckLease(ref); err != nil {
 		s.leaseError(w, r, lim, "watch", remote, err)
 		return

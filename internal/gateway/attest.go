@@ -68,6 +68,12 @@ func (a *attestation) mode() string {
 	return ""
 }
 
+// mungeTimeout bounds one exchange with the gateway's munged, which
+// answers in a millisecond when well: a join whose credential it cannot
+// check in time is answered 503 with a Retry-After
+// (control.ErrAttestationUnavailable), not held.
+const mungeTimeout = 2 * time.Second
+
 // applyAttest puts the attestation settings c in force. Before it does,
 // it checks that the gateway's munged answers (a credential of its own
 // made and decoded), so that a wrong socket is an error at start or
@@ -80,7 +86,7 @@ func (g *gateway) applyAttest(c config.Attest) error {
 		return nil
 	}
 	v := &attest.Verifier{
-		Munge:   munge.Client{Socket: c.Socket},
+		Munge:   munge.Client{Socket: c.Socket, Timeout: mungeTimeout},
 		Pin:     g.res.info.Fingerprint,
 		Pins:    g.currentPins,
 		JobUIDs: c.JobUIDs,

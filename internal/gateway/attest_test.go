@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,8 +271,9 @@ max_leases = 1
 // job bans the person, through a real munged: the same uid's running job
 // of another token ends, and so does the unattested job of the banned
 // token from the same node; new joins of that uid with any token or none
-// are refused, and so are unattested joins of the banned token from the
-// node; another token's unattested join from the node is not.
+// are refused, and so are unattested joins from the node of the banned
+// token or claiming the uid; another user's unattested join of another
+// token from the node is not.
 func TestBanSticksToPerson(t *testing.T) {
 	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
 	me := uint32(os.Getuid())
@@ -286,6 +288,9 @@ socket = "`+d.Socket+`"
 	req := func(t *testing.T, tok string, attested bool) control.JoinRequest {
 		t.Helper()
 		r := control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		if tok == t3 {
+			r.Job.UID = int(me) + 1 // another user of the node
+		}
 		if attested {
 			cred, err := attest.MakeJoin(ctx, mc, g.info.Fingerprint, r.PublicKey, "")
 			if err != nil {
@@ -342,5 +347,76 @@ socket = "`+d.Socket+`"
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("join %s: %v, want banned %v", tc.name, err, tc.banned)
 		}
+	}
+}
+
+// TestQuotaPerUser (issue 33, item 3): token-less attested joins are
+// metered per attested uid ([quota.user]): one user who holds their
+// max_leases does not stop another user's job, and the refusal names the
+// uid and the config key.
+func TestQuotaPerUser(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make a credential as another user")
+	}
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+[quota.user]
+max_leases = 1
+`)
+	ctx := context.Background()
+	join := func(t *testing.T, uid int) error {
+		t.Helper()
+		key := freshKey(t)
+		cmd := exec.Command("setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups", "--", "munge", "--socket", d.Socket, "--ttl", "60")
+		cmd.Stdin = strings.NewReader(string(attest.JoinPayload{Gateway: g.info.Fingerprint, Key: key}.Marshal()))
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: uid},
+			Attest: &control.Attest{Munge: strings.TrimSpace(string(out))}})
+		return err
+	}
+	if err := join(t, 65534); err != nil {
+		t.Fatalf("first job of uid 65534: %v", err)
+	}
+	if err := join(t, 65534); !errors.Is(err, control.ErrQuota) || !strings.Contains(err.Error(), "uid 65534") || !strings.Contains(err.Error(), "quota.user.max_leases") {
+		t.Errorf("second job of uid 65534: %v, want ErrQuota naming the uid and quota.user.max_leases", err)
+	}
+	if err := join(t, 65533); err != nil {
+		t.Errorf("another user's job while uid 65534 holds its quota: %v, want admitted", err)
+	}
+}
+
+// TestMungedDownIs503 (issue 33, item 6): when the gateway's munged stops
+// answering, a join with a credential gets a clear 503
+// (attestation_unavailable) with a Retry-After, which airlock run waits
+// out, and it counts against its source like a failure; no 500.
+func TestMungedDownIs503(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	node := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	g, cc := secGateway(t, `version = 1
+[attest]
+mode = "munge"
+socket = "`+d.Socket+`"
+`)
+	// The gateway's munged goes away: its socket no longer answers.
+	if err := os.Remove(d.Socket); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	key := freshKey(t)
+	cred, err := attest.MakeJoin(ctx, munge.Client{Socket: node.Socket}, g.info.Fingerprint, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cc.Join(ctx, control.JoinRequest{PublicKey: key, Job: control.JobInfo{UID: int(me)}, Attest: &control.Attest{Munge: cred}})
+	var ae *control.APIError
+	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != control.CodeAttestationUnavailable || ae.RetryAfter <= 0 {
+		t.Fatalf("join while the gateway's munged is down: %v, want 503 attestation_unavailable with a Retry-After", err)
 	}
 }

@@ -38,7 +38,7 @@ func TestBanNotDodged(t *testing.T) {
 		{"tok", "other", "198.51.100.1", false},
 		{"else", "cn1.example", "2001:db8:1:2::10", false},
 	} {
-		err := a.bannedLocked(tc.token, tc.host, netip.MustParseAddr(tc.addr), nil, nil, now)
+		err := a.bannedLocked(identity.Job{Token: tc.token, Claimed: identity.Claimed{Hostname: tc.host}, Remote: netip.AddrPortFrom(netip.MustParseAddr(tc.addr), 1)}, now)
 		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
 			t.Errorf("token %s host %q from %s: banned %v (%v), want %v", tc.token, tc.host, tc.addr, got, err, tc.banned)
 		}
@@ -48,7 +48,8 @@ func TestBanNotDodged(t *testing.T) {
 // TestBanAttested: a ban of a job whose identity was attested sticks to
 // the person (issue 33, item 2): its attested uid with any token or none,
 // from any node and any address; and, from its node, the unattested joins
-// of its token (the same user leaving out the credential); not the other
+// of its token or claiming its uid (the same user leaving out the
+// credential); not the other
 // users of its node, whose joins are attested. The leases it covers
 // follow the same rule.
 func TestBanAttested(t *testing.T) {
@@ -72,18 +73,22 @@ func TestBanAttested(t *testing.T) {
 		{"the banned uid, another token", "other", elsewhere, &uid, true},
 		{"the banned uid, no token", "", node, &uid, true},
 		{"unattested, the token, from the node", "tok", node, nil, true},
+		{"unattested, another token, from the node, claiming the uid", "other", node, nil, true},
 		{"unattested, another token, from the node", "other", node, nil, false},
 		{"unattested, the token, another node", "tok", elsewhere, nil, false},
 		{"another user of the node, the token", "tok", node, &other, false},
 		{"another user of the node, no token", "", node, &other, false},
 	} {
-		err := a.bannedLocked(tc.token, "cn1", tc.addr, tc.uid, nil, now)
-		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
-			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
+		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1", UID: 1001}}
+		if strings.Contains(tc.name, "claiming the uid") {
+			o.Claimed.UID = int(uid)
 		}
-		o := identity.Job{Token: tc.token, Remote: netip.AddrPortFrom(tc.addr, 1), Claimed: identity.Claimed{Hostname: "cn1"}}
 		if tc.uid != nil {
 			o.Attested = &identity.Attestation{By: "munge", UID: *tc.uid}
+		}
+		err := a.bannedLocked(o, now)
+		if got := errors.Is(err, control.ErrBanned); got != tc.banned {
+			t.Errorf("%s: banned %v (%v), want %v", tc.name, got, err, tc.banned)
 		}
 		if got := banCovers(b, o); got != tc.banned {
 			t.Errorf("%s: banCovers %v, want %v (a lease ends as a join is refused)", tc.name, got, tc.banned)
@@ -103,12 +108,12 @@ func TestBanSubject(t *testing.T) {
 	a.banLocked(store.Ban{Token: "cms", Issuer: "https://iss", Subject: "alice", Until: now.Add(time.Hour), Reason: "test"}, now)
 	node := netip.MustParseAddr("10.1.2.3")
 	alice := &identity.Issued{Issuer: "https://iss", Subject: "alice"}
-	err := a.bannedLocked("other-token", "cn9", netip.MustParseAddr("10.9.9.9"), nil, alice, now)
+	err := a.bannedLocked(identity.Job{Token: "other-token", Claimed: identity.Claimed{Hostname: "cn9"}, Remote: netip.MustParseAddrPort("10.9.9.9:1"), Issued: alice}, now)
 	if !errors.Is(err, control.ErrBanned) || !strings.Contains(err.Error(), `subject "alice" of issuer https://iss`) {
 		t.Errorf("the banned subject with another token from another node: %v, want banned naming the subject", err)
 	}
 	for _, id := range []*identity.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
-		if err := a.bannedLocked("cms", "cn1", node, nil, id, now); err != nil {
+		if err := a.bannedLocked(identity.Job{Token: "cms", Claimed: identity.Claimed{Hostname: "cn1"}, Remote: netip.AddrPortFrom(node, 1), Issued: id}, now); err != nil {
 			t.Errorf("%v from the banned job's node: %v, want not banned", id, err)
 		}
 	}

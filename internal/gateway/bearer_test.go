@@ -23,7 +23,7 @@ import (
 // issuer-verified; a renewal carrying a token of another subject is
 // refused (a job keeps its identity), one of the same subject extends the
 // identity; a lease whose token expired ends at its next renewal saying
-// so; a gateway without [[issuer]] refuses a bearer token.
+// so; reloaded without [[issuer]], the gateway refuses bearer tokens.
 func TestBearerGateway(t *testing.T) {
 	dir := t.TempDir()
 	key := bearertest.NewEC("k1")
@@ -38,7 +38,8 @@ func TestBearerGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	g := startGatewayWith(t, func(c *Config) { c.ConfigFile, c.Registry = conf, reg })
+	reload := make(chan struct{})
+	g := startGatewayWith(t, func(c *Config) { c.ConfigFile, c.Registry, c.Reload = conf, reg, reload })
 	cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -83,13 +84,23 @@ func TestBearerGateway(t *testing.T) {
 		t.Errorf("join with an expired token: %v, want ErrBearer", err)
 	}
 
-	g2 := startGatewayWith(t, nil)
-	cc2, err := control.NewClient(g2.info.Control.String(), g2.info.Fingerprint, 5*time.Second)
-	if err != nil {
+	// A reload without [[issuer]]: tokens are refused, not ignored.
+	if err := os.WriteFile(conf, []byte("version = 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	defer cc2.Close()
-	if _, err := cc2.Join(ctx, control.JoinRequest{PublicKey: freshKey(t), Bearer: tok("alice", time.Hour)}); !errors.Is(err, control.ErrBearer) {
+	reload <- struct{}{}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, err := cc.Health(ctx)
+		if err == nil && !h.Bearer {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health after the reload: %+v %v, want no bearer", h, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := cc.Join(ctx, control.JoinRequest{PublicKey: freshKey(t), Bearer: tok("alice", time.Hour)}); !errors.Is(err, control.ErrBearer) || !strings.Contains(err.Error(), "no bearer tokens") {
 		t.Errorf("bearer token at a gateway without issuers: %v, want ErrBearer", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/attest"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -125,7 +126,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if tok.Name == "" && req.Issued != nil {
 		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
-	if err := g.shapeJoin(ctx, tok.Name, g.conf.Load().Quotas.ForToken(tok.Name)); err != nil {
+	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
 	}
 	l, secret, err := g.newLease(req, tok, remote, pub)
@@ -335,6 +336,34 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	return j, nil
 }
 
+// checkFrom checks a request for lease l that came from from (invalid:
+// unknown) as the join was checked: the token's source networks (airlock
+// token restrict may have changed them since), and, for a lease whose
+// identity was attested with the origin policy "match", the node its
+// credential was made on. A lease secret taken off its node is worth
+// nothing elsewhere.
+func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
+	if !from.IsValid() {
+		return nil
+	}
+	o, addr := l.Owner, from.Addr().Unmap()
+	if a := o.Attested; a != nil && a.Node.IsValid() && addr != a.Node.Unmap() {
+		if v := g.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
+			return fmt.Errorf("%w: lease %s was attested for node %s; a request for it from %s is refused (a lease is good only from the node whose credential made it)",
+				control.ErrAttestation, l.ID, a.Node, addr)
+		}
+	}
+	if o.Token == "" || o.ByBearer() {
+		return nil // no join token: a bearer-only job's Token is its issuer's name
+	}
+	tok, err := g.st.Token(o.Token)
+	if err != nil || tok.AllowsFrom(addr) {
+		return nil // a token that is gone is Renew's to judge
+	}
+	return fmt.Errorf("%w: token %s may not be used from %s: the gateway's admin restricted it to other networks; lease %s is refused from there",
+		control.ErrBadToken, o.Token, addr, l.ID)
+}
+
 // addJob admits j to the egress backend and the capture taps.
 func (g *gateway) addJob(j forward.Job) error {
 	if err := g.backend.AddJob(j); err != nil {
@@ -348,6 +377,12 @@ func (g *gateway) addJob(j forward.Job) error {
 // was revoked or expired meanwhile ends here, whatever let it live.
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	now := time.Now()
+	if l, err := g.leases.Check(ref.ID, ref.Secret, now); err == nil {
+		// Where the request comes from, before the lease lives longer.
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return control.RenewResponse{}, err
+		}
+	}
 	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
@@ -371,6 +406,11 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 }
 
 func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
+	if l, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err == nil {
+		if err := g.checkFrom(l, ref.From); err != nil {
+			return err
+		}
+	}
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
 		return g.leaseGone(ref.ID, err)

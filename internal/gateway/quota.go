@@ -121,7 +121,8 @@ type joinRate struct {
 
 // banKey is what a ban matches. For a job whose identity was attested:
 // its attested uid, with any token or none (token ""), and, for joins that
-// carry no attestation, its token from its node's network (unattested).
+// carry no attestation, from its node's network: its token, or a claim of
+// its uid (a claim that can only hurt the claimer) (unattested).
 // Otherwise a token with a host name (compared without case and trailing
 // dot), or a token with a source network (an IPv4 address or an IPv6 /64,
 // as the failure limiter groups them: a client may lie about its host
@@ -177,7 +178,7 @@ func banCovers(b store.Ban, o identity.Job) bool {
 		if u := o.AttestedUID(); u != nil {
 			return *u == *b.UID
 		}
-		return o.Token == b.Token && inNet
+		return inNet && (o.Token == b.Token || int64(o.Claimed.UID) == int64(*b.UID))
 	}
 	if o.Token != b.Token {
 		return false
@@ -218,7 +219,8 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	if err := a.bannedLocked(tok.Name, req.Job.Hostname, remote.Addr(), attestedUID(req.Attested), req.Issued, now); err != nil {
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested, Issued: req.Issued}
+	if err := a.bannedLocked(o, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
 	// The key's live lease, which this join may only replace with proof.
@@ -236,27 +238,24 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		}
 		delete(a.retired, pub) // its retiredOrder entry goes when it is the oldest
 	}
-	q := g.conf.Load().Quotas.ForToken(tok.Name)
+	m := g.meterOf(tok.Name, req.Attested)
+	q := m.q
 	if q.MaxLeases > 0 {
 		n := g.leases.Count(func(l lease.Lease) bool {
-			o := l.Owner
-			return o.Token == tok.Name && !now.After(l.Expires)
+			return m.holds(l.Owner) && !now.After(l.Expires)
 		})
-		if mine != nil {
-			if o := mine.Owner; o.Token == tok.Name {
-				n-- // replaced by this join
-			}
+		if mine != nil && m.holds(mine.Owner) {
+			n-- // replaced by this join
 		}
 		if n >= q.MaxLeases {
-			return lease.Lease{}, "", nil, fmt.Errorf("%w: token %q already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise quota.token.%s.max_leases",
-				control.ErrQuota, tok.Name, n, q.MaxLeases, tok.Name)
+			return lease.Lease{}, "", nil, fmt.Errorf("%w: %s already has %d running jobs, its quota of leases at once (max_leases = %d); wait until one of its jobs ends, or ask the gateway's admin to raise %s",
+				control.ErrQuota, m, n, q.MaxLeases, m.key("max_leases"))
 		}
 	}
 	n, err := g.jobBlocks(req.Ports, tok.Name, q)
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
-	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested, Issued: req.Issued}
 	if mine != nil {
 		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
@@ -293,23 +292,81 @@ func ownsLease(l lease.Lease, ref *control.LeaseRef) bool {
 // of it as Retry-After, which airlock run waits out too.
 const joinShapeMax = 5 * time.Second
 
-// shapeJoin waits until the join rate of token tok admits one more join,
+// meter is what a join's quotas count against: its token, or, for a join
+// without one, its attested uid: at a site that needs no token on its
+// nodes, each user has quotas of their own ([quota.user]), so that one
+// user cannot hold the others' leases or join rate.
+type meter struct {
+	token string
+	uid   *uint32 // a join without a token: its attested uid
+	q     config.Quota
+}
+
+// meterOf returns the meter of a join with the token named tok (""
+// for none) and attestation a.
+func (g *gateway) meterOf(tok string, a *identity.Attestation) meter {
+	qs := g.conf.Load().Quotas
+	if tok == "" && a != nil {
+		return meter{uid: attestedUID(a), q: qs.User}
+	}
+	return meter{token: tok, q: qs.ForToken(tok)}
+}
+
+// String names m for refusals: `token "x"`, or `uid 1000 (attested, no
+// token)`.
+func (m meter) String() string {
+	if m.uid != nil {
+		return fmt.Sprintf("uid %d (attested, joining without a token)", *m.uid)
+	}
+	return fmt.Sprintf("token %q", m.token)
+}
+
+// key names the config key of m's quota q.
+func (m meter) key(q string) string {
+	if m.uid != nil {
+		return "quota.user." + q
+	}
+	return "quota.token." + m.token + "." + q
+}
+
+// bucket is the key of m's join-rate bucket.
+func (m meter) bucket() string {
+	if m.uid != nil {
+		return fmt.Sprintf("\x00uid:%d", *m.uid) // no token name holds a NUL
+	}
+	return m.token
+}
+
+// holds reports whether a lease of o counts against m.
+func (m meter) holds(o identity.Job) bool {
+	if o.Token != m.token {
+		return false
+	}
+	if m.uid == nil {
+		return true
+	}
+	u := o.AttestedUID()
+	return u != nil && *u == *m.uid
+}
+
+// shapeJoin waits until the join rate of meter m admits one more join,
 // for at most joinShapeMax; when the wait would be longer it returns
 // control.ErrQuota with a Retry-After, and uses up nothing of the rate.
-func (g *gateway) shapeJoin(ctx context.Context, tok string, q config.Quota) error {
+func (g *gateway) shapeJoin(ctx context.Context, m meter) error {
+	q := m.q
 	if q.JoinsPerMinute <= 0 {
 		return nil
 	}
 	now := time.Now()
-	r := g.admit.reserveJoin(tok, q, now)
+	r := g.admit.reserveJoin(m.bucket(), q, now)
 	d := r.DelayFrom(now)
 	if d == 0 {
 		return nil
 	}
 	if d > joinShapeMax {
 		r.CancelAt(now)
-		return control.WithRetryAfter(fmt.Errorf("%w: token %q made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise quota.token.%s.joins_per_minute",
-			control.ErrQuota, tok, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), tok), d-joinShapeMax/2)
+		return control.WithRetryAfter(fmt.Errorf("%w: %s made more than %d joins in the last minute, its quota (joins_per_minute = %d); retry in %v, or ask the gateway's admin to raise %s",
+			control.ErrQuota, m, q.JoinsPerMinute, q.JoinsPerMinute, d.Round(time.Second), m.key("joins_per_minute")), d-joinShapeMax/2)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -355,10 +412,11 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	}
 	if b.UID != nil {
 		// The person: every token and none; and the unattested joins
-		// of the banned token from the banned job's node.
+		// from the banned job's node of its token or claiming its uid.
 		a.bans[banKey{uid: int64(*b.UID)}] = v
 		if b.Addr.IsValid() {
 			a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID, unattested: true}] = v
+			a.bans[banKey{net: banNet(b.Addr), uid: int64(*b.UID), unattested: true}] = v
 		}
 		return
 	}
@@ -378,10 +436,10 @@ func reasonOf(b ban) string {
 	return " (" + b.reason + ")"
 }
 
-// bannedLocked returns the error for a join of token from host and addr
-// (and of attested uid uid, nil if none, and issuer-verified identity id,
-// nil if none) while a ban matches it, else nil.
-func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint32, id *identity.Issued, now time.Time) error {
+// bannedLocked returns the error for a join of o while a ban matches it,
+// else nil.
+func (a *admission) bannedLocked(o identity.Job, now time.Time) error {
+	token, host, addr, uid := o.Token, o.Claimed.Hostname, o.Remote.Addr(), o.AttestedUID()
 	var b ban
 	var ok bool
 	pick := func(k banKey) {
@@ -399,8 +457,9 @@ func (a *admission) bannedLocked(token, host string, addr netip.Addr, uid *uint3
 		pick(banKey{uid: int64(*uid)})
 	} else if addr.IsValid() {
 		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
+		pick(banKey{net: banNet(addr), uid: int64(o.Claimed.UID), unattested: true})
 	}
-	if id != nil {
+	if id := o.Issued; id != nil {
 		if x, xok := a.bans[subjectKey(id.Issuer, id.Subject)]; xok && now.Before(x.until) {
 			return fmt.Errorf("%w: the gateway's admin banned the jobs of subject %q of issuer %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
 				control.ErrBanned, id.Subject, id.Issuer, x.until.UTC().Format(time.RFC3339), x.until.Sub(now).Round(time.Second), reasonOf(x))
@@ -452,7 +511,7 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 	if b.UID != nil {
 		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)
 		if b.Addr.IsValid() {
-			s += fmt.Sprintf("; and joins of token %q without attested identity from network %s", o.Token, banNet(b.Addr))
+			s += fmt.Sprintf("; and joins without attested identity from network %s of token %q or claiming uid %d", banNet(b.Addr), o.Token, *b.UID)
 		}
 		return b, s
 	}

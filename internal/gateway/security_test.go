@@ -5,6 +5,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -322,5 +323,35 @@ func TestRevokedWhileDown(t *testing.T) {
 	defer cc2.Close()
 	if _, err := cc2.Renew(ctx, control.LeaseRef{ID: ls.ID, Secret: ls.Secret}); !errors.Is(err, control.ErrUnknownLease) {
 		t.Errorf("renew of a revoked token's lease after a restart: got %v, want ErrUnknownLease", err)
+	}
+}
+
+// TestFromCheckedAtRenewal (issue 33, item 6): a token's source networks
+// are checked at every request for a lease, not only at join: after
+// `airlock token restrict` moves the token to other networks, a renewal,
+// a lease watch and a release from the old network are refused.
+func TestFromCheckedAtRenewal(t *testing.T) {
+	g, cc := secGateway(t, "")
+	tok := namedToken(t, g, "moved")
+	ctx := context.Background()
+	l, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := control.LeaseRef{ID: l.ID, Secret: l.Secret}
+	if _, err := cc.Renew(ctx, ref); err != nil {
+		t.Fatalf("renew before the restriction: %v", err)
+	}
+	if _, err := admin.RestrictToken(ctx, g.state, "moved", admin.TokenRestrictions{From: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Renew(ctx, ref); !errors.Is(err, control.ErrBadToken) {
+		t.Errorf("renew from outside the token's networks: %v, want bad_token", err)
+	}
+	if _, err := cc.Watch(ctx, ref); err == nil {
+		t.Errorf("lease watch from outside the token's networks: admitted")
+	}
+	if err := cc.Release(ctx, ref); !errors.Is(err, control.ErrBadToken) {
+		t.Errorf("release from outside the token's networks: %v, want bad_token", err)
 	}
 }

@@ -110,10 +110,11 @@ func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 
 // CheckLease reports whether ref names a live lease (control.Backend).
 func (g *gateway) CheckLease(ref control.LeaseRef) error {
-	if _, err := g.leases.Check(ref.ID, ref.Secret, time.Now()); err != nil {
+	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
+	if err != nil {
 		return g.leaseGone(ref.ID, err)
 	}
-	return nil
+	return g.checkFrom(l, ref.From)
 }
 
 // transportOf says how lease id's WireGuard reaches the gateway: "tcp"

@@ -45,14 +45,6 @@ func (j Job) AttestedUID() *uint32 {
 	return &u
 }
 
-// JobID returns j's batch job id: the attested one, else the claimed one.
-func (j Job) JobID() string {
-	if j.Attested != nil && j.Attested.Job != nil {
-		return j.Attested.Job.JobID
-	}
-	return j.Claimed.BatchJobID
-}
-
 // Claimed is what a job's client said about the job: none of it is
 // trusted for authorization. It has the fields of the control protocol's
 // JobInfo, which converts to it.

@@ -268,14 +268,15 @@ func (se *slurmEnv) waitDone(t *testing.T, dir string, n int, timeout time.Durat
 }
 
 // testQuotaWait (issue 33, item 1): attested jobs that have to wait do
-// not fail. With max_leases = 1 for token-less joins, an array of three
+// not fail. With max_leases = 1 for each user's token-less joins
+// ([quota.user], issue 33, item 3), an array of three
 // tasks through the plugin (each with root's job credential, made once)
 // queues at the gateway and finishes with no failed task, each task's job
 // id attested; then a job submitted while the gateway drains waits and
 // runs after the drain ends. All this with a munged on MUNGE's default
 // socket holding another key (TestSlurm's decoy).
 func (se *slurmEnv) testQuotaWait(t *testing.T) {
-	se.writeConfig(t, "[quota.job]\nmax_leases = 1\n[quota.token.e2e]\nmax_leases = 0\n")
+	se.writeConfig(t, "[quota.user]\nmax_leases = 1\n")
 	defer se.writeConfig(t, "")
 	dir := filepath.Join(se.s.Work, "quotawait")
 	if err := os.Mkdir(dir, 0o777); err != nil {

@@ -92,9 +92,18 @@ func TestPreflight(t *testing.T) {
 		if code != 0 {
 			t.Errorf("airlock gateway --check on a working host: exit %d, want 0\n%s%s", code, out, stderr)
 		}
-		for _, want := range []string{"ok      state directory", "ok      listen " + listen, "ok      net.ipv4.ping_group_range", "ok      net.ipv4.ip_local_port_range", "0 problems"} {
+		for _, want := range []string{"ok      state directory", "ok      listen " + listen, "ok      net.ipv4.ping_group_range", "ok      net.ipv4.ip_local_port_range",
+			"ok      control port " + listen, "0 problems"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("airlock gateway --check: no line %q\n%s", want, out)
+			}
+		}
+		// The control port on the outside address (where jobs' flows
+		// leave), or on every interface: a warning (issue 33, item 6).
+		for _, l := range []string{netip.AddrPortFrom(e.tp.DMZAddrINET, gatewayPort+1).String(), fmt.Sprintf("0.0.0.0:%d", gatewayPort+1)} {
+			_, out, stderr := e.tp.Run(t, 30*time.Second, e.tp.DMZ, e.gwUser, e.airlock, "gateway", "--check", "--state", filepath.Join(base, "state"), "--listen", l)
+			if !strings.Contains(out, "warn    control port "+l) || !strings.Contains(out, e.tp.DMZAddrINET.String()) {
+				t.Errorf("airlock gateway --check --listen %s: no warning that the control port is reachable outside\n%s%s", l, out, stderr)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(base, "state")); !os.IsNotExist(err) {
