@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -61,6 +62,11 @@ func runCheck(ctx context.Context, cfg client.Config, w io.Writer, asJSON bool) 
 			pin = pins[i]
 		}
 		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), token, udpMiss, dial)...)
+	}
+	if p, ok := dial.Path(strings.TrimSpace(gws[0])); ok {
+		if note := client.JobProxyEnvNote(os.Environ(), cfg.JobProxyEnv, p.Proxy); note != "" {
+			rep = append(rep, preflight.Result{Name: "job's proxy variables", Status: preflight.OK, Detail: note})
+		}
 	}
 	if strings.TrimSpace(cfg.Gateway) == "" {
 		rep = append(rep, preflight.Result{Name: "gateway", Status: preflight.Problem, Detail: "none given",

@@ -117,3 +117,17 @@ func (s *Session) viaProxy() string {
 	}
 	return ""
 }
+
+// JobProxyEnvNote says, for airlock run --check, what airlock run would
+// remove from a job's environment env under mode when the gateway is
+// reached through proxy ("" directly); "" when nothing. The lease's
+// bypass list is not known before a join: a proxy it covers would be
+// kept.
+func JobProxyEnvNote(env []string, mode, proxy string) string {
+	mode, err := checkJobProxyEnv(mode)
+	if err != nil {
+		return err.Error()
+	}
+	_, note := jobProxyEnv(env, mode, proxy, nil)
+	return note
+}

@@ -44,6 +44,12 @@ func TestJobProxyEnv(t *testing.T) {
 	if got, note := jobProxyEnv([]string{"PATH=/bin"}, JobProxyEnvDrop, proxy, never); note != "" || len(got) != 1 {
 		t.Errorf("nothing to remove: %q, note %q; want no note", got, note)
 	}
+	if note := JobProxyEnvNote(env, "", proxy); !strings.HasPrefix(note, "HTTPS_PROXY, http_proxy, ALL_PROXY removed") {
+		t.Errorf("JobProxyEnvNote through the proxy: %q", note)
+	}
+	if note := JobProxyEnvNote(env, JobProxyEnvAuto, ""); note != "" {
+		t.Errorf("JobProxyEnvNote direct: %q, want none", note)
+	}
 	if _, err := checkJobProxyEnv("strip"); err == nil || !strings.Contains(err.Error(), "auto") {
 		t.Errorf("checkJobProxyEnv(strip) = %v, want an error naming the values", err)
 	}

@@ -153,7 +153,8 @@ fusermount3 -u %[2]s`, image, dir, e.tp.INETAddr, srcPort, be.httpURL, goOn)
 		argv := append(append([]string{"env", "BEARER_TOKEN_FILE=" + tokFile}, pilot...),
 			e.airlock, "run", "--check", "--gateway", e.gateway, "--pin", e.pin)
 		_, out, stderr := e.tp.Run(t, 60*time.Second, e.tp.CN, e.u, argv[0], argv[1:]...)
-		for _, w := range []string{"through the site's web proxy", "issuer " + be.url + ", subject mc-pilot", "control API answers"} {
+		for _, w := range []string{"through the site's web proxy", "issuer " + be.url + ", subject mc-pilot", "control API answers",
+			"HTTPS_PROXY, http_proxy, ALL_PROXY removed from the job's environment"} {
 			if !strings.Contains(out+stderr, w) {
 				t.Errorf("--check does not say %q:\n%s%s", w, out, stderr)
 			}
