@@ -79,7 +79,7 @@ func jobProxyEnv(env []string, mode, proxy string, local func(host string) bool)
 	}
 	why := "--job-proxy-env drop"
 	if mode != JobProxyEnvDrop {
-		why = "the gateway is reached through the site's web proxy, which the job's network (the tunnel) does not reach; --job-proxy-env keep keeps them"
+		why = "the gateway is reached through the site's web proxy, which the job's network, the tunnel, does not reach; --job-proxy-env keep keeps them"
 	}
 	return out, fmt.Sprintf("%s removed from the job's environment (%s)", strings.Join(removed, ", "), why)
 }

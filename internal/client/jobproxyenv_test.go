@@ -21,7 +21,7 @@ func TestJobProxyEnv(t *testing.T) {
 		want              []string
 		note              string
 	}{
-		{"auto through the proxy", JobProxyEnvAuto, proxy, never, rest, "which the job's network (the tunnel) does not reach; --job-proxy-env keep keeps them"},
+		{"auto through the proxy", JobProxyEnvAuto, proxy, never, rest, "which the job's network, the tunnel, does not reach; --job-proxy-env keep keeps them"},
 		{"auto empty mode", "", proxy, never, rest, "through the site's web proxy"},
 		{"auto direct", JobProxyEnvAuto, "", never, env, ""},
 		{"auto proxy in the bypass list", JobProxyEnvAuto, proxy, local, env, ""},
