@@ -92,8 +92,8 @@ fusermount3 -u %[2]s`, image, dir, e.tp.INETAddr, srcPort, be.httpURL, goOn)
 		code, out, stderr = e.admin(t, "whois", "--state", e.state, "--json", src)
 		var recs []store.LeaseRecord
 		if code != 0 || json.Unmarshal([]byte(out), &recs) != nil || len(recs) != 1 || recs[0].Issued == nil ||
-			recs[0].Issued.Issuer != be.url || recs[0].Issued.Subject != "mc-pilot" || recs[0].JobID != "exp-mc" {
-			t.Errorf("whois --json %s: exit %d, %s %s; want job exp-mc's record with the issuer and subject", src, code, out, stderr)
+			recs[0].Issued.Issuer != be.url || recs[0].Issued.Subject != "mc-pilot" || recs[0].JobID != "exp-mc" || recs[0].Attested != nil {
+			t.Errorf("whois --json %s: exit %d, %s %s; want job exp-mc's record with the issuer and subject, no MUNGE attestation", src, code, out, stderr)
 		}
 		if err := os.WriteFile(goOn, nil, 0o644); err != nil {
 			t.Fatal(err)
