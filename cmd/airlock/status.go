@@ -208,6 +208,9 @@ or address. The job's airlock run is told at once over its lease watch and
 prints a message saying the gateway's admin ended the lease, with --reason.
 With --ban, for that long (kept in the state database; in a fleet, on
 every gateway), a ban covers what the gateway knows of the job:
+  - a job identified by a bearer token its issuer signed ([[issuer]]):
+    every join of that issuer's subject, with any token or join token,
+    from any node; its other running jobs end;
   - a job whose uid was attested (MUNGE): every join of that uid, with any
     token or with none, from any node; and joins from the job's node (its
     address) that carry no attested identity and use the job's token or
@@ -224,7 +227,7 @@ it.`,
 	var state string
 	stateFlag(cmd, &state)
 	reason := cmd.Flags().String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
-	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins for this long, e.g. 24h: of the job's attested uid with any token or none, else of its token from its host (see above)")
+	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins for this long, e.g. 24h: of the job's issuer-verified subject, else of its attested uid with any token or none, else of its token from its host (see above)")
 	asJSON := jsonFlag(cmd, "the ended leases")
 	var so storeOpts
 	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's gateway that holds JOB ends it")
