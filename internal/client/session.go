@@ -660,7 +660,15 @@ func (s *Session) selectTransport(ctx context.Context) {
 		return
 	}
 	t0 := time.Now()
-	if s.WaitHandshake(ctx, time.Time{}, s.wait) {
+	// The lease is renewed only once the transport is chosen: a wait
+	// longer than half of what the lease has left (a gateway with a
+	// short --renew-interval) would let it expire before the first
+	// renewal, and the TCP transport would then be refused.
+	wait := s.wait
+	if left := time.Until(s.lease.Expires) / 2; left > 0 && left < wait {
+		wait = left
+	}
+	if s.WaitHandshake(ctx, time.Time{}, wait) {
 		s.log.Info("transport: udp (WireGuard handshake completed)", "gateway", s.cur.addr, "took", time.Since(t0).Round(time.Millisecond))
 		return
 	}
@@ -669,11 +677,11 @@ func (s *Session) selectTransport(ctx context.Context) {
 	}
 	if err := s.dialStream(ctx); err != nil {
 		s.log.Warn("no WireGuard handshake over UDP and the TCP transport failed too; the job has no network until one works",
-			"gateway", s.cur.addr, "waited", s.wait, "err", err)
+			"gateway", s.cur.addr, "waited", wait, "err", err)
 		return
 	}
 	s.log.Warn("transport: tcp: no WireGuard handshake over UDP, switched to TCP/TLS on the control port (is UDP to the gateway blocked?)",
-		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", s.wait, "path", s.path())
+		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", wait, "path", s.path())
 	if !s.WaitHandshake(ctx, time.Time{}, HandshakeWarnAfter) && ctx.Err() == nil {
 		s.log.Warn("no WireGuard handshake over TCP either; the job has no network until it completes", "gateway", s.cur.addr)
 	}

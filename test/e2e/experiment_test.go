@@ -30,10 +30,11 @@ import (
 // the proxy), unless --job-proxy-env keep; the bearer token is not either,
 // unless the pilot gave it to the job itself.
 func TestExperimentGateway(t *testing.T) {
-	// Leases outlive the auto transport's wait for a UDP handshake (3 s)
-	// before it falls back to TCP through the proxy: the renewals start
-	// after it.
-	be := newBearerEnv(t, []topology.Option{topology.WithSiteUplink(), topology.WithUserFUSE()}, "--lease-ttl", "20s")
+	// The gateway renews leases every second (lease TTL 3 s, no more
+	// than the auto transport's wait for a UDP handshake before it falls
+	// back to TCP through the proxy): the wait must leave the lease time
+	// for its first renewal.
+	be := newBearerEnv(t, []topology.Option{topology.WithSiteUplink(), topology.WithUserFUSE()})
 	e := be.e
 	e.tp.CutCNFromDMZ(t)
 	squid := e.tp.StartSquidWith(t, topology.SquidOptions{ConnectPorts: []int{gatewayPort}})
