@@ -5,6 +5,7 @@ go 1.26.3
 toolchain go1.26.8
 
 require (
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/nftables v0.3.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/mdlayher/netlink v1.7.3-0.20250113171957-fbb4dce95f42

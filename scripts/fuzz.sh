@@ -36,6 +36,7 @@ FUZZERS="
 ./internal/forward/netstack:FuzzWrite
 ./internal/munge:FuzzDecodeResponse
 ./internal/attest:FuzzParsePayload
+./internal/bearer:FuzzVerify
 ./internal/flows:FuzzReportBypass
 "
 # Every fuzzer in the tree runs, listed above or not: one added without a
@@ -64,7 +65,7 @@ done
 # connect() arguments; netstack: packets from jobs; munge: munged's
 # answers about joins' credentials; attest: credential payloads (made by
 # a job's user or root on a node); flows: a lease holder's bypass
-# reports.
+# reports; bearer: the bearer tokens jobs present.
 
 fail=0
 printf '%-22s %-28s %8s %12s %s\n' FUZZER PACKAGE SECONDS EXECS RESULT

@@ -5,6 +5,9 @@ package main
 import (
 	"context"
 	"io"
+	"fmt"
+	"os"
+	"time"
 	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/client"
@@ -36,6 +39,7 @@ func runCheck(ctx context.Context, cfg client.Config, rep preflight.Report, w io
 		rep = append(rep, preflight.Result{Name: "join token", Status: preflight.Problem, Detail: err.Error(),
 			Fix: "give a readable --token-file (AIRLOCK_TOKEN_FILE) holding the token 'airlock token create' printed, or AIRLOCK_TOKEN; not both"})
 	}
+	rep = append(rep, bearerCheck(cfg)...)
 	dial := client.NewDialer(cfg.Getenv, cfg.Logger)
 	pins, gws := strings.Split(cfg.Pin, ","), strings.Split(cfg.Gateway, ",")
 	if len(gws) == 1 {
@@ -51,6 +55,11 @@ func runCheck(ctx context.Context, cfg client.Config, rep preflight.Report, w io
 			pin = pins[i]
 		}
 		rep = append(rep, preflight.Gateway(ctx, gw, strings.TrimSpace(pin), token, udpMiss, dial)...)
+	}
+	if p, ok := dial.Path(strings.TrimSpace(gws[0])); ok {
+		if note := client.JobProxyEnvNote(os.Environ(), cfg.JobProxyEnv, p.Proxy); note != "" {
+			rep = append(rep, preflight.Result{Name: "job's proxy variables", Status: preflight.OK, Detail: note})
+		}
 	}
 	if strings.TrimSpace(cfg.Gateway) == "" {
 		rep = append(rep, preflight.Result{Name: "gateway", Status: preflight.Problem, Detail: "none given",
@@ -103,4 +112,27 @@ func writeReport(w io.Writer, rep preflight.Report, asJSON bool) error {
 		return exitError{exitFailure}
 	}
 	return nil
+}
+
+// bearerCheck reports the job's bearer token, if airlock run would find
+// one: where, whose, and until when (its signature is the gateway's to
+// check).
+func bearerCheck(cfg client.Config) []preflight.Result {
+	bt, err := client.FindBearer(cfg)
+	r := preflight.Result{Name: "bearer token"}
+	switch {
+	case err != nil:
+		r.Status, r.Detail = preflight.Problem, err.Error()
+		r.Fix = "the pilot must give the job a readable token of its own (BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u$UID, mode 0600), or run with --bearer off"
+	case bt.From == "":
+		return nil // none: joins use the join token or MUNGE
+	case !bt.Expires.IsZero() && time.Now().After(bt.Expires):
+		r.Status = preflight.Warn
+		r.Detail = fmt.Sprintf("from %s: issuer %s, subject %s, expired at %s", human(bt.From), human(bt.Issuer), human(bt.Subject), bt.Expires.UTC().Format(time.RFC3339))
+		r.Fix = "the pilot must refresh the token file before the token expires"
+	default:
+		r.Status = preflight.OK
+		r.Detail = fmt.Sprintf("from %s: issuer %s, subject %s, expires %s; presented to gateways that trust its issuer (--bearer)", human(bt.From), human(bt.Issuer), human(bt.Subject), bt.Expires.UTC().Format(time.RFC3339))
+	}
+	return []preflight.Result{r}
 }

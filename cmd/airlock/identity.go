@@ -60,3 +60,23 @@ func hostCell(host string, a *identity.Attestation) string {
 	}
 	return sourced(human(host), identity.SourceClaimed)
 }
+
+// identityCell is a job's identity from its bearer token: "ISSUER/SUBJECT
+// [GROUPS] (issuer-verified)", or "-" for a job without one.
+func identityCell(i *identity.Issued) string {
+	if i == nil {
+		return "-"
+	}
+	v := human(i.Issuer) + "/" + human(i.Subject)
+	if len(i.Groups) > 0 {
+		g := ""
+		for n, x := range i.Groups {
+			if n > 0 {
+				g += ","
+			}
+			g += human(x)
+		}
+		v += " [" + g + "]"
+	}
+	return sourced(v, identity.SourceIssuer)
+}

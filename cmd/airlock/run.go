@@ -62,7 +62,9 @@ when its gateway is lost for --failover-after. A gateway that direct TCP
 cannot reach is dialled through the site's web proxy named by HTTPS_PROXY
 (NO_PROXY respected; credentials from the URL, AIRLOCK_PROXY_AUTH_FILE or
 ~/.netrc), with TLS and the pin end to end; UDP cannot pass it, so such a
-job runs on the TCP transport.
+job runs on the TCP transport. The job's network is then the tunnel, which
+does not reach the site's proxy: the proxy variables are removed from the
+job's environment, as the mode line says (--job-proxy-env).
 
 In --mode netns, fusermount3 (squashfuse, cvmfsexec, sshfs) works inside
 the job through airlock's stand-in, and containers the job starts
@@ -99,6 +101,8 @@ setting came from.`,
 	fs.StringVar(&cfg.Preload, "preload", "", "LD_PRELOAD library for --mode preload; default: "+client.PreloadLibrary+" next to airlock")
 	fs.StringVar(&cfg.Attest, "attest", client.AttestAuto, "attested identity: auto (a MUNGE credential with every join to a gateway that checks them, where this node runs munged; then no token is needed), munge (always; no munged is an error) or off")
 	fs.StringVar(&cfg.MungeSocket, "munge-socket", "", "this node's munged socket for the join's MUNGE credential (default /run/munge/munge.socket.2; a site with a dedicated node+gateway key names that munged's socket)")
+	fs.StringVar(&cfg.Bearer, "bearer", client.BearerAuto, "the job's bearer token (WLCG token discovery: BEARER_TOKEN, BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u$UID, /tmp/bt_u$UID): auto (presented to gateways that trust token issuers, with the join and again, re-read, at every renewal; then no join token is needed) or off")
+	fs.StringVar(&cfg.JobProxyEnv, "job-proxy-env", client.JobProxyEnvAuto, "the site's web proxy variables (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and lower-case) in the job's environment: auto (removed when the gateway is reached through that proxy, which the job's network, the tunnel, does not reach, unless the gateway's bypass list covers the proxy; the mode line says so), keep or drop")
 	logLevel := fs.String("log-level", "warn", "log level: debug, info, warn, error")
 	logFormat := fs.String("log-format", logFormatText, "log format: text or json (one JSON object per line)")
 	siteFile := fs.String(siteFileFlag, client.DefaultSiteFile, "site file `FILE` of AIRLOCK_NAME=VALUE defaults for what the command line and the environment leave unset; an absent default file is no error")
@@ -112,6 +116,8 @@ setting came from.`,
 	enumFlag(cmd, "mode", "auto", "netns", "seccomp", "preload", "proxy")
 	enumFlag(cmd, "transport", client.TransportAuto, client.TransportUDP, client.TransportTCP)
 	enumFlag(cmd, "attest", client.AttestAuto, client.AttestMunge, client.AttestOff)
+	enumFlag(cmd, "bearer", client.BearerAuto, client.BearerOff)
+	enumFlag(cmd, "job-proxy-env", client.JobProxyEnvAuto, client.JobProxyEnvKeep, client.JobProxyEnvDrop)
 	enumFlag(cmd, "log-level", "debug", "info", "warn", "error")
 	enumFlag(cmd, "log-format", logFormatText, logFormatJSON)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {

@@ -139,14 +139,14 @@ func printStatus(w io.Writer, st admin.Status, f jobFilter, all bool) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
+	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tIDENTITY\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range jobs {
 		who := userCell(j.User, j.ClaimedUID, j.Attested) + " @ " + hostCell(j.Host, j.Attested)
 		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
 			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
-			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), who,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
+			jobCell(j.JobID, j.Attested), j.Lease, j.Addr, orDash(j.Ports), orDash(j.Token), identityCell(j.Issued), who,
 			humanRate(j.RateOut), humanRate(j.RateIn), j.ActiveFlows, j.Flows,
 			humanBytes(j.BytesOut), humanBytes(j.BytesIn), j.Started.Format(time.RFC3339))
 	}
@@ -240,6 +240,9 @@ or address. The job's airlock run is told at once over its lease watch and
 prints a message saying the gateway's admin ended the lease, with --reason.
 With --ban, for that long (kept in the state database; in a fleet, on
 every gateway), a ban covers what the gateway knows of the job:
+  - a job identified by a bearer token its issuer signed ([[issuer]]):
+    every join of that issuer's subject, with any token or join token,
+    from any node; its other running jobs end;
   - a job whose uid was attested (MUNGE): every join of that uid, with any
     token or with none, from any node; and joins from the job's node (its
     address) that carry no attested identity and use the job's token or
@@ -256,7 +259,7 @@ it.`,
 	var state string
 	stateFlag(cmd, &state)
 	reason := cmd.Flags().String("reason", "", "why, for the job's user (shown by its airlock run) and the lease history")
-	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins for this long, e.g. 24h: of the job's attested uid with any token or none, else of its token from its host (see above)")
+	ban := cmd.Flags().Duration("ban", 0, "also refuse new joins for this long, e.g. 24h: of the job's issuer-verified subject, else of its attested uid with any token or none, else of its token from its host (see above)")
 	asJSON := jsonFlag(cmd, "the ended leases")
 	var so storeOpts
 	storeFlags(cmd, &so, "; instead of --state, on an admin host: the fleet's gateway that holds JOB ends it")

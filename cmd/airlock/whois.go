@@ -80,7 +80,7 @@ an empty list).`,
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
+		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tIDENTITY\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
 		// Identity columns say where each value comes from: (munge) is
 		// attested, (claimed) is what the job's client said.
 		for _, r := range recs {
@@ -93,8 +93,8 @@ an empty list).`,
 			if r.Attested != nil && r.Attested.Job != nil {
 				batch = r.Attested.Job.BatchSystem
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobCell(r.JobID, r.Attested), orDash(batch),
-				userCell(r.User, r.UID, r.Attested), hostCell(r.Host, r.Attested), orDash(r.Token), orDash(human(r.Gateway)), r.TunnelAddr(), a,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobCell(r.JobID, r.Attested), orDash(batch),
+				userCell(r.User, r.UID, r.Attested), hostCell(r.Host, r.Attested), orDash(r.Token), identityCell(r.Issued), orDash(human(r.Gateway)), r.TunnelAddr(), a,
 				r.Start.Format(time.RFC3339), end)
 		}
 		return tw.Flush()

@@ -80,6 +80,8 @@ type LiveLease struct {
 	// Attested is the lease's attested identity, nil if none.
 	JobAttested bool
 	Attested    *identity.Attestation
+	// Issued is the lease's issuer-verified identity, nil if none.
+	Issued *identity.Issued
 }
 
 // Addr returns the job's first tunnel address.

@@ -90,9 +90,12 @@ type JobStatus struct {
 	User       string                `json:"user,omitempty"`
 	ClaimedUID int                   `json:"claimed_uid"`
 	Attested   *identity.Attestation `json:"attested,omitempty"`
-	Remote     string                `json:"remote,omitempty"`
-	Started    time.Time             `json:"started"`
-	Expires    time.Time             `json:"expires"`
+	// Issued, if set, is the identity its bearer token's issuer vouched
+	// for (source "issuer-verified").
+	Issued  *identity.Issued `json:"issued,omitempty"`
+	Remote  string           `json:"remote,omitempty"`
+	Started time.Time        `json:"started"`
+	Expires time.Time        `json:"expires"`
 	// Transport is how the job's WireGuard reaches the gateway: "udp",
 	// or "tcp" (the TCP/TLS transport on the control port).
 	Transport string `json:"transport"`

@@ -145,7 +145,7 @@ func checks(ctx context.Context, gw *gatewayEntry) bool {
 		if err != nil {
 			return false // the join will say what is wrong
 		}
-		gw.checks = cmp.Or(h.Attest, "none")
+		gw.checks, gw.bearer = cmp.Or(h.Attest, "none"), h.Bearer
 	}
 	return gw.checks == attest.By
 }

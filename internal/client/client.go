@@ -96,6 +96,12 @@ type Config struct {
 	// default).
 	Attest      string
 	MungeSocket string
+	// Bearer is BearerAuto ("" too) or BearerOff (bearer.go).
+	Bearer string
+	// JobProxyEnv is what happens to the site's web proxy variables in
+	// the job's environment: JobProxyEnvAuto ("" too), JobProxyEnvKeep
+	// or JobProxyEnvDrop (jobproxyenv.go).
+	JobProxyEnv string
 
 	// dialer reaches the gateways, directly or through the site's web
 	// proxy (HTTPS_PROXY); set by prepare.
@@ -138,6 +144,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if f := sess.egressFile(); f != "" {
 		jobEnv = append(jobEnv, EgressFileEnv+"="+f)
 	}
+	jobEnv, modes.note = jobProxyEnv(jobEnv, cfg.JobProxyEnv, sess.viaProxy(), sess.proxyLocal)
 	if err := ctx.Err(); err != nil {
 		return ExitFailure, context.Cause(ctx)
 	}
@@ -179,12 +186,16 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if err != nil && !errors.Is(err, errNoToken) {
 		return cfg, nil, nil, err
 	}
+	bt, berr := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if berr != nil {
+		return cfg, nil, nil, berr
+	}
 	if err != nil {
 		att, _ := newNodeAttest(cfg.Attest, cfg.MungeSocket, "")
-		if !att.possible() {
+		if b, _, _ := bt.find(); !att.possible() && b == "" {
 			return cfg, nil, nil, err
 		}
-		tok = "" // the join's MUNGE credential stands in for it
+		tok = "" // the join's MUNGE credential or bearer token stands in for it
 	}
 	cfg.Token = tok
 	if cfg.JoinTimeout <= 0 {
@@ -197,6 +208,9 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 		return cfg, nil, nil, err
 	}
 	if err := checkPorts(cfg.Ports); err != nil {
+		return cfg, nil, nil, err
+	}
+	if cfg.JobProxyEnv, err = checkJobProxyEnv(cfg.JobProxyEnv); err != nil {
 		return cfg, nil, nil, err
 	}
 	switch cfg.Transport {
@@ -243,8 +257,12 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 	if err != nil {
 		return nil, err
 	}
+	bt, err := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	sess := NewSession(SessionConfig{
-		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv, attest: att,
+		Logger: log, Stderr: cfg.Stderr, Gateways: gws, Key: priv, attest: att, bearer: bt,
 		Join: control.JoinRequest{
 			Token:   cfg.Token,
 			Job:     jobInfo(cfg.Getenv, cfg.Args),

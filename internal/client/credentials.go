@@ -55,7 +55,7 @@ func withoutCredentials(env []string) []string {
 
 // errNoToken is resolveToken's answer when no token is given, which is
 // fine where the join's MUNGE credential stands in for one.
-var errNoToken = errors.New("no join token: set --token-file or AIRLOCK_TOKEN (the admin makes one with 'airlock token create'), or join with a MUNGE credential at a gateway that checks them (a node with munged, --attest)")
+var errNoToken = errors.New("no join token: set --token-file or AIRLOCK_TOKEN (the admin makes one with 'airlock token create'), or join with a MUNGE credential at a gateway that checks them (a node with munged, --attest), or present the job's bearer token at a gateway that trusts its issuer (BEARER_TOKEN_FILE, --bearer)")
 
 // resolveToken returns the join token from cfg.Token or cfg.TokenFile,
 // which must not both be set.

@@ -139,6 +139,10 @@ type plan struct {
 	requested Mode
 	next      []Mode
 	why       []string // "netns: …" for every mode skipped so far
+	// note, if not "", is what airlock run changed in the job's
+	// environment (jobProxyEnv), said on the line of the modes that
+	// keep that environment.
+	note string
 }
 
 // newPlan starts a plan for the requested mode: just that mode, or for
@@ -191,7 +195,11 @@ func (p *plan) line() string {
 			s += " (asked for)"
 		}
 	}
-	return s + ": " + m.covers()
+	s += ": " + m.covers()
+	if p.note != "" && m != ModePreload && m != ModeProxy {
+		s += "; " + p.note
+	}
+	return s
 }
 
 // namespaceUnavailable reports whether err from preparing or starting the

@@ -91,6 +91,8 @@ type gatewayEntry struct {
 	// checks is what the gateway's last load report said it checks
 	// ("munge", or "none"; "" before any report), for attest.go.
 	checks string
+	// bearer is what that report said of bearer tokens (bearer.go).
+	bearer bool
 	// last is the lease this session last held at this gateway, if any:
 	// a join there again proves it (JoinRequest.Replace), should the
 	// gateway still hold it after a failover away and back.
@@ -123,6 +125,8 @@ type SessionConfig struct {
 	Dialer *siteproxy.Dialer
 	// attest makes the joins' MUNGE credentials (attest.go); nil: none.
 	attest *nodeAttest
+	// bearer finds the job's bearer token (bearer.go); nil: none.
+	bearer *jobBearer
 }
 
 // SessionStats counts what a session went through while supervised.
@@ -144,6 +148,7 @@ type Session struct {
 	// att makes the joins' MUNGE credentials (attest.go); nil: none.
 	att       *nodeAttest
 	dialer    *siteproxy.Dialer // nil: direct
+	bearer    *jobBearer
 	log       *slog.Logger
 	stderr    io.Writer
 	gws       []*gatewayEntry
@@ -216,7 +221,7 @@ func NewSession(cfg SessionConfig) *Session {
 	req := cfg.Join
 	req.PublicKey = cfg.Key.PublicKey()
 	s := &Session{
-		att: cfg.attest, dialer: cfg.Dialer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
+		att: cfg.attest, dialer: cfg.Dialer, bearer: cfg.bearer, log: log, stderr: stderr, gws: gws, priv: cfg.Key, req: req,
 		transport: cfg.Transport, wait: cfg.TransportTimeout, failover: cfg.FailoverAfter, joinWait: cfg.JoinTimeout,
 		warnAfter: HandshakeWarnAfter, bypass: bypass.NewEngine(log.With("component", "bypass")), egressOn: cfg.EgressFile,
 	}
@@ -301,7 +306,7 @@ func (s *Session) rank(ctx context.Context, skip *gatewayEntry) []*gatewayEntry 
 	for _, r := range Rank(ctx, s.log, gws, si) {
 		out = append(out, s.gws[r.Index])
 		if r.Health != (control.Health{}) {
-			s.gws[r.Index].checks = cmp.Or(r.Health.Attest, "none")
+			s.gws[r.Index].checks, s.gws[r.Index].bearer = cmp.Or(r.Health.Attest, "none"), r.Health.Bearer
 		}
 		if len(s.gws) > 1 {
 			s.log.Debug("gateway load", "gateway", s.gws[r.Index].addr, "jobs", r.Health.Jobs,
@@ -409,6 +414,9 @@ func (s *Session) joinRanked(ctx context.Context, skip *gatewayEntry) error {
 func (s *Session) signedJoin(ctx context.Context, gw *gatewayEntry, req control.JoinRequest) (control.Lease, error) {
 	req, err := s.att.sign(ctx, s, gw, req)
 	if err != nil {
+		return control.Lease{}, errAttest{err}
+	}
+	if req, err = s.bearer.add(ctx, s, gw, req); err != nil {
 		return control.Lease{}, errAttest{err}
 	}
 	ls, err := gw.cc.Join(ctx, req)
@@ -654,7 +662,15 @@ func (s *Session) selectTransport(ctx context.Context) {
 		return
 	}
 	t0 := time.Now()
-	if s.WaitHandshake(ctx, time.Time{}, s.wait) {
+	// The lease is renewed only once the transport is chosen: a wait
+	// longer than half of what the lease has left (a gateway with a
+	// short --renew-interval) would let it expire before the first
+	// renewal, and the TCP transport would then be refused.
+	wait := s.wait
+	if left := time.Until(s.lease.Expires) / 2; left > 0 && left < wait {
+		wait = left
+	}
+	if s.WaitHandshake(ctx, time.Time{}, wait) {
 		s.log.Info("transport: udp (WireGuard handshake completed)", "gateway", s.cur.addr, "took", time.Since(t0).Round(time.Millisecond))
 		return
 	}
@@ -663,11 +679,11 @@ func (s *Session) selectTransport(ctx context.Context) {
 	}
 	if err := s.dialStream(ctx); err != nil {
 		s.log.Warn("no WireGuard handshake over UDP and the TCP transport failed too; the job has no network until one works",
-			"gateway", s.cur.addr, "waited", s.wait, "err", err)
+			"gateway", s.cur.addr, "waited", wait, "err", err)
 		return
 	}
 	s.log.Warn("transport: tcp: no WireGuard handshake over UDP, switched to TCP/TLS on the control port (is UDP to the gateway blocked?)",
-		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", s.wait, "path", s.path())
+		"gateway", s.cur.addr, "udp_endpoint", s.endpoint, "waited", wait, "path", s.path())
 	if !s.WaitHandshake(ctx, time.Time{}, HandshakeWarnAfter) && ctx.Err() == nil {
 		s.log.Warn("no WireGuard handshake over TCP either; the job has no network until it completes", "gateway", s.cur.addr)
 	}
@@ -872,7 +888,7 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 			return errStreamLost
 		case <-renew.C:
 			rctx, cancel := context.WithTimeout(ctx, every/2)
-			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport()})
+			_, err := att.Renew(rctx, control.RenewRequest{Bypass: s.bypassReport(), Bearer: s.bearer.renewal(s)})
 			cancel()
 			if err != nil {
 				s.stats.renewErrors.Add(1)

@@ -64,6 +64,8 @@ type Config struct {
 	// PolicyTests are the [[policy.test]] entries, all passed
 	// (policytest.go).
 	PolicyTests []PolicyTest
+	// Bearer is identity from bearer tokens (bearer.go).
+	Bearer Bearer
 
 	// lines are the lines of the file's keys, for Warnings.
 	lines lineIndex
@@ -216,6 +218,8 @@ type file struct {
 	DNS     fileDNS       `toml:"dns"`
 	Capture []fileCapture `toml:"capture"`
 	Attest  *fileAttest   `toml:"attest"`
+	Issuer  []fileIssuer  `toml:"issuer"`
+	Bearer  *fileBearer   `toml:"bearer"`
 }
 
 type filePolicy struct {
@@ -358,6 +362,7 @@ func (d *file) validate(runTests bool) (*Config, []keyErr) {
 	cfg.Capture = validateCapture(d.Capture, cfg.Policy, bad)
 	cfg.Attest = d.resolveAttest(bad)
 	cfg.PolicyTests = parsePolicyTests(d.Policy.Test, bad)
+	cfg.Bearer = d.resolveBearer(bad)
 	if len(errs) == 0 {
 		if err := cfg.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)

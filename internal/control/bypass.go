@@ -75,6 +75,9 @@ type BypassCount struct {
 type RenewRequest struct {
 	LeaseRef
 	Bypass []BypassCount `json:"bypass,omitempty"`
+	// Bearer is the job's current bearer token, for a lease whose
+	// identity came from one (control/bearer.go).
+	Bearer string `json:"bearer,omitempty"`
 }
 
 // maxBypassCounts bounds the counters a renewal may carry.
@@ -90,6 +93,9 @@ func decodeRenewRequest(r io.Reader) (RenewRequest, error) {
 		return RenewRequest{}, errors.New("missing lease id or secret")
 	}
 	if err := checkBypassCounts(req.Bypass); err != nil {
+		return RenewRequest{}, err
+	}
+	if err := checkBearer("bearer", req.Bearer); err != nil {
 		return RenewRequest{}, err
 	}
 	return req, nil

@@ -69,16 +69,20 @@ func FuzzDecodeJoinRequest(f *testing.F) {
 	f.Add([]byte(`{"job":{"uid":1e400}}`))
 	f.Add([]byte(`{"public_key":"` + testKey + `","attest":{"munge":"MUNGE:abc:","munge_job":"MUNGE:def:"}}`))
 	f.Add([]byte(`{"token":"a","public_key":"` + testKey + `","attest":{"munge":"MUNGE: x:"},"Attested":{"uid":0}}`))
+	f.Add([]byte(`{"public_key":"` + testKey + `","bearer":"eyJh.eyJi.c2ln","Issued":{"issuer":"x","subject":"y"}}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := decodeJoinRequest(bytes.NewReader(body))
 		if err != nil {
 			return
 		}
-		if req.Token == "" && req.Attest == nil {
+		if req.Token == "" && req.Attest == nil && req.Bearer == "" {
 			t.Errorf("accepted request without token or credential")
 		}
-		if req.Attested != nil {
-			t.Errorf("an attestation came from the wire: %+v", req.Attested)
+		if req.Attested != nil || req.Issued != nil {
+			t.Errorf("an attestation or issuer-verified identity came from the wire: %+v %+v", req.Attested, req.Issued)
+		}
+		if b := req.Bearer; b != "" && (len(b) > MaxBearer || strings.Count(b, ".") != 2 || strings.ContainsAny(b, " \n\x00")) {
+			t.Errorf("accepted a malformed bearer token %q", b)
 		}
 		if a := req.Attest; a != nil && (!strings.HasPrefix(a.Munge, "MUNGE:") || len(a.Munge) > maxCredential || strings.ContainsAny(a.Munge+a.MungeJob, " \n\x00")) {
 			t.Errorf("accepted a malformed credential %q / %q", a.Munge, a.MungeJob)

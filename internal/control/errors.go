@@ -103,6 +103,12 @@ var refusals = []refusal{
 		message: func(err error) string {
 			return strings.TrimPrefix(err.Error(), ErrAttestationRequired.Error()+": ")
 		}},
+	{err: ErrBearer, code: CodeBearer, status: http.StatusForbidden, failure: true},
+	{err: ErrBearerRequired, code: CodeBearerRequired, status: http.StatusForbidden, failure: true,
+		message: func(err error) string {
+			return strings.TrimPrefix(err.Error(), ErrBearerRequired.Error()+": ")
+		}},
+	{err: ErrBearerUnavailable, code: CodeBearerUnavailable, status: http.StatusServiceUnavailable, wait: 10 * time.Second},
 	{err: ErrUnknownLease, code: CodeUnknownLease, status: http.StatusNotFound, failure: true,
 		message: func(error) string {
 			return "unknown lease: it expired, was released or its secret is wrong; join again"

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"golang.org/x/time/rate"
 )
@@ -54,6 +55,7 @@ func (b fuzzBackend) Release(ctx context.Context, ref LeaseRef) error { return b
 func (fuzzBackend) Health() Health                                    { return Health{Instance: "fuzz"} }
 func (b fuzzBackend) CheckLease(ref LeaseRef) error                   { return b.check(ref) }
 func (fuzzBackend) ReportBypass(LeaseRef, []BypassCount)              {}
+func (fuzzBackend) Reidentify(LeaseRef, *identity.Issued) error       { return nil }
 func (fuzzBackend) HandshakeDue(LeaseRef) time.Duration               { return 0 }
 func (b fuzzBackend) LeaseBypass(ref LeaseRef) (*Bypass, <-chan struct{}, error) {
 	return nil, nil, ErrNotSupported

@@ -79,6 +79,13 @@ type JoinRequest struct {
 	// Attested is what the gateway's Attester verified of Attest: set by
 	// the control server before Backend.Join, never from the wire.
 	Attested *identity.Attestation `json:"-"`
+	// Bearer is the job's bearer token (bearer.go), if the client found
+	// one and the gateway takes them (Health.Bearer).
+	Bearer string `json:"bearer,omitempty"`
+	// Issued is what the gateway's BearerVerifier verified of Bearer:
+	// set by the control server before Backend.Join, never from the
+	// wire.
+	Issued *identity.Issued `json:"-"`
 }
 
 // Port is a transport protocol and port number, as in `--expose 8080/udp`.
@@ -244,6 +251,10 @@ type Health struct {
 	// (attested identity), so that a client makes one only for gateways
 	// that check it; empty otherwise.
 	Attest string `json:"attest,omitempty"`
+	// Bearer reports that the gateway takes jobs' bearer tokens (it
+	// trusts an issuer), so that a client sends one only where it is
+	// checked.
+	Bearer bool `json:"bearer,omitempty"`
 }
 
 // Error codes carried in [ErrorResponse.Code].

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -99,6 +100,13 @@ type Backend interface {
 	// at most 256 entries with distinct, non-empty rule names. A backend
 	// without site-local bypass ignores them.
 	ReportBypass(ref LeaseRef, counts []BypassCount)
+	// Reidentify gives the lease ref names the identity of the bearer
+	// token its renewal carried (verified; nil: the renewal carried
+	// none), before Renew. It returns an error wrapping ErrBearer if the
+	// token names another issuer or subject than the lease's, errors
+	// as for Renew otherwise. A backend without bearer identity returns
+	// nil.
+	Reidentify(ref LeaseRef, id *identity.Issued) error
 }
 
 // ServerConfig configures a [Server]. Logger, Store, Backend and
@@ -149,6 +157,10 @@ type ServerConfig struct {
 	// attested identity, which takes joins by token only and ignores
 	// credentials.
 	Attest Attester
+	// Bearer, if set, verifies the bearer tokens of joins and renewals
+	// (bearer.go). Nil: the gateway takes none, and refuses a join that
+	// carries one.
+	Bearer BearerVerifier
 }
 
 // Server is the gateway's control API server. Create it with [NewServer];
@@ -177,6 +189,7 @@ type Server struct {
 	// stop is closed by Shutdown: it ends watches, which Shutdown would
 	// otherwise wait for.
 	attest Attester
+	bearer BearerVerifier
 	// conns counts connections per source and closes idle
 	// unauthenticated ones (conns.go).
 	conns *connTracker
@@ -215,6 +228,7 @@ func NewServer(cfg ServerConfig) *Server {
 		watchHB: cfg.WatchHeartbeat,
 		relay:   cfg.CaptureRelay,
 		attest:  cfg.Attest,
+		bearer:  cfg.Bearer,
 	}
 	if s.watchHB <= 0 {
 		s.watchHB = DefaultWatchHeartbeat
@@ -425,6 +439,20 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 			return tok, false
 		}
 	}
+	if req.Bearer != "" {
+		id, err := s.verifyBearer(r.Context(), req.Bearer)
+		if err != nil {
+			s.refuse(w, "join", remote, err)
+			return tok, false
+		}
+		if req.Token != "" {
+			id.As = "" // accounted under the join token, not the issuer's name
+		}
+		req.Issued = id
+	} else if s.bearer != nil && s.bearer.Required() {
+		s.refuse(w, "join", remote, fmt.Errorf("%w: %s", ErrBearerRequired, MsgBearerRequired))
+		return tok, false
+	}
 	if req.Attested == nil {
 		required := s.attest != nil && s.attest.Required()
 		switch {
@@ -438,7 +466,7 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 			}
 			s.refuse(w, "join", remote, fmt.Errorf("%w: %s", ErrAttestationRequired, msg))
 			return tok, false
-		case req.Token == "":
+		case req.Token == "" && req.Issued == nil:
 			s.refuse(w, "join", remote, fmt.Errorf("%w: invalid join request: missing token: set AIRLOCK_TOKEN (this gateway does not take joins by MUNGE credential alone)", ErrBadRequest))
 			return tok, false
 		}
@@ -486,6 +514,10 @@ func (s *Server) handleRenew(w http.ResponseWriter, r *http.Request) {
 	}
 	ref := req.LeaseRef
 	ref.From = remote
+	if err := s.reidentify(r.Context(), ref, req.Bearer); err != nil {
+		s.leaseError(w, r, lim, "renew", remote, err)
+		return
+	}
 	resp, err := s.backend.Renew(r.Context(), ref)
 	if err != nil {
 		s.leaseError(w, r, lim, "renew", remote, err)
@@ -633,8 +665,11 @@ func decodeJoinRequest(r io.Reader) (JoinRequest, error) {
 	} else if err != nil {
 		return JoinRequest{}, err
 	}
-	if req.Token == "" && req.Attest == nil {
-		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN (or join with a MUNGE credential where the gateway takes them)")
+	if req.Token == "" && req.Attest == nil && req.Bearer == "" {
+		return JoinRequest{}, errors.New("missing token: set AIRLOCK_TOKEN (or join with a MUNGE credential or a bearer token where the gateway takes them)")
+	}
+	if err := checkBearer("bearer", req.Bearer); err != nil {
+		return JoinRequest{}, err
 	}
 	if req.Attest != nil {
 		if err := req.Attest.validate(); err != nil {

@@ -76,6 +76,9 @@ type SessionRequest struct {
 	// Bypass, with OpRenew, are the client's cumulative bypass counters
 	// for the lease (as RenewRequest.Bypass).
 	Bypass []BypassCount `json:"bypass,omitempty"`
+	// Bearer, with OpRenew, is the job's current bearer token (as
+	// RenewRequest.Bearer).
+	Bearer string `json:"bearer,omitempty"`
 }
 
 // SessionReply answers one SessionRequest, in a WatchEvent's Reply.
@@ -336,6 +339,9 @@ func (ss *serverSession) answer(line []byte) bool {
 		err = fmt.Errorf("%w: invalid session request: %w", ErrBadRequest, err)
 	case req.Op == OpRenew:
 		var resp RenewResponse
+		if err = ss.s.reidentify(ctx, ss.ref, req.Bearer); err != nil {
+			break
+		}
 		if resp, err = ss.s.backend.Renew(ctx, ss.ref); err == nil {
 			reply.Expires = resp.Expires
 			if len(req.Bypass) > 0 {
@@ -479,9 +485,12 @@ func decodeSessionRequest(line []byte) (SessionRequest, error) {
 		if err := checkBypassCounts(req.Bypass); err != nil {
 			return req, err
 		}
+		if err := checkBearer("bearer", req.Bearer); err != nil {
+			return req, err
+		}
 	case OpRelease:
-		if len(req.Bypass) > 0 {
-			return req, errors.New("bypass counters go with a renewal")
+		if len(req.Bypass) > 0 || req.Bearer != "" {
+			return req, errors.New("bypass counters and bearer tokens go with a renewal")
 		}
 	default:
 		return req, fmt.Errorf("unknown op %q: want %q or %q", truncate(req.Op, 20), OpRenew, OpRelease)
@@ -874,7 +883,7 @@ func (s *Session) Renew(ctx context.Context, req RenewRequest) (RenewResponse, e
 		req.LeaseRef = s.ref
 		return s.c.RenewReport(ctx, req)
 	}
-	r, err := s.request(ctx, SessionRequest{Op: OpRenew, Bypass: req.Bypass})
+	r, err := s.request(ctx, SessionRequest{Op: OpRenew, Bypass: req.Bypass, Bearer: req.Bearer})
 	if err != nil {
 		return RenewResponse{}, fmt.Errorf("renew at %s: %w", s.c.gateway, err)
 	}

@@ -49,8 +49,11 @@ func (g *gateway) Status() admin.Status {
 			by, uid, jobAttested := refOf(o.Attested)
 			js = flows.JobStats{Addr: l.Addr(), Lease: jobs.ID(l.ID), Ref: jobs.Ref{JobID: o.Claimed.BatchJobID, Token: o.Token,
 				AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested}}
+			if id := o.Issued; id != nil {
+				js.Ref.Issuer, js.Ref.Subject = id.Issuer, id.Subject
+			}
 		}
-		j := admin.JobStatus{JobStats: js, Host: o.Claimed.Hostname, User: o.Claimed.User, ClaimedUID: o.Claimed.UID, Attested: o.Attested,
+		j := admin.JobStatus{JobStats: js, Host: o.Claimed.Hostname, User: o.Claimed.User, ClaimedUID: o.Claimed.UID, Attested: o.Attested, Issued: o.Issued,
 			Started: l.Start, Expires: l.Expires, Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
@@ -90,7 +93,7 @@ func (g *gateway) Leases() []admin.LiveLease {
 	for _, l := range ls {
 		o := l.Owner
 		ll := admin.LiveLease{ID: l.ID, Addrs: l.AddrList(), JobID: o.Claimed.BatchJobID, Host: o.Claimed.Hostname,
-			User: o.Claimed.User, Token: o.Token, Start: l.Start, Attested: o.Attested}
+			User: o.Claimed.User, Token: o.Token, Start: l.Start, Attested: o.Attested, Issued: o.Issued}
 		if o.Attested != nil && o.Attested.Job != nil {
 			ll.JobID, ll.JobAttested = o.Attested.Job.JobID, true
 		}
@@ -186,6 +189,9 @@ func (k *kickList) err(id string) error {
 	why := ""
 	if e.reason != "" {
 		why = ": " + e.reason
+	}
+	if e.by == byRenewal {
+		return fmt.Errorf("%w: ended by the gateway at its renewal at %s%s", control.ErrLeaseEnded, e.at.UTC().Format(time.RFC3339), why)
 	}
 	return fmt.Errorf("%w: ended by the gateway's admin (%s) at %s%s", control.ErrLeaseEnded, e.by, e.at.UTC().Format(time.RFC3339), why)
 }

@@ -95,3 +95,36 @@ func TestBanAttested(t *testing.T) {
 		}
 	}
 }
+
+// TestBanSubject: a ban of a job identified by an issuer-verified bearer
+// token covers its issuer and subject, with any token (name), from any
+// node, address or uid; not another subject of that issuer, nor the same
+// subject name of another issuer.
+func TestBanSubject(t *testing.T) {
+	var a admission
+	now := time.Now()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.banLocked(store.Ban{Token: "cms", Issuer: "https://iss", Subject: "alice", Until: now.Add(time.Hour), Reason: "test"}, now)
+	node := netip.MustParseAddr("10.1.2.3")
+	alice := &identity.Issued{Issuer: "https://iss", Subject: "alice"}
+	err := a.bannedLocked(identity.Job{Token: "other-token", Claimed: identity.Claimed{Hostname: "cn9"}, Remote: netip.MustParseAddrPort("10.9.9.9:1"), Issued: alice}, now)
+	if !errors.Is(err, control.ErrBanned) || !strings.Contains(err.Error(), `subject "alice" of issuer https://iss`) {
+		t.Errorf("the banned subject with another token from another node: %v, want banned naming the subject", err)
+	}
+	for _, id := range []*identity.Issued{nil, {Issuer: "https://iss", Subject: "bob"}, {Issuer: "https://other", Subject: "alice"}} {
+		if err := a.bannedLocked(identity.Job{Token: "cms", Claimed: identity.Claimed{Hostname: "cn1"}, Remote: netip.AddrPortFrom(node, 1), Issued: id}, now); err != nil {
+			t.Errorf("%v from the banned job's node: %v, want not banned", id, err)
+		}
+	}
+	b := store.Ban{Issuer: "https://iss", Subject: "alice"}
+	at := func(id *identity.Issued) identity.Job {
+		return identity.Job{Token: "cms", Remote: netip.AddrPortFrom(node, 1), Claimed: identity.Claimed{Hostname: "x"}, Issued: id}
+	}
+	if !banCovers(b, at(alice)) || banCovers(b, at(&identity.Issued{Issuer: "https://iss", Subject: "bob"})) || banCovers(b, at(nil)) {
+		t.Error("banCovers does not follow the subject")
+	}
+	if err := b.Valid(); err != nil {
+		t.Errorf("subject ban: %v", err)
+	}
+}

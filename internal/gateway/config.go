@@ -117,6 +117,12 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
 		return admin.ReloadResult{}, err
 	}
+	if err := g.applyBearer(cfg.Bearer); err != nil {
+		_ = g.backend.SetPolicy(old.Policy)
+		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
+		_ = g.applyAttest(old.Attest)
+		return admin.ReloadResult{}, err
+	}
 	g.conf.Store(cfg)
 	res.Warnings = g.warnConfig(cfg)
 	g.warnBlockSizes(cfg.Quotas)

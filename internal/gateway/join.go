@@ -116,6 +116,8 @@ type gateway struct {
 	rehs rehandshakes
 	// attest verifies joins' MUNGE credentials (attest.go).
 	attest attestation
+	// bearer verifies joins' bearer tokens (bearer.go).
+	bearer bearerIdentity
 }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
@@ -128,6 +130,9 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	pub := req.PublicKey // validated by the control server
 	if g.tr.draining.Load() {
 		return control.Lease{}, fmt.Errorf("%w: airlock gateway drain", control.ErrDraining)
+	}
+	if tok.Name == "" && req.Issued != nil {
+		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
 	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
@@ -167,8 +172,8 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	rec := store.LeaseRecord{
 		ID: l.ID, JobID: req.Job.BatchJobID, BatchSystem: req.Job.BatchSystem,
 		User: req.Job.User, UID: req.Job.UID, Host: req.Job.Hostname, Command: req.Job.Command,
-		Attested: o.Attested,
-		Token:    tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
+		Attested: o.Attested, Issued: o.Issued,
+		Token: tok.Name, Remote: remote.String(), Gateway: g.advertise, TunnelAddrs: l.AddrList(), Start: l.Start,
 		Egress: attributions(job), Resume: resumeState(l, pub, req.Expose),
 	}
 	for _, x := range job.Exposures {
@@ -197,7 +202,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	g.log.Info("job joined", "lease", l.ID, "addrs", l.Addrs, "job", req.Job.BatchJobID,
 		"batch", req.Job.BatchSystem, "user", req.Job.User, "uid", req.Job.UID,
 		"host", req.Job.Hostname, "token", tok.Name, "remote", remote, "egress", job.Egress, "exposed", rec.Exposed,
-		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String())
+		"limits", !job.Limits.IsZero(), "client_version", version.Label(req.Version), "attested", o.Attested.String(), "identity", o.Issued.String())
 	cl := control.Lease{
 		ID:               l.ID,
 		Secret:           secret,
@@ -329,6 +334,9 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
 	}
+	if id := o.Issued; id != nil {
+		j.Ref.Issuer, j.Ref.Subject = id.Issuer, id.Subject
+	}
 	ex, err := g.planExposures(l, j.Egress, expose)
 	if err == nil {
 		err = g.exposureAllowed(token, ex)
@@ -357,8 +365,8 @@ func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
 				control.ErrAttestation, l.ID, a.Node, addr)
 		}
 	}
-	if o.Token == "" {
-		return nil
+	if o.Token == "" || o.ByBearer() {
+		return nil // no join token: a bearer-only job's Token is its issuer's name
 	}
 	tok, err := g.st.Token(o.Token)
 	if err != nil || tok.AllowsFrom(addr) {
@@ -391,10 +399,17 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	if err != nil {
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
-	if o := l.Owner; o.Token != "" {
+	o := l.Owner
+	if g.bearer.expired(o.Issued, now) {
+		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
+		g.endLease(l.ID, byRenewal, why, why)
+		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
+		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+	}
+	if o.Token != "" && !o.ByBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
-			g.endLease(l.ID, "renewal", why, why)
+			g.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
 			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
 		}
@@ -420,6 +435,10 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 }
 
 func (g *gateway) Health() control.Health { return g.health() }
+
+// byRenewal is what ended a lease the gateway ended at its renewal (its
+// token revoked or expired), for kickList.
+const byRenewal = "renewal"
 
 // expireLoop frees leases whose clients stopped renewing.
 func (g *gateway) expireLoop(ctx context.Context) {

@@ -41,6 +41,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 		Start:      g.started,
 		Backend:    g.backend.Stats,
 		Identities: g.identities,
+		Issuers:    g.issuers,
 	}
 	m, err := metrics.New(reg, src)
 	if err != nil {
@@ -89,6 +90,28 @@ func (g *gateway) identities() map[metrics.JobIdentity]int {
 			}
 		}
 		out[k]++
+	}
+	return out
+}
+
+// issuers counts the live leases identified by a bearer token, by the
+// configured name of their issuer (airlock_jobs_issuer_verified).
+func (g *gateway) issuers() map[string]int {
+	st := g.bearer.cur.Load()
+	out := map[string]int{}
+	if st == nil {
+		return out
+	}
+	for _, l := range g.leases.Leases() {
+		o := l.Owner
+		if o.Issued == nil {
+			continue
+		}
+		name := "other" // an issuer a reload removed
+		if is, ok := st.issuers[o.Issued.Issuer]; ok {
+			name = is.Name
+		}
+		out[name]++
 	}
 	return out
 }

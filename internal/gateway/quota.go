@@ -137,6 +137,14 @@ type banKey struct {
 	// covers only joins with no attested identity (not the node's other
 	// users, whose joins are attested).
 	unattested bool
+	// subject is "ISSUER\nSUBJECT" for a ban of an issuer-verified
+	// subject (any token, host or uid), else "".
+	subject string
+}
+
+// subjectKey is the banKey of a ban of id's issuer and subject.
+func subjectKey(issuer, subject string) banKey {
+	return banKey{subject: issuer + "\n" + subject, uid: noUID}
 }
 
 // noUID is banKey.uid of host and network bans.
@@ -155,10 +163,15 @@ func attestedUID(a *identity.Attestation) *uint32 {
 func banHost(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 
 // banCovers reports whether ban b covers a lease held by o, as
-// bannedLocked matches joins: a uid ban every lease of that attested uid,
-// whatever its token, and the unattested leases of its token from its
-// node; any other ban the leases of its token from its host or network.
+// bannedLocked matches joins: a subject ban every lease of that issuer's
+// subject, whatever its token or node; a uid ban every lease of that
+// attested uid, whatever its token, and the unattested leases of its
+// token from its node; any other ban the leases of its token from its
+// host or network.
 func banCovers(b store.Ban, o identity.Job) bool {
+	if b.Subject != "" {
+		return o.Issued != nil && o.Issued.Issuer == b.Issuer && o.Issued.Subject == b.Subject
+	}
 	addr := o.Remote.Addr()
 	inNet := b.Addr.IsValid() && addr.IsValid() && banNet(b.Addr).Contains(addr.Unmap())
 	if b.UID != nil {
@@ -201,12 +214,12 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	// listing of the token's leases passes through (Leases): a revoke that
 	// deleted the token after the control server verified it either sees
 	// this join's lease or this join sees the token gone.
-	if tok.Name != "" {
+	if tok.Name != "" && (req.Issued == nil || req.Issued.As == "") {
 		if err := g.tokenLive(tok.Name, now); err != nil {
 			return lease.Lease{}, "", nil, err
 		}
 	}
-	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested}
+	o := identity.Job{Claimed: identity.Claimed(req.Job), Token: tok.Name, Remote: remote, Attested: req.Attested, Issued: req.Issued}
 	if err := a.bannedLocked(o, now); err != nil {
 		return lease.Lease{}, "", nil, err
 	}
@@ -393,6 +406,10 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 		}
 	}
 	v := ban{b.Until, b.Reason}
+	if b.Subject != "" {
+		a.bans[subjectKey(b.Issuer, b.Subject)] = v
+		return
+	}
 	if b.UID != nil {
 		// The person: every token and none; and the unattested joins
 		// from the banned job's node of its token or claiming its uid.
@@ -409,6 +426,14 @@ func (a *admission) banLocked(b store.Ban, now time.Time) {
 	if b.Addr.IsValid() {
 		a.bans[banKey{token: b.Token, net: banNet(b.Addr), uid: noUID}] = v
 	}
+}
+
+// reasonOf is " (REASON)" of a ban with a reason, else "".
+func reasonOf(b ban) string {
+	if b.reason == "" {
+		return ""
+	}
+	return " (" + b.reason + ")"
 }
 
 // bannedLocked returns the error for a join of o while a ban matches it,
@@ -434,6 +459,12 @@ func (a *admission) bannedLocked(o identity.Job, now time.Time) error {
 		pick(banKey{token: token, net: banNet(addr), uid: noUID, unattested: true})
 		pick(banKey{net: banNet(addr), uid: int64(o.Claimed.UID), unattested: true})
 	}
+	if id := o.Issued; id != nil {
+		if x, xok := a.bans[subjectKey(id.Issuer, id.Subject)]; xok && now.Before(x.until) {
+			return fmt.Errorf("%w: the gateway's admin banned the jobs of subject %q of issuer %s until %s, %v from now (airlock kick --ban)%s; ask the gateway's admin",
+				control.ErrBanned, id.Subject, id.Issuer, x.until.UTC().Format(time.RFC3339), x.until.Sub(now).Round(time.Second), reasonOf(x))
+		}
+	}
 	if !ok || !now.Before(b.until) {
 		return nil
 	}
@@ -458,7 +489,10 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 	now := time.Now()
 	until := now.Add(d)
 	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
-	if a := o.Attested; a != nil {
+	if id := o.Issued; id != nil {
+		// Issuer-verified: the subject, whatever token, node or uid.
+		b.Host, b.Addr, b.Issuer, b.Subject = "", netip.Addr{}, id.Issuer, id.Subject
+	} else if a := o.Attested; a != nil {
 		// Attested: the user, with any token or none, from any node;
 		// and unattested joins of the token from the job's node (the
 		// same user, who left out the credential), not the node's other
@@ -470,6 +504,9 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 	g.admit.mu.Unlock()
 	if _, err := g.st.AddBan(b); err != nil {
 		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
+	}
+	if b.Subject != "" {
+		return b, fmt.Sprintf("joins of subject %q of issuer %s (issuer-verified), with any token, from any node", b.Subject, b.Issuer)
 	}
 	if b.UID != nil {
 		s := fmt.Sprintf("every join by uid %d (attested by %s), with any token or none, from any node, on every gateway of the fleet, and its other running jobs", *b.UID, o.Attested.By)

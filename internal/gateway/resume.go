@@ -56,7 +56,8 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 		return 0, 0, err
 	}
 	for _, r := range recs {
-		if !live[r.Token] {
+		byBearer := r.Issued != nil && r.Issued.As != "" // its token is the issuer's name
+		if !live[r.Token] && !byBearer {
 			g.log.Warn("lease of the previous run not restored: its token was revoked or expired meanwhile", "lease", r.ID, "token", r.Token)
 			if err := g.st.RecordLeaseEnd(r.ID, now, "token "+r.Token+" revoked or expired"); err != nil {
 				return restored, closed, err
@@ -97,7 +98,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)
 	l.Owner = identity.Job{Claimed: identity.Claimed{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
-		Token: r.Token, Remote: remote, Attested: r.Attested}
+		Token: r.Token, Remote: remote, Attested: r.Attested, Issued: r.Issued}
 	if rs.Block >= 0 && rs.Blocks == 0 {
 		l.Blocks = 1
 	}

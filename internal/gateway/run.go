@@ -336,6 +336,10 @@ func (g *gateway) openServers() error {
 	if err := g.loadBans(time.Now()); err != nil {
 		return err
 	}
+	g.onClose(g.bearer.close)
+	if err := g.applyBearer(g.conf.Load().Bearer); err != nil {
+		return err
+	}
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
 		return err
 	} else if n > 0 || closed > 0 {
@@ -352,6 +356,7 @@ func (g *gateway) openServers() error {
 		OnClientVersion: mx.metrics.ObserveClientVersion,
 		CaptureRelay:    g.captureRelay(),
 		Attest:          &g.attest,
+		Bearer:          &g.bearer,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)

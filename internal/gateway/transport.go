@@ -77,6 +77,7 @@ func (g *gateway) health() control.Health {
 		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
 		Instance:     g.tr.instance,
 		Attest:       g.attest.mode(),
+		Bearer:       g.bearer.on(),
 	}
 }
 

@@ -31,6 +31,9 @@ type Job struct {
 	Remote netip.AddrPort
 	// Attested is what a MUNGE credential attested; nil if nothing was.
 	Attested *Attestation
+	// Issued is what an issuer-verified bearer token says (issued.go);
+	// nil if the job presented none.
+	Issued *Issued
 }
 
 // AttestedUID returns j's attested uid, or nil.

@@ -34,6 +34,11 @@ type Ref struct {
 	AttestedBy  string  `json:"attested_by,omitempty"`
 	AttestedUID *uint32 `json:"attested_uid,omitempty"`
 	JobAttested bool    `json:"job_attested,omitempty"`
+	// Issuer and Subject are the job's identity as its issuer vouched
+	// for it (a verified bearer token, source "issuer-verified"), ""
+	// if it had none.
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject,omitempty"`
 }
 
 // ErrAddrInUse is returned by Index.Add for an address another job holds.

@@ -427,3 +427,25 @@ func (m *Manager) Restore(l Lease, secretHash [32]byte) (Lease, error) {
 	}
 	return nl, nil
 }
+
+// Reown replaces the owner of the live lease id and secret name with
+// what update returns for the current one (under the manager's lock: an
+// update sees every earlier one), or returns ErrUnknownLease, or update's
+// error.
+func (m *Manager) Reown(id, secret string, now time.Time, update func(owner identity.Job) (identity.Job, error)) (Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, err := m.lookupLocked(id, secret)
+	if err != nil {
+		return Lease{}, err
+	}
+	if now.After(l.Expires) {
+		return Lease{}, ErrUnknownLease
+	}
+	o, err := update(l.Owner)
+	if err != nil {
+		return Lease{}, err
+	}
+	l.Owner = o
+	return *l, nil
+}

@@ -50,6 +50,9 @@ type Source struct {
 	// batch job id come from: JobIdentity keys, "claimed" or the means
 	// of attestation ("munge").
 	Identities func() map[JobIdentity]int
+	// Issuers counts the live leases identified by an issuer-verified
+	// bearer token, by the issuer's configured name.
+	Issuers func() map[string]int
 }
 
 // JobIdentity is where a job's uid and batch job id come from, the labels
@@ -165,7 +168,7 @@ type collector struct {
 	bytes, packets, flowsTotal, bulkFlows, bulkBytes, logErr *prometheus.Desc
 	limitDrops, policyDrops, dnsQueries, dnsLogSupp          *prometheus.Desc
 	bypassFlows, bypassBytes, bypassRefused                  *prometheus.Desc
-	identities                                               *prometheus.Desc
+	identities, issuers                                      *prometheus.Desc
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
@@ -194,13 +197,14 @@ func newCollector(src Source) *collector {
 		bypassBytes:    desc("bypass_bytes_total", "Payload bytes of bypassed flows, as jobs' clients reported them, by bypass entry and direction.", "rule", "direction"),
 		bypassRefused:  desc("bypass_reports_refused_total", "Entries of jobs' bypass reports refused because their cumulative counters went down."),
 		identities:     desc("jobs_identity", "Jobs with a live lease by where their uid and batch job id come from: claimed by the client, or attested (munge).", "uid_source", "job_id_source"),
+		issuers:        desc("jobs_issuer_verified", "Jobs with a live lease identified by a bearer token its issuer vouched for, by the issuer's configured name.", "issuer"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.jobs, c.flowsActive, c.portBlocks, c.portBlocksUsed, c.start,
 		c.bytes, c.packets, c.flowsTotal, c.bulkFlows, c.bulkBytes, c.logErr, c.limitDrops, c.policyDrops,
-		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes, c.bypassRefused, c.identities} {
+		c.dnsQueries, c.dnsLogSupp, c.bypassFlows, c.bypassBytes, c.bypassRefused, c.identities, c.issuers} {
 		ch <- d
 	}
 }
@@ -221,6 +225,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	if c.src.Identities != nil {
 		for k, n := range c.src.Identities() {
 			ch <- prometheus.MustNewConstMetric(c.identities, prometheus.GaugeValue, float64(n), k.UID, k.Job)
+		}
+	}
+	if c.src.Issuers != nil {
+		for k, n := range c.src.Issuers() {
+			gauge(c.issuers, float64(n), k)
 		}
 	}
 	if c.src.PortBlocks != nil {

@@ -88,6 +88,12 @@ type Ban struct {
 	Host string     `json:"host,omitempty"`
 	Addr netip.Addr `json:"addr,omitzero"`
 	UID  *uint32    `json:"uid,omitempty"`
+	// Issuer and Subject, for a job identified by an issuer-verified
+	// bearer token, are its token's: the ban then matches them instead
+	// of host and address (the subject cannot dodge it from another
+	// node).
+	Issuer  string `json:"issuer,omitempty"`
+	Subject string `json:"subject,omitempty"`
 	// Until is when the ban ends.
 	Until  time.Time `json:"until"`
 	Reason string    `json:"reason,omitempty"`
@@ -100,8 +106,11 @@ type Ban struct {
 // Valid reports whether b names what it bans: a token with a host or an
 // address, or an attested uid (with the token, "" for joins without one).
 func (b Ban) Valid() error {
-	if b.UID == nil && (b.Token == "" || b.Host == "" && !b.Addr.IsValid()) {
-		return fmt.Errorf("want a token and a host or an address, or an attested uid")
+	if (b.Issuer == "") != (b.Subject == "") {
+		return fmt.Errorf("want both an issuer and a subject, or neither")
+	}
+	if b.UID == nil && b.Subject == "" && (b.Token == "" || b.Host == "" && !b.Addr.IsValid()) {
+		return fmt.Errorf("want a token and a host or an address, an attested uid, or an issuer and subject")
 	}
 	return nil
 }

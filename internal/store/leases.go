@@ -49,6 +49,9 @@ type LeaseRecord struct {
 	Command     string `json:"command,omitempty"`
 	// Attested is the job's attested identity, nil if it had none.
 	Attested *identity.Attestation `json:"attested,omitempty"`
+	// Issued is the job's identity from its issuer-verified bearer
+	// token, nil if it had none.
+	Issued *identity.Issued `json:"issued,omitempty"`
 	// Token is the name of the join token, "" for a join without one
 	// (attested).
 	Token string `json:"token,omitempty"`

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/internal/identity"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
@@ -51,11 +52,13 @@ type Backend struct {
 	squat  map[wgkey.Key]bool // keys whose joins get ErrKeyInUse
 	keys   []wgkey.Key        // the public keys of joins, in order
 	joined []control.JoinRequest
-	joins  int
-	next   int
-	leases map[string]string // id → secret
-	ended  map[string]string // id → why the lease was ended (End)
-	calls  []string
+	// reidentified are the identities renewals carried.
+	reidentified []identity.Issued
+	joins        int
+	next         int
+	leases       map[string]string // id → secret
+	ended        map[string]string // id → why the lease was ended (End)
+	calls        []string
 }
 
 // End ends lease id on purpose, as an admin's kick does: from then on
@@ -276,6 +279,8 @@ type Options struct {
 	Serve control.Backend
 	// Attest is passed to the server (control.ServerConfig).
 	Attest control.Attester
+	// Bearer is passed to the server (control.ServerConfig).
+	Bearer control.BearerVerifier
 }
 
 // Start runs a control server for b (a new Backend if nil) on 127.0.0.1:0
@@ -309,6 +314,7 @@ func Start(t testing.TB, b *Backend, opts Options) *Gateway {
 		WatchHeartbeat: opts.WatchHeartbeat,
 		OnJoin:         opts.OnJoin,
 		Attest:         opts.Attest,
+		Bearer:         opts.Bearer,
 	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -354,4 +360,21 @@ func (g *Gateway) Token(t testing.TB) string {
 		t.Fatalf("controltest: create token: %v", err)
 	}
 	return secret
+}
+
+// Reidentify implements control.Backend: it records id (Reidentified).
+func (b *Backend) Reidentify(ref control.LeaseRef, id *identity.Issued) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if id != nil {
+		b.reidentified = append(b.reidentified, *id)
+	}
+	return nil
+}
+
+// Reidentified returns the identities renewals carried, in order.
+func (b *Backend) Reidentified() []identity.Issued {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]identity.Issued(nil), b.reidentified...)
 }

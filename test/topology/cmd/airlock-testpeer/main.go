@@ -12,6 +12,8 @@
 // Subcommands:
 //
 //	http DIR ADDR            serve the files in DIR over HTTP on ADDR
+//	issuer DIR ADDR          a bearer token issuer over HTTPS on ADDR: discovery and key set from DIR
+//	                         (internal/bearer/bearertest.Write), read at every request; see issuer.go
 //	dns ADDR ZONE.json       answer A and AAAA queries from ZONE.json ({"name.": "ip"} or {"name.": ["ip4", "ip6"]}) on ADDR (UDP and TCP)
 //	udpecho ADDR             echo every UDP datagram back to its sender
 //	udpclient ADDR COUNT     send COUNT numbered datagrams to ADDR one at a time,
@@ -85,6 +87,9 @@ func main() {
 	case "http":
 		need(args, 2)
 		err = serveHTTP(args[0], args[1])
+	case "issuer":
+		need(args, 2)
+		err = serveIssuer(args[0], args[1])
 	case "dns":
 		need(args, 2)
 		err = serveDNS(args[0], args[1])
