@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
@@ -325,15 +326,11 @@ func (at *airlockTest) exitStatus(t *testing.T) {
 func (at *airlockTest) sigtermReachesJob(t *testing.T) {
 	before := at.e.snapshot()
 	p := at.e.start(t, "sh", "-c", `trap "exit 42" TERM; echo ready; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 7`)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.Stdout(), "ready") {
+	if !p.WaitStdout("ready", 30*time.Second) {
 		if ok, code := p.Exited(); ok {
 			t.Fatalf("job exited %d before it was ready: stdout %q%s", code, p.Stdout(), at.e.diag(p.Stderr()))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job not ready after 30 s%s", at.e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("job not ready after 30 s%s", at.e.diag(p.Stderr()))
 	}
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -847,20 +844,21 @@ func (at *airlockTest) flows6(t *testing.T) {
 		t.Fatalf("curl %s: exit %d%s", url, code, at.e.diag(stderr))
 	}
 	dst := netip.AddrPortFrom(topology.INETAddr6, uint16(at.e.httpPort)).String()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var rec *flows.Record
+	topology.Poll(10*time.Second, func() bool {
 		for _, r := range at.e.flows(t, job).Recent {
 			if r.Dst == dst && r.JobID == job {
-				if r.BytesIn < smallSize {
-					t.Errorf("flow to %s: %d bytes in, want at least %d", dst, r.BytesIn, smallSize)
-				}
-				return
+				rec = &r
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no flow record of job %s to %s%s", job, dst, at.e.diag(""))
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	})
+	if rec == nil {
+		t.Fatalf("no flow record of job %s to %s%s", job, dst, at.e.diag(""))
+	}
+	if rec.BytesIn < smallSize {
+		t.Errorf("flow to %s: %d bytes in, want at least %d", dst, rec.BytesIn, smallSize)
 	}
 }
 

@@ -65,12 +65,8 @@ func TestKernelEgressPrefix(t *testing.T) {
 		a.Signal(syscall.SIGTERM)
 		a.Wait(15 * time.Second)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(a.Stdout(), "ready\n") {
-		if ok, _ := a.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("exposed job not ready: %q%s", a.Stdout(), e.diag(a.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !a.WaitStdout("ready\n", 30*time.Second) {
+		t.Fatalf("exposed job not ready: %q%s", a.Stdout(), e.diag(a.Stderr()))
 	}
 	m = regexp.MustCompile(`inet (\S+)/`).FindStringSubmatch(a.Stdout())
 	if m == nil {

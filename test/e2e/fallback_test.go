@@ -244,12 +244,8 @@ func TestFallbackModes(t *testing.T) {
 				// comes back.
 				argv := e.command(runOpts{flags: []string{"--mode", mode}}, "sh", "-c", `trap "exit 42" TERM; echo ready; sleep 30 & wait`)
 				p := e.tp.Start(t, e.tp.CN, e.u, e.peer, append([]string{"nouserns"}, argv...)...)
-				deadline := time.Now().Add(20 * time.Second)
-				for !strings.Contains(p.Stdout(), "ready") {
-					if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-						t.Fatalf("job did not start: %s", p.Describe())
-					}
-					time.Sleep(20 * time.Millisecond)
+				if !p.WaitStdout("ready", 20*time.Second) {
+					t.Fatalf("job did not start: %s", p.Describe())
 				}
 				if err := p.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)
@@ -373,10 +369,10 @@ func TestFallbackModes(t *testing.T) {
 }
 
 // processesWith lists the processes whose command line contains s, after
-// giving exiting ones a moment.
+// giving exiting ones a moment (2 s).
 func processesWith(s string) []string {
 	var found []string
-	for attempt := 0; attempt < 20; attempt++ {
+	topology.Poll(2*time.Second, func() bool {
 		found = found[:0]
 		dirs, _ := os.ReadDir("/proc")
 		for _, d := range dirs {
@@ -388,11 +384,8 @@ func processesWith(s string) []string {
 				found = append(found, d.Name()+" "+strings.ReplaceAll(string(b), "\x00", " "))
 			}
 		}
-		if len(found) == 0 {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(found) == 0
+	})
 	return found
 }
 
@@ -412,17 +405,19 @@ func (e *env) jobDiesWithClient(t *testing.T, mode string, pre []string) {
 	// In netns mode the job's own PID is another namespace's; the host's
 	// is the sleep whose parent is airlock run.
 	var job int
-	deadline := time.Now().Add(20 * time.Second)
-	for job == 0 {
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("job did not start: %s", p.Describe())
+	topology.Poll(20*time.Second, func() bool {
+		if ok, _ := p.Exited(); ok {
+			return true
 		}
-		time.Sleep(20 * time.Millisecond)
 		for _, pid := range childrenOf(p.Cmd.Process.Pid) {
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "sleep" {
 				job = pid
 			}
 		}
+		return job != 0
+	})
+	if job == 0 {
+		t.Fatalf("job did not start: %s", p.Describe())
 	}
 	killed := time.Now()
 	if err := p.Signal(syscall.SIGKILL); err != nil {
@@ -432,12 +427,9 @@ func (e *env) jobDiesWithClient(t *testing.T, mode string, pre []string) {
 		t.Fatalf("airlock run not reaped 60 s after SIGKILL: %v", err)
 	}
 	dead := time.Since(killed)
-	for !processGone(job) {
-		if time.Since(killed) > dead+10*time.Second {
-			t.Fatalf("--mode %s: job %d alive %v after airlock run was reaped (%v after its SIGKILL)",
-				mode, job, time.Since(killed)-dead, dead)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !topology.Poll(10*time.Second, func() bool { return processGone(job) }) {
+		t.Fatalf("--mode %s: job %d alive %v after airlock run was reaped (%v after its SIGKILL)",
+			mode, job, time.Since(killed)-dead, dead)
 	}
 	t.Logf("--mode %s: airlock run reaped %v after SIGKILL, its job gone %v after SIGKILL", mode,
 		dead.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
