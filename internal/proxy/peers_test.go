@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 // nobody is the uid and gid of the "other user of the node" in these
@@ -62,7 +64,7 @@ except socket.timeout:
 // claimed by whoever sent first from 127.0.0.1). It must get nothing
 // through, and the job's own datagrams must still work.
 func TestSOCKSUDPAssociateOtherUser(t *testing.T) {
-	_, udpEcho := echoServers(t)
+	_, udpEcho := echoServers(t, ipfamily.V4)
 	addr, secret := startSOCKS(t)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -206,7 +208,7 @@ s.bind((sys.argv[1], 0))
 print(s.getsockname()[1], flush=True)
 time.sleep(5)
 `
-	_, udpEcho := echoServers(t)
+	_, udpEcho := echoServers(t, ipfamily.V4)
 	addr, secret := startSOCKS(t)
 	for _, lo := range []string{"127.0.0.1", "::1"} {
 		t.Run(lo, func(t *testing.T) {

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
@@ -38,18 +40,43 @@ func testAirlock(t *testing.T, mode string) {
 
 	t.Run("StateDir", at.stateDir)
 	t.Run("TCPStack", at.tcpStack)
-	t.Run("JobNetwork", at.jobNetwork)
-	t.Run("HTTPByName100MiB", at.httpByName100MiB)
-	t.Run("UDPEcho1000", at.udpEcho1000)
-	t.Run("DNS", at.dns)
-	t.Run("Ping", at.ping)
+	// Each family's subtests where both have them; the IPv6 side of the
+	// job's network (jobIPv6) is what later IPv6 subtests use.
+	t.Run("JobNetwork", func(t *testing.T) {
+		t.Run("IPv4", at.jobNetwork)
+		t.Run("IPv6", func(t *testing.T) { at.job6 = jobIPv6(t, at.e) })
+	})
+	forFamilies(t, "HTTPByName100MiB", at.httpByName100MiB)
+	t.Run("HTTPByNameDualStack", at.httpByNameDualStack)
+	forFamilies(t, "UDPEcho", at.udpEcho)
+	t.Run("DNS", func(t *testing.T) {
+		t.Run("IPv4", at.dns)
+		t.Run("IPv6", at.dns6)
+	})
+	t.Run("Ping", func(t *testing.T) {
+		t.Run("IPv4", at.ping)
+		if mode == modeKernel {
+			// User modes: TestFallbackModes/Ping6Netns.
+			t.Run("IPv6", at.ping6)
+		}
+	})
+	if mode == modeKernel {
+		t.Run("PacketTooBig", at.packetTooBig)
+	}
+	t.Run("Iperf3IPv6BothWays", at.iperf3IPv6) // IPv4: TestIperf3
 	t.Run("ExitStatus", at.exitStatus)
 	t.Run("SIGTERMReachesJob", at.sigtermReachesJob)
 	t.Run("UID", at.uid)
 	t.Run("EnvVars", at.envVars)
 	t.Run("ConcurrentJobs", at.concurrentJobs)
 	t.Run("NoGatewayLoopback", at.noGatewayLoopback)
-	t.Run("GatewayHostDenied", at.gatewayHostDenied)
+	t.Run("GatewayHostDenied", func(t *testing.T) {
+		t.Run("IPv4", at.gatewayHostDenied)
+		t.Run("IPv6", at.floor6)
+	})
+	if mode == modeKernel {
+		t.Run("FloorIPv4Embedded", at.floorIPv4Embedded)
+	}
 
 	// The built-in floor without a config file is the conformance
 	// suite's (internal/forward/forwardtest, testFloor), in every mode.
@@ -61,13 +88,15 @@ func testAirlock(t *testing.T, mode string) {
 	// seen maps outside source ports the jobs used to their job ids, for
 	// whois after the restart; seenAt is a time when both jobs ran.
 	at.seen = map[uint16]string{}
-	t.Run("PortBlocks", at.portBlocks)
-	t.Run("Expose", func(t *testing.T) { checkExpose(t, at.e) })
-
-	t.Run("IPv6", func(t *testing.T) { at.prefix6 = checkIPv6(t, at.e) })
-	if mode == modeKernel {
-		t.Run("IPv6Kernel", func(t *testing.T) { checkIPv6Kernel(t, at.e) }) // ipv6kernel_test.go
-	}
+	t.Run("PortBlocks", func(t *testing.T) {
+		t.Run("IPv4", at.portBlocks)
+		t.Run("IPv6", at.portBlocks6)
+	})
+	t.Run("Flows", at.flows6)
+	t.Run("Expose", func(t *testing.T) {
+		t.Run("IPv4", func(t *testing.T) { checkExpose(t, at.e) })
+		t.Run("IPv6", at.expose6)
+	})
 
 	t.Run("Restart", at.restart)
 }
@@ -79,7 +108,16 @@ type airlockTest struct {
 	gwTunnel netip.Addr
 	seen     map[uint16]string
 	seenAt   time.Time
-	prefix6  netip.Prefix
+	job6     job6 // the job's IPv6 side, from JobNetwork/IPv6
+}
+
+// forFamilies runs fn(t, f) as the subtest name/IPv4 and name/IPv6.
+func forFamilies(t *testing.T, name string, fn func(*testing.T, *ipfamily.Family)) {
+	t.Run(name, func(t *testing.T) {
+		for _, f := range ipfamily.All {
+			t.Run(f.Name, func(t *testing.T) { fn(t, f) })
+		}
+	})
 }
 
 // stateDir is testAirlock's subtest StateDir.
@@ -143,24 +181,40 @@ func (at *airlockTest) jobNetwork(t *testing.T) {
 	at.gwTunnel = a
 }
 
-// httpByName100MiB is testAirlock's subtest HTTPByName100MiB.
-func (at *airlockTest) httpByName100MiB(t *testing.T) {
-	url := fmt.Sprintf("http://%s:%d/big", zoneName, at.e.httpPort)
+// Per family (by ipfamily.Family.Index): inet's address, the zone's name
+// of inet with that family's address alone, and how many datagrams
+// UDPEcho sends.
+var (
+	inetName    = [ipfamily.N]string{zoneName, zoneV6}
+	udpEchoSize = [ipfamily.N]int{1000, 300}
+)
+
+// inetAddr is inet's address of family f.
+func (e *env) inetAddr(f *ipfamily.Family) netip.Addr {
+	return [ipfamily.N]netip.Addr{e.tp.INETAddr, topology.INETAddr6}[f.Index]
+}
+
+// httpByName100MiB is testAirlock's subtest HTTPByName100MiB: 100 MiB by
+// a name with an address of f alone.
+func (at *airlockTest) httpByName100MiB(t *testing.T, f *ipfamily.Family) {
+	url := fmt.Sprintf("http://%s:%d/big", inetName[f.Index], at.e.httpPort)
 	start := time.Now()
 	out := at.e.mustRun(t, "bash", "-c", "set -o pipefail; curl -sS --max-time 60 "+url+" | sha256sum")
 	d := time.Since(start)
 	if got := strings.Fields(out); len(got) == 0 || got[0] != at.e.sha["big"] {
 		t.Fatalf("sha256 of %s = %q, want %s", url, out, at.e.sha["big"])
 	}
-	t.Logf("100 MiB by name in %v (%.0f Mbit/s including join)", d.Round(time.Millisecond), float64(bigSize)*8/d.Seconds()/1e6)
+	t.Logf("100 MiB by name over %s in %v (%.0f Mbit/s including join)", f.Name, d.Round(time.Millisecond), float64(bigSize)*8/d.Seconds()/1e6)
 }
 
-// udpEcho1000 is testAirlock's subtest UDPEcho1000.
-func (at *airlockTest) udpEcho1000(t *testing.T) {
-	ap := netip.AddrPortFrom(at.e.tp.INETAddr, uint16(at.e.udpPort)).String()
-	code, out, stderr := at.e.run(t, at.e.peer, "udpclient", ap, "1000")
-	if code != 0 || strings.TrimSpace(out) != "ok 1000" {
-		t.Fatalf("udpclient %s 1000: exit %d, %q%s", ap, code, out, at.e.diag(stderr))
+// udpEcho is testAirlock's subtest UDPEcho: udpEchoSize datagrams echoed
+// by inet's address of f.
+func (at *airlockTest) udpEcho(t *testing.T, f *ipfamily.Family) {
+	n := strconv.Itoa(udpEchoSize[f.Index])
+	ap := netip.AddrPortFrom(at.e.inetAddr(f), uint16(at.e.udpPort)).String()
+	code, out, stderr := at.e.run(t, at.e.peer, "udpclient", ap, n)
+	if code != 0 || strings.TrimSpace(out) != "ok "+n {
+		t.Fatalf("udpclient %s %s: exit %d, %q%s%s", ap, n, code, out, at.e.diag(stderr), at.e.netState(t))
 	}
 	if stderr != "" {
 		t.Logf("udpclient: %s", stderr)
@@ -272,15 +326,11 @@ func (at *airlockTest) exitStatus(t *testing.T) {
 func (at *airlockTest) sigtermReachesJob(t *testing.T) {
 	before := at.e.snapshot()
 	p := at.e.start(t, "sh", "-c", `trap "exit 42" TERM; echo ready; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; exit 7`)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.Stdout(), "ready") {
+	if !p.WaitStdout("ready", 30*time.Second) {
 		if ok, code := p.Exited(); ok {
 			t.Fatalf("job exited %d before it was ready: stdout %q%s", code, p.Stdout(), at.e.diag(p.Stderr()))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job not ready after 30 s%s", at.e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("job not ready after 30 s%s", at.e.diag(p.Stderr()))
 	}
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -472,8 +522,8 @@ func (at *airlockTest) restart(t *testing.T) {
 	checkRestart(t, at.e, at.seen, at.seenAt)
 	// The restarted gateway lives as long as this subtest (kernel
 	// mode's check ends with it stopped, to see its clean-up).
-	if at.prefix6.IsValid() && at.mode != modeKernel {
-		t.Run("IPv6", func(t *testing.T) { checkIPv6AfterRestart(t, at.e, at.prefix6) })
+	if at.job6.addr.IsValid() && at.mode != modeKernel {
+		t.Run("IPv6", func(t *testing.T) { checkIPv6AfterRestart(t, at.e, at.job6.addr) })
 	}
 }
 
@@ -561,4 +611,293 @@ func parseIperf(t *testing.T, what string, code int, out, stderr, diag string) f
 		t.Errorf("%s iperf3: sent %d, received %d bytes; want > 0", what, r.End.SumSent.Bytes, r.End.SumReceived.Bytes)
 	}
 	return r.End.SumReceived.BitsPerSecond
+}
+
+// job6 is what a dual-stack job sees of its IPv6 side.
+type job6 struct {
+	addr, gw netip.Prefix // tun0's IPv6 address; the resolv.conf's IPv6 nameserver as a /128
+}
+
+// jobIPv6 reads the job's IPv6 address, IPv6 default route and IPv6
+// nameserver, and fails the test if the job has no IPv6 address (every
+// egress mode carries IPv6).
+func jobIPv6(t *testing.T, e *env) job6 {
+	t.Helper()
+	out := e.mustRun(t, "sh", "-c", "ip -6 -o addr show dev tun0 scope global; echo ==; ip -6 route show default; echo ==; cat /etc/resolv.conf")
+	parts := strings.Split(out, "==\n")
+	if len(parts) != 3 {
+		t.Fatalf("unexpected output %q", out)
+	}
+	m := regexp.MustCompile(`inet6 (\S+)`).FindStringSubmatch(parts[0])
+	if m == nil {
+		t.Fatalf("job's tun0 has no global IPv6 address: %q%s", parts[0], e.diag(""))
+	}
+	var j job6
+	var err error
+	if j.addr, err = netip.ParsePrefix(m[1]); err != nil || !j.addr.Addr().Is6() {
+		t.Fatalf("tun0 IPv6 address %q: %v", m[1], err)
+	}
+	if !j.addr.Addr().IsPrivate() {
+		t.Errorf("job's IPv6 address %v, want one of the gateway's unique-local prefix (fd00::/8)", j.addr)
+	}
+	if !strings.Contains(parts[1], "default") || !strings.Contains(parts[1], "dev tun0") {
+		t.Errorf("IPv6 default route %q, want default dev tun0", parts[1])
+	}
+	ns := regexp.MustCompile(`(?m)^nameserver\s+(\S+)`).FindAllStringSubmatch(parts[2], -1)
+	if len(ns) < 2 {
+		t.Fatalf("job resolv.conf has %d nameservers, want the gateway's IPv4 and IPv6 tunnel addresses:\n%s", len(ns), parts[2])
+	}
+	gw, err := netip.ParseAddr(ns[1][1])
+	if err != nil || !gw.Is6() || !j.addr.Masked().Contains(gw) {
+		t.Errorf("second nameserver %q, want the gateway's IPv6 tunnel address in %v", ns[1][1], j.addr.Masked())
+	}
+	j.gw = netip.PrefixFrom(gw, 128)
+	return j
+}
+
+// need6 skips the test if JobNetwork/IPv6 found no IPv6 side of the job.
+func (at *airlockTest) need6(t *testing.T) {
+	if !at.job6.addr.IsValid() {
+		t.Skip("the job's IPv6 address is unknown (JobNetwork/IPv6 failed)")
+	}
+}
+
+// httpByNameDualStack is testAirlock's subtest HTTPByNameDualStack: a
+// name with both families' addresses is fetched, over IPv6 first.
+func (at *airlockTest) httpByNameDualStack(t *testing.T) {
+	url := fmt.Sprintf("http://%s:%d/small", zoneDual, at.e.httpPort)
+	out := at.e.mustRun(t, "bash", "-c", "set -o pipefail; curl -sS --max-time 30 "+url+" | sha256sum")
+	if got := strings.Fields(out); len(got) == 0 || got[0] != at.e.sha["small"] {
+		t.Fatalf("sha256 of %s = %q, want %s", url, out, at.e.sha["small"])
+	}
+	// getaddrinfo puts IPv6 first (the job's gai.conf), and curl,
+	// given a head start long enough for a loaded machine, connects
+	// over it (its default 200 ms race may go to IPv4 under load).
+	if out := at.e.mustRun(t, "getent", "ahosts", zoneDual); !strings.HasPrefix(out, topology.INETAddr6.String()+" ") {
+		t.Errorf("getent ahosts %s = %q, want %v first", zoneDual, out, topology.INETAddr6)
+	}
+	code, out, stderr := at.e.run(t, "curl", "-sS", "--max-time", "30", "--happy-eyeballs-timeout-ms", "5000", "-o", "/dev/null", "-w", "%{remote_ip}", url)
+	if code != 0 || strings.TrimSpace(out) != topology.INETAddr6.String() {
+		t.Errorf("curl %s: exit %d, remote ip %q, want %v (IPv6 first)%s", url, code, out, topology.INETAddr6, at.e.diag(stderr))
+	}
+}
+
+// iperf3IPv6 is testAirlock's subtest Iperf3IPv6BothWays (IPv4's, with
+// a native comparison, is TestIperf3).
+func (at *airlockTest) iperf3IPv6(t *testing.T) {
+	port := at.e.tp.StartIperf3Server(t)
+	for _, reverse := range []bool{false, true} {
+		args := []string{"iperf3", "-6", "-c", topology.INETAddr6.String(), "-p", strconv.Itoa(port), "-t", "1", "--json", "--connect-timeout", "5000"}
+		if reverse {
+			args = append(args, "-R")
+		}
+		code, out, stderr := at.e.run(t, args...)
+		bps := parseIperf(t, fmt.Sprintf("reverse=%v", reverse), code, out, stderr, at.e.diag(stderr))
+		t.Logf("%s mode: iperf3 -6 -t 1 reverse=%v: %.0f Mbit/s", at.e.mode, reverse, bps/1e6)
+	}
+}
+
+// dns6 is testAirlock's subtest DNS/IPv6: AAAA answers, the resolver on
+// the gateway's IPv6 tunnel address (UDP and TCP), getaddrinfo of a name
+// with an IPv6 address alone.
+func (at *airlockTest) dns6(t *testing.T) {
+	at.need6(t)
+	if out := at.e.mustRun(t, "dig", "+short", "+time=2", "+tries=2", "AAAA", zoneDual); strings.TrimSpace(out) != topology.INETAddr6.String() {
+		t.Errorf("dig AAAA %s = %q, want %s", zoneDual, out, topology.INETAddr6)
+	}
+	// The gateway's IPv6 tunnel address answers too, UDP and TCP.
+	for _, tcp := range []string{"+notcp", "+tcp"} {
+		if out := at.e.mustRun(t, "dig", "@"+at.job6.gw.Addr().String(), tcp, "+short", "+time=2", "+tries=2", zoneName); strings.TrimSpace(out) != at.e.tp.INETAddr.String() {
+			t.Errorf("dig @%s %s %s = %q, want %s", at.job6.gw.Addr(), tcp, zoneName, out, at.e.tp.INETAddr)
+		}
+	}
+	if out := at.e.mustRun(t, "getent", "ahosts", zoneV6); !strings.HasPrefix(out, topology.INETAddr6.String()+" ") {
+		t.Errorf("getent ahosts %s = %q, want %s", zoneV6, out, topology.INETAddr6)
+	}
+}
+
+// ping6 is testAirlock's subtest Ping/IPv6 (kernel mode): inet, and the
+// gateway's IPv6 tunnel address (the job's second nameserver), which the
+// gateway host answers itself, through the host's forwarding.
+func (at *airlockTest) ping6(t *testing.T) {
+	// inet, and the gateway's IPv6 tunnel address (the job's second
+	// nameserver), which the gateway host answers itself.
+	out := at.e.mustRun(t, "sh", "-c", "ping -6 -c 2 -i 0.2 -W 2 "+topology.INETAddr6.String()+" && "+
+		"ping -6 -c 1 -W 2 $(awk '/^nameserver .*:/ {print $2; exit}' /etc/resolv.conf)")
+	if n := strings.Count(out, " 0% packet loss"); n != 2 {
+		t.Errorf("ping -6 to inet and to the gateway's IPv6 tunnel address: %q", out)
+	}
+}
+
+// packetTooBig is testAirlock's subtest PacketTooBig (kernel mode): a
+// packet too big from the gateway reaches the job (IPv6 path MTU
+// discovery).
+func (at *airlockTest) packetTooBig(t *testing.T) {
+	// dmz's side of its link to inet narrowed to the IPv6 minimum:
+	// the gateway answers a larger packet from a job with packet too
+	// big, which the job's kernel takes as its path MTU. (A packet
+	// too big from a router beyond the gateway, through the NAT:
+	// internal/forward/kernel TestIPv6Traffic.)
+	_, mtu, _ := at.e.tp.Run(t, 10*time.Second, at.e.tp.DMZ, nil, "cat", "/sys/class/net/"+topology.IfDMZToINET+"/mtu")
+	if code, _, stderr := at.e.tp.Run(t, 10*time.Second, at.e.tp.DMZ, nil, "ip", "link", "set", topology.IfDMZToINET, "mtu", "1280"); code != 0 {
+		t.Fatalf("mtu 1280 on %s: %s", topology.IfDMZToINET, stderr)
+	}
+	t.Cleanup(func() {
+		at.e.tp.Run(t, 10*time.Second, at.e.tp.DMZ, nil, "ip", "link", "set", topology.IfDMZToINET, "mtu", strings.TrimSpace(mtu))
+	})
+	a := topology.INETAddr6.String()
+	code, out, stderr := at.e.run(t, "sh", "-c", "ping -6 -c 3 -i 0.3 -W 1 -M do -s 1300 "+a+"; ip -6 route get "+a+"; ping -6 -c 1 -W 2 -M do -s 1200 "+a)
+	if !regexp.MustCompile(`mtu 1280`).MatchString(out) {
+		t.Errorf("after a 1348-byte ping over a 1280 link, the job's route to %s has no mtu 1280 (exit %d): %q%s", a, code, out, at.e.diag(stderr))
+	}
+	if !strings.Contains(out, "1 received") {
+		t.Errorf("a ping that fits the path MTU got no answer: %q", out)
+	}
+}
+
+// floor6 is testAirlock's subtest GatewayHostDenied/IPv6.
+func (at *airlockTest) floor6(t *testing.T) {
+	at.need6(t)
+	// The gateway host's own IPv6 addresses, another tunnel address,
+	// unique-local and link-local destinations: refused at connect.
+	for _, dst := range []netip.AddrPort{
+		netip.AddrPortFrom(topology.DMZAddrCN6, gatewayPort),
+		netip.AddrPortFrom(topology.DMZAddrINET6, gatewayPort),
+		netip.AddrPortFrom(at.job6.addr.Addr().Next(), 80),
+		netip.AddrPortFrom(netip.MustParseAddr("fd00::1"), 80),
+		netip.AddrPortFrom(netip.MustParseAddr("::ffff:127.0.0.1"), 80),
+	} {
+		if code, out, _ := at.e.run(t, at.e.peer, "tcpcheck", dst.String()); code == 0 {
+			t.Errorf("job reached %v over IPv6: %q", dst, out)
+		}
+	}
+}
+
+// floorIPv4Embedded is testAirlock's subtest FloorIPv4Embedded (kernel
+// mode): IPv6 addresses that embed IPv4 ones (NAT64, 6to4 and Teredo
+// images of the floor and of protected ranges) and unique-local ones are
+// refused at once, with a reset.
+func (at *airlockTest) floorIPv4Embedded(t *testing.T) {
+	// Each refused at once with a reset (curl: 7, could not connect),
+	// not by a timeout.
+	for _, dst := range []string{
+		"[64:ff9b::7f00:1]:80",    // NAT64 of loopback: floor
+		"[2002:6440:2::1]:80",     // 6to4 of the tunnel subnet: floor
+		"[fd00:dead::1]:80",       // unique-local: builtin-private
+		"[64:ff9b::a9fe:a9fe]:80", // NAT64 of the metadata endpoint
+		"[2001:0:a00:1::1]:80",    // Teredo, server in 10/8: builtin-private
+	} {
+		start := time.Now()
+		code, _, stderr := at.e.run(t, "curl", "-sS", "--max-time", "5", "http://"+dst+"/")
+		if d := time.Since(start); code != 7 || d > 4*time.Second {
+			t.Errorf("curl %s: exit %d after %v, want 7 (refused) at once%s", dst, code, d.Round(time.Millisecond), at.e.diag(stderr))
+		}
+	}
+}
+
+// portBlocks6 is testAirlock's subtest PortBlocks/IPv6: a job's IPv6
+// connections leave from the gateway's IPv6 egress address within its
+// port block, and whois names it.
+func (at *airlockTest) portBlocks6(t *testing.T) {
+	at.need6(t)
+	port := at.e.tp.StartTCPSrcPort(t)
+	srv := netip.AddrPortFrom(topology.INETAddr6, uint16(port)).String()
+	const job = "e2e-ipv6-block"
+	p := at.e.startWith(t, runOpts{env: []string{"AIRLOCK_JOB_ID=" + job}}, "sh", "-c", at.e.peer+" tcpsrcclient "+srv+" 3 && sleep 1")
+	code, err := p.Wait(runTimeout)
+	if err != nil || code != 0 {
+		t.Fatalf("job: exit %d (%v), stdout %q%s", code, err, p.Stdout(), at.e.diag(p.Stderr()))
+	}
+	during := time.Now().Add(-500 * time.Millisecond)
+	lines := strings.Fields(p.Stdout())
+	if len(lines) != 3 {
+		t.Fatalf("%d answers, want 3: %q", len(lines), p.Stdout())
+	}
+	for _, l := range lines {
+		ap, err := netip.ParseAddrPort(l)
+		if err != nil {
+			t.Fatalf("bad answer %q", l)
+		}
+		if ap.Addr() != topology.DMZAddrINET6 {
+			t.Errorf("connection came from %v, want the gateway's IPv6 egress address %v", ap.Addr(), topology.DMZAddrINET6)
+		}
+		recs := at.e.whois(t, ap, during)
+		if len(recs) != 1 || recs[0].JobID != job {
+			t.Errorf("whois %v: got %+v, want exactly job %s", ap, recs, job)
+			continue
+		}
+		if a, _ := attributionAt(recs, ap.Addr()); a.Addr != ap.Addr() || ap.Port() < a.PortLo || ap.Port() > a.PortHi {
+			t.Errorf("port %d outside the job's block %+v", ap.Port(), a)
+		}
+		if len(recs[0].TunnelAddrs) != 2 || !at.job6.addr.Masked().Contains(recs[0].TunnelAddrs[1]) {
+			t.Errorf("whois record's tunnel addresses %v, want an IPv6 one of %v", recs[0].TunnelAddrs, at.job6.addr.Masked())
+		}
+	}
+}
+
+// flows6 is testAirlock's subtest Flows: a job's IPv6 download has its
+// flow record (IPv4's flow records: TestFlows).
+func (at *airlockTest) flows6(t *testing.T) {
+	const job = "e2e-ipv6-flows"
+	url := fmt.Sprintf("http://[%s]:%d/small", topology.INETAddr6, at.e.httpPort)
+	if code, _, stderr := at.e.runWith(t, runOpts{env: []string{"AIRLOCK_JOB_ID=" + job}}, "curl", "-sS", "--max-time", "30", "-o", "/dev/null", url); code != 0 {
+		t.Fatalf("curl %s: exit %d%s", url, code, at.e.diag(stderr))
+	}
+	dst := netip.AddrPortFrom(topology.INETAddr6, uint16(at.e.httpPort)).String()
+	var rec *flows.Record
+	topology.Poll(10*time.Second, func() bool {
+		for _, r := range at.e.flows(t, job).Recent {
+			if r.Dst == dst && r.JobID == job {
+				rec = &r
+				return true
+			}
+		}
+		return false
+	})
+	if rec == nil {
+		t.Fatalf("no flow record of job %s to %s%s", job, dst, at.e.diag(""))
+	}
+	if rec.BytesIn < smallSize {
+		t.Errorf("flow to %s: %d bytes in, want at least %d", dst, rec.BytesIn, smallSize)
+	}
+}
+
+// expose6 is testAirlock's subtest Expose/IPv6: an exposed port on the
+// gateway's IPv6 address, and airlock status naming the job's IPv6
+// address.
+func (at *airlockTest) expose6(t *testing.T) {
+	at.need6(t)
+	x := at.e.startExposed(t, "v6", "--expose", "8080")
+	defer x.p.Kill()
+	ap := netip.AddrPortFrom(topology.DMZAddrINET6, x.tcp.Port())
+	code, out, _ := at.e.inetGet(t, "tcpget", ap)
+	if code != 0 || !strings.Contains(out, "hello from v6") {
+		t.Errorf("tcpget %v (the exposed port on the gateway's IPv6 address): exit %d, %q%s", ap, code, out, at.e.diag(""))
+	}
+	// airlock status names the running job's IPv6 address.
+	found := false
+	for _, js := range at.e.status(t).Jobs {
+		if js.JobID == "expose-v6" {
+			found = true
+			if len(js.Addrs) != 2 || !at.job6.addr.Masked().Contains(js.Addrs[1]) {
+				t.Errorf("airlock status: job expose-v6 has addresses %v, want an IPv6 one of %v", js.Addrs, at.job6.addr.Masked())
+			}
+		}
+	}
+	if !found {
+		t.Error("airlock status does not list job expose-v6")
+	}
+}
+
+// checkIPv6AfterRestart: after a restart the gateway keeps its IPv6
+// tunnel prefix (state dir) and jobs reach IPv6 destinations again.
+func checkIPv6AfterRestart(t *testing.T, e *env, before netip.Prefix) {
+	j := jobIPv6(t, e)
+	if before.IsValid() && j.addr.Masked() != before.Masked() {
+		t.Errorf("IPv6 tunnel prefix after restart %v, was %v (want it kept in the state dir)", j.addr.Masked(), before.Masked())
+	}
+	ap := netip.AddrPortFrom(topology.INETAddr6, uint16(e.udpPort)).String()
+	if code, out, stderr := e.run(t, e.peer, "udpclient", ap, "10"); code != 0 || strings.TrimSpace(out) != "ok 10" {
+		t.Errorf("udpclient %s after restart: exit %d, %q%s", ap, code, out, e.diag(stderr))
+	}
 }

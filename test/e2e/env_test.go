@@ -34,6 +34,22 @@ const (
 	runTimeout  = 90 * time.Second
 )
 
+// Names of the env's DNS zone beside zoneName (IPv4 only): one with both
+// families, one with inet's IPv6 address only.
+const (
+	zoneDual = "dual.airlock.test"
+	zoneV6   = "v6only.airlock.test"
+)
+
+// envZone is the env's DNS zone.
+func envZone(tp *topology.Topology) map[string][]netip.Addr {
+	return map[string][]netip.Addr{
+		zoneName + ".": {tp.INETAddr},
+		zoneDual + ".": {tp.INETAddr, topology.INETAddr6},
+		zoneV6 + ".":   {topology.INETAddr6},
+	}
+}
+
 // Egress modes the gateway runs in.
 const (
 	// modeUser is the default user mode: unprivileged, jobs' IPv4 TCP
@@ -123,7 +139,7 @@ func newEnvHook(t testing.TB, mode string, topo []topology.Option, hook func(*en
 	}
 	e.httpPort, e.sha = e.tp.StartHTTP(t, map[string]int64{"big": bigSize, "small": smallSize})
 	e.udpPort = e.tp.StartUDPEcho(t)
-	e.dnsAddr = e.tp.StartDNSZone(t, e.tp.INET, e.tp.INETAddr, envZone(e.tp)) // ipv6_test.go
+	e.dnsAddr = e.tp.StartDNSZone(t, e.tp.INET, e.tp.INETAddr, envZone(e.tp))
 	e.tp.SetResolvConf(e.tp.DMZ, e.dnsAddr)
 
 	// The state directory's parent is owned by the gateway's user so that

@@ -26,12 +26,9 @@ type exposedJob struct {
 func (e *env) startExposed(t *testing.T, name string, flags ...string) exposedJob {
 	t.Helper()
 	p := e.startWith(t, runOpts{flags: flags, env: []string{"AIRLOCK_JOB_ID=expose-" + name}}, e.peer, "jobserve", "8080", "25", name)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(p.Stdout(), "ready\n") {
-		if ok, code := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("exposed job %s not ready (exited %v, %d): stdout %q%s", name, ok, code, p.Stdout(), e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !p.WaitStdout("ready\n", 30*time.Second) {
+		ok, code := p.Exited()
+		t.Fatalf("exposed job %s not ready (exited %v, %d): stdout %q%s", name, ok, code, p.Stdout(), e.diag(p.Stderr()))
 	}
 	j := exposedJob{p: p}
 	for _, l := range strings.Split(p.Stdout(), "\n") {

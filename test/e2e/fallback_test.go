@@ -5,6 +5,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
@@ -74,7 +76,7 @@ print("ok", ok, src)
 // process tree, nothing changed on the host) in each fallback mode, and
 // checks what auto picks with and without user namespaces.
 func TestFallbackModes(t *testing.T) {
-	v6 := &fallback6{} // fallback6_test.go
+	v6 := &fallback6{}
 	e := newEnvHook(t, modeUser, v6.topology(), v6.hook(t))
 	topology.BuildPreload(t) // next to the airlock binary, where airlock run finds it
 	iperfPort := e.tp.StartIperf3Server(t)
@@ -166,8 +168,8 @@ func TestFallbackModes(t *testing.T) {
 			t.Logf("airlock run --mode %s -- true: median %v of 5 (with ip netns exec and setpriv)", mode, ds[2].Round(100*time.Microsecond))
 		}
 	})
-	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) })         // fallback6_test.go
-	t.Run("ExposeTCPIPv6", func(t *testing.T) { runExposeIPv6(t, e) }) // fallback6_test.go
+	t.Run("Ping6Netns", func(t *testing.T) { runPing6(t, e) })
+	t.Run("ExposeTCPIPv6", func(t *testing.T) { runExposeIPv6(t, e) })
 	t.Run("TUN0600", func(t *testing.T) {
 		// A node that ships /dev/net/tun 0600 (a node of the device with
 		// that mode, in a mount namespace of airlock run's own): --mode
@@ -242,12 +244,8 @@ func TestFallbackModes(t *testing.T) {
 				// comes back.
 				argv := e.command(runOpts{flags: []string{"--mode", mode}}, "sh", "-c", `trap "exit 42" TERM; echo ready; sleep 30 & wait`)
 				p := e.tp.Start(t, e.tp.CN, e.u, e.peer, append([]string{"nouserns"}, argv...)...)
-				deadline := time.Now().Add(20 * time.Second)
-				for !strings.Contains(p.Stdout(), "ready") {
-					if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-						t.Fatalf("job did not start: %s", p.Describe())
-					}
-					time.Sleep(20 * time.Millisecond)
+				if !p.WaitStdout("ready", 20*time.Second) {
+					t.Fatalf("job did not start: %s", p.Describe())
 				}
 				if err := p.Signal(syscall.SIGTERM); err != nil {
 					t.Fatal(err)
@@ -279,23 +277,28 @@ func TestFallbackModes(t *testing.T) {
 					}
 				})
 			}
-			t.Run("UDPEcho", func(t *testing.T) {
+			forFamilies(t, "UDPEcho", func(t *testing.T, f *ipfamily.Family) {
+				if f == ipfamily.V6 && mode == "proxy" {
+					t.Skip("proxy mode's SOCKS UDP relay to IPv6: internal/proxy TestSOCKSUDPAssociate/IPv6")
+				}
 				// seccomp catches connect(): the client connects its
 				// socket, as its line says it must.
 				how := map[string]string{"seccomp": "connected", "preload": "direct", "proxy": "socks"}[mode]
-				code, out, stderr := run(t, mode, runTimeout, "/usr/bin/python3", py, inet, strconv.Itoa(e.udpPort), "200", how)
-				want := "ok 200 " + inet
+				dst, n := e.inetAddr(f).String(), strconv.Itoa(fallbackUDPCount[f.Index])
+				code, out, stderr := run(t, mode, runTimeout, "/usr/bin/python3", py, dst, strconv.Itoa(e.udpPort), n, how)
+				want := "ok " + n + " " + dst
 				if how == "connected" {
-					want = "ok 200 connected"
+					want = "ok " + n + " connected"
 				}
 				if code != 0 || strings.TrimSpace(out) != want {
-					t.Errorf("udp echo (%s): exit %d, %q, want %q%s", how, code, out, want, e.diag(stderr))
+					t.Errorf("udp echo to %s (%s): exit %d, %q, want %q%s", dst, how, code, out, want, e.diag(stderr))
 				}
 				if mode == "seccomp" {
 					// A connected UDP socket (Go's net.Dial) is caught too.
-					code, out, stderr := run(t, mode, runTimeout, e.peer, "udpclient", fmt.Sprintf("%s:%d", inet, e.udpPort), "200")
-					if code != 0 || strings.TrimSpace(out) != "ok 200" {
-						t.Errorf("udpclient: exit %d, %q%s", code, out, e.diag(stderr))
+					ap := netip.AddrPortFrom(e.inetAddr(f), uint16(e.udpPort)).String()
+					code, out, stderr := run(t, mode, runTimeout, e.peer, "udpclient", ap, n)
+					if code != 0 || strings.TrimSpace(out) != "ok "+n {
+						t.Errorf("udpclient %s: exit %d, %q%s", ap, code, out, e.diag(stderr))
 					}
 				}
 			})
@@ -360,16 +363,16 @@ func TestFallbackModes(t *testing.T) {
 					}
 				})
 			}
-			t.Run("IPv6", func(t *testing.T) { runFallbackIPv6(t, e, v6, mode, run) }) // fallback6_test.go
+			t.Run("IPv6", func(t *testing.T) { runFallbackIPv6(t, e, v6, mode, run) })
 		})
 	}
 }
 
 // processesWith lists the processes whose command line contains s, after
-// giving exiting ones a moment.
+// giving exiting ones a moment (2 s).
 func processesWith(s string) []string {
 	var found []string
-	for attempt := 0; attempt < 20; attempt++ {
+	topology.Poll(2*time.Second, func() bool {
 		found = found[:0]
 		dirs, _ := os.ReadDir("/proc")
 		for _, d := range dirs {
@@ -381,11 +384,8 @@ func processesWith(s string) []string {
 				found = append(found, d.Name()+" "+strings.ReplaceAll(string(b), "\x00", " "))
 			}
 		}
-		if len(found) == 0 {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(found) == 0
+	})
 	return found
 }
 
@@ -405,17 +405,19 @@ func (e *env) jobDiesWithClient(t *testing.T, mode string, pre []string) {
 	// In netns mode the job's own PID is another namespace's; the host's
 	// is the sleep whose parent is airlock run.
 	var job int
-	deadline := time.Now().Add(20 * time.Second)
-	for job == 0 {
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("job did not start: %s", p.Describe())
+	topology.Poll(20*time.Second, func() bool {
+		if ok, _ := p.Exited(); ok {
+			return true
 		}
-		time.Sleep(20 * time.Millisecond)
 		for _, pid := range childrenOf(p.Cmd.Process.Pid) {
 			if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "sleep" {
 				job = pid
 			}
 		}
+		return job != 0
+	})
+	if job == 0 {
+		t.Fatalf("job did not start: %s", p.Describe())
 	}
 	killed := time.Now()
 	if err := p.Signal(syscall.SIGKILL); err != nil {
@@ -425,12 +427,9 @@ func (e *env) jobDiesWithClient(t *testing.T, mode string, pre []string) {
 		t.Fatalf("airlock run not reaped 60 s after SIGKILL: %v", err)
 	}
 	dead := time.Since(killed)
-	for !processGone(job) {
-		if time.Since(killed) > dead+10*time.Second {
-			t.Fatalf("--mode %s: job %d alive %v after airlock run was reaped (%v after its SIGKILL)",
-				mode, job, time.Since(killed)-dead, dead)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !topology.Poll(10*time.Second, func() bool { return processGone(job) }) {
+		t.Fatalf("--mode %s: job %d alive %v after airlock run was reaped (%v after its SIGKILL)",
+			mode, job, time.Since(killed)-dead, dead)
 	}
 	t.Logf("--mode %s: airlock run reaped %v after SIGKILL, its job gone %v after SIGKILL", mode,
 		dead.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
@@ -464,4 +463,135 @@ func processGone(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i > 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// fallbackUDPCount is how many datagrams UDPEcho sends per family.
+var fallbackUDPCount = [ipfamily.N]int{200, 50}
+
+// fallback6 is what TestFallbackModes adds for IPv6: the single-stack
+// outside hosts, an HTTP server on the IPv6-only one, and a DNS server on
+// inet's IPv6 address (the gateway's upstream) that also serves the
+// IPv6-only host's name.
+type fallback6 struct {
+	v6Port  int    // HTTP on topology.V6HostAddr
+	udpEcho string // path of udpEchoPy (set by TestFallbackModes)
+}
+
+// topology is the option the environment's topology needs.
+func (f *fallback6) topology() []topology.Option {
+	return []topology.Option{topology.WithSingleStackHosts()}
+}
+
+// hook is the environment's gateway hook (newEnvHook): it starts the
+// servers and names the DNS server as the gateway's upstream.
+func (f *fallback6) hook(t *testing.T) func(e *env) []string {
+	return func(e *env) []string {
+		f.v6Port, _ = e.tp.StartHTTPIn(t, e.tp.V6Host, topology.V6HostAddr, map[string]int64{"small": smallSize})
+		dns := e.tp.StartDNSZone(t, e.tp.INET, topology.INETAddr6, map[string][]netip.Addr{
+			zoneName:          {e.tp.INETAddr},
+			topology.NameDual: {e.tp.INETAddr, topology.INETAddr6},
+			topology.NameV6:   {topology.V6HostAddr},
+		})
+		return []string{"--dns-upstream", netip.AddrPortFrom(dns, 53).String()}
+	}
+}
+
+// httpGetPy fetches /small over HTTP/1.0 from a socket of the family
+// argv[1] ("4" or "6") connected to (argv[2], argv[3]) and prints
+// "status LINE bytes N peerfamily F".
+const httpGetPy = `
+import socket, sys
+fam = socket.AF_INET6 if sys.argv[1] == "6" else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.settimeout(20)
+s.connect((sys.argv[2], int(sys.argv[3])))
+s.sendall(b"GET /small HTTP/1.0\r\nHost: x\r\n\r\n")
+d = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    d += b
+head, _, body = d.partition(b"\r\n\r\n")
+print("status", head.split(b"\r\n")[0].decode(), "bytes", len(body))
+`
+
+// runFallbackIPv6 runs the IPv6 subtests of one fallback mode that IPv4 has no twin of (UDPEcho runs per family) (seccomp,
+// preload or proxy); run runs airlock run --mode mode -- ARGS without user
+// namespaces, as in TestFallbackModes. The job's lease is dual-stack (the
+// gateway's default).
+func runFallbackIPv6(t *testing.T, e *env, f *fallback6, mode string, run func(t *testing.T, mode string, timeout time.Duration, args ...string) (int, string, string)) {
+	inet := e.tp.INETAddr.String()
+	// Programs that honour proxy variables would use them in preload mode
+	// too; --noproxy makes curl test the interception.
+	curl := "curl -sS --max-time 30 -g -w ' %{remote_ip}'"
+	if mode != "proxy" {
+		curl += " --noproxy '*'"
+	}
+	small := e.sha["small"]
+	t.Run("Curl", func(t *testing.T) {
+		for _, tc := range []struct{ name, url string }{
+			// An IPv6 literal (proxy mode: an absolute URI with one).
+			{"literal", fmt.Sprintf("http://[%s]:%d/small", topology.INETAddr6, e.httpPort)},
+			// A name with only an AAAA record: the IPv6-only host.
+			{"v6-only-name", fmt.Sprintf("http://%s:%d/small", topology.NameV6, f.v6Port)},
+			// A dual-stack name.
+			{"dual-stack-name", fmt.Sprintf("http://%s:%d/small", topology.NameDual, e.httpPort)},
+		} {
+			code, out, stderr := run(t, mode, runTimeout, "bash", "-c", "set -o pipefail; "+curl+" '"+tc.url+"' | (head -c "+strconv.Itoa(smallSize)+" | sha256sum; cat)")
+			if got := strings.Fields(out); code != 0 || len(got) < 3 || got[0] != small {
+				t.Errorf("%s: curl %s: exit %d, %q, want sha256 %s%s", tc.name, tc.url, code, out, small, e.diag(stderr))
+				continue
+			}
+			t.Logf("%s: %s reached from %s", mode, tc.url, strings.Fields(out)[2])
+		}
+	})
+	if mode != "proxy" {
+		t.Run("V4MappedFromIPv6Socket", func(t *testing.T) {
+			// A dual-stack program's AF_INET6 socket connecting to an
+			// IPv4-mapped address: caught (sockaddr_in6) and carried as
+			// IPv4.
+			code, out, stderr := run(t, mode, runTimeout, "/usr/bin/python3", "-c", httpGetPy, "6", "::ffff:"+inet, fmt.Sprint(e.httpPort))
+			want := fmt.Sprintf(" 200 OK bytes %d", smallSize)
+			if code != 0 || !strings.Contains(out, want) {
+				t.Errorf("AF_INET6 socket to ::ffff:%s: exit %d, %q, want %q%s", inet, code, out, want, e.diag(stderr))
+			}
+		})
+	}
+}
+
+// runPing6 pings over IPv6 from a netns job: inet answers (relayed
+// through the user-mode gateway's ICMPv6 ping sockets), so does the
+// gateway's IPv6 tunnel address (its netstack); the gateway host's own
+// address does not (the floor).
+func runPing6(t *testing.T, e *env) {
+	code, out, stderr := e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "2", "-W", "5", topology.INETAddr6.String())
+	if code != 0 || !strings.Contains(out, "2 received") || !strings.Contains(out, "from "+topology.INETAddr6.String()) {
+		t.Errorf("ping -6 %s from a netns job: exit %d, %q, want 2 replies from it%s", topology.INETAddr6, code, out, e.diag(stderr))
+	}
+	// The gateway's IPv6 tunnel address (the job's second resolver)
+	// answers itself.
+	code, out, stderr = e.runWith(t, runOpts{}, "bash", "-c",
+		`gw6=$(awk '$1 == "nameserver" && $2 ~ /:/ {print $2; exit}' /etc/resolv.conf); echo "gw6 $gw6"; ping -6 -n -c 1 -W 2 "$gw6"`)
+	if code != 0 || !strings.Contains(out, "1 received") {
+		t.Errorf("ping -6 to the gateway's IPv6 tunnel address from a netns job: exit %d, %q, want a reply%s", code, out, e.diag(stderr))
+	}
+	code, out, _ = e.runWith(t, runOpts{}, "ping", "-6", "-n", "-c", "1", "-W", "1", topology.DMZAddrINET6.String())
+	if code == 0 || strings.Contains(out, "1 received") {
+		t.Errorf("ping -6 %s (the gateway host's own address) from a netns job: exit %d, %q, want no reply", topology.DMZAddrINET6, code, out)
+	}
+}
+
+// runExposeIPv6: a seccomp-mode job's exposed port is reached over IPv6
+// too, at the gateway's IPv6 address (a user-mode gateway carries it to
+// the job's IPv4 tunnel address; the client's stack listens on the job's
+// IPv6 tunnel address as well, for gateways that send it there).
+func runExposeIPv6(t *testing.T, e *env) {
+	j := e.startExposed(t, "fallback6", "--mode", "seccomp", "--expose", "8080")
+	defer j.p.Kill()
+	ap := netip.AddrPortFrom(topology.DMZAddrINET6, j.tcp.Port())
+	code, out, _ := e.inetGet(t, "tcpget", ap)
+	if code != 0 || strings.TrimSpace(out) != "hello from fallback6" {
+		t.Errorf("tcpget %v from inet (the exposed port on the gateway's IPv6 address): exit %d, %q, want hello from fallback6%s", ap, code, out, e.diag(j.p.Stderr()))
+	}
 }

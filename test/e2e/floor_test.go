@@ -67,7 +67,7 @@ var (
 // reaches the NAT64 form of a documentation address but none of the floor
 // ones; a config rule that names the NAT64 form of 100.100.0.10 opens it
 // for the jobs of one token only. Kernel mode's refusal of embedded forms
-// is checked by TestAirlock/kernel/IPv6Kernel/FloorEmbedded and, per
+// is checked by TestAirlock/kernel/FloorIPv4Embedded and, per
 // address, by the conformance suite and TestPolicy6MatchesDecide.
 func TestFloorNAT64(t *testing.T) {
 	for _, mode := range []string{modeUser, modeUserNetstack} {

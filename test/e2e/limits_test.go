@@ -144,3 +144,31 @@ func (e *env) iperfPair(t *testing.T, limited string, ports []int, reverse bool)
 	}
 	return got[0], got[1]
 }
+
+// checkLimitsIPv6: in every mode a job's IPv6 flows are under its limits:
+// the bandwidth limit (iperf3 over IPv6 to iperfPort for 3 s) and the
+// flow limit (MaxFlows connections over IPv6, the rest refused at once).
+func checkLimitsIPv6(t *testing.T, e *env, limited string, iperfPort int) {
+	args := []string{"iperf3", "-6", "-c", topology.INETAddr6.String(), "-p", strconv.Itoa(iperfPort), "-t", "3", "--json", "--connect-timeout", "5000"}
+	code, out, stderr := e.runWith(t, runOpts{token: limited}, args...)
+	bps := parseIperf(t, "limited job over IPv6", code, out, stderr, e.diag(stderr))
+	t.Logf("%s mode: limited job, iperf3 -6 -t 3: %.1f Mbit/s (limit %.0f)", e.mode, bps/1e6, limitRate/1e6)
+	// The cap is the property; see TestLimits for the lower bound.
+	if bps < 0.5*limitRate || bps > 1.15*limitRate {
+		t.Errorf("limited job over IPv6 got %.1f Mbit/s, want at most %.0f (+15%%) and at least half of it", bps/1e6, limitRate/1e6)
+	}
+	port := e.tp.Port()
+	p := e.tp.Start(t, e.tp.INET, nil, e.peer, "tcpecho", fmt.Sprintf("[::]:%d", port))
+	srv := netip.AddrPortFrom(topology.INETAddr6, uint16(port))
+	e.tp.WaitTCP(t, e.tp.INET, srv, p)
+	time.Sleep(time.Second) // refill the new-flow bucket
+	const over = 2
+	code, out, stderr = e.runWith(t, runOpts{token: limited}, e.peer, "tcpflows", srv.String(), strconv.Itoa(limitMaxFlows+over), "0s")
+	var ok, failed int
+	if _, err := fmt.Sscanf(out, "ok=%d failed=%d", &ok, &failed); code != 0 || err != nil {
+		t.Fatalf("tcpflows over IPv6: exit %d, %q (%v)%s", code, out, err, e.diag(stderr))
+	}
+	if ok != limitMaxFlows || failed != over {
+		t.Errorf("tcpflows over IPv6: ok=%d failed=%d, want ok=%d failed=%d (max %d flows)", ok, failed, limitMaxFlows, over, limitMaxFlows)
+	}
+}

@@ -515,3 +515,41 @@ func rawPeer(t *testing.T, peer string) string {
 	}
 	return path
 }
+
+// ula6Prefix is a unique-local prefix on inet that TestPolicy's rule
+// lab-ula6 opens for token lab (builtin-private refuses it for others).
+var ula6Prefix = netip.MustParsePrefix("fd99:a1::/64")
+
+// checkPolicyIPv6: in every mode, policy rules judge jobs' IPv6 flows: a
+// port deny rule without addresses, an IPv6 allow rule scoped to a token
+// over builtin-private, and the built-in protection of the gateway host's
+// own IPv6 addresses. get runs tcpget in a job of a token.
+func checkPolicyIPv6(t *testing.T, e *env, get func(*testing.T, string, netip.AddrPort) bool, lab string, okPort, denyPort int) {
+	tp := e.tp
+	ula := ula6Prefix.Addr().Next()
+	mustCmd(t, "ip", "-n", tp.INET, "-6", "addr", "add", ula.String()+"/128", "dev", topology.IfINETToDMZ, "nodad")
+	mustCmd(t, "ip", "-n", tp.DMZ, "-6", "route", "add", ula.String()+"/128", "via", topology.INETAddr6.String())
+	for _, port := range []int{okPort, denyPort} {
+		tp.StartTCPListener(t, tp.INET, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port)))
+	}
+	hostPort := tp.Port()
+	tp.StartTCPListener(t, tp.DMZ, netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(hostPort)))
+	inet6 := func(port int) netip.AddrPort { return netip.AddrPortFrom(topology.INETAddr6, uint16(port)) }
+	for _, tc := range []struct {
+		tok  string
+		dst  netip.AddrPort
+		want bool
+		why  string
+	}{
+		{"", inet6(okPort), true, "no rule"},
+		{"", inet6(denyPort), false, "the deny rule of its port"},
+		{lab, netip.AddrPortFrom(ula, uint16(okPort)), true, "lab-ula6 for token lab"},
+		{"", netip.AddrPortFrom(ula, uint16(okPort)), false, "builtin-private"},
+		{lab, netip.AddrPortFrom(topology.DMZAddrINET6, uint16(hostPort)), false, "builtin-host"},
+		{lab, netip.AddrPortFrom(topology.DMZAddrCN6, uint16(hostPort)), false, "builtin-host"},
+	} {
+		if got := get(t, tc.tok, tc.dst); got != tc.want {
+			t.Errorf("%v for token %q: allowed %v, want %v (%s)", tc.dst, tc.tok, got, tc.want, tc.why)
+		}
+	}
+}

@@ -4,7 +4,6 @@ package topology
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -200,25 +199,21 @@ func (tp *Topology) WaitTCP(t testing.TB, ns string, addr netip.AddrPort, p *Pro
 	tp.waitFor(t, p, 10*time.Second, func() bool { return tp.TCPCheck(t, ns, nil, addr) })
 }
 
-// waitFor polls ready every 50 ms until it returns true, p exits, or
-// timeout passes; the last two fail the test.
+// waitFor polls ready (Poll) until it returns true, p exits, or timeout
+// passes; the last two fail the test.
 func (tp *Topology) waitFor(t testing.TB, p *Process, timeout time.Duration, ready func() bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	for {
-		if ok, _ := p.Exited(); ok {
-			t.Fatalf("peer exited before it was ready: %s", p.Describe())
-		}
-		if ready() {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("peer not ready after %v: %s", timeout, p.Describe())
-		case <-time.After(50 * time.Millisecond):
-		}
+	exited := false
+	if Poll(timeout, func() bool {
+		exited, _ = p.Exited()
+		return exited || ready()
+	}) && !exited {
+		return
 	}
+	if exited {
+		t.Fatalf("peer exited before it was ready: %s", p.Describe())
+	}
+	t.Fatalf("peer not ready after %v: %s", timeout, p.Describe())
 }
 
 // StartTCPSink starts a server in inet on all addresses that holds every

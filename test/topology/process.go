@@ -85,6 +85,34 @@ func (p *Process) Exited() (bool, int) {
 	}
 }
 
+// WaitStdout waits up to timeout for the process's output to contain s;
+// it reports false if the process exited or time ran out first.
+func (p *Process) WaitStdout(s string, timeout time.Duration) bool {
+	return Poll(timeout, func() bool {
+		ok, _ := p.Exited()
+		return ok || strings.Contains(p.Stdout(), s)
+	}) && strings.Contains(p.Stdout(), s)
+}
+
+// Poll calls cond, at once and then every 20 ms, until it returns true or
+// timeout passes; it reports whether cond returned true. It is the one
+// bounded wait on a condition of the tests: where an event has no
+// channel to wait on, poll it with Poll rather than a loop of sleeps.
+func Poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+	return true
+}
+
 // Signal sends sig to the process itself (not its group).
 func (p *Process) Signal(sig syscall.Signal) error {
 	return syscall.Kill(p.Cmd.Process.Pid, sig)

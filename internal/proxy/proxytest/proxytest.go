@@ -13,12 +13,23 @@ import (
 	"testing"
 )
 
+// loopback4 is where TCPServer and UDPEcho listen.
+var loopback4 = netip.MustParseAddr("127.0.0.1")
+
 // TCPServer listens on 127.0.0.1 and runs handle for every connection
 // (closing it after), until the test ends; it returns its address.
 func TCPServer(t testing.TB, handle func(net.Conn)) netip.AddrPort {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return TCPServerAt(t, loopback4, handle)
+}
+
+// TCPServerAt is TCPServer listening on the loopback address lo (127.0.0.1
+// or ::1); a host without IPv6 loopback skips the test.
+func TCPServerAt(t testing.TB, lo netip.Addr, handle func(net.Conn)) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", netip.AddrPortFrom(lo, 0).String())
 	if err != nil {
+		skipWithoutIPv6(t, lo, err)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
@@ -47,8 +58,16 @@ func Greet(msg string) func(net.Conn) {
 // address.
 func UDPEcho(t testing.TB, prefix string) netip.AddrPort {
 	t.Helper()
-	u, err := net.ListenPacket("udp", "127.0.0.1:0")
+	return UDPEchoAt(t, loopback4, prefix)
+}
+
+// UDPEchoAt is UDPEcho listening on the loopback address lo (127.0.0.1 or
+// ::1); a host without IPv6 loopback skips the test.
+func UDPEchoAt(t testing.TB, lo netip.Addr, prefix string) netip.AddrPort {
+	t.Helper()
+	u, err := net.ListenPacket("udp", netip.AddrPortFrom(lo, 0).String())
 	if err != nil {
+		skipWithoutIPv6(t, lo, err)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { u.Close() })
@@ -63,4 +82,13 @@ func UDPEcho(t testing.TB, prefix string) netip.AddrPort {
 		}
 	}()
 	return netip.MustParseAddrPort(u.LocalAddr().String())
+}
+
+// skipWithoutIPv6 skips the test if listening on the IPv6 address lo
+// failed (a host or container without IPv6 loopback).
+func skipWithoutIPv6(t testing.TB, lo netip.Addr, err error) {
+	t.Helper()
+	if lo.Is6() && !lo.Is4In6() {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
 }
