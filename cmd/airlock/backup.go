@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -66,7 +67,7 @@ directory owned by the gateway's user (tar -C DIR -xzf FILE) and start it
 			fmt.Fprintf(stderr, "airlock: backed up the running gateway's state (%d bytes)\n", n)
 		case errors.Is(err, admin.ErrNoGateway):
 			path := filepath.Join(state, store.FileName)
-			if ok, err := store.Exists(path); err != nil || !ok {
+			if ok, err := statefile.Exists(path); err != nil || !ok {
 				return fmt.Errorf("gateway backup: no state database in %s (%v): is it the gateway's --state directory?", state, err)
 			}
 			db, err := store.Open(path, 5*time.Second)

@@ -4,11 +4,11 @@ package main
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	"os"
-	"time"
 	"strings"
+	"time"
 
 	"github.com/airlock-vpn/airlock/internal/client"
 	"github.com/airlock-vpn/airlock/internal/preflight"

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -224,7 +225,7 @@ func ListTokens(ctx context.Context, stateDir string) ([]store.Token, error) {
 	if !errors.Is(err, ErrNoGateway) {
 		return nil, err
 	}
-	if ok, err := store.Exists(filepath.Join(stateDir, store.FileName)); err != nil || !ok {
+	if ok, err := statefile.Exists(filepath.Join(stateDir, store.FileName)); err != nil || !ok {
 		return nil, err
 	}
 	var toks []store.Token
@@ -248,7 +249,7 @@ func RevokeToken(ctx context.Context, stateDir, name string) (RevokeResult, erro
 	if !errors.Is(err, ErrNoGateway) {
 		return RevokeResult{}, err
 	}
-	if ok, err := store.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
+	if ok, err := statefile.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
 		return RevokeResult{}, err
 	} else if !ok {
 		return RevokeResult{}, fmt.Errorf("revoke token %q: %w (no state db in %s)", name, store.ErrNotFound, stateDir)

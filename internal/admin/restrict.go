@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -71,7 +72,7 @@ func RestrictToken(ctx context.Context, stateDir, name string, r TokenRestrictio
 	if !errors.Is(err, ErrNoGateway) {
 		return store.Token{}, err
 	}
-	if ok, err := store.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
+	if ok, err := statefile.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
 		return store.Token{}, err
 	} else if !ok {
 		return store.Token{}, fmt.Errorf("restrict token %q: %w (no state db in %s)", name, store.ErrNotFound, stateDir)

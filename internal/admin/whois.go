@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/store"
 )
 
@@ -74,7 +75,7 @@ func Whois(ctx context.Context, stateDir string, addr netip.AddrPort, at time.Ti
 	if !errors.Is(err, ErrNoGateway) {
 		return nil, err
 	}
-	if ok, err := store.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
+	if ok, err := statefile.Exists(filepath.Join(stateDir, store.FileName)); err != nil {
 		return nil, err
 	} else if !ok {
 		return nil, fmt.Errorf("no state database in %s: is this the gateway's --state directory?", stateDir)

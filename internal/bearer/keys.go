@@ -24,7 +24,7 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 )
 
 // maxDocument bounds a discovery document or key set.
@@ -199,7 +199,7 @@ func (k *keys) refresh(ctx context.Context, force bool) {
 		return
 	}
 	b, _ := json.Marshal(cached{Issuer: k.iss.URL, JWKSURI: uri, Fetched: now, Keys: raw})
-	if err := store.WriteFileAtomic(k.cache, b, 0o600); err != nil {
+	if err := statefile.WriteAtomic(k.cache, b, 0o600); err != nil {
 		k.log.Warn("bearer tokens: cannot keep the issuer's keys on disk", "err", err)
 	}
 }

@@ -50,7 +50,7 @@ func (s *Session) writeEgressFile() {
 }
 
 // replaceFile replaces path with data by a rename, so that a reader sees
-// the old or the new file whole. Unlike store.WriteFileAtomic it does not
+// the old or the new file whole. Unlike statefile.WriteAtomic it does not
 // sync: the file lives as long as the job, and an fsync on the job's
 // start path costs milliseconds (more on a busy node's disk).
 func replaceFile(path string, data []byte, mode os.FileMode) error {

@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 )
 
 // File names of the gateway's TLS identity inside its state directory.
@@ -41,11 +41,11 @@ const certLifetime = 10 * 365 * 24 * time.Hour
 func LoadOrCreateIdentity(dir string, hosts []string) (cert tls.Certificate, fingerprint string, created bool, err error) {
 	keyPath := filepath.Join(dir, KeyFile)
 	certPath := filepath.Join(dir, CertFile)
-	keyOK, err := store.Exists(keyPath)
+	keyOK, err := statefile.Exists(keyPath)
 	if err != nil {
 		return tls.Certificate{}, "", false, fmt.Errorf("gateway identity: %w", err)
 	}
-	certOK, err := store.Exists(certPath)
+	certOK, err := statefile.Exists(certPath)
 	if err != nil {
 		return tls.Certificate{}, "", false, fmt.Errorf("gateway identity: %w", err)
 	}
@@ -122,10 +122,10 @@ func newIdentity(dir, keyFile, certFile string, hosts []string) (*tls.Certificat
 	}
 	// Key first: a crash in between leaves a key without a certificate,
 	// which the next start reports instead of silently replacing.
-	if err := store.WriteFileAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+	if err := statefile.WriteAtomic(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
 		return nil, err
 	}
-	if err := store.WriteFileAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := statefile.WriteAtomic(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return nil, err
 	}
 	leaf, err := x509.ParseCertificate(der)

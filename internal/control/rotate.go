@@ -39,7 +39,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 )
 
 // File names of the next TLS identity during a rotation.
@@ -167,7 +167,7 @@ func (ids *Identities) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certific
 // is under way.
 func LoadNextIdentity(dir string) (*tls.Certificate, error) {
 	keyPath, certPath := filepath.Join(dir, NextKeyFile), filepath.Join(dir, NextCertFile)
-	ok, err := store.Exists(keyPath)
+	ok, err := statefile.Exists(keyPath)
 	if err != nil || !ok {
 		return nil, err
 	}

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -109,7 +109,7 @@ func writeEndpoints(dir string, eps map[wgkey.Key]netip.AddrPort) error {
 		lines = append(lines, k.String()+" "+ep.String()+"\n")
 	}
 	sort.Strings(lines)
-	return store.WriteFileAtomic(filepath.Join(dir, EndpointsFile), []byte(strings.Join(lines, "")), 0o600)
+	return statefile.WriteAtomic(filepath.Join(dir, EndpointsFile), []byte(strings.Join(lines, "")), 0o600)
 }
 
 // loadEndpoints reads the previous run's endpoints, for restore.

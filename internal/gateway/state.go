@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 )
 
@@ -34,7 +34,7 @@ func loadOrCreateKey(path string) (wgkey.Key, error) {
 	if err != nil {
 		return wgkey.Key{}, err
 	}
-	if err := store.WriteFileAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
+	if err := statefile.WriteAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
 		return wgkey.Key{}, fmt.Errorf("write wireguard key: %w", err)
 	}
 	return k, nil
@@ -45,7 +45,7 @@ func loadOrCreateKey(path string) (wgkey.Key, error) {
 func writeJoinEnv(path string, info Info) error {
 	s := fmt.Sprintf("# Airlock gateway: hand these to job submissions, with a token from 'airlock token create'.\nAIRLOCK_GATEWAY=%s\nAIRLOCK_PIN=%s\n",
 		info.Advertise, info.Pins())
-	return store.WriteFileAtomic(path, []byte(s), 0o644)
+	return statefile.WriteAtomic(path, []byte(s), 0o644)
 }
 
 // deriveAdvertise picks the address clients dial when --advertise is not

@@ -24,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/airlock-vpn/airlock/internal/lease"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/statefile"
 )
 
 // Subnet6File, in the state directory, keeps the IPv6 tunnel prefix made
@@ -66,7 +66,7 @@ func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	if err := store.WriteFileAtomic(path, []byte(p.String()+"\n"), 0o644); err != nil {
+	if err := statefile.WriteAtomic(path, []byte(p.String()+"\n"), 0o644); err != nil {
 		return netip.Prefix{}, fmt.Errorf("write ipv6 tunnel prefix: %w", err)
 	}
 	log.Info("made the IPv6 tunnel prefix (a random unique-local /48, kept in the state dir)", "subnet6", p, "file", path)

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 
-// Package store keeps the gateway's durable state in its state directory:
-// the small files written whole (keys, certificate, join.env; see
-// WriteFileAtomic), and a bbolt database (DIR/airlock.db) with join tokens,
+// Package store keeps the gateway's durable state in its state directory,
+// a bbolt database (DIR/airlock.db) with join tokens,
 // bans and the lease history that attributes outside connections to jobs
-// (`airlock whois`). [DB] is the contract this database and the fleet's
+// (`airlock whois`); the small files beside it (keys, certificate,
+// join.env) are written whole by internal/statefile. [DB] is the contract this database and the fleet's
 // shared one (store/pgstore) both implement; a fleet member also keeps a
 // replica of the fleet's tokens and bans here (ReplaceTokens) and a
 // journal of its lease records (journal.go).

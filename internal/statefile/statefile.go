@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 
-package store
+// Package statefile writes and probes the small files of Airlock's state
+// directories (the gateway's keys, certificate and join.env, a bearer
+// issuer's cached key set, a job's egress note): writes that a crash leaves
+// either old or new, never torn. It knows nothing of what the files hold,
+// so the wire protocol, the configuration and the client use it without
+// importing the gateway's storage (internal/store).
+package statefile
 
 import (
 	"errors"
@@ -23,11 +29,11 @@ func Exists(path string) (bool, error) {
 	}
 }
 
-// WriteFileAtomic writes data to a temporary file in path's directory with
+// WriteAtomic writes data to a temporary file in path's directory with
 // mode perm, syncs it and renames it to path, so a crash leaves either the
 // old file or the new one, never a torn one. It is for the small files of
 // the gateway's state directory: keys, certificate, join.env.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+func WriteAtomic(path string, data []byte, perm os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
