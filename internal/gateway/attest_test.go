@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,6 +23,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/munge"
 	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // TestAttestedGateway runs a gateway with --attest munge against a real
@@ -418,5 +420,99 @@ socket = "`+d.Socket+`"
 	var ae *control.APIError
 	if !errors.As(err, &ae) || ae.Status != 503 || ae.Code != control.CodeAttestationUnavailable || ae.RetryAfter <= 0 {
 		t.Fatalf("join while the gateway's munged is down: %v, want 503 attestation_unavailable with a Retry-After", err)
+	}
+}
+
+// TestTokenlessLeaseAcrossRestart: a job that joined by its MUNGE
+// credential alone keeps its lease across a gateway restart, as a token's
+// job does (it was closed as "token revoked or expired"); and it is
+// re-checked at renewal as a token lease is: a ban of its uid recorded
+// while the gateway was down ends it at its first renewal after the
+// restart, and so does a reload that turns attested identity off.
+func TestTokenlessLeaseAcrossRestart(t *testing.T) {
+	d := mungetest.Start(t, mungetest.Options{Origin: "127.0.0.1"})
+	me := uint32(os.Getuid())
+	conf := filepath.Join(t.TempDir(), "gateway.toml")
+	on := "version = 1\n[attest]\nmode = \"munge\"\nsocket = \"" + d.Socket + "\"\n"
+	if err := os.WriteFile(conf, []byte(on), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	start := func(state string) (*testGateway, *control.Client) {
+		g := startGatewayWith(t, func(c *Config) {
+			c.RenewInterval, c.LeaseTTL, c.ConfigFile = 10*time.Second, 30*time.Second, conf
+			if state != "" {
+				c.StateDir = state
+			}
+		})
+		cc, err := control.NewClient(g.info.Control.String(), g.info.Fingerprint, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cc.Close)
+		return g, cc
+	}
+	ctx := context.Background()
+	join := func(g *testGateway, cc *control.Client) control.LeaseRef {
+		t.Helper()
+		r := control.JoinRequest{PublicKey: freshKey(t), Job: control.JobInfo{UID: int(me), Hostname: "cn1"}}
+		cred, err := attest.MakeJoin(ctx, munge.Client{Socket: d.Socket}, g.info.Fingerprint, r.PublicKey, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Attest = &control.Attest{Munge: cred}
+		l, err := cc.Join(ctx, r)
+		if err != nil {
+			t.Fatalf("token-less attested join: %v", err)
+		}
+		return control.LeaseRef{ID: l.ID, Secret: l.Secret}
+	}
+	g, cc := start("")
+	kept, banned := join(g, cc), join(g, cc)
+	g.stop()
+
+	// While the gateway is down, the site bans the uid of the second job
+	// (as another fleet member's replica would bring it).
+	st, err := store.Open(filepath.Join(g.state, store.FileName), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := me + 1
+	if _, err := st.AddBan(store.Ban{UID: &other, Until: time.Now().Add(time.Hour), Reason: "another user"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	g2, cc2 := start(g.state)
+	if _, err := cc2.Renew(ctx, kept); err != nil {
+		t.Fatalf("renew of a token-less attested lease after a restart: %v (want it restored)", err)
+	}
+	g2.stop()
+	st, err = store.Open(filepath.Join(g.state, store.FileName), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AddBan(store.Ban{UID: &me, Until: time.Now().Add(time.Hour), Reason: "abuse"}); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	_, cc3 := start(g.state)
+	if _, err := cc3.Renew(ctx, banned); err == nil || !strings.Contains(err.Error(), "banned") {
+		t.Errorf("renew of a token-less lease whose uid was banned meanwhile: %v, want it ended as banned", err)
+	}
+	if _, err := cc3.Renew(ctx, kept); err == nil {
+		t.Error("the banned uid's other token-less lease was renewed")
+	}
+
+	// A reload that turns attested identity off ends the token-less
+	// leases at their renewal, as a revoked token's.
+	g4, cc4 := start("")
+	live := join(g4, cc4)
+	if err := os.WriteFile(conf, []byte("version = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminClient(t, g4).Reload(ctx); err != nil {
+		t.Fatalf("reload with attested identity off: %v", err)
+	}
+	if _, err := cc4.Renew(ctx, live); err == nil || !strings.Contains(err.Error(), "attested identity turned off") {
+		t.Errorf("renew of a token-less lease after attested identity was turned off: %v, want it ended saying so", err)
 	}
 }

@@ -385,8 +385,10 @@ func (g *gateway) addJob(j forward.Job) error {
 	return nil
 }
 
-// Renew extends a lease while its token lives: a lease of a token that
-// was revoked or expired meanwhile ends here, whatever let it live.
+// Renew extends a lease while its token lives and no ban covers its job: a
+// lease of a token that was revoked or expired meanwhile, or of a job a ban
+// now covers (token-less attested leases included), ends here, whatever let
+// it live.
 func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.RenewResponse, error) {
 	now := time.Now()
 	if l, err := g.leases.Check(ref.ID, ref.Secret, now); err == nil {
@@ -405,6 +407,29 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 		g.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
 		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+	}
+	// A ban that covers the job (its attested uid with any token or none,
+	// its token from its node, its issuer's subject) ends it here too,
+	// whether or not the ban reached this gateway while the job ran (a
+	// fleet's replica, a restart): a token-less lease is re-checked at
+	// every renewal as a token lease is.
+	g.admit.mu.Lock()
+	berr := g.admit.bannedLocked(o, now)
+	g.admit.mu.Unlock()
+	if berr != nil {
+		why := "banned"
+		g.endLease(l.ID, byRenewal, why, why)
+		g.log.Warn("lease ended at renewal: a ban covers its job", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", berr)
+		return control.RenewResponse{}, g.leaseGone(l.ID, berr)
+	}
+	if o.Token == "" && !o.ByBearer() && g.attest.mode() == "" {
+		// Joined by its MUNGE credential alone, which this gateway no
+		// longer takes in place of a token (a reload turned attested
+		// identity off): as a revoked token's lease.
+		why := "attested identity turned off: a job without a token must join again with one"
+		g.endLease(l.ID, byRenewal, why, why)
+		g.log.Warn("lease ended at renewal: it joined by its MUNGE credential alone and attested identity is off now", "lease", l.ID, "addrs", l.Addrs)
+		return control.RenewResponse{}, g.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
 	}
 	if o.Token != "" && !o.ByBearer() {
 		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {

@@ -57,7 +57,19 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 	}
 	for _, r := range recs {
 		byBearer := r.Issued != nil && r.Issued.As != "" // its token is the issuer's name
-		if !live[r.Token] && !byBearer {
+		// A job that joined by its MUNGE credential alone has no token
+		// to outlive: it is restored while the gateway still takes
+		// attested joins without one.
+		tokenless := r.Token == "" && r.Attested != nil && !byBearer
+		if tokenless && g.attest.mode() == "" {
+			g.log.Warn("lease of the previous run not restored: it joined by its MUNGE credential alone, and attested identity is off now", "lease", r.ID)
+			if err := g.st.RecordLeaseEnd(r.ID, now, "attested identity off"); err != nil {
+				return restored, closed, err
+			}
+			closed++
+			continue
+		}
+		if !tokenless && !live[r.Token] && !byBearer {
 			g.log.Warn("lease of the previous run not restored: its token was revoked or expired meanwhile", "lease", r.ID, "token", r.Token)
 			if err := g.st.RecordLeaseEnd(r.ID, now, "token "+r.Token+" revoked or expired"); err != nil {
 				return restored, closed, err
