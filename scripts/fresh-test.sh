@@ -15,8 +15,9 @@
 # taken here unless a parent process already holds it), it resets what earlier
 # runs leave on a machine, in steps that are safe while other people's light
 # unit tests run:
-#   - /dev/net/tun back to mode 0600, as a fresh Debian machine has it (the
-#     test harness never changes it; see test/topology/tun.go);
+#   - /dev/net/tun and /dev/fuse back to mode 0600, as a fresh Debian
+#     machine has them (the test harness never changes them; see
+#     test/topology/tun.go);
 #   - the test users (airlocktest, airlocktest2, airlockdemo) deleted, each
 #     only if no process runs as it, under the harness's useradd lock;
 #   - leftover network namespaces deleted: only those named like the
@@ -26,7 +27,7 @@
 #     empty Go build and module caches of its own (GOCACHE, GOMODCACHE), so
 #     no earlier build or download helps.
 # Then it runs `CI=true .ci/run` in the clone with no stdin, like CI, and
-# afterwards checks that the run left /dev/net/tun at 0600, no process of a
+# afterwards checks that the run left /dev/net/tun and /dev/fuse at 0600, no process of a
 # test user and no new namespace behind. Debian packages stay installed:
 # other people use them (scripts/setup.sh installs what is missing).
 #
@@ -99,8 +100,12 @@ pids_in_netns() {
 }
 
 reset_machine() {
-	log "reset: /dev/net/tun is $(stat -c %a /dev/net/tun); set to 600"
-	act chmod 0600 /dev/net/tun
+	local dev
+	for dev in /dev/net/tun /dev/fuse; do
+		[ -e "$dev" ] || continue
+		log "reset: $dev is $(stat -c %a "$dev"); set to 600"
+		act chmod 0600 "$dev"
+	done
 	# The harness's useradd lock: no EnsureUser creates a user meanwhile.
 	exec 9>/run/airlock-test-useradd.lock
 	flock 9
@@ -144,10 +149,13 @@ reset_machine() {
 # check_after: what a passing run must not leave behind.
 check_after() {
 	local bad=0 u ns
-	if [ "$(stat -c %a /dev/net/tun)" != 600 ]; then
-		log "after: /dev/net/tun is $(stat -c %a /dev/net/tun), want 600"
-		bad=1
-	fi
+	local dev
+	for dev in /dev/net/tun /dev/fuse; do
+		if [ -e "$dev" ] && [ "$(stat -c %a "$dev")" != 600 ]; then
+			log "after: $dev is $(stat -c %a "$dev"), want 600"
+			bad=1
+		fi
+	done
 	for u in "${test_users[@]}"; do
 		if id "$u" >/dev/null 2>&1 && pgrep -u "$u" >/dev/null; then
 			log "after: processes of $u left: $(pgrep -a -u "$u" | head -5 | tr '\n' ';')"
