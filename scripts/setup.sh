@@ -9,7 +9,7 @@
 # missing, and needs root only for that.
 #
 # The Go toolchain: the one go.mod's toolchain line names, from the Go
-# module proxy, checksum-verified against sum.golang.org, as the go command
+# module proxy, checksum-verified against the checksum database, as the go command
 # itself fetches toolchains (GOTOOLCHAIN, go.dev/doc/toolchain). Debian 12's
 # golang-go (Go 1.19) is only the client that downloads it, as the module
 # golang.org/toolchain@v0.0.1-goVERSION.linux-ARCH; the toolchain stays in

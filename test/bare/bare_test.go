@@ -22,9 +22,9 @@ import (
 // cacheDir keeps what makes the test slow the first time and nothing that
 // decides its outcome: the debootstrap root (topology.DebianRoot, read-only
 // below an overlay), the .debs apt downloaded, the Go module proxy's files (a file:// proxy in
-// front of proxy.golang.org; the go command still checks every module,
-// the toolchain included, against go.sum and sum.golang.org) and the Go
-// build cache.
+// front of the host's own GOPROXY; the go command still checks every
+// module, the toolchain included, against go.sum and the checksum
+// database) and the Go build cache.
 const cacheDir = topology.DebianRootCache + "/bare-debian12"
 
 // chrootScript runs in a private mount namespace: an overlay on the cached
@@ -58,7 +58,7 @@ mount --bind "$CACHE/gobuild" "$r/root/.cache/go-build"
 mkdir "$r/src"
 tar -C "$SRC" -cf - -T "$WORK/files" | tar -C "$r/src" -xf -
 env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-	GOPROXY=file:///cache/goproxy,https://proxy.golang.org \
+	GOPROXY="file:///cache/goproxy,$HOSTPROXY" \
 	chroot "$r" /bin/sh -c '
 	set -e
 	! command -v go
@@ -105,9 +105,15 @@ func TestBareDebian12(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(work, "files"), keep.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The module proxy this host's go uses (a site's own, or the Go
+	// project's default), behind the cache.
+	hostProxy, err := exec.Command("go", "env", "GOPROXY").Output()
+	if err != nil {
+		t.Fatalf("go env GOPROXY: %v", err)
+	}
 	start := time.Now()
 	cmd := exec.Command("unshare", "-m", "--propagation", "private", "sh", "-c", chrootScript)
-	cmd.Env = append(os.Environ(), "WORK="+work, "ROOT="+root, "CACHE="+cacheDir, "SRC="+src)
+	cmd.Env = append(os.Environ(), "WORK="+work, "ROOT="+root, "CACHE="+cacheDir, "SRC="+src, "HOSTPROXY="+strings.TrimSpace(string(hostProxy)))
 	out, err := cmd.CombinedOutput()
 	log, _ := os.ReadFile(filepath.Join(work, "log"))
 	if err != nil {

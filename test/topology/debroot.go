@@ -3,6 +3,7 @@
 package topology
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,8 @@ const DebianRootCache = "/var/cache/airlock-test"
 
 // DebianRoot returns a minimal Debian root of the release suite (bookworm,
 // trixie) with the packages include (comma-separated, may be empty), made
-// by debootstrap from deb.debian.org the first time and kept under
+// by debootstrap from the host's own Debian mirror (HostDebianMirror) the
+// first time and kept under
 // DebianRootCache/name/root. Callers must not change it: mount an overlay
 // on it, or run read-only tools in it. Needs root and debootstrap (a
 // failure under CI, else a skip).
@@ -44,7 +46,11 @@ func DebianRoot(t testing.TB, name, suite, include string) string {
 	if include != "" {
 		args = append(args, "--include="+include)
 	}
-	args = append(args, suite, tmp, "http://deb.debian.org/debian")
+	mirror, err := HostDebianMirror()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, suite, tmp, mirror)
 	if out, err := exec.Command("debootstrap", args...).CombinedOutput(); err != nil {
 		l := strings.Split(strings.TrimSpace(string(out)), "\n")
 		if len(l) > 30 {
@@ -56,4 +62,47 @@ func DebianRoot(t testing.TB, name, suite, include string) string {
 		t.Fatal(err)
 	}
 	return root
+}
+
+// HostDebianMirror returns the URI of the Debian archive this host's apt
+// uses (the first of /etc/apt/sources.list.d/*.sources, then
+// /etc/apt/sources.list, that is not the security archive): the mirror a
+// site already reaches, its own if it has one.
+func HostDebianMirror() (string, error) {
+	var uris []string
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "URIs:"); ok {
+				uris = append(uris, strings.Fields(v)...)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/etc/apt/sources.list"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "deb" {
+				u := f[1]
+				if strings.HasPrefix(u, "[") { // deb [options] URI
+					for i, x := range f {
+						if strings.HasSuffix(x, "]") && i+1 < len(f) {
+							u = f[i+1]
+							break
+						}
+					}
+				}
+				uris = append(uris, u)
+			}
+		}
+	}
+	for _, u := range uris {
+		if strings.HasPrefix(u, "http") && !strings.Contains(u, "security") {
+			return strings.TrimSuffix(u, "/"), nil
+		}
+	}
+	return "", fmt.Errorf("no Debian archive in this host's apt sources (/etc/apt/sources.list.d/*.sources, /etc/apt/sources.list): debootstrap needs the mirror the host uses")
 }
