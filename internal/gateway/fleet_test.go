@@ -187,7 +187,11 @@ func TestFleetGateways(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("join on B with a token made on A 1 s before: %v", err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		// Each refused join counts against this address
+		// (control.DefaultFailureBurst, 5): four tries a second stay
+		// under it, where every 20 ms hit it while the notification
+		// was on its way and turned the wait into rate_limited.
+		time.Sleep(250 * time.Millisecond)
 	}
 	ended = watchEnd(l2)
 	time.Sleep(200 * time.Millisecond) // the watch is open
