@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"golang.org/x/mod/module"
 	"golang.org/x/mod/semver"
 )
 
@@ -113,9 +114,11 @@ const MinClient = "v0.2.0"
 // CheckClient reports whether a gateway of this build serves a client of
 // version v (a JoinRequest's, "" for a client before the exchange): nil,
 // or an error that names both versions and the fix. A version that is not
-// semantic (a development build) is served.
+// semantic, or a pseudo-version of a commit with no release tag behind it
+// (v0.0.0-DATE-COMMIT: a build from a clone without tags), is a
+// development build, and served.
 func CheckClient(v string) error {
-	if !semver.IsValid(v) || semver.Compare(v, MinClient) >= 0 {
+	if !semver.IsValid(v) || untagged(v) || semver.Compare(v, MinClient) >= 0 {
 		return nil
 	}
 	return fmt.Errorf("airlock %s on this node is older than this gateway (%s) serves: %s or later; upgrade airlock on the node", v, Get().Version, MinClient)
@@ -128,8 +131,19 @@ func Label(v string) string {
 	switch {
 	case v == "":
 		return "none"
-	case semver.IsValid(v):
+	case semver.IsValid(v) && !untagged(v):
 		return semver.MajorMinor(v)
 	}
 	return "dev"
+}
+
+// untagged reports whether v is the pseudo-version Go gives a build of a
+// commit that no release tag precedes (v0.0.0-DATE-COMMIT): it orders
+// below every release, though the code may be the newest.
+func untagged(v string) bool {
+	if !module.IsPseudoVersion(v) {
+		return false
+	}
+	base, err := module.PseudoVersionBase(v)
+	return err == nil && base == ""
 }

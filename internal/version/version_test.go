@@ -15,6 +15,8 @@ func TestCheckClient(t *testing.T) {
 	}{
 		{"", true}, {"v0.2.0", true}, {"v0.2.1-0.20261125143023-e569141aef10", true}, {"v1.0.0", true},
 		{"dev", true}, {"garbage", true}, {"v0.1.9", false}, {"v0.2.0-rc.1", false},
+		// A build of a clone without tags: a development build.
+		{"v0.0.0-20261128120844-ff84ef837712", true}, {"v0.1.10-0.20261128120844-ff84ef837712", false},
 	} {
 		err := CheckClient(tt.v)
 		if (err == nil) != tt.ok {
@@ -27,7 +29,7 @@ func TestCheckClient(t *testing.T) {
 }
 
 func TestLabel(t *testing.T) {
-	for in, want := range map[string]string{"": "none", "v0.3.1": "v0.3", "v1.2.3-rc1+x": "v1.2", "dev": "dev", "\x1b[31mred": "dev"} {
+	for in, want := range map[string]string{"": "none", "v0.3.1": "v0.3", "v1.2.3-rc1+x": "v1.2", "dev": "dev", "\x1b[31mred": "dev", "v0.0.0-20261128120844-ff84ef837712": "dev"} {
 		if got := Label(in); got != want {
 			t.Errorf("Label(%q) = %q, want %q", in, got, want)
 		}
