@@ -30,5 +30,5 @@ arch=$(go env GOARCH)
 sed -e "s|\${SLURM_MAJOR}|$major|g; s|\${SLURM_NEXT}|$next|g; s|\${SLURM_VERSION}|$slurm_version|g" \
 	-e "s|\${STAGE}|$work/stage|g; s|\${ARCH}|$arch|g; s|\${PKG_VERSION}|${version#v}|g; s|\${DEB_VERSION}|$debver|g; s|\${MTIME}|$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)|g" \
 	packaging/airlock-slurm.nfpm.yaml >"$work/nfpm.yaml"
-go tool nfpm package --config "$work/nfpm.yaml" --packager deb --target "$out/" >&2
+go tool -modfile=tools/go.mod nfpm package --config "$work/nfpm.yaml" --packager deb --target "$out/" >&2
 ls "$out"/airlock-slurm-"$major"_*.deb

@@ -356,6 +356,9 @@ func (ft *flowsTest) inbound(t *testing.T) {
 	for !pub.IsValid() {
 		for _, l := range strings.Split(p.Stdout(), "\n") {
 			if v, ok := strings.CutPrefix(l, "tcp="); ok {
+				// AIRLOCK_EXPOSED_<PORT> lists every family's
+				// address, IPv4 first.
+				v, _, _ = strings.Cut(v, ",")
 				pub, _ = netip.ParseAddrPort(v)
 			}
 		}
