@@ -196,19 +196,7 @@ func TestSessionSilent(t *testing.T) {
 // bad_request reply and the session stays usable; a session upgrade
 // without a lease is refused.
 func TestSessionBadRequests(t *testing.T) {
-	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
-	c := newClient(t, gw)
-	ctx := context.Background()
-	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
+	lease, conn, br := rawSessionConn(t)
 	upgrade := func(id, secret string) *http.Response {
 		t.Helper()
 		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
@@ -317,19 +305,7 @@ func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
 // bounded rate of requests: a flood over it is answered rate_limited
 // without reaching the backend, and a flood that goes on ends the session.
 func TestSessionRequestsBounded(t *testing.T) {
-	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
-	c := newClient(t, gw)
-	ctx := context.Background()
-	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	br := bufio.NewReader(conn)
+	lease, conn, br := rawSessionConn(t)
 	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
 		control.PathSession, control.SessionProtocol, control.HeaderLeaseID, lease.ID, control.HeaderLeaseSecret, lease.Secret)
 	resp, err := http.ReadResponse(br, nil)
@@ -358,4 +334,22 @@ func TestSessionRequestsBounded(t *testing.T) {
 	if limited < 50 || !ended {
 		t.Errorf("a flood of 400 renewals over one session: %d rate_limited, session ended %v; want most limited and the session ended", limited, ended)
 	}
+}
+
+// rawSessionConn joins a gateway (heartbeats a minute apart) and opens a
+// TLS connection to its control port on which a test writes a session
+// upgrade and session lines by hand; the connection closes with the test.
+func rawSessionConn(t *testing.T) (control.Lease, *tls.Conn, *bufio.Reader) {
+	t.Helper()
+	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
+	lease, err := newClient(t, gw).Join(context.Background(), joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return lease, conn, bufio.NewReader(conn)
 }
