@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Connections per source (issue 33, item 6). Every connection the control
@@ -178,4 +180,68 @@ func (c *capConn) SyscallConn() (syscall.RawConn, error) {
 		return nil, errors.New("connection has no file descriptor")
 	}
 	return sc.SyscallConn()
+}
+
+// Requests over lease sessions per source (issue 33, item 6). Each session
+// has its own budget (sessionRequestRate); the sessions a source holds
+// also share one, so that a host with many leases (up to its
+// MaxConnsPerSource sessions) cannot multiply its session budget by its
+// lease count. The shared budget is far above what a NATed cluster's
+// renewals need: 10,000 jobs renewing every DefaultRenewInterval (30 s)
+// send about 333 requests a second.
+const (
+	sourceRequestRate  = rate.Limit(1000)
+	sourceRequestBurst = 2000
+)
+
+// sourceRequests holds the shared request budget of each source that has
+// a lease session open; a source's entry goes with its last session. It
+// is safe for concurrent use.
+type sourceRequests struct {
+	rate  rate.Limit
+	burst int
+
+	mu  sync.Mutex
+	src map[netip.Prefix]*sourceBudget // guarded by mu
+}
+
+// sourceBudget is one source's shared budget and its open sessions.
+type sourceBudget struct {
+	lim      *rate.Limiter
+	sessions int // guarded by sourceRequests.mu
+}
+
+func newSourceRequests(r rate.Limit, burst int) *sourceRequests {
+	return &sourceRequests{rate: r, burst: burst, src: map[netip.Prefix]*sourceBudget{}}
+}
+
+// acquire returns src's shared budget for a session that opens.
+func (s *sourceRequests) acquire(src netip.Prefix) *rate.Limiter {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.src[src]
+	if b == nil {
+		b = &sourceBudget{lim: rate.NewLimiter(s.rate, s.burst)}
+		s.src[src] = b
+	}
+	b.sessions++
+	return b.lim
+}
+
+// release is acquire's undo, when the session closes.
+func (s *sourceRequests) release(src netip.Prefix) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b := s.src[src]; b != nil {
+		if b.sessions--; b.sessions <= 0 {
+			delete(s.src, src)
+		}
+	}
+}
+
+// len reports how many sources have an entry (for tests).
+func (s *sourceRequests) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.src)
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -81,5 +82,29 @@ func TestUnauthenticatedIdleClosed(t *testing.T) {
 		}
 		c.Close()
 		tr.connState(c, http.StateClosed)
+	}
+}
+
+// TestSourceRequests checks that the sessions of one source share one
+// budget, that other sources have their own, and that a source's entry
+// goes with its last session.
+func TestSourceRequests(t *testing.T) {
+	s := newSourceRequests(0.001, 2)
+	a, b := netip.MustParsePrefix("192.0.2.1/32"), netip.MustParsePrefix("2001:db8::/64")
+	a1, a2 := s.acquire(a), s.acquire(a)
+	if !a1.Allow() || !a2.Allow() || a1.Allow() || a2.Allow() {
+		t.Error("two sessions of one source: want one budget of 2 between them")
+	}
+	if bl := s.acquire(b); !bl.Allow() {
+		t.Error("another source's session refused for the first source's budget")
+	}
+	s.release(a)
+	if s.len() != 2 {
+		t.Errorf("after one of a's two sessions closed: %d sources, want 2", s.len())
+	}
+	s.release(a)
+	s.release(b)
+	if s.len() != 0 {
+		t.Errorf("after every session closed: %d sources, want 0", s.len())
 	}
 }

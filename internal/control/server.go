@@ -193,6 +193,8 @@ type Server struct {
 	// conns counts connections per source and closes idle
 	// unauthenticated ones (conns.go).
 	conns *connTracker
+	// srcReqs is the request budget a source's lease sessions share.
+	srcReqs *sourceRequests
 
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -234,6 +236,7 @@ func NewServer(cfg ServerConfig) *Server {
 		s.watchHB = DefaultWatchHeartbeat
 	}
 	s.conns = newConnTracker(cfg.MaxConnsPerSource, s.logLimited)
+	s.srcReqs = newSourceRequests(sourceRequestRate, sourceRequestBurst)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

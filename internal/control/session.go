@@ -103,9 +103,11 @@ type serverSession struct {
 	closed atomic.Bool
 	// lastRequest is when the client last sent a request (unix nanos).
 	lastRequest atomic.Int64
-	// reqs bounds the requests the session carries (sessionRequests);
+	// reqs bounds the requests the session carries (sessionRequestRate)
+	// and srcReqs those of all its source's sessions (sourceRequestRate);
 	// refused counts those refused in a row.
 	reqs    *rate.Limiter
+	srcReqs *rate.Limiter
 	refused atomic.Int32
 
 	// mu serialises closing with arming the idle waiter (idle_linux.go);
@@ -154,7 +156,8 @@ func (s *Server) handleSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ss := &serverSession{s: s, conn: c, ref: ref, remote: remote,
-		instance: s.backend.Health().Instance, reqs: rate.NewLimiter(sessionRequestRate, sessionRequestBurst)}
+		instance: s.backend.Health().Instance, reqs: rate.NewLimiter(sessionRequestRate, sessionRequestBurst),
+		srcReqs: s.srcReqs.acquire(peerKey(remote.Addr()))}
 	if rw.Reader.Buffered() > 0 {
 		// The client sent a request before it read the 101.
 		ss.br = rw.Reader
@@ -250,8 +253,7 @@ func (ss *serverSession) readable() {
 			ss.close()
 			return
 		}
-		ss.lastRequest.Store(time.Now().UnixNano())
-		if !ss.answer(line) {
+		if !ss.answer(line, ss.markRequest()) {
 			ss.close()
 			return
 		}
@@ -298,8 +300,7 @@ func (ss *serverSession) serve() {
 			}
 			return
 		}
-		ss.lastRequest.Store(time.Now().UnixNano())
-		if !ss.answer(line) {
+		if !ss.answer(line, ss.markRequest()) {
 			return
 		}
 	}
@@ -315,17 +316,32 @@ const (
 	sessionRequestRate  = rate.Limit(5)
 	sessionRequestBurst = 20
 	sessionRefusedMax   = 100
+	// sessionQuiet is the silence after which a session's request is not
+	// held to its source's shared budget (conns.go).
+	sessionQuiet = time.Second
 )
+
+// markRequest records a request's arrival and reports whether the session
+// was quiet for sessionQuiet before it.
+func (ss *serverSession) markRequest() bool {
+	now := time.Now().UnixNano()
+	return time.Duration(now-ss.lastRequest.Swap(now)) >= sessionQuiet
+}
 
 // answer carries out one request and writes its reply; it returns false
 // when the session must end (released, or the reply could not be written).
-func (ss *serverSession) answer(line []byte) bool {
+// A request that ends a quiet spell (a renewal, as clients send them) is
+// never held to the source's shared budget, so that sessions that flood
+// cannot starve their neighbours' renewals on the same node.
+func (ss *serverSession) answer(line []byte, quiet bool) bool {
 	req, err := decodeSessionRequest(line)
 	reply := SessionReply{ID: req.ID}
 	end := false
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	limited := ss.reqs != nil && !ss.reqs.Allow()
+	srcLimited := !limited && !quiet && ss.srcReqs != nil && !ss.srcReqs.Allow()
+	limited = limited || srcLimited
 	if !limited {
 		ss.refused.Store(0)
 	} else if n := ss.refused.Add(1); n >= sessionRefusedMax {
@@ -333,6 +349,8 @@ func (ss *serverSession) answer(line []byte) bool {
 		return false
 	}
 	switch {
+	case srcLimited:
+		err = WithRetryAfter(fmt.Errorf("%w: more than %v requests a second over the lease sessions of this source", ErrRateLimited, float64(ss.s.srcReqs.rate)), time.Second)
 	case limited:
 		err = WithRetryAfter(fmt.Errorf("%w: more than %v requests a second over this lease session", ErrRateLimited, float64(sessionRequestRate)), time.Second)
 	case err != nil:
@@ -460,6 +478,9 @@ func (ss *serverSession) close() {
 	ss.timer.Stop()
 	ss.conn.Close()
 	ss.s.sessions.remove(ss)
+	if ss.srcReqs != nil {
+		ss.s.srcReqs.release(peerKey(ss.remote.Addr()))
+	}
 	if ss.waitID != 0 {
 		ss.s.idle.remove(ss)
 	}

@@ -306,15 +306,7 @@ func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
 // without reaching the backend, and a flood that goes on ends the session.
 func TestSessionRequestsBounded(t *testing.T) {
 	lease, conn, br := rawSessionConn(t)
-	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
-		control.PathSession, control.SessionProtocol, control.HeaderLeaseID, lease.ID, control.HeaderLeaseSecret, lease.Secret)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", resp, err)
-	}
-	if _, err := br.ReadString('\n'); err != nil { // the first event
-		t.Fatal(err)
-	}
+	upgradeSession(t, conn, br, lease)
 	limited, ended := 0, false
 	conn.SetDeadline(time.Now().Add(20 * time.Second))
 	for i := 0; i < 400 && !ended; i++ {
@@ -346,10 +338,86 @@ func rawSessionConn(t *testing.T) (control.Lease, *tls.Conn, *bufio.Reader) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	conn, br := rawConn(t, gw)
+	return lease, conn, br
+}
+
+// rawConn opens a TLS connection to gw's control port that closes with
+// the test.
+func rawConn(t *testing.T, gw *controltest.Gateway) (*tls.Conn, *bufio.Reader) {
+	t.Helper()
 	conn, err := tls.Dial("tcp", gw.Addr, control.ClientTLSConfig(gw.Pin))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return lease, conn, bufio.NewReader(conn)
+	return conn, bufio.NewReader(conn)
+}
+
+// upgradeSession writes lease's session upgrade on conn and reads the
+// 101 and the first event.
+func upgradeSession(t *testing.T, conn *tls.Conn, br *bufio.Reader, lease control.Lease) {
+	t.Helper()
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n%s: %s\r\n%s: %s\r\n\r\n",
+		control.PathSession, control.SessionProtocol, control.HeaderLeaseID, lease.ID, control.HeaderLeaseSecret, lease.Secret)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	if _, err := br.ReadString('\n'); err != nil { // the first event
+		t.Fatal(err)
+	}
+}
+
+// TestSessionRequestsPerSource (issue 33, item 6): the lease sessions of
+// one source share a request budget, so that many leases do not multiply
+// a host's session budget; a session that was quiet (a renewal, as
+// clients send them) is never refused for its neighbours' flood.
+func TestSessionRequestsPerSource(t *testing.T) {
+	gw := controltest.Start(t, nil, controltest.Options{WatchHeartbeat: time.Minute})
+	control.SetSourceRequestLimit(gw.Server, 0.1, 10)
+	tok := gw.Token(t)
+	type session struct {
+		conn *tls.Conn
+		br   *bufio.Reader
+	}
+	var ss []session
+	for i := range 3 {
+		req := joinReq(tok)
+		req.Job.BatchJobID = fmt.Sprint(100 + i)
+		lease, err := newClient(t, gw).Join(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, br := rawConn(t, gw)
+		upgradeSession(t, conn, br, lease)
+		conn.SetDeadline(time.Now().Add(20 * time.Second))
+		ss = append(ss, session{conn, br})
+	}
+	renew := func(s session, id int) string {
+		t.Helper()
+		if _, err := fmt.Fprintf(s.conn, "{\"id\":%d,\"op\":\"renew\"}\n", id); err != nil {
+			t.Fatal(err)
+		}
+		reply, err := s.br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	// Two sessions, 8 requests each: within each session's own budget
+	// (burst 20), over the source's (burst 10).
+	bySource := 0
+	for i := range 16 {
+		if strings.Contains(renew(ss[i%2], i+1), "lease sessions of this source") {
+			bySource++
+		}
+	}
+	if bySource < 4 {
+		t.Errorf("16 requests over two sessions of one source with a shared burst of 10: %d refused for the source's budget, want at least 4", bySource)
+	}
+	time.Sleep(1100 * time.Millisecond) // the third session's quiet spell
+	if reply := renew(ss[2], 99); strings.Contains(reply, "rate_limited") {
+		t.Errorf("a quiet session's renewal refused for its neighbours' flood: %s", reply)
+	}
 }
