@@ -23,6 +23,7 @@ FUZZERS="
 ./internal/control:FuzzDecodeJoinRequest
 ./internal/control:FuzzDecodeLeaseRef
 ./internal/control:FuzzDecodeSessionRequest
+./internal/control:FuzzDecodeLease
 ./internal/tunnel:FuzzFrameReader
 ./internal/tunnel:FuzzParseHandshakes
 ./internal/config:FuzzParse
