@@ -32,6 +32,8 @@ type slurmEnv struct {
 	nodeMunge, gwMunge *mungetest.Daemon
 	// config is the gateway's config file (writeConfig).
 	config string
+	// plugStack is the cluster's plugstack.conf.
+	plugStack string
 }
 
 // TestSlurm runs real Slurm jobs (sbatch, srun, job arrays, scancel, time
@@ -67,11 +69,12 @@ func TestSlurm(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte("# written by TestSlurm\n"+strings.Join(se.joinEnv[:2], "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	se.plugStack = fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock attest=munge munge_socket=%s\n",
+		plugin, e.airlock, wrapper, joinFile, nodeMunge.Socket)
 	se.s = e.tp.StartSlurm(t, topology.SlurmOptions{
 		User:       e.u,
 		Partitions: []string{"airlock"},
-		PlugStack: fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock attest=munge munge_socket=%s\n",
-			plugin, e.airlock, wrapper, joinFile, nodeMunge.Socket),
+		PlugStack:  se.plugStack,
 	})
 
 	// The time-limit job runs from the start, alongside the others:
@@ -90,6 +93,7 @@ func TestSlurm(t *testing.T) {
 	t.Run("NoReusableSecret", se.testNoReusableSecret)
 	t.Run("Replay", se.testReplay)
 	t.Run("QuotaWait", se.testQuotaWait)
+	t.Run("CgroupV2", se.testCgroupV2)   // a second cluster, on cgroup v2
 	t.Run("BanSticks", se.testBanSticks) // last: the ban stays
 }
 
