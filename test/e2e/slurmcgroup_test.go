@@ -47,10 +47,11 @@ func (se *slurmEnv) testCgroupV2(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`cat /proc/self/cgroup > %[1]s/cgroup
+(echo x > %[3]s) 2> %[1]s/gpu
 setsid sh -c 'trap "" HUP TERM; echo $$ > %[1]s/daemon.tmp; mv %[1]s/daemon.tmp %[1]s/daemon; exec sleep 300' </dev/null >/dev/null 2>&1 &
 %[2]s > %[1]s/sha
 echo $$ > %[1]s/pid
-exec sleep 300`, dir, se.fetchCmd())
+exec sleep 300`, dir, se.fetchCmd(), topology.SlurmGPU)
 	id := ce.plugJob(t, ce.script(t, "cgroupv2", body))
 	defer s.Run(t, 10*time.Second, nil, "scancel", id)
 	j := ce.waitJob(t, id)
@@ -110,6 +111,19 @@ exec sleep 300`, dir, se.fetchCmd())
 		if env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p)); strings.Contains(string(env), "cgroup2only") {
 			t.Errorf("job %s: process %d (%s) has the harness's preload in its environment", id, p, comm(p))
 		}
+	}
+
+	// ConstrainDevices=yes: Slurm put its eBPF device filter on the job's
+	// cgroup, which denies the node's GPU the job did not ask for, and
+	// airlock run still opened its TUN under it (the shell is in a
+	// network namespace of its own, checked above).
+	sdLog, _ := os.ReadFile(filepath.Join(s.Dir, "log", "slurmd."+topology.SlurmNode+".log"))
+	if !regexp.MustCompile(`EBPF Closing and loading bpf program into \S*/job_`+id+`\b`).Match(sdLog) ||
+		regexp.MustCompile(`BPF (load error|attach)`).Match(sdLog) {
+		t.Errorf("job %s: slurmd's log shows no device filter loaded into the job's cgroup, or an error loading it%s", id, s.Logs())
+	}
+	if gpu, _ := os.ReadFile(filepath.Join(dir, "gpu")); !strings.Contains(string(gpu), "Operation not permitted") {
+		t.Errorf("job %s: writing to the GPU it was not given (%s) inside airlock run: %q, want Operation not permitted (the device filter)", id, topology.SlurmGPU, gpu)
 	}
 
 	start := time.Now()

@@ -134,9 +134,12 @@ func (tp *Topology) StartSlurm(t testing.TB, o SlurmOptions) *Slurm {
 		t.Fatal(err)
 	}
 	host, _, _ = strings.Cut(host, ".")
-	plugins := "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+	plugins, gres := "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n", ""
 	if o.CgroupV2 {
-		plugins = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n"
+		// DebugFlags: the cgroups Slurm makes and the device filters it
+		// attaches are logged (tests read them).
+		plugins = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nDebugFlags=CGROUP\nSlurmdDebug=verbose\nGresTypes=gpu\n"
+		gres = " Gres=gpu:1"
 	}
 	if o.FirstJobID > 0 {
 		plugins += fmt.Sprintf("FirstJobId=%d\n", o.FirstJobID)
@@ -175,12 +178,13 @@ KillWait=3
 MinJobAge=600
 InactiveLimit=0
 PlugStackConfig=%[4]s/plugstack.conf
-NodeName=%[6]s NodeAddr=%[2]s CPUs=%[7]d State=UNKNOWN
+NodeName=%[6]s NodeAddr=%[2]s CPUs=%[7]d%[12]s State=UNKNOWN
 PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
-%[8]s`, host, tp.CNAddr, sock, s.Dir, s.JobComp, SlurmNode, o.CPUs, parts, tp.Port(), tp.Port(), plugins)
+%[8]s`, host, tp.CNAddr, sock, s.Dir, s.JobComp, SlurmNode, o.CPUs, parts, tp.Port(), tp.Port(), plugins, gres)
 	files := map[string]string{"slurm.conf": conf, "plugstack.conf": o.PlugStack}
 	if o.CgroupV2 {
 		files["cgroup.conf"] = cgroupConf
+		files["gres.conf"] = fmt.Sprintf("NodeName=%s Name=gpu File=%s\n", SlurmNode, SlurmGPU)
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(s.Dir, name), []byte(content), 0o644); err != nil {
@@ -221,6 +225,11 @@ PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 	}
 }
 
+// SlurmGPU is the device file of the node's one GRES (gpu:1) with
+// SlurmOptions.CgroupV2: a job that does not ask for it (--gres=gpu:1)
+// cannot open it (ConstrainDevices=yes).
+const SlurmGPU = "/dev/full"
+
 // cgroupConf is the cluster's cgroup.conf with SlurmOptions.CgroupV2.
 // IgnoreSystemd: slurmd is not a systemd unit here, so Slurm makes the
 // stepd scope itself (CgroupAutomount enables the controllers on its
@@ -233,7 +242,7 @@ IgnoreSystemd=yes
 CgroupAutomount=yes
 ConstrainCores=no
 ConstrainRAMSpace=no
-ConstrainDevices=no
+ConstrainDevices=yes
 `
 
 // start starts a Slurm daemon in cn, as root, in the directory Dir.
