@@ -24,9 +24,10 @@ package topology
 // memory cgroup), so a controller bound there is not available in the v2
 // hierarchy; the v2 root offers hugetlb only and enables none. So Slurm's
 // cgroups here carry no controller (Slurm logs "Controller cpu is not
-// enabled!" and goes on; cgroup.conf constrains nothing), but the tree,
-// cgroup.procs, cgroup.events, cgroup.freeze and cgroup.kill, which
-// proctrack/cgroup uses, are the kernel's real ones. And because v1
+// enabled!" and goes on; cgroup.conf constrains devices only, with an
+// eBPF program that needs no controller), but the tree and the
+// cgroup.procs, cgroup.events and cgroup.freeze files that
+// proctrack/cgroup uses are the kernel's real ones. And because v1
 // hierarchies are in use, /proc/self/cgroup lists them before the "0::"
 // line, which Slurm refuses as "Hybrid mode"; on such a host (hybrid),
 // slurmd runs with testdata/cgroup2only.c preloaded, which hides the v1

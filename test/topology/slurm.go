@@ -233,8 +233,11 @@ const SlurmGPU = "/dev/full"
 // cgroupConf is the cluster's cgroup.conf with SlurmOptions.CgroupV2.
 // IgnoreSystemd: slurmd is not a systemd unit here, so Slurm makes the
 // stepd scope itself (CgroupAutomount enables the controllers on its
-// way); a site under systemd leaves both out (docs/slurm.md). Nothing is
-// constrained: the test host's v2 hierarchy has no cpu, cpuset or memory
+// way); a site under systemd leaves both out (docs/slurm.md). Devices
+// are constrained: on cgroup v2 that is an eBPF program on the job's
+// cgroup, which needs no controller, and denies the GRES devices the job
+// was not given (here SlurmGPU) and allows every other one. Cores and
+// memory are not: the test host's v2 hierarchy has no cpuset or memory
 // controller to constrain with (cgroup.go).
 const cgroupConf = `# Written by the Airlock test harness (test/topology/slurm.go).
 CgroupPlugin=cgroup/v2
