@@ -44,7 +44,9 @@ type slurmEnv struct {
 // uses), the gateway with --attest munge, and the SPANK plugin with
 // attest=munge and a join settings file WITHOUT a token: the jobs that
 // the plugin wraps join with MUNGE credentials alone. Jobs that run
-// airlock run themselves use the token.
+// airlock run themselves use the token. The cluster uses
+// proctrack/linuxproc; CgroupV2 starts a second one in cn, on the same
+// gateway, with proctrack/cgroup and task/cgroup on cgroup v2.
 func TestSlurm(t *testing.T) {
 	// The cluster's own munged on MUNGE's default socket, with a key the
 	// gateway does not have, as on every real node (issue 33, item 1):
