@@ -38,7 +38,6 @@ package topology
 
 import (
 	"bufio"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -190,30 +189,8 @@ const cgroup2OnlyLib = "libcgroup2only.so"
 // per process and returns the library's path.
 func buildCgroup2Only(t testing.TB) string {
 	t.Helper()
-	b := getBuild(cgroup2OnlyLib)
-	b.once.Do(func() {
-		dir, err := binDir()
-		if err != nil {
-			b.err = err
-			return
-		}
-		root, err := ModuleRoot()
-		if err != nil {
-			b.err = err
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		out := filepath.Join(dir, cgroup2OnlyLib)
-		if msg, err := exec.CommandContext(ctx, "cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
-			"-o", out, filepath.Join(root, "test", "topology", "testdata", "cgroup2only.c")).CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("cc: %v\n%s", err, msg)
-			return
-		}
-		b.path = out
+	return compileOnce(t, cgroup2OnlyLib, 0o644, func(out string) []string {
+		return []string{"cc", "-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-pedantic", "-Werror",
+			"-o", out, filepath.Join("test", "topology", "testdata", "cgroup2only.c")}
 	})
-	if b.err != nil {
-		t.Fatalf("build %s: %v", cgroup2OnlyLib, b.err)
-	}
-	return b.path
 }
