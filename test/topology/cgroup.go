@@ -13,7 +13,7 @@ package topology
 // cgroup namespace there (so the subtree is all slurmd sees, and two
 // clusters on one host cannot meet in one job_N cgroup) and a mount
 // namespace where /sys/fs/cgroup is a cgroup2 mount of that subtree, then
-// moves into system.slice/slurmd.service, the path systemd would give it,
+// moves into /system.slice/slurmd.service, the path systemd would give it,
 // and execs slurmd. Slurm (cgroup.conf: IgnoreSystemd=yes,
 // CgroupAutomount=yes) creates system.slice/NODE_slurmstepd.scope/job_N/…
 // there by itself, as it does under systemd with dbus.
@@ -156,7 +156,7 @@ func removeCgroup(t testing.TB, dir string) {
 // enterCgroupScript runs "$@" (as sh -c SCRIPT sh CGROUP ARGV...) in a new
 // cgroup and mount namespace rooted at cgroup CGROUP, where
 // /sys/fs/cgroup is that subtree's cgroup2 mount, from its
-// system.slice/slurmd.service.
+// /system.slice/slurmd.service.
 const enterCgroupScript = `set -e
 echo $$ > "$1/cgroup.procs"
 shift

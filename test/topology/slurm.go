@@ -226,7 +226,7 @@ PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 }
 
 // SlurmGPU is the device file of the node's one GRES (gpu:1) with
-// SlurmOptions.CgroupV2: a job that does not ask for it (--gres=gpu:1)
+// SlurmOptions.CgroupV2: a job that does not ask for it (a gres=gpu:1 request)
 // cannot open it (ConstrainDevices=yes).
 const SlurmGPU = "/dev/full"
 
