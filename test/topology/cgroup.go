@@ -7,16 +7,16 @@ package topology
 //
 // Theory of operation: the harness makes a cgroup of its own at the root of
 // the host's cgroup v2 hierarchy (wherever it is mounted: /sys/fs/cgroup on
-// a unified host, /sys/fs/cgroup/unified on a hybrid one), enables in it
-// the controllers the root offers, and starts slurmd through
-// enterCgroupScript: the script moves itself into that cgroup, makes a
-// cgroup namespace there (so the subtree is all slurmd sees, and two
+// a unified host, /sys/fs/cgroup/unified on a hybrid one) and starts
+// slurmd through enterCgroupScript: the script moves itself into that
+// cgroup, makes a cgroup namespace there (so the subtree is all slurmd sees, and two
 // clusters on one host cannot meet in one job_N cgroup) and a mount
 // namespace where /sys/fs/cgroup is a cgroup2 mount of that subtree, then
 // moves into /system.slice/slurmd.service, the path systemd would give it,
 // and execs slurmd. Slurm (cgroup.conf: IgnoreSystemd=yes,
-// CgroupAutomount=yes) creates system.slice/NODE_slurmstepd.scope/job_N/…
-// there by itself, as it does under systemd with dbus.
+// CgroupAutomount=yes) enables the controllers the root offers down its
+// subtree and creates system.slice/NODE_slurmstepd.scope/job_N/… there by
+// itself, as it does under systemd with dbus.
 //
 // What this host allows (the test machine, a Firecracker VM, checked
 // 2026-11): the v1 hierarchies of cpu, cpuset, memory, pids, io, devices
@@ -96,8 +96,7 @@ func CgroupV2Mount() (mount string, hybrid bool, err error) {
 }
 
 // delegateCgroup makes a cgroup of its own at the root of the cgroup v2
-// hierarchy, with every controller the root offers enabled for its
-// children, removed (its processes killed first) at t's cleanup. It
+// hierarchy, removed (its processes killed first) at t's cleanup. It
 // returns the cgroup's directory and whether the host is hybrid (see
 // CgroupV2Mount).
 func delegateCgroup(t testing.TB) (dir string, hybrid bool) {
@@ -114,15 +113,11 @@ func delegateCgroup(t testing.TB) (dir string, hybrid bool) {
 		t.Fatalf("cgroup v2: cannot make a cgroup for slurmd (the harness needs a writable cgroup v2 hierarchy, as systemd's Delegate=yes gives slurmd.service): %v", err)
 	}
 	t.Cleanup(func() { removeCgroup(t, dir) })
-	// The root offers these only if they are enabled in its own
-	// subtree_control; enable them for slurmd's subtree. None is needed:
-	// Slurm runs without controllers (it logs each one missing).
-	ctrls, _ := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
-	for _, c := range strings.Fields(string(ctrls)) {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+"+c), 0o644); err != nil {
-			t.Logf("cgroup v2: enable %s in %s: %v", c, dir, err)
-		}
-	}
+	// No controller is enabled here: enterCgroupScript first puts its
+	// own process into the cgroup, which a cgroup with controllers
+	// enabled for its children refuses (EBUSY, "no internal processes").
+	// slurmd (CgroupAutomount=yes) enables what the root offers once it
+	// has moved on to its leaf.
 	return dir, hybrid
 }
 
