@@ -32,6 +32,8 @@ type slurmEnv struct {
 	nodeMunge, gwMunge *mungetest.Daemon
 	// config is the gateway's config file (writeConfig).
 	config string
+	// plugStack is the cluster's plugstack.conf.
+	plugStack string
 }
 
 // TestSlurm runs real Slurm jobs (sbatch, srun, job arrays, scancel, time
@@ -42,7 +44,9 @@ type slurmEnv struct {
 // uses), the gateway with --attest munge, and the SPANK plugin with
 // attest=munge and a join settings file WITHOUT a token: the jobs that
 // the plugin wraps join with MUNGE credentials alone. Jobs that run
-// airlock run themselves use the token.
+// airlock run themselves use the token. The cluster uses
+// proctrack/linuxproc; CgroupV2 starts a second one in cn, on the same
+// gateway, with proctrack/cgroup and task/cgroup on cgroup v2.
 func TestSlurm(t *testing.T) {
 	// The cluster's own munged on MUNGE's default socket, with a key the
 	// gateway does not have, as on every real node (issue 33, item 1):
@@ -67,11 +71,12 @@ func TestSlurm(t *testing.T) {
 	if err := os.WriteFile(joinFile, []byte("# written by TestSlurm\n"+strings.Join(se.joinEnv[:2], "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	se.plugStack = fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock attest=munge munge_socket=%s\n",
+		plugin, e.airlock, wrapper, joinFile, nodeMunge.Socket)
 	se.s = e.tp.StartSlurm(t, topology.SlurmOptions{
 		User:       e.u,
 		Partitions: []string{"airlock"},
-		PlugStack: fmt.Sprintf("required %s airlock=%s wrapper=%s env=%s default=auto partitions=airlock attest=munge munge_socket=%s\n",
-			plugin, e.airlock, wrapper, joinFile, nodeMunge.Socket),
+		PlugStack:  se.plugStack,
 	})
 
 	// The time-limit job runs from the start, alongside the others:
@@ -90,6 +95,7 @@ func TestSlurm(t *testing.T) {
 	t.Run("NoReusableSecret", se.testNoReusableSecret)
 	t.Run("Replay", se.testReplay)
 	t.Run("QuotaWait", se.testQuotaWait)
+	t.Run("CgroupV2", se.testCgroupV2)   // a second cluster, on cgroup v2
 	t.Run("BanSticks", se.testBanSticks) // last: the ban stays
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,6 +92,14 @@ func getBuild(name string) *build {
 // module root) once per process and returns the output path.
 func buildOnce(t testing.TB, name, pkg string, env ...string) string {
 	t.Helper()
+	return compileOnce(t, name, 0o755, func(out string) []string { return []string{"go", "build", "-o", out, pkg} }, env...)
+}
+
+// compileOnce runs the command argv(BINDIR/name) in the module root with
+// env added (at most 5 minutes) once per process, gives its output mode
+// and returns the output's path.
+func compileOnce(t testing.TB, name string, mode os.FileMode, argv func(out string) []string, env ...string) string {
+	t.Helper()
 	b := getBuild(name)
 	b.once.Do(func() {
 		dir, err := binDir()
@@ -106,14 +115,15 @@ func buildOnce(t testing.TB, name, pkg string, env ...string) string {
 		out := filepath.Join(dir, name)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", out, pkg)
+		args := argv(out)
+		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), env...)
 		if msg, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, msg)
+			b.err = fmt.Errorf("%s: %v\n%s", strings.Join(args, " "), err, msg)
 			return
 		}
-		if err := os.Chmod(out, 0o755); err != nil {
+		if err := os.Chmod(out, mode); err != nil {
 			b.err = err
 			return
 		}

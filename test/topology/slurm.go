@@ -15,10 +15,13 @@ package topology
 // resolves addresses with AI_ADDRCONFIG, which a namespace with only
 // loopback fails). The node is declared with more CPUs than the machine
 // has (SlurmdParameters=config_overrides) so that job arrays run at once;
-// nothing needs cgroups: ProctrackType=proctrack/linuxproc (a job's
-// processes are slurmstepd's descendants), TaskPlugin=task/none,
-// JobAcctGatherType=jobacct_gather/none. There is no slurmdbd: finished
-// jobs go to a jobcomp/filetxt file, which sacct reads with -c.
+// by default nothing needs cgroups: ProctrackType=proctrack/linuxproc (a
+// job's processes are slurmstepd's descendants), TaskPlugin=task/none,
+// JobAcctGatherType=jobacct_gather/none. With SlurmOptions.CgroupV2,
+// proctrack/cgroup and task/cgroup run on a cgroup v2 subtree delegated to
+// slurmd (cgroup.go). There is no slurmdbd: finished jobs go to a
+// jobcomp/filetxt file, which sacct reads with -c. Each cluster has ports
+// of its own, so two can share cn.
 //
 // Cleanup cancels every job, waits (bounded) until the queue is empty,
 // then kills slurmd, slurmctld and munged by PID (their process groups);
@@ -54,6 +57,15 @@ type SlurmOptions struct {
 	PlugStack string
 	// User owns the work directory (Slurm.Work) that jobs run in.
 	User *User
+	// CgroupV2 runs the node with ProctrackType=proctrack/cgroup and
+	// TaskPlugin=task/cgroup on cgroup v2 (cgroup.conf: CgroupPlugin=
+	// cgroup/v2, IgnoreSystemd=yes), in a cgroup subtree of its own
+	// (Slurm.Cgroup), as most sites run it.
+	CgroupV2 bool
+	// FirstJobID is the first job id (default Slurm's, 1): a second
+	// cluster in one topology takes ids the first will not reach, so
+	// that the gateway never sees one job id from two clusters.
+	FirstJobID int
 }
 
 // Slurm is a running one-node cluster. Its methods are safe for
@@ -66,6 +78,10 @@ type Slurm struct {
 	Work string
 	// JobComp is the job completion log (jobcomp/filetxt).
 	JobComp string
+	// Cgroup is, with SlurmOptions.CgroupV2, the directory of the cgroup
+	// v2 subtree delegated to slurmd, in the test's own mount namespace;
+	// slurmd sees it as /sys/fs/cgroup.
+	Cgroup string
 
 	tp       *Topology
 	ctld, sd *Process
@@ -118,6 +134,16 @@ func (tp *Topology) StartSlurm(t testing.TB, o SlurmOptions) *Slurm {
 		t.Fatal(err)
 	}
 	host, _, _ = strings.Cut(host, ".")
+	plugins, gres := "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n", ""
+	if o.CgroupV2 {
+		// DebugFlags: the cgroups Slurm makes and the device filters it
+		// attaches are logged (tests read them).
+		plugins = "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\nDebugFlags=CGROUP\nSlurmdDebug=verbose\nGresTypes=gpu\n"
+		gres = " Gres=gpu:1"
+	}
+	if o.FirstJobID > 0 {
+		plugins += fmt.Sprintf("FirstJobId=%d\n", o.FirstJobID)
+	}
 	parts := ""
 	for _, p := range o.Partitions {
 		parts += fmt.Sprintf("PartitionName=%s Nodes=%s MaxTime=INFINITE State=UP\n", p, SlurmNode)
@@ -135,9 +161,9 @@ SlurmctldPidFile=%[4]s/slurmctld.pid
 SlurmdPidFile=%[4]s/slurmd.%%n.pid
 SlurmctldLogFile=%[4]s/log/slurmctld.log
 SlurmdLogFile=%[4]s/log/slurmd.%%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+SlurmctldPort=%[9]d
+SlurmdPort=%[10]d
+%[11]sJobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/filetxt
 JobCompLoc=%[5]s
@@ -152,10 +178,15 @@ KillWait=3
 MinJobAge=600
 InactiveLimit=0
 PlugStackConfig=%[4]s/plugstack.conf
-NodeName=%[6]s NodeAddr=%[2]s CPUs=%[7]d State=UNKNOWN
+NodeName=%[6]s NodeAddr=%[2]s CPUs=%[7]d%[12]s State=UNKNOWN
 PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
-%[8]s`, host, tp.CNAddr, sock, s.Dir, s.JobComp, SlurmNode, o.CPUs, parts)
-	for name, content := range map[string]string{"slurm.conf": conf, "plugstack.conf": o.PlugStack} {
+%[8]s`, host, tp.CNAddr, sock, s.Dir, s.JobComp, SlurmNode, o.CPUs, parts, tp.Port(), tp.Port(), plugins, gres)
+	files := map[string]string{"slurm.conf": conf, "plugstack.conf": o.PlugStack}
+	if o.CgroupV2 {
+		files["cgroup.conf"] = cgroupConf
+		files["gres.conf"] = fmt.Sprintf("NodeName=%s Name=gpu File=%s\n", SlurmNode, SlurmGPU)
+	}
+	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(s.Dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +197,20 @@ PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 		"--log-file="+filepath.Join(s.Dir, "log", "munged.log"))
 	tp.waitFor(t, m, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 	s.ctld = s.start(t, "slurmctld", "-D", "-f", s.Conf)
-	s.sd = s.start(t, "slurmd", "-D", "-N", SlurmNode, "-f", s.Conf)
+	slurmd := s.Command(context.Background(), nil, "slurmd", "-D", "-N", SlurmNode, "-f", s.Conf)
+	slurmd.Dir = s.Dir
+	if o.CgroupV2 {
+		var hybrid bool
+		s.Cgroup, hybrid = delegateCgroup(t)
+		preload := ""
+		if hybrid {
+			preload = buildCgroup2Only(t)
+		}
+		if err := inCgroup(slurmd, s.Cgroup, preload); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.sd = startProcess(t, slurmd, s.tp.CN+": "+strings.Join(slurmd.Args, " "))
 	t.Cleanup(func() { s.drain(t) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -180,6 +224,29 @@ PartitionName=batch Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// SlurmGPU is the device file of the node's one GRES (gpu:1) with
+// SlurmOptions.CgroupV2: a job that does not ask for it (a gres=gpu:1 request)
+// cannot open it (ConstrainDevices=yes).
+const SlurmGPU = "/dev/full"
+
+// cgroupConf is the cluster's cgroup.conf with SlurmOptions.CgroupV2.
+// IgnoreSystemd: slurmd is not a systemd unit here, so Slurm makes the
+// stepd scope itself (CgroupAutomount enables the controllers on its
+// way); a site under systemd leaves both out (docs/slurm.md). Devices
+// are constrained: on cgroup v2 that is an eBPF program on the job's
+// cgroup, which needs no controller, and denies the GRES devices the job
+// was not given (here SlurmGPU) and allows every other one. Cores and
+// memory are not: the test host's v2 hierarchy has no cpuset or memory
+// controller to constrain with (cgroup.go).
+const cgroupConf = `# Written by the Airlock test harness (test/topology/slurm.go).
+CgroupPlugin=cgroup/v2
+IgnoreSystemd=yes
+CgroupAutomount=yes
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=yes
+`
 
 // start starts a Slurm daemon in cn, as root, in the directory Dir.
 func (s *Slurm) start(t testing.TB, name string, args ...string) *Process {
