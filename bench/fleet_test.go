@@ -78,16 +78,15 @@ func TestFleetBench(t *testing.T) {
 			args = append(args, "--store", url)
 		}
 		g.proc = tp.Start(t, tp.DMZ, u, airlock, args...)
-		deadline := time.Now().Add(60 * time.Second)
-		for {
+		if !topology.PollEvery(60*time.Second, 50*time.Millisecond, func() bool {
 			if vals, err := readJoinEnv(filepath.Join(g.state, "join.env")); err == nil && vals["AIRLOCK_PIN"] != "" {
 				g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-				break
+				return true
 			}
-			if ok, _ := g.proc.Exited(); ok || time.Now().After(deadline) {
-				t.Fatalf("gateway %s: %s", name, g.proc.Describe())
-			}
-			time.Sleep(50 * time.Millisecond)
+			ok, _ := g.proc.Exited()
+			return ok
+		}) || g.pin == "" {
+			t.Fatalf("gateway %s: %s", name, g.proc.Describe())
 		}
 		code, o, e := tp.Run(t, 30*time.Second, tp.DMZ, u, airlock, "token", "create", "--state", g.state, "--name", "bench")
 		if code != 0 {

@@ -78,14 +78,11 @@ func scaleGateways(t *testing.T, out string) {
 	// their gateways' sockets (connected to the address asked) drop.
 	echo := netip.AddrPortFrom(tp.INETAddr, uint16(tp.Port()))
 	ep := tp.Start(t, tp.INET, nil, peer, "udpecho", echo.String())
-	for i := 0; ; i++ {
-		if code, _, _ := tp.Run(t, 5*time.Second, tp.INET, nil, peer, "udpclient", echo.String(), "1"); code == 0 {
-			break
-		}
-		if i == 50 {
-			t.Fatalf("udp echo not answering: %s", ep.Describe())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !topology.PollEvery(30*time.Second, 100*time.Millisecond, func() bool {
+		code, _, _ := tp.Run(t, 5*time.Second, tp.INET, nil, peer, "udpclient", echo.String(), "1")
+		return code == 0
+	}) {
+		t.Fatalf("udp echo not answering: %s", ep.Describe())
 	}
 	base := topology.TempDir(t)
 	if err := os.Chown(base, u.UID, u.GID); err != nil {
@@ -120,8 +117,7 @@ func scaleGateways(t *testing.T, out string) {
 			args = append(args, strings.Fields(*flagScaleGwArgs)...)
 		}
 		g.proc = tp.Start(t, h.ns, u, airlock, args...)
-		t0 := time.Now()
-		for {
+		if !topology.Poll(60*time.Second, func() bool {
 			if b, err := os.ReadFile(filepath.Join(g.state, "join.env")); err == nil && strings.Contains(string(b), "AIRLOCK_PIN=") {
 				for _, l := range strings.Split(string(b), "\n") {
 					if v, ok := strings.CutPrefix(l, "AIRLOCK_GATEWAY="); ok {
@@ -131,12 +127,12 @@ func scaleGateways(t *testing.T, out string) {
 						g.pin = v
 					}
 				}
-				break
+				return true
 			}
-			if ok, _ := g.proc.Exited(); ok || time.Since(t0) > 60*time.Second {
-				t.Fatalf("gateway %d not ready: %s", i, g.proc.Describe())
-			}
-			time.Sleep(20 * time.Millisecond)
+			ok, _ := g.proc.Exited()
+			return ok
+		}) || g.pin == "" {
+			t.Fatalf("gateway %d not ready: %s", i, g.proc.Describe())
 		}
 		if i == 0 {
 			code, o, e := tp.Run(t, 30*time.Second, h.ns, u, airlock, "token", "create", "--state", g.state, "--name", "scale", "--ttl", "24h")

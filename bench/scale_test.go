@@ -134,18 +134,14 @@ func TestScaleBench(t *testing.T) {
 		t0 := time.Now()
 		_ = os.Remove(filepath.Join(state, "join.env"))
 		gw = tp.Start(t, tp.DMZ, u, airlock, gwArgs...)
-		for {
-			if b, err := os.ReadFile(filepath.Join(state, "join.env")); err == nil && strings.Contains(string(b), "AIRLOCK_PIN=") {
-				return time.Since(t0)
-			}
-			if ok, _ := gw.Exited(); ok {
-				t.Fatalf("gateway exited: %s", gw.Describe())
-			}
-			if time.Since(t0) > 60*time.Second {
-				t.Fatalf("gateway not ready in 60 s: %s", gw.Describe())
-			}
-			time.Sleep(20 * time.Millisecond)
+		ready := func() bool {
+			b, err := os.ReadFile(filepath.Join(state, "join.env"))
+			return err == nil && strings.Contains(string(b), "AIRLOCK_PIN=")
 		}
+		if !topology.Poll(60*time.Second, func() bool { ok, _ := gw.Exited(); return ready() || ok }) || !ready() {
+			t.Fatalf("gateway not ready in 60 s: %s", gw.Describe())
+		}
+		return time.Since(t0)
 	}
 	startGW()
 	env, err := os.ReadFile(filepath.Join(state, "join.env"))
@@ -283,10 +279,7 @@ func TestScaleBench(t *testing.T) {
 			sig = syscall.SIGKILL
 			// A crash loses the endpoints of the last 15 s: wait until
 			// the gateway saved every job's.
-			t1 := time.Now()
-			for time.Since(t1) < time.Minute && endpointCount(state) < r.OK {
-				time.Sleep(time.Second)
-			}
+			topology.PollEvery(time.Minute, time.Second, func() bool { return endpointCount(state) >= r.OK })
 			note = fmt.Sprintf("; %d endpoints saved before the kill", endpointCount(state))
 		}
 		t0 := time.Now()
@@ -427,24 +420,24 @@ func genReport(p *topology.Process, phase string, timeout time.Duration) (loadge
 // waitNth waits for the generator's nth report of phase; the zero Report
 // if it does not come within timeout or the generator exits.
 func waitNth(p *topology.Process, phase string, nth int, timeout time.Duration) loadgen.Report {
-	deadline := time.Now().Add(timeout)
-	for {
-		exited, _ := p.Exited()
+	var got loadgen.Report
+	nthSeen := func() bool {
 		seen := 0
 		for _, l := range strings.Split(p.Stdout(), "\n") {
 			var r loadgen.Report
 			if json.Unmarshal([]byte(l), &r) == nil && r.Phase == phase {
 				seen++
 				if seen == nth {
-					return r
+					got = r
+					return true
 				}
 			}
 		}
-		if exited || time.Now().After(deadline) {
-			return loadgen.Report{}
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
 	}
+	// Once the generator has exited, its whole output is in.
+	topology.PollEvery(timeout, 200*time.Millisecond, func() bool { exited, _ := p.Exited(); return nthSeen() || exited })
+	return got
 }
 
 func loadAvg() float64 {

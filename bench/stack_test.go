@@ -184,17 +184,12 @@ func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, bin, mode 
 		return nil, "", "", "", fmt.Errorf("ping_group_range: %s", stderr)
 	}
 	gw = startDaemon(t, tp, logs, "airlock-gateway", tp.DMZ, u, "", bin, args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := waitUntil(30*time.Second, gw, func() bool {
 		vals := readEnv(filepath.Join(state, "join.env"))
-		if vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
-			gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-			break
-		}
-		if ok, _ := gw.exitedCode(); ok || time.Now().After(deadline) {
-			return nil, "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.describe())
-		}
-		time.Sleep(50 * time.Millisecond)
+		gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+		return gateway != "" && pin != ""
+	}); err != nil {
+		return nil, "", "", "", fmt.Errorf("gateway did not write join.env: %v: %s", err, gw.describe())
 	}
 	code, out, stderr := tp.Run(t, 30*time.Second, tp.DMZ, u, bin, "token", "create", "--state", state, "--name", "bench", "--ttl", "24h")
 	if code != 0 {
@@ -301,21 +296,21 @@ func tcpCheckIn(t *testing.T, tp *topology.Topology, peer func(args ...string) [
 // waitUntil polls ready every 50 ms until it returns true, p exits, or
 // timeout passes.
 func waitUntil(timeout time.Duration, p *daemon, ready func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for {
+	exited, code := false, 0
+	if topology.PollEvery(timeout, 50*time.Millisecond, func() bool {
 		if p != nil {
-			if ok, code := p.exitedCode(); ok {
-				return fmt.Errorf("exited %d before ready", code)
+			if exited, code = p.exitedCode(); exited {
+				return true
 			}
 		}
-		if ready() {
-			return nil
+		return ready()
+	}) {
+		if exited {
+			return fmt.Errorf("exited %d before ready", code)
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %v", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
 	}
+	return fmt.Errorf("not ready after %v", timeout)
 }
 
 // slirpStack is slirp4netns alone: the job is a user+net namespace in cn

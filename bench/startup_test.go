@@ -223,17 +223,12 @@ func gatewayOf(t *testing.T, tp *topology.Topology, logs logDir, u *topology.Use
 	state := filepath.Join(base, "state")
 	gw := startDaemon(t, tp, logs, "gateway-"+tag, tp.DMZ, u, "", bin, "gateway", "--state", state,
 		"--listen", fmt.Sprintf("%s:%d", tp.DMZAddrCN, port), "--flow-log", "off")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if err := waitUntil(30*time.Second, gw, func() bool {
 		vals := readEnv(filepath.Join(state, "join.env"))
-		if vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
-			gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-			break
-		}
-		if ok, _ := gw.exitedCode(); ok || time.Now().After(deadline) {
-			return "", "", "", fmt.Errorf("gateway did not write join.env: %s", gw.describe())
-		}
-		time.Sleep(50 * time.Millisecond)
+		gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+		return gateway != "" && pin != ""
+	}); err != nil {
+		return "", "", "", fmt.Errorf("gateway did not write join.env: %v: %s", err, gw.describe())
 	}
 	code, out, stderr := tp.Run(t, 30*time.Second, tp.DMZ, u, bin, "token", "create", "--state", state, "--name", "bench", "--ttl", "24h")
 	if code != 0 {

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestLoopback runs the client against the server on loopback: every round
@@ -19,12 +21,10 @@ func TestLoopback(t *testing.T) {
 	l.Close()
 	go func() { _ = serve(addr) }()
 	var res Result
-	for i := 0; i < 50; i++ {
-		if res, err = client(addr, 20, 64, 0, 5*time.Second); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	topology.Poll(5*time.Second, func() bool { // until the server listens
+		res, err = client(addr, 20, 64, 0, 5*time.Second)
+		return err == nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

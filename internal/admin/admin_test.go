@@ -26,8 +26,13 @@ func startGateway(t *testing.T) (string, *store.Store, *Server) {
 		t.Fatal(err)
 	}
 	srv := NewServer(nil, st)
+	// Listen returns with the socket open: Dial needs no retries.
+	l, err := Listen(filepath.Join(dir, SocketName))
+	if err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(filepath.Join(dir, SocketName)) }()
+	go func() { done <- srv.ServeListener(l) }()
 	t.Cleanup(func() {
 		if err := srv.Close(); err != nil {
 			t.Error(err)
@@ -37,18 +42,6 @@ func startGateway(t *testing.T) (string, *store.Store, *Server) {
 		}
 		st.Close()
 	})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := Dial(dir)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("admin socket never came up: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	return dir, st, srv
 }
 
@@ -182,15 +175,15 @@ func TestServeReplacesStaleSocket(t *testing.T) {
 	}
 	defer st.Close()
 	srv := NewServer(nil, st)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(path) }()
-	var c *Client
-	for i := 0; i < 500; i++ {
-		if c, err = Dial(dir); err == nil {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
+	// Listen (Serve's first step) removes the stale socket file and
+	// returns with the socket open.
+	l, err = Listen(path)
+	if err != nil {
+		t.Fatalf("Listen on a stale socket: %v", err)
 	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeListener(l) }()
+	c, err := Dial(dir)
 	if err != nil {
 		t.Fatalf("Dial after stale socket: %v", err)
 	}

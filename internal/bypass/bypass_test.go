@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/userstack"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 var (
@@ -296,14 +297,16 @@ func TestDevice(t *testing.T) {
 		}
 	}
 	var rep control.BypassCount
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		// Both directions: the echo may be counted in before the
-		// writer's own count of what it sent.
-		if r := p.eng.Report(); len(r) == 1 && r[0].BytesIn == 2*uint64(len(msg)) && r[0].BytesOut == 2*uint64(len(msg)) {
+	// Both directions: the echo may be counted in before the writer's
+	// own count of what it sent.
+	topology.Poll(2*time.Second, func() bool {
+		r := p.eng.Report()
+		if len(r) == 1 && r[0].BytesIn == 2*uint64(len(msg)) && r[0].BytesOut == 2*uint64(len(msg)) {
 			rep = r[0]
-			break
+			return true
 		}
-	}
+		return false
+	})
 	if rep != (control.BypassCount{Rule: "squid", Flows: 2, BytesOut: 2 * uint64(len(msg)), BytesIn: 2 * uint64(len(msg))}) {
 		t.Errorf("report %+v, want squid: 2 flows, %d bytes each way", p.eng.Report(), 2*len(msg))
 	}

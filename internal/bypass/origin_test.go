@@ -84,7 +84,13 @@ func TestOriginDNS(t *testing.T) {
 	}
 	job := &fakeTUN{}
 	d := &Device{Device: job, eng: eng, log: eng.log, job: [ipfamily.N]netip.Addr{jobAddr, jobAddr6}, dns: [ipfamily.N]netip.Addr{dnsAddr, dnsAddr6}}
-	o, err := newOriginStack(d.job, 1420, func() {})
+	wake := make(chan struct{}, 1) // the stack's "packets for the gateway"
+	o, err := newOriginStack(d.job, 1420, func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +106,10 @@ func TestOriginDNS(t *testing.T) {
 		sizes := []int{0}
 		for ctx.Err() == nil {
 			if o.read(bufs, sizes, 16) == 0 {
-				time.Sleep(time.Millisecond)
+				select {
+				case <-wake:
+				case <-ctx.Done():
+				}
 				continue
 			}
 			p := append([]byte(nil), bufs[0][16:16+sizes[0]]...)

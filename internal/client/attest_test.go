@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
 	"github.com/airlock-vpn/airlock/internal/syncbuf"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestSessionAttests checks what a session sends a gateway that checks
@@ -84,10 +85,7 @@ func TestSessionAttests(t *testing.T) {
 		sctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() { defer close(done); s.Supervise(sctx) }()
-		deadline := time.Now().Add(5 * time.Second)
-		for len(b.Joins()) < 2 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		topology.Poll(5*time.Second, func() bool { return len(b.Joins()) >= 2 })
 		b.SetRenewErr(nil)
 		cancel()
 		<-done

@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
 	"github.com/airlock-vpn/airlock/internal/syncbuf"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // testSession joins the in-process gateway g and starts WireGuard on a
@@ -129,16 +130,8 @@ func TestSessionRejoins(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Supervise(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		calls := b.Calls()
-		if n := countOf(calls, "join"); n >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no second join after the lease was forgotten: calls %v", calls)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !topology.Poll(5*time.Second, func() bool { return countOf(b.Calls(), "join") >= 2 }) {
+		t.Fatalf("no second join after the lease was forgotten: calls %v", b.Calls())
 	}
 	b.SetRenewErr(nil)
 	cancel()
@@ -297,16 +290,11 @@ func TestSessionNewKeyWhenSquatted(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.Supervise(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	if !topology.Poll(5*time.Second, func() bool {
 		keys := b.Keys()
-		if len(keys) >= 3 && keys[len(keys)-1] != old {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no join with a new key after the old one was squatted: keys %v, calls %v", keys, b.Calls())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(keys) >= 3 && keys[len(keys)-1] != old
+	}) {
+		t.Fatalf("no join with a new key after the old one was squatted: keys %v, calls %v", b.Keys(), b.Calls())
 	}
 	b.SetRenewErr(nil)
 	cancel()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestSession checks a job's whole life over one connection: join, the
@@ -45,8 +46,7 @@ func TestSession(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		before := s.LastEvent()
-		time.Sleep(150 * time.Millisecond)
-		if !s.LastEvent().After(before) {
+		if !topology.Poll(150*time.Millisecond, func() bool { return s.LastEvent().After(before) }) {
 			t.Fatalf("no heartbeat within 150 ms (interval 100 ms)")
 		}
 		resp, err := s.Renew(ctx, control.RenewRequest{})
@@ -272,9 +272,9 @@ func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
 		pprof.Lookup("goroutine").WriteTo(&b, 2)
 		return strings.Count(b.String(), "(*serverSession).serve") + strings.Count(b.String(), "(*serverSession).readable")
 	}
-	time.Sleep(100 * time.Millisecond)
-	if g := serverGoroutines(); g != 0 {
-		t.Errorf("%d idle sessions hold %d goroutines at the gateway, want none", n, g)
+	// The sessions go idle once their joins are answered.
+	if !topology.Poll(2*time.Second, func() bool { return serverGoroutines() == 0 }) {
+		t.Errorf("%d idle sessions hold %d goroutines at the gateway, want none", n, serverGoroutines())
 	}
 	for round := 0; round < 2; round++ {
 		for i, s := range sessions {
@@ -283,18 +283,13 @@ func TestIdleSessionsHoldNoGoroutine(t *testing.T) {
 			}
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
-	if g := serverGoroutines(); g != 0 {
-		t.Errorf("after the renewals, %d goroutines at the gateway, want none", g)
+	if !topology.Poll(2*time.Second, func() bool { return serverGoroutines() == 0 }) {
+		t.Errorf("after the renewals, %d goroutines at the gateway, want none", serverGoroutines())
 	}
 	before := gw.Server.Sessions()
 	sessions[0].Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for gw.Server.Sessions() != before-1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a session whose client went away still open: %d sessions, want %d", gw.Server.Sessions(), before-1)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !topology.Poll(5*time.Second, func() bool { return gw.Server.Sessions() == before-1 }) {
+		t.Fatalf("a session whose client went away still open: %d sessions, want %d", gw.Server.Sessions(), before-1)
 	}
 	for _, s := range sessions[1:] {
 		s.Close()

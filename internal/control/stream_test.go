@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/control/controltest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestTunnelUpgrade upgrades a control connection to the TCP transport
@@ -159,17 +160,15 @@ func TestWatchLimit(t *testing.T) {
 	}
 	open[0].Close()
 	open = open[1:]
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		w, err := c.Watch(ctx, ref)
+	if !topology.Poll(5*time.Second, func() bool {
+		var w *control.Watch
+		w, err = c.Watch(ctx, ref)
 		if err == nil {
 			open = append(open, w)
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("watch after closing one: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("watch after closing one: %v", err)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // events records what a node's callbacks were called with.
@@ -87,18 +88,6 @@ func startMember(t *testing.T, c *pgtest.Cluster, db, id string, failClosed bool
 	return m
 }
 
-// eventually polls cond for up to d.
-func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return cond()
-}
-
 func TestFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
@@ -123,14 +112,14 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		// B verifies the token made on A against its replica.
-		if !eventually(time.Second, func() bool { _, err := b.node.VerifyToken(secret, time.Now()); return err == nil }) {
+		if !topology.Poll(time.Second, func() bool { _, err := b.node.VerifyToken(secret, time.Now()); return err == nil }) {
 			t.Fatal("token made on A not accepted by B within 1s")
 		}
 		t0 := time.Now()
 		if err := a.node.RevokeToken("site"); err != nil {
 			t.Fatal(err)
 		}
-		if !eventually(time.Second, func() bool { r, _, _ := b.ev.snapshot(); return len(r) == 1 && r[0] == "site" }) {
+		if !topology.Poll(time.Second, func() bool { r, _, _ := b.ev.snapshot(); return len(r) == 1 && r[0] == "site" }) {
 			t.Fatal("revocation on A not seen by B within 1s")
 		}
 		t.Logf("revocation reached B in %v", time.Since(t0))
@@ -142,7 +131,7 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		// B applies it; A, whose caller made it, does not get it back.
-		if !eventually(time.Second, func() bool { _, bs, _ := b.ev.snapshot(); return len(bs) == 1 && bs[0].Host == "node7" }) {
+		if !topology.Poll(time.Second, func() bool { _, bs, _ := b.ev.snapshot(); return len(bs) == 1 && bs[0].Host == "node7" }) {
 			t.Fatal("ban made on A not applied by B within 1s")
 		}
 		if r, bs, _ := a.ev.snapshot(); len(bs) != 0 || len(r) != 0 {
@@ -161,10 +150,10 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer admin.Close()
-		if !eventually(2*time.Second, func() bool { ls, _ := admin.LiveLeases(""); return len(ls) == 1 }) {
+		if !topology.Poll(2*time.Second, func() bool { ls, _ := admin.LiveLeases(""); return len(ls) == 1 }) {
 			t.Fatal("B's lease not in the database within 2s")
 		}
-		if !eventually(3*time.Second, func() bool { ms, _ := admin.Members(); return len(ms) == 2 }) {
+		if !topology.Poll(3*time.Second, func() bool { ms, _ := admin.Members(); return len(ms) == 2 }) {
 			t.Fatal("members not registered")
 		}
 		got, res, err := fleet.Kick(context.Background(), admin, "42", "abuse", 0, "test", 3*time.Second)
@@ -191,7 +180,7 @@ func TestFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !eventually(time.Second, func() bool { _, err := f.node.VerifyToken(secret, time.Now()); return err == nil }) {
+		if !topology.Poll(time.Second, func() bool { _, err := f.node.VerifyToken(secret, time.Now()); return err == nil }) {
 			t.Fatal("token not replicated")
 		}
 		rec := func(i int) store.LeaseRecord {
@@ -221,7 +210,7 @@ func TestFleet(t *testing.T) {
 		if _, err := a.node.VerifyToken(secret, time.Now()); err != nil {
 			t.Fatalf("fail-open member refuses a cached token while the database is down: %v", err)
 		}
-		if !eventually(4*time.Second, func() bool {
+		if !topology.Poll(4*time.Second, func() bool {
 			_, err := f.node.VerifyToken(secret, time.Now())
 			return errors.Is(err, fleet.ErrUnavailable)
 		}) {
@@ -229,7 +218,7 @@ func TestFleet(t *testing.T) {
 		}
 		if h := a.node.Health(); h.Reachable && h.Journaled == 0 {
 			// The shipper may not have tried yet; it will.
-			eventually(3*time.Second, func() bool { return !a.node.Health().Reachable })
+			topology.Poll(3*time.Second, func() bool { return !a.node.Health().Reachable })
 		}
 		if _, _, err := a.node.CreateToken("new", 0, time.Now()); !errors.Is(err, fleet.ErrUnavailable) {
 			t.Fatalf("create token while down: got %v, want ErrUnavailable", err)
@@ -240,14 +229,14 @@ func TestFleet(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer admin.Close()
-		if !eventually(10*time.Second, func() bool { h, _ := admin.HistoryStats(); return h.Leases == 20 && h.Live == 19 }) {
+		if !topology.Poll(10*time.Second, func() bool { h, _ := admin.HistoryStats(); return h.Leases == 20 && h.Live == 19 }) {
 			h, _ := admin.HistoryStats()
 			t.Fatalf("after the outage: database holds %+v, want 20 leases, 19 live", h)
 		}
 		if n, _ := a.local.JournalLen(); n != 0 {
 			t.Fatalf("journal after shipping: %d entries left", n)
 		}
-		if !eventually(5*time.Second, func() bool { _, err := f.node.VerifyToken(secret, time.Now()); return err == nil }) {
+		if !topology.Poll(5*time.Second, func() bool { _, err := f.node.VerifyToken(secret, time.Now()); return err == nil }) {
 			t.Fatal("fail-closed member does not admit again after the database is back")
 		}
 	})
@@ -269,7 +258,7 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("A's bans while down: %+v, want the new one", bs)
 		}
 		c.Restart(t)
-		if !eventually(15*time.Second, func() bool { _, bs, _ := b.ev.snapshot(); return len(bs) == 1 && bs[0].Host == "node9" }) {
+		if !topology.Poll(15*time.Second, func() bool { _, bs, _ := b.ev.snapshot(); return len(bs) == 1 && bs[0].Host == "node9" }) {
 			t.Fatal("a ban made on A while the database was down never reached B")
 		}
 		// A reloads its replica from the database: the ban stays, once.
@@ -317,10 +306,10 @@ func TestFleet(t *testing.T) {
 		if err := a.node.RecordLeaseStart(rec); err != nil {
 			t.Fatal(err)
 		}
-		if !eventually(3*time.Second, func() bool { ls, _ := admin.LiveLeases(""); return len(ls) == 1 }) {
+		if !topology.Poll(3*time.Second, func() bool { ls, _ := admin.LiveLeases(""); return len(ls) == 1 }) {
 			t.Fatal("lease not in the database")
 		}
-		eventually(3*time.Second, func() bool { ms, _ := admin.Members(); return len(ms) == 1 })
+		topology.Poll(3*time.Second, func() bool { ms, _ := admin.Members(); return len(ms) == 1 })
 		t0 := time.Now()
 		if _, res, err := fleet.Kick(context.Background(), admin, "77", "after the flood", 0, "test", 3*time.Second); err != nil || !res.Ended {
 			t.Fatalf("kick after the flood: %+v %v", res, err)

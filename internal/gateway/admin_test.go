@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestAdminFlowsAndKick runs a job through an in-process gateway and checks
@@ -77,11 +78,10 @@ func TestAdminFlowsAndKick(t *testing.T) {
 
 	// The ended flow reaches the flow log.
 	var rec flows.Record
-	deadline := time.Now().Add(5 * time.Second)
-	for rec.ID == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	topology.Poll(5*time.Second, func() bool {
 		rec = lastRecord(t, filepath.Join(g.state, FlowLogFile))
-	}
+		return rec.ID != 0
+	})
 	if rec.BytesIn != size || rec.JobID != "t1" || rec.Verdict != flows.Allowed || rec.End.IsZero() {
 		t.Fatalf("flow log record %+v, want %d bytes in for job t1", rec, size)
 	}
@@ -95,7 +95,7 @@ func TestAdminFlowsAndKick(t *testing.T) {
 	}
 	// The first handshake is read every 250 ms.
 	var hsCount uint64
-	for deadline := time.Now().Add(3 * time.Second); hsCount == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	topology.Poll(3*time.Second, func() bool {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +105,8 @@ func TestAdminFlowsAndKick(t *testing.T) {
 				hsCount = mf.GetMetric()[0].GetHistogram().GetSampleCount()
 			}
 		}
-	}
+		return hsCount != 0
+	})
 	if hsCount != 1 {
 		t.Errorf("airlock_wireguard_first_handshake_seconds count %d, want 1", hsCount)
 	}

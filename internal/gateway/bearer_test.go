@@ -16,6 +16,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/bearer/bearertest"
 	"github.com/airlock-vpn/airlock/internal/control"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestBearerGateway runs a gateway whose config trusts an in-process
@@ -89,16 +90,12 @@ func TestBearerGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	reload <- struct{}{}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		h, err := cc.Health(ctx)
-		if err == nil && !h.Bearer {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("health after the reload: %+v %v, want no bearer", h, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var h control.Health
+	if !topology.Poll(10*time.Second, func() bool {
+		h, err = cc.Health(ctx)
+		return err == nil && !h.Bearer
+	}) {
+		t.Fatalf("health after the reload: %+v %v, want no bearer", h, err)
 	}
 	if _, err := cc.Join(ctx, control.JoinRequest{PublicKey: freshKey(t), Bearer: tok("alice", time.Hour)}); !errors.Is(err, control.ErrBearer) || !strings.Contains(err.Error(), "no bearer tokens") {
 		t.Errorf("bearer token at a gateway without issuers: %v, want ErrBearer", err)

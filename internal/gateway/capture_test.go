@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestCapture runs a standing feed (--capture to a file) and an admin's
@@ -77,7 +78,13 @@ func TestCapture(t *testing.T) {
 		u.Write([]byte("udp-not-captured"))
 		u.Close()
 	}
-	time.Sleep(200 * time.Millisecond)
+	// The feed file (every packet) has the datagram, sent last: the
+	// gateway has passed every packet of the job to its captures.
+	var fileStream []byte
+	topology.Poll(5*time.Second, func() bool {
+		fileStream, _ = os.ReadFile(feed)
+		return bytes.Contains(fileStream, []byte("udp-not-captured"))
+	})
 	// Ending the job's lease ends its live capture.
 	if _, err := ac.Kick(ctx, admin.KickRequest{Job: "t1", Reason: "capture test"}); err != nil {
 		t.Fatal(err)
@@ -107,15 +114,6 @@ func TestCapture(t *testing.T) {
 		}
 	}
 	checkStream("live capture", stream, false)
-	var fileStream []byte
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		fileStream, _ = os.ReadFile(feed)
-		if bytes.Contains(fileStream, []byte("udp-not-captured")) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 	checkStream("feed file", fileStream, true)
 	if fi, err := os.Stat(feed); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("feed file: %v, mode %v, want 0600", err, fi.Mode().Perm())

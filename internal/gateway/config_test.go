@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 const policyV1 = `version = 1
@@ -125,23 +126,19 @@ func TestConfigReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	reload <- struct{}{}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := dial("198.51.100.7:80")
-		if err == nil {
-			// A round trip, so that the gateway has the handshake's last
-			// ACK before the job goes away.
-			if err := echo(c); err != nil {
-				t.Errorf("echo after the SIGHUP reload: %v", err)
-			}
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("port 80 still refused 5 s after a SIGHUP reload of policy v1: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var c net.Conn
+	if !topology.PollEvery(5*time.Second, 50*time.Millisecond, func() bool {
+		c, err = dial("198.51.100.7:80")
+		return err == nil
+	}) {
+		t.Fatalf("port 80 still refused 5 s after a SIGHUP reload of policy v1: %v", err)
 	}
+	// A round trip, so that the gateway has the handshake's last ACK
+	// before the job goes away.
+	if err := echo(c); err != nil {
+		t.Errorf("echo after the SIGHUP reload: %v", err)
+	}
+	c.Close()
 }
 
 // TestConfigAtStart checks that a broken config file stops the gateway

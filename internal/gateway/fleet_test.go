@@ -25,6 +25,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestFleetGateways runs two in-process gateways on one real PostgreSQL
@@ -68,29 +69,21 @@ func TestFleetGateways(t *testing.T) {
 	defer cc.Close()
 	job := control.JobInfo{BatchJobID: "fleet-1", Hostname: "node1"}
 	var l control.Lease
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		// The members list fills at the heartbeats (2 s).
+	// The members list fills at the heartbeats (2 s).
+	if !topology.PollEvery(5*time.Second, 200*time.Millisecond, func() bool {
 		l, err = cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
-		if err == nil && len(l.Members) == 2 {
-			break
-		}
-		if err == nil {
+		if err == nil && len(l.Members) != 2 {
 			cc.Release(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("join on B with a token made on A: %v, members %+v; want a lease listing both gateways", err, l.Members)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return err == nil && len(l.Members) == 2
+	}) {
+		t.Fatalf("join on B with a token made on A: %v, members %+v; want a lease listing both gateways", err, l.Members)
 	}
 	if v := gaugeValue(t, reg, "airlock_fleet_database_up"); v != 1 {
 		t.Errorf("airlock_fleet_database_up = %v, want 1", v)
 	}
-	for deadline := time.Now().Add(3 * time.Second); gaugeValue(t, reg, "airlock_fleet_members") != 2; time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("airlock_fleet_members = %v after a heartbeat, want 2", gaugeValue(t, reg, "airlock_fleet_members"))
-			break
-		}
+	if !topology.Poll(3*time.Second, func() bool { return gaugeValue(t, reg, "airlock_fleet_members") == 2 }) {
+		t.Errorf("airlock_fleet_members = %v after a heartbeat, want 2", gaugeValue(t, reg, "airlock_fleet_members"))
 	}
 	pins := map[string]bool{}
 	for _, m := range l.Members {
@@ -119,21 +112,17 @@ func TestFleetGateways(t *testing.T) {
 	}
 
 	// Whois through A names B's job (after the shipper's round).
-	deadline = time.Now().Add(5 * time.Second)
-	for {
-		ac, err := admin.Dial(a.state)
-		if err != nil {
-			t.Fatal(err)
+	var recs []store.LeaseRecord
+	if !topology.Poll(5*time.Second, func() bool {
+		ac, derr := admin.Dial(a.state)
+		if derr != nil {
+			t.Fatal(derr)
 		}
-		recs, err := ac.Whois(ctx, netip.AddrPortFrom(l.PublicAddr, l.Ports[0]), time.Now())
+		recs, err = ac.Whois(ctx, netip.AddrPortFrom(l.PublicAddr, l.Ports[0]), time.Now())
 		ac.Close()
-		if err == nil && len(recs) == 1 && recs[0].JobID == "fleet-1" && recs[0].Gateway != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("whois on A of B's job at %v:%d: %+v %v", l.PublicAddr, l.Ports[0], recs, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil && len(recs) == 1 && recs[0].JobID == "fleet-1" && recs[0].Gateway != ""
+	}) {
+		t.Fatalf("whois on A of B's job at %v:%d: %+v %v", l.PublicAddr, l.Ports[0], recs, err)
 	}
 
 	// Kick with a ban, asked on A; B ends it.
@@ -156,18 +145,19 @@ func TestFleetGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ca.Close()
-	deadline = time.Now().Add(time.Second)
-	for _, cl := range []*control.Client{cc, ca} {
-		for {
-			_, err := cl.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
-			if errors.Is(err, control.ErrBanned) {
-				break
+	// Each client in turn, until both refuse.
+	clients := []*control.Client{cc, ca}
+	if !topology.Poll(time.Second, func() bool {
+		for len(clients) > 0 {
+			_, err = clients[0].Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
+			if !errors.Is(err, control.ErrBanned) {
+				return false
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("join of the banned host: %v, want ErrBanned on both gateways within 1 s", err)
-			}
-			time.Sleep(20 * time.Millisecond)
+			clients = clients[1:]
 		}
+		return true
+	}) {
+		t.Fatalf("join of the banned host: %v, want ErrBanned on both gateways within 1 s", err)
 	}
 
 	// Revocation on A ends a job on B at once. (Another token: the ban
@@ -177,24 +167,19 @@ func TestFleetGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l2 control.Lease
-	deadline = time.Now().Add(time.Second)
-	for {
-		// B learns the new token from the database's notification.
+	// B learns the new token from the database's notification. Each
+	// refused join counts against this address
+	// (control.DefaultFailureBurst, 5): four tries a second stay under
+	// it, where every 20 ms hit it while the notification was on its
+	// way and turned the wait into rate_limited.
+	if !topology.PollEvery(time.Second, 250*time.Millisecond, func() bool {
 		l2, err = cc.Join(ctx, control.JoinRequest{Token: tok2, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "fleet-2", Hostname: "node2"}})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("join on B with a token made on A 1 s before: %v", err)
-		}
-		// Each refused join counts against this address
-		// (control.DefaultFailureBurst, 5): four tries a second stay
-		// under it, where every 20 ms hit it while the notification
-		// was on its way and turned the wait into rate_limited.
-		time.Sleep(250 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("join on B with a token made on A 1 s before: %v", err)
 	}
+	// Watch returns once the gateway has answered the watch: it is open.
 	ended = watchEnd(l2)
-	time.Sleep(200 * time.Millisecond) // the watch is open
 	t0 := time.Now()
 	if _, err := ac.RevokeToken(ctx, "fleet2"); err != nil {
 		t.Fatal(err)
@@ -256,25 +241,24 @@ func TestFleetKeyRotation(t *testing.T) {
 	// memberB waits until B's member record satisfies ok.
 	memberB := func(what string, ok func(store.Member) bool) store.Member {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			ms, err := pdb.Members()
-			var last store.Member
-			if err == nil {
-				for _, m := range ms {
-					if m.Advertise == b.info.Advertise && !m.Stopped {
-						last = m
-						if ok(m) {
-							return m
-						}
+		var ms []store.Member
+		var last store.Member
+		var err error
+		if !topology.Poll(10*time.Second, func() bool {
+			ms, err = pdb.Members()
+			for _, m := range ms {
+				if m.Advertise == b.info.Advertise && !m.Stopped {
+					last = m
+					if ok(m) {
+						return true
 					}
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("B's member record %s: %+v %v (all: %+v)", what, last, err, ms)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return false
+		}) {
+			t.Fatalf("B's member record %s: %+v %v (all: %+v)", what, last, err, ms)
 		}
+		return last
 	}
 	oldPin := b.info.Fingerprint
 	before := memberB("with its pin", func(m store.Member) bool { return m.Pin == oldPin })
@@ -292,15 +276,12 @@ func TestFleetKeyRotation(t *testing.T) {
 	}
 	defer cb.Close()
 	var l control.Lease
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		// B learns the token from the database's notification.
+	// B learns the token from the database's notification.
+	if !topology.Poll(2*time.Second, func() bool {
 		l, err = cb.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "rot-1", Hostname: "node1"}})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("join on B with a token made on A: %v", err)
-		}
+		return err == nil
+	}) {
+		t.Fatalf("join on B with a token made on A: %v", err)
 	}
 
 	bc := adminClient(t, b)
@@ -317,7 +298,7 @@ func TestFleetKeyRotation(t *testing.T) {
 	}
 	defer ca.Close()
 	var learned string
-	for deadline := time.Now().Add(5 * time.Second); learned != both.Pin; time.Sleep(200 * time.Millisecond) {
+	if !topology.PollEvery(5*time.Second, 200*time.Millisecond, func() bool {
 		la, err := ca.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "rot-a", Hostname: "node2"}})
 		if err != nil {
 			t.Fatal(err)
@@ -328,9 +309,9 @@ func TestFleetKeyRotation(t *testing.T) {
 				learned = m.Pin
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("A's lease names B with pin %q, want %q", learned, both.Pin)
-		}
+		return learned == both.Pin
+	}) {
+		t.Fatalf("A's lease names B with pin %q, want %q", learned, both.Pin)
 	}
 	if _, err := bc.RotateKey(ctx, true); err != nil {
 		t.Fatal(err)
@@ -431,16 +412,15 @@ func TestFleetCapture(t *testing.T) {
 	defer pdb.Close()
 	j := joinJob(t, b, newToken(t, b)) // batch job id t1
 	var bID string
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		// B's shipper writes the lease, its heartbeat its member record.
-		if r, err := fleet.FindLease(pdb, "t1"); err == nil {
-			if bID, err = pdb.LeaseMember(r.ID); err == nil {
-				break
-			}
+	// B's shipper writes the lease, its heartbeat its member record.
+	if !topology.Poll(5*time.Second, func() bool {
+		r, err := fleet.FindLease(pdb, "t1")
+		if err == nil {
+			bID, err = pdb.LeaseMember(r.ID)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("B's lease not in the database within 5 s")
-		}
+		return err == nil
+	}) {
+		t.Fatal("B's lease not in the database within 5 s")
 	}
 
 	ac := adminClient(t, a)

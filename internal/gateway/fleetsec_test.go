@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/munge/mungetest"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestFleetFailClosedAttested: --store-fail-closed refuses a join by MUNGE
@@ -60,8 +61,15 @@ func TestFleetFailClosedAttested(t *testing.T) {
 	}
 	cc.Release(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
 	c.Stop(t)
-	time.Sleep(stale + 2*time.Second)
-	if l, err := join(); err == nil || !strings.Contains(err.Error(), "fail-closed") {
+	// Admitted until the copy is stale, then refused as fail-closed
+	// (refusals count against the source's failure budget: few tries).
+	if !topology.PollEvery(stale+5*time.Second, 250*time.Millisecond, func() bool {
+		l, err = join()
+		if err == nil {
+			cc.Release(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
+		}
+		return err != nil
+	}) || !strings.Contains(err.Error(), "fail-closed") {
 		t.Errorf("attested join without a token on a fail-closed gateway whose copy is %v stale: lease %v, err %v; want refused as fail-closed", stale, l.ID, err)
 	}
 }
@@ -119,7 +127,14 @@ func TestFleetJobCredentialOnce(t *testing.T) {
 	}
 	// The members' records (and so the claims' owners) are written at the
 	// first heartbeat.
-	time.Sleep(500 * time.Millisecond)
+	pdb, err := pgstore.Open(ctx, pgstore.Config{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pdb.Close()
+	if !topology.Poll(10*time.Second, func() bool { ms, err := pdb.Members(); return err == nil && len(ms) == 2 }) {
+		t.Fatal("the two gateways' member records not in the database within 10 s")
+	}
 	if _, err := join(a); err != nil {
 		t.Fatalf("join on A with the job credential: %v", err)
 	}

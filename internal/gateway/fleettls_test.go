@@ -18,8 +18,10 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/fleet"
+	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/test/pgtest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // noTLSProxy listens on 127.0.0.1 in front of the real database at
@@ -194,18 +196,17 @@ func TestFleetPlantedMember(t *testing.T) {
 	ctx := context.Background()
 	// The members list fills at the heartbeats (2 s): wait for all
 	// four rows, then look at what a job is told.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ms, err := ops.Members()
-		if err == nil && len(ms) == 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members in the database: %+v %v, want 4", ms, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var ms []store.Member
+	if !topology.Poll(10*time.Second, func() bool {
+		ms, err = ops.Members()
+		return err == nil && len(ms) == 4
+	}) {
+		t.Fatalf("members in the database: %+v %v, want 4", ms, err)
 	}
-	time.Sleep(2500 * time.Millisecond) // one heartbeat more: A has read them
+	// One heartbeat more: A has read them. (Nothing of A's says when it
+	// read the members; a join that names B could come from a read
+	// before C's row was in, and prove nothing about C.)
+	time.Sleep(2500 * time.Millisecond)
 	l, err := cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "plant-1", Hostname: "node1"}})
 	if err != nil {
 		t.Fatal(err)

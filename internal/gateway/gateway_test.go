@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // testGateway runs a gateway on loopback whose outgoing flows to the
@@ -244,10 +245,7 @@ func TestInProcessTCP(t *testing.T) {
 	}
 	j.wg.Close()
 	g.stop()
-	deadline := time.Now().Add(3 * time.Second)
-	for runtime.NumGoroutine() > before+2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	topology.Poll(3*time.Second, func() bool { return runtime.NumGoroutine() <= before+2 })
 	if n := runtime.NumGoroutine(); n > before+2 {
 		buf := make([]byte, 1<<16)
 		t.Errorf("goroutines: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
@@ -328,11 +326,10 @@ func TestJoinErrors(t *testing.T) {
 	if err != nil || h.Jobs != 1 {
 		t.Fatalf("health after join: %+v, %v; want 1 job", h, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for h.Jobs != 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
+	topology.Poll(5*time.Second, func() bool {
 		h, _ = cc.Health(ctx)
-	}
+		return h.Jobs == 0
+	})
 	if h.Jobs != 0 {
 		t.Fatalf("lease did not expire: %+v", h)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestRestartStartsHandshakes stops the gateway with a job whose
@@ -67,12 +68,8 @@ func TestRestartStartsHandshakes(t *testing.T) {
 // waitHandshakeAfter waits up to 10 s for j's handshake later than after.
 func waitHandshakeAfter(t *testing.T, j *testJob, after time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !j.wg.LastHandshake().After(after) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no handshake after %v within 10 s", after.Format(time.StampMilli))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !topology.Poll(10*time.Second, func() bool { return j.wg.LastHandshake().After(after) }) {
+		t.Fatalf("no handshake after %v within 10 s", after.Format(time.StampMilli))
 	}
 }
 

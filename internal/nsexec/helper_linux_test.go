@@ -220,14 +220,7 @@ func processAlive(pid int) bool {
 }
 
 func waitGone(pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if !processAlive(pid) {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+	return topology.Poll(d, func() bool { return !processAlive(pid) })
 }
 
 // helperBinary copies the test binary where other users can run it.

@@ -196,15 +196,10 @@ func orphanDies(t *testing.T, bin string) {
 
 // waitExe waits until /proc/PID/comm is comm.
 func waitExe(pid int, comm string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
+	return topology.Poll(d, func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-		if strings.TrimSpace(string(b)) == comm {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return false
+		return strings.TrimSpace(string(b)) == comm
+	})
 }
 
 // TestTUNNotAccessible checks both Preflight and Start as an unprivileged

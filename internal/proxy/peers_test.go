@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // nobody is the uid and gid of the "other user of the node" in these
@@ -40,6 +41,18 @@ func asNobody(t *testing.T, script string, args ...string) (*exec.Cmd, *strings.
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd, &out
+}
+
+// firstLine waits up to 5 s for the first line of out (a port the
+// script prints once it listens) and returns it, or "".
+func firstLine(out *strings.Builder) string {
+	var line string
+	topology.Poll(5*time.Second, func() bool {
+		var ok bool
+		line, _, ok = strings.Cut(out.String(), "\n")
+		return ok
+	})
+	return line
 }
 
 // sendAsNobody sends one SOCKS5 UDP datagram to echo through the relay at
@@ -165,11 +178,7 @@ except socket.timeout:
     print("no connection", flush=True)
 `
 	cmd, out := asNobody(t, listen)
-	var port string
-	for i := 0; i < 50 && port == ""; i++ {
-		time.Sleep(100 * time.Millisecond)
-		port, _, _ = strings.Cut(out.String(), "\n")
-	}
+	port := firstLine(out)
 	theirs := netip.MustParseAddrPort("127.0.0.1:" + strings.TrimSpace(port))
 	c, err := DialOwned(context.Background(), nil, theirs)
 	if err == nil {
@@ -220,11 +229,7 @@ time.sleep(5)
 				}
 			}
 			cmd, out := asNobody(t, bound, lo)
-			var port string
-			for i := 0; i < 50 && port == ""; i++ {
-				time.Sleep(100 * time.Millisecond)
-				port, _, _ = strings.Cut(out.String(), "\n")
-			}
+			port := firstLine(out)
 			theirs := netip.AddrPortFrom(netip.MustParseAddr(lo), uint16(mustAtoi(t, strings.TrimSpace(port))))
 			c, err := net.Dial("tcp", addr)
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/proxy/proxytest"
+	"github.com/airlock-vpn/airlock/test/topology"
 	xproxy "golang.org/x/net/proxy"
 	"golang.org/x/sys/unix"
 )
@@ -365,7 +366,17 @@ func TestSOCKSUDPRelay(t *testing.T) {
 	}
 	// Closing the control connection ends the relay.
 	c.Close()
-	time.Sleep(200 * time.Millisecond)
+	// The relay's socket is closed (its port can be bound again) ...
+	if !topology.Poll(5*time.Second, func() bool {
+		l, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(bnd))
+		if err == nil {
+			l.Close()
+		}
+		return err == nil
+	}) {
+		t.Error("the relay's socket still open 5 s after its control connection closed")
+	}
+	// ... and nothing answers there.
 	_, _ = u.WriteToUDPAddrPort([]byte("after close"), bnd)
 	_ = u.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 	if _, _, err := u.ReadFromUDPAddrPort(make([]byte, 100)); err == nil {

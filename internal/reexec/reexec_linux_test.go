@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 const (
@@ -274,13 +276,11 @@ func TestExecKeepsParentDeath(t *testing.T) {
 				t.Fatalf("child %d exec'd from thread %d of %d: want a thread other than the first", child, tid, pid)
 			}
 			defer unix.Kill(child, unix.SIGKILL)
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child)); string(comm) == "sleep\n" {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("child %d did not exec sleep", child)
-				}
+			if !topology.Poll(10*time.Second, func() bool {
+				comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
+				return string(comm) == "sleep\n"
+			}) {
+				t.Fatalf("child %d did not exec sleep", child)
 			}
 			mid.Process.Kill()
 			mid.Wait()
@@ -290,10 +290,7 @@ func TestExecKeepsParentDeath(t *testing.T) {
 			if tc.survives {
 				wait = time.Second // what dies, dies in milliseconds
 			}
-			gone := false
-			for deadline := time.Now().Add(wait); !gone && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-				gone = exited(child)
-			}
+			gone := topology.Poll(wait, func() bool { return exited(child) })
 			if gone == tc.survives {
 				t.Errorf("%s: child exited after its parent's death: %v, want %v", tc.mode, gone, !tc.survives)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // Attested identity under Slurm (issue 25, items 1 and 2), on TestSlurm's
@@ -33,18 +34,19 @@ func (se *slurmEnv) plugJob(t *testing.T, script string, args ...string) string 
 // waitJob waits until status lists a live lease of Slurm job id.
 func (se *slurmEnv) waitJob(t *testing.T, id string) admin.JobStatus {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var job admin.JobStatus
+	if !topology.PollEvery(60*time.Second, 100*time.Millisecond, func() bool {
 		for _, j := range se.status(t).Jobs {
 			if j.JobID == id {
-				return j
+				job = j
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: no lease after 60 s (state %q)\n%s%s", id, se.s.State(t, id), se.output(id), se.diag(""))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("job %s: no lease after 60 s (state %q)\n%s%s", id, se.s.State(t, id), se.output(id), se.diag(""))
 	}
+	return job
 }
 
 // testAttested: a job the plugin wraps joins with MUNGE credentials and no
@@ -75,17 +77,13 @@ func (se *slurmEnv) testAttested(t *testing.T) {
 		t.Errorf("whois: exit %d, %s; want the job id, uid and node marked (munge)", code, out)
 	}
 	// The flow log's records of its download say so too.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		log, _ := os.ReadFile(filepath.Join(se.state, gatewayFlowLog))
-		if regexp.MustCompile(`"job_id":"` + id + `"[^\n]*"attested_by":"munge","attested_uid":` + strconv.Itoa(se.u.UID) + `,"job_attested":true`).Match(log) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("flow log has no attested record of job %s:\n%s", id, lastChars(string(log), 2000))
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
+	attested := regexp.MustCompile(`"job_id":"` + id + `"[^\n]*"attested_by":"munge","attested_uid":` + strconv.Itoa(se.u.UID) + `,"job_attested":true`)
+	var log []byte
+	if !topology.Poll(15*time.Second, func() bool {
+		log, _ = os.ReadFile(filepath.Join(se.state, gatewayFlowLog))
+		return attested.Match(log)
+	}) {
+		t.Errorf("flow log has no attested record of job %s:\n%s", id, lastChars(string(log), 2000))
 	}
 }
 
@@ -238,32 +236,28 @@ const slurmGatewayConfig = "version = 1\n[[expose]]\nports = [\"8080\"]\n"
 // never runs its script and writes nothing.
 func (se *slurmEnv) waitDone(t *testing.T, dir string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		m, _ := filepath.Glob(filepath.Join(dir, "*.done"))
-		if len(m) == n {
-			for _, f := range m {
-				b, _ := os.ReadFile(f)
-				id := strings.TrimSpace(string(b))
-				if a := se.s.WaitAccounting(t, id, 30*time.Second); a.State != "COMPLETED" || a.ExitCode != "0:0" {
-					t.Errorf("job %s: %+v, want COMPLETED 0:0\n%s", id, a, se.output(id))
-				}
+	var m []string
+	if !topology.PollEvery(timeout, 250*time.Millisecond, func() bool {
+		m, _ = filepath.Glob(filepath.Join(dir, "*.done"))
+		return len(m) == n
+	}) {
+		_, q, _ := se.s.Run(t, 10*time.Second, nil, "squeue", "-h", "-o", "%i %T %R")
+		errs, _ := filepath.Glob(filepath.Join(se.s.Work, "*.err"))
+		var tails []string
+		for _, f := range errs {
+			b, _ := os.ReadFile(f)
+			if len(b) > 0 {
+				tails = append(tails, filepath.Base(f)+": "+lastChars(string(b), 600))
 			}
-			return
 		}
-		if time.Now().After(deadline) {
-			_, q, _ := se.s.Run(t, 10*time.Second, nil, "squeue", "-h", "-o", "%i %T %R")
-			errs, _ := filepath.Glob(filepath.Join(se.s.Work, "*.err"))
-			var tails []string
-			for _, f := range errs {
-				b, _ := os.ReadFile(f)
-				if len(b) > 0 {
-					tails = append(tails, filepath.Base(f)+": "+lastChars(string(b), 600))
-				}
-			}
-			t.Fatalf("%d of %d tasks done after %v; queue:\n%s\nstderr of jobs:\n%s%s", len(m), n, timeout, q, strings.Join(tails, "\n"), se.diag(""))
+		t.Fatalf("%d of %d tasks done after %v; queue:\n%s\nstderr of jobs:\n%s%s", len(m), n, timeout, q, strings.Join(tails, "\n"), se.diag(""))
+	}
+	for _, f := range m {
+		b, _ := os.ReadFile(f)
+		id := strings.TrimSpace(string(b))
+		if a := se.s.WaitAccounting(t, id, 30*time.Second); a.State != "COMPLETED" || a.ExitCode != "0:0" {
+			t.Errorf("job %s: %+v, want COMPLETED 0:0\n%s", id, a, se.output(id))
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
 
@@ -340,16 +334,15 @@ func (se *slurmEnv) testBanSticks(t *testing.T) {
 	if code != 0 || !strings.Contains(out+stderr, "any token or none") {
 		t.Fatalf("kick --ban 1h %s: exit %d %s %s; want it to say the ban covers the uid with any token", id, code, out, stderr)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for live := true; live; {
-		live = false
+	if !topology.PollEvery(10*time.Second, 200*time.Millisecond, func() bool {
 		for _, j := range se.status(t).Jobs {
-			live = live || j.JobID == other
+			if j.JobID == other {
+				return false
+			}
 		}
-		if live && time.Now().After(deadline) {
-			t.Fatalf("the banned user's unattested job %s on the same node still holds a lease 10 s after the ban", other)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("the banned user's unattested job %s on the same node still holds a lease 10 s after the ban", other)
 	}
 	for _, tc := range []struct {
 		name string

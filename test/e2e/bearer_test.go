@@ -291,18 +291,21 @@ func (be *bearerEnv) refresh(t *testing.T) {
 // waitJob waits for status to list the lease of job id.
 func (be *bearerEnv) waitJob(t *testing.T, id string, p *topology.Process) admin.JobStatus {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var job admin.JobStatus
+	found := false
+	if !topology.PollEvery(30*time.Second, 100*time.Millisecond, func() bool {
 		for _, j := range be.e.status(t).Jobs {
 			if j.JobID == id {
-				return j
+				job, found = j, true
+				return true
 			}
 		}
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("job %s has no lease: %s%s", id, p.Stdout(), be.e.diag(p.Stderr()))
-		}
-		time.Sleep(100 * time.Millisecond)
+		ok, _ := p.Exited()
+		return ok
+	}) || !found {
+		t.Fatalf("job %s has no lease: %s%s", id, p.Stdout(), be.e.diag(p.Stderr()))
 	}
+	return job
 }
 
 // expired: a job whose token expires and is not refreshed loses its

@@ -100,12 +100,10 @@ func testCapture(t *testing.T, mode string) {
 	}
 	// attached waits until the feed's pipe has a reader.
 	attached := func(t *testing.T, feed string) {
-		deadline := time.Now().Add(20 * time.Second)
-		for e.metrics(t, metricsPort)[fmt.Sprintf(`airlock_capture_attached{capture=%q}`, feed)] != 1 {
-			if time.Now().After(deadline) {
-				t.Fatalf("capture feed %s did not attach to its pipe's reader within 20 s%s", feed, e.diag(""))
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !topology.PollEvery(20*time.Second, 50*time.Millisecond, func() bool {
+			return e.metrics(t, metricsPort)[fmt.Sprintf(`airlock_capture_attached{capture=%q}`, feed)] == 1
+		}) {
+			t.Fatalf("capture feed %s did not attach to its pipe's reader within 20 s%s", feed, e.diag(""))
 		}
 	}
 
@@ -115,13 +113,9 @@ func testCapture(t *testing.T, mode string) {
 		attached(t, "ids")
 		out := e.mustRun(t, "sh", "-c", "ip -o -4 addr show dev tun0; curl -sS --max-time 30 -o /dev/null "+url)
 		src := jobAddr(t, out, "")
-		deadline := time.Now().Add(30 * time.Second)
-		for !findRequest(ts.Stdout(), src) {
-			if time.Now().After(deadline) {
-				t.Fatalf("tshark on the feed's pipe did not show GET /small with Host %s from %s within 30 s; its output: %q, stderr %q%s",
-					host, src, ts.Stdout(), ts.Stderr(), e.diag(""))
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !topology.Poll(30*time.Second, func() bool { return findRequest(ts.Stdout(), src) }) {
+			t.Fatalf("tshark on the feed's pipe did not show GET /small with Host %s from %s within 30 s; its output: %q, stderr %q%s",
+				host, src, ts.Stdout(), ts.Stderr(), e.diag(""))
 		}
 	})
 
@@ -133,19 +127,13 @@ func testCapture(t *testing.T, mode string) {
 		ts := e.tp.Start(t, e.tp.DMZ, nil, "tshark", args...)
 		defer ts.Kill()
 		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(ts.Stderr(), "Capturing on") {
-			if time.Now().After(deadline) {
-				t.Fatalf("tshark -i ids0 did not start capturing within 20 s: %s", ts.Describe())
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !topology.Poll(20*time.Second, func() bool { return strings.Contains(ts.Stderr(), "Capturing on") }) {
+			t.Fatalf("tshark -i ids0 did not start capturing within 20 s: %s", ts.Describe())
 		}
 		out := e.mustRun(t, "sh", "-c", "ip -o -4 addr show dev tun0; curl -sS --max-time 30 -o /dev/null "+url)
 		src := jobAddr(t, out, "")
-		for !findRequest(ts.Stdout(), src) {
-			if time.Now().After(deadline) {
-				t.Fatalf("tshark on ids0 did not show GET /small with Host %s from %s: %s", host, src, ts.Describe())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if !topology.Poll(time.Until(deadline), func() bool { return findRequest(ts.Stdout(), src) }) {
+			t.Fatalf("tshark on ids0 did not show GET /small with Host %s from %s: %s", host, src, ts.Describe())
 		}
 	})
 
@@ -155,7 +143,6 @@ func testCapture(t *testing.T, mode string) {
 		p := e.startWith(t, runOpts{env: []string{"AIRLOCK_JOB_ID=" + job}}, "sh", "-c",
 			"ip -o -4 addr show dev tun0; sleep 2; curl -sS --max-time 30 -o /dev/null "+url+"; sleep 0.5")
 		// Wait for the lease, then capture until it ends.
-		deadline := time.Now().Add(20 * time.Second)
 		joined := func() bool {
 			for _, j := range e.status(t).Jobs {
 				if j.JobID == job {
@@ -164,11 +151,8 @@ func testCapture(t *testing.T, mode string) {
 			}
 			return false
 		}
-		for !joined() {
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s did not join within 20 s: %s", job, p.Describe())
-			}
-			time.Sleep(50 * time.Millisecond)
+		if !topology.PollEvery(20*time.Second, 50*time.Millisecond, joined) {
+			t.Fatalf("job %s did not join within 20 s: %s", job, p.Describe())
 		}
 		code, _, stderr := e.admin(t, "capture", "--state", e.state, job, "-w", file, "tcp", "port", strconv.Itoa(e.httpPort))
 		if code != 0 {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestDiag gathers `airlock gateway diag` from a running gateway with a
@@ -23,12 +25,8 @@ func TestDiag(t *testing.T) {
 	e := newEnv(t)
 	job := e.start(t, "sleep", "30")
 	defer job.Kill()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(e.status(t).Jobs) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("job did not join: %s", job.Describe())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !topology.PollEvery(30*time.Second, 100*time.Millisecond, func() bool { return len(e.status(t).Jobs) != 0 }) {
+		t.Fatalf("job did not join: %s", job.Describe())
 	}
 	// airlock status selects jobs by token on a real gateway.
 	code, stdout, stderr := e.admin(t, "status", "--state", e.state, "--token", "e2e")

@@ -205,22 +205,29 @@ func (e *env) startGateway(t testing.TB) {
 		t.Fatal(err)
 	}
 	e.gw = e.tp.Start(t, e.tp.DMZ, e.gwUser, e.airlock, e.gwArgs...)
+	vals := waitJoinEnv(t, e.gw, e.state, 30*time.Second)
+	e.gateway, e.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
+}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		vals, err := readEnvFile(joinEnv)
+// waitJoinEnv waits up to timeout for the gateway gw to write join.env,
+// with its address and pin, into its state directory and returns the
+// file's values; it fails the test if gw exits first.
+func waitJoinEnv(t testing.TB, gw *topology.Process, state string, timeout time.Duration) map[string]string {
+	t.Helper()
+	joinEnv := filepath.Join(state, "join.env")
+	var vals map[string]string
+	var err error
+	if !topology.Poll(timeout, func() bool {
+		vals, err = readEnvFile(joinEnv)
 		if err == nil && vals["AIRLOCK_GATEWAY"] != "" && vals["AIRLOCK_PIN"] != "" {
-			e.gateway, e.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-			break
+			return true
 		}
-		if ok, _ := e.gw.Exited(); ok {
-			t.Fatalf("gateway exited before writing %s: %s", joinEnv, e.gw.Describe())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway did not write %s within 30 s (last error: %v): %s", joinEnv, err, e.gw.Describe())
-		}
-		time.Sleep(50 * time.Millisecond)
+		ok, _ := gw.Exited()
+		return ok
+	}) || vals["AIRLOCK_PIN"] == "" {
+		t.Fatalf("gateway did not write %s within %v (last error: %v): %s", joinEnv, timeout, err, gw.Describe())
 	}
+	return vals
 }
 
 // readEnvFile parses KEY=VALUE lines.
@@ -372,10 +379,10 @@ func (e *env) checkNoLeftovers(t testing.TB, before snapshot, what string) {
 		oldNS[nsOf(d)] = true
 	}
 	var extra []string
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var newNS map[string]bool
+	if !topology.PollEvery(5*time.Second, 100*time.Millisecond, func() bool {
 		extra = extra[:0]
-		newNS := map[string]bool{}
+		newNS = map[string]bool{}
 		for pid, d := range e.snapshot() {
 			if _, ok := before[pid]; !ok {
 				extra = append(extra, fmt.Sprintf("%d %s", pid, d))
@@ -384,15 +391,10 @@ func (e *env) checkNoLeftovers(t testing.TB, before snapshot, what string) {
 				newNS[ns] = true
 			}
 		}
-		if len(extra) == 0 && len(newNS) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			sort.Strings(extra)
-			t.Errorf("after %s: processes of %s left behind: %v; new network namespaces: %v", what, e.u.Name, extra, keys(newNS))
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+		return len(extra) == 0 && len(newNS) == 0
+	}) {
+		sort.Strings(extra)
+		t.Errorf("after %s: processes of %s left behind: %v; new network namespaces: %v", what, e.u.Name, extra, keys(newNS))
 	}
 }
 

@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,12 +34,9 @@ func TestBlockExhaustion(t *testing.T) {
 			srv := netip.AddrPortFrom(e.tp.INETAddr, uint16(e.tp.StartTCPSink(t))).String()
 			greedy := e.start(t, e.peer, "tcphold", srv, strconv.Itoa(exhaustBlock+over), "4s")
 			// The modest job starts while the greedy one holds its block.
-			deadline := time.Now().Add(30 * time.Second)
-			for !strings.Contains(greedy.Stdout(), "ok=") {
-				if ok, code := greedy.Exited(); ok || time.Now().After(deadline) {
-					t.Fatalf("greedy job: exited %v (%d) before reporting: %q%s", ok, code, greedy.Stdout(), e.diag(greedy.Stderr()))
-				}
-				time.Sleep(20 * time.Millisecond)
+			if !greedy.WaitStdout("ok=", 30*time.Second) {
+				ok, code := greedy.Exited()
+				t.Fatalf("greedy job: exited %v (%d) before reporting: %q%s", ok, code, greedy.Stdout(), e.diag(greedy.Stderr()))
 			}
 			code, out, stderr := e.run(t, e.peer, "tcphold", srv, "4", "0s")
 			if code != 0 || !strings.HasPrefix(out, "ok=4 failed=0 ") {
@@ -68,12 +64,8 @@ func TestBlockExhaustion(t *testing.T) {
 			}
 			// Kernel mode refuses in nftables; the gateway reads the
 			// rule's counter every 2 s and logs it.
-			deadline = time.Now().Add(8 * time.Second)
-			for !regexp.MustCompile(`port block exhausted`).MatchString(e.gw.Stderr()) {
-				if time.Now().After(deadline) {
-					t.Fatalf("gateway log has no port-block exhaustion line%s", e.diag(""))
-				}
-				time.Sleep(100 * time.Millisecond)
+			if !topology.Poll(8*time.Second, func() bool { return strings.Contains(e.gw.Stderr(), "port block exhausted") }) {
+				t.Fatalf("gateway log has no port-block exhaustion line%s", e.diag(""))
 			}
 		})
 	}

@@ -73,14 +73,16 @@ fusermount3 -u %[2]s`, image, dir, e.tp.INETAddr, srcPort, be.httpURL, goOn)
 		// The outside address and port the job's connection came from,
 		// as the server in inet saw them.
 		var src string
-		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if m := regexp.MustCompile(`(?m)^src (\S+)$`).FindStringSubmatch(p.Stdout()); m != nil {
+		srcLine := regexp.MustCompile(`(?m)^src (\S+)$`)
+		if !topology.Poll(60*time.Second, func() bool {
+			if m := srcLine.FindStringSubmatch(p.Stdout()); m != nil {
 				src = m[1]
-				break
+				return true
 			}
-			if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-				t.Fatalf("the job printed no source address: %q%s", p.Stdout(), e.diag(p.Stderr()))
-			}
+			ok, _ := p.Exited()
+			return ok
+		}) || src == "" {
+			t.Fatalf("the job printed no source address: %q%s", p.Stdout(), e.diag(p.Stderr()))
 		}
 		if !strings.HasPrefix(src, e.tp.DMZAddrINET.String()+":") {
 			t.Errorf("the job's connection came from %s, want the gateway's outside address %s", src, e.tp.DMZAddrINET)

@@ -107,11 +107,13 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 	f.linkGateways(t)
 	// Every gateway registered, and every one has read the others'
 	// records (they do every 2 s).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, out, _ := f.adminHost(t, "status", "--fleet", "--store", f.adminURL, "--json")
+	var alive int
+	var out string
+	if !topology.PollEvery(30*time.Second, 200*time.Millisecond, func() bool {
+		var code int
+		code, out, _ = f.adminHost(t, "status", "--fleet", "--store", f.adminURL, "--json")
 		var st fleet.Status
-		alive := 0
+		alive = 0
 		if code == 0 && json.Unmarshal([]byte(out), &st) == nil {
 			for _, m := range st.Members {
 				if m.Alive {
@@ -119,13 +121,9 @@ func newFleetEnv(t *testing.T) *fleetEnv {
 				}
 			}
 		}
-		if alive == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 3 gateways registered in the fleet after 30 s: %s", alive, out)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return alive == 3
+	}) {
+		t.Fatalf("%d of 3 gateways registered in the fleet after 30 s: %s", alive, out)
 	}
 	time.Sleep(2500 * time.Millisecond)
 	return f
@@ -186,18 +184,8 @@ func (f *fleetEnv) startFleetGW(t *testing.T, g *fleetGW) {
 	t.Helper()
 	os.Remove(filepath.Join(g.state, "join.env"))
 	g.proc = f.tp.Start(f.t, g.ns, f.gwUser, f.airlock, g.args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		vals, err := readEnvFile(filepath.Join(g.state, "join.env"))
-		if err == nil && vals["AIRLOCK_PIN"] != "" {
-			g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-			return
-		}
-		if ok, _ := g.proc.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("gateway %s did not start: %s", g.name, g.proc.Describe())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	vals := waitJoinEnv(t, g.proc, g.state, 30*time.Second)
+	g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
 }
 
 // adminHost runs an airlock admin command on an "admin host" that reaches
@@ -215,12 +203,8 @@ func (f *fleetEnv) on(g *fleetGW, extra ...string) runOpts {
 // waitStderr waits until p's stderr contains s and returns when.
 func waitStderr(t *testing.T, p *topology.Process, s string, timeout time.Duration) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(p.Stderr(), s) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q not in stderr within %v: %s", s, timeout, p.Describe())
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !topology.Poll(timeout, func() bool { return strings.Contains(p.Stderr(), s) }) {
+		t.Fatalf("%q not in stderr within %v: %s", s, timeout, p.Describe())
 	}
 	return time.Now()
 }
@@ -385,11 +369,12 @@ func TestFleet(t *testing.T) {
 		defer job.Kill()
 		waitStderr(t, job, "transport: ", 30*time.Second)
 		// The job's first line may follow the transport's log line.
-		src, ok := tunAddr(job.Stdout())
-		for deadline := time.Now().Add(10 * time.Second); !ok && time.Now().Before(deadline); src, ok = tunAddr(job.Stdout()) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if !ok {
+		var src netip.Addr
+		if !topology.Poll(10*time.Second, func() bool {
+			var ok bool
+			src, ok = tunAddr(job.Stdout())
+			return ok
+		}) {
 			t.Fatalf("job's tunnel address not in its output: %s", job.Describe())
 		}
 		filter := []string{"tcp", "port", strconv.Itoa(f.httpPort)}
@@ -401,13 +386,11 @@ func TestFleet(t *testing.T) {
 			args = append(append([]string{"capture"}, args...), append([]string{"-c", "20", "-w", file, "fleet-capture"}, filter...)...)
 			var code int
 			var stderr string
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-				// Until A's shipper has written the lease.
+			// Until A's shipper has written the lease.
+			topology.PollEvery(10*time.Second, 200*time.Millisecond, func() bool {
 				code, _, stderr = f.tp.Run(t, 30*time.Second, ns, f.gwUser, f.airlock, args...)
-				if code == 0 || !strings.Contains(stderr, "no live lease") || time.Now().After(deadline) {
-					break
-				}
-			}
+				return code == 0 || !strings.Contains(stderr, "no live lease")
+			})
 			if code != 0 || !strings.Contains(stderr, "20 packets captured") {
 				t.Fatalf("airlock %s (%s) of a job on A: exit %d: %s", strings.Join(args, " "), where, code, stderr)
 			}
@@ -505,17 +488,13 @@ func TestFleet(t *testing.T) {
 		up := time.Now()
 		t.Logf("database down for %v", time.Since(down).Round(time.Second))
 		// C admits again at its first reload once the database is back.
-		for {
-			code, _, stderr := f.runWith(t, on(c), "true")
-			if code == 0 {
-				t.Logf("fail-closed C admits again %v after the database is back", time.Since(up).Round(100*time.Millisecond))
-				break
-			}
-			if time.Since(up) > 20*time.Second {
-				t.Fatalf("fail-closed C still refuses joins 20 s after the database is back: exit %d%s", code, f.diag(stderr))
-			}
-			time.Sleep(500 * time.Millisecond)
+		if !topology.PollEvery(20*time.Second, 500*time.Millisecond, func() bool {
+			code, _, stderr = f.runWith(t, on(c), "true")
+			return code == 0
+		}) {
+			t.Fatalf("fail-closed C still refuses joins 20 s after the database is back: exit %d%s", code, f.diag(stderr))
 		}
+		t.Logf("fail-closed C admits again %v after the database is back", time.Since(up).Round(100*time.Millisecond))
 		if _, err := loop.Wait(40 * time.Second); err != nil {
 			t.Fatal(err)
 		}
@@ -533,16 +512,12 @@ func TestFleet(t *testing.T) {
 		}
 		// Every lease of the outage is in the database, with its end
 		// (the six short jobs) or live (the one on B).
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			missing := f.missingLeases(t, joined)
-			if len(missing) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d of %d leases of the outage not in the database 15 s after it came back: %v", len(missing), len(joined), missing)
-			}
-			time.Sleep(200 * time.Millisecond)
+		var missing []string
+		if !topology.PollEvery(15*time.Second, 200*time.Millisecond, func() bool {
+			missing = f.missingLeases(t, joined)
+			return len(missing) == 0
+		}) {
+			t.Fatalf("%d of %d leases of the outage not in the database 15 s after it came back: %v", len(missing), len(joined), missing)
 		}
 		t.Logf("all %d leases joined during the outage (one on a gateway killed -9 meanwhile) reached the database", len(joined))
 	})
@@ -624,13 +599,10 @@ func TestFleet(t *testing.T) {
 		}
 		killed := time.Now()
 		var s loadgen.Report
-		for {
+		topology.PollEvery(90*time.Second, 2*time.Second, func() bool {
 			s = snapshotReport(t, gen)
-			if s.Gateways[b.addr]+s.Gateways[c.addr] == n || time.Since(killed) > 90*time.Second {
-				break
-			}
-			time.Sleep(2 * time.Second)
-		}
+			return s.Gateways[b.addr]+s.Gateways[c.addr] == n
+		})
 		nb, nc := s.Gateways[b.addr], s.Gateways[c.addr]
 		t.Logf("300 jobs of A after its kill -9: %d on B, %d on C after %v (%d failovers)", nb, nc, time.Since(killed).Round(time.Second), s.Failovers)
 		if n := s.Gateways[rogue.addr]; n > 0 || strings.Contains(rogue.proc.Stderr(), "job joined") {
@@ -712,14 +684,16 @@ func snapshotReport(t *testing.T, gen *topology.Process) loadgen.Report {
 	if err := gen.Signal(syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if n, r := count(); n > before {
-			return r
-		}
-		if ok, _ := gen.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("load generator: no snapshot: %s", gen.Describe())
-		}
-		time.Sleep(100 * time.Millisecond)
+	var r loadgen.Report
+	got := false
+	if !topology.Poll(30*time.Second, func() bool {
+		var n int
+		n, r = count()
+		got = n > before
+		ok, _ := gen.Exited()
+		return got || ok
+	}) || !got {
+		t.Fatalf("load generator: no snapshot: %s", gen.Describe())
 	}
+	return r
 }

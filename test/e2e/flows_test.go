@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/flows"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // flowsRenew is the renew interval of TestFlows's gateways: a kicked job
@@ -238,14 +239,10 @@ func (ft *flowsTest) bulk(t *testing.T) {
 		t.Fatalf("curl %s: exit %d, %q%s", burl, code, out, ft.e.diag(stderr))
 	}
 	var b admin.Status
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	topology.PollEvery(10*time.Second, 200*time.Millisecond, func() bool {
 		b = ft.e.status(t)
-		if len(b.Totals.Bulk) == 1 && b.Totals.Bulk[0].Flows == 1 && b.Totals.ActiveFlows == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(b.Totals.Bulk) == 1 && b.Totals.Bulk[0].Flows == 1 && b.Totals.ActiveFlows == 0
+	})
 	if len(b.Totals.Bulk) != 1 || b.Totals.Bulk[0].Flows != 1 || b.Totals.Bulk[0].BytesIn < smallSize {
 		t.Fatalf("bulk aggregate %+v, want 1 flow with at least %d bytes in", b.Totals.Bulk, smallSize)
 	}
@@ -278,14 +275,10 @@ func (ft *flowsTest) refused(t *testing.T) {
 	// Kernel mode learns refusals from nftables counters, read every
 	// second, and cannot log them one by one.
 	var st admin.Status
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	topology.PollEvery(5*time.Second, 200*time.Millisecond, func() bool {
 		st = ft.e.status(t)
-		if st.Totals.Verdicts[flows.FlowLimit] >= over || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return st.Totals.Verdicts[flows.FlowLimit] >= over
+	})
 	if got := st.Totals.Verdicts[flows.FlowLimit]; got != over {
 		t.Errorf("status verdicts %v: %s = %d, want %d", st.Totals.Verdicts, flows.FlowLimit, got, over)
 	}
@@ -352,8 +345,7 @@ func (ft *flowsTest) inbound(t *testing.T) {
 	p := ft.e.startWith(t, runOpts{flags: []string{"--expose", "8080"}, env: []string{"AIRLOCK_JOB_ID=" + job}}, ft.e.peer, "jobserve", "8080", "25", job)
 	defer p.Kill()
 	var pub netip.AddrPort
-	deadline := time.Now().Add(30 * time.Second)
-	for !pub.IsValid() {
+	if !topology.Poll(30*time.Second, func() bool {
 		for _, l := range strings.Split(p.Stdout(), "\n") {
 			if v, ok := strings.CutPrefix(l, "tcp="); ok {
 				// AIRLOCK_EXPOSED_<PORT> lists every family's
@@ -362,10 +354,10 @@ func (ft *flowsTest) inbound(t *testing.T) {
 				pub, _ = netip.ParseAddrPort(v)
 			}
 		}
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("exposed job not ready: %q%s", p.Stdout(), ft.e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		ok, _ := p.Exited()
+		return pub.IsValid() || ok
+	}) || !pub.IsValid() {
+		t.Fatalf("exposed job not ready: %q%s", p.Stdout(), ft.e.diag(p.Stderr()))
 	}
 	greeting := "hello from " + job + "\n"
 	if code, out, _ := ft.e.inetGet(t, "tcpget", pub); code != 0 || out != greeting {
@@ -407,8 +399,7 @@ func (ft *flowsTest) activeAndKick(t *testing.T) {
 	p := ft.e.startWith(t, runOpts{env: []string{"AIRLOCK_JOB_ID=" + job}},
 		"curl", "-sS", "--max-time", "120", "--limit-rate", "2M", "--speed-limit", "1", "--speed-time", "5", "-o", "/dev/null", big)
 	var fl admin.FlowList
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	topology.PollEvery(20*time.Second, 200*time.Millisecond, func() bool {
 		code, out, stderr := ft.e.admin(t, "flows", "--state", ft.e.state, "--active", "--job", job, "--json")
 		if code != 0 {
 			t.Fatalf("airlock flows --active --json: exit %d: %s", code, stderr)
@@ -417,14 +408,14 @@ func (ft *flowsTest) activeAndKick(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &fl); err != nil {
 			t.Fatalf("airlock flows --json: %v: %q", err, out)
 		}
-		if len(fl.Active) == 1 && fl.Active[0].BytesIn > 0 || time.Now().After(deadline) {
-			break
+		if len(fl.Active) == 1 && fl.Active[0].BytesIn > 0 {
+			return true
 		}
 		if ok, _ := p.Exited(); ok {
 			t.Fatalf("download job ended early%s", ft.e.diag(p.Stderr()))
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false
+	})
 	if len(fl.Active) != 1 || fl.Active[0].BytesIn == 0 || fl.Active[0].Dst != fmt.Sprintf("%s:%d", ft.e.tp.INETAddr, ft.e.httpPort) || !fl.Active[0].End.IsZero() || fl.Recent != nil {
 		t.Fatalf("active flows of job %s: %+v, want the running download", job, fl)
 	}
@@ -441,8 +432,7 @@ func (ft *flowsTest) activeAndKick(t *testing.T) {
 	// The rate is sampled every second (kernel mode's counters move
 	// once a second too): give it a few samples.
 	var js *admin.JobStatus
-	deadline = time.Now().Add(5 * time.Second)
-	for {
+	topology.PollEvery(5*time.Second, 300*time.Millisecond, func() bool {
 		js = nil
 		st := ft.e.status(t)
 		for i := range st.Jobs {
@@ -450,11 +440,8 @@ func (ft *flowsTest) activeAndKick(t *testing.T) {
 				js = &st.Jobs[i]
 			}
 		}
-		if js != nil && js.RateIn > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return js != nil && js.RateIn > 0
+	})
 	if js == nil || js.ActiveFlows != 1 || js.BytesIn == 0 || js.Ports == "" {
 		t.Errorf("status of job %s: %+v, want one active flow, bytes in and a port block", job, js)
 	} else {
@@ -472,10 +459,7 @@ func (ft *flowsTest) activeAndKick(t *testing.T) {
 		t.Fatalf("airlock kick %s: exit %d, %q %s", job, code, out, stderr)
 	}
 	kicked := time.Now()
-	deadline = kicked.Add(flowsRenew + 5*time.Second)
-	for !strings.Contains(p.Stderr(), "THE GATEWAY ENDED THIS JOB'S LEASE") && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	topology.Poll(flowsRenew+5*time.Second, func() bool { return strings.Contains(p.Stderr(), "THE GATEWAY ENDED THIS JOB'S LEASE") })
 	msg := p.Stderr()
 	if !strings.Contains(msg, "THE GATEWAY ENDED THIS JOB'S LEASE") || !strings.Contains(msg, "e2e kick test") {
 		t.Fatalf("the kicked job's airlock run did not report it within %v: stderr %q", time.Since(kicked).Round(time.Millisecond), msg)
@@ -575,17 +559,15 @@ func readRecords(t *testing.T, path string) []flows.Record {
 // that match.
 func waitRecords(t *testing.T, path string, d time.Duration, match func(flows.Record) bool) []flows.Record {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		var got []flows.Record
+	var got []flows.Record
+	topology.PollEvery(d, 100*time.Millisecond, func() bool {
+		got = nil
 		for _, r := range readRecords(t, path) {
 			if match(r) {
 				got = append(got, r)
 			}
 		}
-		if len(got) > 0 || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(got) > 0
+	})
+	return got
 }

@@ -61,17 +61,11 @@ func TestKeyRotation(t *testing.T) {
 	// at least n.
 	fetches := func(n int) []string {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			lines := strings.Fields(long.Stdout())
-			if len(lines) >= n {
-				return lines
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the long job made %d fetches, want %d%s", len(lines), n, e.diag(long.Stderr()))
-			}
-			time.Sleep(100 * time.Millisecond)
+		var lines []string
+		if !topology.Poll(30*time.Second, func() bool { lines = strings.Fields(long.Stdout()); return len(lines) >= n }) {
+			t.Fatalf("the long job made %d fetches, want %d%s", len(lines), n, e.diag(long.Stderr()))
 		}
+		return lines
 	}
 	before := len(fetches(1))
 

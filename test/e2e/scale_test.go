@@ -144,20 +144,23 @@ func TestScale(t *testing.T) {
 // stdout.
 func waitReport(t *testing.T, p *topology.Process, phase string, timeout time.Duration) loadgen.Report {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, code := p.Exited()
+	var r loadgen.Report
+	found := func() bool {
 		for _, l := range strings.Split(p.Stdout(), "\n") {
-			var r loadgen.Report
-			if json.Unmarshal([]byte(l), &r) == nil && r.Phase == phase {
-				return r
+			var lr loadgen.Report
+			if json.Unmarshal([]byte(l), &lr) == nil && lr.Phase == phase {
+				r = lr
+				return true
 			}
 		}
-		if ok || time.Now().After(deadline) {
-			t.Fatalf("load generator: no %q report (exited %v, %d): %s\n%s", phase, ok, code, p.Stdout(), tailString(p.Stderr(), 3000))
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false
 	}
+	// Once the generator has exited, its whole output is in.
+	if !topology.Poll(timeout, func() bool { ok, _ := p.Exited(); return found() || ok }) || !found() {
+		ok, code := p.Exited()
+		t.Fatalf("load generator: no %q report (exited %v, %d): %s\n%s", phase, ok, code, p.Stdout(), tailString(p.Stderr(), 3000))
+	}
+	return r
 }
 
 func firstLines(s string, n int) string {

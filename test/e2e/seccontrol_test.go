@@ -174,31 +174,23 @@ done`, int(flood/time.Second), gw)
 	}
 	waitJobs := func(t *testing.T, token string, n int) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			got := 0
+		got := 0
+		if !topology.PollEvery(15*time.Second, 200*time.Millisecond, func() bool {
+			got = 0
 			for _, j := range e.status(t).Jobs {
 				if j.Token == token {
 					got++
 				}
 			}
-			if got == n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d jobs of token %s in status after 15 s, want %d%s", got, token, n, e.diag(""))
-			}
-			time.Sleep(200 * time.Millisecond)
+			return got == n
+		}) {
+			t.Fatalf("%d jobs of token %s in status after 15 s, want %d%s", got, token, n, e.diag(""))
 		}
 	}
 	// waitStderr waits up to d for want on p's stderr.
 	waitStderr := func(t *testing.T, p *topology.Process, want string, d time.Duration) {
 		t.Helper()
-		t0 := time.Now()
-		for !strings.Contains(p.Stderr(), want) && time.Since(t0) < d {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if !strings.Contains(p.Stderr(), want) {
+		if !topology.Poll(d, func() bool { return strings.Contains(p.Stderr(), want) }) {
 			t.Fatalf("no %q on the job's stderr within %v%s", want, d, e.diag(p.Stderr()))
 		}
 	}

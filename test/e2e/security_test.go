@@ -178,17 +178,16 @@ func checkNeighbourProxies(t *testing.T, e *env, n *topology.User, dir string) {
 	inet := e.tp.INETAddr.String()
 	p := e.startWith(t, runOpts{flags: []string{"--mode", "proxy"}}, "/usr/bin/python3", job, inet, fmt.Sprint(e.udpPort), flag, "5")
 	var at []string
-	deadline := time.Now().Add(30 * time.Second)
-	for at == nil {
+	if !topology.Poll(30*time.Second, func() bool {
 		for _, l := range strings.Split(p.Stdout(), "\n") {
 			if f := strings.Fields(l); len(f) == 7 && f[0] == "at" {
 				at = f[1:]
 			}
 		}
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("proxy-mode job did not start: %s%s", p.Describe(), e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		ok, _ := p.Exited()
+		return at != nil || ok
+	}) || at == nil {
+		t.Fatalf("proxy-mode job did not start: %s%s", p.Describe(), e.diag(p.Stderr()))
 	}
 	if at[5] == "0" {
 		t.Errorf("the job has no AIRLOCK_SOCKS6 (the SOCKS proxy on ::1): the neighbour cannot be tried there")
@@ -244,17 +243,13 @@ func checkNeighbourExpose(t *testing.T, e *env, n *topology.User, dir string) {
 		t.Fatal(err)
 	}
 	nb := e.tp.Start(t, e.tp.CN, n, "/usr/bin/python3", lis, "8080", "20")
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(nb.Stdout(), "listening") {
-		if ok, _ := nb.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("neighbour's listener did not start: %s", nb.Describe())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !nb.WaitStdout("listening", 10*time.Second) {
+		t.Fatalf("neighbour's listener did not start: %s", nb.Describe())
 	}
 	p := e.startWith(t, runOpts{flags: []string{"--mode", "seccomp", "--expose", "8080", "--expose", "8081"}}, e.peer, "jobserve", "8081", "25", "job")
 	exposed := map[string]netip.AddrPort{}
-	deadline = time.Now().Add(30 * time.Second)
-	for len(exposed) < 2 || !strings.Contains(p.Stdout(), "ready\n") {
+	ready := func() bool { return len(exposed) >= 2 && strings.Contains(p.Stdout(), "ready\n") }
+	if !topology.Poll(30*time.Second, func() bool {
 		for _, l := range strings.Split(p.Stderr(), "\n") {
 			if rest, ok := strings.CutPrefix(l, "airlock: exposed tcp/"); ok {
 				port, addr, _ := strings.Cut(rest, " at ")
@@ -263,10 +258,10 @@ func checkNeighbourExpose(t *testing.T, e *env, n *topology.User, dir string) {
 				}
 			}
 		}
-		if ok, _ := p.Exited(); ok || time.Now().After(deadline) {
-			t.Fatalf("exposing job did not start: %s%s", p.Describe(), e.diag(p.Stderr()))
-		}
-		time.Sleep(20 * time.Millisecond)
+		ok, _ := p.Exited()
+		return ready() || ok
+	}) || !ready() {
+		t.Fatalf("exposing job did not start: %s%s", p.Describe(), e.diag(p.Stderr()))
 	}
 	if _, out, _ := e.inetGet(t, "tcpget", exposed["8080"]); strings.Contains(out, "neighbour") {
 		t.Errorf("a connection to the job's exposed port 8080 reached another user's loopback service: %q", out)

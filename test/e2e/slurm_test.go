@@ -151,17 +151,12 @@ func (se *slurmEnv) testDownload(t *testing.T) {
 		t.Errorf("job %s output %q, want the sha256 of the file %s%s", ok, out, se.sha["small"], se.diag(""))
 	}
 	// The flow log names the Slurm job.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		log, _ := os.ReadFile(filepath.Join(se.state, gatewayFlowLog))
-		if strings.Contains(string(log), `"job_id":"`+ok+`"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("flow log has no flow of job %s:\n%s", ok, lastChars(string(log), 2000))
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	var log []byte
+	if !topology.Poll(10*time.Second, func() bool {
+		log, _ = os.ReadFile(filepath.Join(se.state, gatewayFlowLog))
+		return strings.Contains(string(log), `"job_id":"`+ok+`"`)
+	}) {
+		t.Errorf("flow log has no flow of job %s:\n%s", ok, lastChars(string(log), 2000))
 	}
 }
 
@@ -179,22 +174,24 @@ func (se *slurmEnv) startHolder(t *testing.T, name string, sbatchArgs ...string)
 	t.Helper()
 	pidFile := filepath.Join(se.s.Work, name+".pid")
 	id := se.sbatch(t, se.script(t, name, fmt.Sprintf("exec %s run -- sh -c 'echo $$ > %s; exec sleep 300'", se.airlock, pidFile)), sbatchArgs...)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var h holder
+	if !topology.PollEvery(60*time.Second, 100*time.Millisecond, func() bool {
 		b, err := os.ReadFile(pidFile)
 		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && perr == nil {
-			for _, j := range se.status(t).Jobs {
-				if j.JobID == id {
-					return holder{id: id, pid: pid, ready: time.Now(), status: j}
-				}
+		if err != nil || perr != nil {
+			return false
+		}
+		for _, j := range se.status(t).Jobs {
+			if j.JobID == id {
+				h = holder{id: id, pid: pid, ready: time.Now(), status: j}
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: no PID file or no lease after 60 s (state %q)\n%s%s%s", id, se.s.State(t, id), se.output(id), se.diag(""), se.s.Logs())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("job %s: no PID file or no lease after 60 s (state %q)\n%s%s%s", id, se.s.State(t, id), se.output(id), se.diag(""), se.s.Logs())
 	}
+	return h
 }
 
 func (se *slurmEnv) testAttribution(t *testing.T) {
@@ -232,17 +229,14 @@ func (se *slurmEnv) leaseEnd(t *testing.T, h holder) store.LeaseRecord {
 	t.Helper()
 	lo, _, _ := strings.Cut(h.status.Ports, "-")
 	port, _ := strconv.Atoi(lo)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		recs := se.whois(t, netip.AddrPortFrom(se.tp.DMZAddrINET, uint16(port)), h.ready)
-		if len(recs) == 1 && !recs[0].End.IsZero() {
-			return recs[0]
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("job %s: lease not ended 20 s after the job: %+v%s", h.id, recs, se.diag(""))
-		}
-		time.Sleep(200 * time.Millisecond)
+	var recs []store.LeaseRecord
+	if !topology.PollEvery(20*time.Second, 200*time.Millisecond, func() bool {
+		recs = se.whois(t, netip.AddrPortFrom(se.tp.DMZAddrINET, uint16(port)), h.ready)
+		return len(recs) == 1 && !recs[0].End.IsZero()
+	}) {
+		t.Fatalf("job %s: lease not ended 20 s after the job: %+v%s", h.id, recs, se.diag(""))
 	}
+	return recs[0]
 }
 
 // checkEnded checks that the job's process inside the namespace is gone
@@ -250,13 +244,8 @@ func (se *slurmEnv) leaseEnd(t *testing.T, h holder) store.LeaseRecord {
 // Slurm ending the job at jobEnd.
 func (se *slurmEnv) checkEnded(t *testing.T, h holder, jobEnd time.Time) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for syscall.Kill(h.pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Errorf("job %s: its process %d inside the namespace still runs 10 s after the job ended", h.id, h.pid)
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !topology.Poll(10*time.Second, func() bool { return syscall.Kill(h.pid, 0) != nil }) {
+		t.Errorf("job %s: its process %d inside the namespace still runs 10 s after the job ended", h.id, h.pid)
 	}
 	rec := se.leaseEnd(t, h)
 	if rec.EndReason != "released" {
@@ -314,17 +303,13 @@ func (se *slurmEnv) testArray(t *testing.T) {
 		se.airlock, dir, se.fetchCmd())
 	start := time.Now()
 	id := se.sbatch(t, se.script(t, "array", body), fmt.Sprintf("--array=0-%d", n-1))
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		m, _ := filepath.Glob(filepath.Join(dir, "*.addr"))
-		if len(m) == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			_, q, _ := se.s.Run(t, 10*time.Second, nil, "squeue", "-h", "-o", "%i %T %R")
-			t.Fatalf("array %s: %d of %d tasks up after 90 s; queue:\n%s%s", id, len(m), n, q, se.diag(""))
-		}
-		time.Sleep(200 * time.Millisecond)
+	var m []string
+	if !topology.PollEvery(90*time.Second, 200*time.Millisecond, func() bool {
+		m, _ = filepath.Glob(filepath.Join(dir, "*.addr"))
+		return len(m) == n
+	}) {
+		_, q, _ := se.s.Run(t, 10*time.Second, nil, "squeue", "-h", "-o", "%i %T %R")
+		t.Fatalf("array %s: %d of %d tasks up after 90 s; queue:\n%s%s", id, len(m), n, q, se.diag(""))
 	}
 	up := time.Since(start)
 	// All 20 hold a lease at once, each with its own address and block.

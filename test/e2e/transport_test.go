@@ -242,20 +242,13 @@ func testGatewayRestart(t *testing.T, mode string) {
 func TestLeaseExpiry(t *testing.T) {
 	e := newEnvMode(t, modeUser, "--renew-interval", "1s", "--lease-ttl", "3s")
 	job := e.start(t, "sleep", "60")
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(e.gw.Stderr(), "job joined") {
-		if time.Now().After(deadline) {
-			t.Fatalf("job did not join%s", e.diag(job.Stderr()))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !topology.Poll(15*time.Second, func() bool { return strings.Contains(e.gw.Stderr(), "job joined") }) {
+		t.Fatalf("job did not join%s", e.diag(job.Stderr()))
 	}
 	job.Signal(syscall.SIGKILL) // the client dies, nothing releases the lease
 	killed := time.Now()
-	for !strings.Contains(e.gw.Stderr(), "lease expired: client stopped renewing") {
-		if time.Since(killed) > 15*time.Second {
-			t.Fatalf("lease did not expire within 15 s of the client dying (ttl 3s)%s", e.diag(""))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !topology.Poll(15*time.Second, func() bool { return strings.Contains(e.gw.Stderr(), "lease expired: client stopped renewing") }) {
+		t.Fatalf("lease did not expire within 15 s of the client dying (ttl 3s)%s", e.diag(""))
 	}
 	t.Logf("lease expired %v after the client died (ttl 3 s)", time.Since(killed).Round(100*time.Millisecond))
 }
@@ -281,18 +274,8 @@ func (e *env) startGatewayB(t *testing.T, subnet string) *gatewayB {
 	listen := netip.AddrPortFrom(topology.DMZ2AddrCN, gatewayPort).String()
 	g.args = []string{"gateway", "--state", g.state, "--listen", listen, "--subnet", subnet, "--egress-addr", topology.DMZ2AddrINET.String()}
 	g.proc = e.tp.Start(t, e.tp.DMZ2, e.gwUser, e.airlock, g.args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		vals, err := readEnvFile(filepath.Join(g.state, "join.env"))
-		if err == nil && vals["AIRLOCK_PIN"] != "" {
-			g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("second gateway did not start: %s", g.proc.Describe())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	vals := waitJoinEnv(t, g.proc, g.state, 30*time.Second)
+	g.addr, g.pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]
 	code, out, stderr := e.tp.Run(t, 10*time.Second, e.tp.DMZ2, e.gwUser, "bash", "-c",
 		fmt.Sprintf("printf %%s %q | %s token create --state %s --name e2e --import", e.token, e.airlock, g.state))
 	if code != 0 {
@@ -471,11 +454,7 @@ func waitLog(t *testing.T, p *topology.Process, s string, timeout time.Duration)
 
 func waitLogCount(t *testing.T, p *topology.Process, s string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for strings.Count(p.Stderr(), s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not appear %d times within %v: %s", s, n, timeout, p.Describe())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !topology.Poll(timeout, func() bool { return strings.Count(p.Stderr(), s) >= n }) {
+		t.Fatalf("%q did not appear %d times within %v: %s", s, n, timeout, p.Describe())
 	}
 }

@@ -127,20 +127,8 @@ func (e *env) restartGatewayEnv(t *testing.T, vars []string) {
 	}
 	args := append(append(vars, e.airlock), e.gwArgs...)
 	e.gw = e.tp.Start(t, e.tp.DMZ, e.gwUser, "env", args...)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if v, err := readEnvFile(joinEnv); err == nil && v["AIRLOCK_GATEWAY"] != "" && v["AIRLOCK_PIN"] != "" {
-			e.gateway, e.pin = v["AIRLOCK_GATEWAY"], v["AIRLOCK_PIN"]
-			return
-		}
-		if ok, _ := e.gw.Exited(); ok {
-			t.Fatalf("gateway exited: %s", e.gw.Describe())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gateway did not write %s within 30 s: %s", joinEnv, e.gw.Describe())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	v := waitJoinEnv(t, e.gw, e.state, 30*time.Second)
+	e.gateway, e.pin = v["AIRLOCK_GATEWAY"], v["AIRLOCK_PIN"]
 }
 
 // procCPU returns the user+system CPU seconds of process pid (0 if gone).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/gateway"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // testGateway is an in-process user-mode gateway on loopback.
@@ -81,16 +82,12 @@ func TestFailover(t *testing.T) {
 		t.Fatalf("start: ok %d of %d, spread %v, errors %v; want %d on each gateway", r.OK, n, r.Gateways, r.Errors, n/2)
 	}
 	a.stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		s := g.Snapshot()
-		if s.Gateways[addrB] == n && s.Failovers == n/2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after gateway A stopped: spread %v, failovers %d, errors %v; want all %d jobs on B after %d failovers",
-				s.Gateways, s.Failovers, s.Errors, n, n/2)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var s Report
+	if !topology.Poll(20*time.Second, func() bool {
+		s = g.Snapshot()
+		return s.Gateways[addrB] == n && s.Failovers == n/2
+	}) {
+		t.Fatalf("20 s after gateway A stopped: spread %v, failovers %d, errors %v; want all %d jobs on B after %d failovers",
+			s.Gateways, s.Failovers, s.Errors, n, n/2)
 	}
 }

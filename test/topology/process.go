@@ -99,9 +99,16 @@ func (p *Process) WaitStdout(s string, timeout time.Duration) bool {
 // bounded wait on a condition of the tests: where an event has no
 // channel to wait on, poll it with Poll rather than a loop of sleeps.
 func Poll(timeout time.Duration, cond func() bool) bool {
+	return PollEvery(timeout, 20*time.Millisecond, cond)
+}
+
+// PollEvery is Poll with another interval between the calls of cond: for
+// a condition that is costly to check (it runs a command) or that must
+// not be asked too often (each refused try counts against a rate limit).
+func PollEvery(timeout, every time.Duration, cond func() bool) bool {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for !cond() {
 		select {

@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipproto"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // freePort returns a port that is free on 127.0.0.1 for network.
@@ -136,12 +137,10 @@ func TestExpose(t *testing.T) {
 		}
 		// The reply is counted right after it is sent: allow for the race.
 		var act []flows.Record
-		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		topology.Poll(2*time.Second, func() bool {
 			act = tb.Active(flows.Filter{})
-			if len(act) == 1 && act[0].BytesOut == uint64(i+5) || time.Now().After(deadline) {
-				break
-			}
-		}
+			return len(act) == 1 && act[0].BytesOut == uint64(i+5)
+		})
 		if len(act) != 1 || act[0].Proto != "udp" || act[0].Direction != flows.Inbound || act[0].Src != u.LocalAddr().String() ||
 			act[0].BytesIn != uint64(i+1) || act[0].BytesOut != uint64(i+5) || act[0].PacketsIn != 1 || act[0].PacketsOut != 1 {
 			t.Errorf("udp peer %d: active flows %+v, want its inbound flow with %d bytes in, %d out", i, act, i+1, i+5)

@@ -21,6 +21,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 var (
@@ -123,8 +124,7 @@ func TestBothFamilies(t *testing.T) {
 	}
 	c4.Close()
 	var seen6 bool
-	deadline := time.Now().Add(3 * time.Second)
-	for !seen6 && time.Now().Before(deadline) {
+	topology.Poll(3*time.Second, func() bool {
 		for _, r := range append(tb.Active(flows.Filter{}), tb.Recent(flows.Filter{})...) {
 			if r.Src != "" && netip.MustParseAddrPort(r.Src).Addr() == jobAddr6 {
 				seen6 = true
@@ -133,8 +133,8 @@ func TestBothFamilies(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return seen6
+	})
 	if !seen6 {
 		t.Error("no flow record from the job's IPv6 address")
 	}

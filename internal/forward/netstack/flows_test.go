@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // recLog collects flow records.
@@ -35,19 +36,16 @@ func (l *recLog) WriteRecord(r flows.Record) error {
 
 func (l *recLog) wait(t *testing.T, n int) []flows.Record {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var got []flows.Record
+	if !topology.Poll(5*time.Second, func() bool {
 		l.mu.Lock()
-		got := append([]flows.Record(nil), l.recs...)
+		got = append([]flows.Record(nil), l.recs...)
 		l.mu.Unlock()
-		if len(got) >= n || time.Now().After(deadline) {
-			if len(got) < n {
-				t.Fatalf("flow records: got %d, want %d: %+v", len(got), n, got)
-			}
-			return got
-		}
-		time.Sleep(10 * time.Millisecond)
+		return len(got) >= n
+	}) {
+		t.Fatalf("flow records: got %d, want %d: %+v", len(got), n, got)
 	}
+	return got
 }
 
 // TestFlowAccounting sends known amounts each way over a TCP flow and a
@@ -101,9 +99,10 @@ func TestFlowAccounting(t *testing.T) {
 	// The flow is opened once the handshake is done, maybe after the
 	// job's write returned.
 	var act []flows.Record
-	for deadline := time.Now().Add(2 * time.Second); len(act) == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	topology.Poll(2*time.Second, func() bool {
 		act = tb.Active(flows.Filter{Job: "42"})
-	}
+		return len(act) != 0
+	})
 	if len(act) != 1 || act[0].Proto != "tcp" {
 		t.Errorf("active flows during the transfer: %+v, want the TCP flow", act)
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/jobs"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 var (
@@ -49,19 +50,10 @@ func checkGoroutines(t *testing.T) {
 	t.Helper()
 	base := runtime.NumGoroutine()
 	t.Cleanup(func() {
-		deadline := time.Now().Add(2 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= base {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutines: got %d, want <= %d\n%s", n, base, buf)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !topology.Poll(2*time.Second, func() bool { return runtime.NumGoroutine() <= base }) {
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			t.Errorf("goroutines: got %d, want <= %d\n%s", runtime.NumGoroutine(), base, buf)
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/limits"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 func TestBucketTake(t *testing.T) {
@@ -241,17 +242,15 @@ func testFlowLimits(t *testing.T, stackName string) {
 	// Closing one frees its slot.
 	conns[0].Close()
 	conns = conns[1:]
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := p.jobDialTCP(ctx, "198.51.100.7:7")
+	if !topology.Poll(5*time.Second, func() bool {
+		var c net.Conn
+		c, err = p.jobDialTCP(ctx, "198.51.100.7:7")
 		if err == nil {
 			conns = append(conns, c)
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after closing a connection: %v, want a free slot", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil
+	}) {
+		t.Fatalf("after closing a connection: %v, want a free slot", err)
 	}
 	// Lifting the limit lets more in.
 	if err := p.s.SetJobLimits("L", limits.Job{}); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestPolicy checks that the user-mode forwarder enforces the policy before
@@ -78,22 +79,16 @@ func TestPolicy(t *testing.T) {
 	u := p.jobDialUDP(t, "10.9.9.9:53")
 	u.Write([]byte("q"))
 	want := map[string]uint64{"no-smtp": 2, policy.RulePrivate: 2, policy.RuleHost: 1, policy.RuleMetadata: 1}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	if !topology.Poll(2*time.Second, func() bool {
 		got := p.s.policyDrops()
-		ok := true
 		for k, v := range want {
 			if got[k] != v {
-				ok = false
+				return false
 			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("PolicyDrops = %v, want %v", got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("PolicyDrops = %v, want %v", p.s.policyDrops(), want)
 	}
 	// A new policy applies to new flows; the counts stay.
 	if err := p.s.SetPolicy(&policy.Policy{Default: policy.Deny}); err != nil {
