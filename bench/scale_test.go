@@ -488,7 +488,8 @@ func rssKiB(pid int) int64 {
 }
 
 // gatewayMemStats returns the gateway's HeapInuse and StackInuse (KiB),
-// read from its heap profile's text form (its runtime.MemStats) on the
+// read from its heap profile's text form (its runtime.MemStats: "#
+// HeapInuse", "# Stack" in use / from the system) on the
 // admin socket of state; zeros if that fails.
 func gatewayMemStats(state string) (heap, stack int64) {
 	f := filepath.Join(state, "..", "memstats.txt")
@@ -500,7 +501,7 @@ func gatewayMemStats(state string) (heap, stack int64) {
 		var v int64
 		if _, err := fmt.Sscanf(l, "# HeapInuse = %d", &v); err == nil {
 			heap = v >> 10
-		} else if _, err := fmt.Sscanf(l, "# StackInuse = %d", &v); err == nil {
+		} else if _, err := fmt.Sscanf(l, "# Stack = %d", &v); err == nil {
 			stack = v >> 10
 		}
 	}
