@@ -66,14 +66,23 @@ type scalePhase struct {
 	Load   float64
 	Report loadgen.Report
 	// Gateway resident memory (KiB) and CPU seconds at the end.
-	GwRSSKiB   int64
-	GwCPU      float64
-	RSSPerJob  float64 `json:",omitempty"` // KiB
-	CPUPerJob  float64 `json:",omitempty"` // % of one core per job
-	Seconds    float64 `json:",omitempty"`
-	Note       string  `json:",omitempty"`
-	GenRSSKiB  int64   `json:",omitempty"`
-	GatewayFDs int     `json:",omitempty"`
+	GwRSSKiB int64
+	GwCPU    float64
+	// The gateway's Go heap in use and goroutine stacks (KiB) at the end
+	// (runtime.MemStats HeapInuse, StackInuse, from its admin socket),
+	// beside the resident memory an admin sees.
+	GwHeapKiB  int64 `json:",omitempty"`
+	GwStackKiB int64 `json:",omitempty"`
+	// HeapPerJob and StackPerJob are GwHeapKiB and GwStackKiB above the
+	// empty gateway's, per job (KiB).
+	HeapPerJob  float64 `json:",omitempty"`
+	StackPerJob float64 `json:",omitempty"`
+	RSSPerJob   float64 `json:",omitempty"` // KiB
+	CPUPerJob   float64 `json:",omitempty"` // % of one core per job
+	Seconds     float64 `json:",omitempty"`
+	Note        string  `json:",omitempty"`
+	GenRSSKiB   int64   `json:",omitempty"`
+	GatewayFDs  int     `json:",omitempty"`
 }
 
 func TestScaleBench(t *testing.T) {
@@ -188,7 +197,14 @@ func TestScaleBench(t *testing.T) {
 		p.GwCPU = procCPU(gwPID())
 		p.GatewayFDs = countFDs(gwPID())
 		p.GenRSSKiB = gs.rss()
+		p.GwHeapKiB, p.GwStackKiB = gatewayMemStats(state)
 		return p
+	}
+	perJob := func(p *scalePhase, base scalePhase, jobs int) {
+		n := float64(max(jobs, 1))
+		p.RSSPerJob = float64(p.GwRSSKiB-base.GwRSSKiB) / n
+		p.HeapPerJob = float64(p.GwHeapKiB-base.GwHeapKiB) / n
+		p.StackPerJob = float64(p.GwStackKiB-base.GwStackKiB) / n
 	}
 
 	time.Sleep(2 * time.Second)
@@ -218,15 +234,15 @@ func TestScaleBench(t *testing.T) {
 		t.Logf("storm CPU profile: %v", err)
 	}
 	storm := measure(scalePhase{Phase: "storm", N: n, Report: r, Seconds: r.Seconds}, gen)
-	storm.RSSPerJob = float64(storm.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
+	perJob(&storm, before, r.OK)
 	storm.Note = fmt.Sprintf("gateway CPU during the storm %.2f s, %.2f ms per job (join, TLS, WireGuard handshake, first echo); %d generator processes",
 		storm.GwCPU-cpu0, (storm.GwCPU-cpu0)*1000/float64(max(r.OK, 1)), len(gen))
 	phases = append(phases, storm)
 	save()
 	t.Logf("%s", storm.Note)
-	t.Logf("storm %d jobs in %v: ok %d failed %d; join p50 %.0f p99 %.0f max %.0f ms; handshake p50 %.0f p99 %.0f max %.0f ms; echo p50 %.0f p99 %.0f ms; gw RSS %d KiB (%.1f KiB/job), load %.2f; errors %v",
+	t.Logf("storm %d jobs in %v: ok %d failed %d; join p50 %.0f p99 %.0f max %.0f ms; handshake p50 %.0f p99 %.0f max %.0f ms; echo p50 %.0f p99 %.0f ms; gw RSS %d KiB (%.1f KiB/job), heap %.1f KiB/job, stacks %.1f KiB/job (5 s after the storm), load %.2f; errors %v",
 		n, *flagScaleOver, r.OK, r.Failed, r.Join.P50, r.Join.P99, r.Join.Max, r.Handshake.P50, r.Handshake.P99, r.Handshake.Max, r.Echo.P50, r.Echo.P99,
-		storm.GwRSSKiB, storm.RSSPerJob, storm.Load, r.Errors)
+		storm.GwRSSKiB, storm.RSSPerJob, storm.HeapPerJob, storm.StackPerJob, storm.Load, r.Errors)
 
 	// 2. Idle: the jobs renew and keep their sessions; their first echo's
 	// UDP flow ends after the gateway's UDP idle timeout (60 s), so a
@@ -245,7 +261,7 @@ func TestScaleBench(t *testing.T) {
 	win := time.Since(t0).Seconds()
 	idle := measure(scalePhase{Phase: "idle", N: r.OK, Seconds: win}, gen)
 	idle.Note = "resident KiB per job above the empty gateway during the window: " + strings.Join(samples, " ")
-	idle.RSSPerJob = float64(idle.GwRSSKiB-before.GwRSSKiB) / float64(max(r.OK, 1))
+	perJob(&idle, before, r.OK)
 	idle.CPUPerJob = (idle.GwCPU - c0) / win * 100 / float64(max(r.OK, 1))
 	if *flagScalePprof {
 		for _, p := range []string{"heap", "goroutine"} {
@@ -262,8 +278,8 @@ func TestScaleBench(t *testing.T) {
 	idle.Report = pr
 	phases = append(phases, idle)
 	save()
-	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), fds %d; probe ok %d failed %d; renew errors %d, sessions lost %d; load %.2f; %s",
-		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.GatewayFDs, pr.OK, pr.Failed, pr.RenewErrors, pr.WatchErrors, idle.Load, idle.Note)
+	t.Logf("idle %d jobs for %.0f s: gateway CPU %.2f s (%.5f %% of a core per job), RSS %d KiB (%.1f KiB/job), heap %.1f KiB/job, stacks %.1f KiB/job, fds %d; probe ok %d failed %d; renew errors %d, sessions lost %d; load %.2f; %s",
+		r.OK, win, idle.GwCPU-c0, idle.CPUPerJob, idle.GwRSSKiB, idle.RSSPerJob, idle.HeapPerJob, idle.StackPerJob, idle.GatewayFDs, pr.OK, pr.Failed, pr.RenewErrors, pr.WatchErrors, idle.Load, idle.Note)
 
 	// 3. Restarts: every job's traffic must flow again (probes from the
 	// moment the restarted gateway is ready).
@@ -462,6 +478,27 @@ func rssKiB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// gatewayMemStats returns the gateway's HeapInuse and StackInuse (KiB),
+// read from its heap profile's text form (its runtime.MemStats: "#
+// HeapInuse", "# Stack" in use / from the system) on the
+// admin socket of state; zeros if that fails.
+func gatewayMemStats(state string) (heap, stack int64) {
+	f := filepath.Join(state, "..", "memstats.txt")
+	if adminProfile(state, "/debug/pprof/heap?debug=1", f, 30*time.Second) != nil {
+		return 0, 0
+	}
+	b, _ := os.ReadFile(f)
+	for _, l := range strings.Split(string(b), "\n") {
+		var v int64
+		if _, err := fmt.Sscanf(l, "# HeapInuse = %d", &v); err == nil {
+			heap = v >> 10
+		} else if _, err := fmt.Sscanf(l, "# Stack = %d", &v); err == nil {
+			stack = v >> 10
+		}
+	}
+	return heap, stack
 }
 
 func countFDs(pid int) int {

@@ -69,6 +69,55 @@ func TestPathMTUOffer(t *testing.T) {
 	}
 }
 
+// TestPathMTURouteCache: a storm's joins from one node look its route up
+// once per routeCacheTTL; errors are not cached; the cache stays bounded.
+func TestPathMTURouteCache(t *testing.T) {
+	key, err := tunnel.NewProbeKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookups := map[netip.Addr]int{}
+	fail := true
+	p := &pathMTU{floor: 1420, ceiling: 8940, key: key, route: func(a netip.Addr) (int, error) {
+		lookups[a]++
+		if fail && a == netip.MustParseAddr("192.0.2.9") {
+			return 0, errors.New("no route")
+		}
+		return 9000, nil
+	}}
+	node := netip.MustParseAddr("198.51.100.2")
+	t0 := time.Now()
+	for i := range 100 {
+		var cl control.Lease
+		p.offer(&cl, node, t0.Add(time.Duration(i)*time.Millisecond))
+		if cl.MaxMTU != 8940 {
+			t.Fatalf("join %d: MaxMTU %d, want 8940", i, cl.MaxMTU)
+		}
+	}
+	if lookups[node] != 1 {
+		t.Errorf("100 joins within %v: %d route lookups, want 1", routeCacheTTL, lookups[node])
+	}
+	var cl control.Lease
+	p.offer(&cl, node, t0.Add(routeCacheTTL))
+	if lookups[node] != 2 {
+		t.Errorf("a join %v later: %d route lookups, want 2", routeCacheTTL, lookups[node])
+	}
+	bad := netip.MustParseAddr("192.0.2.9")
+	p.offer(&cl, bad, t0)
+	fail = false
+	cl = control.Lease{}
+	p.offer(&cl, bad, t0)
+	if lookups[bad] != 2 || cl.MaxMTU != 8940 {
+		t.Errorf("after a failed lookup: %d lookups, MaxMTU %d; want 2, 8940 (errors are not cached)", lookups[bad], cl.MaxMTU)
+	}
+	for i := range routeCacheMax + 10 {
+		p.offer(&cl, netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), t0)
+	}
+	if n := len(p.routes); n > routeCacheMax {
+		t.Errorf("cache holds %d routes, want at most %d", n, routeCacheMax)
+	}
+}
+
 func TestCheckMaxMTU(t *testing.T) {
 	for _, tt := range []struct {
 		mtu, max int

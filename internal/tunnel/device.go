@@ -3,6 +3,7 @@
 package tunnel
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -31,7 +32,14 @@ const KeepaliveInterval = 25 * time.Second
 // the process).
 func wgLogger(l *slog.Logger) *device.Logger {
 	return &device.Logger{
+		// wireguard-go logs every handshake and peer change at this
+		// level; formatting them only for a logger that shows them took
+		// 2 % of a join storm's CPU (peers' names are base64 of their
+		// keys).
 		Verbosef: func(format string, args ...any) {
+			if !l.Enabled(context.Background(), slog.LevelDebug) {
+				return
+			}
 			l.Debug(fmt.Sprintf(format, args...), "component", "wireguard")
 		},
 		Errorf: func(format string, args ...any) {

@@ -24,7 +24,7 @@ type Peer struct {
 	keypairs          Keypairs
 	handshake         Handshake
 	device            *Device
-	stopping          sync.WaitGroup // routines pending stop
+	sequential        peerSequential // routines on demand (Airlock's patch, ondemand.go)
 	txBytes           atomic.Uint64  // bytes send to peer (endpoint)
 	rxBytes           atomic.Uint64  // bytes received from peer
 	lastHandshakeNano atomic.Int64   // nano seconds since epoch
@@ -84,6 +84,7 @@ func (device *Device) NewPeer(pk NoisePublicKey) (*Peer, error) {
 
 	peer.cookieGenerator.Init(pk)
 	peer.device = device
+	peer.sequential.init()
 	peer.queue.outbound = newAutodrainingOutboundQueue(device)
 	peer.queue.inbound = newAutodrainingInboundQueue(device)
 	peer.queue.staged = make(chan *QueueOutboundElementsContainer, QueueStagedSize)
@@ -193,10 +194,6 @@ func (peer *Peer) Start() {
 	device := peer.device
 	device.log.Verbosef("%v - Starting", peer)
 
-	// reset routine state
-	peer.stopping.Wait()
-	peer.stopping.Add(2)
-
 	peer.handshake.mutex.Lock()
 	peer.handshake.lastSentHandshake = time.Now().Add(-(RekeyTimeout + time.Second))
 	peer.handshake.mutex.Unlock()
@@ -208,11 +205,9 @@ func (peer *Peer) Start() {
 	device.flushInboundQueue(peer.queue.inbound)
 	device.flushOutboundQueue(peer.queue.outbound)
 
-	// Use the device batch size, not the bind batch size, as the device size is
-	// the size of the batch pools.
-	batchSize := peer.device.BatchSize()
-	go peer.RoutineSequentialSender(batchSize)
-	go peer.RoutineSequentialReceiver(batchSize)
+	// Airlock's patch: the sequential routines start on demand
+	// (ondemand.go), with the device batch size, not the bind batch size,
+	// as the device size is the size of the batch pools.
 
 	peer.isRunning.Store(true)
 }
@@ -274,9 +269,7 @@ func (peer *Peer) Stop() {
 
 	peer.timersStop()
 	// Signal that RoutineSequentialSender and RoutineSequentialReceiver should exit.
-	peer.queue.inbound.c <- nil
-	peer.queue.outbound.c <- nil
-	peer.stopping.Wait()
+	peer.stopSequential()
 	peer.device.queue.encryption.wg.Done() // no more writes to encryption queue from us
 
 	peer.ZeroAndFlushAll()

@@ -224,7 +224,7 @@ func (device *Device) RoutineReceiveIncoming(maxBatchSize int, recv conn.Receive
 			if peer.isRunning.Load() && device.inline.Load() {
 				peer.receiveInline(elemsContainer)
 			} else if peer.isRunning.Load() {
-				peer.queue.inbound.c <- elemsContainer
+				peer.queueInbound(elemsContainer)
 				device.queue.decryption.c <- elemsContainer
 			} else {
 				for _, elem := range elemsContainer.elems {
@@ -452,21 +452,18 @@ func (device *Device) RoutineHandshake(id int) {
 	}
 }
 
+// RoutineSequentialReceiver runs on demand and exits when idle (Airlock's
+// patch, ondemand.go).
 func (peer *Peer) RoutineSequentialReceiver(maxBatchSize int) {
-	device := peer.device
-	defer func() {
-		device.log.Verbosef("%v - Routine: sequential receiver - stopped", peer)
-		peer.stopping.Done()
-	}()
-	device.log.Verbosef("%v - Routine: sequential receiver - started", peer)
-
 	// Airlock's patch: grown on demand (to maxBatchSize at most), not
 	// allocated whole for every peer, most of which send or receive a
 	// packet at a time.
 	var bufs [][]byte
+	var linger *time.Timer
 
-	for elemsContainer := range peer.queue.inbound.c {
-		if elemsContainer == nil {
+	for {
+		elemsContainer, more := nextOnDemand(&peer.sequential.receive, peer.queue.inbound.c, &linger, sequentialLinger)
+		if !more {
 			return
 		}
 		elemsContainer.Lock()

@@ -384,7 +384,7 @@ top:
 			if peer.isRunning.Load() && peer.device.inline.Load() {
 				peer.sendInline(elemsContainer)
 			} else if peer.isRunning.Load() {
-				peer.queue.outbound.c <- elemsContainer
+				peer.queueOutbound(elemsContainer)
 				peer.device.queue.encryption.c <- elemsContainer
 			} else {
 				for _, elem := range elemsContainer.elems {
@@ -487,21 +487,18 @@ func (device *Device) encryptElems(elemsContainer *QueueOutboundElementsContaine
 	}
 }
 
+// RoutineSequentialSender runs on demand and exits when idle (Airlock's
+// patch, ondemand.go).
 func (peer *Peer) RoutineSequentialSender(maxBatchSize int) {
-	device := peer.device
-	defer func() {
-		defer device.log.Verbosef("%v - Routine: sequential sender - stopped", peer)
-		peer.stopping.Done()
-	}()
-	device.log.Verbosef("%v - Routine: sequential sender - started", peer)
-
 	// Airlock's patch: grown on demand (to maxBatchSize at most), not
 	// allocated whole for every peer, most of which send or receive a
 	// packet at a time.
 	var bufs [][]byte
+	var linger *time.Timer
 
-	for elemsContainer := range peer.queue.outbound.c {
-		if elemsContainer == nil {
+	for {
+		elemsContainer, more := nextOnDemand(&peer.sequential.send, peer.queue.outbound.c, &linger, sequentialLinger)
+		if !more {
 			return
 		}
 		elemsContainer.Lock()
