@@ -4,6 +4,7 @@ package bypass
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -506,7 +510,60 @@ func TestDeviceUDP(t *testing.T) {
 	icmp[0], icmp[9], icmp[20] = 0x45, 1, 8
 	copy(icmp[12:16], jobAddr.AsSlice())
 	copy(icmp[16:20], dst.Addr().AsSlice())
+	if !p.dev.diverts(p.eng.Set(), icmp) {
+		t.Error("an ICMP echo request to an any-protocol entry is not diverted")
+	}
+	icmp[20] = 0 // an echo reply
 	if p.dev.diverts(p.eng.Set(), icmp) {
-		t.Error("an ICMP echo to an any-protocol entry is diverted")
+		t.Error("an ICMP echo reply to an any-protocol entry is diverted")
+	}
+}
+
+// TestEchoReply checks the echo reply packets the pinger rebuilds for the
+// job (checksums, the job's id, addresses) and what it takes for an echo
+// request.
+func TestEchoReply(t *testing.T) {
+	site4, site6 := netip.MustParseAddr("10.30.0.7"), siteHost6
+	for _, tc := range []struct {
+		f        *ipfamily.Family
+		job, dst netip.Addr
+	}{{ipfamily.V4, jobAddr, site4}, {ipfamily.V6, jobAddr6, site6}} {
+		// What a ping socket returns: the reply with the socket's id.
+		msg := []byte{tc.f.EchoReply, 0, 0xde, 0xad, 0x12, 0x34, 0, 7, 'h', 'i', '!'}
+		pkt := echoReply(tc.f, pingKey{dst: tc.dst, id: 0xbeef}, tc.job, msg)
+		if pkt == nil {
+			t.Fatalf("%s: no reply", tc.dst)
+		}
+		if ipfamily.OfPacket(pkt) != tc.f || tc.f.Addr(pkt, tc.f.SrcOff) != tc.dst || tc.f.Addr(pkt, tc.f.DstOff) != tc.job || pkt[tc.f.ProtoOff] != tc.f.ICMP {
+			t.Fatalf("%s: reply %x: wrong family, addresses or protocol", tc.dst, pkt)
+		}
+		m := pkt[tc.f.HeaderLen:]
+		if id, seq := binary.BigEndian.Uint16(m[4:6]), binary.BigEndian.Uint16(m[6:8]); id != 0xbeef || seq != 7 || string(m[8:]) != "hi!" {
+			t.Errorf("%s: reply id %#x seq %d data %q, want 0xbeef 7 hi!", tc.dst, id, seq, m[8:])
+		}
+		var xsum uint16
+		src, dst := tcpip.AddrFromSlice(tc.dst.AsSlice()), tcpip.AddrFromSlice(tc.job.AsSlice())
+		if tc.f == ipfamily.V4 {
+			if !header.IPv4(pkt).IsChecksumValid() {
+				t.Errorf("%s: bad IPv4 header checksum", tc.dst)
+			}
+		} else {
+			xsum = header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, src, dst, uint16(len(m)))
+		}
+		if got := checksum.Checksum(m, xsum); got != 0xffff {
+			t.Errorf("%s: bad ICMP checksum (sum %#x)", tc.dst, got)
+		}
+		// The job's request: taken; a reply or other message: not.
+		req := append([]byte(nil), pkt...)
+		req[tc.f.HeaderLen] = tc.f.EchoRequest
+		if f, off, ok := echoRequest(req); !ok || f != tc.f || off != tc.f.HeaderLen {
+			t.Errorf("%s: echoRequest(request) = %v %d %v", tc.dst, f, off, ok)
+		}
+		if _, _, ok := echoRequest(pkt); ok {
+			t.Errorf("%s: echoRequest(reply) = true", tc.dst)
+		}
+	}
+	if echoReply(ipfamily.V4, pingKey{dst: netip.MustParseAddr("10.30.0.7")}, jobAddr, []byte{3, 1, 0, 0, 0, 0, 0, 0}) != nil {
+		t.Error("echoReply of a destination unreachable: not nil")
 	}
 }

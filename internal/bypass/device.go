@@ -305,8 +305,9 @@ func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	return k
 }
 
-// diverts decides one packet from the job: TCP or UDP from the job's own
-// address of its family to a destination an entry matches (fragments: any to an
+// diverts decides one packet from the job: TCP, UDP or an ICMP echo
+// request from the job's own address of its family to a destination an
+// entry matches (fragments: any to an
 // entry's prefixes, so that the divert stack reassembles them and checks the
 // whole datagram), or a UDP DNS query to the job's resolver for a local
 // name. IPv6 packets with extension headers other than a fragment header
@@ -369,10 +370,14 @@ func (d *Device) diverts(s *Set, pkt []byte) bool {
 		}
 		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[off+2:off+4]))
 		return ok
+	case f.ICMP:
+		// Echo requests only: the pinger relays them (ping.go).
+		if len(pkt) < off+1 || pkt[off] != f.EchoRequest {
+			return false
+		}
+		_, ok := s.Match(policy.ProtoICMP, dst, 0)
+		return ok
 	}
-	// ICMP (echo) is not diverted: the divert stack terminates TCP and
-	// UDP only, and would answer an echo itself, for a host it does not
-	// know is there. It goes to the gateway like any other packet.
 	return false
 }
 

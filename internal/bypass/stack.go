@@ -30,7 +30,8 @@ import (
 // The divert stack: theory of operation.
 //
 // The packets the Device diverts are the job's own TCP and UDP flows to
-// bypassed destinations and its DNS to its resolver's address. They are
+// bypassed destinations, its echo requests to them (relayed through ping
+// sockets, ping.go) and its DNS to its resolver's address. They are
 // terminated in a gVisor netstack of the client's own (the divert stack),
 // which has no address of the job's: its NIC is promiscuous and spoofing,
 // so it accepts a flow to any destination and answers as that
@@ -72,6 +73,7 @@ type divertStack struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // flows' goroutines
+	ping   pinger
 
 	// mu guards conns, the open flows' connections, which close ends.
 	mu     sync.Mutex
@@ -84,6 +86,7 @@ type divertStack struct {
 func newDivertStack(d *Device, selves []netip.Addr) (*divertStack, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &divertStack{d: d, link: stacklink.New(uint32(d.mtu), divertQueue, nil), ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	s.ping.s = s
 	s.ns = stack.New(stacklink.StackOptions())
 	if err := s.setup(selves); err != nil {
 		s.close()
@@ -126,9 +129,21 @@ func (s *divertStack) setup(selves []netip.Addr) error {
 }
 
 // write hands the job's diverted packets bufs[i][off:] to the stack
-// (copied).
+// (copied), and its echo requests to the pinger (ping.go). It reorders
+// bufs.
 func (s *divertStack) write(bufs [][]byte, off int) {
-	s.link.Inject(bufs, off, stacklink.AdmitIP)
+	k := 0
+	for _, b := range bufs {
+		if f, o, ok := echoRequest(b[off:]); ok {
+			s.ping.echo(f, b[off:], o)
+			continue
+		}
+		bufs[k] = b
+		k++
+	}
+	if k > 0 {
+		s.link.Inject(bufs[:k], off, stacklink.AdmitIP)
+	}
 }
 
 // read blocks until the stack has packets for the job and moves up to
@@ -167,6 +182,18 @@ func (s *divertStack) track(c net.Conn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+// enter counts a goroutine of the stack's (wg), or returns false if the
+// stack is closed.
+func (s *divertStack) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
 	s.wg.Add(1)
 	return true
 }
@@ -373,6 +400,7 @@ func (s *divertStack) close() {
 		c.Close()
 	}
 	s.mu.Unlock()
+	s.ping.close()
 	s.link.Close()
 	s.ns.Close()
 	s.ns.Wait()
