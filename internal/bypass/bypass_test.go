@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -565,5 +566,52 @@ func TestEchoReply(t *testing.T) {
 	}
 	if echoReply(ipfamily.V4, pingKey{dst: netip.MustParseAddr("10.30.0.7")}, jobAddr, []byte{3, 1, 0, 0, 0, 0, 0, 0}) != nil {
 		t.Error("echoReply of a destination unreachable: not nil")
+	}
+}
+
+// TestDeviceCloseEndsFlows closes the Device while a bypassed TCP flow is
+// open and its host side silent: Close ends the flow (both sockets) and
+// returns.
+func TestDeviceCloseEndsFlows(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	cfg := testConfig(t, "127.0.0.1:53")
+	p := newPair(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
+		return net.Dial("tcp", l.Addr().String())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var host net.Conn
+	select {
+	case host = <-accepted:
+		defer host.Close()
+	case <-ctx.Done():
+		t.Fatal("the bypassed flow was not dialled")
+	}
+	done := make(chan struct{})
+	go func() { p.dev.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Device.Close did not return with a bypassed flow open")
+	}
+	host.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := host.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("host side of the flow after Close: read %v, want EOF (closed)", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sync"
@@ -75,9 +76,10 @@ type divertStack struct {
 	wg     sync.WaitGroup // flows' goroutines
 	ping   pinger
 
-	// mu guards conns, the open flows' connections, which close ends.
+	// mu guards conns, the open flows' connections (the job's and the
+	// host's), which close closes.
 	mu     sync.Mutex
-	conns  map[net.Conn]struct{}
+	conns  map[io.Closer]struct{}
 	closed bool
 }
 
@@ -85,7 +87,7 @@ type divertStack struct {
 // addresses (the gateway's tunnel addresses).
 func newDivertStack(d *Device, selves []netip.Addr) (*divertStack, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &divertStack{d: d, link: stacklink.New(uint32(d.mtu), divertQueue, nil), ctx: ctx, cancel: cancel, conns: map[net.Conn]struct{}{}}
+	s := &divertStack{d: d, link: stacklink.New(uint32(d.mtu), divertQueue, nil), ctx: ctx, cancel: cancel, conns: map[io.Closer]struct{}{}}
 	s.ping.s = s
 	s.ns = stack.New(stacklink.StackOptions())
 	if err := s.setup(selves); err != nil {
@@ -173,15 +175,19 @@ func (s *divertStack) isResolver(dst netip.AddrPort) bool {
 	return f != nil && dst.Port() == 53 && dst.Addr() == s.d.dns[f.Index]
 }
 
-// track adds c to the open flows, or returns false if the stack is
-// closed.
-func (s *divertStack) track(c net.Conn) bool {
+// track adds a flow's connections cs (nil ones skipped) to the open
+// flows, or returns false if the stack is closed.
+func (s *divertStack) track(cs ...net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	for _, c := range cs {
+		if c != nil {
+			s.conns[c] = struct{}{}
+		}
+	}
 	s.wg.Add(1)
 	return true
 }
@@ -198,9 +204,14 @@ func (s *divertStack) enter() bool {
 	return true
 }
 
-func (s *divertStack) untrack(c net.Conn) {
+// untrack removes a flow's connections that track added.
+func (s *divertStack) untrack(cs ...net.Conn) {
 	s.mu.Lock()
-	delete(s.conns, c)
+	for _, c := range cs {
+		if c != nil {
+			delete(s.conns, c)
+		}
+	}
 	s.mu.Unlock()
 	s.wg.Done()
 }
@@ -232,14 +243,14 @@ func (s *divertStack) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	r.Complete(false)
 	job := gonet.NewTCPConn(&wq, ep)
-	if !s.track(job) {
+	if !s.track(job, out) {
 		job.Close()
 		if out != nil {
 			out.Close()
 		}
 		return
 	}
-	defer s.untrack(job)
+	defer s.untrack(job, out)
 	if out == nil {
 		s.serveDNSTCP(job)
 		return
@@ -313,7 +324,7 @@ func (s *divertStack) handleUDP(r *udp.ForwarderRequest) {
 		return
 	}
 	job := gonet.NewUDPConn(&wq, ep)
-	if !s.track(job) {
+	if !s.track(job, out) {
 		job.Close()
 		if out != nil {
 			out.Close()
@@ -321,7 +332,7 @@ func (s *divertStack) handleUDP(r *udp.ForwarderRequest) {
 		return
 	}
 	go func() {
-		defer s.untrack(job)
+		defer s.untrack(job, out)
 		if out == nil {
 			s.serveDNSUDP(job)
 			return
