@@ -49,13 +49,7 @@ var layerRules = []layerRule{{
 // knownLayerViolations are the imports that break a rule today, each with
 // the work that removes it. The test fails on a violation not listed here
 // and on an entry that no longer occurs: remove it when its fix lands.
-var knownLayerViolations = map[string]string{
-	"the node imports nothing of the gateway: internal/bypass -> internal/forward/netstack": "issue 35 item 3: the client's bypass Device terminates diverted flows in the gateway's user-mode forwarder",
-	"the node imports nothing of the gateway: internal/bypass -> internal/usernet":          "issue 35 item 3: ... and its kernel TCP (a private namespace)",
-	"the node imports nothing of the gateway: internal/control -> internal/store":           "issue 35 item 3: control takes domain types and file helpers from store",
-	"config does not import storage: internal/config -> internal/store":                     "issue 35 item 3: config not importing store",
-	"the wire protocol does not import storage: internal/control -> internal/store":         "issue 35 item 3: control split into wire types, client and server",
-}
+var knownLayerViolations = map[string]string{}
 
 // TestLayers checks layerRules against the module's import graph (go
 // list, with the node build's tag so that cmd/airlock is the node

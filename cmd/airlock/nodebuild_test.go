@@ -11,9 +11,11 @@ import (
 
 // TestNodeBuild checks the node binary's promise (go build -tags
 // airlock_node; commands_node.go): none of the gateway's, the fleet's or
-// the admin tools' packages is linked into it, nor the gateway's config
-// (TOML) and capture and metrics (Prometheus, protobuf) libraries. The
-// layer rules in general are the root package's TestLayers.
+// the admin tools' packages is linked into it: no egress backend
+// (forward, its user-mode stack and usernet, the flow table), no store
+// (bbolt), nor the gateway's config (TOML), capture and metrics
+// (Prometheus, protobuf) libraries or nftables. The layer rules in general
+// are the root package's TestLayers.
 func TestNodeBuild(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-tags", "airlock_node", ".").Output()
 	if err != nil {
@@ -23,6 +25,8 @@ func TestNodeBuild(t *testing.T) {
 	const mod = "github.com/airlock-vpn/airlock/"
 	for _, bad := range []string{mod + "internal/gateway", mod + "internal/fleet", mod + "internal/store/pgstore", mod + "internal/admin",
 		mod + "internal/metrics", mod + "internal/forward/kernel", mod + "internal/config", mod + "internal/capture",
+		mod + "internal/forward", mod + "internal/usernet", mod + "internal/store", mod + "internal/flows", mod + "internal/lease",
+		"go.etcd.io/bbolt", "github.com/google/nftables", "gopkg.in/natefinch/lumberjack.v2",
 		"github.com/jackc/pgx/v5", "github.com/pelletier/go-toml/v2", "github.com/prometheus/client_golang", "google.golang.org/protobuf"} {
 		for _, d := range deps {
 			if d == bad || strings.HasPrefix(d, bad+"/") {

@@ -4,12 +4,14 @@ package bypass
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +19,9 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/checksum"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
@@ -448,5 +453,168 @@ func TestCompileEmpty(t *testing.T) {
 	}
 	if !s.IsEmpty() {
 		t.Errorf("Compile(empty bypass) is not empty: %v", s.Rules())
+	}
+}
+
+// TestDeviceUDP sends a job's UDP datagram to a destination an any-protocol
+// entry bypasses (token cms's) through the Device: the divert stack dials
+// it with Engine.Dial and relays the echo both ways. An ICMP echo to the
+// same destination is not diverted (the divert stack would answer it
+// itself).
+func TestDeviceUDP(t *testing.T) {
+	echo, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := echo.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteTo(buf[:n], from)
+		}
+	}()
+	cfg := testConfig(t, "127.0.0.1:53")
+	var dialled atomic.Pointer[string]
+	p := newPair(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, "cms"), func(ctx context.Context, network, address string) (net.Conn, error) {
+		s := network + " " + address
+		dialled.Store(&s)
+		return net.Dial("udp", echo.LocalAddr().String())
+	})
+	dst := netip.MustParseAddrPort("10.30.0.7:9999")
+	c, err := p.job.DialUDP(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte("a datagram through the bypass")
+	got := make([]byte, 100)
+	var n int
+	for i := 0; i < 20 && n == 0; i++ { // UDP: retry a lost first datagram
+		c.Write(msg)
+		c.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		n, _ = c.Read(got)
+	}
+	if string(got[:n]) != string(msg) {
+		t.Fatalf("echo from %s = %q, want %q", dst, got[:n], msg)
+	}
+	if d := dialled.Load(); d == nil || *d != "udp4 10.30.0.7:9999" {
+		t.Errorf("dialled %v, want udp4 10.30.0.7:9999", d)
+	}
+	if r := p.eng.Report(); len(r) != 1 || r[0].Rule != "cms-storage" || r[0].Flows != 1 {
+		t.Errorf("report %+v, want one cms-storage flow", r)
+	}
+	if n := p.toGW.Load(); n != 0 {
+		t.Errorf("%d packets of the bypassed flow went to the gateway", n)
+	}
+	icmp := make([]byte, 28)
+	icmp[0], icmp[9], icmp[20] = 0x45, 1, 8
+	copy(icmp[12:16], jobAddr.AsSlice())
+	copy(icmp[16:20], dst.Addr().AsSlice())
+	if !p.dev.diverts(p.eng.Set(), icmp) {
+		t.Error("an ICMP echo request to an any-protocol entry is not diverted")
+	}
+	icmp[20] = 0 // an echo reply
+	if p.dev.diverts(p.eng.Set(), icmp) {
+		t.Error("an ICMP echo reply to an any-protocol entry is diverted")
+	}
+}
+
+// TestEchoReply checks the echo reply packets the pinger rebuilds for the
+// job (checksums, the job's id, addresses) and what it takes for an echo
+// request.
+func TestEchoReply(t *testing.T) {
+	site4, site6 := netip.MustParseAddr("10.30.0.7"), siteHost6
+	for _, tc := range []struct {
+		f        *ipfamily.Family
+		job, dst netip.Addr
+	}{{ipfamily.V4, jobAddr, site4}, {ipfamily.V6, jobAddr6, site6}} {
+		// What a ping socket returns: the reply with the socket's id.
+		msg := []byte{tc.f.EchoReply, 0, 0xde, 0xad, 0x12, 0x34, 0, 7, 'h', 'i', '!'}
+		pkt := echoReply(tc.f, pingKey{dst: tc.dst, id: 0xbeef}, tc.job, msg)
+		if pkt == nil {
+			t.Fatalf("%s: no reply", tc.dst)
+		}
+		if ipfamily.OfPacket(pkt) != tc.f || tc.f.Addr(pkt, tc.f.SrcOff) != tc.dst || tc.f.Addr(pkt, tc.f.DstOff) != tc.job || pkt[tc.f.ProtoOff] != tc.f.ICMP {
+			t.Fatalf("%s: reply %x: wrong family, addresses or protocol", tc.dst, pkt)
+		}
+		m := pkt[tc.f.HeaderLen:]
+		if id, seq := binary.BigEndian.Uint16(m[4:6]), binary.BigEndian.Uint16(m[6:8]); id != 0xbeef || seq != 7 || string(m[8:]) != "hi!" {
+			t.Errorf("%s: reply id %#x seq %d data %q, want 0xbeef 7 hi!", tc.dst, id, seq, m[8:])
+		}
+		var xsum uint16
+		src, dst := tcpip.AddrFromSlice(tc.dst.AsSlice()), tcpip.AddrFromSlice(tc.job.AsSlice())
+		if tc.f == ipfamily.V4 {
+			if !header.IPv4(pkt).IsChecksumValid() {
+				t.Errorf("%s: bad IPv4 header checksum", tc.dst)
+			}
+		} else {
+			xsum = header.PseudoHeaderChecksum(header.ICMPv6ProtocolNumber, src, dst, uint16(len(m)))
+		}
+		if got := checksum.Checksum(m, xsum); got != 0xffff {
+			t.Errorf("%s: bad ICMP checksum (sum %#x)", tc.dst, got)
+		}
+		// The job's request: taken; a reply or other message: not.
+		req := append([]byte(nil), pkt...)
+		req[tc.f.HeaderLen] = tc.f.EchoRequest
+		if f, off, ok := echoRequest(req); !ok || f != tc.f || off != tc.f.HeaderLen {
+			t.Errorf("%s: echoRequest(request) = %v %d %v", tc.dst, f, off, ok)
+		}
+		if _, _, ok := echoRequest(pkt); ok {
+			t.Errorf("%s: echoRequest(reply) = true", tc.dst)
+		}
+	}
+	if echoReply(ipfamily.V4, pingKey{dst: netip.MustParseAddr("10.30.0.7")}, jobAddr, []byte{3, 1, 0, 0, 0, 0, 0, 0}) != nil {
+		t.Error("echoReply of a destination unreachable: not nil")
+	}
+}
+
+// TestDeviceCloseEndsFlows closes the Device while a bypassed TCP flow is
+// open and its host side silent: Close ends the flow (both sockets) and
+// returns.
+func TestDeviceCloseEndsFlows(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			accepted <- c // held open, silent
+		}
+	}()
+	cfg := testConfig(t, "127.0.0.1:53")
+	p := newPair(t, bypassconf.ForJob(cfg.Bypass, cfg.Policy, "x"), func(ctx context.Context, network, address string) (net.Conn, error) {
+		return net.Dial("tcp", l.Addr().String())
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := p.job.DialTCP(ctx, netip.AddrPortFrom(siteHost, 80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var host net.Conn
+	select {
+	case host = <-accepted:
+		defer host.Close()
+	case <-ctx.Done():
+		t.Fatal("the bypassed flow was not dialled")
+	}
+	done := make(chan struct{})
+	go func() { p.dev.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Device.Close did not return with a bypassed flow open")
+	}
+	host.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := host.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("host side of the flow after Close: read %v, want EOF (closed)", err)
 	}
 }

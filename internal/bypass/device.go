@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -20,16 +19,14 @@ import (
 	"github.com/miekg/dns"
 	"golang.zx2c4.com/wireguard/tun"
 
-	"github.com/airlock-vpn/airlock/internal/forward/netstack"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/policy"
-	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
 // Device is the netns mode's TUN decorator: it diverts the job's packets
 // to bypassed destinations (and its DNS queries for local domains) from
-// the WireGuard device into a netstack in the client, and writes that
-// netstack's packets back to the job. See the package comment.
+// the WireGuard device into the client's divert stack (stack.go), and
+// writes that stack's packets back to the job. See the package comment.
 //
 // Read is called by one goroutine (wireguard-go's), as for any tun.Device;
 // the other methods are safe for concurrent use.
@@ -44,11 +41,11 @@ type Device struct {
 	pumpDone  chan struct{}
 	closeOnce sync.Once
 
-	// st is the netstack, created when the first packet is diverted;
+	// st is the divert stack, created when the first packet is diverted;
 	// origin the stack that reaches the gateway's resolver as the job
 	// (origin.go), made with it where the TUN can wake Read (file).
 	mu       sync.Mutex // guards creating st and startErr
-	st       atomic.Pointer[netstack.Stack]
+	st       atomic.Pointer[divertStack]
 	origin   atomic.Pointer[originStack]
 	startErr error
 	// file is the job's TUN's file, whose read deadline interrupts a Read
@@ -84,28 +81,12 @@ func (e *Engine) Wrap(dev tun.Device, jobs, dns []netip.Addr, mtu int) (*Device,
 			d.dns[f.Index] = a.Unmap()
 		}
 	}
-	if err := d.update(e.Set()); err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	e.dev = d
-	e.mu.Unlock()
 	return d, nil
 }
 
-// update hands a new set to the netstack, if it runs.
-func (d *Device) update(s *Set) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if st := d.st.Load(); st != nil {
-		return st.SetPolicy(s.Policy())
-	}
-	return nil
-}
-
-// stack returns the netstack, starting it on first use (nil if it cannot
-// start).
-func (d *Device) stack() *netstack.Stack {
+// stack returns the divert stack, starting it on first use (nil if it
+// cannot start).
+func (d *Device) stack() *divertStack {
 	if st := d.st.Load(); st != nil {
 		return st
 	}
@@ -114,7 +95,7 @@ func (d *Device) stack() *netstack.Stack {
 	if st := d.st.Load(); st != nil || d.startErr != nil {
 		return st
 	}
-	st, err := d.start(d.eng.Set())
+	st, err := d.start()
 	if err != nil {
 		d.startErr = err
 		d.log.Error("site-local bypass unavailable: its flows are dropped", "err", err)
@@ -123,32 +104,14 @@ func (d *Device) stack() *netstack.Stack {
 	return st
 }
 
-// start creates the netstack and the pump that writes its packets to the
-// job. The job's TCP is terminated by the kernel of a private namespace
-// (internal/usernet, as in the user-mode gateway) where this user may
-// create one, else by the netstack.
-func (d *Device) start(s *Set) (*netstack.Stack, error) {
-	var jobs, selves []netip.Prefix
+// start creates the divert stack and the pump that writes its packets
+// to the job, and the origin stack where the job's TUN can wake Read.
+func (d *Device) start() (*divertStack, error) {
+	var selves []netip.Addr
 	for _, f := range ipfamily.All {
-		if a := d.job[f.Index]; a.IsValid() {
-			jobs = append(jobs, netip.PrefixFrom(a, f.Bits))
-		}
 		if a := d.dns[f.Index]; a.IsValid() {
-			selves = append(selves, netip.PrefixFrom(a, f.Bits))
+			selves = append(selves, a)
 		}
-	}
-	ups := s.Resolvers()
-	if len(ups) == 0 && len(selves) > 0 {
-		// No local domains (yet): no query is diverted; the netstack
-		// still needs an upstream to start.
-		ups = []netip.AddrPort{netip.AddrPortFrom(selves[0].Addr(), 53)}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ktcp, err := usernet.Open(ctx, jobs, d.mtu)
-	cancel()
-	if err != nil {
-		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)
-		ktcp = nil
 	}
 	if d.file != nil {
 		o, err := newOriginStack(d.job, d.mtu, d.wake)
@@ -158,40 +121,21 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 			d.origin.Store(o)
 		}
 	}
-	st, err := netstack.New(netstack.Config{
-		KernelTCP:    ktcp,
-		DNSRoute:     d.routeDNS,
-		Logger:       slog.New(quiet{d.log.Handler()}),
-		Addrs:        selves,
-		MTU:          d.mtu,
-		DNSUpstreams: ups,
-		Dial: func(ctx context.Context, network, address string) (net.Conn, error) {
-			ap, err := netip.ParseAddrPort(address)
-			if err != nil {
-				return nil, err
-			}
-			return d.eng.Dial(ctx, network, ap)
-		},
-	})
+	st, err := newDivertStack(d, selves)
 	if err != nil {
 		d.closeOrigin()
 		return nil, fmt.Errorf("site-local bypass: %w", err)
 	}
-	if err := st.SetPolicy(s.Policy()); err != nil {
-		st.Close()
-		d.closeOrigin()
-		return nil, err
-	}
 	d.st.Store(st)
 	d.pumpDone = make(chan struct{})
 	go d.pump(st)
-	d.log.Debug("site-local bypass stack started", "job", jobs, "dns", selves)
+	d.log.Debug("site-local bypass stack started", "job", d.job, "dns", selves)
 	return st, nil
 }
 
-// pump writes the netstack's packets to the job's TUN until the netstack
-// closes.
-func (d *Device) pump(st *netstack.Stack) {
+// pump writes the divert stack's packets to the job's TUN until the
+// stack closes.
+func (d *Device) pump(st *divertStack) {
 	defer close(d.pumpDone)
 	const batch = 64
 	bufs := make([][]byte, batch)
@@ -200,8 +144,8 @@ func (d *Device) pump(st *netstack.Stack) {
 	}
 	sizes := make([]int, batch)
 	for {
-		n, err := st.Read(bufs, sizes, offset)
-		if err != nil {
+		n, ok := st.read(bufs, sizes, offset)
+		if !ok {
 			return
 		}
 		out := bufs[:n]
@@ -219,7 +163,7 @@ func (d *Device) pump(st *netstack.Stack) {
 
 // Read implements tun.Device: it returns the origin stack's packets for
 // the gateway first, then reads the job's packets and keeps those it
-// diverts to the netstack out of what it returns.
+// diverts to the divert stack out of what it returns.
 func (d *Device) Read(bufs [][]byte, sizes []int, off int) (int, error) {
 	for {
 		o := d.origin.Load()
@@ -284,7 +228,7 @@ func (d *Device) Write(bufs [][]byte, off int) (int, error) {
 	return len(bufs), nil
 }
 
-// routeDNS is the bypass netstack's DNS route: a query over TCP (a
+// routeDNS is the divert stack's DNS route: a query over TCP (a
 // connection to the job's resolver that diverts took whole) for a name
 // outside the local domains goes to the gateway's resolver through the
 // tunnel, as the job (origin stack); everything else to the site
@@ -326,7 +270,7 @@ func (d *Device) closeOrigin() {
 	}
 }
 
-// divert moves the packets bufs[:n] that s bypasses into the netstack and
+// divert moves the packets bufs[:n] that s bypasses into the divert stack and
 // compacts the rest to the front; it returns how many are left.
 func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	if cap(d.mark) < n {
@@ -345,7 +289,7 @@ func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 		return n
 	}
 	if st := d.stack(); st != nil {
-		st.Write(d.div, off) // copies (the kernel TCP path may write headers before off)
+		st.write(d.div, off) // copies
 	}
 	k := 0
 	for i := 0; i < n; i++ {
@@ -361,9 +305,10 @@ func (d *Device) divert(s *Set, bufs [][]byte, sizes []int, off, n int) int {
 	return k
 }
 
-// diverts decides one packet from the job: from the job's own address of
-// its family to a destination an entry matches (fragments: any to an
-// entry's prefixes, so that the netstack reassembles them and checks the
+// diverts decides one packet from the job: TCP, UDP or an ICMP echo
+// request from the job's own address of its family to a destination an
+// entry matches (fragments: any to an
+// entry's prefixes, so that the divert stack reassembles them and checks the
 // whole datagram), or a UDP DNS query to the job's resolver for a local
 // name. IPv6 packets with extension headers other than a fragment header
 // go to the gateway.
@@ -426,6 +371,10 @@ func (d *Device) diverts(s *Set, pkt []byte) bool {
 		_, ok := s.Match(pp, dst, binary.BigEndian.Uint16(pkt[off+2:off+4]))
 		return ok
 	case f.ICMP:
+		// Echo requests only: the pinger relays them (ping.go).
+		if len(pkt) < off+1 || pkt[off] != f.EchoRequest {
+			return false
+		}
 		_, ok := s.Match(policy.ProtoICMP, dst, 0)
 		return ok
 	}
@@ -458,7 +407,7 @@ func QueryName(msg []byte) string {
 	return ""
 }
 
-// Close implements tun.Device: it stops the netstack (open bypassed flows
+// Close implements tun.Device: it stops the divert stack (open bypassed flows
 // end) and closes the TUN.
 func (d *Device) Close() error {
 	d.closeOnce.Do(func() {
@@ -466,32 +415,10 @@ func (d *Device) Close() error {
 		st := d.st.Load()
 		d.mu.Unlock()
 		if st != nil {
-			st.Close()
+			st.close()
 			<-d.pumpDone
 		}
 		d.closeOrigin()
-		d.eng.mu.Lock()
-		if d.eng.dev == d {
-			d.eng.dev = nil
-		}
-		d.eng.mu.Unlock()
 	})
 	return d.Device.Close()
 }
-
-// quiet is a slog handler that logs one level lower: the netstack's
-// lifecycle lines are the gateway's Info and Warn, but only Debug in a
-// job's client.
-type quiet struct{ slog.Handler }
-
-func (q quiet) Enabled(ctx context.Context, l slog.Level) bool {
-	return q.Handler.Enabled(ctx, l-4)
-}
-
-func (q quiet) Handle(ctx context.Context, r slog.Record) error {
-	r.Level -= 4
-	return q.Handler.Handle(ctx, r)
-}
-
-func (q quiet) WithAttrs(as []slog.Attr) slog.Handler { return quiet{q.Handler.WithAttrs(as)} }
-func (q quiet) WithGroup(n string) slog.Handler       { return quiet{q.Handler.WithGroup(n)} }

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,11 +41,6 @@ type Engine struct {
 	dialer   net.Dialer
 	// dialHost, if set, replaces dialer.DialContext (tests).
 	dialHost func(ctx context.Context, network, address string) (net.Conn, error)
-
-	// mu guards dev, the netns-mode TUN decorator (nil in the fallback
-	// modes), which Update hands new sets to.
-	mu  sync.Mutex
-	dev *Device
 }
 
 // NewEngine returns an engine that bypasses nothing until Update.
@@ -57,7 +51,8 @@ func NewEngine(log *slog.Logger) *Engine {
 }
 
 // Update puts the bypass b from the gateway in force for new flows (flows
-// already open are left alone). A b that does not compile leaves the old
+// already open are left alone; the netns mode's Device reads the set in
+// force for each packet and Dial for each flow). A b that does not compile leaves the old
 // one in force.
 func (e *Engine) Update(b *control.Bypass) error {
 	if e == nil {
@@ -68,14 +63,6 @@ func (e *Engine) Update(b *control.Bypass) error {
 		return err
 	}
 	old := e.set.Swap(s)
-	e.mu.Lock()
-	dev := e.dev
-	e.mu.Unlock()
-	if dev != nil {
-		if err := dev.update(s); err != nil {
-			return err
-		}
-	}
 	if !old.IsEmpty() || !s.IsEmpty() {
 		e.log.Info("site-local bypass in force", "entries", s.Rules(), "local_domains", s.domains, "resolvers", s.resolvers)
 	}

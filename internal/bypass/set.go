@@ -24,15 +24,18 @@
 // protected with the node's address list, which only the client knows.
 //
 // In netns mode the [Device] decorates the job's TUN: packets from the job
-// to a matching destination, and DNS queries for local domains to the
-// job's resolver address, are diverted into a gVisor netstack in the
-// client (internal/forward/netstack, the gateway's user-mode forwarder)
-// that terminates them and re-originates them as host sockets through
-// [Engine.Dial]; its DNS server asks the site resolvers. Nothing else is
-// diverted: an answer for a local name that points outside the entries is
-// carried through the gateway like any other destination, so DNS cannot
-// widen the bypass. In the fallback modes the client's dialer asks
-// [Engine.Dial] first.
+// to a matching destination (TCP, UDP and ICMP echo), and DNS queries for local
+// domains to the job's resolver address, are diverted into the client's
+// own divert stack (stack.go: a gVisor netstack on the link endpoint both
+// user-space stacks share, internal/stacklink; not the gateway's
+// user-mode forwarder, which the node does not carry) that terminates them
+// and re-originates them as host sockets through [Engine.Dial]; its DNS
+// answers local names from the site resolvers. Nothing else is diverted:
+// an answer for a local name that points outside the entries is carried
+// through the gateway like any other destination, so DNS cannot widen the
+// bypass. Echo requests are relayed through the node's ping sockets. In
+// the fallback modes the
+// client's dialer asks [Engine.Dial] first.
 //
 // [Engine.Dial] checks the entry and the policy again for every flow,
 // dials an ordinary socket and counts the flow and its payload bytes per

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/bearer"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 )
 
 // Bearer is a config's identity from bearer tokens ([[issuer]] and
@@ -91,7 +91,7 @@ func (d *file) resolveBearer(bad func(string, string, ...any)) Bearer {
 		is := Issuer{Issuer: bearer.Issuer{Name: fi.Name, URL: fi.URL, Audiences: fi.Audience, Scopes: fi.Scopes, Groups: fi.Groups, CAFile: fi.CAFile}}
 		if fi.Name == "" {
 			bad(key, "no name: want name = \"NAME\", the name policy rules, limits and quotas give the issuer's jobs (as a token name)")
-		} else if err := store.ValidateTokenName(fi.Name); err != nil {
+		} else if err := jointoken.ValidateName(fi.Name); err != nil {
 			bad(key+".name", "%v", err)
 		}
 		if err := is.Validate(); err != nil {
@@ -109,7 +109,7 @@ func (d *file) resolveBearer(bad func(string, string, ...any)) Bearer {
 			if (m.Subject == "") == (m.Group == "") {
 				bad(mkey, "want one of subject or group")
 			}
-			if err := store.ValidateTokenName(m.As); err != nil {
+			if err := jointoken.ValidateName(m.As); err != nil {
 				bad(mkey+".as", "%v", err)
 			}
 			is.Map = append(is.Map, IssuerMap{Subject: m.Subject, Group: m.Group, As: m.As})

@@ -28,10 +28,10 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 	"github.com/airlock-vpn/airlock/internal/limits"
 	"github.com/airlock-vpn/airlock/internal/policy"
 	"github.com/airlock-vpn/airlock/internal/portblock"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Version is the only config format version this gateway reads.
@@ -336,7 +336,7 @@ func (d *file) validate(runTests bool) (*Config, []keyErr) {
 		sort.Strings(toks)
 		for _, t := range toks {
 			key := "limits.token." + quoteKey(t)
-			if err := store.ValidateTokenName(t); err != nil {
+			if err := jointoken.ValidateName(t); err != nil {
 				bad(key, "%v", err)
 				continue
 			}
@@ -506,7 +506,7 @@ func parseTokens(in []string, key string, bad func(string, string, ...any)) []st
 		bad(key, "empty list: omit tokens for every token, or list token names")
 	}
 	for _, t := range in {
-		if err := store.ValidateTokenName(t); err != nil {
+		if err := jointoken.ValidateName(t); err != nil {
 			bad(key, "%v", err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"math"
 	"sort"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 )
 
 // Quota bounds what the jobs of one token may hold and do at the control
@@ -83,7 +83,7 @@ func (f fileQuotas) resolve(bad func(string, string, ...any)) Quotas {
 	sort.Strings(toks)
 	for _, t := range toks {
 		key := "quota.token." + quoteKey(t)
-		if err := store.ValidateTokenName(t); err != nil {
+		if err := jointoken.ValidateName(t); err != nil {
 			bad(key, "%v", err)
 			continue
 		}

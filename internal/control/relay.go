@@ -12,7 +12,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 )
 
 // Relayed live captures: in a fleet (internal/fleet), `airlock capture` of
@@ -86,7 +86,7 @@ func (s *Server) handleFleetCapture(w http.ResponseWriter, r *http.Request) {
 	serve, err := s.relay.OpenCapture(t)
 	if err != nil {
 		// ErrBadTicket, ErrNoSuchCapture, or the database's trouble.
-		if errors.Is(err, store.ErrUnavailable) {
+		if errors.Is(err, jointoken.ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 		}
 		s.refuse(w, "fleet capture", remote, err)

@@ -22,7 +22,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/httpjson"
 	"github.com/airlock-vpn/airlock/internal/identity"
-	"github.com/airlock-vpn/airlock/internal/store"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
@@ -63,7 +63,7 @@ type Backend interface {
 	// the client's TCP address. It returns an error wrapping ErrNoAddress
 	// when no tunnel address or port block is free, or ErrBadRequest with
 	// a message for the user when it refuses req.
-	Join(ctx context.Context, req JoinRequest, token store.Token, remote netip.AddrPort) (Lease, error)
+	Join(ctx context.Context, req JoinRequest, token jointoken.Token, remote netip.AddrPort) (Lease, error)
 	// Renew extends the lease ref names. It returns an error wrapping
 	// ErrUnknownLease if there is no such lease or the secret is wrong.
 	Renew(ctx context.Context, ref LeaseRef) (RenewResponse, error)
@@ -112,8 +112,9 @@ type Backend interface {
 // ServerConfig configures a [Server]. Logger, Store, Backend and
 // Certificate are required.
 type ServerConfig struct {
-	Logger      *slog.Logger
-	Store       store.DB
+	Logger *slog.Logger
+	// Store verifies join tokens (the gateway's token store).
+	Store       jointoken.Verifier
 	Backend     Backend
 	Certificate tls.Certificate
 	// Version is the gateway's airlock version, sent with every lease;
@@ -167,7 +168,7 @@ type ServerConfig struct {
 // it is safe for concurrent use.
 type Server struct {
 	log     *slog.Logger
-	store   store.DB
+	store   jointoken.Verifier
 	backend Backend
 	now     func() time.Time
 	fails   *failureLimiter[netip.Prefix]
@@ -394,8 +395,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 // first, so that the failures of a join whose uid is attested count
 // against that uid, not its source address (refuseJoin), and a join from
 // a limited source (lim) that proves its uid is judged on its own.
-func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort, lim limit) (store.Token, bool) {
-	var tok store.Token
+func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinRequest, remote netip.AddrPort, lim limit) (jointoken.Token, bool) {
+	var tok jointoken.Token
 	if req.Attest != nil && s.attest != nil {
 		a, err := s.attest.Verify(r.Context(), *req, remote)
 		switch {
@@ -424,10 +425,10 @@ func (s *Server) authenticate(w http.ResponseWriter, r *http.Request, req *JoinR
 		var err error
 		tok, err = s.store.VerifyToken(req.Token, s.now())
 		if err != nil {
-			if errors.Is(err, store.ErrBadToken) {
+			if errors.Is(err, jointoken.ErrBad) {
 				err = fmt.Errorf("%w: %w", ErrBadToken, err)
 			}
-			if errors.Is(err, store.ErrUnavailable) {
+			if errors.Is(err, jointoken.ErrUnavailable) {
 				// A fail-closed fleet member without its database.
 				err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 			}

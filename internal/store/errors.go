@@ -2,7 +2,11 @@
 
 package store
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/airlock-vpn/airlock/internal/jointoken"
+)
 
 // Sentinel errors returned by [Store] methods, checked with errors.Is.
 var (
@@ -13,17 +17,15 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrExists means a record with that name already exists.
 	ErrExists = errors.New("already exists")
-	// ErrInvalidName means a token name does not match [A-Za-z0-9._-]{1,64}.
-	ErrInvalidName = errors.New("invalid name")
-	// ErrBadToken means a presented token is unknown, revoked or expired.
-	ErrBadToken = errors.New("bad token")
-	// ErrTokenExpired means a presented token was valid but has expired.
-	// Errors that match it also match ErrBadToken.
-	ErrTokenExpired = errors.New("token expired")
-	// ErrUnavailable means the store cannot answer now: a fleet's shared
-	// database is unreachable, or a fail-closed gateway's copy of it is
-	// too old to trust. The operation may succeed later.
-	ErrUnavailable = errors.New("the fleet's database is unreachable")
+	// ErrInvalidName is [jointoken.ErrInvalidName].
+	ErrInvalidName = jointoken.ErrInvalidName
+	// ErrBadToken is [jointoken.ErrBad].
+	ErrBadToken = jointoken.ErrBad
+	// ErrTokenExpired is [jointoken.ErrExpired].
+	ErrTokenExpired = jointoken.ErrExpired
+	// ErrUnavailable is [jointoken.ErrUnavailable]: the store cannot
+	// answer now.
+	ErrUnavailable = jointoken.ErrUnavailable
 	// ErrNotPermitted means the fleet's database refused the operation to
 	// this host's database role: a gateway's role may not do an admin's
 	// work (create tokens, lift bans, write capture tickets, write another

@@ -10,68 +10,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-)
 
-// TokenPrefix starts every join token, so that a token is recognizable in
-// configuration files and secret scanners.
-const TokenPrefix = "alk1_"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
+)
 
 // tokenSecretBytes is the number of random bytes in a token.
 const tokenSecretBytes = 32
-
-// maxNameLen is the longest token name.
-const maxNameLen = 64
-
-// Token is a join token's stored record. The clear token is never stored:
-// only its SHA-256.
-type Token struct {
-	// Name identifies the token in admin commands and logs.
-	Name string `json:"name"`
-	// Hash is SHA-256 of the clear token.
-	Hash []byte `json:"hash,omitempty"`
-	// Created is when the token was made.
-	Created time.Time `json:"created"`
-	// Expires is when the token stops being accepted; zero means never.
-	Expires time.Time `json:"expires,omitzero"`
-	// From, if set, are the networks joins with the token may come from
-	// (the client's address as the gateway sees it); others are refused.
-	From []netip.Prefix `json:"from,omitempty"`
-	// Attest requires every join with the token to carry a valid MUNGE
-	// credential (the gateway's --attest).
-	Attest bool `json:"attest,omitempty"`
-}
-
-// TokenRestrictions are what a token's joins must meet besides the
-// secret (RestrictToken).
-type TokenRestrictions struct {
-	// From, if set, are the networks joins may come from.
-	From []netip.Prefix
-	// Attest requires a MUNGE credential with every join.
-	Attest bool
-}
-
-// Restrictions returns t's restrictions.
-func (t Token) Restrictions() TokenRestrictions {
-	return TokenRestrictions{From: t.From, Attest: t.Attest}
-}
-
-// Validate checks r: canonical prefixes, at most 64 of them.
-func (r TokenRestrictions) Validate() error {
-	if len(r.From) > 64 {
-		return fmt.Errorf("%d source networks, at most 64", len(r.From))
-	}
-	for _, p := range r.From {
-		if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() {
-			return fmt.Errorf("source network %v: want a network such as 10.1.0.0/16 (no host bits, no IPv4-mapped IPv6)", p)
-		}
-	}
-	return nil
-}
 
 // RestrictToken implements DB.
 func (s *Store) RestrictToken(name string, r TokenRestrictions) (Token, error) {
@@ -100,41 +48,6 @@ func (s *Store) RestrictToken(name string, r TokenRestrictions) (Token, error) {
 	}
 	t.Hash = nil
 	return t, nil
-}
-
-// AllowsFrom reports whether a join from addr may use t.
-func (t Token) AllowsFrom(addr netip.Addr) bool {
-	if len(t.From) == 0 {
-		return true
-	}
-	addr = addr.Unmap()
-	for _, p := range t.From {
-		if p.Contains(addr) {
-			return true
-		}
-	}
-	return false
-}
-
-// Expired reports whether t is no longer accepted at now.
-func (t Token) Expired(now time.Time) bool {
-	return !t.Expires.IsZero() && !now.Before(t.Expires)
-}
-
-// ValidateTokenName returns an error wrapping [ErrInvalidName] unless name
-// matches [A-Za-z0-9._-]{1,64}.
-func ValidateTokenName(name string) error {
-	if len(name) == 0 || len(name) > maxNameLen {
-		return fmt.Errorf("token name %q: %w: want 1 to %d characters from A-Z a-z 0-9 . _ -", truncate(name), ErrInvalidName, maxNameLen)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return fmt.Errorf("token name %q: %w: want 1 to %d characters from A-Z a-z 0-9 . _ -", truncate(name), ErrInvalidName, maxNameLen)
-		}
-	}
-	return nil
 }
 
 // CreateToken makes a new random token named name, valid for ttl from now
@@ -312,11 +225,20 @@ func (s *Store) VerifyToken(secret string, now time.Time) (Token, error) {
 	return t, nil
 }
 
+// The join token's model is internal/jointoken's; the store keeps these
+// names for its callers.
+type (
+	// Token is [jointoken.Token].
+	Token = jointoken.Token
+	// TokenRestrictions is [jointoken.Restrictions].
+	TokenRestrictions = jointoken.Restrictions
+)
+
+// TokenPrefix is [jointoken.Prefix].
+const TokenPrefix = jointoken.Prefix
+
+// ValidateTokenName is [jointoken.ValidateName].
+func ValidateTokenName(name string) error { return jointoken.ValidateName(name) }
+
 // truncate shortens s for error messages.
-func truncate(s string) string {
-	const max = 80
-	if len(s) <= max {
-		return s
-	}
-	return s[:max] + "..."
-}
+func truncate(s string) string { return jointoken.Truncate(s) }

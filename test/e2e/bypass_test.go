@@ -29,6 +29,7 @@ func bypassConfig(withAllow, withBypass bool, squidPort, httpPort int) string {
 	}
 	if withBypass {
 		s += fmt.Sprintf("\n[[bypass]]\nname = \"squid\"\nto = [\"%s\"]\nproto = \"tcp\"\nports = [%d, %d]\n", topology.SiteAddr, squidPort, httpPort)
+		s += fmt.Sprintf("\n[[bypass]]\nname = \"site-ping\"\nto = [\"%s\"]\nproto = \"icmp\"\n", topology.SiteAddr)
 	}
 	s += fmt.Sprintf("\n[dns]\nlocal_domains = [\"site.test\"]\nresolvers = [\"%s\"]\n", topology.SiteAddr)
 	return s
@@ -43,6 +44,8 @@ func bypassConfig(withAllow, withBypass bool, squidPort, httpPort int) string {
 //     (status, metrics, a flow log row marked bypass);
 //   - DNS over TCP: a local name is answered by the site's resolver,
 //     another by the gateway's;
+//   - netns mode: a ping of the site address is answered through the
+//     node's ping socket and counted under its entry;
 //   - a destination outside the bypass still goes through the gateway;
 //   - a local name that resolves outside the entries (rebinding) is not
 //     bypassed: it goes through the gateway;
@@ -84,6 +87,10 @@ func TestBypass(t *testing.T) {
 	})
 	topology.BuildPreload(t) // next to the airlock binary, where airlock run finds it
 	tp := e.tp
+	// The client's ping sockets in cn (netns mode's ICMP bypass).
+	if code, out, stderr := tp.Run(t, 10*time.Second, tp.CN, nil, "sysctl", "-q", "-w", `net.ipv4.ping_group_range=0 2147483647`); code != 0 {
+		t.Fatalf("sysctl ping_group_range in cn: exit %d %s %s", code, out, stderr)
+	}
 	if !tp.TCPCheck(t, tp.CN, nil, netip.AddrPortFrom(topology.SiteAddr, uint16(closedPort))) {
 		t.Fatal("the site's listener does not answer from cn")
 	}
@@ -191,6 +198,17 @@ func TestBypass(t *testing.T) {
 				code, out, stderr := e.runWith(t, o, "curl", "-sS", "--noproxy", "*", "--max-time", "5", "http://"+a+"/")
 				if code != 7 && code != 28 {
 					t.Errorf("curl %s (outside the bypass entry): exit %d, %q, want 7 (could not connect)%s", a, code, out, e.diag(stderr))
+				}
+			}
+			if mode == "netns" {
+				pingKey := `airlock_bypass_flows_total{rule="site-ping"}`
+				p0 := e.metrics(t, bypassMetricsPort)[pingKey]
+				code, out, stderr := e.runWith(t, o, "ping", "-n", "-c", "1", "-W", "3", topology.SiteAddr.String())
+				if code != 0 {
+					t.Errorf("ping %s (icmp bypass entry): exit %d, %q%s", topology.SiteAddr, code, out, e.diag(stderr))
+				}
+				if p1 := e.metrics(t, bypassMetricsPort)[pingKey]; p1 != p0+1 {
+					t.Errorf("bypass flows of site-ping %v → %v, want one more", p0, p1)
 				}
 			}
 			m2 := e.metrics(t, bypassMetricsPort)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/identity"
+	"github.com/airlock-vpn/airlock/internal/jointoken"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
 	"golang.org/x/time/rate"
@@ -75,7 +76,7 @@ func (b *Backend) End(id, why string) {
 }
 
 // Join implements control.Backend.
-func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (control.Lease, error) {
+func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok jointoken.Token, remote netip.AddrPort) (control.Lease, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.joins++
