@@ -225,10 +225,7 @@ func TestBypass(t *testing.T) {
 			script := fmt.Sprintf(`%s; echo first=$?; i=0; while [ ! -e %s ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; %s; echo second=$?`,
 				get, marker, get)
 			p := e.startWith(t, o, "sh", "-c", script)
-			deadline := time.Now().Add(30 * time.Second)
-			for !strings.Contains(p.Stdout(), "first=") && time.Now().Before(deadline) {
-				time.Sleep(50 * time.Millisecond)
-			}
+			topology.Poll(30*time.Second, func() bool { return strings.Contains(p.Stdout(), "first=") })
 			if !strings.Contains(p.Stdout(), "200 ") {
 				t.Fatalf("first download of the running job: %q%s", p.Stdout(), e.diag(p.Stderr()))
 			}
