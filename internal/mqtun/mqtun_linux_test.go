@@ -264,4 +264,3 @@ func TestOpenQueuesBounds(t *testing.T) {
 		t.Errorf("FromFDs(nil): no error")
 	}
 }
-
