@@ -144,7 +144,7 @@ func (d *Device) start(s *Set) (*netstack.Stack, error) {
 		ups = []netip.AddrPort{netip.AddrPortFrom(selves[0].Addr(), 53)}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ktcp, err := usernet.Open(ctx, jobs, d.mtu)
+	ktcp, err := usernet.Open(ctx, jobs, d.mtu, 1) // one job: one queue
 	cancel()
 	if err != nil {
 		d.log.Debug("site-local bypass: no kernel TCP, the netstack's instead", "err", err)

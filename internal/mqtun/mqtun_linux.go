@@ -54,6 +54,8 @@ type Device struct {
 	// next picks a queue when every queue is held (more readers than
 	// queues): that Read then waits behind the holder.
 	next atomic.Uint32
+	// wake is set by Wake until a Read returns for it.
+	wake atomic.Bool
 	seed maphash.Seed
 }
 
@@ -161,12 +163,21 @@ func (d *Device) Events() <-chan tun.Event { return d.queues[0].dev.Events() }
 func (d *Device) BatchSize() int { return d.queues[0].dev.BatchSize() }
 
 // Read reads packets from a queue no other Read holds, as tun.Device's
-// Read: into bufs[i][offset:], lengths into sizes. A Wake while it waits
-// makes it return 0 and os.ErrDeadlineExceeded.
+// Read: into bufs[i][offset:], lengths into sizes. A Wake before or while
+// it waits makes one Read return 0 and os.ErrDeadlineExceeded.
 func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	i, held := d.claim()
 	q := d.queues[i]
 	q.blocked.Store(true)
+	// Wake stores wake before it looks for a blocked queue: either this
+	// sees its wake, or it sees this queue blocked.
+	if d.wake.Swap(false) {
+		q.blocked.Store(false)
+		if held {
+			d.release(i)
+		}
+		return 0, os.ErrDeadlineExceeded
+	}
 	n, err := q.dev.Read(bufs, sizes, offset)
 	q.blocked.Store(false)
 	if held {
@@ -174,6 +185,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		q.file.SetReadDeadline(time.Time{})
+		d.wake.Store(false)
 	}
 	return n, err
 }
@@ -205,10 +217,12 @@ func (d *Device) release(i int) {
 	}
 }
 
-// Wake makes one Read that waits on an empty queue return at once (with
-// os.ErrDeadlineExceeded), so that its caller can serve packets from
-// elsewhere; it does nothing when no Read waits.
+// Wake makes one Read that waits on an empty queue, or the next Read to
+// start, return at once (with os.ErrDeadlineExceeded), so that its caller
+// can serve packets from elsewhere (a caller checks its other source, then
+// reads: a Wake between the two is not lost).
 func (d *Device) Wake() {
+	d.wake.Store(true)
 	for _, q := range d.queues {
 		if q.blocked.Load() {
 			q.file.SetReadDeadline(time.Unix(1, 0))
