@@ -93,10 +93,10 @@ type kflow struct {
 
 // kernelTCP is the Stack's kernel TCP path; see the theory of operation.
 type kernelTCP struct {
-	s    *Stack
+	s   *Stack
 	dev *mqtun.Device // the private namespace's TUN queues, offloads on
 	ns  *usernet.Namespace
-	ln   *net.TCPListener
+	ln  *net.TCPListener
 	// carries says which address families' TCP goes to the kernel.
 	carries [ipfamily.N]bool
 
