@@ -47,6 +47,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -100,6 +101,11 @@ type kernelTCP struct {
 	// carries says which address families' TCP goes to the kernel.
 	carries [ipfamily.N]bool
 
+	// pending is set when the netstack may have queued packets for
+	// jobs (notify), so that reads skip the netstack's queue lock while
+	// it is idle: the readers of every queue would take it per batch.
+	pending atomic.Bool
+
 	splits sync.Pool // *splitBatch
 
 	mu      sync.Mutex
@@ -135,6 +141,7 @@ func newKernelTCP(s *Stack, ns *usernet.Namespace) (*kernelTCP, error) {
 		return nil, fmt.Errorf("kernel tcp: open tun: %w", err)
 	}
 	k := &kernelTCP{s: s, dev: dev, ns: ns, ln: ns.Listener, flows: make(map[kflowKey]*kflow)}
+	k.pending.Store(true) // nothing missed before the first notify
 	for _, p := range ns.Subnets {
 		k.carries[ipfamily.Of(p.Addr()).Index] = true
 	}
@@ -400,8 +407,11 @@ func (k *kernelTCP) acceptLoop() {
 // queue.
 func (k *kernelTCP) read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	for {
-		if n := k.s.ep.TryRead(bufs, sizes, offset); n > 0 {
-			return n, nil
+		if k.pending.Swap(false) {
+			if n := k.s.ep.TryRead(bufs, sizes, offset); n > 0 {
+				k.pending.Store(true) // there may be more
+				return n, nil
+			}
 		}
 		if k.s.closing.Load() {
 			return 0, os.ErrClosed
@@ -425,7 +435,10 @@ func (k *kernelTCP) read(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 // notify wakes a read blocked on the TUN because the netstack queued
 // packets.
-func (k *kernelTCP) notify() { k.dev.Wake() }
+func (k *kernelTCP) notify() {
+	k.pending.Store(true)
+	k.dev.Wake()
+}
 
 func closeFDs(fds []int) {
 	for _, fd := range fds {
