@@ -157,6 +157,12 @@ func (s *airlockStack) clientRoots() []int  { return []int{s.client} }
 // address, as test/e2e does) and returns its process, the join values and
 // a token.
 func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, bin, mode string) (gw *daemon, gateway, pin, token string, err error) {
+	return airlockGatewayEnv(t, tp, logs, bin, mode, nil)
+}
+
+// airlockGatewayEnv is airlockGateway with NAME=VALUE variables in the
+// gateway's environment (e.g. GOMAXPROCS).
+func airlockGatewayEnv(t *testing.T, tp *topology.Topology, logs logDir, bin, mode string, env []string) (gw *daemon, gateway, pin, token string, err error) {
 	u := topology.EnsureUser(t)
 	tp.SetResolvConf(tp.DMZ, tp.INETAddr)
 	base := topology.TempDir(t)
@@ -183,7 +189,11 @@ func airlockGateway(t *testing.T, tp *topology.Topology, logs logDir, bin, mode 
 	if code, _, stderr := tp.Run(t, 10*time.Second, tp.DMZ, nil, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647"); code != 0 {
 		return nil, "", "", "", fmt.Errorf("ping_group_range: %s", stderr)
 	}
-	gw = startDaemon(t, tp, logs, "airlock-gateway", tp.DMZ, u, "", bin, args...)
+	if len(env) > 0 {
+		gw = startDaemon(t, tp, logs, "airlock-gateway", tp.DMZ, u, "", "env", append(append(append([]string{}, env...), bin), args...)...)
+	} else {
+		gw = startDaemon(t, tp, logs, "airlock-gateway", tp.DMZ, u, "", bin, args...)
+	}
 	if err := waitUntil(30*time.Second, gw, func() bool {
 		vals := readEnv(filepath.Join(state, "join.env"))
 		gateway, pin = vals["AIRLOCK_GATEWAY"], vals["AIRLOCK_PIN"]

@@ -50,6 +50,8 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	af := addAddrFlags(fs)
 	fs.IntVar(&cfg.MTU, "mtu", gateway.DefaultMTU, "tunnel MTU every job starts from: one that every path between nodes and gateway carries")
 	fs.IntVar(&cfg.MaxMTU, "max-mtu", 0, "user mode: the largest tunnel MTU offered to a job whose path carries it, proven by the client with a probe before the job starts (falls back to --mtu); 0: derived from the route to each client (its interface's MTU less 60 or 80 bytes, e.g. 8940 on 9000-byte links); the --mtu value offers no more")
+	fs.IntVar(&cfg.UDPSockets, "udp-sockets", 0, "UDP sockets per address family sharing the WireGuard port (SO_REUSEPORT), each read by a thread of its own; the kernel keeps each job on one (0: one per core the gateway may use, GOMAXPROCS; at most 64)")
+	fs.IntVar(&cfg.TUNQueues, "tun-queues", 0, "queues of the egress TUN (IFF_MULTI_QUEUE: user mode's private namespace with --tcp-stack kernel, kernel mode's), each with a reader of its own; each job's packets take one (0: one per core the gateway may use, GOMAXPROCS; at most 64)")
 	fs.DurationVar(&cfg.RenewInterval, "renew-interval", gateway.DefaultRenewInterval, "how often clients renew their lease")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
 	fs.DurationVar(&cfg.History, "history", 0, "how long ended leases stay in the attribution history (airlock whois) (default 2160h = 90 days; with --store 9600h = 400 days)")

@@ -95,6 +95,12 @@ type Backend interface {
 	// Stats returns the backend's cumulative counters. Counts never go
 	// down, also across SetPolicy calls and RemoveJob.
 	Stats() (Stats, error)
+
+	// Queues returns how many goroutines may call Read at once, each
+	// then waiting on a queue of its own (a multi-queue TUN,
+	// internal/mqtun): the WireGuard device runs that many readers. 1
+	// means one reader; more would wait behind it.
+	Queues() int
 }
 
 // Job is one job's state in an egress backend, as AddJob takes it. Fields

@@ -73,6 +73,15 @@ type Config struct {
 	// client, MTU offers no more.
 	MTU    int
 	MaxMTU int
+	// UDPSockets is how many UDP sockets per address family share the
+	// WireGuard port (SO_REUSEPORT), each read by a goroutine of its own;
+	// TUNQueues how many queues the egress backend's TUN has (the private
+	// namespace's in user mode with the kernel's TCP, kernel mode's),
+	// each with its own reader. 0 means GOMAXPROCS (the cores the
+	// gateway may use), at most MaxParallel; 1 is one socket and one
+	// queue, as before both existed (parallel.go).
+	UDPSockets int
+	TUNQueues  int
 	// RenewInterval is how often clients renew; leases expire after
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
@@ -194,6 +203,9 @@ func (c *Config) setDefaults() error {
 	if err := checkMaxMTU(c.MTU, c.MaxMTU); err != nil {
 		return err
 	}
+	if err := c.setParallel(); err != nil {
+		return err
+	}
 	if c.RenewInterval == 0 {
 		c.RenewInterval = DefaultRenewInterval
 	}
@@ -242,9 +254,9 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix, mtu int) (*usernet.Namesp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := usernet.Open(ctx, subnets, mtu)
+	ns, err := usernet.Open(ctx, subnets, mtu, cfg.TUNQueues)
 	if err != nil && len(v4) > 0 && len(v4) < len(subnets) {
-		if ns4, err4 := usernet.Open(ctx, v4, mtu); err4 == nil {
+		if ns4, err4 := usernet.Open(ctx, v4, mtu, cfg.TUNQueues); err4 == nil {
 			cfg.Logger.Warn("the kernel's TCP terminates jobs' IPv4 only, the user-space netstack their IPv6: the private namespace has no IPv6 here", "err", err)
 			return ns4, nil
 		}
@@ -279,6 +291,7 @@ func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table
 			Name:         cfg.TUN,
 			Addrs:        tunnels,
 			MTU:          cfg.MTU,
+			Queues:       cfg.TUNQueues,
 			DNSUpstreams: cfg.DNSUpstreams,
 			Egress:       egressAddrs,
 			OwnPrefix:    eg.own,

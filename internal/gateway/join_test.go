@@ -172,7 +172,7 @@ func TestJoinRollback(t *testing.T) {
 		_, block := g.egress.pool.Run(0, 1)
 		// A WireGuard device of its own, closed: AddPeer fails, the egress
 		// backend (which g.wg would close with it) stays open.
-		wg, err := tunnel.NewGateway(g.log, tuntest.NewChannelTUN().TUN(), conn.NewStdNetBind(), g.wgPriv, 0)
+		wg, err := tunnel.NewGateway(g.log, tuntest.NewChannelTUN().TUN(), 1, conn.NewStdNetBind(), g.wgPriv, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,13 +10,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
-	"golang.zx2c4.com/wireguard/conn"
 
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
@@ -248,7 +248,11 @@ func (g *gateway) openTunnel() error {
 	if err := setBackend(dev, g.conf.Load()); err != nil {
 		return err
 	}
-	bind := tunnel.NewBind(conn.NewStdNetBind(), log.With("component", "transport"))
+	udp, err := tunnel.NewReusePortBind(cfg.UDPSockets)
+	if err != nil {
+		return err
+	}
+	bind := tunnel.NewBind(udp, log.With("component", "transport"))
 	if g.mtu.key != nil {
 		bind.AnswerProbes(g.mtu.key)
 		log.Info("offering clients a tunnel mtu up to the path's, proven by a probe", "mtu", cfg.MTU, "max_mtu", g.mtu.ceiling)
@@ -258,11 +262,12 @@ func (g *gateway) openTunnel() error {
 	}
 	// Both egress modes' packets pass here: the capture feeds' tap.
 	g.capture = capture.NewDevice(dev, g.index)
-	g.wg, err = tunnel.NewGateway(log, g.capture, bind, g.wgPriv, port)
+	g.wg, err = tunnel.NewGateway(log, g.capture, dev.Queues(), bind, g.wgPriv, port)
 	if err != nil {
 		return fmt.Errorf("%w (is another process using udp port %d?)", err, port)
 	}
 	g.onClose(g.wg.Close)
+	log.Info("data path in parallel", "udp_sockets", cfg.UDPSockets, "tun_queues", dev.Queues(), "gomaxprocs", runtime.GOMAXPROCS(0))
 	g.udp = tunnel.NewSocketWatch(g.wg.Port())
 	checkUDPBuffers(log, g.udp)
 	g.advertise = cfg.Advertise

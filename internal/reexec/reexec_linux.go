@@ -24,8 +24,10 @@ const (
 	goByte = 'g'
 	// maxReplyLen bounds a child's reply message.
 	maxReplyLen = 64 << 10
-	// maxFDs bounds the descriptors one reply may carry.
-	maxFDs = 8
+	// maxFDs bounds the descriptors one reply may carry: the gateway's
+	// private namespace sends a TUN queue per core (up to 64) and its
+	// listener.
+	maxFDs = 72
 )
 
 // ErrNoReply means the child closed its end (usually: it exited) without

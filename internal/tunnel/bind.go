@@ -210,9 +210,11 @@ func (b *Bind) Send(bufs [][]byte, ep conn.Endpoint) error {
 	}
 	err := b.udp.Send(bufs, ep)
 	if err == nil {
+		n := 0
 		for _, p := range bufs {
-			b.tx.Add(uint64(len(p)))
+			n += len(p)
 		}
+		b.tx.Add(uint64(n)) // one shared counter update per batch
 	}
 	return err
 }

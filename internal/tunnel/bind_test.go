@@ -44,7 +44,7 @@ func newStreamPair(t *testing.T) *streamPair {
 		t.Fatal(err)
 	}
 	p.gb = NewBind(conn.NewStdNetBind(), log)
-	gw, err := NewGateway(log, p.gwTun.TUN(), p.gb, gwPriv, 0)
+	gw, err := NewGateway(log, p.gwTun.TUN(), 1, p.gb, gwPriv, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

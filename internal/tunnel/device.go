@@ -69,12 +69,15 @@ type Gateway struct {
 }
 
 // NewGateway starts a WireGuard device on dev, listening on UDP port (0 picks
-// one), with private key priv. The device owns dev and closes it on Close.
-func NewGateway(logger *slog.Logger, dev tun.Device, bind conn.Bind, priv wgkey.Key, port uint16) (*Gateway, error) {
+// one), with private key priv. readers goroutines read dev at once (below 1:
+// one); more than one needs a dev whose Read may be called concurrently,
+// e.g. a multi-queue TUN (internal/mqtun) with one reader per queue. The
+// device owns dev and closes it on Close.
+func NewGateway(logger *slog.Logger, dev tun.Device, readers int, bind conn.Bind, priv wgkey.Key, port uint16) (*Gateway, error) {
 	if bind == nil {
 		bind = conn.NewStdNetBind()
 	}
-	d := device.NewDevice(dev, bind, wgLogger(logger))
+	d := device.NewDeviceReaders(dev, bind, wgLogger(logger), readers)
 	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.Hex(), port)
 	if err := d.IpcSet(cfg); err != nil {
 		d.Close()

@@ -21,8 +21,10 @@
 // and inside the new namespace
 //
 //  1. creates a TUN (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR, so the parent enables
-//     TSO/GRO offloads on it) with the tunnel MTU, brings it and lo up and
-//     routes the jobs' subnets (one per address family) through it;
+//     TSO/GRO offloads on it; with several queues IFF_MULTI_QUEUE and a
+//     descriptor per queue, internal/mqtun) with the tunnel MTU, brings it
+//     and lo up and routes the jobs' subnets (one per address family)
+//     through it;
 //  2. makes every address of each of those families local ("ip route add
 //     local 0.0.0.0/0 dev lo", "ip -6 route add local ::/0 dev lo", the
 //     AnyIP idiom), so the kernel accepts a job's connection to any
@@ -63,6 +65,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/mqtun"
 	"github.com/airlock-vpn/airlock/internal/reexec"
 )
 
@@ -91,9 +94,9 @@ const (
 // caller owns both files and closes them when done; closing both frees the
 // namespace.
 type Namespace struct {
-	// TUN is the TUN device's file, with IFF_VNET_HDR set and in
-	// blocking mode.
-	TUN *os.File
+	// TUN are the TUN device's queues, a file each (one without
+	// IFF_MULTI_QUEUE), with IFF_VNET_HDR set and in blocking mode.
+	TUN []*os.File
 	// Listener accepts the jobs' TCP connections of both families; an
 	// accepted connection's LocalAddr is the job's destination and its
 	// RemoteAddr the job's tunnel address and port (IPv4 ones
@@ -106,11 +109,11 @@ type Namespace struct {
 
 // Close closes the TUN and the listener.
 func (n *Namespace) Close() error {
-	err := n.TUN.Close()
-	if lerr := n.Listener.Close(); err == nil {
-		err = lerr
+	var errs []error
+	for _, f := range n.TUN {
+		errs = append(errs, f.Close())
 	}
-	return err
+	return errors.Join(append(errs, n.Listener.Close())...)
 }
 
 // initCalled records that Init ran in main, so Open may re-execute this
@@ -121,20 +124,25 @@ var initCalled atomic.Bool
 type childConfig struct {
 	Subnets []netip.Prefix `json:"subnets"`
 	MTU     int            `json:"mtu"`
+	Queues  int            `json:"queues"`
 }
 
 // Open creates the private namespace for jobs in subnets (at most one per
-// address family) with TUN MTU mtu. It fails where the host forbids
+// address family) with TUN MTU mtu and queues TUN queues (1 to
+// mqtun.MaxQueues; more than one: a multi-queue TUN). It fails where the host forbids
 // unprivileged user namespaces or /dev/net/tun, or the kernel lacks
 // nftables tproxy or IPv6 (with an IPv6 subnet); the error says which.
-func Open(ctx context.Context, subnets []netip.Prefix, mtu int) (*Namespace, error) {
+func Open(ctx context.Context, subnets []netip.Prefix, mtu, queues int) (*Namespace, error) {
 	if !initCalled.Load() {
 		// The child is this binary re-executed; without Init in its main
 		// it would run as something else (a test binary: its tests).
 		return nil, errors.New("open private namespace: usernet.Init is not called in this binary's main")
 	}
+	if queues < 1 || queues > mqtun.MaxQueues {
+		return nil, fmt.Errorf("open private namespace: %d tun queues, want 1-%d", queues, mqtun.MaxQueues)
+	}
 	var seen [ipfamily.N]bool
-	cfg := childConfig{MTU: mtu}
+	cfg := childConfig{MTU: mtu, Queues: queues}
 	for _, p := range subnets {
 		f := ipfamily.Of(p.Addr())
 		if f == nil || !p.IsValid() || p.Addr().Is4In6() || seen[f.Index] {
@@ -165,7 +173,11 @@ func Open(ctx context.Context, subnets []netip.Prefix, mtu int) (*Namespace, err
 	defer ctl.Close()
 	ctx, cancel := context.WithTimeout(ctx, openTimeout)
 	defer cancel()
-	files, err := ctl.Receive(ctx, "/dev/net/tun", "usernet-listener")
+	names := make([]string, 0, queues+1)
+	for i := 0; i < queues; i++ {
+		names = append(names, "/dev/net/tun")
+	}
+	files, err := ctl.Receive(ctx, append(names, "usernet-listener")...)
 	if err != nil {
 		cmd.Process.Kill()
 		if errors.Is(err, reexec.ErrNoReply) {
@@ -173,14 +185,16 @@ func Open(ctx context.Context, subnets []netip.Prefix, mtu int) (*Namespace, err
 		}
 		return nil, fmt.Errorf("open private namespace: %w", err)
 	}
-	tunFile, lf := files[0], files[1]
+	tunFiles, lf := files[:queues], files[queues]
 	ln, err := net.FileListener(lf)
 	lf.Close()
 	if err != nil {
-		tunFile.Close()
+		for _, f := range tunFiles {
+			f.Close()
+		}
 		return nil, fmt.Errorf("open private namespace: listener: %w", err)
 	}
-	return &Namespace{TUN: tunFile, Listener: ln.(*net.TCPListener), Subnets: cfg.Subnets}, nil
+	return &Namespace{TUN: tunFiles, Listener: ln.(*net.TCPListener), Subnets: cfg.Subnets}, nil
 }
 
 // Init must be called first thing in main. If this process is the child
@@ -194,14 +208,14 @@ func Init() {
 }
 
 func childMain(c *reexec.Child, cfg childConfig) int {
-	tunFD, lnFD, err := setup(cfg)
+	tunFDs, lnFD, err := setup(cfg)
 	if err != nil {
 		if rerr := c.Reply(err); rerr != nil {
 			fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		}
 		return 1
 	}
-	if err := c.Reply(nil, tunFD, lnFD); err != nil {
+	if err := c.Reply(nil, append(tunFDs, lnFD)...); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		return 1
 	}
@@ -209,46 +223,30 @@ func childMain(c *reexec.Child, cfg childConfig) int {
 }
 
 // setup runs in the child, inside the new namespaces.
-func setup(cfg childConfig) (tunFD, lnFD int, err error) {
-	tunFD, err = createTUN(TUNName)
+func setup(cfg childConfig) (tunFDs []int, lnFD int, err error) {
+	tunFDs, err = mqtun.OpenQueues(TUNName, max(cfg.Queues, 1))
 	if err != nil {
-		return -1, -1, &reexec.StepError{Step: stepTUN, Err: err}
+		return nil, -1, &reexec.StepError{Step: stepTUN, Err: err}
 	}
 	defer func() {
 		if err != nil {
-			unix.Close(tunFD)
+			for _, fd := range tunFDs {
+				unix.Close(fd)
+			}
 		}
 	}()
 	if err := configureLinks(cfg); err != nil {
-		return -1, -1, &reexec.StepError{Step: stepLinks, Err: err}
+		return nil, -1, &reexec.StepError{Step: stepLinks, Err: err}
 	}
 	lnFD, port, err := transparentListener()
 	if err != nil {
-		return -1, -1, &reexec.StepError{Step: stepListener, Err: err}
+		return nil, -1, &reexec.StepError{Step: stepListener, Err: err}
 	}
 	if err := installTProxy(port); err != nil {
 		unix.Close(lnFD)
-		return -1, -1, &reexec.StepError{Step: stepTProxy, Err: err}
+		return nil, -1, &reexec.StepError{Step: stepTProxy, Err: err}
 	}
-	return tunFD, lnFD, nil
-}
-
-func createTUN(name string) (int, error) {
-	fd, err := unix.Open("/dev/net/tun", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	ifr.SetUint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
-	if err := unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr); err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("create tun %q: %w", name, err)
-	}
-	return fd, nil
+	return tunFDs, lnFD, nil
 }
 
 // configureLinks brings lo and the TUN up, routes the jobs' subnets through

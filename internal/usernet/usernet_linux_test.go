@@ -4,6 +4,7 @@ package usernet
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -57,6 +58,14 @@ func tcpPacket(src, dst netip.AddrPort, seq, ack uint32, flags header.TCPFlags) 
 
 // tcpOf returns the TCP segment of the IP packet p, nil if p is not TCP
 // (IPv6: without extension headers).
+// dstOf returns the destination address of the IP packet p (tcpOf's).
+func dstOf(p []byte) netip.Addr {
+	if p[0]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(p[16:20]))
+	}
+	return netip.AddrFrom16([16]byte(p[24:40]))
+}
+
 func tcpOf(p []byte) header.TCP {
 	switch {
 	case len(p) >= header.IPv4MinimumSize && p[0]>>4 == 4:
@@ -76,38 +85,55 @@ func tcpOf(p []byte) header.TCP {
 // TestHandshakeReachesListener sends a job's SYN for an outside address
 // into the TUN, answers the kernel's SYN-ACK, and expects the listener to
 // accept a connection whose local address is the original destination:
-// over each address family, through one namespace for both.
+// over each address family, through one namespace for both. With 3 queues
+// the namespace's TUN is a multi-queue one whose every queue carries a
+// job's handshake (the kernel answers on the queue the SYN came from).
 func TestHandshakeReachesListener(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ns, err := Open(ctx, []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), netip.MustParsePrefix("fd00:a10c::/64")}, 1420)
-	if err != nil {
-		t.Fatalf("Open: %v", err)
+	for _, queues := range []int{1, 3} {
+		t.Run(fmt.Sprintf("queues=%d", queues), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ns, err := Open(ctx, []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), netip.MustParsePrefix("fd00:a10c::/64")}, 1420, queues)
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer ns.Close()
+			if len(ns.TUN) != queues {
+				t.Fatalf("tun queues: got %d files, want %d", len(ns.TUN), queues)
+			}
+			for q, f := range ns.TUN {
+				for _, tc := range []struct {
+					name     string
+					job, dst netip.AddrPort
+				}{
+					{"IPv4", netip.MustParseAddrPort(fmt.Sprintf("100.64.0.%d:40000", 2+q)), netip.MustParseAddrPort("203.0.113.9:5201")},
+					{"IPv6", netip.MustParseAddrPort(fmt.Sprintf("[fd00:a10c::%d]:40000", 2+q)), netip.MustParseAddrPort("[2001:db8::9]:5201")},
+				} {
+					t.Run(fmt.Sprintf("queue%d/%s", q, tc.name), func(t *testing.T) { handshake(t, f, ns.Listener, tc.job, tc.dst) })
+				}
+			}
+		})
 	}
-	defer ns.Close()
-	for _, tc := range []struct {
-		name     string
-		job, dst netip.AddrPort
-	}{
-		{"IPv4", netip.MustParseAddrPort("100.64.0.2:40000"), netip.MustParseAddrPort("203.0.113.9:5201")},
-		{"IPv6", netip.MustParseAddrPort("[fd00:a10c::2]:40000"), netip.MustParseAddrPort("[2001:db8::9]:5201")},
-	} {
-		t.Run(tc.name, func(t *testing.T) { handshake(t, ns, tc.job, tc.dst) })
+	if _, err := Open(context.Background(), []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")}, 1420, 0); err == nil {
+		t.Errorf("Open with 0 queues: no error")
 	}
 }
 
-func handshake(t *testing.T, ns *Namespace, job, dst netip.AddrPort) {
-	if _, err := ns.TUN.Write(tcpPacket(job, dst, 1000, 0, header.TCPFlagSyn)); err != nil {
+func handshake(t *testing.T, tun *os.File, ln *net.TCPListener, job, dst netip.AddrPort) {
+	if _, err := tun.Write(tcpPacket(job, dst, 1000, 0, header.TCPFlagSyn)); err != nil {
 		t.Fatalf("write SYN: %v", err)
 	}
 	buf := make([]byte, 65536)
 	var synack header.TCP
 	for i := 0; i < 20 && synack == nil; i++ {
-		n, err := ns.TUN.Read(buf)
+		n, err := tun.Read(buf)
 		if err != nil {
 			t.Fatalf("read tun: %v", err)
 		}
-		if tcp := tcpOf(buf[vnetHdrLen:n]); tcp != nil && tcp.Flags() == header.TCPFlagSyn|header.TCPFlagAck {
+		// Only the SYN-ACK to this job: an earlier job's retransmitted
+		// one may come on any queue (TCP picks a new flow hash when it
+		// retransmits).
+		if tcp := tcpOf(buf[vnetHdrLen:n]); tcp != nil && tcp.Flags() == header.TCPFlagSyn|header.TCPFlagAck && dstOf(buf[vnetHdrLen:n]) == job.Addr() {
 			synack = tcp
 		}
 	}
@@ -118,11 +144,11 @@ func handshake(t *testing.T, ns *Namespace, job, dst netip.AddrPort) {
 		t.Fatalf("SYN-ACK ack = %d, want %d", got, want)
 	}
 	ack := tcpPacket(job, dst, 1001, synack.SequenceNumber()+1, header.TCPFlagAck)
-	if _, err := ns.TUN.Write(ack); err != nil {
+	if _, err := tun.Write(ack); err != nil {
 		t.Fatalf("write ACK: %v", err)
 	}
-	ns.Listener.SetDeadline(time.Now().Add(5 * time.Second))
-	c, err := ns.Listener.AcceptTCP()
+	ln.SetDeadline(time.Now().Add(5 * time.Second))
+	c, err := ln.AcceptTCP()
 	if err != nil {
 		t.Fatalf("accept: %v", err)
 	}

@@ -49,12 +49,16 @@ type jobNet struct {
 	jobs map[netip.Addr]*channel.Endpoint
 }
 
-// newJobNet starts reading dev; stop with close after closing dev.
-func newJobNet(dev tun.Device, mtu int) *jobNet {
+// newJobNet starts reading dev with readers goroutines at once, as the
+// WireGuard device reads a backend (forward.Backend.Queues); stop with
+// close after closing dev.
+func newJobNet(dev tun.Device, mtu, readers int) *jobNet {
 	n := &jobNet{dev: dev, mtu: mtu, jobs: make(map[netip.Addr]*channel.Endpoint)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(1)
-	go n.readLoop()
+	for range max(readers, 1) {
+		n.wg.Add(1)
+		go n.readLoop()
+	}
 	return n
 }
 

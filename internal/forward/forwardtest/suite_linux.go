@@ -117,7 +117,7 @@ func Run(t *testing.T, o Options) {
 		s.subnets = append(s.subnets, p.Masked())
 	}
 	s.b = o.New(t, s.env)
-	s.jobs = newJobNet(s.b, s.env.MTU)
+	s.jobs = newJobNet(s.b, s.env.MTU, s.b.Queues())
 	t.Cleanup(func() {
 		s.b.Close()
 		s.jobs.close()

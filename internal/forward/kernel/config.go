@@ -27,6 +27,10 @@ type Config struct {
 	Addrs []netip.Prefix
 	// MTU of the TUN; 0 means DefaultMTU.
 	MTU int
+	// Queues is how many queues the TUN has (IFF_MULTI_QUEUE, one reader
+	// each: internal/mqtun); 0 and 1 mean one, a TUN without
+	// IFF_MULTI_QUEUE, at most mqtun.MaxQueues.
+	Queues int
 	// DNSUpstreams are the resolvers that jobs' queries to the tunnel
 	// addresses' port 53 are relayed to; empty means the nameservers of
 	// /etc/resolv.conf.

@@ -27,6 +27,7 @@ func TestConformance(t *testing.T) {
 				Logger:       env.Logger,
 				Addrs:        env.Tunnels,
 				MTU:          env.MTU,
+				Queues:       3, // a multi-queue TUN read by 3 goroutines (internal/mqtun)
 				DNSUpstreams: []netip.AddrPort{env.DNS},
 				Egress:       env.Egress,
 				OwnPrefix:    env.OwnPrefix,

@@ -26,6 +26,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/jobs"
+	"github.com/airlock-vpn/airlock/internal/mqtun"
 	"github.com/airlock-vpn/airlock/internal/policy"
 )
 
@@ -208,7 +209,7 @@ func (f *Forwarder) openTUN() error {
 	if f.nft, err = nftables.New(nftables.WithSockOptions(bigAcks)); err != nil {
 		return privError("kernel egress: open nftables netlink socket", err)
 	}
-	dev, err := tun.CreateTUN(f.cfg.Name, f.cfg.MTU)
+	dev, err := createTUN(f.cfg.Name, f.cfg.MTU, f.cfg.Queues)
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) {
 			return fmt.Errorf("kernel egress: create tun %q: %w (is another kernel-mode gateway running in this network namespace?)", f.cfg.Name, err)
@@ -224,6 +225,34 @@ func (f *Forwarder) openTUN() error {
 	}
 	return f.configureLink(f.cfg.Name)
 }
+
+// createTUN creates the TUN name with mtu: with queues above 1 a multi-queue
+// TUN (internal/mqtun), else wireguard-go's, as before queues existed.
+func createTUN(name string, mtu, queues int) (tun.Device, error) {
+	if queues <= 1 {
+		return tun.CreateTUN(name, mtu)
+	}
+	fds, err := mqtun.OpenQueues(name, queues)
+	if err != nil {
+		return nil, err
+	}
+	dev, err := mqtun.FromFDs(fds)
+	if err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetMTU(link, mtu)
+	}
+	if err != nil {
+		dev.Close()
+		return nil, fmt.Errorf("set mtu %d on %s: %w", mtu, name, err)
+	}
+	return dev, nil
+}
+
+// Queues implements forward.Backend: one reader per TUN queue.
+func (f *Forwarder) Queues() int { return max(f.cfg.Queues, 1) }
 
 // openTable programs the nftables table with the forwarding values to
 // restore at Close (those a killed run kept, else the current ones).

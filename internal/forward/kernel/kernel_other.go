@@ -30,6 +30,9 @@ func New(Config) (*Forwarder, error) {
 
 var _ forward.Backend = (*Forwarder)(nil)
 
+// Queues implements forward.Backend.
+func (*Forwarder) Queues() int { return 1 }
+
 // errNotLinux is what every method returns: New never makes a Forwarder
 // outside Linux.
 var errNotLinux = fmt.Errorf("kernel egress needs Linux: %w", forward.ErrNotSupported)

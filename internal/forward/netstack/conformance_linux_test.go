@@ -56,7 +56,8 @@ func newConformanceStack(t *testing.T, tcpStack string, env forwardtest.Env) for
 		for _, p := range env.Tunnels {
 			subnets = append(subnets, p.Masked())
 		}
-		ns, err := usernet.Open(ctx, subnets, env.MTU)
+		// A multi-queue TUN read by 3 goroutines (internal/mqtun).
+		ns, err := usernet.Open(ctx, subnets, env.MTU, 3)
 		if err != nil {
 			t.Fatalf("open private namespace for kernel tcp: %v", err)
 		}

@@ -32,7 +32,13 @@ package netstack
 // netstack queued (served first, without blocking) and packets the
 // kernel sends to jobs, read from the TUN (TSO segments are split by
 // wireguard-go's TUN code). While Read blocks on the TUN, a packet queued
-// by the netstack interrupts it with a read deadline in the past.
+// by the netstack interrupts it (mqtun.Device.Wake: a read deadline in
+// the past).
+//
+// The TUN may have several queues (usernet.Namespace.TUN, internal/mqtun):
+// the WireGuard device then reads the Stack with one goroutine per queue,
+// each Read waiting on a queue of its own, and each Write goes to the
+// queue of its job's address, so jobs on different queues share no lock.
 
 import (
 	"errors"
@@ -45,12 +51,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"golang.zx2c4.com/wireguard/tun"
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/checksum"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
+	"github.com/airlock-vpn/airlock/internal/mqtun"
 	"github.com/airlock-vpn/airlock/internal/usernet"
 )
 
@@ -88,16 +94,17 @@ type kflow struct {
 
 // kernelTCP is the Stack's kernel TCP path; see the theory of operation.
 type kernelTCP struct {
-	s    *Stack
-	dev  tun.Device // the private namespace's TUN, offloads on
-	file *os.File   // dev's file, for read deadlines
-	ns   *usernet.Namespace
-	ln   *net.TCPListener
+	s   *Stack
+	dev *mqtun.Device // the private namespace's TUN queues, offloads on
+	ns  *usernet.Namespace
+	ln  *net.TCPListener
 	// carries says which address families' TCP goes to the kernel.
 	carries [ipfamily.N]bool
 
-	// blocked is set while Read waits on the TUN.
-	blocked atomic.Bool
+	// pending is set when the netstack may have queued packets for
+	// jobs (notify), so that reads skip the netstack's queue lock while
+	// it is idle: the readers of every queue would take it per batch.
+	pending atomic.Bool
 
 	splits sync.Pool // *splitBatch
 
@@ -111,23 +118,30 @@ type splitBatch struct{ kern, rest [][]byte }
 
 // newKernelTCP takes over ns.
 func newKernelTCP(s *Stack, ns *usernet.Namespace) (*kernelTCP, error) {
-	sc, err := ns.TUN.SyscallConn()
+	var fds []int
+	for _, f := range ns.TUN {
+		sc, err := f.SyscallConn()
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("kernel tcp: tun fd: %w", err)
+		}
+		fd, derr := -1, error(nil)
+		if err := sc.Control(func(raw uintptr) { fd, derr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("kernel tcp: tun fd: %w", err)
+		}
+		if derr != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("kernel tcp: dup tun fd: %w", derr)
+		}
+		fds = append(fds, fd)
+	}
+	dev, err := mqtun.FromFDs(fds)
 	if err != nil {
-		return nil, fmt.Errorf("kernel tcp: tun fd: %w", err)
-	}
-	fd, derr := -1, error(nil)
-	if err := sc.Control(func(raw uintptr) { fd, derr = unix.FcntlInt(raw, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
-		return nil, fmt.Errorf("kernel tcp: tun fd: %w", err)
-	}
-	if derr != nil {
-		return nil, fmt.Errorf("kernel tcp: dup tun fd: %w", derr)
-	}
-	dev, _, err := tun.CreateUnmonitoredTUNFromFD(fd)
-	if err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("kernel tcp: open tun: %w", err)
 	}
-	k := &kernelTCP{s: s, dev: dev, file: dev.File(), ns: ns, ln: ns.Listener, flows: make(map[kflowKey]*kflow)}
+	k := &kernelTCP{s: s, dev: dev, ns: ns, ln: ns.Listener, flows: make(map[kflowKey]*kflow)}
+	k.pending.Store(true) // nothing missed before the first notify
 	for _, p := range ns.Subnets {
 		k.carries[ipfamily.Of(p.Addr()).Index] = true
 	}
@@ -389,27 +403,26 @@ func (k *kernelTCP) acceptLoop() {
 }
 
 // read fills bufs with packets for jobs, from the netstack first, then
-// from the kernel.
+// from the kernel. Several goroutines may call it at once, one per TUN
+// queue.
 func (k *kernelTCP) read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	for {
-		k.blocked.Store(true)
-		if n := k.s.ep.TryRead(bufs, sizes, offset); n > 0 {
-			k.blocked.Store(false)
-			return n, nil
+		if k.pending.Swap(false) {
+			if n := k.s.ep.TryRead(bufs, sizes, offset); n > 0 {
+				k.pending.Store(true) // there may be more
+				return n, nil
+			}
 		}
 		if k.s.closing.Load() {
-			k.blocked.Store(false)
 			return 0, os.ErrClosed
 		}
 		n, err := k.dev.Read(bufs, sizes, offset)
-		k.blocked.Store(false)
 		if n > 0 {
 			return n, nil
 		}
 		switch {
 		case err == nil:
-		case errors.Is(err, os.ErrDeadlineExceeded):
-			k.file.SetReadDeadline(time.Time{})
+		case errors.Is(err, os.ErrDeadlineExceeded): // woken: the netstack queued packets
 		case k.s.closing.Load() || errors.Is(err, os.ErrClosed):
 			return 0, os.ErrClosed
 		default:
@@ -423,7 +436,12 @@ func (k *kernelTCP) read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // notify wakes a read blocked on the TUN because the netstack queued
 // packets.
 func (k *kernelTCP) notify() {
-	if k.blocked.Load() {
-		k.file.SetReadDeadline(time.Unix(1, 0))
+	k.pending.Store(true)
+	k.dev.Wake()
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
 	}
 }

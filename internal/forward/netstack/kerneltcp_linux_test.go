@@ -31,7 +31,7 @@ func tcpStackConfig(t *testing.T, name string) Config {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ns, err := usernet.Open(ctx, []netip.Prefix{gwPrefix.Masked(), gwPrefix6.Masked()}, DefaultMTU)
+	ns, err := usernet.Open(ctx, []netip.Prefix{gwPrefix.Masked(), gwPrefix6.Masked()}, DefaultMTU, 1)
 	if err != nil {
 		t.Fatalf("open private namespace for kernel tcp: %v", err)
 	}

@@ -278,6 +278,16 @@ func (s *Stack) BatchSize() int {
 	return batchSize
 }
 
+// Queues implements forward.Backend: one reader per queue of the private
+// namespace's TUN with the kernel's TCP, else one (the netstack's queue
+// has one reader at a time).
+func (s *Stack) Queues() int {
+	if s.ktcp != nil {
+		return s.ktcp.dev.Queues()
+	}
+	return 1
+}
+
 // tcpStackName names the stack that terminates jobs' TCP.
 func (s *Stack) tcpStackName() string {
 	if s.ktcp != nil {

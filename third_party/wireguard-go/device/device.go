@@ -298,6 +298,19 @@ func (device *Device) SetPrivateKey(sk NoisePrivateKey) error {
 }
 
 func NewDevice(tunDevice tun.Device, bind conn.Bind, logger *Logger) *Device {
+	return NewDeviceReaders(tunDevice, bind, logger, 1)
+}
+
+// NewDeviceReaders (Airlock) is NewDevice with tunReaders goroutines
+// reading tunDevice at once instead of one: for a tun.Device whose Read may
+// be called concurrently and spreads the calls over several queues (a
+// multi-queue TUN, one queue per reader). Each reader looks peers up and
+// stages their packets as the one reader does; staging and sending a
+// peer's packets is safe from several goroutines, and a peer's packets
+// read by two readers keep their order within each batch (the replay
+// window accepts the rest). tunReaders below 1 means 1.
+func NewDeviceReaders(tunDevice tun.Device, bind conn.Bind, logger *Logger, tunReaders int) *Device {
+	tunReaders = max(tunReaders, 1)
 	device := new(Device)
 	device.state.state.Store(uint32(deviceStateDown))
 	device.closed = make(chan struct{})
@@ -333,9 +346,11 @@ func NewDevice(tunDevice tun.Device, bind conn.Bind, logger *Logger) *Device {
 		go device.RoutineHandshake(i + 1)
 	}
 
-	device.state.stopping.Add(1)      // RoutineReadFromTUN
-	device.queue.encryption.wg.Add(1) // RoutineReadFromTUN
-	go device.RoutineReadFromTUN()
+	device.state.stopping.Add(tunReaders)      // RoutineReadFromTUN
+	device.queue.encryption.wg.Add(tunReaders) // RoutineReadFromTUN
+	for i := 0; i < tunReaders; i++ {
+		go device.RoutineReadFromTUN()
+	}
 	go device.RoutineTUNEventReader()
 
 	return device

@@ -17,11 +17,12 @@ import (
 )
 
 // TestForkIsUpstreamPlusPatch applies ../airlock.patch to the device
-// package of the wireguard-go version in go.mod (from the module cache) and
-// fails when the result differs from this directory in any file but
-// Airlock's own tests (*_airlock_test.go): a change made here without
-// remaking the patch, or a patch that no longer applies to the module's
-// version, fails it. README.md beside the patch says how to remake it.
+// package of the wireguard-go version in go.mod (from the module cache), and
+// ../airlock-conn.patch to its conn package, and fails when a result differs
+// from this directory or ../conn in any file but Airlock's own tests
+// (*_airlock_test.go): a change made here without remaking the patch, or a
+// patch that no longer applies to the module's version, fails it. README.md
+// beside the patches says how to remake them.
 func TestForkIsUpstreamPlusPatch(t *testing.T) {
 	if _, err := exec.LookPath("patch"); err != nil {
 		t.Fatalf("the patch program is needed (Debian package patch; scripts/setup.sh installs it): %v", err)
@@ -30,11 +31,24 @@ func TestForkIsUpstreamPlusPatch(t *testing.T) {
 	if err != nil {
 		t.Fatalf("find upstream wireguard-go in the module cache: %v", err)
 	}
-	upstream := filepath.Join(strings.TrimSpace(string(out)), "device")
+	mod := strings.TrimSpace(string(out))
+	for _, pkg := range []struct{ name, dir, patch string }{
+		{"device", ".", "../airlock.patch"},
+		{"conn", "../conn", "../airlock-conn.patch"},
+	} {
+		t.Run(pkg.name, func(t *testing.T) {
+			checkFork(t, filepath.Join(mod, pkg.name), pkg.dir, pkg.patch)
+		})
+	}
+}
+
+// checkFork applies patch to a copy of upstream's .go files and compares the
+// result with dir.
+func checkFork(t *testing.T, upstream, dir, patch string) {
 	work := t.TempDir()
 	ups, err := os.ReadDir(upstream)
 	if err != nil {
-		t.Fatalf("read upstream device package: %v", err)
+		t.Fatalf("read upstream package: %v", err)
 	}
 	for _, e := range ups {
 		if e.IsDir() {
@@ -48,28 +62,28 @@ func TestForkIsUpstreamPlusPatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	patchFile, err := filepath.Abs("../airlock.patch")
+	patchFile, err := filepath.Abs(patch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("patch", "-p1", "-s", "-f", "--no-backup-if-mismatch", "-r", "-", "-d", work, "-i", patchFile)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("airlock.patch does not apply to upstream %s: %v\n%s", upstream, err, out)
+		t.Fatalf("%s does not apply to upstream %s: %v\n%s", patch, upstream, err, out)
 	}
 	want := goFiles(t, work, false)
-	got := goFiles(t, ".", true)
+	got := goFiles(t, dir, true)
 	for name, w := range want {
 		g, ok := got[name]
 		switch {
 		case !ok:
 			t.Errorf("%s: in upstream plus the patch, missing here", name)
 		case !bytes.Equal(g, w):
-			t.Errorf("%s: differs from upstream plus airlock.patch; remake the patch (README.md, Updating)", name)
+			t.Errorf("%s: differs from upstream plus %s; remake the patch (README.md, Updating)", name, patch)
 		}
 	}
 	for name := range got {
 		if _, ok := want[name]; !ok {
-			t.Errorf("%s: here, but not in upstream plus airlock.patch; add it to the patch or name it *_airlock_test.go", name)
+			t.Errorf("%s: here, but not in upstream plus %s; add it to the patch or name it *_airlock_test.go", name, patch)
 		}
 	}
 }
