@@ -103,7 +103,7 @@ func (g *gateway) setFeeds(list []config.Capture) {
 		g.feeds.running[name] = rf
 		fc := capture.FeedConfig{To: c.To, TapConfig: capture.TapConfig{
 			Name: c.Name, Filter: c.Filter, Tokens: c.Tokens, Jobs: c.Jobs, Snaplen: c.Snaplen, Buffer: c.BufferBytes,
-			AttestedJobs: g.attest.mode() != "",
+			AttestedJobs: g.admit.attest.mode() != "",
 		}}
 		go func() {
 			defer close(rf.done)

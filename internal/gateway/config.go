@@ -112,20 +112,20 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 	if !cfg.Attest.Set {
 		cfg.Attest = g.cfg.Attest
 	}
-	if err := g.applyAttest(cfg.Attest); err != nil {
+	if err := g.admit.applyAttest(cfg.Attest); err != nil {
 		_ = g.backend.SetPolicy(old.Policy)
 		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
 		return admin.ReloadResult{}, err
 	}
-	if err := g.applyBearer(cfg.Bearer); err != nil {
+	if err := g.admit.applyBearer(cfg.Bearer); err != nil {
 		_ = g.backend.SetPolicy(old.Policy)
 		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
-		_ = g.applyAttest(old.Attest)
+		_ = g.admit.applyAttest(old.Attest)
 		return admin.ReloadResult{}, err
 	}
 	g.conf.Store(cfg)
 	res.Warnings = g.warnConfig(cfg)
-	g.warnBlockSizes(cfg.Quotas)
+	g.admit.warnBlockSizes(cfg.Quotas)
 	g.bypassNotice.changed()
 	g.setFeeds(g.feedsOf(cfg))
 	for _, l := range g.leases.Leases() {
@@ -161,8 +161,8 @@ func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
 
 // exposureAllowed checks a join's --expose request against the config:
 // every port must be allowed for the job's token.
-func (g *gateway) exposureAllowed(token string, reqs []forward.Exposure) error {
-	ex := g.conf.Load().Exposure
+func (a *admission) exposureAllowed(token string, reqs []forward.Exposure) error {
+	ex := a.g.conf.Load().Exposure
 	for _, x := range reqs {
 		if !ex.Allowed(token, x.Proto, x.JobPort) {
 			return fmt.Errorf("%w %d/%s: the gateway's config does not allow jobs of token %q to expose it; ask the gateway's admin for an [[expose]] rule (docs/config.md)",

@@ -244,7 +244,7 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	}
 	if k.Ban > 0 {
 		o := l.Owner
-		b, _ := g.ban(o, k.Ban, k.Reason)
+		b, _ := g.admit.ban(o, k.Ban, k.Reason)
 		g.endBanned(b, k.Lease)
 	}
 	why := "kicked by admin"

@@ -85,9 +85,10 @@ type gateway struct {
 	rotateMu sync.Mutex
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
-	// admit is join admission: bans, token quotas, key ownership
-	// (quota.go); wakeWatches tells a lease's watches to check it now
-	// (control.Server.WakeWatches), nil until the server exists.
+	// admit is join admission: bans, token quotas, key ownership,
+	// attested and bearer identity (quota.go); wakeWatches tells a
+	// lease's watches to check it now (control.Server.WakeWatches), nil
+	// until the server exists.
 	admit       admission
 	wakeWatches func(leaseID string)
 	// bypassNotice wakes lease watches when a reload may have changed
@@ -105,19 +106,12 @@ type gateway struct {
 	// capacity is how many jobs the gateway holds and what bounds it
 	// (capacity.go).
 	capacity capacity
-	// maxBlocks is the most port blocks one job may hold
-	// (--max-block-size, blocksize.go).
-	maxBlocks int
 	// res are the listeners and servers open made for serve, and what
 	// close undoes (run.go).
 	res resources
 	// rehs are the restored peers' endpoints and the handshakes the
 	// gateway starts with them (rehandshake.go).
 	rehs rehandshakes
-	// attest verifies joins' MUNGE credentials (attest.go).
-	attest attestation
-	// bearer verifies joins' bearer tokens (bearer.go).
-	bearer bearerIdentity
 }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
@@ -134,7 +128,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if tok.Name == "" && req.Issued != nil {
 		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
-	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
+	if err := g.admit.shapeJoin(ctx, g.admit.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
 	}
 	l, secret, err := g.newLease(req, tok, remote, pub)
@@ -286,7 +280,7 @@ func attributions(job forward.Job) []store.Attribution {
 // address and port blocks) and ends the lease it replaces. Its errors are
 // the ones the client sees.
 func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key) (lease.Lease, string, error) {
-	l, secret, replaced, err := g.allocate(req, tok, remote, pub, time.Now())
+	l, secret, replaced, err := g.admit.allocate(req, tok, remote, pub, time.Now())
 	if replaced != nil {
 		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)
@@ -339,7 +333,7 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	}
 	ex, err := g.planExposures(l, j.Egress, expose)
 	if err == nil {
-		err = g.exposureAllowed(token, ex)
+		err = g.admit.exposureAllowed(token, ex)
 	}
 	if err != nil {
 		return forward.Job{}, err
@@ -360,7 +354,7 @@ func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
 	}
 	o, addr := l.Owner, from.Addr().Unmap()
 	if a := o.Attested; a != nil && a.Node.IsValid() && addr != a.Node.Unmap() {
-		if v := g.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
+		if v := g.admit.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
 			return fmt.Errorf("%w: lease %s was attested for node %s; a request for it from %s is refused (a lease is good only from the node whose credential made it)",
 				control.ErrAttestation, l.ID, a.Node, addr)
 		}
@@ -402,7 +396,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
 	}
 	o := l.Owner
-	if g.bearer.expired(o.Issued, now) {
+	if g.admit.bearer.expired(o.Issued, now) {
 		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
 		g.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
@@ -422,7 +416,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 		g.log.Warn("lease ended at renewal: a ban covers its job", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", berr)
 		return control.RenewResponse{}, g.leaseGone(l.ID, berr)
 	}
-	if o.Token == "" && !o.ByBearer() && g.attest.mode() == "" {
+	if o.Token == "" && !o.ByBearer() && g.admit.attest.mode() == "" {
 		// Joined by its MUNGE credential alone, which this gateway no
 		// longer takes in place of a token (a reload turned attested
 		// identity off): as a revoked token's lease.
@@ -432,7 +426,7 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 		return control.RenewResponse{}, g.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
 	}
 	if o.Token != "" && !o.ByBearer() {
-		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
+		if terr := g.admit.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
 			g.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
@@ -486,7 +480,7 @@ func (g *gateway) expireLoop(ctx context.Context) {
 // expire frees the leases that expired at now.
 func (g *gateway) expire(now time.Time) {
 	ls := g.leases.Expire(now)
-	g.retire(ls, now)
+	g.admit.retire(ls, now)
 	for _, l := range ls {
 		g.removePeer(l.PublicKey)
 		g.removeJob(l)

@@ -97,7 +97,7 @@ func (g *gateway) identities() map[metrics.JobIdentity]int {
 // issuers counts the live leases identified by a bearer token, by the
 // configured name of their issuer (airlock_jobs_issuer_verified).
 func (g *gateway) issuers() map[string]int {
-	st := g.bearer.cur.Load()
+	st := g.admit.bearer.cur.Load()
 	out := map[string]int{}
 	if st == nil {
 		return out

@@ -51,7 +51,7 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 		return 0, 0, err
 	}
 	g.loadEndpoints()
-	live, err := g.liveTokens(now)
+	live, err := g.admit.liveTokens(now)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -61,7 +61,7 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 		// to outlive: it is restored while the gateway still takes
 		// attested joins without one.
 		tokenless := r.Token == "" && r.Attested != nil && !byBearer
-		if tokenless && g.attest.mode() == "" {
+		if tokenless && g.admit.attest.mode() == "" {
 			g.log.Warn("lease of the previous run not restored: it joined by its MUNGE credential alone, and attested identity is off now", "lease", r.ID)
 			if err := g.st.RecordLeaseEnd(r.ID, now, "attested identity off"); err != nil {
 				return restored, closed, err

@@ -91,10 +91,18 @@ func (g *gateway) close() {
 	g.res.undo = nil
 }
 
+// newGateway returns a gateway of cfg with nothing open yet: its parts
+// wired to it, and Run's start time.
+func newGateway(cfg Config) *gateway {
+	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
+	g.admit.g = g
+	return g
+}
+
 // open makes everything the gateway serves with, phase by phase. On error
 // everything it made is closed.
 func open(cfg Config) (_ *gateway, err error) {
-	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
+	g := newGateway(cfg)
 	defer func() {
 		if err != nil {
 			g.close()
@@ -161,7 +169,7 @@ func (g *gateway) openState() error {
 	}
 	g.st = g.local
 	g.onClose(func() { g.local.Close() })
-	if err := g.applyAttest(conf.Attest); err != nil {
+	if err := g.admit.applyAttest(conf.Attest); err != nil {
 		return err
 	}
 	return g.openRemote()
@@ -200,7 +208,7 @@ func (g *gateway) openEgress() error {
 	}
 	g.flows = tb
 	g.onClose(func() { closeFlowLog() })
-	if g.maxBlocks, err = planMaxBlock(cfg, eg); err != nil {
+	if g.admit.maxBlocks, err = planMaxBlock(cfg, eg); err != nil {
 		return err
 	}
 	// A job's blocks are consecutive port blocks of one address: pool
@@ -213,7 +221,7 @@ func (g *gateway) openEgress() error {
 	}
 	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
 	conf := g.conf.Load()
-	g.warnBlockSizes(conf.Quotas)
+	g.admit.warnBlockSizes(conf.Quotas)
 	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
 	g.capacity.log(g.log)
 	return nil
@@ -336,8 +344,8 @@ func (g *gateway) openServers() error {
 	if err := g.loadBans(time.Now()); err != nil {
 		return err
 	}
-	g.onClose(g.bearer.close)
-	if err := g.applyBearer(g.conf.Load().Bearer); err != nil {
+	g.onClose(g.admit.bearer.close)
+	if err := g.admit.applyBearer(g.conf.Load().Bearer); err != nil {
 		return err
 	}
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
@@ -355,8 +363,8 @@ func (g *gateway) openServers() error {
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
 		CaptureRelay:    g.captureRelay(),
-		Attest:          &g.attest,
-		Bearer:          &g.bearer,
+		Attest:          &g.admit.attest,
+		Bearer:          &g.admit.bearer,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
@@ -451,7 +459,7 @@ func (g *gateway) ready() {
 		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addrs", g.tunnels, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.admit.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),
 		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),

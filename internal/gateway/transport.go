@@ -76,8 +76,8 @@ func (g *gateway) health() control.Health {
 		RxBitsPerSec: math.Float64frombits(g.tr.rxRate.Load()),
 		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
 		Instance:     g.tr.instance,
-		Attest:       g.attest.mode(),
-		Bearer:       g.bearer.on(),
+		Attest:       g.admit.attest.mode(),
+		Bearer:       g.admit.bearer.on(),
 	}
 }
 
