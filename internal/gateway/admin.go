@@ -32,7 +32,7 @@ func (g *gateway) Status() admin.Status {
 		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(g.egress.pool.Addrs)},
 		Jobs:       []admin.JobStatus{},
 		Draining:   g.tr.draining.Load(),
-		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
+		Capacity:   admin.Capacity{Jobs: g.egress.capacity.Jobs, Bound: g.egress.capacity.Bound, Hint: g.egress.capacity.Hint},
 		UDP:        g.udpStats(),
 	}
 	byID := map[jobs.ID]flows.JobStats{}
@@ -58,9 +58,9 @@ func (g *gateway) Status() admin.Status {
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}
-		if b := g.block(l); b != (portblock.Range{}) {
+		if b := g.egress.block(l); b != (portblock.Range{}) {
 			j.Ports = b.String()
-			j.PublicAddr = g.blockAddr(l)
+			j.PublicAddr = g.egress.blockAddr(l)
 			st.PortBlocks.Used += max(l.Blocks, 1)
 		}
 		st.Jobs = append(st.Jobs, j)

@@ -116,7 +116,7 @@ func (g *gateway) openFleet() error {
 			Started: g.started},
 		Pin: g.fleetPin,
 		Load: func() fleet.Load {
-			return fleet.Load{Jobs: g.leases.Len(), Capacity: g.capacity.Jobs, Draining: g.tr.draining.Load()}
+			return fleet.Load{Jobs: g.leases.Len(), Capacity: g.egress.capacity.Jobs, Draining: g.tr.draining.Load()}
 		},
 		FailClosed: g.cfg.Store.FailClosed,
 		Stale:      g.cfg.Store.Stale,

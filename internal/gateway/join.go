@@ -59,13 +59,12 @@ type gateway struct {
 	fleet    *fleet.Node
 	remote   *pgstore.Store
 	memberID string
-	// egress is the egress mode, public addresses and port-block plan.
+	// egress is the egress part: the egress mode, public addresses,
+	// port-block plan, exposures and capacity (egress.go).
 	egress egress
 	// backend is the egress backend: jobs' packets, egress, policy,
-	// limits and exposures. exposeAddr is the public address announced
-	// for exposures (the zero Addr: none can be exposed).
-	backend    forward.Backend
-	exposeAddr netip.Addr
+	// limits and exposures.
+	backend forward.Backend
 	// flows is the flow table (flows.go), index the job index it shares
 	// with the egress backend and the capture taps; started is when Run
 	// began; kicks remembers leases an admin ended (admin.go).
@@ -103,9 +102,6 @@ type gateway struct {
 	// (udpstats.go).
 	mtu *pathMTU
 	udp *tunnel.SocketWatch
-	// capacity is how many jobs the gateway holds and what bounds it
-	// (capacity.go).
-	capacity capacity
 	// res are the listeners and servers open made for serve, and what
 	// close undoes (run.go).
 	res resources
@@ -323,7 +319,7 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	j := forward.Job{
 		ID:     jobs.ID(l.ID),
 		Addrs:  l.AddrList(),
-		Egress: g.egressOf(l),
+		Egress: g.egress.egressOf(l),
 		Ref: jobs.Ref{JobID: jobID, Token: token,
 			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
@@ -331,7 +327,7 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	if id := o.Issued; id != nil {
 		j.Ref.Issuer, j.Ref.Subject = id.Issuer, id.Subject
 	}
-	ex, err := g.planExposures(l, j.Egress, expose)
+	ex, err := g.egress.planExposures(l, j.Egress, expose)
 	if err == nil {
 		err = g.admit.exposureAllowed(token, ex)
 	}
@@ -489,26 +485,6 @@ func (g *gateway) expire(now time.Time) {
 	}
 }
 
-// block returns the port range of l's block, or the zero Range if it has
-// none.
-func (g *gateway) block(l lease.Lease) portblock.Range {
-	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
-		return portblock.Range{}
-	}
-	_, r := g.egress.pool.Run(l.Block, l.Blocks)
-	return r
-}
-
-// blockAddr returns the public address of l's block: the address of the
-// egress pool its flows leave from, or, without a block, the first.
-func (g *gateway) blockAddr(l lease.Lease) netip.Addr {
-	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
-		return g.egress.public
-	}
-	a, _ := g.egress.pool.Block(l.Block)
-	return a
-}
-
 // removeJob drops l's per-job state: its lease watch, its handshake
 // watch, the egress backend's state (exposures, port blocks, limits,
 // flows, its addresses in the job index) and its capture attribution.
@@ -545,39 +521,4 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 		case <-t.C:
 		}
 	}
-}
-
-// planExposures checks a join's --expose request and picks the public
-// ports, from the top of the job's block, and plans them on each of the
-// job's egress addresses: the same public port at a shared address, the
-// job's own port at its own address (--egress-prefix). This is the one
-// place that decides where a job's exposures listen; the backends and
-// the lease follow it.
-func (g *gateway) planExposures(l lease.Lease, egress []forward.Egress, reqs []control.Port) ([]forward.Exposure, error) {
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	at := g.blockAddr(l)
-	if !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
-		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
-	}
-	ports, err := allocExposures(g.block(l), reqs)
-	if err != nil {
-		return nil, err
-	}
-	var out []forward.Exposure
-	for _, e := range egress {
-		if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
-			continue // nowhere announced to listen
-		}
-		for _, x := range ports {
-			x.PublicAddr = e.Addr
-			if e.Own {
-				// The job's own address: its own port, no translation.
-				x.PublicPort = x.JobPort
-			}
-			out = append(out, x)
-		}
-	}
-	return out, nil
 }

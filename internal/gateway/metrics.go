@@ -47,7 +47,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err != nil {
 		return gatewayMetrics{}, err
 	}
-	if err := g.registerCapacityMetrics(reg); err != nil {
+	if err := g.egress.registerCapacityMetrics(reg); err != nil {
 		return gatewayMetrics{}, err
 	}
 	if err := g.registerTLSMetrics(reg); err != nil { // rotate.go

@@ -117,7 +117,7 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	if rs.Block >= 0 && l.Block+(l.Blocks-1)*len(g.egress.pool.Addrs) >= g.egress.pool.Blocks() {
 		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", rs.Block, l.Blocks, g.egress.pool.Blocks())
 	}
-	block, pubAddr := g.block(l), g.blockAddr(l)
+	block, pubAddr := g.egress.block(l), g.egress.blockAddr(l)
 	for _, a := range store.Attributions(r) {
 		if rs.Block < 0 || a.Own {
 			continue

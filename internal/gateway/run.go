@@ -198,7 +198,8 @@ func (g *gateway) openEgress() error {
 		return err
 	}
 	eg.logPublic(g.log)
-	g.egress, g.exposeAddr = eg, exposeAddr(eg)
+	eg.exposeAddr = exposeAddr(eg)
+	g.egress = eg
 	// One job index for the flow table, the egress backend (which adds
 	// and removes jobs' addresses) and the capture taps.
 	g.index = new(jobs.Index)
@@ -222,8 +223,8 @@ func (g *gateway) openEgress() error {
 	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
 	conf := g.conf.Load()
 	g.admit.warnBlockSizes(conf.Quotas)
-	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
-	g.capacity.log(g.log)
+	g.egress.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
+	g.egress.capacity.log(g.log)
 	return nil
 }
 

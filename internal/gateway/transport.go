@@ -71,7 +71,7 @@ func (g *gateway) loadLoop(ctx context.Context) {
 func (g *gateway) health() control.Health {
 	return control.Health{
 		Jobs:         g.leases.Len(),
-		Capacity:     g.capacity.Jobs,
+		Capacity:     g.egress.capacity.Jobs,
 		Draining:     g.tr.draining.Load(),
 		RxBitsPerSec: math.Float64frombits(g.tr.rxRate.Load()),
 		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
