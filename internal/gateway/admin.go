@@ -113,7 +113,7 @@ func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.T
 		o = identity.Job{Claimed: identity.Claimed{Hostname: l.Host}, Token: l.Token}
 	}
 	b, covers := g.admit.ban(o, d, reason)
-	g.endBanned(b, l.ID) // the kick ends l itself
+	g.fleet.endBanned(b, l.ID) // the kick ends l itself
 	return b.Until, covers
 }
 

@@ -16,7 +16,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -25,7 +24,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -53,12 +51,9 @@ type gateway struct {
 	// local is the state directory's own database; st in a single
 	// gateway.
 	local *store.Store
-	// fleet is this gateway's membership in a fleet, st with it; remote
-	// the fleet's database; memberID its id there (store.MemberID). Nil
-	// and "" for a single gateway (fleet.go).
-	fleet    *fleet.Node
-	remote   *pgstore.Store
-	memberID string
+	// fleet is this gateway's membership in a fleet (fleet.go); its
+	// node is st then.
+	fleet fleetMember
 	// egress is the egress part: the egress mode, public addresses,
 	// port-block plan, exposures and capacity (egress.go).
 	egress egress
@@ -114,7 +109,7 @@ type gateway struct {
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
-	if err := g.fleetFresh(); err != nil {
+	if err := g.fleet.fleetFresh(); err != nil {
 		return control.Lease{}, err
 	}
 	pub := req.PublicKey // validated by the control server
@@ -144,7 +139,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			g.recordEnd(l, "wireguard peer failed")
 		}
 	}()
-	if err = g.claimJobCredential(req, l.ID); err != nil {
+	if err = g.fleet.claimJobCredential(req, l.ID); err != nil {
 		return control.Lease{}, err
 	}
 	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
@@ -202,7 +197,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
-		Members:          g.members(),
+		Members:          g.fleet.members(),
 	}
 	g.describe(&cl, l, job)
 	g.mtu.offer(&cl, remote.Addr().Unmap(), time.Now())
@@ -514,7 +509,7 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 		} else if n > 0 {
 			g.log.Info("pruned lease history", "records", n, "older_than", keep)
 		}
-		g.logFleetHistory(keep)
+		g.fleet.logFleetHistory(keep)
 		select {
 		case <-ctx.Done():
 			return

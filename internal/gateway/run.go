@@ -96,6 +96,7 @@ func (g *gateway) close() {
 func newGateway(cfg Config) *gateway {
 	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
 	g.admit.g = g
+	g.fleet.g = g
 	return g
 }
 
@@ -172,7 +173,7 @@ func (g *gateway) openState() error {
 	if err := g.admit.applyAttest(conf.Attest); err != nil {
 		return err
 	}
-	return g.openRemote()
+	return g.fleet.openRemote()
 }
 
 // splitListen parses --listen: HOST:PORT, PORT 0 for one the kernel picks.
@@ -336,13 +337,13 @@ func (g *gateway) openServers() error {
 	if err := g.registerTransportMetrics(mx.registry); err != nil {
 		return err
 	}
-	if err := g.openFleet(); err != nil {
+	if err := g.fleet.openFleet(); err != nil {
 		return err
 	}
-	if err := g.registerFleetMetrics(mx.registry); err != nil {
+	if err := g.fleet.registerFleetMetrics(mx.registry); err != nil {
 		return err
 	}
-	if err := g.loadBans(time.Now()); err != nil {
+	if err := g.fleet.loadBans(time.Now()); err != nil {
 		return err
 	}
 	g.onClose(g.admit.bearer.close)
@@ -363,7 +364,7 @@ func (g *gateway) openServers() error {
 		OnJoin:          mx.metrics.ObserveJoin,
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
-		CaptureRelay:    g.captureRelay(),
+		CaptureRelay:    g.fleet.captureRelay(),
 		Attest:          &g.admit.attest,
 		Bearer:          &g.admit.bearer,
 	})
@@ -373,7 +374,7 @@ func (g *gateway) openServers() error {
 	adm.SetGateway(g)
 	adm.SetKeyRotator(g)
 	adm.SetBackuper(g)
-	g.registerFleetAdmin(adm)
+	g.fleet.registerFleetAdmin(adm)
 	// The metrics also on the admin socket, for airlock gateway diag
 	// whether or not --metrics serves them on the network.
 	adm.Handle("GET "+admin.MetricsPath, metrics.Handler(g.res.mx.registry))
@@ -403,8 +404,8 @@ func (g *gateway) serve(ctx context.Context) error {
 	if g.cfg.Reload != nil {
 		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
 	}
-	if g.fleet != nil {
-		loops = append(loops, g.fleet.Run)
+	if g.fleet.node != nil {
+		loops = append(loops, g.fleet.node.Run)
 	}
 	for _, loop := range loops {
 		grp.Go(func() error {
