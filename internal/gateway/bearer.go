@@ -184,7 +184,7 @@ func (g *gateway) Reidentify(ref control.LeaseRef, id *identity.Issued) error {
 		return o, nil
 	})
 	if errors.Is(err, lease.ErrUnknownLease) {
-		return g.leaseGone(ref.ID, err)
+		return g.admin.leaseGone(ref.ID, err)
 	}
 	return err
 }

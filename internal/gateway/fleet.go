@@ -202,7 +202,7 @@ func (m *fleetMember) onFleetRevoke(token string) {
 	reason := "token " + token + " revoked"
 	for _, l := range m.g.leases.Leases() {
 		if o := l.Owner; o.Token == token {
-			if _, ok := m.g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
+			if _, ok := m.g.admin.endLease(l.ID, "airlock token revoke", reason, reason); ok {
 				m.g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", token)
 			}
 		}
@@ -235,7 +235,7 @@ func (m *fleetMember) endBanned(b store.Ban, except string) {
 			continue
 		}
 		if banCovers(b, o) {
-			if _, ok := m.g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
+			if _, ok := m.g.admin.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
 				m.g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Claimed.Hostname)
 			}
 		}
@@ -264,7 +264,7 @@ func (m *fleetMember) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	if k.Reason != "" {
 		why += ": " + k.Reason
 	}
-	_, ok := m.g.endLease(k.Lease, "airlock kick", k.Reason, why)
+	_, ok := m.g.admin.endLease(k.Lease, "airlock kick", k.Reason, why)
 	m.g.log.Warn("job kicked through the fleet: lease ended", "lease", k.Lease, "by", k.By, "reason", k.Reason, "ban", k.Ban, "ended", ok)
 	return pgstore.KickResult{Ended: ok}
 }
@@ -388,7 +388,7 @@ func (m *fleetMember) OpenCapture(t control.CaptureTicket) (func(ctx context.Con
 	if m.g.leases.Count(func(l lease.Lease) bool { return l.ID == c.Lease }) == 0 {
 		return nil, fmt.Errorf("%w: lease %s is not live on gateway %s", control.ErrNoSuchCapture, c.Lease, m.g.advertise)
 	}
-	tap, stop, err := m.g.StartCapture([]string{c.Lease}, req, f)
+	tap, stop, err := m.g.admin.StartCapture([]string{c.Lease}, req, f)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", control.ErrNoSuchCapture, err)
 	}

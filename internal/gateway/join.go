@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -62,21 +61,20 @@ type gateway struct {
 	backend forward.Backend
 	// flows is the flow table (flows.go), index the job index it shares
 	// with the egress backend and the capture taps; started is when Run
-	// began; kicks remembers leases an admin ended (admin.go).
+	// began.
 	flows   *flows.Table
 	index   *jobs.Index
 	started time.Time
-	kicks   kickList
 	// metrics are the gateway's metrics; handshakes the joins waiting
 	// for their first WireGuard handshake (handshake.go).
 	metrics    *metrics.Metrics
 	handshakes handshakeWatch
-	// conf is the config in force (config file or flags); reload
-	// replaces it, serialised by reloadMu.
-	conf     atomic.Pointer[config.Config]
-	reloadMu sync.Mutex
-	// rotateMu serialises TLS key rotation steps (RotateKey).
-	rotateMu sync.Mutex
+	// conf is the config in force (config file or flags); the admin
+	// part's reload replaces it.
+	conf atomic.Pointer[config.Config]
+	// admin is the gateway as the admin socket sees it: status, kicks,
+	// bans, drain, reload, key rotation, backup (admin.go).
+	admin adminGateway
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
 	// admit is join admission: bans, token quotas, key ownership,
@@ -179,7 +177,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	// before they were added (then this check fails) or after.
 	if _, err = g.leases.Check(l.ID, secret, time.Now()); err != nil {
 		g.log.Info("join undone: its lease was ended while the join ran", "lease", l.ID, "addrs", l.Addrs)
-		err = g.leaseGone(l.ID, err)
+		err = g.admin.leaseGone(l.ID, err)
 		g.removePeer(pub)
 		recorded = false // whoever ended it recorded why
 		return control.Lease{}, err
@@ -384,14 +382,14 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	}
 	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
-		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
+		return control.RenewResponse{}, g.admin.leaseGone(ref.ID, err)
 	}
 	o := l.Owner
 	if g.admit.bearer.expired(o.Issued, now) {
 		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
-		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, control.ErrLeaseEnded)
 	}
 	// A ban that covers the job (its attested uid with any token or none,
 	// its token from its node, its issuer's subject) ends it here too,
@@ -403,25 +401,25 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	g.admit.mu.Unlock()
 	if berr != nil {
 		why := "banned"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: a ban covers its job", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", berr)
-		return control.RenewResponse{}, g.leaseGone(l.ID, berr)
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, berr)
 	}
 	if o.Token == "" && !o.ByBearer() && g.admit.attest.mode() == "" {
 		// Joined by its MUNGE credential alone, which this gateway no
 		// longer takes in place of a token (a reload turned attested
 		// identity off): as a revoked token's lease.
 		why := "attested identity turned off: a job without a token must join again with one"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: it joined by its MUNGE credential alone and attested identity is off now", "lease", l.ID, "addrs", l.Addrs)
-		return control.RenewResponse{}, g.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
 	}
 	if o.Token != "" && !o.ByBearer() {
 		if terr := g.admit.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
-			g.endLease(l.ID, byRenewal, why, why)
+			g.admin.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
-			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
+			return control.RenewResponse{}, g.admin.leaseGone(l.ID, terr)
 		}
 	}
 	return control.RenewResponse{Expires: l.Expires}, nil
@@ -435,7 +433,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	}
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
-		return g.leaseGone(ref.ID, err)
+		return g.admin.leaseGone(ref.ID, err)
 	}
 	g.removePeer(l.PublicKey)
 	g.removeJob(l)

@@ -50,7 +50,7 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err := g.egress.registerCapacityMetrics(reg); err != nil {
 		return gatewayMetrics{}, err
 	}
-	if err := g.registerTLSMetrics(reg); err != nil { // rotate.go
+	if err := g.admin.registerTLSMetrics(reg); err != nil { // rotate.go
 		return gatewayMetrics{}, err
 	}
 	if err := g.registerUDPMetrics(reg); err != nil { // udpstats.go

@@ -97,6 +97,7 @@ func newGateway(cfg Config) *gateway {
 	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
 	g.admit.g = g
 	g.fleet.g = g
+	g.admin.g = g
 	return g
 }
 
@@ -371,9 +372,9 @@ func (g *gateway) openServers() error {
 	g.wakeWatches = g.res.srv.WakeWatches
 	adm := admin.NewServer(log.With("component", "admin"), g.st)
 	g.res.adm = adm
-	adm.SetGateway(g)
-	adm.SetKeyRotator(g)
-	adm.SetBackuper(g)
+	adm.SetGateway(&g.admin)
+	adm.SetKeyRotator(&g.admin)
+	adm.SetBackuper(&g.admin)
 	g.fleet.registerFleetAdmin(adm)
 	// The metrics also on the admin socket, for airlock gateway diag
 	// whether or not --metrics serves them on the network.
@@ -402,7 +403,7 @@ func (g *gateway) serve(ctx context.Context) error {
 	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds,
 		g.endpointLoop, g.rehandshakeLoop}
 	if g.cfg.Reload != nil {
-		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
+		loops = append(loops, func(ctx context.Context) { g.admin.reloadLoop(ctx, g.cfg.Reload) })
 	}
 	if g.fleet.node != nil {
 		loops = append(loops, g.fleet.node.Run)
