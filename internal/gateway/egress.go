@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Egress modes (Config.Egress).
@@ -475,4 +476,27 @@ func (e *egress) planExposures(l lease.Lease, egress []forward.Egress, reqs []co
 		}
 	}
 	return out, nil
+}
+
+// checkRestored checks that restored lease l of record r (a lease of the
+// previous run) has port blocks this run's plan has, at the address and
+// ports the record attributed to it: a changed --egress-addr,
+// --egress-ports or --block-size moves them.
+func (e *egress) checkRestored(l lease.Lease, r store.LeaseRecord) error {
+	if l.Block < 0 {
+		return nil
+	}
+	if l.Block+(l.Blocks-1)*len(e.pool.Addrs) >= e.pool.Blocks() {
+		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", l.Block, l.Blocks, e.pool.Blocks())
+	}
+	block, pubAddr := e.block(l), e.blockAddr(l)
+	for _, a := range store.Attributions(r) {
+		if a.Own {
+			continue
+		}
+		if a.PortLo != block.Lo || a.PortHi != block.Hi || ipfamily.Of(a.Addr) == ipfamily.Of(pubAddr) && a.Addr != pubAddr {
+			return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", l.Block, pubAddr, block, a.Addr, a.PortLo, a.PortHi)
+		}
+	}
+	return nil
 }

@@ -324,7 +324,8 @@ func udpFree(port int) bool {
 }
 
 // openServers registers the metrics, takes back the leases of the previous
-// run and makes the control server and the admin socket.
+// run and makes the control server, the capture feeds and the admin
+// socket (openAdmin).
 func (g *gateway) openServers() error {
 	log := g.log
 	mx, err := g.newMetrics()
@@ -370,7 +371,16 @@ func (g *gateway) openServers() error {
 		Bearer:          &g.admit.bearer,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
-	adm := admin.NewServer(log.With("component", "admin"), g.st)
+	if err := g.openCapture(mx.registry); err != nil {
+		return err
+	}
+	return g.openAdmin()
+}
+
+// openAdmin makes the admin server, answered by the admin part and the
+// fleet's, with the metrics, and opens its socket in the state directory.
+func (g *gateway) openAdmin() error {
+	adm := admin.NewServer(g.log.With("component", "admin"), g.st)
 	g.res.adm = adm
 	adm.SetGateway(&g.admin)
 	adm.SetKeyRotator(&g.admin)
@@ -379,13 +389,12 @@ func (g *gateway) openServers() error {
 	// The metrics also on the admin socket, for airlock gateway diag
 	// whether or not --metrics serves them on the network.
 	adm.Handle("GET "+admin.MetricsPath, metrics.Handler(g.res.mx.registry))
-	if err := g.openCapture(mx.registry); err != nil {
+	ln, err := admin.Listen(filepath.Join(g.cfg.StateDir, admin.SocketName))
+	if err != nil {
 		return err
 	}
-	if g.res.admLn, err = admin.Listen(filepath.Join(g.cfg.StateDir, admin.SocketName)); err != nil {
-		return err
-	}
-	g.onClose(func() { g.res.admLn.Close() })
+	g.res.admLn = ln
+	g.onClose(func() { ln.Close() })
 	return nil
 }
 
