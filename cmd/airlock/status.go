@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -281,40 +282,50 @@ it.`,
 			return usagef("--ban %v: want a positive duration", *ban)
 		}
 		var res admin.KickResult
+		var err error
 		if useStore(cmd, so) {
-			var err error
-			if res, err = storeKick(ctx, so, args[0], *reason, *ban); err != nil {
-				return err
-			}
+			res, err = storeKick(ctx, so, args[0], *reason, *ban)
 		} else {
-			c, err := dialAdmin("kick", state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			req := admin.KickRequest{Job: args[0], Reason: *reason}
-			if *ban > 0 {
-				req.Ban = ban.String()
-			}
-			if res, err = c.Kick(ctx, req); err != nil {
-				return err
-			}
+			res, err = adminKick(ctx, state, args[0], *reason, *ban)
+		}
+		if err != nil {
+			return err
 		}
 		if *asJSON {
 			return printJSON(stdout, res)
 		}
-		for _, k := range res.Kicked {
-			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(human(k.JobID)), k.Addr)
-			if k.Gateway != "" {
-				fmt.Fprintf(stdout, "  on gateway %s of the fleet\n", human(k.Gateway))
-			}
-			if !res.BannedUntil.IsZero() {
-				fmt.Fprintf(stdout, "banned until %s: %s\n", res.BannedUntil.Format(time.RFC3339), human(res.BanCovers))
-			}
-		}
+		printKicked(stdout, res)
 		return nil
 	}
 	return cmd
+}
+
+// adminKick asks the gateway of state directory state to end job's lease,
+// and ban it for ban if not 0.
+func adminKick(ctx context.Context, state, job, reason string, ban time.Duration) (admin.KickResult, error) {
+	c, err := dialAdmin("kick", state)
+	if err != nil {
+		return admin.KickResult{}, err
+	}
+	defer c.Close()
+	req := admin.KickRequest{Job: job, Reason: reason}
+	if ban > 0 {
+		req.Ban = ban.String()
+	}
+	return c.Kick(ctx, req)
+}
+
+// printKicked prints the leases a kick ended, and the ban.
+func printKicked(w io.Writer, res admin.KickResult) {
+	for _, k := range res.Kicked {
+		fmt.Fprintf(w, "ended lease %s of job %s at %s\n", k.Lease, orDash(human(k.JobID)), k.Addr)
+		if k.Gateway != "" {
+			fmt.Fprintf(w, "  on gateway %s of the fleet\n", human(k.Gateway))
+		}
+		if !res.BannedUntil.IsZero() {
+			fmt.Fprintf(w, "banned until %s: %s\n", res.BannedUntil.Format(time.RFC3339), human(res.BanCovers))
+		}
+	}
 }
 
 // humanBytes formats a byte count with IEC units.
