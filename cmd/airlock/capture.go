@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,7 +22,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/fleet"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // newCaptureCmd is `airlock capture`: a live pcap capture of one job's
@@ -87,29 +87,9 @@ a network peer can present (docs/fleet.md).`),
 		}
 		ctx, stop := signalContext()
 		defer stop()
-		var body io.ReadCloser
-		if fromStore {
-			db, err := so.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			var gw store.Member
-			body, _, gw, err = fleet.Capture(ctx, db, fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen,
-				Buffer: req.Buffer, By: adminHostBy("airlock capture --store")}, fleetCaptureTimeout)
-			if err != nil {
-				return fmt.Errorf("capture %s: %w", req.Job, err)
-			}
-			fmt.Fprintf(stderr, "airlock capture: relayed from gateway %s\n", human(gw.Advertise))
-		} else {
-			c, err := dialAdmin("capture", state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if body, err = c.Capture(ctx, req); err != nil {
-				return err
-			}
+		body, err := startCapture(ctx, stderr, fromStore, so, state, req)
+		if err != nil {
+			return err
 		}
 		defer body.Close()
 		if toFile {
@@ -130,6 +110,49 @@ a network peer can present (docs/fleet.md).`),
 		return nil
 	}
 	return cmd
+}
+
+// startCapture starts the capture req: relayed from the fleet's gateway
+// that holds the job (fromStore), or through the admin socket of the
+// gateway of state directory state. Closing the stream it returns ends the
+// capture and the connection it came by.
+func startCapture(ctx context.Context, stderr io.Writer, fromStore bool, so storeOpts, state string, req admin.CaptureRequest) (io.ReadCloser, error) {
+	if !fromStore {
+		c, err := dialAdmin("capture", state)
+		if err != nil {
+			return nil, err
+		}
+		body, err := c.Capture(ctx, req)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return closeBoth{body, c}, nil
+	}
+	db, err := so.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	body, _, gw, err := fleet.Capture(ctx, db, fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen,
+		Buffer: req.Buffer, By: adminHostBy("airlock capture --store")}, fleetCaptureTimeout)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("capture %s: %w", req.Job, err)
+	}
+	fmt.Fprintf(stderr, "airlock capture: relayed from gateway %s\n", human(gw.Advertise))
+	return closeBoth{body, db}, nil
+}
+
+// closeBoth is a stream that closes what it came by after itself.
+type closeBoth struct {
+	io.ReadCloser
+	by io.Closer
+}
+
+func (c closeBoth) Close() error {
+	err := c.ReadCloser.Close()
+	c.by.Close()
+	return err
 }
 
 // fleetCaptureTimeout bounds the connection to the gateway that holds a
