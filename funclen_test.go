@@ -22,7 +22,7 @@ import (
 // new count (the test's log says when).
 const (
 	maxFuncLines = 60
-	maxLongFuncs = 25
+	maxLongFuncs = 24
 )
 
 // longFuncs returns the functions and methods of the module's production
