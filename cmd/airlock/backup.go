@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -56,33 +57,39 @@ directory owned by the gateway's user (tar -C DIR -xzf FILE) and start it
 		} else if isTerminal(stdout) {
 			return usagef("refusing to write the archive to a terminal: use --output FILE or redirect it")
 		}
-		c, err := admin.Dial(state)
-		switch {
-		case err == nil:
-			defer c.Close()
-			n, err := c.Backup(cmd.Context(), out)
-			if err != nil {
-				return fmt.Errorf("gateway backup: %w", err)
-			}
-			fmt.Fprintf(stderr, "airlock: backed up the running gateway's state (%d bytes)\n", n)
-		case errors.Is(err, admin.ErrNoGateway):
-			path := filepath.Join(state, store.FileName)
-			if ok, err := statefile.Exists(path); err != nil || !ok {
-				return fmt.Errorf("gateway backup: no state database in %s (%v): is it the gateway's --state directory?", state, err)
-			}
-			db, err := store.Open(path, 5*time.Second)
-			if err != nil {
-				return fmt.Errorf("gateway backup: %w", err)
-			}
-			defer db.Close()
-			if err := admin.WriteBackup(out, state, gateway.BackupFiles(), db); err != nil {
-				return err
-			}
-			fmt.Fprintf(stderr, "airlock: backed up %s (the gateway is not running)\n", state)
-		default:
-			return fmt.Errorf("gateway backup: %w", err)
-		}
-		return nil
+		return backupState(cmd.Context(), stderr, out, state)
 	}
 	return cmd
+}
+
+// backupState writes the archive of state directory state to out: from
+// the running gateway, or, if none runs, from the directory itself.
+func backupState(ctx context.Context, stderr, out io.Writer, state string) error {
+	c, err := admin.Dial(state)
+	switch {
+	case err == nil:
+		defer c.Close()
+		n, err := c.Backup(ctx, out)
+		if err != nil {
+			return fmt.Errorf("gateway backup: %w", err)
+		}
+		fmt.Fprintf(stderr, "airlock: backed up the running gateway's state (%d bytes)\n", n)
+	case errors.Is(err, admin.ErrNoGateway):
+		path := filepath.Join(state, store.FileName)
+		if ok, err := statefile.Exists(path); err != nil || !ok {
+			return fmt.Errorf("gateway backup: no state database in %s (%v): is it the gateway's --state directory?", state, err)
+		}
+		db, err := store.Open(path, 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("gateway backup: %w", err)
+		}
+		defer db.Close()
+		if err := admin.WriteBackup(out, state, gateway.BackupFiles(), db); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "airlock: backed up %s (the gateway is not running)\n", state)
+	default:
+		return fmt.Errorf("gateway backup: %w", err)
+	}
+	return nil
 }

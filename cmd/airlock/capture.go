@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,7 +22,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/admin"
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/fleet"
-	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // newCaptureCmd is `airlock capture`: a live pcap capture of one job's
@@ -55,81 +55,117 @@ a network peer can present (docs/fleet.md).`),
 			return nil
 		},
 	}
-	var state string
-	stateFlag(cmd, &state)
+	var o captureOpts
+	stateFlag(cmd, &o.state)
 	fs := cmd.Flags()
-	write := fs.StringP("write", "w", "", "write the pcap stream to this `FILE` (a new file, created 0600; an existing file is refused) instead of stdout")
-	count := fs.IntP("count", "c", 0, "stop after this many packets (default: until interrupted or the job's lease ends)")
-	snaplen := fs.IntP("snaplen", "s", 0, "keep at most this many bytes of each packet (default: whole packets)")
-	buffer := fs.Int("buffer", 0, "the gateway's buffer for this capture in bytes; packets that do not fit are dropped (default 4 MiB)")
+	fs.StringVarP(&o.write, "write", "w", "", "write the pcap stream to this `FILE` (a new file, created 0600; an existing file is refused) instead of stdout")
+	fs.IntVarP(&o.count, "count", "c", 0, "stop after this many packets (default: until interrupted or the job's lease ends)")
+	fs.IntVarP(&o.snaplen, "snaplen", "s", 0, "keep at most this many bytes of each packet (default: whole packets)")
+	fs.IntVar(&o.buffer, "buffer", 0, "the gateway's buffer for this capture in bytes; packets that do not fit are dropped (default 4 MiB)")
 	_ = cmd.MarkFlagFilename("write", "pcap")
-	var so storeOpts
-	storeFlags(cmd, &so, "; instead of --state, on an admin host: the capture is relayed from the fleet's gateway that holds JOB")
+	storeFlags(cmd, &o.so, "; instead of --state, on an admin host: the capture is relayed from the fleet's gateway that holds JOB")
 	cmd.RunE = func(cmd *cobra.Command, pos []string) error {
-		fromStore := useStore(cmd, so)
-		if !fromStore {
-			if err := needState(state); err != nil {
-				return err
-			}
-		}
-		req := admin.CaptureRequest{Job: pos[0], Filter: strings.Join(pos[1:], " "), Snaplen: *snaplen, Buffer: *buffer}
-		if _, err := admin.CheckCapture(req); err != nil {
-			return err
-		}
-		var out io.Writer = stdout
-		toFile := *write != "" && *write != "-"
-		if toFile {
-			if err := capture.CheckNewFile(*write); err != nil {
-				return fmt.Errorf("capture: %w", err)
-			}
-		} else if isTerminal(stdout) {
-			return errors.New("capture: refusing to write pcap to a terminal: use -w FILE or pipe it, e.g. | tcpdump -nr -")
-		}
-		ctx, stop := signalContext()
-		defer stop()
-		var body io.ReadCloser
-		if fromStore {
-			db, err := so.open(ctx)
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			var gw store.Member
-			body, _, gw, err = fleet.Capture(ctx, db, fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen,
-				Buffer: req.Buffer, By: adminHostBy("airlock capture --store")}, fleetCaptureTimeout)
-			if err != nil {
-				return fmt.Errorf("capture %s: %w", req.Job, err)
-			}
-			fmt.Fprintf(stderr, "airlock capture: relayed from gateway %s\n", human(gw.Advertise))
-		} else {
-			c, err := dialAdmin("capture", state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if body, err = c.Capture(ctx, req); err != nil {
-				return err
-			}
-		}
-		defer body.Close()
-		if toFile {
-			// Made once the gateway took the capture: a refused one
-			// leaves no empty file behind.
-			f, err := capture.CreateFile(*write)
-			if err != nil {
-				return fmt.Errorf("capture: %w", err)
-			}
-			defer f.Close()
-			out = f
-		}
-		n, err := copyRecords(out, body, *count)
-		fmt.Fprintf(stderr, "airlock capture: %d packets captured\n", n)
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("capture: %w", err)
-		}
-		return nil
+		return runCapture(stdout, stderr, o, useStore(cmd, o.so), pos[0], strings.Join(pos[1:], " "))
 	}
 	return cmd
+}
+
+// captureOpts are airlock capture's flags.
+type captureOpts struct {
+	state                  string
+	so                     storeOpts
+	write                  string
+	count, snaplen, buffer int
+}
+
+// runCapture captures the packets of job selected by filter, through the
+// fleet (fromStore) or the gateway's admin socket, to stdout or o.write,
+// until o.count packets, the job's end or a signal.
+func runCapture(stdout, stderr io.Writer, o captureOpts, fromStore bool, job, filter string) error {
+	if !fromStore {
+		if err := needState(o.state); err != nil {
+			return err
+		}
+	}
+	req := admin.CaptureRequest{Job: job, Filter: filter, Snaplen: o.snaplen, Buffer: o.buffer}
+	if _, err := admin.CheckCapture(req); err != nil {
+		return err
+	}
+	var out io.Writer = stdout
+	toFile := o.write != "" && o.write != "-"
+	if toFile {
+		if err := capture.CheckNewFile(o.write); err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+	} else if isTerminal(stdout) {
+		return errors.New("capture: refusing to write pcap to a terminal: use -w FILE or pipe it, e.g. | tcpdump -nr -")
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	body, err := startCapture(ctx, stderr, fromStore, o.so, o.state, req)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if toFile {
+		// Made once the gateway took the capture: a refused one
+		// leaves no empty file behind.
+		f, err := capture.CreateFile(o.write)
+		if err != nil {
+			return fmt.Errorf("capture: %w", err)
+		}
+		defer f.Close()
+		out = f
+	}
+	n, err := copyRecords(out, body, o.count)
+	fmt.Fprintf(stderr, "airlock capture: %d packets captured\n", n)
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("capture: %w", err)
+	}
+	return nil
+}
+
+// startCapture starts the capture req: relayed from the fleet's gateway
+// that holds the job (fromStore), or through the admin socket of the
+// gateway of state directory state. Closing the stream it returns ends the
+// capture and the connection it came by.
+func startCapture(ctx context.Context, stderr io.Writer, fromStore bool, so storeOpts, state string, req admin.CaptureRequest) (io.ReadCloser, error) {
+	if !fromStore {
+		c, err := dialAdmin("capture", state)
+		if err != nil {
+			return nil, err
+		}
+		body, err := c.Capture(ctx, req)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return closeBoth{body, c}, nil
+	}
+	db, err := so.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	body, _, gw, err := fleet.Capture(ctx, db, fleet.CaptureRequest{Job: req.Job, Filter: req.Filter, Snaplen: req.Snaplen,
+		Buffer: req.Buffer, By: adminHostBy("airlock capture --store")}, fleetCaptureTimeout)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("capture %s: %w", req.Job, err)
+	}
+	fmt.Fprintf(stderr, "airlock capture: relayed from gateway %s\n", human(gw.Advertise))
+	return closeBoth{body, db}, nil
+}
+
+// closeBoth is a stream that closes what it came by after itself.
+type closeBoth struct {
+	io.ReadCloser
+	by io.Closer
+}
+
+func (c closeBoth) Close() error {
+	err := c.ReadCloser.Close()
+	c.by.Close()
+	return err
 }
 
 // fleetCaptureTimeout bounds the connection to the gateway that holds a

@@ -100,101 +100,122 @@ func redact(b []byte) []byte {
 // recorded in errors.txt rather than failing the whole archive.
 func writeDiag(ctx context.Context, w io.Writer, state, configFile string, profileSecs int, stderr io.Writer) error {
 	zw := gzip.NewWriter(w)
-	tw := tar.NewWriter(zw)
-	now := time.Now()
-	var problems bytes.Buffer
-	add := func(name string, data []byte, text bool) error {
-		if text {
-			data = redact(data)
-		}
-		hdr := &tar.Header{Name: "airlock-diag/" + name, Mode: 0o600, Size: int64(len(data)), ModTime: now, Typeflag: tar.TypeReg}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
+	a := &diagArchive{tw: tar.NewWriter(zw), now: time.Now()}
 	var buf bytes.Buffer
 	if err := printJSON(&buf, version.Get()); err != nil {
 		return err
 	}
-	if err := add("version.json", buf.Bytes(), true); err != nil {
+	if err := a.add("version.json", buf.Bytes(), true); err != nil {
 		return err
 	}
-
-	c, err := admin.Dial(state)
-	if err != nil {
-		fmt.Fprintf(&problems, "admin socket: %v\n", err)
-	} else {
-		defer c.Close()
-		parts := []struct {
-			name, path string
-			text       bool
-		}{
-			{"metrics.txt", admin.MetricsPath, true},
-			{"pprof/goroutine.txt", "/debug/pprof/goroutine?debug=1", true},
-			{"pprof/heap.pb.gz", "/debug/pprof/heap", false},
-		}
-		if profileSecs > 0 {
-			parts = append(parts, struct {
-				name, path string
-				text       bool
-			}{"pprof/cpu.pb.gz", "/debug/pprof/profile?seconds=" + strconv.Itoa(profileSecs), false})
-		}
-		if st, err := c.Status(ctx); err != nil {
-			fmt.Fprintf(&problems, "status: %v\n", err)
-		} else {
-			buf.Reset()
-			if err := printJSON(&buf, st); err != nil {
-				return err
-			}
-			if err := add("status.json", buf.Bytes(), true); err != nil {
-				return err
-			}
-		}
-		for _, p := range parts {
-			buf.Reset()
-			if _, err := c.GetRaw(ctx, p.path, &buf); err != nil {
-				fmt.Fprintf(&problems, "%s: %v\n", p.name, err)
-				continue
-			}
-			if err := add(p.name, buf.Bytes(), p.text); err != nil {
-				return err
-			}
-		}
+	if err := a.addGateway(ctx, state, profileSecs); err != nil {
+		return err
 	}
-
-	// airlock gateway --check, as the service would run it: same
-	// binary, this environment.
-	if exe, err := os.Executable(); err != nil {
-		fmt.Fprintf(&problems, "check: %v\n", err)
-	} else {
-		cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-		chk := exec.CommandContext(cctx, exe, "gateway", "--check", "--state", state)
-		out, err := chk.CombinedOutput()
-		cancel()
-		if err != nil {
-			out = append(out, fmt.Sprintf("(airlock gateway --check: %v)\n", err)...)
-		}
-		if err := add("check.txt", out, true); err != nil {
-			return err
-		}
+	if err := a.addCheck(ctx, state); err != nil {
+		return err
 	}
 	if configFile != "" {
 		if b, err := os.ReadFile(configFile); err != nil {
-			fmt.Fprintf(&problems, "config: %v\n", err)
-		} else if err := add("config.toml", b, true); err != nil {
+			fmt.Fprintf(&a.problems, "config: %v\n", err)
+		} else if err := a.add("config.toml", b, true); err != nil {
 			return err
 		}
 	}
-	if problems.Len() > 0 {
-		fmt.Fprintf(stderr, "airlock: warning: diag: some parts are missing:\n%s", problems.Bytes())
-		if err := add("errors.txt", problems.Bytes(), true); err != nil {
+	if a.problems.Len() > 0 {
+		fmt.Fprintf(stderr, "airlock: warning: diag: some parts are missing:\n%s", a.problems.Bytes())
+		if err := a.add("errors.txt", a.problems.Bytes(), true); err != nil {
 			return err
 		}
 	}
-	if err := tw.Close(); err != nil {
+	if err := a.tw.Close(); err != nil {
 		return err
 	}
 	return zw.Close()
+}
+
+// diagArchive is the diag archive being written: its tar stream, the time
+// its entries carry, and the parts that could not be gathered.
+type diagArchive struct {
+	tw       *tar.Writer
+	now      time.Time
+	problems bytes.Buffer
+}
+
+// add writes the entry name with data, redacted if text.
+func (a *diagArchive) add(name string, data []byte, text bool) error {
+	if text {
+		data = redact(data)
+	}
+	hdr := &tar.Header{Name: "airlock-diag/" + name, Mode: 0o600, Size: int64(len(data)), ModTime: a.now, Typeflag: tar.TypeReg}
+	if err := a.tw.WriteHeader(hdr); err != nil {
+		return err
+	}
+	_, err := a.tw.Write(data)
+	return err
+}
+
+// addGateway adds what the running gateway of state directory state says
+// on its admin socket: status, metrics, goroutines, heap and, for
+// profileSecs > 0, a CPU profile that long.
+func (a *diagArchive) addGateway(ctx context.Context, state string, profileSecs int) error {
+	c, err := admin.Dial(state)
+	if err != nil {
+		fmt.Fprintf(&a.problems, "admin socket: %v\n", err)
+		return nil
+	}
+	defer c.Close()
+	parts := []struct {
+		name, path string
+		text       bool
+	}{
+		{"metrics.txt", admin.MetricsPath, true},
+		{"pprof/goroutine.txt", "/debug/pprof/goroutine?debug=1", true},
+		{"pprof/heap.pb.gz", "/debug/pprof/heap", false},
+	}
+	if profileSecs > 0 {
+		parts = append(parts, struct {
+			name, path string
+			text       bool
+		}{"pprof/cpu.pb.gz", "/debug/pprof/profile?seconds=" + strconv.Itoa(profileSecs), false})
+	}
+	var buf bytes.Buffer
+	if st, err := c.Status(ctx); err != nil {
+		fmt.Fprintf(&a.problems, "status: %v\n", err)
+	} else {
+		if err := printJSON(&buf, st); err != nil {
+			return err
+		}
+		if err := a.add("status.json", buf.Bytes(), true); err != nil {
+			return err
+		}
+	}
+	for _, p := range parts {
+		buf.Reset()
+		if _, err := c.GetRaw(ctx, p.path, &buf); err != nil {
+			fmt.Fprintf(&a.problems, "%s: %v\n", p.name, err)
+			continue
+		}
+		if err := a.add(p.name, buf.Bytes(), p.text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addCheck adds the output of airlock gateway --check, as the service
+// would run it: same binary, this environment.
+func (a *diagArchive) addCheck(ctx context.Context, state string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(&a.problems, "check: %v\n", err)
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	chk := exec.CommandContext(cctx, exe, "gateway", "--check", "--state", state)
+	out, err := chk.CombinedOutput()
+	cancel()
+	if err != nil {
+		out = append(out, fmt.Sprintf("(airlock gateway --check: %v)\n", err)...)
+	}
+	return a.add("check.txt", out, true)
 }

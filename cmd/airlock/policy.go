@@ -65,34 +65,41 @@ after explaining.`,
 	protoName := cmd.Flags().String("proto", "tcp", "the flow's protocol: tcp, udp or icmp")
 	enumFlag(cmd, "proto", "tcp", "udp", "icmp")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		if *path == "" {
-			return usagef("--config is empty: want the gateway's config file (as its --config)")
-		}
-		proto, err := policy.ParseProto(*protoName)
-		if err != nil || proto == policy.ProtoAny {
-			return usagef("bad --proto %q: want tcp, udp or icmp", truncateArg(*protoName))
-		}
-		cfg, err := config.LoadUntested(*path)
+		return explainPolicy(cmd.Context(), stdout, stderr, *path, *token, *protoName, args)
+	}
+	return cmd
+}
+
+// explainPolicy explains, by the config file at path, a new flow of a job
+// of token to each destination of args by protocol protoName, then says
+// on stderr (and fails) if the gateway would refuse the file.
+func explainPolicy(ctx context.Context, stdout, stderr io.Writer, path, token, protoName string, args []string) error {
+	if path == "" {
+		return usagef("--config is empty: want the gateway's config file (as its --config)")
+	}
+	proto, err := policy.ParseProto(protoName)
+	if err != nil || proto == policy.ProtoAny {
+		return usagef("bad --proto %q: want tcp, udp or icmp", truncateArg(protoName))
+	}
+	cfg, err := config.LoadUntested(path)
+	if err != nil {
+		return err
+	}
+	for _, arg := range args {
+		dsts, err := explainDests(ctx, arg, proto)
 		if err != nil {
 			return err
 		}
-		for _, arg := range args {
-			dsts, err := explainDests(cmd.Context(), arg, proto)
-			if err != nil {
-				return err
-			}
-			for _, ap := range dsts {
-				f := policy.Flow{Token: *token, Proto: proto, Dst: ap.Addr(), Port: ap.Port()}
-				printExplanation(stdout, cfg, f, cfg.Policy.Explain(f))
-			}
+		for _, ap := range dsts {
+			f := policy.Flow{Token: token, Proto: proto, Dst: ap.Addr(), Port: ap.Port()}
+			printExplanation(stdout, cfg, f, cfg.Policy.Explain(f))
 		}
-		if _, err := config.Load(*path); err != nil {
-			fmt.Fprintf(stderr, "airlock: the gateway would refuse %s: %v\n", *path, err)
-			return exitError{exitFailure}
-		}
-		return nil
 	}
-	return cmd
+	if _, err := config.Load(path); err != nil {
+		fmt.Fprintf(stderr, "airlock: the gateway would refuse %s: %v\n", path, err)
+		return exitError{exitFailure}
+	}
+	return nil
 }
 
 // explainDests parses DEST:PORT (or DEST for icmp), resolving a name.

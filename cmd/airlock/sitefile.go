@@ -58,30 +58,8 @@ func applySiteFile(cmd *cobra.Command, path string, getenv func(string) string, 
 	case err != nil:
 		return nil, err
 	}
-	source := map[string]string{} // flag → source, for flags the job set
-	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
-			source[f.Name] = "command line"
-			return
-		}
-		for _, v := range f.Annotations[envAnnotation] {
-			if getenv(v) != "" {
-				source[f.Name] = "environment " + v
-				return
-			}
-		}
-	})
-	skip := map[string]string{} // flag → the job's flag that keeps the site's value away
-	for _, g := range siteGroups {
-		for _, name := range g {
-			if _, set := source[name]; set {
-				for _, other := range g {
-					skip[other] = name
-				}
-				break
-			}
-		}
-	}
+	source := jobSettings(fs, getenv) // flag → source, for flags the job set
+	skip := siteSkips(source)
 	var out []setting
 	for _, sv := range site.Values {
 		f := flagOfEnv(fs, sv.Name)
@@ -118,6 +96,43 @@ func applySiteFile(cmd *cobra.Command, path string, getenv func(string) string, 
 		out = append(out, s)
 	})
 	return out, nil
+}
+
+// jobSettings returns where the job set each flag of fs it set: "command
+// line" or "environment VAR".
+func jobSettings(fs *pflag.FlagSet, getenv func(string) string) map[string]string {
+	source := map[string]string{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			source[f.Name] = "command line"
+			return
+		}
+		for _, v := range f.Annotations[envAnnotation] {
+			if getenv(v) != "" {
+				source[f.Name] = "environment " + v
+				return
+			}
+		}
+	})
+	return source
+}
+
+// siteSkips returns, for each flag of a group of siteGroups one of whose
+// flags the job set (set: flag → source), the flag the job set: the site
+// file's values of that group are not used.
+func siteSkips(set map[string]string) map[string]string {
+	skip := map[string]string{}
+	for _, g := range siteGroups {
+		for _, name := range g {
+			if _, ok := set[name]; ok {
+				for _, other := range g {
+					skip[other] = name
+				}
+				break
+			}
+		}
+	}
+	return skip
 }
 
 // flagOfEnv is the flag of fs read from the environment variable name.

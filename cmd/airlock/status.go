@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -92,6 +93,30 @@ printed); --all lists every job.`,
 // printStatus prints st, its jobs that f matches one per line if they are
 // few or all is set, else their summary.
 func printStatus(w io.Writer, st admin.Status, f jobFilter, all bool) error {
+	printGatewayStatus(w, st)
+	jobs := filterJobs(st.Jobs, f)
+	if f.empty() {
+		fmt.Fprintf(w, "jobs:       %d\n", len(st.Jobs))
+	} else {
+		fmt.Fprintf(w, "jobs:       %d, %d of them selected\n", len(st.Jobs), len(jobs))
+	}
+	if len(jobs) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	if len(jobs) > maxListed && !all {
+		if err := printSummary(w, jobs); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%d jobs are too many to list one by one: select some with --token, --user or --node, or list them all with --all\n", len(jobs))
+		return nil
+	}
+	return printJobs(w, jobs, st.PortBlocks.Addrs > 1)
+}
+
+// printGatewayStatus prints the gateway's lines of status: mode, egress,
+// key, capacity, sockets, drain, flows and traffic totals.
+func printGatewayStatus(w io.Writer, st admin.Status) {
 	up := time.Duration(st.UptimeSeconds * float64(time.Second)).Round(time.Second)
 	fmt.Fprintf(w, "gateway:    %s mode, up %s (since %s), clients dial %s, version %s\n", st.Mode, up, st.Started.Format(time.RFC3339), st.Advertise, orDash(st.Version))
 	fmt.Fprintf(w, "egress:     %s, port blocks %d of %d in use, %d free (%s, %d ports each)\n", st.EgressAddr, st.PortBlocks.Used, st.PortBlocks.Total, st.PortBlocks.Free, st.PortBlocks.Range, st.PortBlocks.Size)
@@ -121,28 +146,16 @@ func printStatus(w io.Writer, st admin.Status, f jobFilter, all bool) error {
 	if t.LogErrors > 0 {
 		fmt.Fprintf(w, "flow log:   %d records could not be written: see the gateway's log\n", t.LogErrors)
 	}
-	jobs := filterJobs(st.Jobs, f)
-	if f.empty() {
-		fmt.Fprintf(w, "jobs:       %d\n", len(st.Jobs))
-	} else {
-		fmt.Fprintf(w, "jobs:       %d, %d of them selected\n", len(st.Jobs), len(jobs))
-	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	fmt.Fprintln(w)
-	if len(jobs) > maxListed && !all {
-		if err := printSummary(w, jobs); err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "%d jobs are too many to list one by one: select some with --token, --user or --node, or list them all with --all\n", len(jobs))
-		return nil
-	}
+}
+
+// printJobs prints jobs one a line; pool (an egress pool of several
+// addresses) adds the public address to each job's ports.
+func printJobs(w io.Writer, jobs []admin.JobStatus, pool bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tLEASE\tADDRESS\tPORTS\tTOKEN\tIDENTITY\tUSER@HOST\tRATE OUT\tRATE IN\tFLOWS\tBYTES OUT\tBYTES IN\tSINCE")
 	for _, j := range jobs {
 		who := userCell(j.User, j.ClaimedUID, j.Attested) + " @ " + hostCell(j.Host, j.Attested)
-		if st.PortBlocks.Addrs > 1 && j.PublicAddr.IsValid() && j.Ports != "" {
+		if pool && j.PublicAddr.IsValid() && j.Ports != "" {
 			j.Ports = j.PublicAddr.String() + ":" + j.Ports // an egress pool: which address
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n",
@@ -269,40 +282,50 @@ it.`,
 			return usagef("--ban %v: want a positive duration", *ban)
 		}
 		var res admin.KickResult
+		var err error
 		if useStore(cmd, so) {
-			var err error
-			if res, err = storeKick(ctx, so, args[0], *reason, *ban); err != nil {
-				return err
-			}
+			res, err = storeKick(ctx, so, args[0], *reason, *ban)
 		} else {
-			c, err := dialAdmin("kick", state)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			req := admin.KickRequest{Job: args[0], Reason: *reason}
-			if *ban > 0 {
-				req.Ban = ban.String()
-			}
-			if res, err = c.Kick(ctx, req); err != nil {
-				return err
-			}
+			res, err = adminKick(ctx, state, args[0], *reason, *ban)
+		}
+		if err != nil {
+			return err
 		}
 		if *asJSON {
 			return printJSON(stdout, res)
 		}
-		for _, k := range res.Kicked {
-			fmt.Fprintf(stdout, "ended lease %s of job %s at %s\n", k.Lease, orDash(human(k.JobID)), k.Addr)
-			if k.Gateway != "" {
-				fmt.Fprintf(stdout, "  on gateway %s of the fleet\n", human(k.Gateway))
-			}
-			if !res.BannedUntil.IsZero() {
-				fmt.Fprintf(stdout, "banned until %s: %s\n", res.BannedUntil.Format(time.RFC3339), human(res.BanCovers))
-			}
-		}
+		printKicked(stdout, res)
 		return nil
 	}
 	return cmd
+}
+
+// adminKick asks the gateway of state directory state to end job's lease,
+// and ban it for ban if not 0.
+func adminKick(ctx context.Context, state, job, reason string, ban time.Duration) (admin.KickResult, error) {
+	c, err := dialAdmin("kick", state)
+	if err != nil {
+		return admin.KickResult{}, err
+	}
+	defer c.Close()
+	req := admin.KickRequest{Job: job, Reason: reason}
+	if ban > 0 {
+		req.Ban = ban.String()
+	}
+	return c.Kick(ctx, req)
+}
+
+// printKicked prints the leases a kick ended, and the ban.
+func printKicked(w io.Writer, res admin.KickResult) {
+	for _, k := range res.Kicked {
+		fmt.Fprintf(w, "ended lease %s of job %s at %s\n", k.Lease, orDash(human(k.JobID)), k.Addr)
+		if k.Gateway != "" {
+			fmt.Fprintf(w, "  on gateway %s of the fleet\n", human(k.Gateway))
+		}
+		if !res.BannedUntil.IsZero() {
+			fmt.Fprintf(w, "banned until %s: %s\n", res.BannedUntil.Format(time.RFC3339), human(res.BanCovers))
+		}
+	}
 }
 
 // humanBytes formats a byte count with IEC units.

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/netip"
@@ -53,15 +54,7 @@ an empty list).`,
 				return usagef("bad --at %q: want RFC 3339, e.g. 2026-11-22T10:00:00Z", truncateArg(*atFlag))
 			}
 		}
-		var recs []store.LeaseRecord
-		if useStore(cmd, so) {
-			err = withStoreDB(ctx, so, func(db *pgstore.Store) error {
-				recs, err = db.Whois(ap.Addr(), ap.Port(), at)
-				return err
-			})
-		} else {
-			recs, err = admin.Whois(ctx, state, ap, at)
-		}
+		recs, err := whoisRecords(ctx, useStore(cmd, so), so, state, ap, at)
 		if err != nil {
 			return err
 		}
@@ -79,27 +72,48 @@ an empty list).`,
 		if *asJSON {
 			return nil
 		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tIDENTITY\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
-		// Identity columns say where each value comes from: (munge) is
-		// attested, (claimed) is what the job's client said.
-		for _, r := range recs {
-			end := "active"
-			if !r.End.IsZero() {
-				end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
-			}
-			a, _ := r.AttributionAt(ap.Addr())
-			batch := r.BatchSystem
-			if r.Attested != nil && r.Attested.Job != nil {
-				batch = r.Attested.Job.BatchSystem
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobCell(r.JobID, r.Attested), orDash(batch),
-				userCell(r.User, r.UID, r.Attested), hostCell(r.Host, r.Attested), orDash(r.Token), identityCell(r.Issued), orDash(human(r.Gateway)), r.TunnelAddr(), a,
-				r.Start.Format(time.RFC3339), end)
-		}
-		return tw.Flush()
+		return printWhois(stdout, recs, ap.Addr())
 	}
 	return cmd
+}
+
+// whoisRecords returns the lease records that held ap at at: from the
+// fleet's database (fromStore) or the state directory's history.
+func whoisRecords(ctx context.Context, fromStore bool, so storeOpts, state string, ap netip.AddrPort, at time.Time) ([]store.LeaseRecord, error) {
+	if !fromStore {
+		return admin.Whois(ctx, state, ap, at)
+	}
+	var recs []store.LeaseRecord
+	err := withStoreDB(ctx, so, func(db *pgstore.Store) error {
+		var err error
+		recs, err = db.Whois(ap.Addr(), ap.Port(), at)
+		return err
+	})
+	return recs, err
+}
+
+// printWhois prints the lease records recs that held public address addr,
+// one a line.
+func printWhois(w io.Writer, recs []store.LeaseRecord, addr netip.Addr) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tBATCH\tUSER\tHOST\tTOKEN\tIDENTITY\tGATEWAY\tTUNNEL\tBLOCK\tSTART\tEND")
+	// Identity columns say where each value comes from: (munge) is
+	// attested, (claimed) is what the job's client said.
+	for _, r := range recs {
+		end := "active"
+		if !r.End.IsZero() {
+			end = r.End.Format(time.RFC3339) + " (" + human(r.EndReason) + ")"
+		}
+		a, _ := r.AttributionAt(addr)
+		batch := r.BatchSystem
+		if r.Attested != nil && r.Attested.Job != nil {
+			batch = r.Attested.Job.BatchSystem
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", jobCell(r.JobID, r.Attested), orDash(batch),
+			userCell(r.User, r.UID, r.Attested), hostCell(r.Host, r.Attested), orDash(r.Token), identityCell(r.Issued), orDash(human(r.Gateway)), r.TunnelAddr(), a,
+			r.Start.Format(time.RFC3339), end)
+	}
+	return tw.Flush()
 }
 
 // parseWhoisAddr parses whois's argument: IP:PORT, [IPV6]:PORT, or a bare

@@ -179,23 +179,9 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if cfg.Getenv == nil {
 		cfg.Getenv = os.Getenv
 	}
-	if _, err := newNodeAttest(cfg.Attest, cfg.MungeSocket, ""); err != nil {
-		return cfg, nil, nil, err
-	}
-	tok, err := resolveToken(cfg)
-	if err != nil && !errors.Is(err, errNoToken) {
-		return cfg, nil, nil, err
-	}
-	bt, berr := newJobBearer(cfg.Bearer, cfg.Getenv)
-	if berr != nil {
-		return cfg, nil, nil, berr
-	}
+	tok, err := joinToken(cfg)
 	if err != nil {
-		att, _ := newNodeAttest(cfg.Attest, cfg.MungeSocket, "")
-		if b, _, _ := bt.find(); !att.possible() && b == "" {
-			return cfg, nil, nil, err
-		}
-		tok = "" // the join's MUNGE credential or bearer token stands in for it
+		return cfg, nil, nil, err
 	}
 	cfg.Token = tok
 	if cfg.JoinTimeout <= 0 {
@@ -234,15 +220,50 @@ func prepare(cfg Config) (Config, []Gateway, *plan, error) {
 	if cfg.Mode == "" {
 		cfg.Mode = ModeAuto
 	}
-	modes := newPlan(cfg.Mode)
+	modes, err := planModes(cfg.Mode)
+	if err != nil {
+		return cfg, nil, nil, err
+	}
+	return cfg, gws, modes, nil
+}
+
+// joinToken checks the job's identity settings of cfg and returns the
+// token it joins with (resolveToken), or "" where there is none and the
+// join's MUNGE credential or bearer token stands in for it.
+func joinToken(cfg Config) (string, error) {
+	if _, err := newNodeAttest(cfg.Attest, cfg.MungeSocket, ""); err != nil {
+		return "", err
+	}
+	tok, err := resolveToken(cfg)
+	if err != nil && !errors.Is(err, errNoToken) {
+		return "", err
+	}
+	bt, berr := newJobBearer(cfg.Bearer, cfg.Getenv)
+	if berr != nil {
+		return "", berr
+	}
+	if err != nil {
+		att, _ := newNodeAttest(cfg.Attest, cfg.MungeSocket, "")
+		if b, _, _ := bt.find(); !att.possible() && b == "" {
+			return "", err
+		}
+		return "", nil // the join's MUNGE credential or bearer token stands in for it
+	}
+	return tok, nil
+}
+
+// planModes is the plan of modes to try for --mode mode; where the first
+// is a namespace the host cannot make (nsexec.Preflight), it is skipped.
+func planModes(mode Mode) (*plan, error) {
+	modes := newPlan(mode)
 	if modes.current() == ModeNetns {
 		if err := nsexec.Preflight(); err != nil {
 			if err := modes.skip(err); err != nil {
-				return cfg, nil, nil, err
+				return nil, err
 			}
 		}
 	}
-	return cfg, gws, modes, nil
+	return modes, nil
 }
 
 // openSession makes the job's WireGuard key and joins the least loaded

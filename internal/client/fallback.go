@@ -201,22 +201,9 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		return nil, err
 	}
 	log := f.cfg.Logger
-	sl, err := net.Listen("tcp", "127.0.0.1:0")
+	sl, hl, sl6, err := proxyListeners(log)
 	if err != nil {
-		return nil, fmt.Errorf("socks proxy on loopback: %w", err)
-	}
-	hl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		sl.Close()
-		return nil, fmt.Errorf("http proxy on loopback: %w", err)
-	}
-	// The preload library's way in for IPv6 sockets that cannot use
-	// IPv4-mapped addresses (IPV6_V6ONLY): the same SOCKS proxy on ::1.
-	var sl6 net.Listener
-	if loopback6() {
-		if sl6, err = net.Listen("tcp6", "[::1]:0"); err != nil {
-			log.Warn("no socks proxy on IPv6 loopback; IPv6-only sockets will not be intercepted in preload mode", "err", err)
-		}
+		return nil, err
 	}
 	socks := &proxy.SOCKS{Dialer: d, Secret: secret, Logger: log}
 	httpp := &proxy.HTTP{Dialer: d, Secret: secret, Logger: log}
@@ -236,6 +223,37 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 			sl6.Close()
 		}
 	}()
+	return f.withProxyEnv(secret, sl, hl, sl6, dns), nil
+}
+
+// proxyListeners opens the SOCKS5 (sl) and HTTP (hl) proxies' listeners
+// on loopback, and, where the host has IPv6 loopback, the SOCKS proxy's
+// on ::1 too (sl6, else nil).
+func proxyListeners(log *slog.Logger) (sl, hl, sl6 net.Listener, err error) {
+	sl, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("socks proxy on loopback: %w", err)
+	}
+	hl, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		sl.Close()
+		return nil, nil, nil, fmt.Errorf("http proxy on loopback: %w", err)
+	}
+	// The preload library's way in for IPv6 sockets that cannot use
+	// IPv4-mapped addresses (IPV6_V6ONLY): the same SOCKS proxy on ::1.
+	if loopback6() {
+		if sl6, err = net.Listen("tcp6", "[::1]:0"); err != nil {
+			log.Warn("no socks proxy on IPv6 loopback; IPv6-only sockets will not be intercepted in preload mode", "err", err)
+			sl6 = nil
+		}
+	}
+	return sl, hl, sl6, nil
+}
+
+// withProxyEnv returns the job's environment with the variables that
+// point it (and the preload library) at the proxies of listeners sl, hl
+// and sl6, with secret, and at the DNS server dns.
+func (f *fallback) withProxyEnv(secret string, sl, hl, sl6 net.Listener, dns netip.Addr) []string {
 	httpURL := fmt.Sprintf("http://airlock:%s@%s", secret, hl.Addr())
 	socksURL := fmt.Sprintf("socks5h://airlock:%s@%s", secret, sl.Addr())
 	env := f.env
@@ -261,7 +279,7 @@ func (f *fallback) proxyEnv(ctx context.Context, svc *sync.WaitGroup, d proxy.Di
 		// Deprecated alias of AIRLOCK_SOCKS's IPv6 entry, for a release.
 		env = setEnv(env, "AIRLOCK_SOCKS6", sl6.Addr().String())
 	}
-	return env, nil
+	return env
 }
 
 // socksList is AIRLOCK_SOCKS: the proxy's addresses, comma-separated.

@@ -773,15 +773,7 @@ func (s *Session) Supervise(ctx context.Context) {
 			}
 			err = jerr
 		}
-		if lostSince.IsZero() {
-			lostSince = time.Now()
-			if errors.Is(err, control.ErrWatchSilent) && !lastHeard.IsZero() {
-				lostSince = lastHeard // silent since then: counts towards failover
-			}
-			s.log.Warn("lost the gateway; the job keeps running, reconnecting", "gateway", s.cur.addr, "err", err)
-		} else {
-			s.log.Debug("gateway still unreachable", "gateway", s.cur.addr, "err", err, "for", time.Since(lostSince).Round(time.Millisecond))
-		}
+		s.noteLost(&lostSince, lastHeard, err)
 		if len(s.gws) > 1 && time.Since(lostSince) >= s.failover {
 			// The lost gateway's lease is not released: it cannot be
 			// reached, and the lease expires there.
@@ -801,6 +793,21 @@ func (s *Session) Supervise(ctx context.Context) {
 		}
 		delay = min(2*delay, backoffMax)
 	}
+}
+
+// noteLost notes that the current gateway was lost with err: since now
+// (or since lastHeard, when its watch went silent), if *lostSince is zero
+// (the first loss), else it is still lost.
+func (s *Session) noteLost(lostSince *time.Time, lastHeard time.Time, err error) {
+	if !lostSince.IsZero() {
+		s.log.Debug("gateway still unreachable", "gateway", s.cur.addr, "err", err, "for", time.Since(*lostSince).Round(time.Millisecond))
+		return
+	}
+	*lostSince = time.Now()
+	if errors.Is(err, control.ErrWatchSilent) && !lastHeard.IsZero() {
+		*lostSince = lastHeard // silent since then: counts towards failover
+	}
+	s.log.Warn("lost the gateway; the job keeps running, reconnecting", "gateway", s.cur.addr, "err", err)
 }
 
 // leaseGone tells the user, once and loudly on stderr, that the job lost
@@ -833,6 +840,17 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 		s.relMu.Unlock()
 		att.Close()
 	}()
+	if err := s.attached(ctx, att, lostSince); err != nil {
+		return err
+	}
+	return s.serveSession(ctx, att)
+}
+
+// attached takes in what the gateway said as session att began: the
+// site-local bypass, whether it restarted (then, or after a loss since
+// *lostSince or of the TCP stream, the tunnel is brought back), and logs
+// the gateway's return, clearing *lostSince.
+func (s *Session) attached(ctx context.Context, att *control.Session, lostSince *time.Time) error {
 	if att.First.Bypass != nil {
 		s.setBypass(att.First.Bypass)
 	}
@@ -854,7 +872,13 @@ func (s *Session) connected(ctx context.Context, att *control.Session, lostSince
 	} else if restarted {
 		s.log.Warn("gateway restarted; tunnel re-established", "gateway", s.cur.addr, "transport", s.using)
 	}
+	return nil
+}
 
+// serveSession follows session att's events (bypass updates) and renews
+// the lease on it, until ctx ends, the session or the TCP stream ends, or
+// a renewal says the lease is gone.
+func (s *Session) serveSession(ctx context.Context, att *control.Session) error {
 	ended := make(chan error, 1)
 	go func() {
 		for {

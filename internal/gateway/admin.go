@@ -15,34 +15,48 @@ import (
 	"github.com/airlock-vpn/airlock/internal/portblock"
 )
 
-var _ admin.Gateway = (*gateway)(nil)
+var _ admin.Gateway = (*adminGateway)(nil)
+
+// adminGateway is the gateway's admin part: what the admin socket asks of
+// it (admin.Gateway, admin.KeyRotator, admin.Backuper) and the state that
+// only admins' orders change. It is safe for concurrent use once g is set
+// (newGateway).
+type adminGateway struct {
+	g *gateway
+	// kicks remembers leases an admin ended.
+	kicks kickList
+	// reloadMu serialises reloads of the config (config.go).
+	reloadMu sync.Mutex
+	// rotateMu serialises TLS key rotation steps (RotateKey).
+	rotateMu sync.Mutex
+}
 
 // Status implements admin.Gateway.
-func (g *gateway) Status() admin.Status {
+func (ag *adminGateway) Status() admin.Status {
 	now := time.Now()
-	p := g.egress.plan
-	total := g.egress.pool.Blocks()
-	pin, next := g.res.ids.Pins()
+	p := ag.g.egress.plan
+	total := ag.g.egress.pool.Blocks()
+	pin, next := ag.g.res.ids.Pins()
 	st := admin.Status{
-		Version: g.cfg.Version,
+		Version: ag.g.cfg.Version,
 		Pin:     pin,
 		NextPin: next,
-		Mode:    g.egress.mode, Started: g.started, UptimeSeconds: now.Sub(g.started).Seconds(),
-		Advertise: g.advertise, EgressAddr: g.egress.public,
-		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(g.egress.pool.Addrs)},
+		Mode:    ag.g.egress.mode, Started: ag.g.started, UptimeSeconds: now.Sub(ag.g.started).Seconds(),
+		Advertise: ag.g.advertise, EgressAddr: ag.g.egress.public,
+		PortBlocks: admin.PortBlocks{Range: p.Range.String(), Size: p.Size, Total: total, Addrs: len(ag.g.egress.pool.Addrs)},
 		Jobs:       []admin.JobStatus{},
-		Draining:   g.tr.draining.Load(),
-		Capacity:   admin.Capacity{Jobs: g.capacity.Jobs, Bound: g.capacity.Bound, Hint: g.capacity.Hint},
-		UDP:        g.udpStats(),
+		Draining:   ag.g.tr.draining.Load(),
+		Capacity:   admin.Capacity{Jobs: ag.g.egress.capacity.Jobs, Bound: ag.g.egress.capacity.Bound, Hint: ag.g.egress.capacity.Hint},
+		UDP:        ag.g.udpStats(),
 	}
 	byID := map[jobs.ID]flows.JobStats{}
-	if g.flows != nil {
-		for _, js := range g.flows.Jobs() {
+	if ag.g.flows != nil {
+		for _, js := range ag.g.flows.Jobs() {
 			byID[js.Lease] = js
 		}
-		st.Totals = g.flows.Stats()
+		st.Totals = ag.g.flows.Stats()
 	}
-	for _, l := range g.leases.Leases() {
+	for _, l := range ag.g.leases.Leases() {
 		o := l.Owner
 		js, ok := byID[jobs.ID(l.ID)]
 		if !ok {
@@ -54,13 +68,13 @@ func (g *gateway) Status() admin.Status {
 			}
 		}
 		j := admin.JobStatus{JobStats: js, Host: o.Claimed.Hostname, User: o.Claimed.User, ClaimedUID: o.Claimed.UID, Attested: o.Attested, Issued: o.Issued,
-			Started: l.Start, Expires: l.Expires, Transport: g.transportOf(l.ID), Addrs: l.AddrList()}
+			Started: l.Start, Expires: l.Expires, Transport: ag.g.transportOf(l.ID), Addrs: l.AddrList()}
 		if o.Remote.IsValid() {
 			j.Remote = o.Remote.String()
 		}
-		if b := g.block(l); b != (portblock.Range{}) {
+		if b := ag.g.egress.block(l); b != (portblock.Range{}) {
 			j.Ports = b.String()
-			j.PublicAddr = g.blockAddr(l)
+			j.PublicAddr = ag.g.egress.blockAddr(l)
 			st.PortBlocks.Used += max(l.Blocks, 1)
 		}
 		st.Jobs = append(st.Jobs, j)
@@ -70,25 +84,25 @@ func (g *gateway) Status() admin.Status {
 }
 
 // Flows implements admin.Gateway.
-func (g *gateway) Flows(f flows.Filter, activeOnly bool) admin.FlowList {
-	if g.flows == nil {
+func (ag *adminGateway) Flows(f flows.Filter, activeOnly bool) admin.FlowList {
+	if ag.g.flows == nil {
 		return admin.FlowList{Active: []flows.Record{}}
 	}
-	fl := admin.FlowList{Active: g.flows.Active(f)}
+	fl := admin.FlowList{Active: ag.g.flows.Active(f)}
 	if !activeOnly {
-		fl.Recent = g.flows.Recent(f)
+		fl.Recent = ag.g.flows.Recent(f)
 	}
 	return fl
 }
 
 // Leases implements admin.Gateway.
-func (g *gateway) Leases() []admin.LiveLease {
+func (ag *adminGateway) Leases() []admin.LiveLease {
 	// Let the joins that are allocating finish first: a revoke lists its
 	// token's leases after deleting the token, so every join either shows
 	// here or sees the token gone (allocate).
-	g.admit.mu.Lock()
-	g.admit.mu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
-	ls := g.leases.Leases()
+	ag.g.admit.mu.Lock()
+	ag.g.admit.mu.Unlock() //nolint:staticcheck // an empty critical section: a barrier
+	ls := ag.g.leases.Leases()
 	out := make([]admin.LiveLease, 0, len(ls))
 	for _, l := range ls {
 		o := l.Owner
@@ -105,43 +119,43 @@ func (g *gateway) Leases() []admin.LiveLease {
 // Ban implements admin.Gateway: joins from l's token, host and client
 // network are refused for d, and the other live leases of that token from
 // that host or network end.
-func (g *gateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.Time, string) {
+func (ag *adminGateway) Ban(l admin.LiveLease, d time.Duration, reason string) (time.Time, string) {
 	var o identity.Job
-	if ll, ok := g.leases.ByID(l.ID); ok {
+	if ll, ok := ag.g.leases.ByID(l.ID); ok {
 		o = ll.Owner
 	} else {
 		o = identity.Job{Claimed: identity.Claimed{Hostname: l.Host}, Token: l.Token}
 	}
-	b, covers := g.ban(o, d, reason)
-	g.endBanned(b, l.ID) // the kick ends l itself
+	b, covers := ag.g.admit.ban(o, d, reason)
+	ag.g.fleet.endBanned(b, l.ID) // the kick ends l itself
 	return b.Until, covers
 }
 
 // SetDraining implements admin.Gateway.
-func (g *gateway) SetDraining(on bool) bool { return g.tr.draining.Swap(on) }
+func (ag *adminGateway) SetDraining(on bool) bool { return ag.g.tr.draining.Swap(on) }
 
 // Reload implements admin.Gateway.
-func (g *gateway) Reload() (admin.ReloadResult, error) { return g.reload() }
+func (ag *adminGateway) Reload() (admin.ReloadResult, error) { return ag.reload() }
 
 // EndLease implements admin.Gateway.
-func (g *gateway) EndLease(id, by, reason, why string) (admin.KickedLease, bool) {
-	return g.endLease(id, by, reason, why)
+func (ag *adminGateway) EndLease(id, by, reason, why string) (admin.KickedLease, bool) {
+	return ag.endLease(id, by, reason, why)
 }
 
 // endLease ends lease id on an admin's order (by: the command), frees it
 // as if it had expired and records why in the history; its client is
 // told at once over its watch, and at any later request, with reason.
-func (g *gateway) endLease(id, by, reason, why string) (admin.KickedLease, bool) {
-	g.kicks.add(id, by, reason, g.leases.TTL())
-	l, err := g.leases.Remove(id)
+func (ag *adminGateway) endLease(id, by, reason, why string) (admin.KickedLease, bool) {
+	ag.kicks.add(id, by, reason, ag.g.leases.TTL())
+	l, err := ag.g.leases.Remove(id)
 	if err != nil {
 		return admin.KickedLease{}, false // ended meanwhile
 	}
-	g.removePeer(l.PublicKey)
-	g.removeJob(l)
-	g.recordEnd(l, why)
-	if g.wakeWatches != nil {
-		g.wakeWatches(l.ID)
+	ag.g.removePeer(l.PublicKey)
+	ag.g.removeJob(l)
+	ag.g.recordEnd(l, why)
+	if ag.g.wakeWatches != nil {
+		ag.g.wakeWatches(l.ID)
 	}
 	o := l.Owner
 	return admin.KickedLease{Lease: l.ID, JobID: o.Claimed.BatchJobID, Addr: l.Addr(), Token: o.Token, Host: o.Claimed.Hostname}, true
@@ -198,8 +212,8 @@ func (k *kickList) err(id string) error {
 
 // leaseGone is the error for a renewal or release of a lease the manager
 // does not know: kicked, or unknown.
-func (g *gateway) leaseGone(id string, err error) error {
-	if kerr := g.kicks.err(id); kerr != nil {
+func (ag *adminGateway) leaseGone(id string, err error) error {
+	if kerr := ag.kicks.err(id); kerr != nil {
 		return kerr
 	}
 	return fmt.Errorf("%w: %w", control.ErrUnknownLease, err)

@@ -78,27 +78,27 @@ const mungeTimeout = 2 * time.Second
 // it checks that the gateway's munged answers (a credential of its own
 // made and decoded), so that a wrong socket is an error at start or
 // reload, not a refusal of every job.
-func (g *gateway) applyAttest(c config.Attest) error {
+func (a *admission) applyAttest(c config.Attest) error {
 	if c.Mode == "" || c.Mode == config.AttestOff {
-		if g.attest.v.Swap(nil) != nil {
-			g.log.Warn("attested identity off: joins need a token, and what jobs say about themselves is only claimed")
+		if a.attest.v.Swap(nil) != nil {
+			a.g.log.Warn("attested identity off: joins need a token, and what jobs say about themselves is only claimed")
 		}
 		return nil
 	}
 	v := &attest.Verifier{
 		Munge:   munge.Client{Socket: c.Socket, Timeout: mungeTimeout},
-		Pin:     g.res.info.Fingerprint,
-		Pins:    g.currentPins,
+		Pin:     a.g.res.info.Fingerprint,
+		Pins:    a.currentPins,
 		JobUIDs: c.JobUIDs,
 		Origin:  c.Origin,
 		Require: c.Required,
-		Holds:   &g.attest.holds,
-		Log:     g.log.With("component", "attest"),
+		Holds:   &a.attest.holds,
+		Log:     a.g.log.With("component", "attest"),
 	}
 	if err := probeMunge(v.Munge); err != nil {
 		return err
 	}
-	g.attest.v.Store(v)
+	a.attest.v.Store(v)
 	socket := c.Socket
 	if socket == "" {
 		socket = munge.DefaultSocket
@@ -111,7 +111,7 @@ func (g *gateway) applyAttest(c config.Attest) error {
 	if origin == "" {
 		origin = attest.OriginMatch
 	}
-	g.log.Info("attested identity: joins' MUNGE credentials are checked with the gateway's munged", "socket", socket,
+	a.g.log.Info("attested identity: joins' MUNGE credentials are checked with the gateway's munged", "socket", socket,
 		"required", c.Required, "job_credentials_from_uids", trusted, "origin", origin)
 	return nil
 }
@@ -162,11 +162,11 @@ func refOf(a *identity.Attestation) (by string, uid *uint32, job bool) {
 
 // currentPins are the pins of the TLS identities the gateway presents now
 // (two during a key rotation).
-func (g *gateway) currentPins() []string {
-	if g.res.ids == nil {
-		return []string{g.res.info.Fingerprint}
+func (a *admission) currentPins() []string {
+	if a.g.res.ids == nil {
+		return []string{a.g.res.info.Fingerprint}
 	}
-	cur, next := g.res.ids.Pins()
+	cur, next := a.g.res.ids.Pins()
 	if next == "" {
 		return []string{cur}
 	}

@@ -138,9 +138,9 @@ func TestAttestedGateway(t *testing.T) {
 // that is not there does not start, and says which socket and what to do.
 func TestAttestMungeDown(t *testing.T) {
 	cfg := Config{Attest: config.Attest{Mode: config.AttestMunge, Socket: t.TempDir() + "/nosuch.socket"}}
-	g := &gateway{}
+	g := newGateway(Config{})
 	g.log = testLogger()
-	err := g.applyAttest(cfg.Attest)
+	err := g.admit.applyAttest(cfg.Attest)
 	if err == nil || !strings.Contains(err.Error(), "nosuch.socket") || !strings.Contains(err.Error(), "does not answer") {
 		t.Errorf("applyAttest with no munged: %v, want an error naming the socket", err)
 	}

@@ -20,6 +20,6 @@ func BackupFiles() []string {
 
 // Backup implements admin.Backuper: the state directory, with a copy of
 // the database taken while the gateway runs.
-func (g *gateway) Backup(w io.Writer) error {
-	return admin.WriteBackup(w, g.cfg.StateDir, BackupFiles(), g.local)
+func (ag *adminGateway) Backup(w io.Writer) error {
+	return admin.WriteBackup(w, ag.g.cfg.StateDir, BackupFiles(), ag.g.local)
 }

@@ -105,16 +105,16 @@ func (b *bearerIdentity) close() {
 
 // applyBearer puts the issuers of c in force, with a new verifier whose
 // refresh loop replaces the old one's.
-func (g *gateway) applyBearer(c config.Bearer) error {
+func (a *admission) applyBearer(c config.Bearer) error {
 	if len(c.Issuers) == 0 {
-		if g.bearer.cur.Swap(nil) != nil {
-			g.log.Warn("bearer tokens: no [[issuer]] any more: joins need a token, and renewals' bearer tokens are refused")
+		if a.bearer.cur.Swap(nil) != nil {
+			a.g.log.Warn("bearer tokens: no [[issuer]] any more: joins need a token, and renewals' bearer tokens are refused")
 		}
-		g.bearer.close()
+		a.bearer.close()
 		return nil
 	}
 	bc := bearer.Config{
-		Audiences: g.audiences(), CacheDir: filepath.Join(g.cfg.StateDir, BearerDir),
+		Audiences: a.audiences(), CacheDir: filepath.Join(a.g.cfg.StateDir, BearerDir),
 		Refresh: c.Refresh, MinRefetch: c.MinRefetch, MaxStale: c.MaxStale, Leeway: c.Leeway,
 	}
 	st := &bearerState{issuers: map[string]config.Issuer{}, required: c.Required, leeway: cmp.Or(c.Leeway, time.Minute)}
@@ -122,29 +122,29 @@ func (g *gateway) applyBearer(c config.Bearer) error {
 		bc.Issuers = append(bc.Issuers, is.Issuer)
 		st.issuers[is.URL] = is
 	}
-	if err := ensureStateDir(bc.CacheDir, g.log); err != nil {
+	if err := ensureStateDir(bc.CacheDir, a.g.log); err != nil {
 		return fmt.Errorf("bearer tokens: %w", err)
 	}
-	v, err := bearer.New(bc, g.log.With("component", "bearer"))
+	v, err := bearer.New(bc, a.g.log.With("component", "bearer"))
 	if err != nil {
 		return fmt.Errorf("bearer tokens: %w", err)
 	}
 	st.v = v
 	ctx, cancel := context.WithCancel(context.Background())
-	g.bearer.mu.Lock()
-	if g.bearer.stop != nil {
-		g.bearer.stop()
+	a.bearer.mu.Lock()
+	if a.bearer.stop != nil {
+		a.bearer.stop()
 	}
-	g.bearer.stop = cancel
-	g.bearer.mu.Unlock()
-	g.bearer.cur.Store(st)
+	a.bearer.stop = cancel
+	a.bearer.mu.Unlock()
+	a.bearer.cur.Store(st)
 	go v.Run(ctx)
 	for _, is := range c.Issuers {
 		auds := is.Audiences
 		if len(auds) == 0 {
 			auds = bc.Audiences
 		}
-		g.log.Info("bearer tokens: trusting issuer", "issuer", is.URL, "name", is.Name, "audience", auds,
+		a.g.log.Info("bearer tokens: trusting issuer", "issuer", is.URL, "name", is.Name, "audience", auds,
 			"scopes", is.Scopes, "groups", is.Groups, "required", c.Required)
 	}
 	return nil
@@ -153,12 +153,12 @@ func (g *gateway) applyBearer(c config.Bearer) error {
 // audiences are the "aud" values a token for this gateway may carry when
 // its issuer lists none: the advertised address, as HOST:PORT, as an
 // https URL, and its host.
-func (g *gateway) audiences() []string {
-	a := []string{g.advertise, "https://" + g.advertise}
-	if h, _, err := net.SplitHostPort(g.advertise); err == nil {
-		a = append(a, h)
+func (a *admission) audiences() []string {
+	auds := []string{a.g.advertise, "https://" + a.g.advertise}
+	if h, _, err := net.SplitHostPort(a.g.advertise); err == nil {
+		auds = append(auds, h)
 	}
-	return a
+	return auds
 }
 
 // Reidentify implements control.Backend: a renewal's verified token
@@ -184,7 +184,7 @@ func (g *gateway) Reidentify(ref control.LeaseRef, id *identity.Issued) error {
 		return o, nil
 	})
 	if errors.Is(err, lease.ErrUnknownLease) {
-		return g.leaseGone(ref.ID, err)
+		return g.admin.leaseGone(ref.ID, err)
 	}
 	return err
 }

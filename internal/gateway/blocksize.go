@@ -43,11 +43,11 @@ func planMaxBlock(c Config, e egress) (int, error) {
 // warnBlockSizes logs a warning for every token whose block_size the
 // gateway would refuse (above --max-block-size): its jobs that ask for
 // nothing cannot join. At start and on every reload.
-func (g *gateway) warnBlockSizes(q config.Quotas) {
-	maxPorts := g.maxBlocks * g.egress.plan.Size
+func (a *admission) warnBlockSizes(q config.Quotas) {
+	maxPorts := a.maxBlocks * a.g.egress.plan.Size
 	check := func(key string, n int) {
 		if n > maxPorts {
-			g.log.Warn("a token's block_size is above --max-block-size: its jobs that do not ask for fewer ports (airlock run --ports) are refused",
+			a.g.log.Warn("a token's block_size is above --max-block-size: its jobs that do not ask for fewer ports (airlock run --ports) are refused",
 				"key", key, "block_size", n, "max_block_size", maxPorts)
 		}
 	}
@@ -61,8 +61,8 @@ func (g *gateway) warnBlockSizes(q config.Quotas) {
 // for, else its token's block_size, else one block. Asking for more than
 // --max-block-size allows is refused (control.ErrBadRequest) with a
 // message naming the limit.
-func (g *gateway) jobBlocks(asked int, tok string, q config.Quota) (int, error) {
-	size, maxPorts := g.egress.plan.Size, g.maxBlocks*g.egress.plan.Size
+func (a *admission) jobBlocks(asked int, tok string, q config.Quota) (int, error) {
+	size, maxPorts := a.g.egress.plan.Size, a.maxBlocks*a.g.egress.plan.Size
 	want, from := asked, "the job asks for"
 	if want == 0 {
 		want, from = q.BlockSize, "token "+tok+"'s block_size asks for"

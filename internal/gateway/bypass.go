@@ -56,7 +56,7 @@ func (g *gateway) LeaseBypass(ref control.LeaseRef) (*control.Bypass, <-chan str
 	ch := g.bypassNotice.wait()
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return nil, nil, g.leaseGone(ref.ID, err)
+		return nil, nil, g.admin.leaseGone(ref.ID, err)
 	}
 	o := l.Owner
 	return g.jobBypass(o.Token), ch, nil

@@ -96,18 +96,18 @@ func (c capacity) log(log *slog.Logger) {
 }
 
 // registerCapacityMetrics exports the capacity and the egress address.
-func (g *gateway) registerCapacityMetrics(reg prometheus.Registerer) error {
+func (e *egress) registerCapacityMetrics(reg prometheus.Registerer) error {
 	jobs := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "airlock_capacity_jobs",
 		Help: "Concurrent jobs this gateway can hold: the smallest of its port blocks, tunnel addresses and open-files limit.",
 	})
-	jobs.Set(float64(g.capacity.Jobs))
+	jobs.Set(float64(e.capacity.Jobs))
 	addr := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "airlock_egress_address_info",
 		Help: "The egress (public) address jobs' flows leave from and exposed ports listen on; value 1.",
 	}, []string{"address"})
-	if !g.egress.public.IsUnspecified() {
-		addr.WithLabelValues(g.egress.public.String()).Set(1)
+	if !e.public.IsUnspecified() {
+		addr.WithLabelValues(e.public.String()).Set(1)
 	}
 	for _, c := range []prometheus.Collector{jobs, addr} {
 		if err := reg.Register(c); err != nil {

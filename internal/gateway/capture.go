@@ -103,7 +103,7 @@ func (g *gateway) setFeeds(list []config.Capture) {
 		g.feeds.running[name] = rf
 		fc := capture.FeedConfig{To: c.To, TapConfig: capture.TapConfig{
 			Name: c.Name, Filter: c.Filter, Tokens: c.Tokens, Jobs: c.Jobs, Snaplen: c.Snaplen, Buffer: c.BufferBytes,
-			AttestedJobs: g.attest.mode() != "",
+			AttestedJobs: g.admit.attest.mode() != "",
 		}}
 		go func() {
 			defer close(rf.done)
@@ -114,8 +114,8 @@ func (g *gateway) setFeeds(list []config.Capture) {
 
 // StartCapture implements admin.Gateway: a live capture of leases ids,
 // ending with them.
-func (g *gateway) StartCapture(ids []string, req admin.CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error) {
-	t := g.capture.NewTap(capture.TapConfig{Name: liveCapture, Filter: f, Jobs: ids, Snaplen: req.Snaplen, Buffer: req.Buffer, EndWithJobs: true})
-	g.capture.Attach(t)
-	return t, func() { g.capture.Detach(t) }, nil
+func (ag *adminGateway) StartCapture(ids []string, req admin.CaptureRequest, f *capture.Filter) (*capture.Tap, func(), error) {
+	t := ag.g.capture.NewTap(capture.TapConfig{Name: liveCapture, Filter: f, Jobs: ids, Snaplen: req.Snaplen, Buffer: req.Buffer, EndWithJobs: true})
+	ag.g.capture.Attach(t)
+	return t, func() { ag.g.capture.Detach(t) }, nil
 }

@@ -74,68 +74,68 @@ func (c LimitsConfig) toConfig() config.Limits {
 // for new flows, the global limits, and every running job's limits. On any
 // error the old config stays in force (a policy the backend took is put
 // back) and the error, naming file, line and key, is returned and logged.
-func (g *gateway) reload() (admin.ReloadResult, error) {
-	g.reloadMu.Lock()
-	defer g.reloadMu.Unlock()
-	if g.cfg.Reloading != nil {
-		defer g.cfg.Reloading()()
+func (ag *adminGateway) reload() (admin.ReloadResult, error) {
+	ag.reloadMu.Lock()
+	defer ag.reloadMu.Unlock()
+	if ag.g.cfg.Reloading != nil {
+		defer ag.g.cfg.Reloading()()
 	}
-	res, err := g.reloadLocked()
+	res, err := ag.reloadLocked()
 	if err != nil {
-		g.log.Error("config reload failed; the old config stays in force", "file", g.cfg.ConfigFile, "err", err)
+		ag.g.log.Error("config reload failed; the old config stays in force", "file", ag.g.cfg.ConfigFile, "err", err)
 		return res, err
 	}
-	g.log.Info("config reloaded", "file", res.File, "rules", res.Rules, "default", res.Default,
+	ag.g.log.Info("config reloaded", "file", res.File, "rules", res.Rules, "default", res.Default,
 		"token_limits", res.TokenLimits, "jobs_relimited", res.Jobs, "expose_rules", res.ExposeRules,
-		"bypass", g.conf.Load().Bypass.String())
+		"bypass", ag.g.conf.Load().Bypass.String())
 	return res, nil
 }
 
-func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
-	if g.cfg.ConfigFile == "" {
+func (ag *adminGateway) reloadLocked() (admin.ReloadResult, error) {
+	if ag.g.cfg.ConfigFile == "" {
 		return admin.ReloadResult{}, errNoConfigFile
 	}
-	cfg, err := config.Load(g.cfg.ConfigFile)
+	cfg, err := config.Load(ag.g.cfg.ConfigFile)
 	if err != nil {
 		return admin.ReloadResult{}, err
 	}
-	old := g.conf.Load()
-	if err := g.backend.SetPolicy(cfg.Policy); err != nil {
+	old := ag.g.conf.Load()
+	if err := ag.g.backend.SetPolicy(cfg.Policy); err != nil {
 		return admin.ReloadResult{}, fmt.Errorf("apply the new policy: %w", err)
 	}
 	res := admin.ReloadResult{File: cfg.Path, Rules: len(cfg.Policy.Rules), Default: cfg.Policy.Default.String(),
 		TokenLimits: len(cfg.Limits.Tokens), ExposeRules: len(cfg.Exposure.Rules)}
-	if err := g.backend.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
-		_ = g.backend.SetPolicy(old.Policy)
+	if err := ag.g.backend.SetGlobalLimits(cfg.Limits.EgressBitsPerSec, cfg.Limits.IngressBitsPerSec); err != nil {
+		_ = ag.g.backend.SetPolicy(old.Policy)
 		return admin.ReloadResult{}, fmt.Errorf("apply the new global limits: %w", err)
 	}
 	if !cfg.Attest.Set {
-		cfg.Attest = g.cfg.Attest
+		cfg.Attest = ag.g.cfg.Attest
 	}
-	if err := g.applyAttest(cfg.Attest); err != nil {
-		_ = g.backend.SetPolicy(old.Policy)
-		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
+	if err := ag.g.admit.applyAttest(cfg.Attest); err != nil {
+		_ = ag.g.backend.SetPolicy(old.Policy)
+		_ = ag.g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
 		return admin.ReloadResult{}, err
 	}
-	if err := g.applyBearer(cfg.Bearer); err != nil {
-		_ = g.backend.SetPolicy(old.Policy)
-		_ = g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
-		_ = g.applyAttest(old.Attest)
+	if err := ag.g.admit.applyBearer(cfg.Bearer); err != nil {
+		_ = ag.g.backend.SetPolicy(old.Policy)
+		_ = ag.g.backend.SetGlobalLimits(old.Limits.EgressBitsPerSec, old.Limits.IngressBitsPerSec)
+		_ = ag.g.admit.applyAttest(old.Attest)
 		return admin.ReloadResult{}, err
 	}
-	g.conf.Store(cfg)
-	res.Warnings = g.warnConfig(cfg)
-	g.warnBlockSizes(cfg.Quotas)
-	g.bypassNotice.changed()
-	g.setFeeds(g.feedsOf(cfg))
-	for _, l := range g.leases.Leases() {
+	ag.g.conf.Store(cfg)
+	res.Warnings = ag.g.warnConfig(cfg)
+	ag.g.admit.warnBlockSizes(cfg.Quotas)
+	ag.g.bypassNotice.changed()
+	ag.g.setFeeds(ag.g.feedsOf(cfg))
+	for _, l := range ag.g.leases.Leases() {
 		o := l.Owner
 		lim := cfg.Limits.ForToken(o.Token)
 		if lim == old.Limits.ForToken(o.Token) {
 			continue
 		}
-		if err := g.backend.SetJobLimits(jobs.ID(l.ID), lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
-			g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "lease", l.ID, "addrs", l.Addrs, "err", err)
+		if err := ag.g.backend.SetJobLimits(jobs.ID(l.ID), lim); err != nil && !errors.Is(err, forward.ErrUnknownJob) {
+			ag.g.log.Error("reload: cannot set a running job's new limits; it keeps its old ones", "lease", l.ID, "addrs", l.Addrs, "err", err)
 			continue
 		}
 		res.Jobs++
@@ -144,25 +144,25 @@ func (g *gateway) reloadLocked() (admin.ReloadResult, error) {
 }
 
 // reloadLoop reloads on every value from c (SIGHUP) until ctx ends.
-func (g *gateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
+func (ag *adminGateway) reloadLoop(ctx context.Context, c <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c:
-			if g.cfg.ConfigFile == "" {
-				g.log.Warn("SIGHUP ignored: this gateway runs without --config, there is nothing to reload")
+			if ag.g.cfg.ConfigFile == "" {
+				ag.g.log.Warn("SIGHUP ignored: this gateway runs without --config, there is nothing to reload")
 				continue
 			}
-			_, _ = g.reload()
+			_, _ = ag.reload()
 		}
 	}
 }
 
 // exposureAllowed checks a join's --expose request against the config:
 // every port must be allowed for the job's token.
-func (g *gateway) exposureAllowed(token string, reqs []forward.Exposure) error {
-	ex := g.conf.Load().Exposure
+func (a *admission) exposureAllowed(token string, reqs []forward.Exposure) error {
+	ex := a.g.conf.Load().Exposure
 	for _, x := range reqs {
 		if !ex.Allowed(token, x.Proto, x.JobPort) {
 			return fmt.Errorf("%w %d/%s: the gateway's config does not allow jobs of token %q to expose it; ask the gateway's admin for an [[expose]] rule (docs/config.md)",

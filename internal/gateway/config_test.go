@@ -173,20 +173,20 @@ func TestExposureAllowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &gateway{}
+	g := newGateway(Config{})
 	g.conf.Store(c)
 	ok := []forward.Exposure{{Proto: ipproto.TCP, JobPort: 8080}, {Proto: ipproto.UDP, JobPort: 8999}}
-	if err := g.exposureAllowed("web", ok); err != nil {
+	if err := g.admit.exposureAllowed("web", ok); err != nil {
 		t.Errorf("web 8080/tcp 8999/udp: %v", err)
 	}
-	if err := g.exposureAllowed("web", []forward.Exposure{{Proto: ipproto.TCP, JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
+	if err := g.admit.exposureAllowed("web", []forward.Exposure{{Proto: ipproto.TCP, JobPort: 22}}); err == nil || !strings.Contains(err.Error(), "[[expose]]") {
 		t.Errorf("web 22/tcp: %v, want refused naming [[expose]]", err)
 	}
-	if err := g.exposureAllowed("other", ok[:1]); err == nil {
+	if err := g.admit.exposureAllowed("other", ok[:1]); err == nil {
 		t.Error("other 8080/tcp: allowed, want refused")
 	}
 	g.conf.Store(config.Default())
-	if err := g.exposureAllowed("other", ok); err != nil {
+	if err := g.admit.exposureAllowed("other", ok); err != nil {
 		t.Errorf("no config file: %v, want every exposure allowed", err)
 	}
 }

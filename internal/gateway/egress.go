@@ -11,10 +11,12 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/portblock"
+	"github.com/airlock-vpn/airlock/internal/store"
 )
 
 // Egress modes (Config.Egress).
@@ -37,7 +39,9 @@ const DefaultBlockSize = 256
 // host's own ephemeral range.
 var DefaultKernelPorts = portblock.Range{Lo: 20000, Hi: 59999}
 
-// egress is the resolved egress configuration.
+// egress is the gateway's egress part: the resolved egress configuration
+// (mode, public addresses, port blocks), where exposures listen and how
+// many jobs the gateway holds. It is read-only once Run has planned it.
 type egress struct {
 	mode string
 	// public is the address jobs' flows leave from and their exposed
@@ -67,6 +71,11 @@ type egress struct {
 	// prefix6 is the IPv6 tunnel prefix of a dual-stack tunnel, the
 	// lease manager's (applyPrefix6); zero: jobs get no IPv6 beside IPv4.
 	prefix6 netip.Prefix
+	// exposeAddr is the public address announced for exposures (the
+	// zero Addr: none can be exposed); capacity is how many jobs the
+	// gateway holds and what bounds it (capacity.go).
+	exposeAddr netip.Addr
+	capacity   capacity
 }
 
 // egressOf returns where the flows of lease l leave from, one entry per
@@ -76,18 +85,18 @@ type egress struct {
 // block), IPv6 from the IPv6 egress address with the same block, or from
 // the job's own address in --egress-prefix (the one that embeds its IPv4
 // tunnel address, like its IPv6 tunnel address) with its own ports.
-func (g *gateway) egressOf(l lease.Lease) []forward.Egress {
-	block, at := g.block(l), g.blockAddr(l)
+func (e *egress) egressOf(l lease.Lease) []forward.Egress {
+	block, at := e.block(l), e.blockAddr(l)
 	var out []forward.Egress
 	for _, a := range l.AddrList() {
 		f := ipfamily.Of(a)
 		switch {
 		case f.Contains(at):
 			out = append(out, forward.Egress{Addr: at, Block: block})
-		case f == ipfamily.V6 && g.egress.own.IsValid():
-			out = append(out, forward.Egress{Addr: lease.Embed6(g.egress.own, l.Addr()), Own: true})
-		case f == ipfamily.V6 && g.egress.public6.IsValid():
-			out = append(out, forward.Egress{Addr: g.egress.public6, Block: block})
+		case f == ipfamily.V6 && e.own.IsValid():
+			out = append(out, forward.Egress{Addr: lease.Embed6(e.own, l.Addr()), Own: true})
+		case f == ipfamily.V6 && e.public6.IsValid():
+			out = append(out, forward.Egress{Addr: e.public6, Block: block})
 		default:
 			out = append(out, forward.Egress{Addr: f.Unspecified, Block: block})
 		}
@@ -410,6 +419,84 @@ func CheckLocalPrefix6(p netip.Prefix, probe netip.Addr) error {
 	routes, err := netlink.RouteGet(probe.AsSlice())
 	if err != nil || len(routes) == 0 || routes[0].Type != unix.RTN_LOCAL {
 		return fmt.Errorf("the prefix is not a local route of this host, so replies to jobs' own addresses would not reach them; as root, once: ip -6 route add local %s dev lo (and have the site route %s to this host)", p.Masked(), p.Masked())
+	}
+	return nil
+}
+
+// block returns the port range of l's block, or the zero Range if it has
+// none.
+func (e *egress) block(l lease.Lease) portblock.Range {
+	if l.Block < 0 || l.Block >= e.pool.Blocks() {
+		return portblock.Range{}
+	}
+	_, r := e.pool.Run(l.Block, l.Blocks)
+	return r
+}
+
+// blockAddr returns the public address of l's block: the address of the
+// egress pool its flows leave from, or, without a block, the first.
+func (e *egress) blockAddr(l lease.Lease) netip.Addr {
+	if l.Block < 0 || l.Block >= e.pool.Blocks() {
+		return e.public
+	}
+	a, _ := e.pool.Block(l.Block)
+	return a
+}
+
+// planExposures checks a join's --expose request and picks the public
+// ports, from the top of the job's block, and plans them on each of the
+// job's egress addresses: the same public port at a shared address, the
+// job's own port at its own address (--egress-prefix). This is the one
+// place that decides where a job's exposures listen; the backends and
+// the lease follow it.
+func (e *egress) planExposures(l lease.Lease, egress []forward.Egress, reqs []control.Port) ([]forward.Exposure, error) {
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	at := e.blockAddr(l)
+	if !e.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
+		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
+	}
+	ports, err := allocExposures(e.block(l), reqs)
+	if err != nil {
+		return nil, err
+	}
+	var out []forward.Exposure
+	for _, eg := range egress {
+		if !eg.Addr.IsValid() || eg.Addr.IsUnspecified() {
+			continue // nowhere announced to listen
+		}
+		for _, x := range ports {
+			x.PublicAddr = eg.Addr
+			if eg.Own {
+				// The job's own address: its own port, no translation.
+				x.PublicPort = x.JobPort
+			}
+			out = append(out, x)
+		}
+	}
+	return out, nil
+}
+
+// checkRestored checks that restored lease l of record r (a lease of the
+// previous run) has port blocks this run's plan has, at the address and
+// ports the record attributed to it: a changed --egress-addr,
+// --egress-ports or --block-size moves them.
+func (e *egress) checkRestored(l lease.Lease, r store.LeaseRecord) error {
+	if l.Block < 0 {
+		return nil
+	}
+	if l.Block+(l.Blocks-1)*len(e.pool.Addrs) >= e.pool.Blocks() {
+		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", l.Block, l.Blocks, e.pool.Blocks())
+	}
+	block, pubAddr := e.block(l), e.blockAddr(l)
+	for _, a := range store.Attributions(r) {
+		if a.Own {
+			continue
+		}
+		if a.PortLo != block.Lo || a.PortHi != block.Hi || ipfamily.Of(a.Addr) == ipfamily.Of(pubAddr) && a.Addr != pubAddr {
+			return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", l.Block, pubAddr, block, a.Addr, a.PortLo, a.PortHi)
+		}
 	}
 	return nil
 }

@@ -48,28 +48,41 @@ type StoreConfig struct {
 	FleetKey string
 }
 
+// fleetMember is the gateway's fleet part: its membership in a fleet, the
+// fleet's tokens, bans and kicks it answers for its own leases, and the
+// captures relayed to it. Its fields are set while the gateway opens and
+// read-only after; all zero for a single gateway.
+type fleetMember struct {
+	g *gateway
+	// node is the fleet node, the gateway's store.DB; remote the fleet's
+	// database; memberID this gateway's id there (store.MemberID).
+	node     *fleet.Node
+	remote   *pgstore.Store
+	memberID string
+}
+
 // openRemote opens the shared database (openState, once the state
 // directory's database is open: it keeps the member id), so that a wrong
 // URL or schema stops the gateway before anything else opens.
-func (g *gateway) openRemote() error {
-	sc := g.cfg.Store
+func (m *fleetMember) openRemote() error {
+	sc := m.g.cfg.Store
 	if sc.URL == "" {
 		return nil
 	}
 	if pgstore.URLHasPassword(sc.URL) {
-		g.log.Warn("the --store URL holds a password: every user of this host can read it in ps; use --store-password-file or PGPASSFILE")
+		m.g.log.Warn("the --store URL holds a password: every user of this host can read it in ps; use --store-password-file or PGPASSFILE")
 	}
-	id, err := g.local.MemberID()
+	id, err := m.g.local.MemberID()
 	if err != nil {
 		return err
 	}
-	g.memberID = id
-	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure, Gateway: id, Logger: g.log})
+	m.memberID = id
+	db, err := pgstore.OpenLazy(pgstore.Config{URL: sc.URL, PasswordFile: sc.PasswordFile, Insecure: sc.Insecure, Gateway: id, Logger: m.g.log})
 	if err != nil {
 		return fmt.Errorf("--store: %w", err)
 	}
-	g.remote = db
-	g.onClose(func() { db.Close() })
+	m.remote = db
+	m.g.onClose(func() { db.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = db.CheckSchema(ctx)
@@ -84,7 +97,7 @@ func (g *gateway) openRemote() error {
 	case err != nil:
 		// The database is not in the data path: start with the tokens
 		// and bans of the previous run, journal the records.
-		g.log.Warn("fleet database unreachable at start: joins use the copy of the fleet's tokens and bans from this gateway's previous run until it answers",
+		m.g.log.Warn("fleet database unreachable at start: joins use the copy of the fleet's tokens and bans from this gateway's previous run until it answers",
 			"err", err)
 	}
 	return nil
@@ -92,58 +105,58 @@ func (g *gateway) openRemote() error {
 
 // openFleet makes the fleet node (openServers, before the leases of the
 // previous run are restored: their tokens are checked against the fleet's).
-func (g *gateway) openFleet() error {
-	if g.remote == nil {
+func (m *fleetMember) openFleet() error {
+	if m.remote == nil {
 		// A single gateway (again): its own tokens.
-		return g.local.SetFleet("")
+		return m.g.local.SetFleet("")
 	}
 	var key ed25519.PrivateKey
-	if g.cfg.Store.FleetKey != "" {
-		k, err := fleet.LoadKey(g.cfg.Store.FleetKey)
+	if m.g.cfg.Store.FleetKey != "" {
+		k, err := fleet.LoadKey(m.g.cfg.Store.FleetKey)
 		if err != nil {
 			return fmt.Errorf("--fleet-key: %w", err)
 		}
 		key = k
 	} else {
-		g.log.Warn("no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over; give every gateway the same fleet key (airlock db fleet-key, docs/fleet.md)")
+		m.g.log.Warn("no --fleet-key: this gateway tells its jobs of no other gateway of the fleet, so they do not fail over; give every gateway the same fleet key (airlock db fleet-key, docs/fleet.md)")
 	}
 	n, err := fleet.New(fleet.Config{
 		Key:    key,
-		Logger: g.log.With("component", "fleet"),
-		Local:  g.local,
-		Remote: g.remote,
-		Self: store.Member{ID: g.memberID, Advertise: g.advertise, Version: g.cfg.Version,
-			Started: g.started},
-		Pin: g.fleetPin,
+		Logger: m.g.log.With("component", "fleet"),
+		Local:  m.g.local,
+		Remote: m.remote,
+		Self: store.Member{ID: m.memberID, Advertise: m.g.advertise, Version: m.g.cfg.Version,
+			Started: m.g.started},
+		Pin: m.fleetPin,
 		Load: func() fleet.Load {
-			return fleet.Load{Jobs: g.leases.Len(), Capacity: g.capacity.Jobs, Draining: g.tr.draining.Load()}
+			return fleet.Load{Jobs: m.g.leases.Len(), Capacity: m.g.egress.capacity.Jobs, Draining: m.g.tr.draining.Load()}
 		},
-		FailClosed: g.cfg.Store.FailClosed,
-		Stale:      g.cfg.Store.Stale,
-		OnRevoke:   g.onFleetRevoke,
-		OnBan:      g.onFleetBan,
-		OnKick:     g.onFleetKick,
+		FailClosed: m.g.cfg.Store.FailClosed,
+		Stale:      m.g.cfg.Store.Stale,
+		OnRevoke:   m.onFleetRevoke,
+		OnBan:      m.onFleetBan,
+		OnKick:     m.onFleetKick,
 	})
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	if err := g.local.SetFleet(pgstore.Redact(g.cfg.Store.URL)); err != nil {
+	if err := m.g.local.SetFleet(pgstore.Redact(m.g.cfg.Store.URL)); err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	g.fleet, g.st = n, n
-	g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
-		"member", g.memberID, "fail_closed", g.cfg.Store.FailClosed)
+	m.node, m.g.st = n, n
+	m.g.log.Info("member of a fleet: tokens, bans and attribution are shared through the database",
+		"member", m.memberID, "fail_closed", m.g.cfg.Store.FailClosed)
 	return nil
 }
 
 // fleetFresh refuses a join, with a token or without one, while a
 // fail-closed fleet member's copy of the fleet's tokens and bans is stale
 // (fleet.Node.Fresh); nil for a single gateway.
-func (g *gateway) fleetFresh() error {
-	if g.fleet == nil {
+func (m *fleetMember) fleetFresh() error {
+	if m.node == nil {
 		return nil
 	}
-	if err := g.fleet.Fresh(time.Now()); err != nil {
+	if err := m.node.Fresh(time.Now()); err != nil {
 		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
 	}
 	return nil
@@ -153,14 +166,14 @@ func (g *gateway) fleetFresh() error {
 // its lease in the whole fleet (fleet.Node.ClaimJobCredential): a copy of
 // it used on another member is refused as a failed attestation. Nil for a
 // single gateway, and for a join without a verified job credential.
-func (g *gateway) claimJobCredential(req control.JoinRequest, lease string) error {
-	if g.fleet == nil || req.Attest == nil || req.Attest.MungeJob == "" || req.Attested == nil {
+func (m *fleetMember) claimJobCredential(req control.JoinRequest, lease string) error {
+	if m.node == nil || req.Attest == nil || req.Attest.MungeJob == "" || req.Attested == nil {
 		return nil
 	}
-	err := g.fleet.ClaimJobCredential(req.Attest.MungeJob, lease)
+	err := m.node.ClaimJobCredential(req.Attest.MungeJob, lease)
 	switch {
 	case errors.Is(err, fleet.ErrJobCredentialUsed):
-		g.log.Warn("join refused: its job credential was used on another gateway of the fleet", "lease", lease, "err", err)
+		m.g.log.Warn("join refused: its job credential was used on another gateway of the fleet", "lease", lease, "err", err)
 		return fmt.Errorf("%w: %w", control.ErrAttestation, err)
 	case err != nil:
 		return fmt.Errorf("%w: %w", control.ErrStoreUnavailable, err)
@@ -170,27 +183,27 @@ func (g *gateway) claimJobCredential(req control.JoinRequest, lease string) erro
 
 // loadBans applies the bans in force from the store (a single gateway's
 // survive its restarts; a fleet's come from every gateway).
-func (g *gateway) loadBans(now time.Time) error {
-	bans, err := g.st.Bans(now)
+func (m *fleetMember) loadBans(now time.Time) error {
+	bans, err := m.g.st.Bans(now)
 	if err != nil {
 		return fmt.Errorf("read bans: %w", err)
 	}
-	g.admit.mu.Lock()
-	defer g.admit.mu.Unlock()
+	m.g.admit.mu.Lock()
+	defer m.g.admit.mu.Unlock()
 	for _, b := range bans {
-		g.admit.banLocked(b, now)
+		m.g.admit.banLocked(b, now)
 	}
 	return nil
 }
 
 // onFleetRevoke ends the live leases of a token revoked anywhere in the
 // fleet.
-func (g *gateway) onFleetRevoke(token string) {
+func (m *fleetMember) onFleetRevoke(token string) {
 	reason := "token " + token + " revoked"
-	for _, l := range g.leases.Leases() {
+	for _, l := range m.g.leases.Leases() {
 		if o := l.Owner; o.Token == token {
-			if _, ok := g.endLease(l.ID, "airlock token revoke", reason, reason); ok {
-				g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", token)
+			if _, ok := m.g.admin.endLease(l.ID, "airlock token revoke", reason, reason); ok {
+				m.g.log.Warn("token revoked in the fleet: lease ended", "lease", l.ID, "addrs", l.Addrs, "token", token)
 			}
 		}
 	}
@@ -198,32 +211,32 @@ func (g *gateway) onFleetRevoke(token string) {
 
 // onFleetBan applies a ban made anywhere in the fleet and ends the live
 // leases it matches.
-func (g *gateway) onFleetBan(b store.Ban) {
+func (m *fleetMember) onFleetBan(b store.Ban) {
 	now := time.Now()
 	if !now.Before(b.Until) {
 		return
 	}
-	g.admit.mu.Lock()
-	g.admit.banLocked(b, now)
-	g.admit.mu.Unlock()
-	g.endBanned(b, "")
+	m.g.admit.mu.Lock()
+	m.g.admit.banLocked(b, now)
+	m.g.admit.mu.Unlock()
+	m.endBanned(b, "")
 }
 
 // endBanned ends the live leases that ban b matches, but the lease
 // except (the one a kick ends itself).
-func (g *gateway) endBanned(b store.Ban, except string) {
+func (m *fleetMember) endBanned(b store.Ban, except string) {
 	why := "banned by admin"
 	if b.Reason != "" {
 		why += ": " + b.Reason
 	}
-	for _, l := range g.leases.Leases() {
+	for _, l := range m.g.leases.Leases() {
 		o := l.Owner
 		if l.ID == except {
 			continue
 		}
 		if banCovers(b, o) {
-			if _, ok := g.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
-				g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Claimed.Hostname)
+			if _, ok := m.g.admin.endLease(l.ID, "airlock kick --ban", b.Reason, why); ok {
+				m.g.log.Warn("ban: lease of the banned token and host ended", "lease", l.ID, "addrs", l.Addrs, "token", b.Token, "host", o.Claimed.Hostname)
 			}
 		}
 	}
@@ -231,28 +244,28 @@ func (g *gateway) endBanned(b store.Ban, except string) {
 
 // onFleetKick ends a lease of this gateway on an admin's order given on
 // another gateway or an admin host.
-func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
+func (m *fleetMember) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 	var l lease.Lease
 	found := false
-	for _, x := range g.leases.Leases() {
+	for _, x := range m.g.leases.Leases() {
 		if x.ID == k.Lease {
 			l, found = x, true
 		}
 	}
 	if !found {
-		return pgstore.KickResult{Error: "lease " + k.Lease + " is not live on " + g.advertise}
+		return pgstore.KickResult{Error: "lease " + k.Lease + " is not live on " + m.g.advertise}
 	}
 	if k.Ban > 0 {
 		o := l.Owner
-		b, _ := g.ban(o, k.Ban, k.Reason)
-		g.endBanned(b, k.Lease)
+		b, _ := m.g.admit.ban(o, k.Ban, k.Reason)
+		m.endBanned(b, k.Lease)
 	}
 	why := "kicked by admin"
 	if k.Reason != "" {
 		why += ": " + k.Reason
 	}
-	_, ok := g.endLease(k.Lease, "airlock kick", k.Reason, why)
-	g.log.Warn("job kicked through the fleet: lease ended", "lease", k.Lease, "by", k.By, "reason", k.Reason, "ban", k.Ban, "ended", ok)
+	_, ok := m.g.admin.endLease(k.Lease, "airlock kick", k.Reason, why)
+	m.g.log.Warn("job kicked through the fleet: lease ended", "lease", k.Lease, "by", k.By, "reason", k.Reason, "ban", k.Ban, "ended", ok)
 	return pgstore.KickResult{Ended: ok}
 }
 
@@ -260,8 +273,8 @@ func (g *gateway) onFleetKick(k pgstore.Kick) pgstore.KickResult {
 // one, or during a key rotation the next and the current one, so that a
 // client that learns it now still trusts the gateway after the rotation's
 // --finish.
-func (g *gateway) fleetPin() string {
-	cur, next := g.res.ids.Pins()
+func (m *fleetMember) fleetPin() string {
+	cur, next := m.g.res.ids.Pins()
 	if next == "" {
 		return cur
 	}
@@ -270,20 +283,20 @@ func (g *gateway) fleetPin() string {
 
 // members is the fleet's member list for a lease: every live gateway's
 // address and pin; nil for a single gateway.
-func (g *gateway) members() []control.Member {
-	if g.fleet == nil {
+func (m *fleetMember) members() []control.Member {
+	if m.node == nil {
 		return nil
 	}
 	var out []control.Member
-	for _, m := range g.fleet.Members() {
-		if m.Draining {
+	for _, mb := range m.node.Members() {
+		if mb.Draining {
 			continue
 		}
-		pin := m.Pin
+		pin := mb.Pin
 		if pin == "" {
-			pin = m.ID // a member record of before member ids: its id was its pin
+			pin = mb.ID // a member record of before member ids: its id was its pin
 		}
-		out = append(out, control.Member{Gateway: m.Advertise, Pin: pin})
+		out = append(out, control.Member{Gateway: mb.Advertise, Pin: pin})
 	}
 	return out
 }
@@ -291,14 +304,14 @@ func (g *gateway) members() []control.Member {
 // registerFleetAdmin adds the fleet's admin endpoints: GET /v1/fleet
 // (airlock status --fleet) and POST /v1/fleet/kick (airlock kick of a job
 // that another gateway holds).
-func (g *gateway) registerFleetAdmin(adm *admin.Server) {
-	adm.SetFleet(g.fleet)
+func (m *fleetMember) registerFleetAdmin(adm *admin.Server) {
+	adm.SetFleet(m.node)
 	adm.Handle("GET "+admin.FleetPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if g.fleet == nil {
+		if m.node == nil {
 			admin.WriteError(w, http.StatusNotFound, "not_supported", "this gateway is not in a fleet: start it with --store postgres://…")
 			return
 		}
-		st, err := fleet.FleetStatus(g.fleet.Remote())
+		st, err := fleet.FleetStatus(m.node.Remote())
 		if err != nil {
 			admin.WriteError(w, http.StatusServiceUnavailable, "unavailable", fmt.Sprintf("fleet status: %v", err))
 			return
@@ -309,24 +322,24 @@ func (g *gateway) registerFleetAdmin(adm *admin.Server) {
 
 // logFleetHistory says how much the fleet's shared history keeps (after
 // each prune).
-func (g *gateway) logFleetHistory(keep time.Duration) {
-	if g.remote == nil {
+func (m *fleetMember) logFleetHistory(keep time.Duration) {
+	if m.remote == nil {
 		return
 	}
-	h, err := g.remote.HistoryStats()
+	h, err := m.remote.HistoryStats()
 	if err != nil {
 		return
 	}
-	g.log.Info("fleet lease history", "leases", h.Leases, "live", h.Live, "oldest", h.Oldest, "bytes", h.Bytes, "retention", keep)
+	m.g.log.Info("fleet lease history", "leases", h.Leases, "live", h.Live, "oldest", h.Oldest, "bytes", h.Bytes, "retention", keep)
 }
 
 // registerFleetMetrics adds the fleet's series (docs/metrics.md); none for
 // a single gateway.
-func (g *gateway) registerFleetMetrics(reg prometheus.Registerer) error {
-	if g.fleet == nil {
+func (m *fleetMember) registerFleetMetrics(reg prometheus.Registerer) error {
+	if m.node == nil {
 		return nil
 	}
-	n := g.fleet
+	n := m.node
 	up := func() float64 {
 		if n.Health().Reachable {
 			return 1
@@ -351,19 +364,19 @@ func (g *gateway) registerFleetMetrics(reg prometheus.Registerer) error {
 
 // captureRelay is the control server's CaptureRelay: this gateway in a
 // fleet; nil for a single gateway, which has no relayed captures.
-func (g *gateway) captureRelay() control.CaptureRelay {
-	if g.fleet == nil {
+func (m *fleetMember) captureRelay() control.CaptureRelay {
+	if m.node == nil {
 		return nil
 	}
-	return g
+	return m
 }
 
 // OpenCapture implements control.CaptureRelay: a live capture of a job of
 // this gateway that an admin asked for elsewhere in the fleet, with the
 // checks and limits of a local one (admin.CheckCapture), on the one lease
 // the ticket names.
-func (g *gateway) OpenCapture(t control.CaptureTicket) (func(ctx context.Context, w io.Writer, flush func()) error, error) {
-	c, err := g.fleet.TakeCapture(t)
+func (m *fleetMember) OpenCapture(t control.CaptureTicket) (func(ctx context.Context, w io.Writer, flush func()) error, error) {
+	c, err := m.node.TakeCapture(t)
 	if err != nil {
 		return nil, err
 	}
@@ -372,19 +385,19 @@ func (g *gateway) OpenCapture(t control.CaptureTicket) (func(ctx context.Context
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", control.ErrNoSuchCapture, err)
 	}
-	if g.leases.Count(func(l lease.Lease) bool { return l.ID == c.Lease }) == 0 {
-		return nil, fmt.Errorf("%w: lease %s is not live on gateway %s", control.ErrNoSuchCapture, c.Lease, g.advertise)
+	if m.g.leases.Count(func(l lease.Lease) bool { return l.ID == c.Lease }) == 0 {
+		return nil, fmt.Errorf("%w: lease %s is not live on gateway %s", control.ErrNoSuchCapture, c.Lease, m.g.advertise)
 	}
-	tap, stop, err := g.StartCapture([]string{c.Lease}, req, f)
+	tap, stop, err := m.g.admin.StartCapture([]string{c.Lease}, req, f)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", control.ErrNoSuchCapture, err)
 	}
-	g.log.Info("live capture relayed to the fleet started", "ticket", c.ID, "job", c.Job, "lease", c.Lease, "filter", c.Filter, "by", c.By)
+	m.g.log.Info("live capture relayed to the fleet started", "ticket", c.ID, "job", c.Job, "lease", c.Lease, "filter", c.Filter, "by", c.By)
 	return func(ctx context.Context, w io.Writer, flush func()) error {
 		defer stop()
 		start := time.Now()
 		err := tap.Serve(ctx, w, flush)
-		g.log.Info("live capture relayed to the fleet ended", "ticket", c.ID, "lease", c.Lease, "duration", time.Since(start).Round(time.Millisecond), "err", err)
+		m.g.log.Info("live capture relayed to the fleet ended", "ticket", c.ID, "lease", c.Lease, "duration", time.Since(start).Round(time.Millisecond), "err", err)
 		return err
 	}, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/capture"
 	"github.com/airlock-vpn/airlock/internal/config"
 	"github.com/airlock-vpn/airlock/internal/control"
-	"github.com/airlock-vpn/airlock/internal/fleet"
 	"github.com/airlock-vpn/airlock/internal/flows"
 	"github.com/airlock-vpn/airlock/internal/forward"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -25,7 +23,6 @@ import (
 	"github.com/airlock-vpn/airlock/internal/metrics"
 	"github.com/airlock-vpn/airlock/internal/portblock"
 	"github.com/airlock-vpn/airlock/internal/store"
-	"github.com/airlock-vpn/airlock/internal/store/pgstore"
 	"github.com/airlock-vpn/airlock/internal/tunnel"
 	"github.com/airlock-vpn/airlock/internal/version"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -53,41 +50,37 @@ type gateway struct {
 	// local is the state directory's own database; st in a single
 	// gateway.
 	local *store.Store
-	// fleet is this gateway's membership in a fleet, st with it; remote
-	// the fleet's database; memberID its id there (store.MemberID). Nil
-	// and "" for a single gateway (fleet.go).
-	fleet    *fleet.Node
-	remote   *pgstore.Store
-	memberID string
-	// egress is the egress mode, public addresses and port-block plan.
+	// fleet is this gateway's membership in a fleet (fleet.go); its
+	// node is st then.
+	fleet fleetMember
+	// egress is the egress part: the egress mode, public addresses,
+	// port-block plan, exposures and capacity (egress.go).
 	egress egress
 	// backend is the egress backend: jobs' packets, egress, policy,
-	// limits and exposures. exposeAddr is the public address announced
-	// for exposures (the zero Addr: none can be exposed).
-	backend    forward.Backend
-	exposeAddr netip.Addr
+	// limits and exposures.
+	backend forward.Backend
 	// flows is the flow table (flows.go), index the job index it shares
 	// with the egress backend and the capture taps; started is when Run
-	// began; kicks remembers leases an admin ended (admin.go).
+	// began.
 	flows   *flows.Table
 	index   *jobs.Index
 	started time.Time
-	kicks   kickList
 	// metrics are the gateway's metrics; handshakes the joins waiting
 	// for their first WireGuard handshake (handshake.go).
 	metrics    *metrics.Metrics
 	handshakes handshakeWatch
-	// conf is the config in force (config file or flags); reload
-	// replaces it, serialised by reloadMu.
-	conf     atomic.Pointer[config.Config]
-	reloadMu sync.Mutex
-	// rotateMu serialises TLS key rotation steps (RotateKey).
-	rotateMu sync.Mutex
+	// conf is the config in force (config file or flags); the admin
+	// part's reload replaces it.
+	conf atomic.Pointer[config.Config]
+	// admin is the gateway as the admin socket sees it: status, kicks,
+	// bans, drain, reload, key rotation, backup (admin.go).
+	admin adminGateway
 	// tr is the TCP transport, lease watches, load report and draining.
 	tr *transportState
-	// admit is join admission: bans, token quotas, key ownership
-	// (quota.go); wakeWatches tells a lease's watches to check it now
-	// (control.Server.WakeWatches), nil until the server exists.
+	// admit is join admission: bans, token quotas, key ownership,
+	// attested and bearer identity (quota.go); wakeWatches tells a
+	// lease's watches to check it now (control.Server.WakeWatches), nil
+	// until the server exists.
 	admit       admission
 	wakeWatches func(leaseID string)
 	// bypassNotice wakes lease watches when a reload may have changed
@@ -102,29 +95,19 @@ type gateway struct {
 	// (udpstats.go).
 	mtu *pathMTU
 	udp *tunnel.SocketWatch
-	// capacity is how many jobs the gateway holds and what bounds it
-	// (capacity.go).
-	capacity capacity
-	// maxBlocks is the most port blocks one job may hold
-	// (--max-block-size, blocksize.go).
-	maxBlocks int
 	// res are the listeners and servers open made for serve, and what
 	// close undoes (run.go).
 	res resources
 	// rehs are the restored peers' endpoints and the handshakes the
 	// gateway starts with them (rehandshake.go).
 	rehs rehandshakes
-	// attest verifies joins' MUNGE credentials (attest.go).
-	attest attestation
-	// bearer verifies joins' bearer tokens (bearer.go).
-	bearer bearerIdentity
 }
 
 // Join admits a job: lease → egress backend (AddJob) → lease history →
 // WireGuard peer. If a step fails, one deferred rollback undoes the steps
 // before it: nothing of the job remains.
 func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.Token, remote netip.AddrPort) (_ control.Lease, err error) {
-	if err := g.fleetFresh(); err != nil {
+	if err := g.fleet.fleetFresh(); err != nil {
 		return control.Lease{}, err
 	}
 	pub := req.PublicKey // validated by the control server
@@ -134,7 +117,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if tok.Name == "" && req.Issued != nil {
 		tok = store.Token{Name: req.Issued.As} // accounted under its issuer's name
 	}
-	if err := g.shapeJoin(ctx, g.meterOf(tok.Name, req.Attested)); err != nil {
+	if err := g.admit.shapeJoin(ctx, g.admit.meterOf(tok.Name, req.Attested)); err != nil {
 		return control.Lease{}, err
 	}
 	l, secret, err := g.newLease(req, tok, remote, pub)
@@ -154,7 +137,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 			g.recordEnd(l, "wireguard peer failed")
 		}
 	}()
-	if err = g.claimJobCredential(req, l.ID); err != nil {
+	if err = g.fleet.claimJobCredential(req, l.ID); err != nil {
 		return control.Lease{}, err
 	}
 	job, err := g.jobOf(l, req.Job.BatchJobID, tok.Name, req.Expose)
@@ -194,7 +177,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	// before they were added (then this check fails) or after.
 	if _, err = g.leases.Check(l.ID, secret, time.Now()); err != nil {
 		g.log.Info("join undone: its lease was ended while the join ran", "lease", l.ID, "addrs", l.Addrs)
-		err = g.leaseGone(l.ID, err)
+		err = g.admin.leaseGone(l.ID, err)
 		g.removePeer(pub)
 		recorded = false // whoever ended it recorded why
 		return control.Lease{}, err
@@ -212,7 +195,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 		RenewInterval:    control.Duration(g.cfg.RenewInterval),
 		Expires:          l.Expires,
 		Bypass:           g.jobBypass(tok.Name),
-		Members:          g.members(),
+		Members:          g.fleet.members(),
 	}
 	g.describe(&cl, l, job)
 	g.mtu.offer(&cl, remote.Addr().Unmap(), time.Now())
@@ -286,7 +269,7 @@ func attributions(job forward.Job) []store.Attribution {
 // address and port blocks) and ends the lease it replaces. Its errors are
 // the ones the client sees.
 func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key) (lease.Lease, string, error) {
-	l, secret, replaced, err := g.allocate(req, tok, remote, pub, time.Now())
+	l, secret, replaced, err := g.admit.allocate(req, tok, remote, pub, time.Now())
 	if replaced != nil {
 		g.removePeer(replaced.PublicKey)
 		g.removeJob(*replaced)
@@ -329,7 +312,7 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	j := forward.Job{
 		ID:     jobs.ID(l.ID),
 		Addrs:  l.AddrList(),
-		Egress: g.egressOf(l),
+		Egress: g.egress.egressOf(l),
 		Ref: jobs.Ref{JobID: jobID, Token: token,
 			AttestedBy: by, AttestedUID: uid, JobAttested: jobAttested},
 		Limits: g.conf.Load().Limits.ForToken(token),
@@ -337,9 +320,9 @@ func (g *gateway) jobOf(l lease.Lease, jobID, token string, expose []control.Por
 	if id := o.Issued; id != nil {
 		j.Ref.Issuer, j.Ref.Subject = id.Issuer, id.Subject
 	}
-	ex, err := g.planExposures(l, j.Egress, expose)
+	ex, err := g.egress.planExposures(l, j.Egress, expose)
 	if err == nil {
-		err = g.exposureAllowed(token, ex)
+		err = g.admit.exposureAllowed(token, ex)
 	}
 	if err != nil {
 		return forward.Job{}, err
@@ -360,7 +343,7 @@ func (g *gateway) checkFrom(l lease.Lease, from netip.AddrPort) error {
 	}
 	o, addr := l.Owner, from.Addr().Unmap()
 	if a := o.Attested; a != nil && a.Node.IsValid() && addr != a.Node.Unmap() {
-		if v := g.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
+		if v := g.admit.attest.v.Load(); v != nil && v.Origin != attest.OriginAny {
 			return fmt.Errorf("%w: lease %s was attested for node %s; a request for it from %s is refused (a lease is good only from the node whose credential made it)",
 				control.ErrAttestation, l.ID, a.Node, addr)
 		}
@@ -399,14 +382,14 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	}
 	l, err := g.leases.Renew(ref.ID, ref.Secret, now)
 	if err != nil {
-		return control.RenewResponse{}, g.leaseGone(ref.ID, err)
+		return control.RenewResponse{}, g.admin.leaseGone(ref.ID, err)
 	}
 	o := l.Owner
-	if g.bearer.expired(o.Issued, now) {
+	if g.admit.bearer.expired(o.Issued, now) {
 		why := "the job's bearer token expired at " + o.Issued.Expires.UTC().Format(time.RFC3339) + " and no newer valid one was presented: the pilot must refresh the token file (BEARER_TOKEN_FILE, bt_u$UID) before it expires"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: its bearer token expired", "lease", l.ID, "addrs", l.Addrs, "identity", o.Issued.String(), "expired", o.Issued.Expires)
-		return control.RenewResponse{}, g.leaseGone(l.ID, control.ErrLeaseEnded)
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, control.ErrLeaseEnded)
 	}
 	// A ban that covers the job (its attested uid with any token or none,
 	// its token from its node, its issuer's subject) ends it here too,
@@ -418,25 +401,25 @@ func (g *gateway) Renew(ctx context.Context, ref control.LeaseRef) (control.Rene
 	g.admit.mu.Unlock()
 	if berr != nil {
 		why := "banned"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: a ban covers its job", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", berr)
-		return control.RenewResponse{}, g.leaseGone(l.ID, berr)
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, berr)
 	}
-	if o.Token == "" && !o.ByBearer() && g.attest.mode() == "" {
+	if o.Token == "" && !o.ByBearer() && g.admit.attest.mode() == "" {
 		// Joined by its MUNGE credential alone, which this gateway no
 		// longer takes in place of a token (a reload turned attested
 		// identity off): as a revoked token's lease.
 		why := "attested identity turned off: a job without a token must join again with one"
-		g.endLease(l.ID, byRenewal, why, why)
+		g.admin.endLease(l.ID, byRenewal, why, why)
 		g.log.Warn("lease ended at renewal: it joined by its MUNGE credential alone and attested identity is off now", "lease", l.ID, "addrs", l.Addrs)
-		return control.RenewResponse{}, g.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
+		return control.RenewResponse{}, g.admin.leaseGone(l.ID, fmt.Errorf("%w: %s", control.ErrBadToken, why))
 	}
 	if o.Token != "" && !o.ByBearer() {
-		if terr := g.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
+		if terr := g.admit.tokenLive(o.Token, now); errors.Is(terr, control.ErrBadToken) {
 			why := "token " + o.Token + " revoked or expired"
-			g.endLease(l.ID, byRenewal, why, why)
+			g.admin.endLease(l.ID, byRenewal, why, why)
 			g.log.Warn("lease ended at renewal: its token is gone", "lease", l.ID, "addrs", l.Addrs, "token", o.Token, "err", terr)
-			return control.RenewResponse{}, g.leaseGone(l.ID, terr)
+			return control.RenewResponse{}, g.admin.leaseGone(l.ID, terr)
 		}
 	}
 	return control.RenewResponse{Expires: l.Expires}, nil
@@ -450,7 +433,7 @@ func (g *gateway) Release(ctx context.Context, ref control.LeaseRef) error {
 	}
 	l, err := g.leases.Release(ref.ID, ref.Secret)
 	if err != nil {
-		return g.leaseGone(ref.ID, err)
+		return g.admin.leaseGone(ref.ID, err)
 	}
 	g.removePeer(l.PublicKey)
 	g.removeJob(l)
@@ -486,33 +469,13 @@ func (g *gateway) expireLoop(ctx context.Context) {
 // expire frees the leases that expired at now.
 func (g *gateway) expire(now time.Time) {
 	ls := g.leases.Expire(now)
-	g.retire(ls, now)
+	g.admit.retire(ls, now)
 	for _, l := range ls {
 		g.removePeer(l.PublicKey)
 		g.removeJob(l)
 		g.recordEnd(l, "expired")
 		g.log.Info("lease expired: client stopped renewing", "lease", l.ID, "addrs", l.Addrs)
 	}
-}
-
-// block returns the port range of l's block, or the zero Range if it has
-// none.
-func (g *gateway) block(l lease.Lease) portblock.Range {
-	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
-		return portblock.Range{}
-	}
-	_, r := g.egress.pool.Run(l.Block, l.Blocks)
-	return r
-}
-
-// blockAddr returns the public address of l's block: the address of the
-// egress pool its flows leave from, or, without a block, the first.
-func (g *gateway) blockAddr(l lease.Lease) netip.Addr {
-	if l.Block < 0 || l.Block >= g.egress.pool.Blocks() {
-		return g.egress.public
-	}
-	a, _ := g.egress.pool.Block(l.Block)
-	return a
 }
 
 // removeJob drops l's per-job state: its lease watch, its handshake
@@ -544,46 +507,11 @@ func (g *gateway) pruneLoop(ctx context.Context, keep time.Duration) {
 		} else if n > 0 {
 			g.log.Info("pruned lease history", "records", n, "older_than", keep)
 		}
-		g.logFleetHistory(keep)
+		g.fleet.logFleetHistory(keep)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
-}
-
-// planExposures checks a join's --expose request and picks the public
-// ports, from the top of the job's block, and plans them on each of the
-// job's egress addresses: the same public port at a shared address, the
-// job's own port at its own address (--egress-prefix). This is the one
-// place that decides where a job's exposures listen; the backends and
-// the lease follow it.
-func (g *gateway) planExposures(l lease.Lease, egress []forward.Egress, reqs []control.Port) ([]forward.Exposure, error) {
-	if len(reqs) == 0 {
-		return nil, nil
-	}
-	at := g.blockAddr(l)
-	if !g.exposeAddr.IsValid() || !at.IsValid() || at.IsUnspecified() {
-		return nil, fmt.Errorf("%w: this gateway's egress backend cannot expose ports", errNoExposure)
-	}
-	ports, err := allocExposures(g.block(l), reqs)
-	if err != nil {
-		return nil, err
-	}
-	var out []forward.Exposure
-	for _, e := range egress {
-		if !e.Addr.IsValid() || e.Addr.IsUnspecified() {
-			continue // nowhere announced to listen
-		}
-		for _, x := range ports {
-			x.PublicAddr = e.Addr
-			if e.Own {
-				// The job's own address: its own port, no translation.
-				x.PublicPort = x.JobPort
-			}
-			out = append(out, x)
-		}
-	}
-	return out, nil
 }

@@ -71,7 +71,7 @@ func joinRequest(t *testing.T, g *gateway) control.JoinRequest {
 		t.Fatal(err)
 	}
 	req := control.JoinRequest{PublicKey: priv.PublicKey(), Job: control.JobInfo{BatchJobID: "rollback"}}
-	if g.exposeAddr.IsValid() {
+	if g.egress.exposeAddr.IsValid() {
 		req.Expose = []control.Port{{Proto: control.ProtoTCP, Port: 8080}}
 	}
 	return req
@@ -123,14 +123,14 @@ func TestJoinRollback(t *testing.T) {
 	t.Run("EgressBackend", func(t *testing.T) {
 		g := openGateway(t)
 		tok = storedToken(t, g)
-		if !g.exposeAddr.IsValid() {
+		if !g.egress.exposeAddr.IsValid() {
 			t.Skip("this host has no global unicast IPv4 address for user mode's exposures")
 		}
 		// The first lease gets the first address and block; its exposure
 		// takes the block's top port, which the test holds.
 		addr := g.gwAddr.Next()
 		_, block := g.egress.pool.Run(0, 1)
-		public := netip.AddrPortFrom(g.exposeAddr, block.Hi)
+		public := netip.AddrPortFrom(g.egress.exposeAddr, block.Hi)
 		ln, err := net.Listen("tcp", public.String())
 		if err != nil {
 			t.Fatal(err)
@@ -205,8 +205,8 @@ func storedToken(t *testing.T, g *gateway) store.Token {
 // exposedAt is the public address of an exposure on port, or the zero
 // AddrPort if g cannot expose ports.
 func exposedAt(g *gateway, port uint16) netip.AddrPort {
-	if !g.exposeAddr.IsValid() {
+	if !g.egress.exposeAddr.IsValid() {
 		return netip.AddrPort{}
 	}
-	return netip.AddrPortFrom(g.exposeAddr, port)
+	return netip.AddrPortFrom(g.egress.exposeAddr, port)
 }

@@ -47,10 +47,10 @@ func (g *gateway) newMetrics() (gatewayMetrics, error) {
 	if err != nil {
 		return gatewayMetrics{}, err
 	}
-	if err := g.registerCapacityMetrics(reg); err != nil {
+	if err := g.egress.registerCapacityMetrics(reg); err != nil {
 		return gatewayMetrics{}, err
 	}
-	if err := g.registerTLSMetrics(reg); err != nil { // rotate.go
+	if err := g.admin.registerTLSMetrics(reg); err != nil { // rotate.go
 		return gatewayMetrics{}, err
 	}
 	if err := g.registerUDPMetrics(reg); err != nil { // udpstats.go
@@ -97,7 +97,7 @@ func (g *gateway) identities() map[metrics.JobIdentity]int {
 // issuers counts the live leases identified by a bearer token, by the
 // configured name of their issuer (airlock_jobs_issuer_verified).
 func (g *gateway) issuers() map[string]int {
-	st := g.bearer.cur.Load()
+	st := g.admit.bearer.cur.Load()
 	out := map[string]int{}
 	if st == nil {
 		return out

@@ -34,9 +34,19 @@ import (
 // allocation run under admission.mu, so that concurrent joins cannot
 // overshoot a quota or race a key's check.
 
-// admission is the gateway's join admission state. It is safe for
-// concurrent use; the zero value is ready.
+// admission is the gateway's join admission: the checks a join passes
+// before its lease is allocated, and the state they keep. It is safe for
+// concurrent use; it is ready once g is set (gateway.wire).
 type admission struct {
+	g *gateway
+	// attest verifies joins' MUNGE credentials (attest.go).
+	attest attestation
+	// bearer verifies joins' bearer tokens (bearer.go).
+	bearer bearerIdentity
+	// maxBlocks is the most port blocks one job may hold
+	// (--max-block-size, blocksize.go).
+	maxBlocks int
+
 	mu    sync.Mutex
 	joins map[string]*joinRate // guarded by mu: token name → its join rate
 	bans  map[banKey]ban       // guarded by mu
@@ -104,11 +114,11 @@ func (a *admission) dropOldestRetiredLocked() {
 }
 
 // retire remembers the keys of leases that expired at now.
-func (g *gateway) retire(ls []lease.Lease, now time.Time) {
-	g.admit.mu.Lock()
-	defer g.admit.mu.Unlock()
+func (a *admission) retire(ls []lease.Lease, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for _, l := range ls {
-		g.admit.retireLocked(l, now)
+		a.retireLocked(l, now)
 	}
 }
 
@@ -206,8 +216,7 @@ type ban struct {
 // allocate admits a join and allocates its lease (lease.Manager.Allocate),
 // or returns an error wrapping control.ErrBanned, control.ErrQuota or
 // control.ErrKeyInUse that tells the user what to do.
-func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key, now time.Time) (lease.Lease, string, *lease.Lease, error) {
-	a := &g.admit
+func (a *admission) allocate(req control.JoinRequest, tok store.Token, remote netip.AddrPort, pub wgkey.Key, now time.Time) (lease.Lease, string, *lease.Lease, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// The token again, under the lock that `airlock token revoke`'s
@@ -215,7 +224,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	// deleted the token after the control server verified it either sees
 	// this join's lease or this join sees the token gone.
 	if tok.Name != "" && (req.Issued == nil || req.Issued.As == "") {
-		if err := g.tokenLive(tok.Name, now); err != nil {
+		if err := a.tokenLive(tok.Name, now); err != nil {
 			return lease.Lease{}, "", nil, err
 		}
 	}
@@ -225,7 +234,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 	}
 	// The key's live lease, which this join may only replace with proof.
 	var mine *lease.Lease
-	if old, ok := g.leases.ByKey(pub); ok && !now.After(old.Expires) {
+	if old, ok := a.g.leases.ByKey(pub); ok && !now.After(old.Expires) {
 		if !ownsLease(old, req.Replace) {
 			return lease.Lease{}, "", nil, fmt.Errorf("%w: this WireGuard public key holds live lease %s; a join with it must prove it holds that lease (its id and secret): every airlock run makes a fresh key, so run it again",
 				control.ErrKeyInUse, old.ID)
@@ -238,10 +247,10 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		}
 		delete(a.retired, pub) // its retiredOrder entry goes when it is the oldest
 	}
-	m := g.meterOf(tok.Name, req.Attested)
+	m := a.meterOf(tok.Name, req.Attested)
 	q := m.q
 	if q.MaxLeases > 0 {
-		n := g.leases.Count(func(l lease.Lease) bool {
+		n := a.g.leases.Count(func(l lease.Lease) bool {
 			return m.holds(l.Owner) && !now.After(l.Expires)
 		})
 		if mine != nil && m.holds(mine.Owner) {
@@ -252,7 +261,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 				control.ErrQuota, m, n, q.MaxLeases, m.key("max_leases"))
 		}
 	}
-	n, err := g.jobBlocks(req.Ports, tok.Name, q)
+	n, err := a.jobBlocks(req.Ports, tok.Name, q)
 	if err != nil {
 		return lease.Lease{}, "", nil, err
 	}
@@ -260,7 +269,7 @@ func (g *gateway) allocate(req control.JoinRequest, tok store.Token, remote neti
 		mo := mine.Owner
 		o.Attested = inherit(req.Attested, mo.Attested)
 	}
-	l, secret, replaced, err := g.leases.AllocateRun(pub, o, now, n)
+	l, secret, replaced, err := a.g.leases.AllocateRun(pub, o, now, n)
 	if err != nil {
 		l.Blocks = n // for the refusal's message
 	}
@@ -303,11 +312,11 @@ type meter struct {
 }
 
 // meterOf returns the meter of a join with the token named tok (""
-// for none) and attestation a.
-func (g *gateway) meterOf(tok string, a *identity.Attestation) meter {
-	qs := g.conf.Load().Quotas
-	if tok == "" && a != nil {
-		return meter{uid: attestedUID(a), q: qs.User}
+// for none) and attestation att.
+func (a *admission) meterOf(tok string, att *identity.Attestation) meter {
+	qs := a.g.conf.Load().Quotas
+	if tok == "" && att != nil {
+		return meter{uid: attestedUID(att), q: qs.User}
 	}
 	return meter{token: tok, q: qs.ForToken(tok)}
 }
@@ -352,13 +361,13 @@ func (m meter) holds(o identity.Job) bool {
 // shapeJoin waits until the join rate of meter m admits one more join,
 // for at most joinShapeMax; when the wait would be longer it returns
 // control.ErrQuota with a Retry-After, and uses up nothing of the rate.
-func (g *gateway) shapeJoin(ctx context.Context, m meter) error {
+func (a *admission) shapeJoin(ctx context.Context, m meter) error {
 	q := m.q
 	if q.JoinsPerMinute <= 0 {
 		return nil
 	}
 	now := time.Now()
-	r := g.admit.reserveJoin(m.bucket(), q, now)
+	r := a.reserveJoin(m.bucket(), q, now)
 	d := r.DelayFrom(now)
 	if d == 0 {
 		return nil
@@ -485,25 +494,25 @@ func (a *admission) bannedLocked(o identity.Job, now time.Time) error {
 // ban in the store: it survives a restart, and in a fleet it holds on
 // every gateway (which end the live leases it matches; here, endBanned).
 // It returns the ban and, for the admin, what it covers.
-func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban, string) {
+func (a *admission) ban(o identity.Job, d time.Duration, reason string) (store.Ban, string) {
 	now := time.Now()
 	until := now.Add(d)
-	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: g.advertise}
+	b := store.Ban{Token: o.Token, Host: o.Claimed.Hostname, Addr: o.Remote.Addr(), Until: until, Reason: reason, Created: now, By: a.g.advertise}
 	if id := o.Issued; id != nil {
 		// Issuer-verified: the subject, whatever token, node or uid.
 		b.Host, b.Addr, b.Issuer, b.Subject = "", netip.Addr{}, id.Issuer, id.Subject
-	} else if a := o.Attested; a != nil {
+	} else if att := o.Attested; att != nil {
 		// Attested: the user, with any token or none, from any node;
 		// and unattested joins of the token from the job's node (the
 		// same user, who left out the credential), not the node's other
 		// users' attested joins.
-		b.Host, b.UID = "", attestedUID(a)
+		b.Host, b.UID = "", attestedUID(att)
 	}
-	g.admit.mu.Lock()
-	g.admit.banLocked(b, now)
-	g.admit.mu.Unlock()
-	if _, err := g.st.AddBan(b); err != nil {
-		g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
+	a.mu.Lock()
+	a.banLocked(b, now)
+	a.mu.Unlock()
+	if _, err := a.g.st.AddBan(b); err != nil {
+		a.g.log.Error("ban not stored: it holds on this gateway until it restarts", "token", o.Token, "host", o.Claimed.Hostname, "err", err)
 	}
 	if b.Subject != "" {
 		return b, fmt.Sprintf("joins of subject %q of issuer %s (issuer-verified), with any token, from any node", b.Subject, b.Issuer)
@@ -528,8 +537,8 @@ func (g *gateway) ban(o identity.Job, d time.Duration, reason string) (store.Ban
 // tokenLive returns nil if the token named name exists and has not
 // expired at now, else an error wrapping control.ErrBadToken (or the
 // store's error).
-func (g *gateway) tokenLive(name string, now time.Time) error {
-	t, err := g.st.Token(name)
+func (a *admission) tokenLive(name string, now time.Time) error {
+	t, err := a.g.st.Token(name)
 	if errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: token %q was revoked", control.ErrBadToken, name)
 	}
@@ -544,8 +553,8 @@ func (g *gateway) tokenLive(name string, now time.Time) error {
 
 // liveTokens returns the names of the tokens that exist and have not
 // expired at now: a restart restores only their leases.
-func (g *gateway) liveTokens(now time.Time) (map[string]bool, error) {
-	toks, err := g.st.Tokens()
+func (a *admission) liveTokens(now time.Time) (map[string]bool, error) {
+	toks, err := a.g.st.Tokens()
 	if err != nil {
 		return nil, fmt.Errorf("read tokens: %w", err)
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/identity"
-	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/store"
 	"github.com/airlock-vpn/airlock/internal/wgkey"
@@ -51,7 +50,7 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 		return 0, 0, err
 	}
 	g.loadEndpoints()
-	live, err := g.liveTokens(now)
+	live, err := g.admit.liveTokens(now)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -61,7 +60,7 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 		// to outlive: it is restored while the gateway still takes
 		// attested joins without one.
 		tokenless := r.Token == "" && r.Attested != nil && !byBearer
-		if tokenless && g.attest.mode() == "" {
+		if tokenless && g.admit.attest.mode() == "" {
 			g.log.Warn("lease of the previous run not restored: it joined by its MUNGE credential alone, and attested identity is off now", "lease", r.ID)
 			if err := g.st.RecordLeaseEnd(r.ID, now, "attested identity off"); err != nil {
 				return restored, closed, err
@@ -93,48 +92,11 @@ func (g *gateway) restoreLeases(now time.Time) (restored, closed int, err error)
 // restore takes back lease r of the previous run: lease → egress backend
 // (AddJob) → WireGuard peer, with one deferred rollback like Join.
 func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
-	rs := r.Resume
-	if rs == nil {
-		return fmt.Errorf("no resume state (recorded by an older version)")
-	}
-	pub, err := wgkey.Parse(rs.PublicKey)
+	l, secretHash, expose, err := g.leaseOfRecord(r, now)
 	if err != nil {
 		return err
 	}
-	if len(rs.SecretHash) != sha256.Size {
-		return fmt.Errorf("bad secret hash")
-	}
-	l := lease.Lease{
-		ID: r.ID, Addrs: []netip.Prefix{netip.PrefixFrom(r.TunnelAddr(), g.cfg.Subnet.Bits())}, Block: rs.Block, Blocks: rs.Blocks,
-		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
-	}
-	remote, _ := netip.ParseAddrPort(r.Remote)
-	l.Owner = identity.Job{Claimed: identity.Claimed{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
-		Token: r.Token, Remote: remote, Attested: r.Attested, Issued: r.Issued}
-	if rs.Block >= 0 && rs.Blocks == 0 {
-		l.Blocks = 1
-	}
-	if rs.Block >= 0 && l.Block+(l.Blocks-1)*len(g.egress.pool.Addrs) >= g.egress.pool.Blocks() {
-		return fmt.Errorf("port blocks %d (%d of them) are past the %d blocks of the plan now (--egress-addr, --egress-ports or --block-size changed)", rs.Block, l.Blocks, g.egress.pool.Blocks())
-	}
-	block, pubAddr := g.block(l), g.blockAddr(l)
-	for _, a := range store.Attributions(r) {
-		if rs.Block < 0 || a.Own {
-			continue
-		}
-		if a.PortLo != block.Lo || a.PortHi != block.Hi || ipfamily.Of(a.Addr) == ipfamily.Of(pubAddr) && a.Addr != pubAddr {
-			return fmt.Errorf("port block %d is now %v:%v, was %v:%d-%d (--egress-addr, --egress-ports or --block-size changed)", rs.Block, pubAddr, block, a.Addr, a.PortLo, a.PortHi)
-		}
-	}
-	var expose []control.Port
-	for _, s := range rs.Expose {
-		p, err := control.ParsePort(s)
-		if err != nil {
-			return fmt.Errorf("expose %q: %w", s, err)
-		}
-		expose = append(expose, p)
-	}
-	if l, err = g.leases.Restore(l, [32]byte(rs.SecretHash)); err != nil {
+	if l, err = g.leases.Restore(l, secretHash); err != nil {
 		return err
 	}
 	added := false
@@ -155,10 +117,50 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 		return fmt.Errorf("add job to egress: %w", err)
 	}
 	added = true
-	if err = g.wg.AddPeer(pub, l.AddrList()...); err != nil {
+	if err = g.wg.AddPeer(l.PublicKey, l.AddrList()...); err != nil {
 		return err
 	}
-	g.restoreEndpoint(pub)
-	g.log.Info("lease restored", "lease", l.ID, "addrs", l.Addrs, "ports", block, "job", r.JobID, "host", r.Host, "expires", l.Expires)
+	g.restoreEndpoint(l.PublicKey)
+	g.log.Info("lease restored", "lease", l.ID, "addrs", l.Addrs, "ports", g.egress.block(l), "job", r.JobID, "host", r.Host, "expires", l.Expires)
 	return nil
+}
+
+// leaseOfRecord rebuilds the lease of record r of the previous run, to
+// expire a TTL after now, with its secret's hash and the ports it exposed,
+// from the record's resume state; its port blocks must be where the egress
+// plan of this run puts them.
+func (g *gateway) leaseOfRecord(r store.LeaseRecord, now time.Time) (lease.Lease, [32]byte, []control.Port, error) {
+	rs := r.Resume
+	if rs == nil {
+		return lease.Lease{}, [32]byte{}, nil, fmt.Errorf("no resume state (recorded by an older version)")
+	}
+	pub, err := wgkey.Parse(rs.PublicKey)
+	if err != nil {
+		return lease.Lease{}, [32]byte{}, nil, err
+	}
+	if len(rs.SecretHash) != sha256.Size {
+		return lease.Lease{}, [32]byte{}, nil, fmt.Errorf("bad secret hash")
+	}
+	l := lease.Lease{
+		ID: r.ID, Addrs: []netip.Prefix{netip.PrefixFrom(r.TunnelAddr(), g.cfg.Subnet.Bits())}, Block: rs.Block, Blocks: rs.Blocks,
+		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
+	}
+	remote, _ := netip.ParseAddrPort(r.Remote)
+	l.Owner = identity.Job{Claimed: identity.Claimed{BatchJobID: r.JobID, BatchSystem: r.BatchSystem, Hostname: r.Host, User: r.User, UID: r.UID, Command: r.Command},
+		Token: r.Token, Remote: remote, Attested: r.Attested, Issued: r.Issued}
+	if rs.Block >= 0 && rs.Blocks == 0 {
+		l.Blocks = 1
+	}
+	if err := g.egress.checkRestored(l, r); err != nil {
+		return lease.Lease{}, [32]byte{}, nil, err
+	}
+	var expose []control.Port
+	for _, s := range rs.Expose {
+		p, err := control.ParsePort(s)
+		if err != nil {
+			return lease.Lease{}, [32]byte{}, nil, fmt.Errorf("expose %q: %w", s, err)
+		}
+		expose = append(expose, p)
+	}
+	return l, [32]byte(rs.SecretHash), expose, nil
 }

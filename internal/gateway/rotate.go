@@ -25,10 +25,10 @@ func (i Info) Pins() string {
 // of the control API's TLS key in the state directory (control/rotate.go),
 // puts it in force for new handshakes at once, and rewrites join.env.
 // Running jobs keep their connections.
-func (g *gateway) RotateKey(finish bool) (admin.RotateKeyResult, error) {
-	g.rotateMu.Lock()
-	defer g.rotateMu.Unlock()
-	dir := g.cfg.StateDir
+func (ag *adminGateway) RotateKey(finish bool) (admin.RotateKeyResult, error) {
+	ag.rotateMu.Lock()
+	defer ag.rotateMu.Unlock()
+	dir := ag.g.cfg.StateDir
 	if finish {
 		if _, err := control.FinishRotation(dir); err != nil {
 			return admin.RotateKeyResult{}, err
@@ -44,28 +44,28 @@ func (g *gateway) RotateKey(finish bool) (admin.RotateKeyResult, error) {
 	if err != nil {
 		return admin.RotateKeyResult{}, err
 	}
-	g.res.ids.Set(cur, next)
-	info := g.res.info
+	ag.g.res.ids.Set(cur, next)
+	info := ag.g.res.info
 	info.Fingerprint, info.NextFingerprint = fp, ""
 	if next != nil {
 		info.NextFingerprint = control.Fingerprint(next.Leaf)
 	}
-	g.res.info = info
+	ag.g.res.info = info
 	if err := writeJoinEnv(filepath.Join(dir, JoinEnvFile), info); err != nil {
 		return admin.RotateKeyResult{}, fmt.Errorf("rewrite join.env: %w", err)
 	}
-	g.log.Warn("TLS key rotation", "finish", finish, "AIRLOCK_PIN", info.Pins())
-	return admin.RotateKeyResult{Pin: info.Pins(), Current: fp, Next: info.NextFingerprint, Handshakes: g.res.ids.Handshakes()}, nil
+	ag.g.log.Warn("TLS key rotation", "finish", finish, "AIRLOCK_PIN", info.Pins())
+	return admin.RotateKeyResult{Pin: info.Pins(), Current: fp, Next: info.NextFingerprint, Handshakes: ag.g.res.ids.Handshakes()}, nil
 }
 
 // registerTLSMetrics registers airlock_tls_handshakes_total.
-func (g *gateway) registerTLSMetrics(reg prometheus.Registerer) error {
+func (ag *adminGateway) registerTLSMetrics(reg prometheus.Registerer) error {
 	for _, which := range []string{"current", "next"} {
 		c := prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name:        "airlock_tls_handshakes_total",
 			Help:        "Control API TLS handshakes by the identity presented: current, or next during a key rotation (to clients that name its pin).",
 			ConstLabels: prometheus.Labels{"identity": which},
-		}, func() float64 { return float64(g.res.ids.Handshakes()[which]) })
+		}, func() float64 { return float64(ag.g.res.ids.Handshakes()[which]) })
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -91,10 +91,20 @@ func (g *gateway) close() {
 	g.res.undo = nil
 }
 
+// newGateway returns a gateway of cfg with nothing open yet: its parts
+// wired to it, and Run's start time.
+func newGateway(cfg Config) *gateway {
+	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
+	g.admit.g = g
+	g.fleet.g = g
+	g.admin.g = g
+	return g
+}
+
 // open makes everything the gateway serves with, phase by phase. On error
 // everything it made is closed.
 func open(cfg Config) (_ *gateway, err error) {
-	g := &gateway{log: cfg.Logger, cfg: cfg, started: time.Now()}
+	g := newGateway(cfg)
 	defer func() {
 		if err != nil {
 			g.close()
@@ -161,10 +171,10 @@ func (g *gateway) openState() error {
 	}
 	g.st = g.local
 	g.onClose(func() { g.local.Close() })
-	if err := g.applyAttest(conf.Attest); err != nil {
+	if err := g.admit.applyAttest(conf.Attest); err != nil {
 		return err
 	}
-	return g.openRemote()
+	return g.fleet.openRemote()
 }
 
 // splitListen parses --listen: HOST:PORT, PORT 0 for one the kernel picks.
@@ -190,7 +200,8 @@ func (g *gateway) openEgress() error {
 		return err
 	}
 	eg.logPublic(g.log)
-	g.egress, g.exposeAddr = eg, exposeAddr(eg)
+	eg.exposeAddr = exposeAddr(eg)
+	g.egress = eg
 	// One job index for the flow table, the egress backend (which adds
 	// and removes jobs' addresses) and the capture taps.
 	g.index = new(jobs.Index)
@@ -200,7 +211,7 @@ func (g *gateway) openEgress() error {
 	}
 	g.flows = tb
 	g.onClose(func() { closeFlowLog() })
-	if g.maxBlocks, err = planMaxBlock(cfg, eg); err != nil {
+	if g.admit.maxBlocks, err = planMaxBlock(cfg, eg); err != nil {
 		return err
 	}
 	// A job's blocks are consecutive port blocks of one address: pool
@@ -213,9 +224,9 @@ func (g *gateway) openEgress() error {
 	}
 	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
 	conf := g.conf.Load()
-	g.warnBlockSizes(conf.Quotas)
-	g.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
-	g.capacity.log(g.log)
+	g.admit.warnBlockSizes(conf.Quotas)
+	g.egress.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
+	g.egress.capacity.log(g.log)
 	return nil
 }
 
@@ -318,7 +329,8 @@ func udpFree(port int) bool {
 }
 
 // openServers registers the metrics, takes back the leases of the previous
-// run and makes the control server and the admin socket.
+// run and makes the control server, the capture feeds and the admin
+// socket (openAdmin).
 func (g *gateway) openServers() error {
 	log := g.log
 	mx, err := g.newMetrics()
@@ -332,17 +344,17 @@ func (g *gateway) openServers() error {
 	if err := g.registerTransportMetrics(mx.registry); err != nil {
 		return err
 	}
-	if err := g.openFleet(); err != nil {
+	if err := g.fleet.openFleet(); err != nil {
 		return err
 	}
-	if err := g.registerFleetMetrics(mx.registry); err != nil {
+	if err := g.fleet.registerFleetMetrics(mx.registry); err != nil {
 		return err
 	}
-	if err := g.loadBans(time.Now()); err != nil {
+	if err := g.fleet.loadBans(time.Now()); err != nil {
 		return err
 	}
-	g.onClose(g.bearer.close)
-	if err := g.applyBearer(g.conf.Load().Bearer); err != nil {
+	g.onClose(g.admit.bearer.close)
+	if err := g.admit.applyBearer(g.conf.Load().Bearer); err != nil {
 		return err
 	}
 	if n, closed, err := g.restoreLeases(time.Now()); err != nil {
@@ -359,27 +371,35 @@ func (g *gateway) openServers() error {
 		OnJoin:          mx.metrics.ObserveJoin,
 		Version:         g.cfg.Version,
 		OnClientVersion: mx.metrics.ObserveClientVersion,
-		CaptureRelay:    g.captureRelay(),
-		Attest:          &g.attest,
-		Bearer:          &g.bearer,
+		CaptureRelay:    g.fleet.captureRelay(),
+		Attest:          &g.admit.attest,
+		Bearer:          &g.admit.bearer,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
-	adm := admin.NewServer(log.With("component", "admin"), g.st)
-	g.res.adm = adm
-	adm.SetGateway(g)
-	adm.SetKeyRotator(g)
-	adm.SetBackuper(g)
-	g.registerFleetAdmin(adm)
-	// The metrics also on the admin socket, for airlock gateway diag
-	// whether or not --metrics serves them on the network.
-	adm.Handle("GET "+admin.MetricsPath, metrics.Handler(g.res.mx.registry))
 	if err := g.openCapture(mx.registry); err != nil {
 		return err
 	}
-	if g.res.admLn, err = admin.Listen(filepath.Join(g.cfg.StateDir, admin.SocketName)); err != nil {
+	return g.openAdmin()
+}
+
+// openAdmin makes the admin server, answered by the admin part and the
+// fleet's, with the metrics, and opens its socket in the state directory.
+func (g *gateway) openAdmin() error {
+	adm := admin.NewServer(g.log.With("component", "admin"), g.st)
+	g.res.adm = adm
+	adm.SetGateway(&g.admin)
+	adm.SetKeyRotator(&g.admin)
+	adm.SetBackuper(&g.admin)
+	g.fleet.registerFleetAdmin(adm)
+	// The metrics also on the admin socket, for airlock gateway diag
+	// whether or not --metrics serves them on the network.
+	adm.Handle("GET "+admin.MetricsPath, metrics.Handler(g.res.mx.registry))
+	ln, err := admin.Listen(filepath.Join(g.cfg.StateDir, admin.SocketName))
+	if err != nil {
 		return err
 	}
-	g.onClose(func() { g.res.admLn.Close() })
+	g.res.admLn = ln
+	g.onClose(func() { ln.Close() })
 	return nil
 }
 
@@ -397,10 +417,10 @@ func (g *gateway) serve(ctx context.Context) error {
 	loops := []func(context.Context){g.expireLoop, g.prune, g.loadLoop, g.flows.Run, g.handshakeLoop, g.runFeeds,
 		g.endpointLoop, g.rehandshakeLoop}
 	if g.cfg.Reload != nil {
-		loops = append(loops, func(ctx context.Context) { g.reloadLoop(ctx, g.cfg.Reload) })
+		loops = append(loops, func(ctx context.Context) { g.admin.reloadLoop(ctx, g.cfg.Reload) })
 	}
-	if g.fleet != nil {
-		loops = append(loops, g.fleet.Run)
+	if g.fleet.node != nil {
+		loops = append(loops, g.fleet.node.Run)
 	}
 	for _, loop := range loops {
 		grp.Go(func() error {
@@ -456,7 +476,7 @@ func (g *gateway) ready() {
 		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
 		"subnet", cfg.Subnet, "tunnel_addrs", g.tunnels, "egress", eg.mode, "egress_addr", eg.public,
-		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
+		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.admit.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),
 		"job_max_flows", conf.Limits.Job.MaxFlows, "job_new_flows_per_sec", conf.Limits.Job.NewFlowsPerSec, "token_limits", len(conf.Limits.Tokens),

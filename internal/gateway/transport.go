@@ -71,13 +71,13 @@ func (g *gateway) loadLoop(ctx context.Context) {
 func (g *gateway) health() control.Health {
 	return control.Health{
 		Jobs:         g.leases.Len(),
-		Capacity:     g.capacity.Jobs,
+		Capacity:     g.egress.capacity.Jobs,
 		Draining:     g.tr.draining.Load(),
 		RxBitsPerSec: math.Float64frombits(g.tr.rxRate.Load()),
 		TxBitsPerSec: math.Float64frombits(g.tr.txRate.Load()),
 		Instance:     g.tr.instance,
-		Attest:       g.attest.mode(),
-		Bearer:       g.bearer.on(),
+		Attest:       g.admit.attest.mode(),
+		Bearer:       g.admit.bearer.on(),
 	}
 }
 
@@ -85,7 +85,7 @@ func (g *gateway) health() control.Health {
 func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip.AddrPort) (func(net.Conn), error) {
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return nil, g.leaseGone(ref.ID, err)
+		return nil, g.admin.leaseGone(ref.ID, err)
 	}
 	return func(c net.Conn) {
 		s := g.tr.bind.AddStream(c, remote, l.ID)
@@ -112,7 +112,7 @@ func (g *gateway) Tunnel(ctx context.Context, ref control.LeaseRef, remote netip
 func (g *gateway) CheckLease(ref control.LeaseRef) error {
 	l, err := g.leases.Check(ref.ID, ref.Secret, time.Now())
 	if err != nil {
-		return g.leaseGone(ref.ID, err)
+		return g.admin.leaseGone(ref.ID, err)
 	}
 	return g.checkFrom(l, ref.From)
 }

@@ -210,73 +210,82 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	gauge := func(d *prometheus.Desc, v float64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
-	}
-	counter := func(d *prometheus.Desc, v uint64, l ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
-	}
 	if !c.src.Start.IsZero() {
-		gauge(c.start, float64(c.src.Start.UnixNano())/1e9)
+		gauge(ch, c.start, float64(c.src.Start.UnixNano())/1e9)
 	}
 	if c.src.Jobs != nil {
-		gauge(c.jobs, float64(c.src.Jobs()))
+		gauge(ch, c.jobs, float64(c.src.Jobs()))
 	}
 	if c.src.Identities != nil {
 		for k, n := range c.src.Identities() {
-			ch <- prometheus.MustNewConstMetric(c.identities, prometheus.GaugeValue, float64(n), k.UID, k.Job)
+			gauge(ch, c.identities, float64(n), k.UID, k.Job)
 		}
 	}
 	if c.src.Issuers != nil {
 		for k, n := range c.src.Issuers() {
-			gauge(c.issuers, float64(n), k)
+			gauge(ch, c.issuers, float64(n), k)
 		}
 	}
 	if c.src.PortBlocks != nil {
 		used, total := c.src.PortBlocks()
-		gauge(c.portBlocks, float64(total))
-		gauge(c.portBlocksUsed, float64(used))
+		gauge(ch, c.portBlocks, float64(total))
+		gauge(ch, c.portBlocksUsed, float64(used))
 	}
 	if c.src.Flows != nil {
-		st := c.src.Flows.Stats()
-		gauge(c.flowsActive, float64(st.ActiveFlows))
-		counter(c.bytes, st.BytesOut, "out")
-		counter(c.bytes, st.BytesIn, "in")
-		counter(c.packets, st.PacketsOut, "out")
-		counter(c.packets, st.PacketsIn, "in")
-		if _, ok := st.Verdicts[flows.Allowed]; !ok {
-			st.Verdicts[flows.Allowed] = 0
-		}
-		for v, n := range st.Verdicts {
-			counter(c.flowsTotal, n, v)
-		}
-		for _, b := range st.Bulk {
-			counter(c.bulkFlows, b.Flows, b.Rule)
-			counter(c.bulkBytes, b.BytesOut, b.Rule, "out")
-			counter(c.bulkBytes, b.BytesIn, b.Rule, "in")
-		}
-		for _, b := range st.Bypass {
-			counter(c.bypassFlows, b.Flows, b.Rule)
-			counter(c.bypassBytes, b.BytesOut, b.Rule, "out")
-			counter(c.bypassBytes, b.BytesIn, b.Rule, "in")
-		}
-		counter(c.bypassRefused, st.BypassRefused)
-		counter(c.logErr, st.LogErrors)
-		for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight, flows.DNSNotQuery} {
-			counter(c.dnsQueries, st.DNS[r], r)
-		}
-		counter(c.dnsLogSupp, st.DNSLogSuppressed)
+		c.collectFlows(ch, c.src.Flows.Stats())
 	}
 	if c.src.Backend != nil {
 		if st, err := c.src.Backend(); err == nil {
-			counter(c.limitDrops, st.Limits.FlowsRefused, "flow_limit")
-			counter(c.limitDrops, st.Limits.RateRefused, "new_flow_rate")
-			counter(c.limitDrops, st.Limits.Dropped, "bandwidth")
+			counter(ch, c.limitDrops, st.Limits.FlowsRefused, "flow_limit")
+			counter(ch, c.limitDrops, st.Limits.RateRefused, "new_flow_rate")
+			counter(ch, c.limitDrops, st.Limits.Dropped, "bandwidth")
 			for rule, n := range st.PolicyDrops {
-				counter(c.policyDrops, n, rule)
+				counter(ch, c.policyDrops, n, rule)
 			}
 		}
 	}
+}
+
+// collectFlows sends the flow table's totals st: flows, bytes, packets,
+// verdicts, bulk and bypass rules, flow log and DNS relay.
+func (c *collector) collectFlows(ch chan<- prometheus.Metric, st flows.Stats) {
+	gauge(ch, c.flowsActive, float64(st.ActiveFlows))
+	counter(ch, c.bytes, st.BytesOut, "out")
+	counter(ch, c.bytes, st.BytesIn, "in")
+	counter(ch, c.packets, st.PacketsOut, "out")
+	counter(ch, c.packets, st.PacketsIn, "in")
+	if _, ok := st.Verdicts[flows.Allowed]; !ok {
+		st.Verdicts[flows.Allowed] = 0
+	}
+	for v, n := range st.Verdicts {
+		counter(ch, c.flowsTotal, n, v)
+	}
+	for _, b := range st.Bulk {
+		counter(ch, c.bulkFlows, b.Flows, b.Rule)
+		counter(ch, c.bulkBytes, b.BytesOut, b.Rule, "out")
+		counter(ch, c.bulkBytes, b.BytesIn, b.Rule, "in")
+	}
+	for _, b := range st.Bypass {
+		counter(ch, c.bypassFlows, b.Flows, b.Rule)
+		counter(ch, c.bypassBytes, b.BytesOut, b.Rule, "out")
+		counter(ch, c.bypassBytes, b.BytesIn, b.Rule, "in")
+	}
+	counter(ch, c.bypassRefused, st.BypassRefused)
+	counter(ch, c.logErr, st.LogErrors)
+	for _, r := range []string{"answered", "servfail", flows.DNSRate, flows.DNSInflight, flows.DNSNotQuery} {
+		counter(ch, c.dnsQueries, st.DNS[r], r)
+	}
+	counter(ch, c.dnsLogSupp, st.DNSLogSuppressed)
+}
+
+// gauge sends gauge d's value v with labels l.
+func gauge(ch chan<- prometheus.Metric, d *prometheus.Desc, v float64, l ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+}
+
+// counter sends counter d's value v with labels l.
+func counter(ch chan<- prometheus.Metric, d *prometheus.Desc, v uint64, l ...string) {
+	ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
 }
 
 // Handler serves g's metrics in the Prometheus exposition format.
