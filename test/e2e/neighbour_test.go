@@ -13,19 +13,25 @@ import (
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
-// neighbourBound is what another job's bulk transfer may add to a job's
-// p99 round trip in TestNeighbourLatency. It is generous on purpose: the
-// test machine is shared and loaded, and the figure that matters (a few
-// ms, against wireguard-go's) is bench/run.sh's latency run; this test
-// catches a gateway that queues one job's packets behind another's
-// backlog (tens to hundreds of ms, or a stall).
-const neighbourBound = 150 * time.Millisecond
+// Bounds of TestNeighbourLatency on what another job's bulk transfer may
+// do to a job's round trips. They are generous on purpose: the test
+// machine is shared and loaded (at a load average of 35 on 2 cores, job
+// B's idle p99 was 249 ms and its p50 0.86 ms), and the figures that
+// matter (a few ms, against wireguard-go's) are bench/run.sh's latency
+// run. What they catch is a gateway that queues one job's packets behind
+// another's backlog: a standing queue moves the median, not only the
+// tail, and a stall moves the tail by seconds.
+const (
+	neighbourP50Bound = 50 * time.Millisecond // added to B's p50
+	neighbourP99Floor = time.Second           // B's p99 may reach max(this, 4 × its idle p99)
+)
 
 // TestNeighbourLatency runs, through a user-mode gateway, a bulk iperf3
 // transfer in job A (download, then upload) while job B measures TCP
 // round trips (bench/rr: 64 bytes every 10 ms on one connection) to the
-// outside: every round trip completes, and B's p99 grows by less than
-// neighbourBound over its p99 with A idle; A's transfer runs meanwhile.
+// outside: every round trip completes, B's p50 grows by less than
+// neighbourP50Bound and its p99 stays under max(neighbourP99Floor, 4 ×
+// its p99 with A idle); A's transfer runs meanwhile.
 func TestNeighbourLatency(t *testing.T) {
 	e := newEnvMode(t, modeUser)
 	rr := topology.BuildRR(t)
@@ -65,9 +71,12 @@ func TestNeighbourLatency(t *testing.T) {
 		}
 		bps := parseIperf(t, "job A "+dir, code, bulk.Stdout(), bulk.Stderr(), e.diag(bulk.Stderr()))
 		t.Logf("job A's bulk %s: %.0f Mbit/s", dir, bps/1e6)
-		added := time.Duration((under.P99ms - idle.P99ms) * float64(time.Millisecond))
-		if added > neighbourBound {
-			t.Errorf("A's bulk %s added %v to job B's p99 round trip (%.2f ms → %.2f ms), want at most %v", dir, added, idle.P99ms, under.P99ms, neighbourBound)
+		ms := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+		if added := ms(under.P50ms - idle.P50ms); added > neighbourP50Bound {
+			t.Errorf("A's bulk %s added %v to job B's p50 round trip (%.2f ms → %.2f ms), want at most %v", dir, added, idle.P50ms, under.P50ms, neighbourP50Bound)
+		}
+		if bound := max(neighbourP99Floor, 4*ms(idle.P99ms)); ms(under.P99ms) > bound {
+			t.Errorf("A's bulk %s took job B's p99 round trip to %.2f ms (idle %.2f ms), want at most %v", dir, under.P99ms, idle.P99ms, bound)
 		}
 	}
 }
