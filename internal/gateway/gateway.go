@@ -258,10 +258,12 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix, mtu int) (*usernet.Namesp
 	if err != nil && len(v4) > 0 && len(v4) < len(subnets) {
 		if ns4, err4 := usernet.Open(ctx, v4, mtu, cfg.TUNQueues); err4 == nil {
 			cfg.Logger.Warn("the kernel's TCP terminates jobs' IPv4 only, the user-space netstack their IPv6: the private namespace has no IPv6 here", "err", err)
+			cfg.Logger.Debug("private namespace tun queue", "qdisc", ns4.Qdisc)
 			return ns4, nil
 		}
 	}
 	if err == nil {
+		cfg.Logger.Debug("private namespace tun queue", "qdisc", ns.Qdisc)
 		return ns, nil
 	}
 	if cfg.TCPStack == TCPStackKernel {

@@ -161,6 +161,12 @@ func (g *gateway) registerTransportMetrics(reg prometheus.Registerer) error {
 	}
 	rx := func() float64 { r, _ := g.tr.bind.Bytes(); return float64(r) }
 	tx := func() float64 { _, t := g.tr.bind.Bytes(); return float64(t) }
+	queueDrops := func() float64 {
+		if g.wg == nil {
+			return 0
+		}
+		return float64(g.wg.QueueDrops())
+	}
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_tcp_transport_streams",
 			Help: "Jobs whose WireGuard runs over the TCP/TLS transport (stream on the control port) now."}, streams),
@@ -172,6 +178,8 @@ func (g *gateway) registerTransportMetrics(reg prometheus.Registerer) error {
 			Help: "WireGuard bytes received from jobs, UDP and TCP transport together."}, rx),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_sent_bytes_total",
 			Help: "WireGuard bytes sent to jobs, UDP and TCP transport together."}, tx),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_wireguard_queue_drops_total",
+			Help: "Packets to jobs dropped from their own queues at the gateway: CoDel (a job's backlog waited above 5 ms for 100 ms) or a job's queue limit."}, queueDrops),
 	} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register transport metrics: %w", err)

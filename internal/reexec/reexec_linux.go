@@ -47,6 +47,9 @@ type Reply struct {
 	Err string `json:"err,omitempty"`
 	// Errno is the innermost errno, 0 if none.
 	Errno int `json:"errno,omitempty"`
+	// Note is what a successful child has to say beside its descriptors
+	// (something it could not do and did without), for the parent's log.
+	Note string `json:"note,omitempty"`
 }
 
 // StepError is a setup failure in the child: which step, which operation
@@ -113,6 +116,7 @@ func IdentityMapped(cloneflags uintptr, caps ...uintptr) *syscall.SysProcAttr {
 // not safe for concurrent use.
 type Parent struct {
 	conn *net.UnixConn
+	note string // the last successful reply's note
 }
 
 // Start starts cmd with the child's end of a new socketpair as its next
@@ -186,8 +190,13 @@ func (p *Parent) Receive(ctx context.Context, names ...string) ([]*os.File, erro
 	for i, fd := range fds {
 		files[i] = os.NewFile(uintptr(fd), names[i])
 	}
+	p.note = r.Note
 	return files, nil
 }
+
+// Note returns the note of the successful reply [Parent.Receive] read
+// ([Child.ReplyNote]), "" if none.
+func (p *Parent) Note() string { return p.note }
 
 // Go tells a child waiting in [Child.WaitGo] to go on.
 func (p *Parent) Go() error {
@@ -286,7 +295,13 @@ func FromEnvConfig(envFD, raw string, v any, step string) (*Child, error) {
 // Reply sends the child's one message: success with fds attached if err is
 // nil, else [ReplyFor](err) and no descriptors. The caller still owns fds.
 func (c *Child) Reply(err error, fds ...int) error {
-	var r Reply
+	return c.ReplyNote(err, "", fds...)
+}
+
+// ReplyNote is [Child.Reply] with a note for the parent beside a success
+// ([Parent.Note]); a failure's reply carries no note.
+func (c *Child) ReplyNote(err error, note string, fds ...int) error {
+	r := Reply{Note: note}
 	var oob []byte
 	if err != nil {
 		r = ReplyFor(err)

@@ -78,6 +78,10 @@ func NewGateway(logger *slog.Logger, dev tun.Device, readers int, bind conn.Bind
 		bind = conn.NewStdNetBind()
 	}
 	d := device.NewDeviceReaders(dev, bind, wgLogger(logger), readers)
+	// One peer per job: a job's backlog waits in its own queue, bounded
+	// by delay (CoDel), and jobs take turns (third_party/wireguard-go,
+	// fairqueue.go).
+	d.SetFairQueue(0, 0)
 	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.Hex(), port)
 	if err := d.IpcSet(cfg); err != nil {
 		d.Close()
@@ -101,6 +105,11 @@ func NewGateway(logger *slog.Logger, dev tun.Device, readers int, bind conn.Bind
 
 // Port returns the UDP port the device listens on.
 func (g *Gateway) Port() uint16 { return g.port }
+
+// QueueDrops returns how many packets to jobs the device's per-job queues
+// dropped: CoDel's drops of a job whose own backlog waited too long, and
+// batches over a job's queue limit.
+func (g *Gateway) QueueDrops() uint64 { return g.dev.FairQueueDrops() }
 
 func (g *Gateway) listenPort() (uint16, error) {
 	s, err := g.dev.IpcGet()

@@ -105,6 +105,10 @@ type Namespace struct {
 	// Subnets are the jobs' subnets the namespace routes, one per
 	// address family it carries.
 	Subnets []netip.Prefix
+	// Qdisc says what queues the kernel's packets to jobs in front of the
+	// TUN: "fq_codel", or why the TUN keeps the kernel's default (a kernel
+	// built without fq_codel); for the caller's debug log.
+	Qdisc string
 }
 
 // Close closes the TUN and the listener.
@@ -194,7 +198,7 @@ func Open(ctx context.Context, subnets []netip.Prefix, mtu, queues int) (*Namesp
 		}
 		return nil, fmt.Errorf("open private namespace: listener: %w", err)
 	}
-	return &Namespace{TUN: tunFiles, Listener: ln.(*net.TCPListener), Subnets: cfg.Subnets}, nil
+	return &Namespace{TUN: tunFiles, Listener: ln.(*net.TCPListener), Subnets: cfg.Subnets, Qdisc: ctl.Note()}, nil
 }
 
 // Init must be called first thing in main. If this process is the child
@@ -208,25 +212,26 @@ func Init() {
 }
 
 func childMain(c *reexec.Child, cfg childConfig) int {
-	tunFDs, lnFD, err := setup(cfg)
+	tunFDs, lnFD, qdisc, err := setup(cfg)
 	if err != nil {
 		if rerr := c.Reply(err); rerr != nil {
 			fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		}
 		return 1
 	}
-	if err := c.Reply(nil, append(tunFDs, lnFD)...); err != nil {
+	if err := c.ReplyNote(nil, qdisc, append(tunFDs, lnFD)...); err != nil {
 		fmt.Fprintf(os.Stderr, "airlock: private namespace child: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-// setup runs in the child, inside the new namespaces.
-func setup(cfg childConfig) (tunFDs []int, lnFD int, err error) {
+// setup runs in the child, inside the new namespaces. qdisc is what
+// [Namespace.Qdisc] reports.
+func setup(cfg childConfig) (tunFDs []int, lnFD int, qdisc string, err error) {
 	tunFDs, err = mqtun.OpenQueues(TUNName, max(cfg.Queues, 1))
 	if err != nil {
-		return nil, -1, &reexec.StepError{Step: stepTUN, Err: err}
+		return nil, -1, "", &reexec.StepError{Step: stepTUN, Err: err}
 	}
 	defer func() {
 		if err != nil {
@@ -235,32 +240,62 @@ func setup(cfg childConfig) (tunFDs []int, lnFD int, err error) {
 			}
 		}
 	}()
-	if err := configureLinks(cfg); err != nil {
-		return nil, -1, &reexec.StepError{Step: stepLinks, Err: err}
+	qdisc, err = configureLinks(cfg)
+	if err != nil {
+		return nil, -1, "", &reexec.StepError{Step: stepLinks, Err: err}
 	}
 	lnFD, port, err := transparentListener()
 	if err != nil {
-		return nil, -1, &reexec.StepError{Step: stepListener, Err: err}
+		return nil, -1, "", &reexec.StepError{Step: stepListener, Err: err}
 	}
 	if err := installTProxy(port); err != nil {
 		unix.Close(lnFD)
-		return nil, -1, &reexec.StepError{Step: stepTProxy, Err: err}
+		return nil, -1, "", &reexec.StepError{Step: stepTProxy, Err: err}
 	}
-	return tunFDs, lnFD, nil
+	return tunFDs, lnFD, qdisc, nil
 }
 
 // configureLinks brings lo and the TUN up, routes the jobs' subnets through
-// the TUN and makes every address of their families local.
-func configureLinks(cfg childConfig) error {
+// the TUN and makes every address of their families local. It puts
+// fq_codel on the TUN where the kernel has it and returns what the TUN's
+// qdisc is ([Namespace.Qdisc]).
+func configureLinks(cfg childConfig) (qdisc string, err error) {
 	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return "", fmt.Errorf("open netlink: %w", err)
 	}
 	defer h.Close()
 	link, err := h.LinkByName(TUNName)
 	if err != nil {
-		return fmt.Errorf("find %s: %w", TUNName, err)
+		return "", fmt.Errorf("find %s: %w", TUNName, err)
 	}
+	qdisc = setFQCoDel(h, link)
+	if err := configureLinkAddrs(h, link, cfg); err != nil {
+		return "", err
+	}
+	return qdisc, nil
+}
+
+// setFQCoDel replaces the TUN's root qdisc with fq_codel (the kernel's
+// defaults: target 5 ms, interval 100 ms, flows hashed by 5-tuple), so the
+// kernel's packets to different jobs, and to one job's different flows,
+// queue apart and by delay before the gateway reads them. A kernel built
+// without fq_codel (CONFIG_NET_SCH_FQ_CODEL unset, no module) keeps its
+// default; the gateway's own per-job queue bounds delay there
+// (third_party/wireguard-go fairqueue.go).
+func setFQCoDel(h *netlink.Handle, link netlink.Link) string {
+	q := netlink.NewFqCodel(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Parent: netlink.HANDLE_ROOT})
+	if err := h.QdiscReplace(q); err != nil {
+		if errors.Is(err, unix.ENOENT) { // netlink's answer to an unknown qdisc kind
+			return "the kernel's default (fq_codel: not in this kernel)"
+		}
+		return fmt.Sprintf("the kernel's default (fq_codel: %v)", err)
+	}
+	return "fq_codel"
+}
+
+// configureLinkAddrs does the rest of configureLinks.
+func configureLinkAddrs(h *netlink.Handle, link netlink.Link, cfg childConfig) error {
 	for _, sub := range cfg.Subnets {
 		if sub.Addr().Is6() {
 			if err := enableIPv6(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,6 +118,23 @@ func TestHandshakeReachesListener(t *testing.T) {
 	if _, err := Open(context.Background(), []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")}, 1420, 0); err == nil {
 		t.Errorf("Open with 0 queues: no error")
 	}
+}
+
+// TestQdisc: the namespace reports its TUN's qdisc, fq_codel where the
+// kernel has it, else why not (the kernel of the test machines is built
+// without it: "Specified qdisc kind is unknown").
+func TestQdisc(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ns, err := Open(ctx, []netip.Prefix{netip.MustParsePrefix("100.64.0.0/16")}, 1420, 1)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer ns.Close()
+	if ns.Qdisc != "fq_codel" && !strings.HasPrefix(ns.Qdisc, "the kernel's default (fq_codel: ") {
+		t.Fatalf("got Qdisc %q, want fq_codel or the kernel's default and why", ns.Qdisc)
+	}
+	t.Logf("qdisc: %s", ns.Qdisc)
 }
 
 func handshake(t *testing.T, tun *os.File, ln *net.TCPListener, job, dst netip.AddrPort) {

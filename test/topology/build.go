@@ -141,6 +141,13 @@ func BuildPeer(t testing.TB) string {
 	return buildOnce(t, "airlock-testpeer", "./test/topology/cmd/airlock-testpeer", "CGO_ENABLED=0")
 }
 
+// BuildRR builds the benchmark's TCP request/response probe (bench/rr)
+// once per test binary and returns its path.
+func BuildRR(t testing.TB) string {
+	t.Helper()
+	return buildOnce(t, "airlock-rr", "./bench/rr", "CGO_ENABLED=0")
+}
+
 // AirlockBinEnv names an environment variable that, when set, gives a
 // prebuilt airlock binary to use instead of building ./cmd/airlock.
 const AirlockBinEnv = "AIRLOCK_TEST_BIN"

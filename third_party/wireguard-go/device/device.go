@@ -22,6 +22,9 @@ type Device struct {
 	// inline turns on the run-to-completion data path (Airlock's patch,
 	// inline.go).
 	inline inlineState
+	// fq is the fair, delay-bounded send queue (Airlock's patch,
+	// fairqueue.go), off unless SetFairQueue.
+	fq fairQueue
 
 	state struct {
 		// state holds the device's state. It is accessed atomically.

@@ -19,6 +19,9 @@ type Peer struct {
 	// inline is the run-to-completion path's state (Airlock's patch,
 	// inline.go).
 	inline peerInline
+	// fq is the peer's queue in the device's fair queue (Airlock's patch,
+	// fairqueue.go), guarded by the device's fq.mu.
+	fq fqPeer
 
 	isRunning         atomic.Bool
 	keypairs          Keypairs
@@ -272,6 +275,11 @@ func (peer *Peer) Stop() {
 	peer.stopSequential()
 	peer.device.queue.encryption.wg.Done() // no more writes to encryption queue from us
 
+	// Airlock's patch (fairqueue.go): drop the peer's fair queue, then the
+	// batches a scheduler handed off as the peer stopped, so their share
+	// of the budget returns now and not when the queue is collected.
+	peer.device.fqForget(peer)
+	peer.device.flushOutboundQueue(peer.queue.outbound)
 	peer.ZeroAndFlushAll()
 }
 

@@ -87,6 +87,12 @@ func (device *Device) GetOutboundElementsContainer() *QueueOutboundElementsConta
 }
 
 func (device *Device) PutOutboundElementsContainer(c *QueueOutboundElementsContainer) {
+	if c.fqPackets != 0 {
+		// Airlock's patch: a batch the fair queue handed off returns its
+		// share of the budget (fairqueue.go).
+		device.fqRelease(c.fqPackets)
+		c.fqPackets = 0
+	}
 	for i := range c.elems {
 		c.elems[i] = nil
 	}

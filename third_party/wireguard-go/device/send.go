@@ -55,6 +55,11 @@ type QueueOutboundElement struct {
 type QueueOutboundElementsContainer struct {
 	sync.Mutex
 	elems []*QueueOutboundElement
+	// Airlock's patch (fairqueue.go): when the batch entered the fair
+	// queue, and how many packets of the fair queue's budget it holds once
+	// handed off (returned by PutOutboundElementsContainer).
+	fqEnqueued int64
+	fqPackets  int
 }
 
 func (device *Device) NewOutboundElement() *QueueOutboundElement {
@@ -383,6 +388,8 @@ top:
 			// add to parallel and sequential queue
 			if peer.isRunning.Load() && peer.device.inline.Load() {
 				peer.sendInline(elemsContainer)
+			} else if peer.isRunning.Load() && peer.device.fq.on.Load() {
+				peer.device.fqEnqueue(peer, elemsContainer)
 			} else if peer.isRunning.Load() {
 				peer.queueOutbound(elemsContainer)
 				peer.device.queue.encryption.c <- elemsContainer
