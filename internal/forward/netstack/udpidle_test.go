@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // TestUDPIdleFlowHoldsNoBuffer: a UDP pump that relayed a datagram and
@@ -66,7 +68,7 @@ func TestUDPIdleFlowHoldsNoBuffer(t *testing.T) {
 				if err != nil || !bytes.Equal(buf[:n], []byte(msg)) {
 					t.Fatalf("datagram %d: got %q, %v; want %q", i, buf[:n], err, msg)
 				}
-				time.Sleep(200 * time.Millisecond)
+				topology.Poll(2*time.Second, func() bool { return udpBufsHeld.Load()-held0 == tt.held })
 				if got := udpBufsHeld.Load() - held0; got != tt.held {
 					t.Errorf("after datagram %d, idle: the pump holds %d relay buffers, want %d", i, got, tt.held)
 				}
