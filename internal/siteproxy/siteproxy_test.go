@@ -350,6 +350,12 @@ func TestConnectAnswerBounded(t *testing.T) {
 			return
 		}
 		defer c.Close()
+		// Read the CONNECT first, as a proxy does: closing with it
+		// unread would reset the connection, and the reset could
+		// discard the answer before the client read its first 16 KiB.
+		if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+			return
+		}
 		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
 		line := "X-Junk: " + strings.Repeat("a", 1000) + "\r\n"
 		for i := 0; i < 1000; i++ {
@@ -357,6 +363,7 @@ func TestConnectAnswerBounded(t *testing.T) {
 				return
 			}
 		}
+		io.Copy(io.Discard, c) // until the client hangs up
 	}()
 	u, _ := parseProxyURL("http://" + ln.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
