@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/airlock-vpn/airlock/internal/capture"
+	"github.com/airlock-vpn/airlock/internal/control"
 	"github.com/airlock-vpn/airlock/internal/envfile"
 	"github.com/airlock-vpn/airlock/internal/gateway"
 	"github.com/airlock-vpn/airlock/internal/ipfamily"
@@ -54,6 +55,7 @@ SIGHUP, like airlock gateway reload, reloads --config.`,
 	fs.IntVar(&cfg.TUNQueues, "tun-queues", 0, "queues of the egress TUN (IFF_MULTI_QUEUE: user mode's private namespace with --tcp-stack kernel, kernel mode's), each with a reader of its own; each job's packets take one (0: one per core the gateway may use, GOMAXPROCS; at most 64)")
 	fs.DurationVar(&cfg.RenewInterval, "renew-interval", gateway.DefaultRenewInterval, "how often clients renew their lease")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long an unrenewed lease lives (default 3 renew intervals)")
+	fs.IntVar(&cfg.MaxConnsPerSource, "max-conns-per-source", control.DefaultMaxConnsPerSource, "control connections one source address (or IPv6 /64) may hold open; each running job holds one, so raise it above the jobs behind one NAT address")
 	fs.DurationVar(&cfg.History, "history", 0, "how long ended leases stay in the attribution history (airlock whois) (default 2160h = 90 days; with --store 9600h = 400 days)")
 	var so storeOpts
 	fs.StringVar(&so.url, "store", "", storeUsage+"; makes this gateway a member of the fleet that shares it (docs/fleet.md)")

@@ -86,6 +86,11 @@ type Config struct {
 	// LeaseTTL (default three intervals) without renewal.
 	RenewInterval time.Duration
 	LeaseTTL      time.Duration
+	// MaxConnsPerSource bounds the control connections one source (an
+	// IPv4 address or an IPv6 /64) holds open: each running job holds
+	// one, so a site whose nodes reach the gateway through one NAT
+	// address sets it above its jobs (0: control.DefaultMaxConnsPerSource).
+	MaxConnsPerSource int
 	// History is how long ended leases stay in the attribution history.
 	History time.Duration
 	// DNSUpstreams override the host's resolvers for jobs' DNS.

@@ -363,17 +363,18 @@ func (g *gateway) openServers() error {
 		log.Info("leases of the previous run", "restored", n, "closed", closed)
 	}
 	g.res.srv = control.NewServer(control.ServerConfig{
-		Logger:          log.With("component", "control"),
-		Store:           g.st,
-		Backend:         g,
-		Certificate:     g.res.cert,
-		Identities:      g.res.ids,
-		OnJoin:          mx.metrics.ObserveJoin,
-		Version:         g.cfg.Version,
-		OnClientVersion: mx.metrics.ObserveClientVersion,
-		CaptureRelay:    g.fleet.captureRelay(),
-		Attest:          &g.admit.attest,
-		Bearer:          &g.admit.bearer,
+		Logger:            log.With("component", "control"),
+		Store:             g.st,
+		Backend:           g,
+		Certificate:       g.res.cert,
+		Identities:        g.res.ids,
+		OnJoin:            mx.metrics.ObserveJoin,
+		Version:           g.cfg.Version,
+		OnClientVersion:   mx.metrics.ObserveClientVersion,
+		CaptureRelay:      g.fleet.captureRelay(),
+		Attest:            &g.admit.attest,
+		Bearer:            &g.admit.bearer,
+		MaxConnsPerSource: g.cfg.MaxConnsPerSource,
 	})
 	g.wakeWatches = g.res.srv.WakeWatches
 	if err := g.openCapture(mx.registry); err != nil {
