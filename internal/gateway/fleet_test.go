@@ -28,6 +28,35 @@ import (
 	"github.com/airlock-vpn/airlock/test/topology"
 )
 
+// pollFailing calls try until it reports done or timeout passes. Each
+// refused join counts against this address's failure bucket
+// (control.DefaultFailureBurst 5, refilled at DefaultFailureLimit, one a
+// 2 s): tries come every 250 ms until four have failed, then one a
+// failure's refill apart, so waiting on a gateway that has not yet
+// learned a token never turns into rate_limited however long the
+// database's notification takes on a loaded machine.
+func pollFailing(timeout time.Duration, try func() (done, failed bool)) bool {
+	deadline := time.Now().Add(timeout)
+	fails := 0
+	for {
+		done, failed := try()
+		if done {
+			return true
+		}
+		if failed {
+			fails++
+		}
+		every := 250 * time.Millisecond
+		if fails >= control.DefaultFailureBurst-1 {
+			every = time.Duration(float64(time.Second)/float64(control.DefaultFailureLimit)) + 100*time.Millisecond
+		}
+		if time.Now().Add(every).After(deadline) {
+			return false
+		}
+		<-time.After(every)
+	}
+}
+
 // TestFleetGateways runs two in-process gateways on one real PostgreSQL
 // database: a token made through A's admin socket admits a job on B, whose
 // lease lists both gateways; a revocation on A ends B's lease at once (its
@@ -69,13 +98,14 @@ func TestFleetGateways(t *testing.T) {
 	defer cc.Close()
 	job := control.JobInfo{BatchJobID: "fleet-1", Hostname: "node1"}
 	var l control.Lease
-	// The members list fills at the heartbeats (2 s).
-	if !topology.PollEvery(5*time.Second, 200*time.Millisecond, func() bool {
+	// B learns the token from the database's notification; the members
+	// list fills at the heartbeats (2 s).
+	if !pollFailing(10*time.Second, func() (bool, bool) {
 		l, err = cc.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: job})
 		if err == nil && len(l.Members) != 2 {
 			cc.Release(ctx, control.LeaseRef{ID: l.ID, Secret: l.Secret})
 		}
-		return err == nil && len(l.Members) == 2
+		return err == nil && len(l.Members) == 2, err != nil
 	}) {
 		t.Fatalf("join on B with a token made on A: %v, members %+v; want a lease listing both gateways", err, l.Members)
 	}
@@ -167,14 +197,10 @@ func TestFleetGateways(t *testing.T) {
 		t.Fatal(err)
 	}
 	var l2 control.Lease
-	// B learns the new token from the database's notification. Each
-	// refused join counts against this address
-	// (control.DefaultFailureBurst, 5): four tries a second stay under
-	// it, where every 20 ms hit it while the notification was on its
-	// way and turned the wait into rate_limited.
-	if !topology.PollEvery(time.Second, 250*time.Millisecond, func() bool {
+	// B learns the new token from the database's notification.
+	if !pollFailing(10*time.Second, func() (bool, bool) {
 		l2, err = cc.Join(ctx, control.JoinRequest{Token: tok2, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "fleet-2", Hostname: "node2"}})
-		return err == nil
+		return err == nil, err != nil
 	}) {
 		t.Fatalf("join on B with a token made on A 1 s before: %v", err)
 	}
@@ -277,9 +303,9 @@ func TestFleetKeyRotation(t *testing.T) {
 	defer cb.Close()
 	var l control.Lease
 	// B learns the token from the database's notification.
-	if !topology.Poll(2*time.Second, func() bool {
+	if !pollFailing(10*time.Second, func() (bool, bool) {
 		l, err = cb.Join(ctx, control.JoinRequest{Token: tok, PublicKey: freshKey(t), Job: control.JobInfo{BatchJobID: "rot-1", Hostname: "node1"}})
-		return err == nil
+		return err == nil, err != nil
 	}) {
 		t.Fatalf("join on B with a token made on A: %v", err)
 	}
