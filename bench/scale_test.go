@@ -272,6 +272,12 @@ func TestScaleBench(t *testing.T) {
 	}
 	gen.signal(syscall.SIGUSR1)
 	pr, _ := gen.report("probe", 1, 5*time.Minute)
+	if pr.Failed > 0 {
+		// What the gateway was doing while echoes went unanswered.
+		if err := adminProfile(state, "/debug/pprof/goroutine?debug=2", filepath.Join(out, "probe-failed.goroutines.txt"), time.Minute); err != nil {
+			t.Logf("goroutines after the failed probe: %v", err)
+		}
+	}
 	gen.signal(syscall.SIGUSR2)
 	snap, _ := gen.report("snapshot", 1, time.Minute)
 	pr.RenewErrors, pr.WatchErrors = snap.RenewErrors, snap.WatchErrors
@@ -301,7 +307,11 @@ func TestScaleBench(t *testing.T) {
 		t0 := time.Now()
 		_ = gw.Signal(sig)
 		if _, err := gw.Wait(30 * time.Second); err != nil {
-			t.Fatalf("gateway did not stop: %v", err)
+			// The Go runtime prints every goroutine on SIGQUIT.
+			_ = gw.Signal(syscall.SIGQUIT)
+			_, _ = gw.Wait(10 * time.Second)
+			_ = os.WriteFile(filepath.Join(out, "stop-stuck.gateway.log"), []byte(gw.Stderr()), 0o644)
+			t.Fatalf("gateway did not stop (its goroutines: stop-stuck.gateway.log): %v", err)
 		}
 		stop := time.Since(t0)
 		ready := startGW()
