@@ -55,7 +55,7 @@ var (
 	flagScaleRestart = flag.String("scale.restart", "term,kill", "gateway restarts with the live jobs, in turn: term (SIGTERM, a clean stop) and kill (SIGKILL, a crash, once the gateway saved every job's endpoint); empty: none")
 	flagScaleRate    = flag.Int("scale.ramprate", 50, "ramp steps start this many jobs per second")
 	flagScaleAirlock = flag.String("scale.airlock", "", "airlock binary of the gateway (default: this tree's build), to measure another version with the same load generator")
-	flagScalePprof   = flag.Bool("scale.pprof", false, "write the gateway's CPU profile of the storm and its heap and goroutine profiles after the idle phase (admin socket, /debug/pprof) into the run directory")
+	flagScalePprof   = flag.Bool("scale.pprof", false, "write the gateway's CPU profiles of the storm and of the first probe's first 20 s, and its heap and goroutine profiles after the idle phase (admin socket, /debug/pprof) into the run directory")
 )
 
 // scalePhase is one measured phase.
@@ -270,8 +270,19 @@ func TestScaleBench(t *testing.T) {
 			}
 		}
 	}
+	probeProf := make(chan error, 1)
+	if *flagScalePprof {
+		go func() {
+			probeProf <- adminProfile(state, "/debug/pprof/profile?seconds=20", filepath.Join(out, "probe.cpu.pprof"), time.Minute)
+		}()
+	} else {
+		close(probeProf)
+	}
 	gen.signal(syscall.SIGUSR1)
 	pr, _ := gen.report("probe", 1, 5*time.Minute)
+	if err := <-probeProf; err != nil {
+		t.Logf("probe CPU profile: %v", err)
+	}
 	if pr.Failed > 0 {
 		// What the gateway was doing while echoes went unanswered.
 		if err := adminProfile(state, "/debug/pprof/goroutine?debug=2", filepath.Join(out, "probe-failed.goroutines.txt"), time.Minute); err != nil {
