@@ -171,6 +171,7 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 	if err = g.wg.AddPeer(pub, l.AddrList()...); err != nil {
 		return control.Lease{}, err
 	}
+	g.wg.CountFrom(pub, remote.Addr())
 	// An admin may have ended the lease while the join built it (a kick,
 	// a token revocation that listed it): ending it again here leaves
 	// nothing, since whoever ended it removed the peer and the job either

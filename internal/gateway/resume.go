@@ -120,6 +120,9 @@ func (g *gateway) restore(r store.LeaseRecord, now time.Time) (err error) {
 	if err = g.wg.AddPeer(l.PublicKey, l.AddrList()...); err != nil {
 		return err
 	}
+	if from, err := netip.ParseAddrPort(r.Remote); err == nil {
+		g.wg.CountFrom(l.PublicKey, from.Addr()) // the endpoint restored next, if any, takes over
+	}
 	g.restoreEndpoint(l.PublicKey)
 	g.log.Info("lease restored", "lease", l.ID, "addrs", l.Addrs, "ports", g.egress.block(l), "job", r.JobID, "host", r.Host, "expires", l.Expires)
 	return nil

@@ -64,8 +64,9 @@ func WithMTU(dev tun.Device, mtu int) tun.Device { return mtuTUN{Device: dev, mt
 // Gateway is the gateway's WireGuard device: one UDP port, one peer per
 // lease. It is safe for concurrent use.
 type Gateway struct {
-	dev  *device.Device
-	port uint16
+	dev    *device.Device
+	port   uint16
+	budget *sourceBudget // handshakes a source may start under load (sourcebudget.go)
 }
 
 // NewGateway starts a WireGuard device on dev, listening on UDP port (0 picks
@@ -82,6 +83,8 @@ func NewGateway(logger *slog.Logger, dev tun.Device, readers int, bind conn.Bind
 	// by delay (CoDel), and jobs take turns (third_party/wireguard-go,
 	// fairqueue.go).
 	d.SetFairQueue(0, 0)
+	budget := newSourceBudget(time.Now)
+	d.SetHandshakeLimiter(budget)
 	cfg := fmt.Sprintf("private_key=%s\nlisten_port=%d\n", priv.Hex(), port)
 	if err := d.IpcSet(cfg); err != nil {
 		d.Close()
@@ -91,7 +94,7 @@ func NewGateway(logger *slog.Logger, dev tun.Device, readers int, bind conn.Bind
 		d.Close()
 		return nil, fmt.Errorf("bring wireguard device up on udp port %d: %w", port, err)
 	}
-	g := &Gateway{dev: d, port: port}
+	g := &Gateway{dev: d, port: port, budget: budget}
 	if port == 0 {
 		p, err := g.listenPort()
 		if err != nil {
@@ -128,8 +131,8 @@ func (g *Gateway) listenPort() (uint16, error) {
 	return 0, fmt.Errorf("read wireguard config: no listen_port")
 }
 
-// AddPeer admits the peer with public key pub, routing addr (a /32 or /128)
-// to it.
+// AddPeer admits the peer with public key pub, routing addrs (each a /32
+// or /128) to it.
 func (g *Gateway) AddPeer(pub wgkey.Key, addrs ...netip.Addr) error {
 	cfg := fmt.Sprintf("public_key=%s\nreplace_allowed_ips=true\n", pub.Hex())
 	for _, addr := range addrs {
@@ -138,8 +141,15 @@ func (g *Gateway) AddPeer(pub wgkey.Key, addrs ...netip.Addr) error {
 	if err := g.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("add wireguard peer %s: %w", pub, err)
 	}
+	g.budget.place(pub, netip.Addr{})
 	return nil
 }
+
+// CountFrom counts peer pub behind source address from in the handshake
+// budget under load (sourcebudget.go) until its first authenticated
+// packet says where it is: the address its job joined from. A peer not
+// added (or removed meanwhile) is ignored.
+func (g *Gateway) CountFrom(pub wgkey.Key, from netip.Addr) { g.budget.move(pub, from) }
 
 // SetEndpoint tells the device where peer pub was last heard (a UDP
 // address), so that it can start a handshake with it (Initiate); an unknown
@@ -149,6 +159,7 @@ func (g *Gateway) SetEndpoint(pub wgkey.Key, ep netip.AddrPort) error {
 	if err := g.dev.IpcSet(cfg); err != nil {
 		return fmt.Errorf("set endpoint of wireguard peer %s: %w", pub, err)
 	}
+	g.budget.move(pub, ep.Addr())
 	return nil
 }
 
@@ -168,12 +179,14 @@ func (g *Gateway) Initiate(pub wgkey.Key) error {
 
 // UnderLoad reports whether the device counts itself under load: so many
 // handshakes queued that it answers new ones with cookies and admits at
-// most 20 a second per source address (wireguard-go's DoS protection).
+// a source address's budget (wireguard-go's DoS protection; the budget
+// grows with the peers behind the address, sourcebudget.go).
 func (g *Gateway) UnderLoad() bool { return g.dev.IsUnderLoad() }
 
 // RemovePeer removes the peer with public key pub; unknown keys are ignored.
 func (g *Gateway) RemovePeer(pub wgkey.Key) {
 	g.dev.RemovePeer(device.NoisePublicKey(pub))
+	g.budget.forget(pub)
 }
 
 // Close stops the device, its UDP sockets and its TUN.

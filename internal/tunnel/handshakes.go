@@ -31,7 +31,14 @@ func (g *Gateway) Peers() (map[wgkey.Key]PeerState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read wireguard peers: %w", err)
 	}
-	return parsePeers(s), nil
+	ps := parsePeers(s)
+	// Each peer counts behind the address it was last heard from.
+	for k, p := range ps {
+		if p.Endpoint.IsValid() {
+			g.budget.move(k, p.Endpoint.Addr())
+		}
+	}
+	return ps, nil
 }
 
 // Handshakes returns, for every peer that has completed a handshake, when

@@ -72,6 +72,7 @@ type Device struct {
 	rate struct {
 		underLoadUntil atomic.Int64
 		limiter        ratelimiter.Ratelimiter
+		custom         atomic.Pointer[HandshakeLimiter] // replaces limiter when set (Airlock's patch, handshakelimit.go)
 	}
 
 	allowedips    AllowedIPs

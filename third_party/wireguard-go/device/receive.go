@@ -359,7 +359,7 @@ func (device *Device) RoutineHandshake(id int) {
 
 				// check ratelimiter
 
-				if !device.rate.limiter.Allow(elem.endpoint.DstIP()) {
+				if !device.allowHandshake(elem.endpoint.DstIP()) {
 					goto skip
 				}
 			}
