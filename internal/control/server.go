@@ -210,6 +210,9 @@ type Server struct {
 	// ends it, under idleMu; handlers read it once Serve runs.
 	idleMu sync.Mutex
 	idle   *idleWaiter
+	// listeners are what Serve accepts on, under idleMu: Shutdown closes
+	// them before it ends the sessions.
+	listeners []net.Listener
 	// noSessions makes the server answer as one older than lease
 	// sessions (tests).
 	noSessions atomic.Bool
@@ -304,6 +307,9 @@ func (s *Server) Serve(l net.Listener) error {
 	s.idleMu.Lock()
 	select {
 	case <-s.stop:
+		s.idleMu.Unlock()
+		l.Close()
+		return nil
 	default:
 		if w, err := newIdleWaiter(); err == nil {
 			s.idle = w
@@ -311,8 +317,14 @@ func (s *Server) Serve(l net.Listener) error {
 			s.log.Debug("lease sessions are read by a goroutine each", "err", err)
 		}
 	}
+	s.listeners = append(s.listeners, l)
 	s.idleMu.Unlock()
 	err := s.http.Serve(tls.NewListener(s.conns.listener(l), s.tlsConf))
+	select {
+	case <-s.stop:
+		return nil // Shutdown closed l
+	default:
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -323,6 +335,15 @@ func (s *Server) Serve(l net.Listener) error {
 // done, for requests in progress to finish; see http.Server.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopOnce.Do(func() { close(s.stop) })
+	// The listeners close before the sessions end: with them open, every
+	// job whose session closeAll ended dialled again at once, and 10,000
+	// new TLS handshakes kept a stopping gateway busy for more than 30 s.
+	s.idleMu.Lock()
+	for _, l := range s.listeners {
+		l.Close()
+	}
+	s.listeners = nil
+	s.idleMu.Unlock()
 	s.sessions.closeAll()
 	s.idleMu.Lock()
 	if s.idle != nil {
