@@ -27,9 +27,11 @@ import (
 // lease with its WireGuard peer (resume.go) but has lost the sessions:
 // every job must handshake again. Left to the jobs, thousands do so within
 // a second of seeing the new instance, all from the few addresses of their
-// compute nodes; wireguard-go then counts itself under load, answers with
-// cookies and admits 20 handshakes a second per source address, and the
-// last jobs wait tens of seconds (docs/benchmarks.md, "Scale").
+// compute nodes; wireguard-go then counts itself under load and answers
+// each with a cookie first, so every job's handshake waits for its 5-s
+// retry, and the handshakes a second a source address may start are
+// bounded (upstream: 20; internal/tunnel's budget: more with the jobs
+// behind it).
 //
 // So the gateway starts the handshakes itself. While it runs it keeps each
 // peer's last UDP endpoint in DIR/endpoints (written every
