@@ -317,6 +317,7 @@ func (s *Server) Serve(l net.Listener) error {
 			s.log.Debug("lease sessions are read by a goroutine each", "err", err)
 		}
 	}
+	l = &onceListener{Listener: l}
 	s.listeners = append(s.listeners, l)
 	s.idleMu.Unlock()
 	err := s.http.Serve(tls.NewListener(s.conns.listener(l), s.tlsConf))
@@ -329,6 +330,19 @@ func (s *Server) Serve(l net.Listener) error {
 		return nil
 	}
 	return fmt.Errorf("control server: %w", err)
+}
+
+// onceListener is a listener whose Close may be called again (by
+// Shutdown, then by http.Server's Shutdown) without an error.
+type onceListener struct {
+	net.Listener
+	once sync.Once
+	err  error
+}
+
+func (l *onceListener) Close() error {
+	l.once.Do(func() { l.err = l.Listener.Close() })
+	return l.err
 }
 
 // Shutdown stops accepting connections and waits, at most until ctx is
