@@ -156,8 +156,8 @@ func TestPortBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("join %s: %v", job, err)
 		}
-		if ls.PublicAddr != wantPub {
-			t.Errorf("%s: public addr %v, want %v (the default route's source)", job, ls.PublicAddr, wantPub)
+		if len(ls.PublicAddrs) == 0 || ls.PublicAddrs[0] != wantPub {
+			t.Errorf("%s: public addrs %v, want %v first (the default route's source)", job, ls.PublicAddrs, wantPub)
 		}
 		if ls.Ports[1]-ls.Ports[0] != 255 || ls.Ports[0] < ports.Lo || ls.Ports[1] > ports.Hi {
 			t.Errorf("%s: ports %v, want a 256-port block of %v", job, ls.Ports, ports)
