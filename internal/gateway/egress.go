@@ -377,7 +377,7 @@ func (e egress) applyPrefix6(log *slog.Logger, leases *lease.Manager) error {
 	if err := leases.SetPrefix6(e.prefix6); err != nil {
 		return err
 	}
-	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.GatewayAddr(ipfamily.V6), "egress_addr6", e.public6, "egress_prefix6", e.own)
 	return nil
 }
 

@@ -222,7 +222,7 @@ func (g *gateway) openEgress() error {
 	if err := g.egress.applyPrefix6(g.log, g.leases); err != nil {
 		return err
 	}
-	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
+	g.tunnels = tunnelAddrs(g.leases)
 	conf := g.conf.Load()
 	g.admit.warnBlockSizes(conf.Quotas)
 	g.egress.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())

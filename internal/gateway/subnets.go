@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/statefile"
 )
@@ -85,12 +86,14 @@ func randomULA48() (netip.Prefix, error) {
 }
 
 // tunnelAddrs returns the gateway's tunnel addresses with their subnets'
-// lengths: its IPv4 one, and its IPv6 one if the lease manager is
-// dual-stack.
-func tunnelAddrs(cfg Config, gwAddr netip.Addr, leases *lease.Manager) []netip.Prefix {
-	out := []netip.Prefix{netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())}
-	if p := leases.Prefix6(); p.IsValid() {
-		out = append(out, netip.PrefixFrom(leases.Gateway6(), p.Bits()))
+// lengths, one per family of the lease manager's tunnel prefixes, IPv4
+// first.
+func tunnelAddrs(leases *lease.Manager) []netip.Prefix {
+	var out []netip.Prefix
+	for _, f := range ipfamily.All {
+		if p := leases.Prefix(f); p.IsValid() {
+			out = append(out, netip.PrefixFrom(leases.GatewayAddr(f), p.Bits()))
+		}
 	}
 	return out
 }

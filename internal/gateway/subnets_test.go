@@ -94,18 +94,18 @@ func TestPlanEgressIPv6(t *testing.T) {
 	}
 	m := newLeases()
 	e, err := plan(cfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.Gateway6() != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix6())
+	if err != nil || e.public6 != egress6 || m.GatewayAddr(ipfamily.V6) != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
+		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix(ipfamily.V6))
 	}
-	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
+	if got := tunnelAddrs(m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
 		t.Errorf("tunnel addresses %v, want the IPv6 one beside the IPv4 one", got)
 	}
 	m = newLeases()
 	e, err = plan(cfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || e.public6.IsValid() || m.Prefix6().IsValid() {
-		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix6())
+	if err != nil || e.public6.IsValid() || m.Prefix(ipfamily.V6).IsValid() {
+		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix(ipfamily.V6))
 	}
-	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 1 {
+	if got := tunnelAddrs(m); len(got) != 1 {
 		t.Errorf("tunnel addresses %v, want the IPv4 one", got)
 	}
 	// Kernel mode carries IPv6 too: with --egress-prefix (which needs
@@ -115,13 +115,13 @@ func TestPlanEgressIPv6(t *testing.T) {
 	kcfg.Egress = EgressKernel
 	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
+	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
+		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix(ipfamily.V6))
 	}
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix6())
+	if err != nil || e.public6 != egress6 || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
+		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix(ipfamily.V6))
 	}
 }
