@@ -284,7 +284,7 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix, mtu int) (*usernet.Namesp
 // addresses tunnels, reporting to flow table tb (and its job index).
 func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table, pm *pathMTU) (forward.Backend, error) {
 	var egressAddrs []netip.Addr
-	for _, a := range []netip.Addr{eg.public, eg.public6} {
+	for _, a := range append([]netip.Addr{eg.public}, eg.publicOf[:]...) {
 		if a.IsValid() && !a.IsUnspecified() {
 			egressAddrs = append(egressAddrs, a)
 		}

@@ -94,7 +94,7 @@ func TestPlanEgressIPv6(t *testing.T) {
 	}
 	m := newLeases()
 	e, err := plan(cfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.GatewayAddr(ipfamily.V6) != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
+	if err != nil || e.publicOf[ipfamily.V6.Index] != egress6 || m.GatewayAddr(ipfamily.V6) != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
 		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix(ipfamily.V6))
 	}
 	if got := tunnelAddrs(m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
@@ -102,7 +102,7 @@ func TestPlanEgressIPv6(t *testing.T) {
 	}
 	m = newLeases()
 	e, err = plan(cfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || e.public6.IsValid() || m.Prefix(ipfamily.V6).IsValid() {
+	if err != nil || e.publicOf[ipfamily.V6.Index].IsValid() || m.Prefix(ipfamily.V6).IsValid() {
 		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix(ipfamily.V6))
 	}
 	if got := tunnelAddrs(m); len(got) != 1 {
@@ -121,7 +121,7 @@ func TestPlanEgressIPv6(t *testing.T) {
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
+	if err != nil || e.publicOf[ipfamily.V6.Index] != egress6 || m.Prefix(ipfamily.V6) != cfg.Subnet6 {
 		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix(ipfamily.V6))
 	}
 }
