@@ -132,13 +132,16 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	return e, nil
 }
 
-// egressAddrs returns the configured egress addresses (--egress-addr),
-// checked.
+// egressAddrs returns the configured egress pool (--egress-addr: the
+// addresses of the family the gateway allocates tunnel addresses of),
+// checked, and checks that there is at most one IPv6 address beside an
+// IPv4 pool.
 func egressAddrs(c Config) ([]netip.Addr, error) {
-	addrs := c.EgressAddrs
-	if len(addrs) == 0 && c.EgressAddr.IsValid() {
-		addrs = []netip.Addr{c.EgressAddr}
+	fam := ipfamily.Of(c.subnet().Addr())
+	if six := c.egressAddrsOf(ipfamily.V6); fam == ipfamily.V4 && len(six) > 1 {
+		return nil, fmt.Errorf("--egress-addr %v: %d IPv6 addresses; want at most one (an egress pool is of IPv4 addresses)", six, len(six))
 	}
+	addrs := c.egressAddrsOf(fam)
 	for i, a := range addrs {
 		addrs[i] = a.Unmap()
 		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
@@ -333,24 +336,26 @@ func (e egress) logPublic(log *slog.Logger) {
 // off, or an IPv6-only tunnel) it does nothing.
 func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr, error)) error {
 	log := cfg.Logger
-	if !cfg.Subnet6.IsValid() {
+	subnet6 := cfg.subnetOf(ipfamily.V6)
+	if !cfg.subnet().Addr().Is4() || !subnet6.IsValid() {
 		return nil
 	}
+	six := cfg.egressAddrsOf(ipfamily.V6)
 	switch {
 	case cfg.EgressPrefix6.IsValid():
-		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.Subnet); err != nil {
+		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.subnet()); err != nil {
 			return err
 		}
 		e.own = cfg.EgressPrefix6.Masked()
 		if cfg.Egress != EgressKernel {
-			if err := checkOwnPrefix6(log, e.own, lease.Embed6(e.own, cfg.Subnet.Addr().Next())); err != nil {
+			if err := checkOwnPrefix6(log, e.own, lease.Embed6(e.own, cfg.subnet().Addr().Next())); err != nil {
 				return err
 			}
 		}
-	case cfg.EgressAddr6.IsValid():
-		a := cfg.EgressAddr6.Unmap()
-		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
+	case len(six) > 0:
+		a := six[0]
+		if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", a)
 		}
 		if !isHostAddr(a) {
 			return fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
@@ -366,7 +371,7 @@ func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr,
 		}
 		e.publicOf[ipfamily.V6.Index] = a
 	}
-	e.prefix6 = cfg.Subnet6.Masked()
+	e.prefix6 = subnet6.Masked()
 	return nil
 }
 

@@ -76,7 +76,7 @@ func TestFleetGateways(t *testing.T) {
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
 		}
 	}
@@ -250,7 +250,7 @@ func TestFleetKeyRotation(t *testing.T) {
 	fleetCfg := func(subnet, state, listen string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 			if state != "" {
 				cfg.StateDir, cfg.Listen = state, listen
@@ -425,7 +425,7 @@ func TestFleetCapture(t *testing.T) {
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 		}
 	}

@@ -266,8 +266,8 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addrs", replaced.Addrs)
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
-		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
-		return l, "", fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
+		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.subnet(), "leases", g.leases.Len())
+		return l, "", fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.subnet())
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) && l.Blocks > 1 {
 		p := g.egress.plan

@@ -50,7 +50,7 @@ func openGateway(t *testing.T) *gateway {
 		Listen:       "127.0.0.1:0",
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 		ExposePorts:  &policy.Exposure{Rules: []policy.ExposeRule{{Ports: []portblock.Range{{Lo: 8080, Hi: 8080}}}}},
-		EgressAddr:   hostAddr(),
+		EgressAddrs:  []netip.Addr{hostAddr()},
 	}
 	if err := cfg.setDefaults(); err != nil {
 		t.Fatal(err)

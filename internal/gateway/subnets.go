@@ -35,14 +35,84 @@ const Subnet6File = "subnet6"
 // Subnet6Off as the deprecated --subnet6 turns IPv6 in the tunnel off.
 const Subnet6Off = "off"
 
-// planSubnet6 returns the IPv6 tunnel prefix (see the file comment), or
-// the zero Prefix when IPv6 is off or the IPv4 subnet is not IPv4.
+// setSubnets checks Subnets (valid prefixes, at most one per family) and
+// puts them in order, masked: DefaultSubnet if there is none, IPv4 first.
+func (c *Config) setSubnets() error {
+	if len(c.Subnets) == 0 {
+		c.Subnets = []netip.Prefix{netip.MustParsePrefix(DefaultSubnet)}
+	}
+	var by [ipfamily.N]netip.Prefix
+	for _, p := range c.Subnets {
+		if !p.IsValid() || p.Addr().Is4In6() {
+			return fmt.Errorf("gateway: tunnel subnet %v: want an IPv4 or IPv6 prefix", p)
+		}
+		f := ipfamily.Of(p.Addr())
+		if by[f.Index].IsValid() {
+			return fmt.Errorf("gateway: tunnel subnets %v: want at most one per family", c.Subnets)
+		}
+		by[f.Index] = p.Masked()
+	}
+	c.Subnets = nil
+	for _, p := range by {
+		if p.IsValid() {
+			c.Subnets = append(c.Subnets, p)
+		}
+	}
+	return nil
+}
+
+// subnet returns the tunnel subnet whose addresses the gateway allocates:
+// the first of Subnets (IPv4, or IPv6 on an IPv6-only tunnel).
+func (c Config) subnet() netip.Prefix {
+	if len(c.Subnets) == 0 {
+		return netip.MustParsePrefix(DefaultSubnet)
+	}
+	return c.Subnets[0]
+}
+
+// subnetOf returns the tunnel prefix of family f that Subnets lists, or
+// the zero Prefix.
+func (c Config) subnetOf(f *ipfamily.Family) netip.Prefix {
+	for _, p := range c.Subnets {
+		if f.Contains(p.Addr()) {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}
+
+// egressAddrsOf returns the egress addresses of family f that
+// EgressAddrs lists, unmapped.
+func (c Config) egressAddrsOf(f *ipfamily.Family) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range c.EgressAddrs {
+		if f.Contains(a) {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// planSubnets returns the tunnel prefixes the gateway runs with: the
+// subnet it allocates in, and the IPv6 prefix beside an IPv4 one that
+// planSubnet6 finds.
+func planSubnets(cfg Config, log *slog.Logger) ([]netip.Prefix, error) {
+	p6, err := planSubnet6(cfg, log)
+	if err != nil || !p6.IsValid() {
+		return []netip.Prefix{cfg.subnet()}, err
+	}
+	return []netip.Prefix{cfg.subnet(), p6}, nil
+}
+
+// planSubnet6 returns the IPv6 tunnel prefix beside the IPv4 one (see the
+// file comment), or the zero Prefix when IPv6 is off or the tunnel is
+// IPv6-only.
 func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {
-	if cfg.NoIPv6 || !cfg.Subnet.Addr().Is4() {
+	if cfg.NoIPv6 || !cfg.subnet().Addr().Is4() {
 		return netip.Prefix{}, nil
 	}
-	if cfg.Subnet6.IsValid() {
-		p := cfg.Subnet6.Masked()
+	if p := cfg.subnetOf(ipfamily.V6); p.IsValid() {
+		p = p.Masked()
 		if err := lease.CheckPrefix6(p); err != nil {
 			return netip.Prefix{}, fmt.Errorf("--subnet (IPv6 prefix): %w", err)
 		}
