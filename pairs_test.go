@@ -19,10 +19,14 @@ import (
 // piece of state once for IPv4 (X) and again for IPv6 (X6) makes every
 // reader handle the two families apart, and makes the IPv4 one primary:
 // keep a list of either family, or an array indexed by ipfamily.Family.
-// Only the version-1 wire form of a lease, which clients and gateways of
-// earlier releases speak, may still name a field per family.
+// Only the forms earlier releases wrote may still name a field per
+// family: the version-1 lease on the wire, and the lease history's
+// records before lists, which this release still reads. (The deprecated
+// per-family flags are the other exception the issue allows: they sit in
+// cmd/airlock's addrFlags.alias, beside no field of their own base name.)
 var pairAllowed = map[string]string{
-	"internal/control.leaseV1": "the version-1 lease on the wire (leasewire.go), for clients and gateways of earlier releases",
+	"internal/control.leaseV1":         "the version-1 lease on the wire (leasewire.go), for clients and gateways of earlier releases",
+	"internal/store.legacyLeaseRecord": "a lease history record as gateways before lists stored it (leases.go), read from their state",
 }
 
 // fieldPairs returns the structs of the module's non-test code with
