@@ -5,9 +5,7 @@ package airlock
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -37,24 +35,7 @@ var pairAllowed = map[string]string{
 func fieldPairs(t *testing.T) (pairs []string, allowed map[string]bool) {
 	t.Helper()
 	allowed = map[string]bool{}
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p == ".git" || p == "third_party" || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	walkGoFiles(t, nil, func(fset *token.FileSet, p string, f *ast.File) {
 		for _, decl := range f.Decls {
 			name := declName(decl)
 			ast.Inspect(decl, func(n ast.Node) bool {
@@ -77,11 +58,7 @@ func fieldPairs(t *testing.T) (pairs []string, allowed map[string]bool) {
 				return true
 			})
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	sort.Strings(pairs)
 	return pairs, allowed
 }

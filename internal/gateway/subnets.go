@@ -10,7 +10,7 @@ package gateway
 // bits (internal/lease dualstack.go), so it needs no state of its own and
 // survives a restart with the lease; so does the gateway's. The gateway
 // hands out IPv6 addresses only where jobs' IPv6 flows have somewhere to
-// leave from (egress.go, planEgress6).
+// leave from (egress.go, planIPv6).
 
 import (
 	"crypto/rand"
