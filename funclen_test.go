@@ -33,15 +33,37 @@ const (
 func longFuncs(t *testing.T) []string {
 	t.Helper()
 	var out []string
+	skip := func(p string, d fs.DirEntry) bool {
+		return p == "test" || p == "bench" || p == "dist" || p != "." && strings.HasSuffix(d.Name(), "test")
+	}
+	walkGoFiles(t, skip, func(fset *token.FileSet, p string, f *ast.File) {
+		for _, decl := range f.Decls {
+			fd, ok := decl.(*ast.FuncDecl)
+			if !ok || fd.Body == nil {
+				continue
+			}
+			start, end := fset.Position(fd.Pos()), fset.Position(fd.End())
+			if n := end.Line - start.Line + 1; n > maxFuncLines {
+				out = append(out, fmt.Sprintf("%4d %s:%d %s", n, p, start.Line, funcName(fd)))
+			}
+		}
+	})
+	sort.Strings(out)
+	return out
+}
+
+// walkGoFiles parses the module's non-test Go files and calls fn with
+// each. It skips .git, third_party, testdata and the directories skip
+// names (nil: none).
+func walkGoFiles(t *testing.T, skip func(path string, d fs.DirEntry) bool, fn func(fset *token.FileSet, path string, f *ast.File)) {
+	t.Helper()
 	fset := token.NewFileSet()
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
-			switch {
-			case p == ".git", p == "third_party", p == "test", p == "bench", p == "dist",
-				d.Name() == "testdata", p != "." && strings.HasSuffix(d.Name(), "test"):
+			if p == ".git" || p == "third_party" || d.Name() == "testdata" || skip != nil && skip(p, d) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -53,23 +75,12 @@ func longFuncs(t *testing.T) []string {
 		if err != nil {
 			return err
 		}
-		for _, decl := range f.Decls {
-			fd, ok := decl.(*ast.FuncDecl)
-			if !ok || fd.Body == nil {
-				continue
-			}
-			start, end := fset.Position(fd.Pos()), fset.Position(fd.End())
-			if n := end.Line - start.Line + 1; n > maxFuncLines {
-				out = append(out, fmt.Sprintf("%4d %s:%d %s", n, p, start.Line, funcName(fd)))
-			}
-		}
+		fn(fset, p, f)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sort.Strings(out)
-	return out
 }
 
 // funcName is fd's name, Type.Method for a method.

@@ -217,8 +217,10 @@ func notifySystemd(ctx context.Context, cfg *gateway.Config) error {
 // --egress-addr6, --egress-prefix6) are deprecated aliases that add to
 // the lists.
 type addrFlags struct {
-	subnet, egressAddr, egressPrefix    string
-	subnet6, egressAddr6, egressPrefix6 string // deprecated aliases
+	subnet, egressAddr, egressPrefix string
+	// alias holds the deprecated per-family flags: --subnet6,
+	// --egress-addr6, --egress-prefix6.
+	alias struct{ subnet6, egressAddr6, egressPrefix6 string }
 }
 
 // NoIPv6Entry in --subnet turns IPv6 in the tunnel off.
@@ -234,9 +236,9 @@ func addAddrFlags(fs *pflag.FlagSet) *addrFlags {
 		"(default: the source address of each family's default route)")
 	fs.StringVar(&f.egressPrefix, "egress-prefix", "", "a routed IPv6 prefix (at most /96) that gives each job its own public IPv6 address (embedding its IPv4 tunnel address): its IPv6 flows leave from it with any port; "+
 		"user mode needs the prefix routed to this host and a local route (ip -6 route add local PREFIX dev lo), kernel mode routes it")
-	fs.StringVar(&f.subnet6, "subnet6", "", "deprecated: list the IPv6 prefix (or "+noIPv6Entry+" for off) in --subnet")
-	fs.StringVar(&f.egressAddr6, "egress-addr6", "", "deprecated: list the IPv6 address in --egress-addr")
-	fs.StringVar(&f.egressPrefix6, "egress-prefix6", "", "deprecated: use --egress-prefix")
+	fs.StringVar(&f.alias.subnet6, "subnet6", "", "deprecated: list the IPv6 prefix (or "+noIPv6Entry+" for off) in --subnet")
+	fs.StringVar(&f.alias.egressAddr6, "egress-addr6", "", "deprecated: list the IPv6 address in --egress-addr")
+	fs.StringVar(&f.alias.egressPrefix6, "egress-prefix6", "", "deprecated: use --egress-prefix")
 	fs.MarkDeprecated("subnet6", "list the IPv6 prefix (or "+noIPv6Entry+") in --subnet; --subnet6 goes in a later release")
 	fs.MarkDeprecated("egress-addr6", "list the IPv6 address in --egress-addr; --egress-addr6 goes in a later release")
 	fs.MarkDeprecated("egress-prefix6", "use --egress-prefix; --egress-prefix6 goes in a later release")
@@ -271,13 +273,13 @@ func (f *addrFlags) parse(cfg *gateway.Config) error {
 // an IPv6 one, or both, and no-ipv6.
 func (f *addrFlags) parseSubnets(cfg *gateway.Config) error {
 	entries := splitList(f.subnet)
-	if f.subnet6 == gateway.Subnet6Off {
+	if f.alias.subnet6 == gateway.Subnet6Off {
 		entries = append(entries, noIPv6Entry)
-	} else if f.subnet6 != "" {
-		if _, err := parsePrefixFlag("--subnet6", f.subnet6, ipfamily.V6, 128); err != nil {
+	} else if f.alias.subnet6 != "" {
+		if _, err := parsePrefixFlag("--subnet6", f.alias.subnet6, ipfamily.V6, 128); err != nil {
 			return err
 		}
-		entries = append(entries, f.subnet6)
+		entries = append(entries, f.alias.subnet6)
 	}
 	var v4, v6 netip.Prefix
 	for _, e := range entries {
@@ -301,17 +303,19 @@ func (f *addrFlags) parseSubnets(cfg *gateway.Config) error {
 		}
 		*at = p
 	}
-	switch {
-	case v4.IsValid():
-		cfg.Subnet, cfg.Subnet6 = v4, v6
-		if cfg.NoIPv6 && v6.IsValid() {
-			return fmt.Errorf("bad --subnet: %s beside %s; want one of them", v6, noIPv6Entry)
+	if cfg.NoIPv6 && v6.IsValid() {
+		return fmt.Errorf("bad --subnet: %s beside %s; want one of them", v6, noIPv6Entry)
+	}
+	// IPv4 first; an IPv6 prefix alone is an IPv6-only tunnel, the
+	// lease manager allocates in it.
+	cfg.Subnets = nil
+	for _, p := range []netip.Prefix{v4, v6} {
+		if p.IsValid() {
+			cfg.Subnets = append(cfg.Subnets, p)
 		}
-	case v6.IsValid():
-		// An IPv6-only tunnel: the lease manager allocates in it.
-		cfg.Subnet = v6
-	default:
-		cfg.Subnet = netip.MustParsePrefix(gateway.DefaultSubnet)
+	}
+	if len(cfg.Subnets) == 0 {
+		cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(gateway.DefaultSubnet)}
 	}
 	return nil
 }
@@ -335,38 +339,32 @@ func (f *addrFlags) parseEgressAddrs(cfg *gateway.Config) error {
 			}
 		}
 	}
-	if f.egressAddr6 != "" {
-		a, err := netip.ParseAddr(f.egressAddr6)
+	if f.alias.egressAddr6 != "" {
+		a, err := netip.ParseAddr(f.alias.egressAddr6)
 		if err != nil {
 			return fmt.Errorf("bad --egress-addr6: %w", err)
 		}
 		if !ipfamily.V6.Contains(a) {
-			return fmt.Errorf("bad --egress-addr6 %s: want an IPv6 address", f.egressAddr6)
+			return fmt.Errorf("bad --egress-addr6 %s: want an IPv6 address", f.alias.egressAddr6)
 		}
 		v6 = append(v6, a)
 	}
 	if len(v6) > 1 {
 		return fmt.Errorf("bad --egress-addr: %d IPv6 addresses; want at most one (an egress pool is of IPv4 addresses)", len(v6))
 	}
-	if len(v4) > 0 {
-		cfg.EgressAddr = v4[0]
-		if len(v4) > 1 {
-			cfg.EgressAddrs = v4
-		}
-	}
 	switch {
 	case len(v6) == 0:
-	case cfg.Subnet.Addr().Is6():
+	case cfg.Subnets[0].Addr().Is6():
 		// An IPv6-only tunnel: its one egress address.
 		if len(v4) > 0 {
-			return fmt.Errorf("bad --egress-addr: IPv4 addresses for the IPv6-only tunnel %s; list its IPv6 address alone", cfg.Subnet)
+			return fmt.Errorf("bad --egress-addr: IPv4 addresses for the IPv6-only tunnel %s; list its IPv6 address alone", cfg.Subnets[0])
 		}
-		cfg.EgressAddr = v6[0]
 	case cfg.NoIPv6:
 		return fmt.Errorf("bad --egress-addr %s: an IPv6 address with %s in --subnet", v6[0], noIPv6Entry)
-	default:
-		cfg.EgressAddr6 = v6[0]
 	}
+	// IPv4 first: the egress pool (or the one address), then the IPv6
+	// address.
+	cfg.EgressAddrs = append(v4, v6...)
 	return nil
 }
 
@@ -374,11 +372,11 @@ func (f *addrFlags) parseEgressAddrs(cfg *gateway.Config) error {
 // --egress-prefix6).
 func (f *addrFlags) parseEgressPrefix(cfg *gateway.Config) error {
 	flag, v := "--egress-prefix", f.egressPrefix
-	if f.egressPrefix6 != "" {
-		if v != "" && v != f.egressPrefix6 {
-			return fmt.Errorf("bad --egress-prefix6 %s beside --egress-prefix %s: want one (--egress-prefix6 is its deprecated alias)", f.egressPrefix6, v)
+	if f.alias.egressPrefix6 != "" {
+		if v != "" && v != f.alias.egressPrefix6 {
+			return fmt.Errorf("bad --egress-prefix6 %s beside --egress-prefix %s: want one (--egress-prefix6 is its deprecated alias)", f.alias.egressPrefix6, v)
 		}
-		flag, v = "--egress-prefix6", f.egressPrefix6
+		flag, v = "--egress-prefix6", f.alias.egressPrefix6
 	}
 	if v == "" {
 		return nil

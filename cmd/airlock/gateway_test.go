@@ -4,6 +4,7 @@ package main
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -50,18 +51,20 @@ var addrFlagCases = []struct {
 	want func(gateway.Config) bool
 }{
 	{nil, true, func(c gateway.Config) bool {
-		return c.Subnet == netip.MustParsePrefix(gateway.DefaultSubnet) && !c.Subnet6.IsValid() && !c.NoIPv6 && !c.EgressAddr.IsValid()
+		return slices.Equal(c.Subnets, mustPrefixes(gateway.DefaultSubnet)) && !c.NoIPv6 && c.EgressAddrs == nil
 	}},
-	{[]string{"--subnet", "10.8.0.0/16"}, true, func(c gateway.Config) bool { return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") }},
+	{[]string{"--subnet", "10.8.0.0/16"}, true, func(c gateway.Config) bool { return slices.Equal(c.Subnets, mustPrefixes("10.8.0.0/16")) }},
 	{[]string{"--subnet", "10.8.0.0"}, false, nil},
-	{[]string{"--egress-addr", "203.0.113.1"}, true, func(c gateway.Config) bool { return c.EgressAddr == netip.MustParseAddr("203.0.113.1") }},
+	{[]string{"--egress-addr", "203.0.113.1"}, true, func(c gateway.Config) bool { return slices.Equal(c.EgressAddrs, mustAddrs("203.0.113.1")) }},
 	{[]string{"--egress-addr", "203.0.113.1,203.0.113.2"}, true, func(c gateway.Config) bool { return len(c.EgressAddrs) == 2 }},
 	{[]string{"--egress-addr", "gateway.example"}, false, nil},
 	{[]string{"--subnet6", "off"}, true, func(c gateway.Config) bool { return c.NoIPv6 }},
-	{[]string{"--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool { return c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") }},
+	{[]string{"--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool {
+		return slices.Equal(c.Subnets, mustPrefixes(gateway.DefaultSubnet, "fd00:1::/48"))
+	}},
 	{[]string{"--subnet6", "fd00:1::"}, false, nil},
 	{[]string{"--subnet6", "10.0.0.0/8"}, false, nil},
-	{[]string{"--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool { return c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") }},
+	{[]string{"--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool { return slices.Equal(c.EgressAddrs, mustAddrs("2001:db8::1")) }},
 	{[]string{"--egress-addr6", "203.0.113.1"}, false, nil},
 	{[]string{"--egress-addr6", "::ffff:203.0.113.1"}, false, nil},
 	{[]string{"--egress-prefix6", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
@@ -72,28 +75,34 @@ var addrFlagCases = []struct {
 	{[]string{"--egress-prefix6", "203.0.113.0/24"}, false, nil},
 	// The lists: either family in one flag.
 	{[]string{"--subnet", "10.8.0.0/16,fd00:1::/48"}, true, func(c gateway.Config) bool {
-		return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") && c.Subnet6 == netip.MustParsePrefix("fd00:1::/48") && !c.NoIPv6
+		return slices.Equal(c.Subnets, mustPrefixes("10.8.0.0/16", "fd00:1::/48")) && !c.NoIPv6
 	}},
-	{[]string{"--subnet", "10.8.0.0/16, no-ipv6"}, true, func(c gateway.Config) bool { return c.NoIPv6 && !c.Subnet6.IsValid() }},
+	{[]string{"--subnet", "10.8.0.0/16, no-ipv6"}, true, func(c gateway.Config) bool { return c.NoIPv6 && slices.Equal(c.Subnets, mustPrefixes("10.8.0.0/16")) }},
 	{[]string{"--subnet", "fd00:1::/48"}, true, func(c gateway.Config) bool {
-		return c.Subnet == netip.MustParsePrefix("fd00:1::/48") && !c.Subnet6.IsValid()
+		return slices.Equal(c.Subnets, mustPrefixes("fd00:1::/48"))
 	}},
 	{[]string{"--subnet", "fd00:1::/48,fd00:2::/48"}, false, nil},
 	{[]string{"--subnet", "10.8.0.0/16,fd00:1::/48,no-ipv6"}, false, nil},
 	{[]string{"--subnet", "::ffff:10.8.0.0/112"}, false, nil},
 	{[]string{"--subnet", "10.8.0.0/16", "--subnet6", "fd00:1::/48"}, true, func(c gateway.Config) bool {
-		return c.Subnet == netip.MustParsePrefix("10.8.0.0/16") && c.Subnet6 == netip.MustParsePrefix("fd00:1::/48")
+		return slices.Equal(c.Subnets, mustPrefixes("10.8.0.0/16", "fd00:1::/48"))
 	}},
 	{[]string{"--egress-addr", "203.0.113.1,2001:db8::1"}, true, func(c gateway.Config) bool {
-		return c.EgressAddr == netip.MustParseAddr("203.0.113.1") && c.EgressAddr6 == netip.MustParseAddr("2001:db8::1") && c.EgressAddrs == nil
+		return slices.Equal(c.EgressAddrs, mustAddrs("203.0.113.1", "2001:db8::1"))
 	}},
 	{[]string{"--egress-addr", "2001:db8::1"}, true, func(c gateway.Config) bool {
-		return !c.EgressAddr.IsValid() && c.EgressAddr6 == netip.MustParseAddr("2001:db8::1")
+		return slices.Equal(c.EgressAddrs, mustAddrs("2001:db8::1"))
 	}},
 	{[]string{"--subnet", "fd00:1::/120", "--egress-addr", "2001:db8::1"}, true, func(c gateway.Config) bool {
-		return c.EgressAddr == netip.MustParseAddr("2001:db8::1") && !c.EgressAddr6.IsValid()
+		return slices.Equal(c.EgressAddrs, mustAddrs("2001:db8::1")) && slices.Equal(c.Subnets, mustPrefixes("fd00:1::/120"))
 	}},
 	{[]string{"--egress-addr", "2001:db8::1,2001:db8::2"}, false, nil},
+	{[]string{"--egress-addr", "2001:db8::1, 203.0.113.1,203.0.113.2"}, true, func(c gateway.Config) bool {
+		return slices.Equal(c.EgressAddrs, mustAddrs("203.0.113.1", "203.0.113.2", "2001:db8::1"))
+	}},
+	{[]string{"--egress-addr", "203.0.113.1", "--egress-addr6", "2001:db8::1"}, true, func(c gateway.Config) bool {
+		return slices.Equal(c.EgressAddrs, mustAddrs("203.0.113.1", "2001:db8::1"))
+	}},
 	{[]string{"--egress-addr", "2001:db8::1", "--egress-addr6", "2001:db8::2"}, false, nil},
 	{[]string{"--subnet", "10.8.0.0/16,no-ipv6", "--egress-addr", "2001:db8::1"}, false, nil},
 	{[]string{"--egress-prefix", "2001:db8:ee::/96"}, true, func(c gateway.Config) bool {
@@ -101,6 +110,24 @@ var addrFlagCases = []struct {
 	}},
 	{[]string{"--egress-prefix", "203.0.113.0/24"}, false, nil},
 	{[]string{"--egress-prefix", "2001:db8:ee::/96", "--egress-prefix6", "2001:db8:ef::/96"}, false, nil},
+}
+
+// mustPrefixes parses ss.
+func mustPrefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// mustAddrs parses ss.
+func mustAddrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
 }
 
 // TestAddrFlags: the address flags of both families.

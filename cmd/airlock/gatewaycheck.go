@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -84,7 +85,7 @@ func configFileCheck(path string) []preflight.Result {
 // outsideAddrs are the addresses of cfg's gateway that face outside: those
 // jobs' flows leave from (--egress-addr, or the default routes' sources).
 func outsideAddrs(cfg gateway.Config) []netip.Addr {
-	out := append([]netip.Addr{cfg.EgressAddr, cfg.EgressAddr6}, cfg.EgressAddrs...)
+	out := slices.Clone(cfg.EgressAddrs)
 	for _, f := range ipfamily.All {
 		if a, err := gateway.EgressSource(f); err == nil {
 			out = append(out, a)
@@ -108,7 +109,8 @@ func egressChecks(cfg gateway.Config) []preflight.Result {
 		case f == ipfamily.V6 && cfg.NoIPv6:
 		case f == ipfamily.V6 && cfg.EgressPrefix6.IsValid():
 			out = append(out, prefix6Check(cfg))
-		case f == ipfamily.V4 && cfg.EgressAddr.IsValid(), f == ipfamily.V6 && cfg.EgressAddr6.IsValid():
+		case slices.ContainsFunc(cfg.EgressAddrs, f.Contains):
+		case f == ipfamily.V4 && len(cfg.Subnets) > 0 && !cfg.Subnets[0].Addr().Is4(): // an IPv6-only tunnel
 		default:
 			r := preflight.Result{Name: name, Status: preflight.OK}
 			a, err := gateway.EgressSource(f)

@@ -299,7 +299,7 @@ func openSession(ctx context.Context, cfg Config, gws []Gateway, t0 time.Time) (
 		return nil, err // the control client names the gateway
 	}
 	sess.takePathMTU(ctx)
-	log.Debug("joined", "lease", sess.lease.ID, "addr", sess.lease.Address, "gateway", sess.cur.addr, "mtu", sess.lease.MTU, "took", time.Since(t0))
+	log.Debug("joined", "lease", sess.lease.ID, "addrs", sess.lease.Addresses, "gateway", sess.cur.addr, "mtu", sess.lease.MTU, "took", time.Since(t0))
 	return sess, nil
 }
 
@@ -315,7 +315,7 @@ func closeSession(s *Session, t0 time.Time) {
 // credentials, with its exposed addresses and port block) and tells the
 // user where its ports are exposed.
 func jobEnvironment(cfg Config, ls control.Lease) ([]string, error) {
-	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.AllExposed())
+	env, err := exposedEnv(withoutCredentials(os.Environ()), cfg.Expose, ls.Exposed)
 	if err == nil {
 		env, err = portsEnv(env, cfg.Ports, ls)
 	}
@@ -351,8 +351,8 @@ func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env 
 	job, err := nsexec.Start(ctx, nsexec.Config{
 		Args:     cfg.Args,
 		Env:      env,
-		Addrs:    ls.TunnelAddrs(),
-		Gateways: ls.Gateways(),
+		Addrs:    ls.Addresses,
+		Gateways: ls.Gateways,
 		MTU:      ls.MTU,
 		DNS:      ls.DNS,
 		Logger:   log,
@@ -390,12 +390,12 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 		return err
 	}
 	var jobAddrs []netip.Addr
-	for _, p := range ls.TunnelAddrs() {
+	for _, p := range ls.Addresses {
 		jobAddrs = append(jobAddrs, p.Addr())
 	}
 	// The job's resolvers, the gateway's tunnel addresses for a family
 	// the lease names none of (the Device takes the first of each).
-	resolvers := append(slices.Clone(ls.DNS), ls.Gateways()...)
+	resolvers := append(slices.Clone(ls.DNS), ls.Gateways...)
 	dev, err := nj.sess.bypass.Wrap(tdev, jobAddrs, resolvers, ls.MTU)
 	if err != nil {
 		tdev.Close()
@@ -438,7 +438,7 @@ func (nj *netnsJob) serve(ctx context.Context, sig *jobSignals) (int, error) {
 		return ExitFailure, fmt.Errorf("start job: %w", err)
 	}
 	sig.started(nj.job.Signal)
-	nj.log.Debug("job started", "pid", nj.job.Pid(), "addr", nj.sess.lease.Address, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
+	nj.log.Debug("job started", "pid", nj.job.Pid(), "addrs", nj.sess.lease.Addresses, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
 	var status int
 	var err error
 	whileJobRuns(nj.sess, func() { status, err = nj.job.Wait() })
@@ -531,10 +531,13 @@ func apiMessage(err error) string {
 }
 
 // leaseDNS is the job's resolver address: the lease's first DNS server,
-// else the gateway's tunnel address.
+// else the gateway's first tunnel address.
 func leaseDNS(ls control.Lease) netip.Addr {
 	if len(ls.DNS) > 0 {
 		return ls.DNS[0]
 	}
-	return ls.Gateway
+	if len(ls.Gateways) > 0 {
+		return ls.Gateways[0]
+	}
+	return netip.Addr{}
 }

@@ -4,9 +4,12 @@ package client
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/airlock-vpn/airlock/internal/control"
 )
 
 // EgressFileEnv names the file, in the job's environment, that always
@@ -36,8 +39,8 @@ func (s *Session) writeEgressFile() {
 	var b strings.Builder
 	ls := s.lease
 	if ls.Ports[0] > 0 && ls.Ports[1] >= ls.Ports[0] {
-		if ls.PublicAddr.IsValid() {
-			fmt.Fprintf(&b, "%s=%s\n", EgressAddrEnv, ls.PublicAddr)
+		if a := publicAddr4(ls); a.IsValid() {
+			fmt.Fprintf(&b, "%s=%s\n", EgressAddrEnv, a)
 		}
 		fmt.Fprintf(&b, "%s=%d-%d\n", EgressPortsEnv, ls.Ports[0], ls.Ports[1])
 	}
@@ -87,4 +90,15 @@ func (s *Session) removeEgressFile() {
 	if s.egressDir != "" {
 		os.RemoveAll(s.egressDir)
 	}
+}
+
+// publicAddr4 is the lease's IPv4 egress address, the one its port block
+// is on; zero without one.
+func publicAddr4(ls control.Lease) netip.Addr {
+	for _, a := range ls.PublicAddrs {
+		if a.Is4() {
+			return a
+		}
+	}
+	return netip.Addr{}
 }

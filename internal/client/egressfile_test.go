@@ -20,7 +20,7 @@ func TestEgressFile(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
 	s := &Session{log: slog.New(slog.NewTextHandler(io.Discard, nil)), egressOn: true}
 	s.cur = &gatewayEntry{addr: "gw1:8443"}
-	s.lease = control.Lease{PublicAddr: netip.MustParseAddr("203.0.113.1"), Ports: [2]uint16{20000, 20255}}
+	s.lease = control.Lease{PublicAddrs: []netip.Addr{netip.MustParseAddr("203.0.113.1")}, Ports: [2]uint16{20000, 20255}}
 	s.writeEgressFile()
 	f := s.egressFile()
 	if fi, err := os.Stat(filepath.Dir(f)); err != nil || fi.Mode().Perm() != 0o700 {
@@ -32,7 +32,7 @@ func TestEgressFile(t *testing.T) {
 	}
 	// A failover: another gateway, another block.
 	s.cur = &gatewayEntry{addr: "gw2:8443"}
-	s.lease = control.Lease{PublicAddr: netip.MustParseAddr("203.0.114.1"), Ports: [2]uint16{30000, 30015}}
+	s.lease = control.Lease{PublicAddrs: []netip.Addr{netip.MustParseAddr("203.0.114.1")}, Ports: [2]uint16{30000, 30015}}
 	s.writeEgressFile()
 	want = "AIRLOCK_EGRESS_ADDR=203.0.114.1\nAIRLOCK_EGRESS_PORTS=30000-30015\nAIRLOCK_GATEWAY=gw2:8443\n"
 	if b, err := os.ReadFile(s.egressFile()); err != nil || string(b) != want || s.egressFile() != f {

@@ -54,7 +54,7 @@ func checkExpose(ports []control.Port) error {
 // exposedEnv returns env without inherited AIRLOCK_EXPOSED_ and
 // AIRLOCK_EXPOSED6_ variables, plus one for every port the gateway
 // granted, listing its mappings of both families (got:
-// control.Lease.AllExposed), and the IPv6 alias. It
+// control.Lease.Exposed), and the IPv6 alias. It
 // fails unless the gateway granted exactly the ports asked for over IPv4
 // (over IPv6, a gateway without IPv6 egress grants none), or if it sent a
 // mapping not asked for.

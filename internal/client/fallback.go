@@ -54,7 +54,7 @@ func runFallback(ctx context.Context, f fallback) (int, error) {
 	ls := f.lease
 	// An IPv4-only lease has no IPv6 address: IPv6 destinations then fail
 	// with ENETUNREACH, so that dual-stack programs use IPv4.
-	us, err := userstack.New(userstack.Config{Addrs: addrsOf(ls.TunnelAddrs()), DNS: ls.DNS, MTU: ls.MTU})
+	us, err := userstack.New(userstack.Config{Addrs: addrsOf(ls.Addresses), DNS: ls.DNS, MTU: ls.MTU})
 	if err != nil {
 		return ExitFailure, err
 	}

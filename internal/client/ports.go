@@ -48,8 +48,8 @@ func portsEnv(env []string, asked int, ls control.Lease) ([]string, error) {
 	if n == 0 {
 		return out, nil
 	}
-	if ls.PublicAddr.IsValid() {
-		out = append(out, EgressAddrEnv+"="+ls.PublicAddr.String())
+	if a := publicAddr4(ls); a.IsValid() {
+		out = append(out, EgressAddrEnv+"="+a.String())
 	}
 	return append(out, fmt.Sprintf("%s=%d-%d", EgressPortsEnv, ls.Ports[0], ls.Ports[1])), nil
 }

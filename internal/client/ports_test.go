@@ -21,14 +21,14 @@ func TestPortsEnv(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{"block", 0, control.Lease{PublicAddr: pub, Ports: [2]uint16{20000, 20255}},
+		{"block", 0, control.Lease{PublicAddrs: []netip.Addr{pub}, Ports: [2]uint16{20000, 20255}},
 			[]string{"PATH=/bin", EgressAddrEnv + "=203.0.113.1", EgressPortsEnv + "=20000-20255"}, ""},
-		{"asked and granted", 1024, control.Lease{PublicAddr: pub, Ports: [2]uint16{20000, 21023}},
+		{"asked and granted", 1024, control.Lease{PublicAddrs: []netip.Addr{pub}, Ports: [2]uint16{20000, 21023}},
 			[]string{"PATH=/bin", EgressAddrEnv + "=203.0.113.1", EgressPortsEnv + "=20000-21023"}, ""},
-		{"granted more", 100, control.Lease{PublicAddr: pub, Ports: [2]uint16{20000, 20255}},
+		{"granted more", 100, control.Lease{PublicAddrs: []netip.Addr{pub}, Ports: [2]uint16{20000, 20255}},
 			[]string{"PATH=/bin", EgressAddrEnv + "=203.0.113.1", EgressPortsEnv + "=20000-20255"}, ""},
 		{"no block", 0, control.Lease{}, []string{"PATH=/bin"}, ""},
-		{"granted fewer", 1024, control.Lease{PublicAddr: pub, Ports: [2]uint16{20000, 20255}}, nil, "granted 256 egress ports, asked for 1024"},
+		{"granted fewer", 1024, control.Lease{PublicAddrs: []netip.Addr{pub}, Ports: [2]uint16{20000, 20255}}, nil, "granted 256 egress ports, asked for 1024"},
 		{"asked, no block", 64, control.Lease{}, nil, "granted 0 egress ports"},
 	} {
 		got, err := portsEnv(env, tc.asked, tc.ls)

@@ -604,7 +604,7 @@ func (s *Session) closeClients() {
 // gateway. With --transport tcp the stream is opened at once.
 func (s *Session) StartTunnel(ctx context.Context, dev tun.Device) error {
 	gwKey := s.lease.GatewayPublicKey // validated by control.Client.Join
-	s.jobAddrs, s.jobDNS = addrsOf(s.lease.TunnelAddrs()), s.lease.DNS
+	s.jobAddrs, s.jobDNS = addrsOf(s.lease.Addresses), s.lease.DNS
 	s.rd = tunnel.NewReaddress(dev)
 	s.bind = tunnel.NewBind(nil, s.log.With("component", "transport"))
 	var err error
@@ -968,7 +968,7 @@ func (s *Session) reconnect(ctx context.Context) error {
 
 // rejoin joins the current gateway again after it lost the lease.
 func (s *Session) rejoin(ctx context.Context) error {
-	old := s.lease.Address.Addr()
+	old := s.lease.Addresses
 	req := s.req
 	if s.lease.ID != "" {
 		// Proves the key's old lease is ours, should the gateway still
@@ -1001,7 +1001,7 @@ func (s *Session) rejoin(ctx context.Context) error {
 	s.recheckTransport(ctx)
 	s.recheckPathMTU(ctx)
 	s.log.Warn("the gateway had lost this job's lease; joined again", "gateway", s.cur.addr,
-		"lease", ls.ID, "old_addr", old, "new_addrs", ls.TunnelAddrs(), "job_addrs", s.jobAddrs)
+		"lease", ls.ID, "old_addrs", old, "new_addrs", ls.Addresses, "job_addrs", s.jobAddrs)
 	return nil
 }
 
@@ -1046,14 +1046,14 @@ func (s *Session) failTo(ctx context.Context, lostSince time.Time) error {
 	s.recheckPathMTU(ctx)
 	s.log.Warn("failed over to another gateway: the job's open connections are broken, new ones go through it",
 		"from", old.addr, "to", s.cur.addr, "lost_for", time.Since(lostSince).Round(time.Millisecond),
-		"lease_addrs", s.lease.TunnelAddrs(), "job_addrs", s.jobAddrs, "transport", s.using)
+		"lease_addrs", s.lease.Addresses, "job_addrs", s.jobAddrs, "transport", s.using)
 	return nil
 }
 
 // readdress points the TUN decorator at the current lease: the job keeps
 // its addresses and resolvers of each family.
 func (s *Session) readdress() {
-	s.rd.Set(s.jobAddrs, addrsOf(s.lease.TunnelAddrs()), s.jobDNS, s.lease.DNS)
+	s.rd.Set(s.jobAddrs, addrsOf(s.lease.Addresses), s.jobDNS, s.lease.DNS)
 }
 
 // addrsOf returns the addresses of ps.

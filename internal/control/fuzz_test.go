@@ -35,8 +35,8 @@ type fuzzBackend struct{}
 
 func (fuzzBackend) Join(ctx context.Context, req JoinRequest, tok store.Token, remote netip.AddrPort) (Lease, error) {
 	gw := netip.MustParseAddr("100.64.0.1")
-	return Lease{ID: fuzzLease.ID, Secret: fuzzLease.Secret, Address: netip.MustParsePrefix("100.64.0.2/16"),
-		Gateway: gw, DNS: []netip.Addr{gw}, MTU: 1420, GatewayPublicKey: testKeyValue,
+	return Lease{ID: fuzzLease.ID, Secret: fuzzLease.Secret, Addresses: []netip.Prefix{netip.MustParsePrefix("100.64.0.2/16")},
+		Gateways: []netip.Addr{gw}, DNS: []netip.Addr{gw}, MTU: 1420, GatewayPublicKey: testKeyValue,
 		Endpoint: "192.0.2.1:8443", RenewInterval: Duration(time.Minute), Expires: time.Unix(1e9, 0).UTC()}, nil
 }
 

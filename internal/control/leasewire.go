@@ -2,14 +2,16 @@
 
 package control
 
-// The lease on the wire, version 2: the job's tunnel addresses, the
-// gateway's tunnel addresses and the job's egress addresses travel as
-// lists of either family ("addresses", "gateways", "public_addrs"), the
-// first entry the one the gateway allocates (IPv4 on a dual-stack
-// tunnel; IPv6 on an IPv6-only one), at most one per family. The
-// per-family fields of version 1 (address/address6, gateway/gateway6,
-// public_addr/public_addr6) are still sent beside them, for clients of
-// earlier releases: that is the shim, and the one place they remain. A
+// The lease on the wire. In memory a lease holds its addresses as lists
+// of either family (Lease.Addresses, Gateways, PublicAddrs, Exposed). On
+// the wire, version 2 sends the job's tunnel addresses, the gateway's
+// tunnel addresses and the job's egress addresses as the same lists
+// ("addresses", "gateways", "public_addrs"), IPv4 first, at most one
+// per family. Version 1's per-family fields (leaseV1: address/address6,
+// gateway/gateway6, public_addr/public_addr6, exposed/exposed6) are still
+// sent beside them, for clients of earlier releases: that is the shim,
+// and the one place a field per family remains. Exposures travel only in
+// the version-1 fields, split by the family of their public address. A
 // client reads the lists when the gateway sent them, else the version-1
 // fields (a gateway of an earlier release).
 
@@ -17,119 +19,190 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
-// leaseV1 is Lease without its JSON methods: the version-1 fields, and
-// every field added later, encoded as tagged.
-type leaseV1 Lease
+// leaseFields is Lease without its JSON methods: its fields that are the
+// same in both versions, encoded as tagged (the address lists are "-").
+type leaseFields Lease
 
-// leaseWire is a Lease on the wire: version 1's fields and version 2's
-// lists.
-type leaseWire struct {
-	*leaseV1
+// leaseV1 is the version-1 form of a lease's addresses: a field per
+// family. Address and Gateway hold the tunnel's first addresses (IPv4,
+// or IPv6 on an IPv6-only tunnel), Address6 and Gateway6 the IPv6 ones
+// beside IPv4. PublicAddr is the IPv4 egress address and PublicAddr6
+// the IPv6 one; Exposed are the mappings on an IPv4 address, Exposed6
+// those on an IPv6 one.
+type leaseV1 struct {
+	Address     netip.Prefix `json:"address"`
+	Gateway     netip.Addr   `json:"gateway"`
+	Address6    netip.Prefix `json:"address6,omitzero"`
+	Gateway6    netip.Addr   `json:"gateway6,omitzero"`
+	PublicAddr  netip.Addr   `json:"public_addr,omitzero"`
+	PublicAddr6 netip.Addr   `json:"public_addr6,omitzero"`
+	Exposed     []Exposed    `json:"exposed,omitempty"`
+	Exposed6    []Exposed    `json:"exposed6,omitempty"`
+}
+
+// leaseV2 is the version-2 form of a lease's addresses: lists.
+type leaseV2 struct {
 	Addresses   []netip.Prefix `json:"addresses,omitempty"`
 	Gateways    []netip.Addr   `json:"gateways,omitempty"`
 	PublicAddrs []netip.Addr   `json:"public_addrs,omitempty"`
 }
 
-// MarshalJSON encodes l with both forms of its addresses. A list that
-// would not decode back to the same fields (an IPv6 egress address in the
-// IPv4 slot of version 1) is left out: the client then reads the fields.
+// leaseWire is a Lease on the wire: the fields both versions share,
+// version 1's per-family fields and version 2's lists.
+type leaseWire struct {
+	*leaseFields
+	leaseV1
+	leaseV2
+}
+
+// MarshalJSON encodes l with both forms of its addresses. A list that is
+// not one address per family is left out of version 2 (the client then
+// reads the version-1 fields).
 func (l Lease) MarshalJSON() ([]byte, error) {
-	v1 := leaseV1(l)
-	w := leaseWire{leaseV1: &v1}
-	w.Addresses = prefixListOf(l.Address, l.Address6)
-	is4 := l.Address.Addr().Is4()
-	w.Gateways = listOf(is4, l.Gateway, l.Gateway6)
-	w.PublicAddrs = listOf(is4, l.PublicAddr, l.PublicAddr6)
+	f := leaseFields(l)
+	w := leaseWire{leaseFields: &f, leaseV1: l.v1()}
+	if onePerFamily(l.Addresses, netip.Prefix.Addr) {
+		w.leaseV2.Addresses = l.Addresses
+	}
+	if onePerFamily(l.Gateways, addrOf) {
+		w.leaseV2.Gateways = l.Gateways
+	}
+	if onePerFamily(l.PublicAddrs, addrOf) {
+		w.leaseV2.PublicAddrs = l.PublicAddrs
+	}
 	return json.Marshal(w)
+}
+
+// v1 returns l's addresses in the version-1 fields.
+func (l Lease) v1() leaseV1 {
+	var v leaseV1
+	v.Address, v.Address6 = perFamily(l.Addresses, netip.Prefix.Addr)
+	v.Gateway, v.Gateway6 = perFamily(l.Gateways, addrOf)
+	for _, a := range l.PublicAddrs {
+		if a.Is6() {
+			v.PublicAddr6 = a
+		} else {
+			v.PublicAddr = a
+		}
+	}
+	for _, x := range l.Exposed {
+		if x.PublicAddr.Is6() {
+			v.Exposed6 = append(v.Exposed6, x)
+		} else {
+			v.Exposed = append(v.Exposed, x)
+		}
+	}
+	return v
+}
+
+// perFamily returns the entries of list for the version-1 fields X and
+// X6 of the tunnel's addresses: the IPv4 one and the IPv6 one beside it,
+// or, without an IPv4 one, the IPv6 one and nothing.
+func perFamily[T any](list []T, addr func(T) netip.Addr) (first, v6 T) {
+	var v4 T
+	has4, has6 := false, false
+	for _, x := range list {
+		switch {
+		case addr(x).Is4() && !has4:
+			v4, has4 = x, true
+		case addr(x).Is6() && !has6:
+			v6, has6 = x, true
+		}
+	}
+	if !has4 {
+		var zero T
+		return v6, zero
+	}
+	return v4, v6
 }
 
 // UnmarshalJSON decodes a lease of either version.
 func (l *Lease) UnmarshalJSON(b []byte) error {
 	*l = Lease{}
-	w := leaseWire{leaseV1: (*leaseV1)(l)}
+	w := leaseWire{leaseFields: (*leaseFields)(l)}
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	if len(w.Addresses) > 0 {
-		var err error
-		if l.Address, l.Address6, err = prefixesFromList(w.Addresses); err != nil {
-			return err
-		}
+	v1, v2 := w.leaseV1, w.leaseV2
+	var err error
+	// The lists of version 2 if the gateway sent them, else the fields of
+	// version 1.
+	if l.Addresses, err = fromList("addresses", v2.Addresses, netip.Prefix.Addr); err == nil && len(v2.Addresses) == 0 {
+		l.Addresses, err = fromList("address, address6", valid(v1.Address, v1.Address6), netip.Prefix.Addr)
 	}
-	is4 := l.Address.Addr().Is4()
-	if err := fromList("gateways", w.Gateways, is4, &l.Gateway, &l.Gateway6); err != nil {
+	if err != nil {
 		return err
 	}
-	return fromList("public_addrs", w.PublicAddrs, is4, &l.PublicAddr, &l.PublicAddr6)
+	if l.Gateways, err = fromList("gateways", v2.Gateways, addrOf); err == nil && len(v2.Gateways) == 0 {
+		l.Gateways, err = fromList("gateway, gateway6", valid(v1.Gateway, v1.Gateway6), addrOf)
+	}
+	if err != nil {
+		return err
+	}
+	if l.PublicAddrs, err = fromList("public_addrs", v2.PublicAddrs, addrOf); err == nil && len(v2.PublicAddrs) == 0 {
+		l.PublicAddrs, err = fromList("public_addr, public_addr6", valid(v1.PublicAddr, v1.PublicAddr6), addrOf)
+	}
+	// IPv4 first, whichever field an entry came in.
+	l.Exposed = append(v1.Exposed, v1.Exposed6...)
+	slices.SortStableFunc(l.Exposed, func(a, b Exposed) int { return cmpBool(a.PublicAddr.Is6(), b.PublicAddr.Is6()) })
+	return err
 }
 
-// prefixesFromList returns the tunnel addresses of a version-2 list: the
-// IPv4 one (or the one IPv6 one of an IPv6-only tunnel) and the IPv6 one
-// beside an IPv4 one.
-func prefixesFromList(list []netip.Prefix) (primary, v6 netip.Prefix, err error) {
-	for _, p := range list {
-		slot := &primary
-		if p.Addr().Is6() && (len(list) == 2) {
-			slot = &v6
-		}
-		if !p.IsValid() || p.Addr().Is4In6() || slot.IsValid() || len(list) > 2 {
-			return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("lease addresses %v: want valid prefixes, at most one per family", list)
-		}
-		*slot = p
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
 	}
-	return primary, v6, nil
+	return -1
 }
 
-// prefixListOf returns the version-2 list of the tunnel addresses, or nil
-// if prefixesFromList would not read it back into the same fields.
-func prefixListOf(primary, v6 netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range []netip.Prefix{primary, v6} {
-		if p.IsValid() {
-			out = append(out, p)
+// addrOf is an address list's entry's address: itself.
+func addrOf(a netip.Addr) netip.Addr { return a }
+
+// valid returns the valid ones of xs, in order.
+func valid[T interface{ IsValid() bool }](xs ...T) []T {
+	var out []T
+	for _, x := range xs {
+		if x.IsValid() {
+			out = append(out, x)
 		}
-	}
-	if p, s, err := prefixesFromList(out); err != nil || p != primary || s != v6 {
-		return nil
 	}
 	return out
 }
 
-// fromList sets *primary and *v6 from a version-2 list, if there is one:
-// an IPv6 entry beside a lease whose tunnel is IPv4 (is4) is the IPv6
-// one, any other entry the primary one.
-func fromList(name string, list []netip.Addr, is4 bool, primary, v6 *netip.Addr) error {
+// fromList returns a list of the wire in Lease's order (IPv4 first), nil
+// for an empty one, or an error if it is not valid addresses of at most
+// one per family (addr returns an entry's address).
+func fromList[T any](name string, list []T, addr func(T) netip.Addr) ([]T, error) {
 	if len(list) == 0 {
-		return nil
+		return nil, nil
 	}
-	*primary, *v6 = netip.Addr{}, netip.Addr{}
-	for _, a := range list {
-		slot := primary
-		if is4 && a.Is6() {
-			slot = v6
-		}
-		if !a.IsValid() || a.Is4In6() || slot.IsValid() {
-			return fmt.Errorf("lease %s: %v: want valid addresses, at most one per family", name, list)
-		}
-		*slot = a
+	if !onePerFamily(list, addr) {
+		return nil, fmt.Errorf("lease %s %v: want valid addresses, at most one per family", name, list)
 	}
-	return nil
+	out := slices.Clone(list)
+	slices.SortStableFunc(out, func(a, b T) int { return ipfamily.Of(addr(a)).Index - ipfamily.Of(addr(b)).Index })
+	return out, nil
 }
 
-// listOf returns the version-2 list of primary and v6 (the valid ones),
-// or nil if fromList would not read it back into the same fields.
-func listOf(is4 bool, primary, v6 netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range []netip.Addr{primary, v6} {
-		if a.IsValid() {
-			out = append(out, a)
+// onePerFamily reports whether every entry of list has a valid address
+// (addr), none IPv4-mapped, and no two of one family.
+func onePerFamily[T any](list []T, addr func(T) netip.Addr) bool {
+	var seen [ipfamily.N]bool
+	for _, x := range list {
+		a := addr(x)
+		if !a.IsValid() || a.Is4In6() || seen[ipfamily.Of(a).Index] {
+			return false
 		}
+		seen[ipfamily.Of(a).Index] = true
 	}
-	var p, s netip.Addr
-	if fromList("", out, is4, &p, &s) != nil || p != primary || s != v6 {
-		return nil
-	}
-	return out
+	return true
 }

@@ -117,38 +117,31 @@ type Lease struct {
 	// Secret authorizes renew and release of this lease; it is shown only
 	// to the client that joined.
 	Secret string `json:"secret"`
-	// Address is the job's tunnel address with the tunnel subnet's prefix
-	// length, e.g. 100.64.0.2/16.
-	Address netip.Prefix `json:"address"`
-	// Gateway is the gateway's tunnel address. It is also the job's DNS
-	// server.
-	Gateway netip.Addr `json:"gateway"`
-	// Address6 and Gateway6 are the job's and the gateway's IPv6 tunnel
-	// addresses, Address6 with the IPv6 tunnel prefix length; both are
-	// zero when the gateway gives the job IPv4 only. The job's IPv6
-	// default route goes to Gateway6.
-	Address6 netip.Prefix `json:"address6,omitzero"`
-	Gateway6 netip.Addr   `json:"gateway6,omitzero"`
-	// DNS lists the resolvers the job should use: Gateway, then Gateway6
-	// for a dual-stack lease.
+	// Addresses are the job's tunnel addresses, each with its tunnel
+	// prefix's length (100.64.0.2/16, fd00:1::6440:2/48): at most one per
+	// family, IPv4 first; one IPv6 address on an IPv6-only tunnel. The
+	// job's default route of each family goes to the gateway's address of
+	// that family in Gateways. On the wire: leasewire.go.
+	Addresses []netip.Prefix `json:"-"`
+	// Gateways are the gateway's tunnel addresses, one per family of
+	// Addresses, in the same order. They are also the job's DNS servers.
+	Gateways []netip.Addr `json:"-"`
+	// DNS lists the resolvers the job should use: Gateways, in order.
 	DNS []netip.Addr `json:"dns"`
-	// PublicAddr and Ports are the job's egress port block: its outside
-	// connections leave from PublicAddr with a source port in
-	// Ports[0]..Ports[1]. PublicAddr is 0.0.0.0 when the gateway uses
-	// every address of its host; both are zero when the job has no block.
-	PublicAddr netip.Addr `json:"public_addr,omitzero"`
-	Ports      [2]uint16  `json:"ports,omitzero"`
-	// PublicAddr6 is where the job's IPv6 flows leave from: with the
-	// port block Ports, or, if it is the job's own address (the gateway's
-	// --egress-prefix), with any port. Zero: unknown or no IPv6.
-	PublicAddr6 netip.Addr `json:"public_addr6,omitzero"`
+	// PublicAddrs are where the job's outside flows leave from, at most
+	// one per family, IPv4 first: an IPv4 one with a source port in
+	// Ports[0]..Ports[1] (0.0.0.0 when the gateway uses every address of
+	// its host); an IPv6 one with the port block Ports, or, if it is the
+	// job's own address (the gateway's --egress-prefix), with any port.
+	// Empty when the job has no block and no IPv6 egress address is known.
+	PublicAddrs []netip.Addr `json:"-"`
+	// Ports is the job's egress port block; zero when it has none.
+	Ports [2]uint16 `json:"ports,omitzero"`
 	// Exposed lists the inbound mappings of the ports the join asked to
-	// expose, in the order asked.
-	Exposed []Exposed `json:"exposed,omitempty"`
-	// Exposed6 lists the same mappings on the gateway's IPv6 egress
-	// address (or, with --egress-prefix, the job's own address and
-	// port); empty without one.
-	Exposed6 []Exposed `json:"exposed6,omitempty"`
+	// expose, each on the public address it names: those on the gateway's
+	// IPv4 egress address in the order asked, then those on its IPv6 one
+	// (or, with --egress-prefix, the job's own address and port).
+	Exposed []Exposed `json:"-"`
 	// MTU of the job's TUN device: one that every path carries (1420).
 	MTU int `json:"mtu"`
 	// MaxMTU, if larger than MTU, is the largest tunnel MTU the gateway
@@ -188,33 +181,6 @@ type Member struct {
 	// Pin is the gateway's pin, or during its key rotation its next and
 	// current pins separated by "|" (ParsePins).
 	Pin string `json:"pin"`
-}
-
-// TunnelAddrs returns the job's tunnel addresses as one list: Address,
-// then Address6 for a dual-stack lease. The protocol keeps a field per
-// family, as clients of every version know them; inside a client, a
-// lease's addresses are this list.
-func (l Lease) TunnelAddrs() []netip.Prefix { return valid(l.Address, l.Address6) }
-
-// Gateways returns the gateway's tunnel addresses as one list: Gateway,
-// then Gateway6.
-func (l Lease) Gateways() []netip.Addr { return valid(l.Gateway, l.Gateway6) }
-
-// valid returns the valid ones of xs, in order.
-func valid[T interface{ IsValid() bool }](xs ...T) []T {
-	var out []T
-	for _, x := range xs {
-		if x.IsValid() {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// AllExposed returns the inbound mappings of both families: Exposed, then
-// Exposed6.
-func (l Lease) AllExposed() []Exposed {
-	return append(append([]Exposed(nil), l.Exposed...), l.Exposed6...)
 }
 
 // LeaseRef names a lease in renew and release requests.

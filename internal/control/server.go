@@ -418,7 +418,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	markAuthed(r.Context())
 	lease.GatewayVersion = s.version
 	s.log.Debug("join", "lease", lease.ID, "token", tok.Name, "remote", remote,
-		"address", lease.Address, "batch_job_id", req.Job.BatchJobID,
+		"addresses", lease.Addresses, "batch_job_id", req.Job.BatchJobID,
 		"hostname", req.Job.Hostname, "user", req.Job.User, "uid", req.Job.UID,
 		"client_version", version.Label(req.Version), "attested", req.Attested.String())
 	httpjson.Write(w, http.StatusOK, lease)

@@ -59,7 +59,7 @@ func TestJoinRenewRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Join: %v", err)
 	}
-	if lease.ID == "" || lease.Secret == "" || !lease.Address.IsValid() || lease.RenewInterval <= 0 {
+	if lease.ID == "" || lease.Secret == "" || len(lease.Addresses) == 0 || lease.RenewInterval <= 0 {
 		t.Errorf("got incomplete lease %+v", lease)
 	}
 	ref := control.LeaseRef{ID: lease.ID, Secret: lease.Secret}

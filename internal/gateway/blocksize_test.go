@@ -164,9 +164,9 @@ func TestBlockSizePerJob(t *testing.T) {
 	defer st.Close()
 	for _, ls := range []control.Lease{big, mid, small, last} {
 		for _, port := range []uint16{ls.Ports[0], ls.Ports[1]} {
-			recs, err := st.Whois(ls.PublicAddr, port, time.Now())
+			recs, err := st.Whois(ls.PublicAddrs[0], port, time.Now())
 			if a, _ := firstAttribution(recs); err != nil || len(recs) != 1 || recs[0].ID != ls.ID || a.PortLo != ls.Ports[0] || a.PortHi != ls.Ports[1] {
-				t.Errorf("whois %v:%d: %+v, %v; want exactly lease %s with %v", ls.PublicAddr, port, recs, err, ls.ID, ls.Ports)
+				t.Errorf("whois %v:%d: %+v, %v; want exactly lease %s with %v", ls.PublicAddrs[0], port, recs, err, ls.ID, ls.Ports)
 			}
 		}
 	}

@@ -95,7 +95,7 @@ func TestCapture(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the live capture did not end with the job's lease")
 	}
-	job := j.lease.Address.Addr()
+	job := j.lease.Addresses[0].Addr()
 	checkStream := func(name string, b []byte, wantUDP bool) {
 		t.Helper()
 		n, src, found, udp := 0, false, false, false

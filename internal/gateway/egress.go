@@ -62,12 +62,14 @@ type egress struct {
 	// explicit means the blocks lie outside the host's ephemeral range
 	// (user mode): sockets bind to their port themselves.
 	explicit bool
-	// public6 is where jobs' IPv6 flows leave from, with their port
-	// block; own, if valid, is --egress-prefix: each job's IPv6 flows
-	// leave from its own address in it, with any port. Both zero: jobs
-	// get no IPv6 (planIPv6).
-	public6 netip.Addr
-	own     netip.Prefix
+	// publicOf is, by family (ipfamily.Family.Index), where jobs' flows
+	// of a family the pool is not of leave from, with their port block:
+	// the IPv6 egress address beside an IPv4 pool. own, if valid, is
+	// --egress-prefix: each job's IPv6 flows leave from its own address
+	// in it, with any port. Neither for IPv6: jobs get no IPv6
+	// (planIPv6).
+	publicOf [ipfamily.N]netip.Addr
+	own      netip.Prefix
 	// prefix6 is the IPv6 tunnel prefix of a dual-stack tunnel, the
 	// lease manager's (applyPrefix6); zero: jobs get no IPv6 beside IPv4.
 	prefix6 netip.Prefix
@@ -95,8 +97,8 @@ func (e *egress) egressOf(l lease.Lease) []forward.Egress {
 			out = append(out, forward.Egress{Addr: at, Block: block})
 		case f == ipfamily.V6 && e.own.IsValid():
 			out = append(out, forward.Egress{Addr: lease.Embed6(e.own, l.Addr()), Own: true})
-		case f == ipfamily.V6 && e.public6.IsValid():
-			out = append(out, forward.Egress{Addr: e.public6, Block: block})
+		case e.publicOf[f.Index].IsValid():
+			out = append(out, forward.Egress{Addr: e.publicOf[f.Index], Block: block})
 		default:
 			out = append(out, forward.Egress{Addr: f.Unspecified, Block: block})
 		}
@@ -130,13 +132,16 @@ func planEgress(c Config, env egressEnv) (egress, error) {
 	return e, nil
 }
 
-// egressAddrs returns the configured egress addresses (--egress-addr),
-// checked.
+// egressAddrs returns the configured egress pool (--egress-addr: the
+// addresses of the family the gateway allocates tunnel addresses of),
+// checked, and checks that there is at most one IPv6 address beside an
+// IPv4 pool.
 func egressAddrs(c Config) ([]netip.Addr, error) {
-	addrs := c.EgressAddrs
-	if len(addrs) == 0 && c.EgressAddr.IsValid() {
-		addrs = []netip.Addr{c.EgressAddr}
+	fam := ipfamily.Of(c.subnet().Addr())
+	if six := c.egressAddrsOf(ipfamily.V6); fam == ipfamily.V4 && len(six) > 1 {
+		return nil, fmt.Errorf("--egress-addr %v: %d IPv6 addresses; want at most one (an egress pool is of IPv4 addresses)", six, len(six))
 	}
+	addrs := c.egressAddrsOf(fam)
 	for i, a := range addrs {
 		addrs[i] = a.Unmap()
 		if addrs[i].IsUnspecified() || addrs[i].IsLoopback() || addrs[i].IsMulticast() {
@@ -331,29 +336,31 @@ func (e egress) logPublic(log *slog.Logger) {
 // off, or an IPv6-only tunnel) it does nothing.
 func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr, error)) error {
 	log := cfg.Logger
-	if !cfg.Subnet6.IsValid() {
+	subnet6 := cfg.subnetOf(ipfamily.V6)
+	if !cfg.subnet().Addr().Is4() || !subnet6.IsValid() {
 		return nil
 	}
+	six := cfg.egressAddrsOf(ipfamily.V6)
 	switch {
 	case cfg.EgressPrefix6.IsValid():
-		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.Subnet); err != nil {
+		if err := checkEgressPrefix6(cfg.EgressPrefix6, cfg.subnet()); err != nil {
 			return err
 		}
 		e.own = cfg.EgressPrefix6.Masked()
 		if cfg.Egress != EgressKernel {
-			if err := checkOwnPrefix6(log, e.own, lease.Embed6(e.own, cfg.Subnet.Addr().Next())); err != nil {
+			if err := checkOwnPrefix6(log, e.own, lease.Embed6(e.own, cfg.subnet().Addr().Next())); err != nil {
 				return err
 			}
 		}
-	case cfg.EgressAddr6.IsValid():
-		a := cfg.EgressAddr6.Unmap()
-		if !a.Is6() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
-			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", cfg.EgressAddr6)
+	case len(six) > 0:
+		a := six[0]
+		if a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() || a.IsLinkLocalUnicast() {
+			return fmt.Errorf("--egress-addr %s: want a global unicast IPv6 address of this host", a)
 		}
 		if !isHostAddr(a) {
 			return fmt.Errorf("--egress-addr %s is not an address of this host: user mode opens jobs' IPv6 sockets and exposed ports on it", a)
 		}
-		e.public6 = a
+		e.publicOf[ipfamily.V6.Index] = a
 	default:
 		a, err := source(ipfamily.V6)
 		if err != nil {
@@ -362,9 +369,9 @@ func (e *egress) planIPv6(cfg Config, source func(*ipfamily.Family) (netip.Addr,
 			log.Warn("jobs get IPv4 only: this host has no IPv6 default route with a source address; set --egress-addr (or --egress-prefix) to give them IPv6", "err", err)
 			return nil
 		}
-		e.public6 = a
+		e.publicOf[ipfamily.V6.Index] = a
 	}
-	e.prefix6 = cfg.Subnet6.Masked()
+	e.prefix6 = subnet6.Masked()
 	return nil
 }
 
@@ -377,7 +384,7 @@ func (e egress) applyPrefix6(log *slog.Logger, leases *lease.Manager) error {
 	if err := leases.SetPrefix6(e.prefix6); err != nil {
 		return err
 	}
-	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.Gateway6(), "egress_addr6", e.public6, "egress_prefix6", e.own)
+	log.Info("IPv6 in the tunnel", "subnet6", e.prefix6, "tunnel_addr6", leases.GatewayAddr(ipfamily.V6), "egress_addr6", e.publicOf[ipfamily.V6.Index], "egress_prefix6", e.own)
 	return nil
 }
 

@@ -43,10 +43,10 @@ func TestPlanEgress(t *testing.T) {
 	}{
 		{name: "user default", cfg: Config{}, env: env, mode: EgressUser, public: src, ports: host, blocks: host.Len() / 256},
 		{name: "user no route", cfg: Config{}, env: noRoute, mode: EgressUser, public: netip.IPv4Unspecified(), ports: host, blocks: host.Len() / 256},
-		{name: "user loopback", cfg: Config{EgressAddr: netip.MustParseAddr("127.0.0.1")}, env: env, wantErr: "unicast"},
+		{name: "user loopback", cfg: Config{EgressAddrs: []netip.Addr{netip.MustParseAddr("127.0.0.1")}}, env: env, wantErr: "unicast"},
 		{name: "user inside", cfg: Config{EgressPorts: portblock.Range{Lo: 40000, Hi: 40999}, BlockSize: 100}, env: env,
 			mode: EgressUser, public: src, ports: portblock.Range{Lo: 40000, Hi: 40999}, blocks: 10},
-		{name: "user with address", cfg: Config{Egress: EgressUser, EgressAddr: pub}, env: env, mode: EgressUser, public: pub, ports: host, blocks: host.Len() / 256},
+		{name: "user with address", cfg: Config{Egress: EgressUser, EgressAddrs: []netip.Addr{pub}}, env: env, mode: EgressUser, public: pub, ports: host, blocks: host.Len() / 256},
 		{name: "user wider than host", cfg: Config{EgressPorts: portblock.Range{Lo: 20000, Hi: 59999}}, env: env,
 			mode: EgressUser, public: src, ports: portblock.Range{Lo: 20000, Hi: 59999}, blocks: 156, explicit: true},
 		{name: "user pool", cfg: Config{EgressAddrs: []netip.Addr{pub, pub.Next()}, BlockSize: 1000}, env: env,
@@ -54,18 +54,21 @@ func TestPlanEgress(t *testing.T) {
 		{name: "kernel pool", cfg: Config{Egress: EgressKernel, EgressAddrs: []netip.Addr{pub, pub.Next(), pub.Next().Next()}}, env: env,
 			mode: EgressKernel, public: pub, ports: DefaultKernelPorts, blocks: 3 * 156},
 		{name: "pool with loopback", cfg: Config{EgressAddrs: []netip.Addr{pub, netip.MustParseAddr("127.0.0.2")}}, env: env, wantErr: "unicast"},
-		{name: "user one IPv6", cfg: Config{EgressAddr: netip.MustParseAddr("2001:db8::1")}, env: env,
+		{name: "user IPv6-only one IPv6", cfg: Config{Subnets: []netip.Prefix{netip.MustParsePrefix("fd7a::/112")}, EgressAddrs: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, env: env,
 			mode: EgressUser, public: netip.MustParseAddr("2001:db8::1"), ports: host, blocks: host.Len() / 256},
-		{name: "pool with IPv6", cfg: Config{EgressAddrs: []netip.Addr{pub, netip.MustParseAddr("2001:db8::1")}}, env: env, wantErr: "IPv4"},
+		{name: "user IPv4 and IPv6", cfg: Config{EgressAddrs: []netip.Addr{netip.MustParseAddr("2001:db8::1"), pub}}, env: env,
+			mode: EgressUser, public: pub, ports: host, blocks: host.Len() / 256},
+		{name: "pool with two IPv6", cfg: Config{EgressAddrs: []netip.Addr{pub, netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}}, env: env, wantErr: "at most one"},
+		{name: "IPv6-only pool", cfg: Config{Subnets: []netip.Prefix{netip.MustParsePrefix("fd7a::/112")}, EgressAddrs: []netip.Addr{netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}}, env: env, wantErr: "IPv4"},
 		{name: "user block too big", cfg: Config{EgressPorts: portblock.Range{Lo: 40000, Hi: 40099}, BlockSize: 101}, env: env, wantErr: "--block-size"},
-		{name: "kernel default", cfg: Config{Egress: EgressKernel, EgressAddr: pub}, env: env,
+		{name: "kernel default", cfg: Config{Egress: EgressKernel, EgressAddrs: []netip.Addr{pub}}, env: env,
 			mode: EgressKernel, public: pub, ports: DefaultKernelPorts, blocks: 156},
-		{name: "kernel wide", cfg: Config{Egress: EgressKernel, EgressAddr: pub, EgressPorts: portblock.Range{Lo: 1024, Hi: 65535}, BlockSize: 1024}, env: env,
+		{name: "kernel wide", cfg: Config{Egress: EgressKernel, EgressAddrs: []netip.Addr{pub}, EgressPorts: portblock.Range{Lo: 1024, Hi: 65535}, BlockSize: 1024}, env: env,
 			mode: EgressKernel, public: pub, ports: portblock.Range{Lo: 1024, Hi: 65535}, blocks: 63},
 		{name: "kernel default route", cfg: Config{Egress: EgressKernel}, env: env, mode: EgressKernel, public: src, ports: DefaultKernelPorts, blocks: 156},
 		{name: "kernel no route", cfg: Config{Egress: EgressKernel}, env: noRoute, wantErr: "set --egress-addr"},
-		{name: "kernel v6", cfg: Config{Egress: EgressKernel, EgressAddr: netip.MustParseAddr("2001:db8::1")}, env: env, wantErr: "IPv4"},
-		{name: "kernel unspecified", cfg: Config{Egress: EgressKernel, EgressAddr: netip.IPv4Unspecified()}, env: env, wantErr: "unicast"},
+		{name: "kernel v6", cfg: Config{Egress: EgressKernel, Subnets: []netip.Prefix{netip.MustParsePrefix("fd7a::/112")}, EgressAddrs: []netip.Addr{netip.MustParseAddr("2001:db8::1")}}, env: env, wantErr: "IPv4"},
+		{name: "kernel unspecified", cfg: Config{Egress: EgressKernel, EgressAddrs: []netip.Addr{netip.IPv4Unspecified()}}, env: env, wantErr: "unicast"},
 		{name: "bad mode", cfg: Config{Egress: "fast"}, env: env, wantErr: `--egress "fast"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,8 +159,8 @@ func TestPortBlocks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("join %s: %v", job, err)
 		}
-		if ls.PublicAddr != wantPub {
-			t.Errorf("%s: public addr %v, want %v (the default route's source)", job, ls.PublicAddr, wantPub)
+		if len(ls.PublicAddrs) == 0 || ls.PublicAddrs[0] != wantPub {
+			t.Errorf("%s: public addrs %v, want %v first (the default route's source)", job, ls.PublicAddrs, wantPub)
 		}
 		if ls.Ports[1]-ls.Ports[0] != 255 || ls.Ports[0] < ports.Lo || ls.Ports[1] > ports.Hi {
 			t.Errorf("%s: ports %v, want a 256-port block of %v", job, ls.Ports, ports)

@@ -76,7 +76,7 @@ func TestFleetGateways(t *testing.T) {
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
 		}
 	}
@@ -148,11 +148,11 @@ func TestFleetGateways(t *testing.T) {
 		if derr != nil {
 			t.Fatal(derr)
 		}
-		recs, err = ac.Whois(ctx, netip.AddrPortFrom(l.PublicAddr, l.Ports[0]), time.Now())
+		recs, err = ac.Whois(ctx, netip.AddrPortFrom(l.PublicAddrs[0], l.Ports[0]), time.Now())
 		ac.Close()
 		return err == nil && len(recs) == 1 && recs[0].JobID == "fleet-1" && recs[0].Gateway != ""
 	}) {
-		t.Fatalf("whois on A of B's job at %v:%d: %+v %v", l.PublicAddr, l.Ports[0], recs, err)
+		t.Fatalf("whois on A of B's job at %v:%d: %+v %v", l.PublicAddrs[0], l.Ports[0], recs, err)
 	}
 
 	// Kick with a ban, asked on A; B ends it.
@@ -250,7 +250,7 @@ func TestFleetKeyRotation(t *testing.T) {
 	fleetCfg := func(subnet, state, listen string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 			if state != "" {
 				cfg.StateDir, cfg.Listen = state, listen
@@ -425,7 +425,7 @@ func TestFleetCapture(t *testing.T) {
 	fleetCfg := func(subnet string) func(*Config) {
 		return func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 60*time.Second
 		}
 	}
@@ -544,7 +544,7 @@ func TestFleetCapture(t *testing.T) {
 	n, found, udp := 0, false, false
 	for _, p := range pcapPackets(t, stream) {
 		n++
-		if len(p) >= 20 && netip.AddrFrom4([4]byte(p[12:16])) == j.lease.Address.Addr() && bytes.Contains(p, []byte(req)) {
+		if len(p) >= 20 && netip.AddrFrom4([4]byte(p[12:16])) == j.lease.Addresses[0].Addr() && bytes.Contains(p, []byte(req)) {
 			found = true
 		}
 		udp = udp || bytes.Contains(p, []byte("udp-not-captured"))

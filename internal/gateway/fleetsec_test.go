@@ -99,7 +99,7 @@ func TestFleetJobCredentialOnce(t *testing.T) {
 	gw := func(socket, subnet string) *testGateway {
 		return startGatewayWith(t, func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: url, FleetKey: fleetKey}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.Attest = config.Attest{Mode: config.AttestMunge, Socket: socket, JobUIDs: []uint32{me}}
 		})
 	}

@@ -163,7 +163,7 @@ func TestFleetPlantedMember(t *testing.T) {
 	gw := func(role, subnet, key string) *testGateway {
 		return startGatewayWith(t, func(cfg *Config) {
 			cfg.Store = StoreConfig{URL: c.URL(role, db), FleetKey: key}
-			cfg.Subnet = netip.MustParsePrefix(subnet)
+			cfg.Subnets = []netip.Prefix{netip.MustParsePrefix(subnet)}
 			cfg.RenewInterval, cfg.LeaseTTL = 10*time.Second, 30*time.Second
 		})
 	}

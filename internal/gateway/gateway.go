@@ -55,17 +55,18 @@ type Config struct {
 	Listen string
 	// Advertise is the HOST:PORT clients dial; default derived from Listen.
 	Advertise string
-	// Subnet holds the tunnel addresses; the gateway takes the first host
-	// address of it.
-	Subnet netip.Prefix
-	// Subnet6, NoIPv6, EgressAddr6 and EgressPrefix6 configure IPv6 in
-	// the tunnel (subnets.go, egress.go): the IPv6 tunnel prefix (zero: the one
-	// kept in the state dir, else a random ULA /48), IPv6 off, where jobs'
-	// IPv6 flows leave from (zero: the IPv6 default route's source) or a
-	// routed prefix that gives each job its own public IPv6 address.
-	Subnet6       netip.Prefix
+	// Subnets are the tunnel prefixes, at most one per family, IPv4
+	// first (subnets.go). The first holds the addresses the gateway
+	// allocates, and the gateway takes its first host address; an IPv6
+	// prefix beside an IPv4 one holds jobs' IPv6 addresses, which embed
+	// their IPv4 ones (none listed: the one kept in the state dir, else a
+	// random ULA /48, unless NoIPv6); an IPv6 prefix alone makes an
+	// IPv6-only tunnel. Empty: DefaultSubnet.
+	Subnets []netip.Prefix
+	// NoIPv6 turns IPv6 off beside an IPv4 tunnel. EgressPrefix6, if set,
+	// is a routed IPv6 prefix that gives each job its own public IPv6
+	// address (egress.go).
 	NoIPv6        bool
-	EgressAddr6   netip.Addr
 	EgressPrefix6 netip.Prefix
 	// MTU is the tunnel MTU every job starts from (DefaultMTU); MaxMTU
 	// the largest one user mode offers a client whose path carries it,
@@ -97,14 +98,16 @@ type Config struct {
 	DNSUpstreams []netip.AddrPort
 	// Egress is the egress backend: EgressUser ("" too) or EgressKernel.
 	Egress string
-	// EgressAddr is the public address jobs' flows leave from. Kernel
-	// mode source-NATs to it (default: the preferred source of the
-	// default route); in user mode it is recorded in the lease history
-	// (default: unspecified, meaning every address of the host).
-	EgressAddr netip.Addr
-	// EgressAddrs, if set, is an egress pool (--egress-addr with several
-	// addresses or a prefix): port blocks are drawn from every (address,
-	// EgressPorts) pair, and EgressAddr is ignored.
+	// EgressAddrs are the public addresses jobs' flows leave from and
+	// their exposed ports listen on (--egress-addr), of either family.
+	// Those of the first subnet's family are the egress pool: one
+	// address, or several, whose port blocks are drawn from every
+	// (address, EgressPorts) pair. Kernel mode source-NATs to them
+	// (default: the preferred source of the default route); user mode
+	// records them in the lease history (default: unspecified, meaning
+	// every address of the host). An IPv6 address beside an IPv4 tunnel
+	// (at most one) is where jobs' IPv6 flows leave from, with their port
+	// block (default: the source of the IPv6 default route).
 	EgressAddrs []netip.Addr
 	// EgressPorts is the range split into per-job port blocks; zero means
 	// the host's ip_local_port_range in user mode (a wider range is
@@ -195,10 +198,9 @@ func (c *Config) setDefaults() error {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
 	}
-	if !c.Subnet.IsValid() {
-		c.Subnet = netip.MustParsePrefix(DefaultSubnet)
+	if err := c.setSubnets(); err != nil {
+		return err
 	}
-	c.Subnet = c.Subnet.Masked()
 	if c.MTU == 0 {
 		c.MTU = DefaultMTU
 	}
@@ -284,7 +286,7 @@ func openKernelTCP(cfg Config, tunnels []netip.Prefix, mtu int) (*usernet.Namesp
 // addresses tunnels, reporting to flow table tb (and its job index).
 func newForwarder(cfg Config, eg egress, tunnels []netip.Prefix, tb *flows.Table, pm *pathMTU) (forward.Backend, error) {
 	var egressAddrs []netip.Addr
-	for _, a := range []netip.Addr{eg.public, eg.public6} {
+	for _, a := range append([]netip.Addr{eg.public}, eg.publicOf[:]...) {
 		if a.IsValid() && !a.IsUnspecified() {
 			egressAddrs = append(egressAddrs, a)
 		}

@@ -140,7 +140,7 @@ func joinJob(t testing.TB, g *testGateway, token string) *testJob {
 	if err != nil {
 		t.Fatalf("join: %v", err)
 	}
-	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{ls.Address.Addr()}, ls.DNS, ls.MTU)
+	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{ls.Addresses[0].Addr()}, ls.DNS, ls.MTU)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,8 +197,8 @@ func TestInProcessTCP(t *testing.T) {
 
 	g := startGateway(t, remote{job: "198.51.100.7:80", real: ln.Addr().String()})
 	j := joinJob(t, g, newToken(t, g))
-	if !j.lease.Address.IsValid() || j.lease.Address.Addr() == j.lease.Gateway {
-		t.Fatalf("lease address %v, gateway %v", j.lease.Address, j.lease.Gateway)
+	if len(j.lease.Addresses) == 0 || j.lease.Addresses[0].Addr() == j.lease.Gateways[0] {
+		t.Fatalf("lease address %v, gateway %v", j.lease.Addresses, j.lease.Gateways[0])
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -407,8 +407,8 @@ func TestLeaseHistory(t *testing.T) {
 		t.Fatalf("lease history: got %d records, want 1: %+v", len(recs), recs)
 	}
 	r := recs[0]
-	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr() != ls.Address.Addr() {
-		t.Errorf("record: got %+v, want lease %s of slurm-77/alice/cn042 at %v", r, ls.ID, ls.Address.Addr())
+	if r.ID != ls.ID || r.JobID != "slurm-77" || r.User != "alice" || r.Host != "cn042" || r.TunnelAddr() != ls.Addresses[0].Addr() {
+		t.Errorf("record: got %+v, want lease %s of slurm-77/alice/cn042 at %v", r, ls.ID, ls.Addresses[0].Addr())
 	}
 	if r.End.IsZero() || r.EndReason != "released" {
 		t.Errorf("record end: got %v %q, want a time and \"released\"", r.End, r.EndReason)

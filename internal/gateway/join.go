@@ -204,16 +204,14 @@ func (g *gateway) Join(ctx context.Context, req control.JoinRequest, tok store.T
 }
 
 // describe fills in what the lease a join returns says of the job's
-// addresses, in the control protocol's fields (one per family, kept for
-// clients of every version): its tunnel addresses and the gateway's (also
-// its resolvers), where its flows leave from, and its exposures.
+// addresses: its tunnel addresses and the gateway's (also its resolvers),
+// where its flows leave from, and its exposures, each list IPv4 first.
 func (g *gateway) describe(cl *control.Lease, l lease.Lease, job forward.Job) {
-	for _, p := range l.Addrs {
-		switch ipfamily.Of(p.Addr()) {
-		case ipfamily.V4:
-			cl.Address = p
-		case ipfamily.V6:
-			cl.Address6 = p
+	for _, f := range ipfamily.All {
+		for _, p := range l.Addrs {
+			if f.Contains(p.Addr()) {
+				cl.Addresses = append(cl.Addresses, p)
+			}
 		}
 	}
 	for _, p := range g.tunnels {
@@ -221,35 +219,26 @@ func (g *gateway) describe(cl *control.Lease, l lease.Lease, job forward.Job) {
 			continue
 		}
 		cl.DNS = append(cl.DNS, p.Addr())
-		switch ipfamily.Of(p.Addr()) {
-		case ipfamily.V4:
-			cl.Gateway = p.Addr()
-		case ipfamily.V6:
-			cl.Gateway6 = p.Addr()
-		}
+		cl.Gateways = append(cl.Gateways, p.Addr())
 	}
-	for _, e := range job.Egress {
-		switch ipfamily.Of(e.Addr) {
-		case ipfamily.V4:
-			if e.Block != (portblock.Range{}) {
-				cl.PublicAddr, cl.Ports = e.Addr, [2]uint16{e.Block.Lo, e.Block.Hi}
+	for _, f := range ipfamily.All {
+		for _, e := range job.Egress {
+			if ipfamily.Of(e.Addr) != f {
+				continue
 			}
-		case ipfamily.V6:
-			if !e.Addr.IsUnspecified() {
-				cl.PublicAddr6 = e.Addr
+			if f == ipfamily.V4 && e.Block != (portblock.Range{}) || f == ipfamily.V6 && !e.Addr.IsUnspecified() {
+				cl.PublicAddrs = append(cl.PublicAddrs, e.Addr)
 			}
 			if e.Block != (portblock.Range{}) && cl.Ports == ([2]uint16{}) {
 				cl.Ports = [2]uint16{e.Block.Lo, e.Block.Hi}
 			}
 		}
 	}
-	for _, x := range job.Exposures {
-		ex := control.Exposed{Port: control.Port{Proto: x.Proto, Port: x.JobPort}, PublicAddr: x.PublicAddr, PublicPort: x.PublicPort}
-		switch x.Family() {
-		case ipfamily.V4:
-			cl.Exposed = append(cl.Exposed, ex)
-		case ipfamily.V6:
-			cl.Exposed6 = append(cl.Exposed6, ex)
+	for _, f := range ipfamily.All {
+		for _, x := range job.Exposures {
+			if x.Family() == f {
+				cl.Exposed = append(cl.Exposed, control.Exposed{Port: control.Port{Proto: x.Proto, Port: x.JobPort}, PublicAddr: x.PublicAddr, PublicPort: x.PublicPort})
+			}
 		}
 	}
 }
@@ -278,8 +267,8 @@ func (g *gateway) newLease(req control.JoinRequest, tok store.Token, remote neti
 		g.log.Info("lease replaced by a new join with the same key", "lease", replaced.ID, "addrs", replaced.Addrs)
 	}
 	if errors.Is(err, lease.ErrNoAddress) {
-		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.Subnet, "leases", g.leases.Len())
-		return l, "", fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.Subnet)
+		g.log.Error("join refused: tunnel subnet exhausted; widen --subnet", "subnet", g.cfg.subnet(), "leases", g.leases.Len())
+		return l, "", fmt.Errorf("%w: all addresses of %s are leased (tunnel subnet); widen --subnet", control.ErrNoAddress, g.cfg.subnet())
 	}
 	if errors.Is(err, lease.ErrNoPortBlock) && l.Blocks > 1 {
 		p := g.egress.plan

@@ -145,7 +145,7 @@ func (g *gateway) leaseOfRecord(r store.LeaseRecord, now time.Time) (lease.Lease
 		return lease.Lease{}, [32]byte{}, nil, fmt.Errorf("bad secret hash")
 	}
 	l := lease.Lease{
-		ID: r.ID, Addrs: []netip.Prefix{netip.PrefixFrom(r.TunnelAddr(), g.cfg.Subnet.Bits())}, Block: rs.Block, Blocks: rs.Blocks,
+		ID: r.ID, Addrs: []netip.Prefix{netip.PrefixFrom(r.TunnelAddr(), g.cfg.subnet().Bits())}, Block: rs.Block, Blocks: rs.Blocks,
 		PublicKey: pub, Start: r.Start, Expires: now.Add(g.leases.TTL()),
 	}
 	remote, _ := netip.ParseAddrPort(r.Remote)

@@ -81,8 +81,8 @@ func TestLeaseSurvivesRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls2.Address.Addr() == ls.Address.Addr() || ls2.Ports == ls.Ports {
-		t.Errorf("new join got the restored lease's address or block: %v %v", ls2.Address, ls2.Ports)
+	if ls2.Addresses[0].Addr() == ls.Addresses[0].Addr() || ls2.Ports == ls.Ports {
+		t.Errorf("new join got the restored lease's address or block: %v %v", ls2.Addresses, ls2.Ports)
 	}
 	if err := cc2.Release(ctx, ref); err != nil {
 		t.Fatalf("release restored lease: %v", err)
@@ -176,7 +176,7 @@ func TestInProcessTCPTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{ls.Address.Addr()}, ls.DNS, ls.MTU)
+	dev, tnet, err := netstack.CreateNetTUN([]netip.Addr{ls.Addresses[0].Addr()}, ls.DNS, ls.MTU)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,11 +135,11 @@ func (g *gateway) openState() error {
 	if err != nil {
 		return err
 	}
-	g.gwAddr = cfg.Subnet.Addr().Next()
-	if !cfg.Subnet.Contains(g.gwAddr) {
-		return fmt.Errorf("subnet %s has no host addresses", cfg.Subnet)
+	g.gwAddr = cfg.subnet().Addr().Next()
+	if !cfg.subnet().Contains(g.gwAddr) {
+		return fmt.Errorf("subnet %s has no host addresses", cfg.subnet())
 	}
-	if g.cfg.Subnet6, err = planSubnet6(cfg, g.log); err != nil {
+	if g.cfg.Subnets, err = planSubnets(cfg, g.log); err != nil {
 		return err
 	}
 	wgKey, err := loadOrCreateKey(filepath.Join(cfg.StateDir, WireGuardKeyFile))
@@ -216,16 +216,16 @@ func (g *gateway) openEgress() error {
 	}
 	// A job's blocks are consecutive port blocks of one address: pool
 	// blocks len(Addrs) apart (portblock.Pool.Run).
-	if g.leases, err = lease.NewStride(cfg.Subnet, g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
+	if g.leases, err = lease.NewStride(cfg.subnet(), g.gwAddr, cfg.LeaseTTL, eg.pool.Blocks(), max(1, len(eg.pool.Addrs))); err != nil {
 		return err
 	}
 	if err := g.egress.applyPrefix6(g.log, g.leases); err != nil {
 		return err
 	}
-	g.tunnels = tunnelAddrs(cfg, g.gwAddr, g.leases)
+	g.tunnels = tunnelAddrs(g.leases)
 	conf := g.conf.Load()
 	g.admit.warnBlockSizes(conf.Quotas)
-	g.egress.capacity = planCapacity(eg.pool.Blocks(), cfg.Subnet, openFilesLimit())
+	g.egress.capacity = planCapacity(eg.pool.Blocks(), cfg.subnet(), openFilesLimit())
 	g.egress.capacity.log(g.log)
 	return nil
 }
@@ -476,7 +476,7 @@ func (g *gateway) ready() {
 	g.log.Info("gateway ready",
 		"version", cfg.Version, "AIRLOCK_GATEWAY", info.Advertise, "AIRLOCK_PIN", info.Pins(),
 		"join_env", filepath.Join(cfg.StateDir, JoinEnvFile),
-		"subnet", cfg.Subnet, "tunnel_addrs", g.tunnels, "egress", eg.mode, "egress_addr", eg.public,
+		"subnets", cfg.Subnets, "tunnel_addrs", g.tunnels, "egress", eg.mode, "egress_addr", eg.public,
 		"egress_ports", eg.plan.Range, "block_size", eg.plan.Size, "max_block_size", g.admit.maxBlocks*eg.plan.Size, "egress_addrs", len(eg.pool.Addrs), "blocks", eg.pool.Blocks(),
 		"config", cfg.ConfigFile, "policy_rules", len(conf.Policy.Rules), "policy_default", conf.Policy.Default,
 		"job_egress_rate", limits.FormatRate(conf.Limits.Job.EgressBitsPerSec), "job_ingress_rate", limits.FormatRate(conf.Limits.Job.IngressBitsPerSec),

@@ -130,7 +130,7 @@ func TestKickAmbiguous(t *testing.T) {
 			t.Errorf("lease %s after the refused kick: %v", l.ID, err)
 		}
 	}
-	if res, err := ac.Kick(ctx, admin.KickRequest{Job: leases[0].Address.Addr().String()}); err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != leases[0].ID {
+	if res, err := ac.Kick(ctx, admin.KickRequest{Job: leases[0].Addresses[0].Addr().String()}); err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != leases[0].ID {
 		t.Fatalf("kick by address: %+v, %v", res, err)
 	}
 	if res, err := ac.Kick(ctx, admin.KickRequest{Job: "42"}); err != nil || len(res.Kicked) != 1 || res.Kicked[0].Lease != leases[1].ID {

@@ -10,7 +10,7 @@ package gateway
 // bits (internal/lease dualstack.go), so it needs no state of its own and
 // survives a restart with the lease; so does the gateway's. The gateway
 // hands out IPv6 addresses only where jobs' IPv6 flows have somewhere to
-// leave from (egress.go, planEgress6).
+// leave from (egress.go, planIPv6).
 
 import (
 	"crypto/rand"
@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 	"github.com/airlock-vpn/airlock/internal/lease"
 	"github.com/airlock-vpn/airlock/internal/statefile"
 )
@@ -34,14 +35,84 @@ const Subnet6File = "subnet6"
 // Subnet6Off as the deprecated --subnet6 turns IPv6 in the tunnel off.
 const Subnet6Off = "off"
 
-// planSubnet6 returns the IPv6 tunnel prefix (see the file comment), or
-// the zero Prefix when IPv6 is off or the IPv4 subnet is not IPv4.
+// setSubnets checks Subnets (valid prefixes, at most one per family) and
+// puts them in order, masked: DefaultSubnet if there is none, IPv4 first.
+func (c *Config) setSubnets() error {
+	if len(c.Subnets) == 0 {
+		c.Subnets = []netip.Prefix{netip.MustParsePrefix(DefaultSubnet)}
+	}
+	var by [ipfamily.N]netip.Prefix
+	for _, p := range c.Subnets {
+		if !p.IsValid() || p.Addr().Is4In6() {
+			return fmt.Errorf("gateway: tunnel subnet %v: want an IPv4 or IPv6 prefix", p)
+		}
+		f := ipfamily.Of(p.Addr())
+		if by[f.Index].IsValid() {
+			return fmt.Errorf("gateway: tunnel subnets %v: want at most one per family", c.Subnets)
+		}
+		by[f.Index] = p.Masked()
+	}
+	c.Subnets = nil
+	for _, p := range by {
+		if p.IsValid() {
+			c.Subnets = append(c.Subnets, p)
+		}
+	}
+	return nil
+}
+
+// subnet returns the tunnel subnet whose addresses the gateway allocates:
+// the first of Subnets (IPv4, or IPv6 on an IPv6-only tunnel).
+func (c Config) subnet() netip.Prefix {
+	if len(c.Subnets) == 0 {
+		return netip.MustParsePrefix(DefaultSubnet)
+	}
+	return c.Subnets[0]
+}
+
+// subnetOf returns the tunnel prefix of family f that Subnets lists, or
+// the zero Prefix.
+func (c Config) subnetOf(f *ipfamily.Family) netip.Prefix {
+	for _, p := range c.Subnets {
+		if f.Contains(p.Addr()) {
+			return p
+		}
+	}
+	return netip.Prefix{}
+}
+
+// egressAddrsOf returns the egress addresses of family f that
+// EgressAddrs lists, unmapped.
+func (c Config) egressAddrsOf(f *ipfamily.Family) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range c.EgressAddrs {
+		if f.Contains(a) {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// planSubnets returns the tunnel prefixes the gateway runs with: the
+// subnet it allocates in, and the IPv6 prefix beside an IPv4 one that
+// planSubnet6 finds.
+func planSubnets(cfg Config, log *slog.Logger) ([]netip.Prefix, error) {
+	p6, err := planSubnet6(cfg, log)
+	if err != nil || !p6.IsValid() {
+		return []netip.Prefix{cfg.subnet()}, err
+	}
+	return []netip.Prefix{cfg.subnet(), p6}, nil
+}
+
+// planSubnet6 returns the IPv6 tunnel prefix beside the IPv4 one (see the
+// file comment), or the zero Prefix when IPv6 is off or the tunnel is
+// IPv6-only.
 func planSubnet6(cfg Config, log *slog.Logger) (netip.Prefix, error) {
-	if cfg.NoIPv6 || !cfg.Subnet.Addr().Is4() {
+	if cfg.NoIPv6 || !cfg.subnet().Addr().Is4() {
 		return netip.Prefix{}, nil
 	}
-	if cfg.Subnet6.IsValid() {
-		p := cfg.Subnet6.Masked()
+	if p := cfg.subnetOf(ipfamily.V6); p.IsValid() {
+		p = p.Masked()
 		if err := lease.CheckPrefix6(p); err != nil {
 			return netip.Prefix{}, fmt.Errorf("--subnet (IPv6 prefix): %w", err)
 		}
@@ -85,12 +156,14 @@ func randomULA48() (netip.Prefix, error) {
 }
 
 // tunnelAddrs returns the gateway's tunnel addresses with their subnets'
-// lengths: its IPv4 one, and its IPv6 one if the lease manager is
-// dual-stack.
-func tunnelAddrs(cfg Config, gwAddr netip.Addr, leases *lease.Manager) []netip.Prefix {
-	out := []netip.Prefix{netip.PrefixFrom(gwAddr, cfg.Subnet.Bits())}
-	if p := leases.Prefix6(); p.IsValid() {
-		out = append(out, netip.PrefixFrom(leases.Gateway6(), p.Bits()))
+// lengths, one per family of the lease manager's tunnel prefixes, IPv4
+// first.
+func tunnelAddrs(leases *lease.Manager) []netip.Prefix {
+	var out []netip.Prefix
+	for _, f := range ipfamily.All {
+		if p := leases.Prefix(f); p.IsValid() {
+			out = append(out, netip.PrefixFrom(leases.GatewayAddr(f), p.Bits()))
+		}
 	}
 	return out
 }

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ import (
 func TestPlanSubnet6(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dir := t.TempDir()
-	cfg := Config{StateDir: dir, Subnet: netip.MustParsePrefix(DefaultSubnet)}
+	v4 := netip.MustParsePrefix(DefaultSubnet)
+	cfg := Config{StateDir: dir, Subnets: []netip.Prefix{v4}}
 	p, err := planSubnet6(cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -39,20 +41,20 @@ func TestPlanSubnet6(t *testing.T) {
 	if again, err := planSubnet6(cfg, log); err != nil || again != p {
 		t.Errorf("second start: %v, %v; want the kept %v", again, err, p)
 	}
-	if other, _ := planSubnet6(Config{StateDir: t.TempDir(), Subnet: cfg.Subnet}, log); other == p {
+	if other, _ := planSubnet6(Config{StateDir: t.TempDir(), Subnets: cfg.Subnets}, log); other == p {
 		t.Errorf("two state dirs made the same prefix %v", p)
 	}
 	set := netip.MustParsePrefix("fd99:1::/64")
-	if got, err := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, Subnet6: set}, log); err != nil || got != set {
+	if got, err := planSubnet6(Config{StateDir: dir, Subnets: []netip.Prefix{v4, set}}, log); err != nil || got != set {
 		t.Errorf("--subnet6 %v: got %v, %v", set, got, err)
 	}
-	if got, _ := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, NoIPv6: true}, log); got.IsValid() {
+	if got, _ := planSubnet6(Config{StateDir: dir, Subnets: cfg.Subnets, NoIPv6: true}, log); got.IsValid() {
 		t.Errorf("--subnet6 off: got %v", got)
 	}
-	if got, _ := planSubnet6(Config{StateDir: dir, Subnet: netip.MustParsePrefix("fd00:1::/64")}, log); got.IsValid() {
+	if got, _ := planSubnet6(Config{StateDir: dir, Subnets: []netip.Prefix{netip.MustParsePrefix("fd00:1::/64")}}, log); got.IsValid() {
 		t.Errorf("IPv6 --subnet: got %v", got)
 	}
-	if _, err := planSubnet6(Config{StateDir: dir, Subnet: cfg.Subnet, Subnet6: netip.MustParsePrefix("fd00::/120")}, log); err == nil {
+	if _, err := planSubnet6(Config{StateDir: dir, Subnets: []netip.Prefix{v4, netip.MustParsePrefix("fd00::/120")}}, log); err == nil {
 		t.Error("--subnet6 /120: no error")
 	}
 	if err := os.WriteFile(filepath.Join(dir, Subnet6File), []byte("garbage\n"), 0o644); err != nil {
@@ -67,9 +69,10 @@ func TestPlanSubnet6(t *testing.T) {
 // when the host has an IPv6 egress address; without one, IPv4 only.
 func TestPlanEgressIPv6(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	cfg := Config{Logger: log, Subnet: netip.MustParsePrefix(DefaultSubnet), Subnet6: netip.MustParsePrefix("fd00:1::/48")}
+	subnet6 := netip.MustParsePrefix("fd00:1::/48")
+	cfg := Config{Logger: log, Subnets: []netip.Prefix{netip.MustParsePrefix(DefaultSubnet), subnet6}}
 	newLeases := func() *lease.Manager {
-		m, err := lease.New(cfg.Subnet, cfg.Subnet.Addr().Next(), time.Minute, 0)
+		m, err := lease.New(cfg.subnet(), cfg.subnet().Addr().Next(), time.Minute, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,18 +97,18 @@ func TestPlanEgressIPv6(t *testing.T) {
 	}
 	m := newLeases()
 	e, err := plan(cfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.Gateway6() != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix6())
+	if err != nil || e.publicOf[ipfamily.V6.Index] != egress6 || m.GatewayAddr(ipfamily.V6) != netip.MustParseAddr("fd00:1::6440:1") || m.Prefix(ipfamily.V6) != subnet6 {
+		t.Errorf("with an IPv6 default route: %+v, %v; prefix6 %v", e, err, m.Prefix(ipfamily.V6))
 	}
-	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
+	if got := tunnelAddrs(m); len(got) != 2 || got[1] != netip.MustParsePrefix("fd00:1::6440:1/48") {
 		t.Errorf("tunnel addresses %v, want the IPv6 one beside the IPv4 one", got)
 	}
 	m = newLeases()
 	e, err = plan(cfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || e.public6.IsValid() || m.Prefix6().IsValid() {
-		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix6())
+	if err != nil || e.publicOf[ipfamily.V6.Index].IsValid() || m.Prefix(ipfamily.V6).IsValid() {
+		t.Errorf("without an IPv6 default route: %+v, %v; prefix6 %v, want IPv4 only", e, err, m.Prefix(ipfamily.V6))
 	}
-	if got := tunnelAddrs(cfg, cfg.Subnet.Addr().Next(), m); len(got) != 1 {
+	if got := tunnelAddrs(m); len(got) != 1 {
 		t.Errorf("tunnel addresses %v, want the IPv4 one", got)
 	}
 	// Kernel mode carries IPv6 too: with --egress-prefix (which needs
@@ -115,13 +118,48 @@ func TestPlanEgressIPv6(t *testing.T) {
 	kcfg.Egress = EgressKernel
 	kcfg.EgressPrefix6 = netip.MustParsePrefix("2001:db8:77::/96")
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return netip.Addr{}, errors.New("no route") })
-	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix6())
+	if err != nil || e.own != kcfg.EgressPrefix6 || m.Prefix(ipfamily.V6) != subnet6 {
+		t.Errorf("kernel mode with --egress-prefix: %+v, %v; prefix6 %v, want IPv6 with own addresses", e, err, m.Prefix(ipfamily.V6))
 	}
 	m = newLeases()
 	kcfg.EgressPrefix6 = netip.Prefix{}
 	e, err = plan(kcfg, m, func() (netip.Addr, error) { return egress6, nil })
-	if err != nil || e.public6 != egress6 || m.Prefix6() != cfg.Subnet6 {
-		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix6())
+	if err != nil || e.publicOf[ipfamily.V6.Index] != egress6 || m.Prefix(ipfamily.V6) != subnet6 {
+		t.Errorf("kernel mode with an IPv6 default route: %+v, %v; prefix6 %v, want IPv6", e, err, m.Prefix(ipfamily.V6))
+	}
+}
+
+// TestSetSubnets: the tunnel prefixes are put IPv4 first and masked,
+// DefaultSubnet without any; two of one family or an IPv4-mapped one are
+// refused.
+func TestSetSubnets(t *testing.T) {
+	for _, tt := range []struct {
+		in, want []string
+		ok       bool
+	}{
+		{nil, []string{DefaultSubnet}, true},
+		{[]string{"fd00:1::5/48", "10.8.0.9/16"}, []string{"10.8.0.0/16", "fd00:1::/48"}, true},
+		{[]string{"fd00:1::/48"}, []string{"fd00:1::/48"}, true},
+		{[]string{"10.8.0.0/16", "10.9.0.0/16"}, nil, false},
+		{[]string{"::ffff:10.8.0.0/112"}, nil, false},
+	} {
+		var c Config
+		for _, s := range tt.in {
+			c.Subnets = append(c.Subnets, netip.MustParsePrefix(s))
+		}
+		err := c.setSubnets()
+		if !tt.ok {
+			if err == nil {
+				t.Errorf("%v: got %v, want an error", tt.in, c.Subnets)
+			}
+			continue
+		}
+		var want []netip.Prefix
+		for _, s := range tt.want {
+			want = append(want, netip.MustParsePrefix(s))
+		}
+		if err != nil || !slices.Equal(c.Subnets, want) {
+			t.Errorf("%v: got %v, %v; want %v", tt.in, c.Subnets, err, want)
+		}
 	}
 }

@@ -5,6 +5,8 @@ package lease
 import (
 	"fmt"
 	"net/netip"
+
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 // Dual stack: a job's IPv6 tunnel address is not allocated but derived from
@@ -56,25 +58,30 @@ func (m *Manager) SetPrefix6(p netip.Prefix) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.prefix6 = p.Masked()
+	m.tunnels[ipfamily.V6.Index] = p.Masked()
 	return nil
 }
 
-// Prefix6 returns the IPv6 tunnel prefix; invalid when the Manager is
-// IPv4-only.
-func (m *Manager) Prefix6() netip.Prefix {
+// Prefix returns the tunnel prefix of family f; invalid when the Manager
+// gives jobs no address of f.
+func (m *Manager) Prefix(f *ipfamily.Family) netip.Prefix {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.prefix6
+	return m.tunnels[f.Index]
 }
 
-// Gateway6 returns the gateway's IPv6 tunnel address (the one that embeds
-// its IPv4 tunnel address); invalid when the Manager is IPv4-only.
-func (m *Manager) Gateway6() netip.Addr {
+// GatewayAddr returns the gateway's tunnel address of family f: the one
+// the Manager was made with, or the one of the IPv6 prefix that embeds
+// it; invalid when the Manager gives jobs no address of f.
+func (m *Manager) GatewayAddr(f *ipfamily.Family) netip.Addr {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.prefix6.IsValid() {
+	switch p := m.tunnels[f.Index]; {
+	case !p.IsValid():
 		return netip.Addr{}
+	case p == m.prefix:
+		return m.gateway
+	default:
+		return Embed6(p, m.gateway)
 	}
-	return Embed6(m.prefix6, m.gateway)
 }

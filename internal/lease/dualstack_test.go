@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/airlock-vpn/airlock/internal/identity"
+	"github.com/airlock-vpn/airlock/internal/ipfamily"
 )
 
 func TestEmbed6(t *testing.T) {
@@ -38,8 +39,14 @@ func TestDualStackLeases(t *testing.T) {
 	if err := m.SetPrefix6(p6); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := m.Gateway6(), netip.MustParseAddr("fd12:3456:789a::6440:1"); got != want {
-		t.Errorf("Gateway6 = %v, want %v", got, want)
+	if got, want := m.GatewayAddr(ipfamily.V6), netip.MustParseAddr("fd12:3456:789a::6440:1"); got != want {
+		t.Errorf("GatewayAddr(IPv6) = %v, want %v", got, want)
+	}
+	if got, want := m.GatewayAddr(ipfamily.V4), netip.MustParseAddr("100.64.0.1"); got != want {
+		t.Errorf("GatewayAddr(IPv4) = %v, want %v", got, want)
+	}
+	if got := [2]netip.Prefix{m.Prefix(ipfamily.V4), m.Prefix(ipfamily.V6)}; got != [2]netip.Prefix{netip.MustParsePrefix("100.64.0.0/16"), p6} {
+		t.Errorf("Prefix(IPv4), Prefix(IPv6) = %v", got)
 	}
 	now := time.Now()
 	l, secret, _, err := m.Allocate([32]byte{1}, identity.Job{}, now)

@@ -60,15 +60,18 @@ type Lease struct {
 // Manager allocates addresses from a subnet. It is safe for concurrent use;
 // the zero value is not usable, call New.
 type Manager struct {
-	prefix  netip.Prefix
+	prefix  netip.Prefix // the tunnel subnet addresses are allocated in
 	gateway netip.Addr
 	ttl     time.Duration
-	prefix6 netip.Prefix // IPv6 tunnel prefix (dualstack.go); guarded by mu
 
 	blocks int // number of port blocks; 0 means none
 	stride int // distance between the blocks of one run (runs.go)
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// tunnels are the tunnel prefixes by family (ipfamily.Family.Index):
+	// prefix in its family's slot and, on a dual-stack Manager, the IPv6
+	// prefix whose addresses embed the allocated IPv4 ones (dualstack.go).
+	tunnels   [ipfamily.N]netip.Prefix
 	byID      map[string]*Lease
 	byAddr    map[netip.Addr]*Lease
 	byKey     map[[32]byte]*Lease
@@ -106,7 +109,7 @@ func NewStride(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, block
 	if stride < 1 {
 		return nil, fmt.Errorf("lease manager: block stride %d", stride)
 	}
-	return &Manager{
+	m := &Manager{
 		prefix:  prefix,
 		gateway: gateway,
 		ttl:     ttl,
@@ -117,7 +120,9 @@ func NewStride(prefix netip.Prefix, gateway netip.Addr, ttl time.Duration, block
 		next:    prefix.Addr().Next(),
 		blocks:  blocks,
 		stride:  stride,
-	}, nil
+	}
+	m.tunnels[ipfamily.Of(prefix.Addr()).Index] = prefix
+	return m, nil
 }
 
 // Addr returns the lease's first tunnel address, the one the Manager
@@ -150,11 +155,18 @@ func (l Lease) AddrList() []netip.Addr {
 }
 
 // addrsLocked returns the tunnel addresses of the job at a, the address
-// the Manager allocates.
+// the Manager allocates, IPv4 first: a, and the address of every other
+// tunnel prefix that embeds it.
 func (m *Manager) addrsLocked(a netip.Addr) []netip.Prefix {
-	out := []netip.Prefix{netip.PrefixFrom(a, m.prefix.Bits())}
-	if m.prefix6.IsValid() {
-		out = append(out, netip.PrefixFrom(Embed6(m.prefix6, a), m.prefix6.Bits()))
+	out := make([]netip.Prefix, 0, ipfamily.N)
+	for _, p := range m.tunnels {
+		switch {
+		case !p.IsValid():
+		case p == m.prefix:
+			out = append(out, netip.PrefixFrom(a, p.Bits()))
+		default:
+			out = append(out, netip.PrefixFrom(Embed6(p, a), p.Bits()))
+		}
 	}
 	return out
 }

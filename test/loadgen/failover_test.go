@@ -31,7 +31,7 @@ func startGateway(t *testing.T, subnet string) *testGateway {
 	defer cancel()
 	sg, err := gateway.Start(ctx, gateway.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StateDir: g.state, Listen: "127.0.0.1:0",
-		Subnet: netip.MustParsePrefix(subnet), RenewInterval: time.Second, LeaseTTL: 10 * time.Second,
+		Subnets: []netip.Prefix{netip.MustParsePrefix(subnet)}, RenewInterval: time.Second, LeaseTTL: 10 * time.Second,
 		DNSUpstreams: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:1")},
 	})
 	if err != nil {

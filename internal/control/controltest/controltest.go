@@ -101,8 +101,8 @@ func (b *Backend) Join(ctx context.Context, req control.JoinRequest, tok jointok
 	return control.Lease{
 		ID:               id,
 		Secret:           secret,
-		Address:          netip.PrefixFrom(addr, 16),
-		Gateway:          gw,
+		Addresses:        []netip.Prefix{netip.PrefixFrom(addr, 16)},
+		Gateways:         []netip.Addr{gw},
 		DNS:              []netip.Addr{gw},
 		MTU:              1420,
 		GatewayPublicKey: wgkey.Key{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32},

@@ -432,7 +432,7 @@ func (f *Forwarder) program() error {
 	}
 	add(c.refuse, refuseRules())
 	// The floor chain before the chains that go to it (floor6).
-	f.nft.AddChain(c.floor)
+	f.nft.AddChain(floorChain(t))
 	f.nft.AddRule(floorRule(t))
 	for _, fam := range f.rules.families() {
 		if f.rules.blockSize > 0 {

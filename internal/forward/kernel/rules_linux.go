@@ -534,10 +534,14 @@ func table() *nftables.Table {
 	return &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
 }
 
-// tableChains are the table's chains (the policy's are policyChains).
+// tableChains are the table's chains (the policy's are policyChains;
+// the floor's is floorChain). floor6 holds the IPv6 destinations of the
+// safety floor (embed_linux.go), which only IPv6 has a chain for: the
+// IPv4 ones are rules of from_jobs (floorRules). Both go to the floor
+// chain.
 type tableChains struct {
-	post, pre, fwd, fromJobs, input, toHost, state, refuse, floor, floor6 *nftables.Chain
-	limits, overFlows, overRate                                           *nftables.Chain
+	post, pre, fwd, fromJobs, input, toHost, state, refuse, floor6 *nftables.Chain
+	limits, overFlows, overRate                                    *nftables.Chain
 }
 
 // chainsOf returns the chains of table t.
@@ -556,7 +560,6 @@ func chainsOf(t *nftables.Table) tableChains {
 		toHost: &nftables.Chain{Name: chainToHost, Table: t},
 		state:  &nftables.Chain{Name: chainState, Table: t},
 		refuse: &nftables.Chain{Name: chainRefuse, Table: t},
-		floor:  floorChain(t),
 		floor6: &nftables.Chain{Name: chainFloor6, Table: t},
 	}
 	c.limits, c.overFlows, c.overRate = limitChains(t)
