@@ -132,6 +132,10 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	ctx, sig, stop := catchSignals(ctx, cfg.Logger)
 	defer stop()
 	t0 := time.Now()
+	early, earlyErr := prepareNetns(cfg, modes)
+	if early != nil {
+		defer early.Cleanup() // if the job never ran: a no-op after netnsJob.close
+	}
 	sess, err := openSession(ctx, cfg, gws, t0)
 	if err != nil {
 		return ExitFailure, err
@@ -153,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
-	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0)
+	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0, early, earlyErr)
 	if errors.Is(err, errFallBack) {
 		return runFallback(ctx, fb)
 	}
@@ -343,20 +347,38 @@ type netnsJob struct {
 	wg   bool     // the tunnel runs
 }
 
-// openNetns starts the job's namespace (the job waits for serve) and the
-// tunnel on its TUN. It returns errFallBack if the node cannot make the
-// namespace and another mode is left to try.
-func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
+// prepareNetns starts the job's namespace child (nsexec.Prepare) if the
+// plan's mode is a namespace, so that the child's start overlaps the
+// join: the child waits for the lease's settings (openNetns). Its
+// environment is the job's without airlock's credentials. The error is
+// Prepare's, for openNetns to act on after the join, as if the namespace
+// were started there.
+func prepareNetns(cfg Config, modes *plan) (*nsexec.Job, error) {
+	if modes.current() != ModeNetns {
+		return nil, nil
+	}
+	return nsexec.Prepare(nsexec.Config{Args: cfg.Args, Env: withoutCredentials(os.Environ()), Logger: cfg.Logger})
+}
+
+// openNetns sets up the job's namespace, started by prepareNetns as job
+// (or not, with its error earlyErr), with the lease's settings (the job
+// waits for serve) and starts the tunnel on its TUN. It returns
+// errFallBack if the node cannot make the namespace and another mode is
+// left to try.
+func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time, job *nsexec.Job, earlyErr error) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
-	job, err := nsexec.Start(ctx, nsexec.Config{
-		Args:     cfg.Args,
-		Env:      env,
-		Addrs:    ls.TunnelAddrs(),
-		Gateways: ls.Gateways(),
-		MTU:      ls.MTU,
-		DNS:      ls.DNS,
-		Logger:   log,
-	})
+	err := earlyErr
+	if err == nil {
+		err = job.Setup(ctx, nsexec.Config{
+			Args:     cfg.Args,
+			Env:      env,
+			Addrs:    ls.TunnelAddrs(),
+			Gateways: ls.Gateways(),
+			MTU:      ls.MTU,
+			DNS:      ls.DNS,
+			Logger:   log,
+		})
+	}
 	if err != nil {
 		if namespaceUnavailable(err) {
 			if err := modes.skip(err); err != nil {
