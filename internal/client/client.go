@@ -431,19 +431,28 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 	return nil
 }
 
-// close closes the tunnel, then lets the namespace go and kills whatever
-// is left in it.
+// close closes the tunnel, then gives the lease back while it lets the
+// namespace go and kills whatever is left in it: the one waits for the
+// gateway, the other for the kernel (a scan of /proc), so they overlap.
+// Nothing the job left behind can reach the gateway once the tunnel is
+// closed.
 func (nj *netnsJob) close() {
 	t0 := nj.t0
 	if nj.wg {
 		nj.sess.wg.Close()
 		nj.log.Debug("tunnel closed", "since_start", time.Since(t0))
 	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		nj.sess.Release()
+	}()
 	if nj.nsf != nil {
 		nj.nsf.Close()
 	}
 	nj.job.Cleanup()
 	nj.log.Debug("namespace cleaned up", "since_start", time.Since(t0))
+	<-released
 }
 
 // serve runs the job to its end, forwarding signals to it and supervising

@@ -550,11 +550,11 @@ func (s *Session) ref() control.LeaseRef {
 
 // Release gives the current lease back, over the open control session if
 // there is one (no new connection), else with a request; Run calls it at
-// exit.
+// exit. A second call does nothing, unless the session joined again since.
 func (s *Session) Release() {
 	s.relMu.Lock()
 	cc, ref, att := s.rel.cc, s.rel.ref, s.rel.att
-	s.rel.att = nil
+	s.rel.cc, s.rel.att = nil, nil
 	s.relMu.Unlock()
 	if cc == nil {
 		return
