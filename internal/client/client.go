@@ -132,6 +132,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	ctx, sig, stop := catchSignals(ctx, cfg.Logger)
 	defer stop()
 	t0 := time.Now()
+	resumeGC := pauseGC() // until the job runs
+	defer resumeGC()
 	early, earlyErr := prepareNetns(cfg, modes)
 	if early != nil {
 		defer early.Cleanup() // if the job never ran: a no-op after netnsJob.close
@@ -153,7 +155,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, context.Cause(ctx)
 	}
 	fb := fallback{cfg: cfg, plan: modes, lease: sess.lease, sess: sess,
-		env: jobEnv, sig: sig, t0: t0}
+		env: jobEnv, sig: sig, t0: t0, resumeGC: resumeGC}
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
@@ -165,6 +167,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, err
 	}
 	defer nj.close()
+	nj.resumeGC = resumeGC
 	return nj.serve(ctx, sig)
 }
 
@@ -345,6 +348,8 @@ type netnsJob struct {
 	job  *nsexec.Job
 	nsf  *os.File // the job's network namespace, held open until the tunnel is closed
 	wg   bool     // the tunnel runs
+	// resumeGC ends the start-up's pause of the collector (pauseGC).
+	resumeGC func()
 }
 
 // prepareNetns starts the job's namespace child (nsexec.Prepare) if the
@@ -472,15 +477,17 @@ func (nj *netnsJob) serve(ctx context.Context, sig *jobSignals) (int, error) {
 	nj.log.Debug("job started", "pid", nj.job.Pid(), "addr", nj.sess.lease.Address, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
 	var status int
 	var err error
-	whileJobRuns(nj.sess, func() { status, err = nj.job.Wait() })
+	whileJobRuns(nj.sess, nj.resumeGC, func() { status, err = nj.job.Wait() })
 	nj.log.Debug("job exited", "status", status, "since_start", time.Since(nj.t0))
 	return status, err
 }
 
 // whileJobRuns calls wait (which returns when the job has exited) while
 // sess is supervised (renewal, reconnect, failover); supervision stops
-// before it returns. Signals reach the job through jobSignals.
-func whileJobRuns(sess *Session, wait func()) {
+// before it returns. Signals reach the job through jobSignals. The job
+// has started: resumeGC ends the start-up's pause of the collector.
+func whileJobRuns(sess *Session, resumeGC func(), wait func()) {
+	resumeGC()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sess.Supervise(ctx) }()
