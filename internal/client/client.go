@@ -134,10 +134,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	t0 := time.Now()
 	resumeGC := pauseGC() // until the job runs
 	defer resumeGC()
-	early, earlyErr := prepareNetns(cfg, modes)
-	if early != nil {
-		defer early.Cleanup() // if the job never ran: a no-op after netnsJob.close
-	}
+	early := prepareNetns(cfg, modes)
+	defer early.cleanup() // if the job never ran: a no-op after netnsJob.close
 	sess, err := openSession(ctx, cfg, gws, t0)
 	if err != nil {
 		return ExitFailure, err
@@ -159,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
-	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0, early, earlyErr)
+	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0, early)
 	if errors.Is(err, errFallBack) {
 		return runFallback(ctx, fb)
 	}
@@ -352,27 +350,57 @@ type netnsJob struct {
 	resumeGC func()
 }
 
-// prepareNetns starts the job's namespace child (nsexec.Prepare) if the
-// plan's mode is a namespace, so that the child's start overlaps the
-// join: the child waits for the lease's settings (openNetns). Its
-// environment is the job's without airlock's credentials. The error is
-// Prepare's, for openNetns to act on after the join, as if the namespace
-// were started there.
-func prepareNetns(cfg Config, modes *plan) (*nsexec.Job, error) {
-	if modes.current() != ModeNetns {
-		return nil, nil
-	}
-	return nsexec.Prepare(nsexec.Config{Args: cfg.Args, Env: withoutCredentials(os.Environ()), Logger: cfg.Logger})
+// earlyNetns is the job's namespace child being started ahead of the
+// join by prepareNetns.
+type earlyNetns struct {
+	done chan struct{} // closed when job and err are set
+	job  *nsexec.Job
+	err  error
 }
 
-// openNetns sets up the job's namespace, started by prepareNetns as job
-// (or not, with its error earlyErr), with the lease's settings (the job
-// waits for serve) and starts the tunnel on its TUN. It returns
-// errFallBack if the node cannot make the namespace and another mode is
-// left to try.
-func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time, job *nsexec.Job, earlyErr error) (*netnsJob, error) {
+// prepareNetns starts the job's namespace child (nsexec.Prepare) if the
+// plan's mode is a namespace, so that the child's start overlaps the
+// join: the child waits for the lease's settings (openNetns). Prepare
+// itself (clone, the uid and gid maps, exec) runs in the background, so
+// the join does not wait for it either. The child's environment is the
+// job's without airlock's credentials. nil: no namespace to start.
+func prepareNetns(cfg Config, modes *plan) *earlyNetns {
+	if modes.current() != ModeNetns {
+		return nil
+	}
+	e := &earlyNetns{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.job, e.err = nsexec.Prepare(nsexec.Config{Args: cfg.Args, Env: withoutCredentials(os.Environ()), Logger: cfg.Logger})
+	}()
+	return e
+}
+
+// wait returns the started child, or Prepare's error for openNetns to
+// act on after the join, as if the namespace were started there.
+func (e *earlyNetns) wait() (*nsexec.Job, error) {
+	if e == nil {
+		return nil, errors.New("start job namespace: not started")
+	}
+	<-e.done
+	return e.job, e.err
+}
+
+// cleanup ends the child if one was started (nsexec.Job.Cleanup; a no-op
+// once the job's namespace was cleaned up).
+func (e *earlyNetns) cleanup() {
+	if job, err := e.wait(); err == nil {
+		job.Cleanup()
+	}
+}
+
+// openNetns sets up the job's namespace, started by prepareNetns as
+// early, with the lease's settings (the job waits for serve) and starts
+// the tunnel on its TUN. It returns errFallBack if the node cannot make
+// the namespace and another mode is left to try.
+func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time, early *earlyNetns) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
-	err := earlyErr
+	job, err := early.wait()
 	if err == nil {
 		err = job.Setup(ctx, nsexec.Config{
 			Args:     cfg.Args,

@@ -30,7 +30,7 @@ func TestPrepareNetnsHidesCredentials(t *testing.T) {
 	t.Setenv(envToken, "alk1_secret_of_the_test")
 	t.Setenv(envTokenFile, "/run/secret-token-file")
 	t.Setenv("AIRLOCK_TEST_KEEP", "kept")
-	job, err := prepareNetns(Config{Args: []string{"true"}}, newPlan(ModeNetns))
+	job, err := prepareNetns(Config{Args: []string{"true"}}, newPlan(ModeNetns)).wait()
 	if err != nil {
 		t.Fatalf("prepareNetns: %v", err)
 	}
@@ -46,7 +46,7 @@ func TestPrepareNetnsHidesCredentials(t *testing.T) {
 	if !strings.Contains(env, "AIRLOCK_TEST_KEEP=kept") {
 		t.Errorf("the waiting namespace child's environment lacks the job's variables: %q", env)
 	}
-	if j, err := prepareNetns(Config{Args: []string{"true"}}, newPlan(ModeProxy)); j != nil || err != nil {
-		t.Errorf("prepareNetns for --mode proxy: got %v, %v, want no child", j, err)
+	if e := prepareNetns(Config{Args: []string{"true"}}, newPlan(ModeProxy)); e != nil {
+		t.Errorf("prepareNetns for --mode proxy: got %v, want no child", e)
 	}
 }
