@@ -126,6 +126,7 @@ var (
 	flagStartupBins = flag.String("startup.bins", "", "TestStartupAB: LABEL=PATH,... airlock binaries whose `run -- true` is timed, interleaved, each against a gateway of the same binary (default: this tree's build, as \"head\")")
 	flagStartupRuns = flag.Int("startup.runs", 30, "TestStartupAB: runs of each binary")
 	flagStartupGW   = flag.String("startup.gateway", "own", "TestStartupAB: own (each binary's jobs join a gateway of that binary) or head (every binary's jobs join one gateway built from this tree)")
+	flagStartupFlr  = flag.Bool("startup.floor", true, "TestStartupAB: also time /bin/true through the same ip netns exec and setpriv, interleaved, as the row \"floor\": what every row's figure holds that is not airlock's")
 )
 
 // TestStartupAB times `airlock run -- true` (as the test user in cn, through
@@ -135,7 +136,10 @@ var (
 // sees) or all against one gateway of this tree (head), runs interleaved
 // (A, B, A, B, ...) so that the machine's load falls on all alike. It
 // writes startup-ab.tsv (label, runs, median, p95, minimum, load average
-// before and after) into the run directory:
+// before and after) into the run directory. With -startup.floor (the
+// default) a row "floor" times /bin/true run the same way, interleaved:
+// the harness's own share of every row (ip netns exec, the TUN node's
+// bind mount, setpriv), which airlock cannot cut:
 //
 //	AIRLOCK_BENCH=1 go test -count=1 -v -run TestStartupAB ./bench/ -args \
 //	    -startup.bins=old=/tmp/airlock-930d510,new=$PWD/bin/airlock -startup.runs=40 -bench.out=DIR
@@ -185,12 +189,19 @@ func TestStartupAB(t *testing.T) {
 			t.Fatalf("%s: %v", b.label, err)
 		}
 	}
+	if *flagStartupFlr {
+		bins = append(bins, &bin{label: "floor", path: "/bin/true"})
+	}
 	load0 := loadAvg()
 	durs := make([][]time.Duration, len(bins))
 	for i := 0; i < *flagStartupRuns; i++ {
 		for k, b := range bins {
+			args := []string{"run", "--gateway", b.gateway, "--pin", b.pin, "--token", b.tok, "--", "true"}
+			if b.label == "floor" && *flagStartupFlr {
+				args = nil
+			}
 			t0 := time.Now()
-			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, b.path, "run", "--gateway", b.gateway, "--pin", b.pin, "--token", b.tok, "--", "true")
+			code, _, stderr := tp.Run(t, 60*time.Second, tp.CN, u, b.path, args...)
 			d := time.Since(t0)
 			if code != 0 {
 				t.Fatalf("%s: exit %d: %.500s", b.label, code, stderr)

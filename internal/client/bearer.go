@@ -166,17 +166,23 @@ func checkBearerText(t string) error {
 // add puts the current token into a join of req at gw, if gw takes
 // bearer tokens. A token that cannot be read is a definite error when
 // the join has no other credential, else it is logged and the join goes
-// on without.
+// on without. The job's token is looked for first: without one (a site
+// that joins with its own tokens) the gateway is not asked whether it
+// takes them, which with one gateway would cost the join a round trip
+// (a load report) for nothing.
 func (b *jobBearer) add(ctx context.Context, s *Session, gw *gatewayEntry, req control.JoinRequest) (control.JoinRequest, error) {
 	req.Bearer = ""
 	if b == nil {
 		return req, nil
 	}
 	b.used = false
-	if b.mode == BearerOff || !takesBearer(ctx, gw) {
+	if b.mode == BearerOff {
 		return req, nil
 	}
 	tok, from, err := b.find()
+	if (err == nil && tok == "") || !takesBearer(ctx, gw) {
+		return req, nil
+	}
 	switch {
 	case err != nil && req.Token == "" && req.Attest == nil:
 		return req, fmt.Errorf("the job's bearer token: %w", err)

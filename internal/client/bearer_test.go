@@ -3,11 +3,15 @@
 package client
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/airlock-vpn/airlock/internal/control/controltest"
 )
 
 // TestBearerDiscovery follows the WLCG Bearer Token Discovery order
@@ -95,5 +99,42 @@ func TestBearerDiscovery(t *testing.T) {
 	}
 	if _, err := newJobBearer("on", os.Getenv); err == nil {
 		t.Error("bad mode accepted")
+	}
+}
+
+// TestBearerAsksOnlyWithToken checks that a job without a bearer token
+// joins its one gateway without first asking for its load report (whether
+// it takes bearer tokens): that report cost every job a round trip before
+// its join. A job with a token asks, and presents it only where the
+// gateway takes it.
+func TestBearerAsksOnlyWithToken(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		env     map[string]string
+		healths int
+	}{
+		{"no token", map[string]string{}, 0},
+		{"token", map[string]string{"BEARER_TOKEN": "h.a.s"}, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := &controltest.Backend{}
+			g := controltest.Start(t, b, controltest.Options{})
+			s := newTestSession(t, g, nil, 5*time.Second)
+			bt, err := newJobBearer("", func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			bt.tmp = t.TempDir() // no /tmp/bt_uUID of the machine's
+			s.bearer = bt
+			if err := s.Join(context.Background()); err != nil {
+				t.Fatalf("join: %v", err)
+			}
+			if got := b.Healths(); got != tt.healths {
+				t.Errorf("load reports asked before the join: got %d, want %d", got, tt.healths)
+			}
+			if bt.used {
+				t.Errorf("bearer token presented to a gateway that does not take them")
+			}
+		})
 	}
 }

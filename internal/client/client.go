@@ -132,6 +132,10 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	ctx, sig, stop := catchSignals(ctx, cfg.Logger)
 	defer stop()
 	t0 := time.Now()
+	resumeGC := pauseGC() // until the job runs
+	defer resumeGC()
+	early := prepareNetns(cfg, modes)
+	defer early.cleanup() // if the job never ran: a no-op after netnsJob.close
 	sess, err := openSession(ctx, cfg, gws, t0)
 	if err != nil {
 		return ExitFailure, err
@@ -149,11 +153,11 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, context.Cause(ctx)
 	}
 	fb := fallback{cfg: cfg, plan: modes, lease: sess.lease, sess: sess,
-		env: jobEnv, sig: sig, t0: t0}
+		env: jobEnv, sig: sig, t0: t0, resumeGC: resumeGC}
 	if modes.current() != ModeNetns {
 		return runFallback(ctx, fb)
 	}
-	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0)
+	nj, err := openNetns(ctx, cfg, sess, modes, jobEnv, t0, early)
 	if errors.Is(err, errFallBack) {
 		return runFallback(ctx, fb)
 	}
@@ -161,6 +165,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		return ExitFailure, err
 	}
 	defer nj.close()
+	nj.resumeGC = resumeGC
 	return nj.serve(ctx, sig)
 }
 
@@ -341,22 +346,72 @@ type netnsJob struct {
 	job  *nsexec.Job
 	nsf  *os.File // the job's network namespace, held open until the tunnel is closed
 	wg   bool     // the tunnel runs
+	// resumeGC ends the start-up's pause of the collector (pauseGC).
+	resumeGC func()
 }
 
-// openNetns starts the job's namespace (the job waits for serve) and the
-// tunnel on its TUN. It returns errFallBack if the node cannot make the
-// namespace and another mode is left to try.
-func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time) (*netnsJob, error) {
+// earlyNetns is the job's namespace child being started ahead of the
+// join by prepareNetns.
+type earlyNetns struct {
+	done chan struct{} // closed when job and err are set
+	job  *nsexec.Job
+	err  error
+}
+
+// prepareNetns starts the job's namespace child (nsexec.Prepare) if the
+// plan's mode is a namespace, so that the child's start overlaps the
+// join: the child waits for the lease's settings (openNetns). Prepare
+// itself (clone, the uid and gid maps, exec) runs in the background, so
+// the join does not wait for it either. The child's environment is the
+// job's without airlock's credentials. nil: no namespace to start.
+func prepareNetns(cfg Config, modes *plan) *earlyNetns {
+	if modes.current() != ModeNetns {
+		return nil
+	}
+	e := &earlyNetns{done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		e.job, e.err = nsexec.Prepare(nsexec.Config{Args: cfg.Args, Env: withoutCredentials(os.Environ()), Logger: cfg.Logger})
+	}()
+	return e
+}
+
+// wait returns the started child, or Prepare's error for openNetns to
+// act on after the join, as if the namespace were started there.
+func (e *earlyNetns) wait() (*nsexec.Job, error) {
+	if e == nil {
+		return nil, errors.New("start job namespace: not started")
+	}
+	<-e.done
+	return e.job, e.err
+}
+
+// cleanup ends the child if one was started (nsexec.Job.Cleanup; a no-op
+// once the job's namespace was cleaned up).
+func (e *earlyNetns) cleanup() {
+	if job, err := e.wait(); err == nil {
+		job.Cleanup()
+	}
+}
+
+// openNetns sets up the job's namespace, started by prepareNetns as
+// early, with the lease's settings (the job waits for serve) and starts
+// the tunnel on its TUN. It returns errFallBack if the node cannot make
+// the namespace and another mode is left to try.
+func openNetns(ctx context.Context, cfg Config, sess *Session, modes *plan, env []string, t0 time.Time, early *earlyNetns) (*netnsJob, error) {
 	log, ls := cfg.Logger, sess.lease
-	job, err := nsexec.Start(ctx, nsexec.Config{
-		Args:     cfg.Args,
-		Env:      env,
-		Addrs:    ls.Addresses,
-		Gateways: ls.Gateways,
-		MTU:      ls.MTU,
-		DNS:      ls.DNS,
-		Logger:   log,
-	})
+	job, err := early.wait()
+	if err == nil {
+		err = job.Setup(ctx, nsexec.Config{
+			Args:     cfg.Args,
+			Env:      env,
+			Addrs:    ls.Addresses,
+			Gateways: ls.Gateways,
+			MTU:      ls.MTU,
+			DNS:      ls.DNS,
+			Logger:   log,
+		})
+	}
 	if err != nil {
 		if namespaceUnavailable(err) {
 			if err := modes.skip(err); err != nil {
@@ -409,19 +464,28 @@ func (nj *netnsJob) startTunnel(ctx context.Context) error {
 	return nil
 }
 
-// close closes the tunnel, then lets the namespace go and kills whatever
-// is left in it.
+// close closes the tunnel, then gives the lease back while it lets the
+// namespace go and kills whatever is left in it: the one waits for the
+// gateway, the other for the kernel (a scan of /proc), so they overlap.
+// Nothing the job left behind can reach the gateway once the tunnel is
+// closed.
 func (nj *netnsJob) close() {
 	t0 := nj.t0
 	if nj.wg {
 		nj.sess.wg.Close()
 		nj.log.Debug("tunnel closed", "since_start", time.Since(t0))
 	}
+	released := make(chan struct{})
+	go func() {
+		defer close(released)
+		nj.sess.Release()
+	}()
 	if nj.nsf != nil {
 		nj.nsf.Close()
 	}
 	nj.job.Cleanup()
 	nj.log.Debug("namespace cleaned up", "since_start", time.Since(t0))
+	<-released
 }
 
 // serve runs the job to its end, forwarding signals to it and supervising
@@ -441,15 +505,17 @@ func (nj *netnsJob) serve(ctx context.Context, sig *jobSignals) (int, error) {
 	nj.log.Debug("job started", "pid", nj.job.Pid(), "addrs", nj.sess.lease.Addresses, "gateway", nj.sess.endpoint, "setup", time.Since(nj.t0))
 	var status int
 	var err error
-	whileJobRuns(nj.sess, func() { status, err = nj.job.Wait() })
+	whileJobRuns(nj.sess, nj.resumeGC, func() { status, err = nj.job.Wait() })
 	nj.log.Debug("job exited", "status", status, "since_start", time.Since(nj.t0))
 	return status, err
 }
 
 // whileJobRuns calls wait (which returns when the job has exited) while
 // sess is supervised (renewal, reconnect, failover); supervision stops
-// before it returns. Signals reach the job through jobSignals.
-func whileJobRuns(sess *Session, wait func()) {
+// before it returns. Signals reach the job through jobSignals. The job
+// has started: resumeGC ends the start-up's pause of the collector.
+func whileJobRuns(sess *Session, resumeGC func(), wait func()) {
+	resumeGC()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); sess.Supervise(ctx) }()

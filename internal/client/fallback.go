@@ -41,6 +41,8 @@ type fallback struct {
 
 	dialer *stackDialer // set by runFallback
 	http   *proxy.HTTP  // set by proxyEnv
+	// resumeGC ends the start-up's pause of the collector (pauseGC).
+	resumeGC func()
 }
 
 // runFallback runs the job in the host's network namespace, in the first
@@ -176,7 +178,7 @@ func (f *fallback) wait(ctx context.Context, cmd *exec.Cmd, wg *tunnel.Client) (
 	f.sig.started(cmd.Process.Signal)
 	log.Debug("job started", "pid", cmd.Process.Pid, "mode", f.plan.current(), "setup", time.Since(f.t0))
 	var err error
-	whileJobRuns(f.sess, func() { err = cmd.Wait() })
+	whileJobRuns(f.sess, f.resumeGC, func() { err = cmd.Wait() })
 	log.Debug("job exited", "err", err, "since_start", time.Since(f.t0))
 	killLeftovers(log, 2*time.Second)
 	if f.http != nil {

@@ -331,3 +331,17 @@ func TestResyncWaitsForGateway(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseOnce checks that Release gives the lease back once: the
+// namespace job releases it while its namespace is cleaned up
+// (netnsJob.close), and closeSession's Release after that asks nothing.
+func TestReleaseOnce(t *testing.T) {
+	b := &controltest.Backend{}
+	g := controltest.Start(t, b, controltest.Options{})
+	s := testSession(t, g, nil)
+	s.Release()
+	s.Release()
+	if n := countOf(b.Calls(), "release"); n != 1 {
+		t.Errorf("releases after two Release calls: got %d, want 1 (calls %v)", n, b.Calls())
+	}
+}

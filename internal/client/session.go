@@ -550,11 +550,11 @@ func (s *Session) ref() control.LeaseRef {
 
 // Release gives the current lease back, over the open control session if
 // there is one (no new connection), else with a request; Run calls it at
-// exit.
+// exit. A second call does nothing, unless the session joined again since.
 func (s *Session) Release() {
 	s.relMu.Lock()
 	cc, ref, att := s.rel.cc, s.rel.ref, s.rel.att
-	s.rel.att = nil
+	s.rel.cc, s.rel.att = nil, nil
 	s.relMu.Unlock()
 	if cc == nil {
 		return
@@ -699,9 +699,13 @@ func (s *Session) recheckTransport(ctx context.Context) {
 }
 
 // WaitHandshake reports whether a handshake later than after completes
-// within d. It reads the device's state only when a handshake message has
-// arrived since it last looked (the device's state is costly to read),
-// and at least every 250 ms.
+// within d. It wakes when the bind says a handshake message arrived
+// (tunnel.Bind.HandshakeNotify) and then reads the device's state, which
+// is costly to read and which wireguard-go updates a moment after the
+// message, at growing intervals (handshakeLookFirst, doubling up to
+// handshakeLookMax) for handshakeLookFor; and every handshakeLookIdle
+// besides, for a message that came before it looked. (It polled every
+// 5 ms before: 200 wake-ups a second for as long as it waited.)
 func (s *Session) WaitHandshake(ctx context.Context, after time.Time, d time.Duration) bool {
 	done := func() bool { return s.wg.LastHandshake().After(after) }
 	if done() {
@@ -709,30 +713,48 @@ func (s *Session) WaitHandshake(ctx context.Context, after time.Time, d time.Dur
 	}
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
-	poll := time.NewTicker(5 * time.Millisecond)
-	defer poll.Stop()
-	seen, lastRead := s.bind.HandshakeMessages(), time.Now()
-	var lookUntil time.Time // a handshake message came: look closely until then
+	idle := time.NewTicker(handshakeLookIdle)
+	defer idle.Stop()
+	look := time.NewTimer(time.Hour)
+	look.Stop()
+	defer look.Stop()
+	var step time.Duration
+	var lookUntil time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return false
 		case <-deadline.C:
 			return done()
-		case now := <-poll.C:
-			if n := s.bind.HandshakeMessages(); n != seen {
-				// wireguard-go may take a moment to process it.
-				seen, lookUntil = n, now.Add(100*time.Millisecond)
+		case <-s.bind.HandshakeNotify():
+			step, lookUntil = handshakeLookFirst, time.Now().Add(handshakeLookFor)
+			look.Reset(step)
+		case now := <-look.C:
+			if done() {
+				return true
 			}
-			if now.Before(lookUntil) || now.Sub(lastRead) >= 250*time.Millisecond {
-				lastRead = now
-				if done() {
-					return true
-				}
+			if now.Before(lookUntil) {
+				step = min(2*step, handshakeLookMax)
+				look.Reset(step)
+			}
+		case <-idle.C:
+			if done() {
+				return true
 			}
 		}
 	}
 }
+
+// WaitHandshake's looks at the device after a handshake message: the
+// first after handshakeLookFirst, then at doubling intervals up to
+// handshakeLookMax, for handshakeLookFor; and one every
+// handshakeLookIdle regardless.
+const (
+	handshakeLookFirst = 250 * time.Microsecond
+	handshakeLookMax   = 20 * time.Millisecond
+	handshakeLookFor   = 100 * time.Millisecond
+	handshakeLookIdle  = 250 * time.Millisecond
+)
 
 // errStreamLost ends a control session when the TCP transport stream
 // closed.

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -31,6 +32,10 @@ func Init() {
 // childMain runs in the namespace child and returns its exit code if it
 // cannot exec the job. c is close-on-exec: the job does not inherit it.
 func childMain(c *reexec.Child, cfg childConfig) int {
+	// The job's environment came with the config (Prepare started the
+	// child before it was known): PATH for the job's lookup, and what
+	// execJob passes on.
+	setEnv(cfg.Env)
 	tunFD, err := setupNamespace(cfg)
 	if err != nil {
 		if c.Reply(err) != nil {
@@ -54,6 +59,16 @@ func childMain(c *reexec.Child, cfg childConfig) int {
 		fmt.Fprintf(os.Stderr, "airlock: warning: fusermount3 (FUSE mounts) will not work in the job: %v\n", err)
 	}
 	return execJob(c, os.Args[1:])
+}
+
+// setEnv makes env this process's environment.
+func setEnv(env []string) {
+	os.Clearenv()
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			os.Setenv(k, v)
+		}
+	}
 }
 
 // setupNamespace makes mounts private, creates and configures the TUN and

@@ -9,16 +9,27 @@
 //
 // [Start] re-executes the current binary (/proc/self/exe), through
 // internal/reexec like every helper child of airlock, with
-// CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS. The caller's uid and gid are mapped
+// CLONE_NEWUSER|CLONE_NEWNET|CLONE_NEWNS. It is [Prepare] (start the child,
+// which then waits for its settings) and [Job.Setup] (send them, wait for
+// the TUN): airlock run calls Prepare before it joins the gateway and
+// Setup with the lease's addresses, so that the child's exec and Go
+// start-up (a few milliseconds, the second process start of every job)
+// overlap the join instead of following it. The caller's uid and gid are mapped
 // to themselves, so the job sees its own ids, not root. Because a non-root
 // uid loses its capabilities on execve, the re-executed child is given
 // CAP_NET_ADMIN and CAP_SYS_ADMIN (of its own user namespace only) as
 // ambient capabilities. A SOCK_SEQPACKET socketpair reaches the child as an
 // extra file; an environment variable names its descriptor (like
-// wireguard-go's WG_TUN_FD) and another carries the namespace settings as
-// JSON. The job's argv follows the child's argv[0].
+// wireguard-go's WG_TUN_FD) and another names a pipe on which Setup writes
+// the namespace settings and the job's environment as JSON
+// (reexec.StartDeferred). Until then the child holds Prepare's
+// environment, which the user's other processes can read, so the caller
+// leaves its credentials out of it. The job's argv follows the child's
+// argv[0].
 //
-// The child starts in [Init], called first thing in main. It
+// The child starts in [Init], called first thing in main. It reads its
+// settings from the pipe (end of file: the parent gave up, it exits), takes
+// the job's environment as its own, and
 //
 //  1. makes every mount private, so nothing it mounts leaks to the host;
 //  2. opens /dev/net/tun and creates the TUN (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR,

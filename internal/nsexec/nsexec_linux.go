@@ -4,7 +4,6 @@ package nsexec
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,6 +102,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MTU < 576 || c.MTU > 65535 {
 		return c, fmt.Errorf("mtu %d out of range 576-65535", c.MTU)
 	}
+	return c.withFiles(), nil
+}
+
+// withFiles fills in the defaults of c's environment, standard files and
+// logger.
+func (c Config) withFiles() Config {
 	if c.Env == nil {
 		c.Env = os.Environ()
 	}
@@ -118,16 +123,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	return c, nil
+	return c
 }
 
 // Job is a command in its own namespace, started by [Start]. Its methods
 // are safe for concurrent use.
 type Job struct {
-	cmd   *exec.Cmd
-	log   *slog.Logger
-	tun   *os.File
-	netns unix.Stat_t // device and inode of the job's network namespace
+	cmd     *exec.Cmd
+	log     *slog.Logger
+	tun     *os.File
+	netns   unix.Stat_t // device and inode of the job's network namespace
+	statErr error       // why netns could not be read (Setup reports it)
 
 	done    chan struct{} // closed when the child has been reaped
 	status  int           // set before done is closed
@@ -135,6 +141,7 @@ type Job struct {
 	cleanup sync.Once
 	mu      sync.Mutex
 	ctl     *reexec.Parent // guarded by mu; nil after Run or Cleanup
+	setUp   bool           // guarded by mu; Setup was called
 }
 
 // Start starts the namespace child and waits until it has set up the
@@ -142,27 +149,46 @@ type Job struct {
 // command does not run until [Job.Run]. On success the caller must
 // eventually call [Job.Cleanup] and owns [Job.TUN]. Errors are meant for
 // the user and match [ErrUserNamespace], [ErrNoTUN], [ErrTUNPermission] or
-// [ErrSetup] where they apply.
+// [ErrSetup] where they apply. It is [Prepare] then [Job.Setup] with the
+// same cfg.
 //
 // The child gets SIGKILL when the OS thread that called Start exits
 // (PR_SET_PDEATHSIG). Go keeps its threads for the life of the process
 // unless a goroutine exits while locked to one (runtime.LockOSThread), so do
 // not call Start from such a goroutine.
 func Start(ctx context.Context, cfg Config) (*Job, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	if _, err := cfg.withDefaults(); err != nil {
 		return nil, fmt.Errorf("start job namespace: %w", err)
 	}
-	ccfg, err := json.Marshal(childConfig{
-		TUNName: cfg.TUNName, Addrs: cfg.Addrs, Gateways: cfg.Gateways, MTU: cfg.MTU, DNS: cfg.DNS,
-	})
+	j, err := Prepare(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("start job namespace: encode config: %w", err)
+		return nil, err
 	}
+	if err := j.Setup(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+// Prepare starts the namespace child for cfg's Args, Dir and standard
+// files before the network settings are known: the namespaces are made and
+// the child's runtime starts (a few milliseconds of exec and Go start-up)
+// while the caller does something else, such as joining the gateway. The
+// child then waits for [Job.Setup]. cfg.Env, the environment the child
+// starts with, must hold nothing the job may not see: the child's
+// environment can be read by the user's other processes until it execs
+// the job with Setup's. Its other network fields are ignored. On success
+// the caller must eventually call [Job.Cleanup], which also ends a child
+// still waiting for Setup. Errors are as Start's.
+func Prepare(cfg Config) (*Job, error) {
+	if len(cfg.Args) == 0 || cfg.Args[0] == "" {
+		return nil, errors.New("start job namespace: no command to run")
+	}
+	cfg = cfg.withFiles()
 	cmd := &exec.Cmd{
 		Path:   "/proc/self/exe",
 		Args:   append([]string{childArg0}, cfg.Args...),
-		Env:    append(jobEnv(cfg.Env), envConfig+"="+string(ccfg)),
+		Env:    jobEnv(cfg.Env),
 		Dir:    cfg.Dir,
 		Stdin:  cfg.Stdin,
 		Stdout: cfg.Stdout,
@@ -172,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 		SysProcAttr: reexec.IdentityMapped(unix.CLONE_NEWUSER|unix.CLONE_NEWNET|unix.CLONE_NEWNS,
 			unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN),
 	}
-	ctl, err := reexec.Start(cmd, envFD)
+	ctl, err := reexec.StartDeferred(cmd, envFD, envConfig)
 	if err != nil {
 		if isUserNSErrno(err) {
 			return nil, readHostFacts().userNSError(fmt.Errorf("start namespace child: %w", err))
@@ -183,26 +209,53 @@ func Start(ctx context.Context, cfg Config) (*Job, error) {
 	go j.reap()
 	// The child has exec'd, so it is in the new namespaces already. A
 	// child whose setup fails may exit (and be reaped) before this runs;
-	// its reply, read below, then says why, which matters more.
-	statErr := unix.Stat("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/net", &j.netns)
-	if statErr != nil {
+	// its reply, read by Setup, then says why, which matters more.
+	if err := unix.Stat("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/net", &j.netns); err != nil {
 		j.netns = unix.Stat_t{}
+		j.statErr = err
 	}
+	return j, nil
+}
 
+// Setup sends a child started by [Prepare] its namespace settings (cfg's
+// TUNName, Addrs, Gateways, MTU, DNS) and the job's environment (cfg.Env;
+// nil means os.Environ()), and waits until it has set up the namespace and
+// handed over the TUN fd; ctx bounds only that wait. It may be called
+// once. On failure the job is cleaned up; errors are as Start's.
+func (j *Job) Setup(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		j.Cleanup()
+		return fmt.Errorf("start job namespace: %w", err)
+	}
+	j.mu.Lock()
+	ctl, again := j.ctl, j.setUp
+	j.setUp = true
+	j.mu.Unlock()
+	if ctl == nil || again {
+		return errors.New("start job namespace: already set up or cleaned up")
+	}
+	if err := ctl.SendConfig(childConfig{
+		TUNName: cfg.TUNName, Addrs: cfg.Addrs, Gateways: cfg.Gateways, MTU: cfg.MTU, DNS: cfg.DNS,
+		Env: jobEnv(cfg.Env),
+	}); err != nil {
+		// The child died before it read it: its reply (if any) says why.
+		j.log.Debug("namespace child's config", "err", err)
+	}
 	tun, err := j.receive(ctx, ctl)
 	if err != nil {
 		j.Cleanup()
-		return nil, err
+		return err
 	}
-	if statErr != nil {
+	if j.statErr != nil {
 		tun.Close()
 		j.Cleanup()
-		return nil, fmt.Errorf("start job namespace: read job's network namespace: %w", statErr)
+		return fmt.Errorf("start job namespace: read job's network namespace: %w", j.statErr)
 	}
 	j.tun = tun
-	j.log.Info("job namespace ready", "pid", cmd.Process.Pid, "tun", cfg.TUNName,
+	j.log.Info("job namespace ready", "pid", j.cmd.Process.Pid, "tun", cfg.TUNName,
 		"addrs", cfg.Addrs, "mtu", cfg.MTU, "netns", j.netns.Ino)
-	return j, nil
+	return nil
 }
 
 // receive reads the child's setup reply and returns the TUN it sent.

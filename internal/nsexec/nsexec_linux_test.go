@@ -293,6 +293,73 @@ func TestCleanupBeforeRun(t *testing.T) {
 	}
 }
 
+// TestPrepareThenSetup checks a child started before its settings are
+// known (airlock run starts it while it joins): until Setup it holds only
+// Prepare's environment (the one other processes of the user can read),
+// and the job gets Setup's environment, PATH included for its lookup,
+// and Setup's network settings.
+func TestPrepareThenSetup(t *testing.T) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	j, err := Prepare(Config{Args: []string{"sh", "-c", "echo A=$A; ip -o addr show dev tun0"},
+		Env: []string{"A=early", "PATH=/nonexistent"}, Stdout: outW})
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	defer j.Cleanup()
+	environ, err := os.ReadFile("/proc/" + strconv.Itoa(j.Pid()) + "/environ")
+	if err != nil {
+		t.Fatalf("read waiting child's environment: %v", err)
+	}
+	if strings.Contains(string(environ), "late") || !strings.Contains(string(environ), "A=early") {
+		t.Errorf("waiting child's environment: got %q, want Prepare's (A=early)", environ)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = j.Setup(ctx, Config{Args: []string{"sh"}, Env: []string{"A=late", "PATH=/usr/bin:/bin"},
+		Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}})
+	outW.Close()
+	if err != nil {
+		t.Fatalf("Setup: %v", err)
+	}
+	defer j.TUN().Close()
+	if err := j.Setup(ctx, Config{Args: []string{"sh"}, Addrs: []netip.Prefix{netip.MustParsePrefix("10.9.0.2/24")}}); err == nil {
+		t.Errorf("second Setup: got nil error, want one")
+	}
+	if err := j.Run(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if status, err := j.Wait(); status != 0 || err != nil {
+		t.Fatalf("Wait: got %d, %v, want 0, nil", status, err)
+	}
+	b, _ := io.ReadAll(outR)
+	for _, want := range []string{"A=late\n", "inet 10.9.0.2/24"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("job output lacks %q:\n%s", want, b)
+		}
+	}
+}
+
+// TestCleanupBeforeSetup checks that a child still waiting for its
+// settings (the join failed) is torn down.
+func TestCleanupBeforeSetup(t *testing.T) {
+	j, err := Prepare(Config{Args: []string{"true"}})
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	pid := j.Pid()
+	j.Cleanup()
+	if !waitGone(pid, 5*time.Second) {
+		t.Errorf("namespace child %d survived Cleanup", pid)
+	}
+	if status, _ := j.Wait(); status != 137 && status != 1 {
+		t.Errorf("status: got %d, want 137 or 1", status)
+	}
+}
+
 // TestBindResolvConf checks the bind over a regular file, a symlink and a
 // dangling symlink, in a private mount namespace.
 func TestBindResolvConf(t *testing.T) {
@@ -358,5 +425,17 @@ func TestStartCanceled(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
+	}
+}
+
+// BenchmarkKillNetnsNone is the scan at every job's exit when the job
+// left nothing behind: one pass over /proc that finds no process in the
+// (here: an unused) namespace.
+func BenchmarkKillNetnsNone(b *testing.B) {
+	ns := unix.Stat_t{Dev: 1, Ino: 1}
+	for b.Loop() {
+		if n := killNetns(ns, nil); n != 0 {
+			b.Fatalf("signalled %d", n)
+		}
 	}
 }

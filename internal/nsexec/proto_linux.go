@@ -17,7 +17,7 @@ import (
 // with envPrefix is removed from the job's environment.
 const (
 	envPrefix = "AIRLOCK_NSEXEC_"
-	envConfig = envPrefix + "CONFIG" // JSON childConfig; its presence selects the child in Init
+	envConfig = envPrefix + "CONFIG" // "fd:N", the pipe of the JSON childConfig (reexec.StartDeferred); its presence selects the child in Init
 	envFD     = envPrefix + "FD"     // names the socketpair descriptor in the child (reexec)
 	childArg0 = "airlock-nsexec"     // argv[0] of the child; argv[1:] is the job's command
 )
@@ -38,6 +38,8 @@ type childConfig struct {
 	Gateways []netip.Addr   `json:"gateways"`
 	MTU      int            `json:"mtu"`
 	DNS      []netip.Addr   `json:"dns"`
+	// Env is the job's environment (without envPrefix variables).
+	Env []string `json:"env"`
 }
 
 // setupError maps a child's reply to the error Start returns.

@@ -13,7 +13,11 @@
 // names its descriptor in an environment variable (like wireguard-go's
 // WG_TUN_FD). The child, selected in its main by that variable or another
 // of its own, finds the socket with [FromEnv], does its setup step by
-// step, and sends exactly one message with [Child.Reply]:
+// step, and sends exactly one message with [Child.Reply]. Its config is
+// JSON in another variable, or, for a child started before its config is
+// known ([StartDeferred]: airlock run starts the job's namespace while it
+// joins the gateway), on a pipe that [Parent.SendConfig] writes and
+// closes; [Main] reads either. The reply is:
 //
 //   - success: an empty JSON [Reply] with the descriptors it hands over
 //     attached (SCM_RIGHTS);

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -117,6 +118,67 @@ func IdentityMapped(cloneflags uintptr, caps ...uintptr) *syscall.SysProcAttr {
 type Parent struct {
 	conn *net.UnixConn
 	note string // the last successful reply's note
+	// config is the write end of the config pipe of a child started by
+	// [StartDeferred], until [Parent.SendConfig]; nil otherwise.
+	config *os.File
+}
+
+// configFDPrefix starts the value of a child's config variable when the
+// config comes later on a pipe ([StartDeferred]): "fd:N".
+const configFDPrefix = "fd:"
+
+// maxConfigLen bounds a config read from a pipe: a job's environment
+// (at most a few MB of argv and environment, ARG_MAX) in JSON.
+const maxConfigLen = 16 << 20
+
+// StartDeferred is [Start] for a child whose config is not known yet: it
+// starts cmd at once, with the read end of a new pipe as another extra
+// file named by envConfig ("fd:N"), so that the child's start (exec, its
+// runtime, namespaces) overlaps whatever the parent does next, and the
+// child's [Main] blocks until [Parent.SendConfig] writes the config.
+func StartDeferred(cmd *exec.Cmd, envFD, envConfig string) (*Parent, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("config pipe: %w", err)
+	}
+	fd := 3 + len(cmd.ExtraFiles)
+	cmd.ExtraFiles = append(cmd.ExtraFiles, r)
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, envConfig+"="+configFDPrefix+strconv.Itoa(fd))
+	p, err := Start(cmd, envFD)
+	r.Close()
+	cmd.ExtraFiles = cmd.ExtraFiles[:len(cmd.ExtraFiles)-1]
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	p.config = w
+	return p, nil
+}
+
+// SendConfig writes v, as JSON, to the config pipe of a child started by
+// [StartDeferred] and closes it; it may be called once.
+func (p *Parent) SendConfig(v any) error {
+	if p.config == nil {
+		return errors.New("send config: child was not started by StartDeferred, or config already sent")
+	}
+	w := p.config
+	p.config = nil
+	b, err := json.Marshal(v)
+	if err != nil {
+		w.Close()
+		return fmt.Errorf("encode config: %w", err)
+	}
+	_, err = w.Write(b)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("send config: %w", err)
+	}
+	return nil
 }
 
 // Start starts cmd with the child's end of a new socketpair as its next
@@ -206,9 +268,15 @@ func (p *Parent) Go() error {
 	return nil
 }
 
-// Close closes the parent's end; a child waiting in [Child.WaitGo] sees
-// end of file.
-func (p *Parent) Close() error { return p.conn.Close() }
+// Close closes the parent's end; a child waiting in [Child.WaitGo] (or
+// for its config) sees end of file.
+func (p *Parent) Close() error {
+	if p.config != nil {
+		p.config.Close()
+		p.config = nil
+	}
+	return p.conn.Close()
+}
 
 func parseRights(oob []byte) ([]int, error) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
@@ -255,7 +323,8 @@ func FromEnv(envFD string) (*Child, error) {
 
 // Main makes this process the helper child that the environment variable
 // envConfig selects, if it is set: it gets the socket and decodes the
-// config (the JSON value of envConfig) into cfg as FromEnvConfig does,
+// config (the JSON value of envConfig, or what the parent writes to the
+// pipe it names, "fd:N", [StartDeferred]) into cfg as FromEnvConfig does,
 // runs main and exits with its code. A child that cannot get either says
 // so on stderr ("airlock: NAME: ...") and exits 1. In any other process
 // Main returns at once. Call it first thing in the binary's main, through
@@ -276,20 +345,51 @@ func Main(name, envConfig, envFD string, cfg any, step string, main func(*Child)
 }
 
 // FromEnvConfig is FromEnv followed by decoding the child's JSON config
-// raw into v. A config that does not decode is sent to the parent as the
-// failure of step, and the error is returned with the Child closed.
+// raw into v; raw "fd:N" is a pipe to read it from, until the parent
+// closes it ([Parent.SendConfig]). A config that does not decode (or a
+// pipe closed without one: the parent gave up) is sent to the parent as
+// the failure of step, and the error is returned with the Child closed.
 func FromEnvConfig(envFD, raw string, v any, step string) (*Child, error) {
 	c, err := FromEnv(envFD)
 	if err != nil {
 		return nil, err
 	}
-	if err := json.Unmarshal([]byte(raw), v); err != nil {
+	b, err := readConfig(raw)
+	if err == nil {
+		err = json.Unmarshal(b, v)
+	}
+	if err != nil {
 		err = &StepError{Step: step, Err: err}
 		c.Reply(err)
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// readConfig returns the config that raw is, or that the pipe it names
+// ("fd:N") carries.
+func readConfig(raw string) ([]byte, error) {
+	v, ok := strings.CutPrefix(raw, configFDPrefix)
+	if !ok {
+		return []byte(raw), nil
+	}
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return nil, fmt.Errorf("bad config descriptor %q", raw)
+	}
+	f := os.NewFile(uintptr(fd), "reexec-config")
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigLen+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read config: %w", err)
+	case len(b) == 0:
+		return nil, errors.New("the parent sent no config (it gave up)")
+	case len(b) > maxConfigLen:
+		return nil, fmt.Errorf("config longer than %d bytes", maxConfigLen)
+	}
+	return b, nil
 }
 
 // Reply sends the child's one message: success with fds attached if err is

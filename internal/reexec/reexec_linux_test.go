@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,8 +23,9 @@ import (
 )
 
 const (
-	envTestFD   = "REEXEC_TEST_FD"
-	envTestMode = "REEXEC_TEST_MODE"
+	envTestFD     = "REEXEC_TEST_FD"
+	envTestMode   = "REEXEC_TEST_MODE"
+	envTestConfig = "REEXEC_TEST_CONFIG"
 )
 
 // TestMain makes the test binary its own helper child when envTestFD is
@@ -40,6 +42,23 @@ func TestMain(m *testing.M) {
 
 // child runs one of the test children and returns its exit code.
 func child(mode string) int {
+	if mode == "deferred" {
+		// The config comes on the pipe that envTestConfig names; the
+		// reply's note says what arrived.
+		var v struct {
+			N int
+			S string
+		}
+		c, err := FromEnvConfig(envTestFD, os.Getenv(envTestConfig), &v, "decode test config")
+		if err != nil {
+			return 1
+		}
+		defer c.Close()
+		if c.ReplyNote(nil, fmt.Sprintf("%d %d", v.N, len(v.S))) != nil {
+			return 2
+		}
+		return 0
+	}
 	if mode == "badconfig" {
 		var v struct{ N int }
 		if _, err := FromEnvConfig(envTestFD, `{"N":"x"}`, &v, "decode test config"); err == nil {
@@ -156,6 +175,71 @@ func startChild(t *testing.T, mode string) (*exec.Cmd, *Parent) {
 		cmd.Wait()
 	})
 	return cmd, p
+}
+
+// startDeferred starts a child in deferred mode with StartDeferred.
+func startDeferred(t *testing.T) (*exec.Cmd, *Parent) {
+	t.Helper()
+	cmd := exec.Command("/proc/self/exe")
+	cmd.Env = append(os.Environ(), envTestMode+"=deferred")
+	cmd.Stderr = os.Stderr
+	p, err := StartDeferred(cmd, envTestFD, envTestConfig)
+	if err != nil {
+		t.Fatalf("StartDeferred: %v", err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd, p
+}
+
+// TestDeferredConfig sends a child started before its config is known
+// its config on the pipe, small and larger than a pipe's buffer.
+func TestDeferredConfig(t *testing.T) {
+	for _, size := range []int{0, 1 << 20} {
+		cmd, p := startDeferred(t)
+		cfg := struct {
+			N int
+			S string
+		}{42, strings.Repeat("x", size)}
+		if err := p.SendConfig(cfg); err != nil {
+			t.Fatalf("SendConfig: %v", err)
+		}
+		if err := p.SendConfig(cfg); err == nil {
+			t.Errorf("second SendConfig: got nil error, want one")
+		}
+		if _, err := p.Receive(context.Background()); err != nil {
+			t.Fatalf("Receive: %v", err)
+		}
+		if got, want := p.Note(), fmt.Sprintf("42 %d", size); got != want {
+			t.Errorf("config the child read: got %q, want %q", got, want)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("child: got %v, want exit 0", err)
+		}
+	}
+}
+
+// TestDeferredConfigGiveUp checks that a child waiting for its config
+// gives up when the parent closes its end without sending one.
+func TestDeferredConfigGiveUp(t *testing.T) {
+	cmd, p := startDeferred(t)
+	p.Close()
+	var ee *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("child after Close: got %v, want exit status 1", err)
+	}
+}
+
+// TestSendConfigStarted checks that SendConfig refuses a child that
+// Start started (its config was in its environment).
+func TestSendConfigStarted(t *testing.T) {
+	_, p := startChild(t, "fds")
+	if err := p.SendConfig(1); err == nil {
+		t.Errorf("SendConfig to a child of Start: got nil error, want one")
+	}
 }
 
 func TestReplyWithDescriptors(t *testing.T) {

@@ -51,8 +51,9 @@ type Bind struct {
 	in     chan *batch
 	forced atomic.Pointer[StreamEndpoint]
 	rx, tx atomic.Uint64
-	// hs counts received handshake messages (HandshakeMessages).
-	hs atomic.Uint64
+	// hsNote holds a value after a handshake message arrived
+	// (HandshakeNotify); capacity 1.
+	hsNote chan struct{}
 	// probe answers path MTU probes (probe.go); nil: none are answered.
 	probe *prober
 
@@ -86,7 +87,8 @@ func NewBind(udp conn.Bind, logger *slog.Logger) *Bind {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Bind{udp: udp, log: logger, in: make(chan *batch, streamQueue), streams: map[*StreamEndpoint]struct{}{}}
+	return &Bind{udp: udp, log: logger, in: make(chan *batch, streamQueue), streams: map[*StreamEndpoint]struct{}{},
+		hsNote: make(chan struct{}, 1)}
 }
 
 // Open opens the UDP bind and returns its receive functions and the
@@ -121,7 +123,7 @@ func (b *Bind) receiveStreams(done chan struct{}) conn.ReceiveFunc {
 				break
 			}
 			if isHandshake(in.buf[off : off+sz]) {
-				b.hs.Add(1)
+				b.handshakeMessage()
 			}
 			copy(packets[i], in.buf[off:off+sz])
 			sizes[i] = sz
@@ -144,7 +146,7 @@ func (b *Bind) countHandshakes(fn conn.ReceiveFunc) conn.ReceiveFunc {
 		for i := 0; i < n; i++ {
 			p := packets[i][:sizes[i]]
 			if isHandshake(p) {
-				b.hs.Add(1)
+				b.handshakeMessage()
 			} else if len(p) > 0 && p[0] == probeMagic[0] {
 				b.answerProbe(p, eps[i])
 			}
@@ -159,11 +161,22 @@ func isHandshake(p []byte) bool {
 	return len(p) > 0 && (p[0] == 1 || p[0] == 2)
 }
 
-// HandshakeMessages returns how many handshake initiations and responses
-// the bind has received, authenticated or not: a cheap sign that a
-// handshake may have completed, to be confirmed with the device (whose
-// state is costly to read).
-func (b *Bind) HandshakeMessages() uint64 { return b.hs.Load() }
+// handshakeMessage says on hsNote, without blocking, that a handshake
+// message arrived.
+func (b *Bind) handshakeMessage() {
+	select {
+	case b.hsNote <- struct{}{}:
+	default:
+	}
+}
+
+// HandshakeNotify returns a channel that has a value after a handshake
+// initiation or response arrived, authenticated or not: a cheap sign that
+// a handshake may have completed, to be confirmed with the device (whose
+// state is costly to read). Any number of messages since the last receive
+// is one value, and one that arrived before the caller looked may be there
+// already: the event to confirm with the device, instead of a poll.
+func (b *Bind) HandshakeNotify() <-chan struct{} { return b.hsNote }
 
 // Close closes the UDP bind and every stream.
 func (b *Bind) Close() error {

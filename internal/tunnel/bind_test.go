@@ -15,6 +15,7 @@ import (
 	"golang.zx2c4.com/wireguard/tun/tuntest"
 
 	"github.com/airlock-vpn/airlock/internal/wgkey"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 // streamPair connects a client and a gateway WireGuard device only through
@@ -155,4 +156,73 @@ func TestBindStreamReplaced(t *testing.T) {
 	}
 	p.connect(t)
 	p.ping(t)
+}
+
+// TestHandshakeNotify checks that a handshake message arriving over UDP
+// or a stream wakes HandshakeNotify's reader, and that other messages do
+// not.
+func TestHandshakeNotify(t *testing.T) {
+	b := NewBind(nil, nil)
+	fns, port, err := b.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, fn := range fns {
+		go func() {
+			n := b.BatchSize()
+			bufs := make([][]byte, n)
+			for i := range bufs {
+				bufs[i] = make([]byte, 1500)
+			}
+			sizes, eps := make([]int, n), make([]conn.Endpoint, n)
+			for {
+				if _, err := fn(bufs, sizes, eps); errors.Is(err, net.ErrClosed) {
+					return
+				}
+			}
+		}()
+	}
+	c, err := net.DialUDP("udp4", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	notified := func(within time.Duration) bool {
+		select {
+		case <-b.HandshakeNotify():
+			return true
+		case <-time.After(within):
+			return false
+		}
+	}
+	// A data message (type 4): no word.
+	if _, err := c.Write(append([]byte{4}, make([]byte, 31)...)); err != nil {
+		t.Fatal(err)
+	}
+	if notified(200 * time.Millisecond) {
+		t.Errorf("HandshakeNotify after a data message: got a value, want none")
+	}
+	// A handshake response (type 2), twice: one word.
+	for range 2 {
+		if _, err := c.Write(append([]byte{2}, make([]byte, 91)...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !notified(5 * time.Second) {
+		t.Fatalf("HandshakeNotify after a handshake response over UDP: got nothing")
+	}
+	// Over a stream: a real handshake between two devices.
+	p := newStreamPair(t)
+	p.ping(t)
+	if !topology.Poll(5*time.Second, func() bool {
+		select {
+		case <-p.cb.HandshakeNotify():
+			return true
+		default:
+			return false
+		}
+	}) {
+		t.Errorf("HandshakeNotify after a handshake over a stream: got nothing")
+	}
 }

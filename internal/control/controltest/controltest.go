@@ -60,6 +60,7 @@ type Backend struct {
 	leases       map[string]string // id → secret
 	ended        map[string]string // id → why the lease was ended (End)
 	calls        []string
+	healths      int // load reports asked for (Healths)
 }
 
 // End ends lease id on purpose, as an admin's kick does: from then on
@@ -159,6 +160,7 @@ func (b *Backend) Release(ctx context.Context, ref control.LeaseRef) error {
 func (b *Backend) Health() control.Health {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.healths++
 	return control.Health{Jobs: len(b.leases), Instance: b.Instance, Attest: b.Attest}
 }
 
@@ -250,6 +252,13 @@ func (b *Backend) Calls() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.calls...)
+}
+
+// Healths returns how many load reports (Health) were asked for so far.
+func (b *Backend) Healths() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.healths
 }
 
 // Gateway is an in-process control server.
