@@ -138,6 +138,13 @@ func (k *keys) lookup(ctx context.Context, kid string) (jose.JSONWebKey, error) 
 	if k.due() {
 		k.refresh(ctx, false)
 		key, ok, stale = k.get(kid)
+	} else if k.neverFetched() {
+		// A fetch is under way (the first, as the gateway starts): wait
+		// for it (bounded by its timeout) rather than refuse every job
+		// that joins in the gateway's first moments.
+		k.fetchMu.Lock()
+		k.fetchMu.Unlock() //nolint:staticcheck // an empty critical section: waits for the fetch in flight
+		key, ok, stale = k.get(kid)
 	}
 	k.mu.Lock()
 	fetched, lastErr := k.fetched, k.lastErr
@@ -153,6 +160,13 @@ func (k *keys) lookup(ctx context.Context, kid string) (jose.JSONWebKey, error) 
 		return jose.JSONWebKey{}, fmt.Errorf("%w: issuer %s has no key %q that the gateway knows, and its keys cannot be fetched now (%v)", ErrUnavailable, k.iss.URL, kid, lastErr)
 	}
 	return jose.JSONWebKey{}, fmt.Errorf("%w: issuer %s has no key %q (forged token, or a key the issuer withdrew)", ErrRefused, k.iss.URL, kid)
+}
+
+// neverFetched reports whether no key set was ever fetched or cached.
+func (k *keys) neverFetched() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.fetched.IsZero()
 }
 
 // get returns the key kid, and whether the set is older than Refresh.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-vpn/airlock/internal/bearer"
 	"github.com/airlock-vpn/airlock/internal/bearer/bearertest"
+	"github.com/airlock-vpn/airlock/test/topology"
 )
 
 const aud = "https://gw.example.org"
@@ -239,6 +240,25 @@ func TestIssuerDown(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(cfg.CacheDir))
 	if err != nil || !fi.IsDir() {
 		t.Fatal(err)
+	}
+}
+
+// TestFirstFetchInFlight: a token that comes while the gateway's first
+// fetch of its issuer's keys is under way waits for it, instead of being
+// refused as "never fetched" (a gateway refused every job that joined in
+// its first moments).
+func TestFirstFetchInFlight(t *testing.T) {
+	iss, v, _ := setup(t, nil)
+	iss.SetDelay(300 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go v.Run(ctx)
+	if !topology.Poll(5*time.Second, func() bool { return iss.Asked() > 0 }) {
+		t.Fatal("the verifier did not ask for the issuer's keys")
+	}
+	tok := ecKey.Sign(bearertest.Claims(iss.URL, "a", aud, time.Hour, "compute.create"))
+	if _, err := v.Verify(ctx, tok); err != nil {
+		t.Fatalf("a token during the first fetch: %v, want it verified once the fetch is done", err)
 	}
 }
 

@@ -241,6 +241,8 @@ type Issuer struct {
 	srv     *http.Server
 	ln      net.Listener
 	fetches atomic.Int64
+	asked   atomic.Int64 // key set requests received, answered or not
+	delay   atomic.Int64 // how long the key set's answer waits (ns)
 	down    atomic.Bool
 
 	mu   sync.Mutex
@@ -269,6 +271,8 @@ func Serve(dir string, keys ...*Key) (*Issuer, error) {
 		_, _ = w.Write(Discovery(iss.URL))
 	})
 	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, r *http.Request) {
+		iss.asked.Add(1)
+		time.Sleep(time.Duration(iss.delay.Load()))
 		if iss.down.Load() {
 			http.Error(w, "down", http.StatusServiceUnavailable)
 			return
@@ -293,6 +297,12 @@ func (i *Issuer) SetKeys(keys ...*Key) {
 
 // SetDown makes the issuer answer 503 (down) or serve again.
 func (i *Issuer) SetDown(down bool) { i.down.Store(down) }
+
+// SetDelay makes the key set's answers wait d (a slow issuer).
+func (i *Issuer) SetDelay(d time.Duration) { i.delay.Store(int64(d)) }
+
+// Asked is how many times the key set was asked for, answered or not yet.
+func (i *Issuer) Asked() int { return int(i.asked.Load()) }
 
 // Fetches is how many times the key set was served.
 func (i *Issuer) Fetches() int { return int(i.fetches.Load()) }
