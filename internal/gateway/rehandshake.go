@@ -37,9 +37,9 @@ import (
 // peer's last UDP endpoint in DIR/endpoints (written every
 // endpointSaveEvery when something changed, and at a clean stop); at the
 // next start each restored peer gets its endpoint back, and rehandshakeLoop
-// initiates the handshakes at rehandshakeRate a second, pausing while
-// wireguard-go counts itself under load: the answers come back at the pace
-// the gateway chose. The first event of each job's control session says
+// initiates the handshakes at rehandshakeRate a second: the answers come
+// back at the pace the gateway chose, and skip wireguard-go's cookie round
+// even while it counts itself under load (third_party/wireguard-go). The first event of each job's control session says
 // how long the gateway may take to reach it (control.WatchEvent.Resume,
 // from HandshakeDue), and the client waits that long for the gateway's
 // handshake before it starts one itself. Jobs on the TCP transport, and
@@ -57,8 +57,7 @@ const (
 	// rehandshakeRate is how many handshakes a second a restarted gateway
 	// starts: 2,000 jobs in 2 s, 10,000 in 10 s. Each answer costs the
 	// gateway two X25519 multiplications (about 0.1 ms), so this is a
-	// tenth of a core; the pacer pauses while wireguard-go counts itself
-	// under load all the same.
+	// tenth of a core.
 	rehandshakeRate = 1000
 	// rehandshakeSlack is added to the pacer's estimate in what the jobs
 	// are told to wait.
@@ -179,16 +178,20 @@ func (g *gateway) rehandshakeLoop(ctx context.Context) {
 	const batch = rehandshakeRate / 20 // every 50 ms
 	tick := time.NewTicker(time.Second * batch / rehandshakeRate)
 	defer tick.Stop()
-	started, failed, paused := 0, 0, 0
+	started, failed, underLoad := 0, 0, 0
 	for len(keys) > 0 {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
+		// No pause while wireguard-go counts itself under load: the
+		// answers to these initiations skip its cookie round (the fork's
+		// exemption), and 10,000 jobs re-establishing their sessions keep
+		// it under load for most of a restart, so pausing held the last
+		// jobs for 50 s (docs/benchmarks/history-2026-11-28.md).
 		if g.wg.UnderLoad() {
-			paused++
-			continue
+			underLoad++
 		}
 		n := min(batch, len(keys))
 		for _, k := range keys[:n] {
@@ -207,7 +210,7 @@ func (g *gateway) rehandshakeLoop(ctx context.Context) {
 		keys = keys[n:]
 	}
 	g.log.Info("handshakes with the restored jobs started", "jobs", started, "gone", failed,
-		"took", time.Since(t0).Round(time.Millisecond), "paused_under_load", paused)
+		"took", time.Since(t0).Round(time.Millisecond), "batches_under_load", underLoad)
 }
 
 // endpointLoop saves the peers' endpoints every endpointSaveEvery when
