@@ -116,18 +116,7 @@ func TestSessionEnds(t *testing.T) {
 	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: time.Minute})
 	c := newClient(t, gw)
 	ctx := context.Background()
-	attach := func() (*control.Session, control.Lease) {
-		t.Helper()
-		lease, err := c.Join(ctx, joinReq(gw.Token(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, lease
-	}
+	attach := func() (*control.Session, control.Lease) { return joinAttach(t, c, gw) }
 
 	s, lease := attach()
 	b.End(lease.ID, "kicked by admin: abuse report")
@@ -166,6 +155,22 @@ func TestSessionEnds(t *testing.T) {
 	}
 }
 
+// joinAttach joins gw through c with a token of its own and opens the
+// lease's session.
+func joinAttach(t *testing.T, c *control.Client, gw *controltest.Gateway) (*control.Session, control.Lease) {
+	t.Helper()
+	ctx := context.Background()
+	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, lease
+}
+
 // TestShutdownClosesListenerFirst: a job whose session a stopping gateway
 // ends finds the control port closed when it dials again at once. The
 // listener stayed open while the sessions closed, so a 10,000-job gateway
@@ -177,14 +182,7 @@ func TestShutdownClosesListenerFirst(t *testing.T) {
 	const jobs = 300
 	redials := make(chan error, jobs)
 	for range jobs {
-		lease, err := c.Join(ctx, joinReq(gw.Token(t)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s, _ := joinAttach(t, c, gw)
 		go func() {
 			defer s.Close()
 			for {
@@ -217,15 +215,7 @@ func TestSessionSilent(t *testing.T) {
 	b := &controltest.Backend{}
 	gw := controltest.Start(t, b, controltest.Options{WatchHeartbeat: 100 * time.Millisecond})
 	c := newClient(t, gw)
-	ctx := context.Background()
-	lease, err := c.Join(ctx, joinReq(gw.Token(t)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.Attach(ctx, control.LeaseRef{ID: lease.ID, Secret: lease.Secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, _ := joinAttach(t, c, gw)
 	defer s.Close()
 	b.Block() // the gateway stops answering: heartbeats stall
 	defer b.Unblock()
