@@ -135,15 +135,12 @@ func (k *keys) lookup(ctx context.Context, kid string) (jose.JSONWebKey, error) 
 	if ok && !stale {
 		return key, nil
 	}
-	if k.due() {
+	// Never fetched and not due: a fetch is under way (the first, as the
+	// gateway starts). refresh waits for it (bounded by its timeout) and
+	// then does not fetch again, rather than every job that joins in the
+	// gateway's first moments being refused.
+	if k.due() || k.neverFetched() {
 		k.refresh(ctx, false)
-		key, ok, stale = k.get(kid)
-	} else if k.neverFetched() {
-		// A fetch is under way (the first, as the gateway starts): wait
-		// for it (bounded by its timeout) rather than refuse every job
-		// that joins in the gateway's first moments.
-		k.fetchMu.Lock()
-		k.fetchMu.Unlock() //nolint:staticcheck // an empty critical section: waits for the fetch in flight
 		key, ok, stale = k.get(kid)
 	}
 	k.mu.Lock()
